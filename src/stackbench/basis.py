@@ -1,0 +1,136 @@
+"""Measurement basis (口径): which fields make two figures comparable, and the caveats when they differ.
+
+A table's caveats are generated from its rows: every basis field whose values differ between rows is
+named with the values per row and one sentence on why it matters; rows whose stat is not a median or
+mean get a marker. Rows with identical basis get no caveat.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import pandas as pd
+
+# Field -> why a difference in it makes figures incomparable. Order is the order caveats are printed in.
+WHY_IT_MATTERS: dict[str, str] = {
+    "node": "different machines",
+    "gpu": "different GPUs have different memory bandwidth, the ceiling of decode speed",
+    "gpu_count": "a different number of GPUs shares the work",
+    "tp": "tensor-parallel size changes per-GPU weight reads and adds communication",
+    "os": "drivers and schedulers differ between operating systems; the same engine runs at different speeds",
+    "engine": "different inference engines",
+    "engine_version": "kernels and schedulers change between engine versions",
+    "engine_image": "a different container image is a different build",
+    "model": "different checkpoints",
+    "quant": "bytes read per token set the decode ceiling; a different quantization is a different workload",
+    "kv_dtype": "the KV-cache dtype changes KV bytes per token, pool size and long-context speed",
+    "context_len": "server context length changes KV layout and attention cost; speeds at different contexts are not comparable",
+    "prompt_tokens": "longer prompts slow decode (more KV read per token) and lower speculative acceptance",
+    "output_tokens": "short outputs are dominated by fixed overheads, long ones amortise them",
+    "workload": "content changes speculative acceptance: code and JSON are predictable, prose is not",
+    "concurrency": "an aggregate over several streams is not the speed one stream sees",
+    "temperature": "sampling at temperature > 0 lowers speculative acceptance compared with greedy decoding",
+    "ttft_included": "a rate with time-to-first-token inside is lower than the decode rate alone",
+    "power_cap_w": "a power cap lowers clocks; speed falls steeply below the sweet spot",
+    "spec_method": "a different speculative method",
+    "spec_tokens": "a different speculative depth",
+    "metric": "single-stream decode, aggregate and end-to-end rates measure different things",
+    "source": "measured here versus transcribed from a post",
+}
+
+# Stats that are not a central value of repeats get a marker on their row.
+STAT_MARKERS: dict[str, tuple[str, str]] = {
+    "single": ("†", "single run, no repeats"),
+    "peak": ("‡", "peak, not typical throughput"),
+    "range": ("§", "published as a range; the value is its midpoint"),
+}
+
+DISPLAY_NAMES = {
+    "context_len": "context",
+    "kv_dtype": "KV dtype",
+    "ttft_included": "TTFT in rate",
+    "power_cap_w": "power cap (W)",
+    "gpu_count": "GPU count",
+    "tp": "TP size",
+    "os": "OS",
+    "prompt_tokens": "prompt tokens",
+    "output_tokens": "output tokens",
+    "engine_version": "engine version",
+    "engine_image": "engine image",
+    "spec_method": "speculative method",
+    "spec_tokens": "speculative depth",
+}
+
+
+@dataclass(frozen=True)
+class Caveat:
+    field: str
+    values_by_row: dict[int, tuple[str, ...]]  # display row number (1-based) -> values seen in that row
+    why: str
+
+    def text(self) -> str:
+        groups: dict[str, list[int]] = {}
+        for row, values in sorted(self.values_by_row.items()):
+            groups.setdefault(" / ".join(values), []).append(row)
+        parts = [f"{_rows_phrase(rows)} {_at(value)}" for value, rows in groups.items()]
+        name = DISPLAY_NAMES.get(self.field, self.field)
+        return f"{name}: {', '.join(parts)}. Why it matters: {self.why}."
+
+
+def _at(value: str) -> str:
+    return "unknown" if value == "unknown" else f"at {value}"
+
+
+def _rows_phrase(rows: Sequence[int]) -> str:
+    spans: list[str] = []
+    start = prev = rows[0]
+    for row in list(rows[1:]) + [None]:
+        if row is not None and row == prev + 1:
+            prev = row
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if row is not None:
+            start = prev = row
+    word = "row" if len(rows) == 1 else "rows"
+    return f"{word} {', '.join(spans)}"
+
+
+def format_value(value) -> str:
+    """Render a basis value for a caveat: nulls are 'unknown', whole floats lose their '.0'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return "unknown"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[str] = ()) -> list[Caveat]:
+    """Caveats for one table.
+
+    `records` holds the underlying result rows, each tagged with the display row it feeds
+    (`row_column`, 1-based). `axes` are the fields the table varies on purpose (a power sweep's cap,
+    a before/after's variant); they are not caveats.
+    """
+    found: list[Caveat] = []
+    for field, why in WHY_IT_MATTERS.items():
+        if field in axes or field not in records.columns:
+            continue
+        values_by_row: dict[int, tuple[str, ...]] = {}
+        for row, group in records.groupby(row_column, sort=True):
+            values_by_row[int(row)] = tuple(sorted({format_value(v) for v in group[field].tolist()}))
+        distinct = {v for values in values_by_row.values() for v in values}
+        if len(distinct) > 1:
+            found.append(Caveat(field, values_by_row, why))
+    return found
+
+
+def stat_marker(stat: str | None) -> str:
+    return STAT_MARKERS.get(stat or "", ("", ""))[0]
+
+
+def marker_legend(stats: Sequence[str]) -> list[str]:
+    """One legend line per marker that appears in the table."""
+    seen = [s for s in STAT_MARKERS if s in set(stats)]
+    return [f"{STAT_MARKERS[s][0]} {STAT_MARKERS[s][1]}" for s in seen]

@@ -1,0 +1,132 @@
+"""The results contract: one pyarrow schema, atomic Parquet writes, and the DuckDB collect step.
+
+`data/results.parquet` holds one row per (cell, metric). Every row carries its full measurement
+basis, so a reader never has to look anywhere else to know what a figure means.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# Identity of a cell: where the figure comes from and what was run.
+IDENTITY = [
+    ("source", pa.string()),  # measured | published
+    ("ref", pa.string()),  # run id, or seed file and section
+    ("node", pa.string()),
+    ("stack", pa.string()),  # llamacpp | sglang | vllm
+    ("variant", pa.string()),
+    ("spec_method", pa.string()),
+    ("spec_tokens", pa.int64()),
+    ("power_cap_w", pa.float64()),
+    ("workload", pa.string()),
+    ("concurrency", pa.int64()),
+]
+
+# The figure itself.
+FIGURE = [
+    ("metric", pa.string()),
+    ("value", pa.float64()),
+    ("value_min", pa.float64()),
+    ("value_max", pa.float64()),
+    ("unit", pa.string()),
+    ("stat", pa.string()),  # median | mean | single | range | peak
+    ("n", pa.int64()),
+]
+
+# The measurement basis (BRIEF section 2). Unknown strings are the word "unknown"; unknown numbers are null.
+BASIS = [
+    ("os", pa.string()),
+    ("engine", pa.string()),
+    ("engine_version", pa.string()),
+    ("engine_image", pa.string()),
+    ("model", pa.string()),
+    ("quant", pa.string()),
+    ("kv_dtype", pa.string()),
+    ("context_len", pa.int64()),
+    ("prompt_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+    ("temperature", pa.float64()),
+    ("ttft_included", pa.string()),  # yes | no | unknown
+    ("gpu", pa.string()),
+    ("gpu_count", pa.int64()),
+    ("tp", pa.int64()),
+]
+
+# Bookkeeping that lets tables be regenerated and failures be shown.
+EXTRA = [
+    ("status", pa.string()),  # ok | rejected | failed | not_run
+    ("reason", pa.string()),
+    ("table_id", pa.string()),  # published rows: which seed table the figure belongs to
+    ("table_title", pa.string()),
+    ("row_label", pa.string()),
+    ("col_label", pa.string()),
+    ("note", pa.string()),
+]
+
+RESULTS_SCHEMA = pa.schema(IDENTITY + FIGURE + BASIS + EXTRA)
+COLUMNS = RESULTS_SCHEMA.names
+BASIS_COLUMNS = [name for name, _ in BASIS]
+STATS = ("median", "mean", "single", "range", "peak")
+SOURCES = ("measured", "published")
+UNKNOWN = "unknown"
+
+
+def to_table(records: Iterable[dict] | pd.DataFrame) -> pa.Table:
+    """Build a results table, filling absent columns with nulls and rejecting unknown ones."""
+    frame = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
+    extra = sorted(set(frame.columns) - set(COLUMNS))
+    if extra:
+        raise ValueError(f"columns outside the results contract: {', '.join(extra)}")
+    frame = frame.reindex(columns=COLUMNS)
+    arrays = []
+    for field in RESULTS_SCHEMA:
+        column = frame[field.name].astype(object).where(frame[field.name].notna(), None)
+        arrays.append(pa.array(column.tolist(), type=field.type, from_pandas=True))
+    return pa.Table.from_arrays(arrays, schema=RESULTS_SCHEMA)
+
+
+def atomic_write_parquet(table: pa.Table, path: str | os.PathLike) -> Path:
+    """Write to a temporary file beside the target, then rename: a crash never leaves a half file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike) -> int:
+    """Union the per-source Parquet parts into the results contract through DuckDB; return the row count."""
+    parts = [str(p) for p in part_files]
+    if not parts:
+        raise ValueError("collect: no input parts (neither published data nor measured runs)")
+    con = duckdb.connect()
+    select = ", ".join(f'"{c}"' for c in COLUMNS)
+    relation = con.sql(
+        f"select {select} from read_parquet(?, union_by_name = true) "
+        "order by source, node, stack, variant, workload, concurrency, metric",
+        params=[parts],
+    )
+    table = relation.arrow()
+    if hasattr(table, "read_all"):  # newer DuckDB returns a record batch reader
+        table = table.read_all()
+    table = to_table(table.to_pandas())
+    atomic_write_parquet(table, out)
+    return table.num_rows
+
+
+def read_results(path: str | os.PathLike) -> pd.DataFrame:
+    return pq.read_table(path).to_pandas()
