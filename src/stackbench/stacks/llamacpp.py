@@ -1,0 +1,93 @@
+"""llama.cpp `llama-server` (formats of tag b11434; research/server_metrics.md section A)."""
+
+from __future__ import annotations
+
+import re
+
+from .. import prometheus
+from ..plan import Launch
+from .base import ServerFacts, SpecCounters, render_flags
+
+# llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16):   72.00 MiB, V (f16):   72.00 MiB
+KV_CACHE = re.compile(
+    r"llama_kv_cache: size =\s*(?P<mib>[\d.]+) MiB \(\s*(?P<cells>\d+) cells,\s*(?P<layers>\d+) layers,"
+    r"\s*(?P<seqs>\d+)/(?P<seqs_max>\d+) seqs\), K \((?P<k>\w+)\):\s*[\d.]+ MiB, V \((?P<v>\w+)\):\s*[\d.]+ MiB"
+)
+MODEL_BUFFER = re.compile(r"load_tensors:\s+(?P<buffer>\S+) model buffer size =\s*(?P<mib>[\d.]+) MiB")
+N_CTX = re.compile(r"llama_context: n_ctx\s+=\s*(?P<n>\d+)")
+N_SLOTS = re.compile(r"initializing, n_slots = (?P<slots>\d+), n_ctx_slot = (?P<ctx>\d+)")
+
+SPEC_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp", "eagle": "draft-eagle3",
+              "dflash": "draft-dflash", "dspark": "draft-dspark"}
+
+
+class LlamaCppAdapter:
+    engine = "llamacpp"
+    engine_label = "llama.cpp"
+    health_path = "/health"
+
+    def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
+        args = dict(launch.server_args)
+        verbosity = args.pop("log_verbosity", None)
+        if threads and "threads" not in args:
+            args["threads"] = threads
+        argv = [binary, "--model", launch.model.path, "--host", host, "--port", str(port),
+                "--ctx-size", str(launch.context_len)]
+        if verbosity is not None:
+            argv += ["-lv", str(verbosity)]
+        argv += render_flags(args)
+        if launch.spec_method != "none":
+            argv += ["--spec-type", launch.spec_engine_type or SPEC_TYPES[launch.spec_method]]
+            if launch.draft_model is not None:
+                argv += ["--spec-draft-model", launch.draft_model.path]
+            if launch.spec_tokens:
+                argv += ["--spec-draft-n-max", str(launch.spec_tokens)]
+        return argv
+
+    def request_extras(self, output_tokens: int) -> dict:
+        # Fixed output length: llama-server honours ignore_eos; n_predict mirrors max_tokens.
+        return {"ignore_eos": True, "n_predict": output_tokens, "cache_prompt": True}
+
+    def parse_log(self, text: str) -> ServerFacts:
+        facts = ServerFacts()
+        kv = list(KV_CACHE.finditer(text))
+        if kv:
+            # The first cache is the target model's; a draft model prints its own line after it.
+            first = kv[0]
+            facts.kv_pool_tokens = int(first["cells"])
+            facts.kv_cache_mib = float(first["mib"])
+            facts.kv_dtype = first["k"] if first["k"] == first["v"] else f"K {first['k']} / V {first['v']}"
+            facts.extra["kv_layers"] = int(first["layers"])
+            if len(kv) > 1:
+                facts.extra["draft_kv_pool_tokens"] = int(kv[1]["cells"])
+                facts.extra["draft_kv_cache_mib"] = float(kv[1]["mib"])
+        buffers = [float(m["mib"]) for m in MODEL_BUFFER.finditer(text)]
+        if buffers:
+            facts.model_mib = buffers[0]
+        ctx = N_CTX.search(text)
+        if ctx:
+            facts.n_ctx = int(ctx["n"])
+        slots = N_SLOTS.search(text)
+        if slots:
+            facts.slots = int(slots["slots"])
+        return facts
+
+    def spec_counters(self, metrics_text: str) -> SpecCounters | None:
+        samples = prometheus.parse(metrics_text)
+        drafts = prometheus.value(samples, "llamacpp:spec_decode_num_drafts_total")
+        if drafts is None:
+            return None  # no speculation on this server: the counters are not exported
+        per_pos = prometheus.by_label(samples, "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", "position")
+        return SpecCounters(
+            drafts=drafts,
+            draft_tokens=prometheus.value(samples, "llamacpp:spec_decode_num_draft_tokens_total") or 0.0,
+            accepted=prometheus.value(samples, "llamacpp:spec_decode_num_accepted_tokens_total") or 0.0,
+            accepted_per_pos={int(p): v for p, v in per_pos.items()},
+        )
+
+    def server_timings(self, final_chunk: dict) -> dict:
+        """llama.cpp puts `timings` on the last streamed chunk."""
+        timings = final_chunk.get("timings") or {}
+        keep = ("prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
+                "predicted_per_second", "cache_n", "draft_n", "draft_n_accepted")
+        return {f"server_{k}": timings[k] for k in keep if k in timings}

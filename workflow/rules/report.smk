@@ -1,0 +1,11 @@
+# Tables, caveats and charts from data/results.parquet only; rendering never triggers a measurement.
+
+
+rule report:
+    input:
+        PATHS["results"],
+    output:
+        html=f"{PATHS['reports']}/index.html",
+        markdown=f"{PATHS['reports']}/report.md",
+    shell:
+        "stackbench report --results {input} --out-dir {PATHS[reports]}"
