@@ -7,7 +7,7 @@ rule published_part:
     output:
         f"{PATHS['parts']}/published.parquet",
     shell:
-        "stackbench published --data-dir {PATHS[published]} --out {output}"
+        "{STACKBENCH} published --data-dir {PATHS[published]} --out {output}"
 
 
 rule collect:
@@ -17,4 +17,4 @@ rule collect:
     output:
         PATHS["results"],
     shell:
-        "stackbench collect {input} --out {output}"
+        "{STACKBENCH} collect {input} --out {output}"

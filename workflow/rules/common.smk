@@ -11,6 +11,8 @@ try:
 except ConfigError as _err:
     sys.exit(f"config error: {_err}")
 
+# The package's CLI, run by the same Python that runs Snakemake (so no PATH or activation is needed).
+STACKBENCH = f"{sys.executable} -m stackbench.cli"
 PATHS = CFG["paths"]
 RUNS = PATHS["runs"]
 

@@ -16,5 +16,5 @@ rule measure:
     log:
         "logs/measure/{node}/{launch}.log",
     shell:
-        "stackbench measure --node {wildcards.node} --launch {wildcards.launch} --run-config {params.run_config} "
+        "{STACKBENCH} measure --node {wildcards.node} --launch {wildcards.launch} --run-config {params.run_config} "
         f"--out-dir {RUNS}/{{wildcards.node}}/{{wildcards.launch}} 2> {{log}}"

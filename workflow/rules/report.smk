@@ -8,4 +8,4 @@ rule report:
         html=f"{PATHS['reports']}/index.html",
         markdown=f"{PATHS['reports']}/report.md",
     shell:
-        "stackbench report --results {input} --out-dir {PATHS[reports]}"
+        "{STACKBENCH} report --results {input} --out-dir {PATHS[reports]}"

@@ -10,7 +10,7 @@ rule engine_env:
     log:
         "logs/env/{engine}.log",
     shell:
-        "stackbench build-env {wildcards.engine} --requirements {input} --out {output} > {log} 2>&1"
+        "{STACKBENCH} build-env {wildcards.engine} --requirements {input} --out {output} > {log} 2>&1"
 
 
 rule smollm2_source:
@@ -20,7 +20,7 @@ rule smollm2_source:
     log:
         "logs/models/smollm2_source.log",
     shell:
-        "stackbench fetch-smollm2 --out {output} > {log} 2>&1"
+        "{STACKBENCH} fetch-smollm2 --out {output} > {log} 2>&1"
 
 
 rule prepare_model:
@@ -33,5 +33,5 @@ rule prepare_model:
     log:
         "logs/models/{model}.log",
     shell:
-        "stackbench prepare-model {params.recipe} --source {input.source} --out {output} "
+        "{STACKBENCH} prepare-model {params.recipe} --source {input.source} --out {output} "
         "--envs-dir {PATHS[envs]} > {log} 2>&1"

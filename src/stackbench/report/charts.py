@@ -25,10 +25,12 @@ def _error_bars(frame: pd.DataFrame) -> dict | None:
 def power_sweep(results: pd.DataFrame) -> go.Figure | None:
     """Throughput against power cap, one line per (source, node, stack, variant)."""
     rows = results[results["power_cap_w"].notna() & results["metric"].isin(RATE_METRICS) & (results["status"] == "ok")]
+    series = ["source", "node", "stack", "variant", "workload", "concurrency", "metric"]
+    rows = rows.groupby(series, dropna=False).filter(lambda g: g["power_cap_w"].nunique() > 1)
     if rows.empty:
         return None
     fig = go.Figure()
-    for key, group in rows.groupby(["source", "node", "stack", "variant", "metric"], dropna=False):
+    for key, group in rows.groupby(series, dropna=False):
         group = group.sort_values("power_cap_w")
         fig.add_trace(go.Scatter(x=group["power_cap_w"], y=group["value"], mode="lines+markers",
                                  name=" / ".join(str(k) for k in key), error_y=_error_bars(group)))
@@ -42,11 +44,12 @@ def rate_by_workload(results: pd.DataFrame, node: str) -> go.Figure | None:
     if rows.empty:
         return None
     fig = go.Figure()
-    for (source, stack, variant), group in rows.groupby(["source", "stack", "variant"], dropna=False):
-        fig.add_trace(go.Bar(x=group["workload"], y=group["value"], name=f"{source} / {stack} / {variant}",
-                             error_y=_error_bars(group)))
+    # One trace per source row set; a workload measured twice under one variant (two posters) stays two bars.
+    for (source, ref, stack, variant), group in rows.groupby(["source", "ref", "stack", "variant"], dropna=False):
+        name = f"{source} / {stack} / {variant}" + (f" ({ref.split(' ')[0]})" if source == "published" else "")
+        fig.add_trace(go.Bar(x=group["workload"], y=group["value"], name=name, error_y=_error_bars(group)))
     fig.update_layout(barmode="group")
-    return _layout(fig, f"Single-stream decode rate by workload on {node} (TTFT excluded)", "workload", "tok/s")
+    return _layout(fig, f"Single-stream decode rate by workload on {node}", "workload", "tok/s")
 
 
 def concurrency_scaling(results: pd.DataFrame) -> go.Figure | None:

@@ -1,0 +1,49 @@
+"""Caveats appear exactly where the basis differs between a table's rows, with the values per row."""
+
+import pandas as pd
+
+from stackbench import basis
+
+
+def frame(*rows):
+    base = {"os": "Ubuntu", "context_len": 32768, "temperature": 0.0, "concurrency": 1, "stat": "median"}
+    return pd.DataFrame([{**base, **row, "row_no": i + 1} for i, row in enumerate(rows)])
+
+
+def test_identical_basis_gives_no_caveat():
+    assert basis.caveats(frame({}, {}, {})) == []
+
+
+def test_one_differing_field_gives_one_caveat_with_values_per_row():
+    found = basis.caveats(frame({"context_len": 262144}, {"context_len": 262144}, {}, {}))
+    assert [c.field for c in found] == ["context_len"]
+    assert found[0].text().startswith("context: rows 1-2 at 262144, rows 3-4 at 32768. Why it matters:")
+
+
+def test_unknown_values_are_named_unknown():
+    found = basis.caveats(frame({"os": None}, {}))
+    assert found[0].text().startswith("OS: row 1 unknown, row 2 at Ubuntu.")
+
+
+def test_axes_are_not_caveats():
+    rows = frame({"concurrency": 1}, {"concurrency": 2})
+    assert [c.field for c in basis.caveats(rows)] == ["concurrency"]
+    assert basis.caveats(rows, axes=("concurrency",)) == []
+
+
+def test_rows_with_several_records_list_all_their_values():
+    rows = frame({"temperature": 0.7}, {})
+    rows = pd.concat([rows, frame({})], ignore_index=True)  # a second record for display row 1
+    found = basis.caveats(rows)
+    assert found[0].values_by_row == {1: ("0", "0.7"), 2: ("0",)}
+
+
+def test_non_central_stats_get_markers_and_a_legend():
+    assert basis.stat_marker("peak") == "‡" and basis.stat_marker("median") == ""
+    assert basis.marker_legend(["median", "peak", "single", "peak"]) == [
+        "† a single figure: one run, or repeats not stated", "‡ peak, not typical throughput"]
+
+
+def test_row_spans_compress():
+    assert basis._rows_phrase([1, 2, 3, 5, 7, 8]) == "rows 1-3, 5, 7-8"
+    assert basis._rows_phrase([4]) == "row 4"

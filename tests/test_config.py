@@ -1,0 +1,86 @@
+"""Config files are validated against their schemas; every error is one line naming file and field."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stackbench import plan
+from stackbench.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def configs(tmp_path) -> Path:
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    shutil.copytree(ROOT / "workflow/schemas", tmp_path / "workflow/schemas")
+    return tmp_path
+
+
+def edit(path: Path, change) -> None:
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc))
+
+
+def test_defaults_come_from_the_schema(configs):
+    cfg, nodes = plan.load_plan(configs)
+    assert cfg["measure"]["ready_timeout_s"] == 600 and cfg["paths"]["results"] == "data/results.parquet"
+    assert nodes[0].raw["bind_host"] == "127.0.0.1"
+
+
+def test_the_default_plan_has_one_launch_per_server_configuration(configs):
+    _, nodes = plan.load_plan(configs)
+    assert [l.name for l in nodes[0].launches] == ["llamacpp--nospec", "llamacpp--draft-n2", "llamacpp--draft-n4"]
+    assert [l.spec_tokens for l in nodes[0].launches] == [None, 2, 4]
+
+
+def test_wrong_type_names_file_and_field(configs):
+    node = configs / "configs/nodes/local-cpu.yaml"
+    edit(node, lambda d: d["hardware"]["gpu"].update(count="two"))
+    with pytest.raises(ConfigError) as err:
+        plan.load_plan(configs)
+    assert str(err.value) == f"{node}: hardware.gpu.count: expected integer, got 'two'"
+
+
+def test_unknown_key_is_an_error_with_the_allowed_keys(configs):
+    node = configs / "configs/nodes/local-cpu.yaml"
+    edit(node, lambda d: d.update(contxt_len=8192))
+    with pytest.raises(ConfigError, match=r"local-cpu.yaml: \(top level\): 'contxt_len' was unexpected; allowed: .*context_len"):
+        plan.load_plan(configs)
+
+
+def test_unknown_stack_and_workload_names_fail_before_any_job(configs):
+    node = configs / "configs/nodes/local-cpu.yaml"
+    edit(node, lambda d: d["runs"][0].update(stack="llamacpp-typo"))
+    with pytest.raises(ConfigError, match=r"runs\[0\]\.stack: unknown stack 'llamacpp-typo'; known: llamacpp"):
+        plan.load_plan(configs)
+    edit(node, lambda d: (d["runs"][0].update(stack="llamacpp"), d.update(workloads=["code", "poetry"])))
+    with pytest.raises(ConfigError, match=r"workloads\[1\]: unknown workload 'poetry'"):
+        plan.load_plan(configs)
+
+
+def test_enum_errors_list_the_choices(configs):
+    stack = configs / "configs/stacks/llamacpp.yaml"
+    edit(stack, lambda d: d["variants"][0]["spec"].update(method="medusa"))
+    with pytest.raises(ConfigError, match=r"llamacpp.yaml: variants\[0\]\.spec\.method: expected one of none, mtp, eagle"):
+        plan.load_plan(configs)
+
+
+def test_invalid_yaml_names_the_line(configs):
+    (configs / "configs/workloads/code.yaml").write_text("prompts: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"code.yaml: line \d+: not valid YAML"):
+        plan.load_plan(configs)
+
+
+def test_snakemake_stops_with_one_line_before_planning(repo_copy):
+    edit(repo_copy / "configs/nodes/local-cpu.yaml", lambda d: d.update(power_caps_w=["high"]))
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "report"], cwd=repo_copy,
+                          capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "config error: configs/nodes/local-cpu.yaml: power_caps_w[0]: expected number, got 'high'" in done.stderr
+    assert "Job stats" not in done.stdout
