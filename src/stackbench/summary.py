@@ -51,7 +51,10 @@ def repeat_figures(records: list[RequestRecord]) -> dict[str, float | None]:
     later = [r for r in ok if r.turn > 0]
     t0 = min(r.t_submit for r in ok)
     t1 = max(r.t_last_content or r.t_end for r in ok)
-    prefill = [r.prompt_tokens / r.ttft_s for r in ok if r.prompt_tokens and r.ttft_s]
+    # Prefill rate counts the prompt tokens the server actually processed (cached ones excluded) where
+    # it reports them, over the client-side TTFT.
+    prefill = [r.server.get("server_prompt_n", r.prompt_tokens) / r.ttft_s for r in ok
+               if r.server.get("server_prompt_n", r.prompt_tokens) and r.ttft_s]
     server_prefill = [r.server.get("server_prompt_per_second") for r in ok if r.server.get("server_prompt_per_second")]
     server_decode = [r.server.get("server_predicted_per_second") for r in ok if r.server.get("server_predicted_per_second")]
     return {

@@ -15,6 +15,7 @@ KV_CACHE = re.compile(
 )
 MODEL_BUFFER = re.compile(r"load_tensors:\s+(?P<buffer>\S+) model buffer size =\s*(?P<mib>[\d.]+) MiB")
 N_CTX = re.compile(r"llama_context: n_ctx\s+=\s*(?P<n>\d+)")
+KV_UNIFIED = re.compile(r"llama_context: kv_unified\s+=\s*(?P<unified>true|false)")
 N_SLOTS = re.compile(r"initializing, n_slots = (?P<slots>\d+), n_ctx_slot = (?P<ctx>\d+)")
 
 SPEC_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp", "eagle": "draft-eagle3",
@@ -49,21 +50,28 @@ class LlamaCppAdapter:
         return {"ignore_eos": True, "n_predict": output_tokens, "cache_prompt": True}
 
     def parse_log(self, text: str) -> ServerFacts:
+        """KV pool and memory from the start-up log (needs -lv 4 for the llama_kv_cache size line).
+
+        Without a unified KV cache each of the N sequences gets its own `cells`, so the pool holds
+        cells x N tokens (the MiB figure covers all of them). The first cache is the target model's; a
+        draft model prints its own lines after it.
+        """
         facts = ServerFacts()
         kv = list(KV_CACHE.finditer(text))
-        if kv:
-            # The first cache is the target model's; a draft model prints its own line after it.
-            first = kv[0]
-            facts.kv_pool_tokens = int(first["cells"])
-            facts.kv_cache_mib = float(first["mib"])
-            facts.kv_dtype = first["k"] if first["k"] == first["v"] else f"K {first['k']} / V {first['v']}"
-            facts.extra["kv_layers"] = int(first["layers"])
-            if len(kv) > 1:
-                facts.extra["draft_kv_pool_tokens"] = int(kv[1]["cells"])
-                facts.extra["draft_kv_cache_mib"] = float(kv[1]["mib"])
-        buffers = [float(m["mib"]) for m in MODEL_BUFFER.finditer(text)]
+        unified = [m["unified"] == "true" for m in KV_UNIFIED.finditer(text)]
+        for index, match in enumerate(kv[:2]):
+            seqs = 1 if (unified[index] if index < len(unified) else True) else int(match["seqs_max"])
+            tokens, mib = int(match["cells"]) * seqs, float(match["mib"])
+            if index == 0:
+                facts.kv_pool_tokens, facts.kv_cache_mib = tokens, mib
+                facts.kv_dtype = match["k"] if match["k"] == match["v"] else f"K {match['k']} / V {match['v']}"
+                facts.extra["kv_layers"] = int(match["layers"])
+            else:
+                facts.extra["draft_kv_pool_tokens"], facts.extra["draft_kv_cache_mib"] = tokens, mib
+        target_part = text[: kv[0].start()] if kv else text
+        buffers = [float(m["mib"]) for m in MODEL_BUFFER.finditer(target_part)]
         if buffers:
-            facts.model_mib = buffers[0]
+            facts.model_mib = sum(buffers)
         ctx = N_CTX.search(text)
         if ctx:
             facts.n_ctx = int(ctx["n"])

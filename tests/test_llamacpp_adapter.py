@@ -1,0 +1,81 @@
+"""llama.cpp adapter: argv from a launch, and parsers against output captured from the real llama-server
+(b11434, portable CPU build, SmolLM2-135M Q4_K_M; fixtures/llamacpp/)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stackbench import prometheus
+from stackbench.plan import Launch, Model
+from stackbench.stacks.llamacpp import LlamaCppAdapter
+
+FIXTURES = Path(__file__).parent / "fixtures/llamacpp"
+adapter = LlamaCppAdapter()
+
+
+def launch(**extra):
+    base = dict(node="n", stack_config="llamacpp", engine="llamacpp", variant="draft-n4", spec_method="draft",
+                spec_engine_type="draft-simple", spec_tokens=4, server_args={"threads": 2, "parallel": 2, "metrics": True,
+                                                                               "log_verbosity": 4},
+                model=Model("target", "/m/target.gguf", "Q4_K_M", None), draft_model=Model("draft", "/m/draft.gguf", "Q4_1", None),
+                launch_mode="native", launch_target=None, context_len=4096, bind_host="127.0.0.1")
+    return Launch(**{**base, **extra})
+
+
+def test_argv_is_a_list_with_the_draft_depth_fixed_at_launch():
+    argv = adapter.argv(launch(), "/bin/llama-server", "127.0.0.1", 8080, None)
+    assert argv[:9] == ["/bin/llama-server", "--model", "/m/target.gguf", "--host", "127.0.0.1", "--port", "8080",
+                        "--ctx-size", "4096"]
+    assert argv[argv.index("-lv") + 1] == "4"
+    assert ["--threads", "2"] == argv[argv.index("--threads"):argv.index("--threads") + 2]
+    assert "--metrics" in argv
+    assert argv[-6:] == ["--spec-type", "draft-simple", "--spec-draft-model", "/m/draft.gguf", "--spec-draft-n-max", "4"]
+
+
+def test_no_spec_flags_without_speculation():
+    argv = adapter.argv(launch(spec_method="none", spec_engine_type=None, spec_tokens=None, draft_model=None),
+                        "/bin/llama-server", "127.0.0.1", 8080, 2)
+    assert not any(a.startswith("--spec") for a in argv)
+
+
+def test_kv_pool_from_the_real_log_counts_every_sequence():
+    facts = adapter.parse_log((FIXTURES / "server-draft-n3.log").read_text())
+    # "size = 90.00 MiB (2048 cells, 30 layers, 2/2 seqs)" with kv_unified = false: 2 x 2048 tokens.
+    assert facts.kv_pool_tokens == 4096 and facts.kv_cache_mib == 90.0 and facts.kv_dtype == "f16"
+    # 90 MiB / 4096 tokens = 23040 B/token = 30 layers x 3 KV heads x 64 dims x 2 (K, V) x 2 bytes (f16).
+    assert facts.kv_cache_mib * 2**20 / facts.kv_pool_tokens == 30 * 3 * 64 * 2 * 2
+    assert facts.n_ctx == 4096 and facts.slots == 2
+    assert facts.extra["draft_kv_pool_tokens"] == 4096
+    assert round(facts.model_mib, 2) == 106.46  # CPU_Mapped 98.87 + CPU_REPACK 7.59 of the target model
+
+
+def test_a_log_without_the_verbose_line_yields_no_pool_rather_than_a_guess():
+    text = "\n".join(l for l in (FIXTURES / "server-nospec.log").read_text().splitlines() if "llama_kv_cache: size" not in l)
+    assert adapter.parse_log(text).kv_pool_tokens is None
+
+
+def test_spec_counters_and_per_position_from_real_metrics():
+    counters = adapter.spec_counters((FIXTURES / "metrics-draft.txt").read_text())
+    assert counters.drafts > 0 and counters.draft_tokens >= counters.accepted
+    assert sorted(counters.accepted_per_pos) == [0, 1, 2]  # positions are 0-based in b11434
+    assert sum(counters.accepted_per_pos.values()) == counters.accepted
+
+
+def test_nospec_server_exports_zero_counters():
+    counters = adapter.spec_counters((FIXTURES / "metrics-nospec.txt").read_text())
+    assert counters.drafts == 0 and counters.accepted_per_pos == {}
+
+
+def test_a_changed_metrics_format_fails_loudly():
+    with pytest.raises(prometheus.MetricsFormatError, match=r"/metrics line 2: value .=. is not a number"):
+        adapter.spec_counters("# HELP x\nllamacpp:spec_decode_num_drafts_total = 12\n")
+
+
+def test_server_timings_from_the_last_streamed_chunk():
+    chunks = [json.loads(l[5:]) for l in (FIXTURES / "stream-chat.sse").read_text().splitlines()
+              if l.startswith("data:") and "[DONE]" not in l]
+    timings = adapter.server_timings(chunks[-1])
+    assert timings["server_predicted_n"] == 16 and timings["server_prompt_n"] == 35
+    assert timings["server_draft_n"] >= timings["server_draft_n_accepted"] > 0
+    assert adapter.server_timings(chunks[0]) == {}
