@@ -141,6 +141,7 @@ class LaunchRun:
                                     self.adapter.health_path, env=self.launch.env)
         t0 = time.monotonic()
         self.server.start()
+        (self.out_dir / "server.pid").write_text(str(self.server.pgid))
         self.launches += 1
         try:
             ready_s = self.server.wait_ready(self.cfg["measure"]["ready_timeout_s"])
@@ -176,8 +177,10 @@ class LaunchRun:
                               self.adapter.request_extras(cell.workload.output_tokens),
                               measure_cfg["stall_timeout_s"], measure_cfg["request_timeout_s"])
         try:
-            for _ in range(measure_cfg["warmup_requests"]):
-                await run_conversations(client, workloads.conversations(cell.workload, 1, 0), cell.workload.output_tokens)
+            # Warm up once per workload (its first concurrency level); the warm-up is never counted.
+            if cell.concurrency == cell.workload.concurrency[0]:
+                for _ in range(measure_cfg["warmup_requests"]):
+                    await run_conversations(client, workloads.conversations(cell.workload, 1, 0), cell.workload.output_tokens)
             before = self._scrape()
             repeats = []
             for repeat in range(measure_cfg["repeats"]):
@@ -297,7 +300,8 @@ class LaunchRun:
         else:
             status, reason = "ok", None
             figures = summary.cell_figures(repeats, delta)
-        requests = [{**r.to_row(), "repeat": i} for i, rep in enumerate(repeats) for r in rep]
+        requests = [{**r.to_row(), "repeat": i, "workload": cell.workload.name, "concurrency": cell.concurrency}
+                    for i, rep in enumerate(repeats) for r in rep]
         self._write_cell(cell, self._rows(cell, figures, status, reason, prompt_median), requests)
 
     def _assemble(self, cells: list[Cell]) -> Path:

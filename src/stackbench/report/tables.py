@@ -45,9 +45,9 @@ class Table:
 def format_number(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    if float(value).is_integer():
-        return str(int(value))
-    return f"{round(float(value), 3):g}"
+    if float(value).is_integer() or abs(value) >= 10_000:
+        return str(int(round(value)))
+    return f"{float(value):.4g}"  # four significant digits: 171.8, 35.7, 2.811, 0.8182
 
 
 def format_cell(record: pd.Series) -> str:
@@ -142,7 +142,7 @@ def four_way_table(results: pd.DataFrame, node: str) -> Table | None:
         mine = records[records["row_key"] == key]
         source, stack, variant, spec_tokens, cap, workload, conc = key
         cells = [source, stack, variant, format_number(cap) if cap is not None else "—", workload,
-                 format_number(conc) if conc is not None else "?"]
+                 format_number(conc) if conc is not None else "—"]
         raw = [None] * len(cells)
         for metric in metrics:
             hit = mine[mine["metric"] == metric]

