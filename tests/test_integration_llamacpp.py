@@ -129,6 +129,7 @@ def test_over_context_request_is_a_rejected_cell_with_the_engines_message(ci_rep
     rejected = results[results["workload"] == "json"]
     assert rejected["status"].tolist() == ["rejected"]
     assert "exceeds the available context size (1024 tokens)" in rejected["reason"].iloc[0]
+    assert rejected[["metric", "value"]].values.tolist() == [["max_input_tokens", 1024.0]]
     assert (results[results["workload"] == "code"]["status"] == "ok").all()
 
 

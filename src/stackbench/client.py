@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -153,6 +154,23 @@ class StreamClient:
                     record.server.update(final_hook(chunk))
         if record.t_first_content is None and record.status == "ok":
             record.status, record.error = "failed", "stream ended without any content"
+
+
+# How each engine states the limit when it refuses an over-long request with HTTP 400.
+LIMIT_PATTERNS = (
+    re.compile(r"available context size \((\d+) tokens\)"),  # llama.cpp
+    re.compile(r"maximum allowed length \((\d+) tokens\)"),  # SGLang
+    re.compile(r"maximum context length is (\d+) tokens"),  # vLLM
+)
+
+
+def stated_limit(message: str | None) -> int | None:
+    """The token limit an engine names in its rejection message, or None."""
+    for pattern in LIMIT_PATTERNS:
+        match = pattern.search(message or "")
+        if match:
+            return int(match[1])
+    return None
 
 
 def _error_message(text: str) -> str:

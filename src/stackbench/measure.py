@@ -24,8 +24,8 @@ import httpx
 import pandas as pd
 
 from . import plan, store, summary, workloads
-from .client import RequestRecord, StreamClient, run_conversations
-from .server import ServerError, ServerProcess, free_port
+from .client import RequestRecord, StreamClient, run_conversations, stated_limit
+from .server import ExternalServer, ServerError, ServerProcess, container_argv, free_port
 from .stacks import adapter_for
 from .stacks.base import ServerFacts, SpecCounters
 
@@ -125,23 +125,36 @@ class LaunchRun:
 
     # -- environment and server -------------------------------------------------------------------
     def _env_info(self) -> dict:
-        if self.launch.launch_target:
-            return {"server": self.launch.launch_target, "version": "unknown"}
-        ready = Path(self.cfg["paths"]["envs"]) / self.launch.engine / "ready.json"
+        mode, target = self.launch.launch_mode, self.launch.launch_target
+        if mode == "image":
+            return {"server": "python3", "image": target, "version": "unknown"}
+        if mode == "external":
+            return {"url": target, "version": "unknown"}
+        if target:
+            return {"server": target, "version": "unknown"}
+        ready = Path(self.cfg["paths"]["envs"]) / self.launch.env_name / "ready.json"
         try:
             return json.loads(ready.read_text())
         except FileNotFoundError:
             raise ServerError(f"{ready}: engine environment not built; run `snakemake --cores 1 report`") from None
 
     def _start_server(self) -> None:
-        host = self.launch.bind_host
-        port = free_port(host)
-        argv = self.adapter.argv(self.launch, self.env_info["server"], host, port, self.node.cpu_threads)
-        self.server = ServerProcess(argv, self.out_dir / "server.log", f"http://{host}:{port}",
-                                    self.adapter.health_path, env=self.launch.env)
         t0 = time.monotonic()
-        self.server.start()
-        (self.out_dir / "server.pid").write_text(str(self.server.pgid))
+        if self.launch.launch_mode == "external":
+            self.server = ExternalServer(self.launch.launch_target, self.adapter.health_path)
+            argv = []
+        else:
+            self._check_model_files()
+            host = self.launch.bind_host
+            port = free_port(host)
+            argv = self.adapter.argv(self.launch, self.env_info["server"], host, port, self.node.cpu_threads)
+            if self.launch.launch_mode == "image":
+                mounts = sorted({str(Path(m.path).parent) for m in (self.launch.model, self.launch.draft_model) if m})
+                argv = container_argv(self.launch.launch_target, argv, f"stackbench-{port}", port, mounts, self.launch.env)
+            self.server = ServerProcess(argv, self.out_dir / "server.log", f"http://{host}:{port}",
+                                        self.adapter.health_path, env=self.launch.env)
+            self.server.start()
+            (self.out_dir / "server.pid").write_text(str(self.server.pgid))
         self.launches += 1
         try:
             ready_s = self.server.wait_ready(self.cfg["measure"]["ready_timeout_s"])
@@ -150,8 +163,26 @@ class LaunchRun:
             raise
         self.timeline.append({"event": "ready", "seconds": time.monotonic() - t0, "launch": self.launches})
         self.facts = self.adapter.parse_log(self.server.log_text())
+        self._ask_server()
         log.info("server ready in %.1f s: %s", ready_s, " ".join(argv))
         (self.out_dir / "server_command.json").write_text(json.dumps({"argv": argv, "env": sorted(self.launch.env)}, indent=1))
+
+    def _check_model_files(self) -> None:
+        for model in (self.launch.model, self.launch.draft_model):
+            if model is not None and not Path(model.path).exists():
+                raise ServerError(f"model file missing: {model.path} (models.{model.name} in {self.node.file})")
+
+    def _ask_server(self) -> None:
+        """What the running server says about itself: its version, and a pool size its log may lack."""
+        try:
+            if getattr(self.adapter, "version_path", None) and self.env_info.get("version") == "unknown":
+                reply = httpx.get(self.server.base_url + self.adapter.version_path, timeout=10).json()
+                self.env_info["version"] = self.adapter.parse_version(reply)
+            if hasattr(self.adapter, "facts_from_metrics") and self.facts.kv_pool_tokens is None:
+                found = self.adapter.facts_from_metrics(httpx.get(self.server.base_url + "/metrics", timeout=10).text)
+                self.facts.kv_pool_tokens = found.get("kv_pool_tokens")
+        except (httpx.HTTPError, ValueError) as err:
+            log.warning("could not query the server about itself: %s", err)
 
     def _stop_server(self) -> None:
         if self.server is not None:
@@ -174,7 +205,7 @@ class LaunchRun:
     async def _measure_cell(self, cell: Cell, progress: Progress, index: int) -> tuple[list[list[RequestRecord]], SpecCounters | None]:
         measure_cfg = self.cfg["measure"]
         client = StreamClient(self.server.base_url, self.launch.model.name,
-                              self.adapter.request_extras(cell.workload.output_tokens),
+                              self.adapter.request_extras(self.launch, cell.workload.output_tokens),
                               measure_cfg["stall_timeout_s"], measure_cfg["request_timeout_s"])
         try:
             # Warm up once per workload (its first concurrency level); the warm-up is never counted.
@@ -221,12 +252,16 @@ class LaunchRun:
             "power_cap_w": cell.power_cap_w if cell else None,
             "workload": cell.workload.name if cell else "server", "concurrency": cell.concurrency if cell else None,
             "os": host_os() if node.os == "auto" else node.os, "engine": self.adapter.engine_label,
-            "engine_version": self.env_info.get("version", "unknown"), "engine_image": "none (native build)",
+            "engine_version": self.env_info.get("version", "unknown"), "engine_image": self._image_label(),
             "model": launch.model.name, "quant": launch.model.quant, "kv_dtype": self.facts.kv_dtype or "unknown",
             "context_len": self.facts.n_ctx or launch.context_len, "prompt_tokens": prompt_tokens,
             "output_tokens": cell.workload.output_tokens if cell else None, "temperature": 0.0, "ttft_included": "no",
-            "gpu": gpu, "gpu_count": node.gpu_count, "tp": 1,
+            "gpu": gpu, "gpu_count": node.gpu_count, "tp": launch.tp,
         }
+
+    def _image_label(self) -> str:
+        return {"image": self.launch.launch_target, "external": "external endpoint (launch not ours)"}.get(
+            self.launch.launch_mode, "none (native build)")
 
     def _write_cell(self, cell: Cell, rows: list[dict], requests: list[dict]) -> None:
         store.atomic_write_parquet(store.to_table(rows), self._cell_path(cell))
@@ -294,9 +329,13 @@ class LaunchRun:
             worst = next((r for r in bad if r.status == "rejected"), bad[0])
             status = "rejected" if worst.status == "rejected" else "failed"
             reason = worst.error
+            figures = []
             if not self.server.alive():
                 status, reason = "failed", f"server exited mid-cell (code {self.server.process.poll()}): {reason}"
-            figures = []
+            elif stated_limit(reason) is not None:
+                # A refusal is a result: keep the limit the engine states.
+                figures = [summary.Figure("max_input_tokens", stated_limit(reason), "tokens", "single", 1,
+                                          note="limit stated in the engine's rejection")]
         else:
             status, reason = "ok", None
             figures = summary.cell_figures(repeats, delta)

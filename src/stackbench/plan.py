@@ -46,11 +46,13 @@ class Launch:
     spec_method: str
     spec_engine_type: str | None
     spec_tokens: int | None
+    spec_extra: dict  # engine-specific speculative settings (SGLang eagle_topk, vLLM prompt_lookup_max, ...)
     server_args: dict
     model: Model
     draft_model: Model | None
     launch_mode: str
     launch_target: str | None  # binary, image or URL, by mode
+    env_name: str  # native mode: the environment made from envs/<env_name>.txt
     context_len: int
     bind_host: str
     env: dict = field(default_factory=dict)
@@ -58,6 +60,10 @@ class Launch:
     @property
     def name(self) -> str:
         return f"{self.stack_config}--{self.variant}"
+
+    @property
+    def tp(self) -> int:
+        return int(self.server_args.get("tp_size") or self.server_args.get("tensor_parallel_size") or 1)
 
 
 @dataclass(frozen=True)
@@ -116,13 +122,23 @@ def _model(node_name: str, doc: dict, key: str, where: str, models_dir: str) -> 
 
 
 def _expand_variants(stack_doc: dict) -> list[tuple[str, dict]]:
+    """One entry per server launch: a variant, or each point of its speculative sweep.
+
+    `sweep_tokens: [2, 4]` names the launches <name>-n2, <name>-n4; a `sweep` of settings names them by
+    their values in order, e.g. SGLang EAGLE steps/topk/draft tokens -> <name>-3-1-4.
+    """
     out = []
     for variant in stack_doc["variants"]:
         spec = variant.get("spec", {"method": "none"})
-        depths = spec.get("sweep_tokens") or [spec.get("tokens")]
-        for depth in depths:
-            name = variant["name"] if not spec.get("sweep_tokens") else f"{variant['name']}-n{depth}"
-            out.append((name, {**variant, "spec": {**spec, "tokens": depth}}))
+        base_extra = spec.get("extra", {})
+        points = [{"tokens": n} for n in spec.get("sweep_tokens", [])] + spec.get("sweep", [])
+        if not points:
+            out.append((variant["name"], {**variant, "spec": {**spec, "extra": base_extra}}))
+        for point in points:
+            extra = {**base_extra, **point.get("extra", {})}
+            tokens = point.get("tokens", spec.get("tokens"))
+            suffix = f"n{tokens}" if not point.get("extra") else "-".join(str(v) for v in [tokens, *extra.values()])
+            out.append((f"{variant['name']}-{suffix}", {**variant, "spec": {**spec, "tokens": tokens, "extra": extra}}))
     return out
 
 
@@ -166,11 +182,13 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 spec_method=spec["method"],
                 spec_engine_type=spec.get("engine_type"),
                 spec_tokens=spec["tokens"],
-                server_args={**stack_doc["server_args"], **variant["server_args"]},
+                spec_extra=dict(spec["extra"]),
+                server_args={**stack_doc["server_args"], **variant["server_args"], **run["server_args"]},
                 model=model,
                 draft_model=draft if spec["method"] == "draft" else None,
                 launch_mode=launch["mode"],
                 launch_target=launch.get("binary") or launch.get("image") or launch.get("url"),
+                env_name=launch.get("env", stack_doc["engine"]),
                 context_len=doc["context_len"],
                 bind_host=doc["bind_host"],
                 env=dict(doc["env"]),

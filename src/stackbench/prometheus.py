@@ -6,6 +6,7 @@ import re
 
 _SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)(?:\s+\d+)?$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_LABELS = re.compile(r'\s*(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"\s*(?:,\s*|$))*')
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -24,6 +25,8 @@ def parse(text: str) -> Samples:
         match = _SAMPLE.match(line)
         if not match:
             raise MetricsFormatError(f"/metrics line {number} is not a Prometheus sample: {line[:120]!r}")
+        if match["labels"] and not _LABELS.fullmatch(match["labels"]):
+            raise MetricsFormatError(f"/metrics line {number}: labels are not name=\"value\" pairs: {line[:120]!r}")
         labels = tuple(sorted(_LABEL.findall(match["labels"] or "")))
         try:
             value = float(match["value"])

@@ -31,10 +31,12 @@ def measure_inputs(wildcards):
     launch = launch_of(wildcards)
     needed = {}
     if launch.launch_mode == "native" and not launch.launch_target:
-        needed["env"] = f"{PATHS['envs']}/{launch.engine}/ready.json"
-    needed["model"] = launch.model.path
-    if launch.draft_model is not None:
-        needed["draft"] = launch.draft_model.path
+        needed["env"] = f"{PATHS['envs']}/{launch.env_name}/ready.json"
+    # Only files the pipeline makes are inputs; a node's own model paths are checked at launch time,
+    # so a missing one fails that launch with its reason instead of stopping the whole plan.
+    for key, model in (("model", launch.model), ("draft", launch.draft_model)):
+        if model is not None and model.prepare:
+            needed[key] = model.path
     return needed
 
 
@@ -54,6 +56,6 @@ def model_recipe(wildcards):
 
 def recipe_inputs(wildcards):
     """Requantizing needs llama.cpp's tools and the source GGUF."""
-    if model_recipe(wildcards) == "smollm2-q4km":
-        return {"env": f"{PATHS['envs']}/llamacpp/ready.json", "source": f"{PATHS['models']}/source/SmolLM2-135M-Instruct.Q4_1.gguf"}
-    return {"source": f"{PATHS['models']}/source/SmolLM2-135M-Instruct.Q4_1.gguf"}
+    source = f"{PATHS['models']}/source/SmolLM2-135M-Instruct.Q4_1.gguf"
+    tools = {"smollm2-q4km": "llamacpp", "smollm2-hf": "vllm-cpu"}.get(model_recipe(wildcards))
+    return {"source": source, **({"env": f"{PATHS['envs']}/{tools}/ready.json"} if tools else {})}

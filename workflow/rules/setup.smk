@@ -35,3 +35,20 @@ rule prepare_model:
     shell:
         "{STACKBENCH} prepare-model {params.recipe} --source {input.source} --out {output} "
         "--envs-dir {PATHS[envs]} > {log} 2>&1"
+
+
+rule prepare_hf_model:
+    # A Hugging Face copy of the GGUF for engines that cannot read GGUF (vLLM on CPU).
+    input:
+        unpack(recipe_inputs),
+    output:
+        directory(f"{PATHS['models']}/{{model}}"),
+    wildcard_constraints:
+        model=r"[^./]+-hf",
+    params:
+        recipe=model_recipe,
+    log:
+        "logs/models/{model}.log",
+    shell:
+        "{STACKBENCH} prepare-model {params.recipe} --source {input.source} --out {output} "
+        "--envs-dir {PATHS[envs]} > {log} 2>&1"

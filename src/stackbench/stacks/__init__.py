@@ -1,8 +1,10 @@
 """One adapter per engine, in a plain dict keyed by the results contract's stack name."""
 
 from .llamacpp import LlamaCppAdapter
+from .sglang import SglangAdapter
+from .vllm import VllmAdapter
 
-ADAPTERS = {"llamacpp": LlamaCppAdapter()}
+ADAPTERS = {"llamacpp": LlamaCppAdapter(), "sglang": SglangAdapter(), "vllm": VllmAdapter()}
 
 
 def adapter_for(engine: str):

@@ -45,7 +45,7 @@ class LlamaCppAdapter:
                 argv += ["--spec-draft-n-max", str(launch.spec_tokens)]
         return argv
 
-    def request_extras(self, output_tokens: int) -> dict:
+    def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         # Fixed output length: llama-server honours ignore_eos; n_predict mirrors max_tokens.
         return {"ignore_eos": True, "n_predict": output_tokens, "cache_prompt": True}
 

