@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import platform
+import re
 import signal
 import sys
 import time
@@ -25,12 +26,20 @@ import pandas as pd
 
 from . import plan, store, summary, workloads
 from .client import RequestRecord, StreamClient, run_conversations, stated_limit
-from .server import ExternalServer, ServerError, ServerProcess, container_argv, free_port
+from .server import ExternalServer, ServerError, ServerExited, ServerProcess, container_argv, free_port
 from .stacks import adapter_for
 from .stacks.base import ServerFacts, SpecCounters
 
 log = logging.getLogger("stackbench.measure")
 MAX_RESTARTS = 2
+
+
+BIND_FAILURE = re.compile(r"couldn't bind|address already in use", re.IGNORECASE)
+PORT_ATTEMPTS = 3
+
+
+class NotRunnable(ServerError):
+    """The launch cannot start on this node (model file or environment missing): its cells are not run."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -115,7 +124,11 @@ class LaunchRun:
         self.adapter = adapter_for(launch.engine)
         self.cell_dir = self.out_dir / "cells"
         self.cell_dir.mkdir(parents=True, exist_ok=True)
-        self.env_info = self._env_info()
+        self.start_error: ServerError | None = None  # a launch that never became ready is not retried per cell
+        try:
+            self.env_info = self._env_info()
+        except NotRunnable as err:
+            self.env_info, self.start_error = {}, err
         self.run_id = f"{node.name}/{launch.name}@{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
         self.server: ServerProcess | None = None
         self.facts = ServerFacts()
@@ -136,41 +149,56 @@ class LaunchRun:
         try:
             return json.loads(ready.read_text())
         except FileNotFoundError:
-            raise ServerError(f"{ready}: engine environment not built; run `snakemake --cores 1 report`") from None
+            raise NotRunnable(f"{ready}: engine environment not built; run `snakemake --cores 1 report`") from None
 
     def _start_server(self) -> None:
+        """Start (or, for an external endpoint, just reach) the server and wait until it is ready.
+
+        A port taken between choosing it and the server binding it is retried on a fresh port.
+        """
         t0 = time.monotonic()
-        if self.launch.launch_mode == "external":
-            self.server = ExternalServer(self.launch.launch_target, self.adapter.health_path)
-            argv = []
-        else:
-            self._check_model_files()
-            host = self.launch.bind_host
-            port = free_port(host)
-            argv = self.adapter.argv(self.launch, self.env_info["server"], host, port, self.node.cpu_threads)
-            if self.launch.launch_mode == "image":
-                mounts = sorted({str(Path(m.path).parent) for m in (self.launch.model, self.launch.draft_model) if m})
-                argv = container_argv(self.launch.launch_target, argv, f"stackbench-{port}", port, mounts, self.launch.env)
-            self.server = ServerProcess(argv, self.out_dir / "server.log", f"http://{host}:{port}",
-                                        self.adapter.health_path, env=self.launch.env)
-            self.server.start()
-            (self.out_dir / "server.pid").write_text(str(self.server.pgid))
-        self.launches += 1
-        try:
-            ready_s = self.server.wait_ready(self.cfg["measure"]["ready_timeout_s"])
-        except BaseException:
-            self.server.stop()
-            raise
+        argv: list[str] = []
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            argv = self._spawn()
+            self.launches += 1
+            try:
+                ready_s = self.server.wait_ready(self.cfg["measure"]["ready_timeout_s"])
+                break
+            except ServerExited as err:
+                self.server.stop()
+                if attempt == PORT_ATTEMPTS or not BIND_FAILURE.search(err.log_tail):
+                    raise
+                log.warning("port taken (%s); retrying on another port", err)
+            except BaseException:
+                self.server.stop()
+                raise
         self.timeline.append({"event": "ready", "seconds": time.monotonic() - t0, "launch": self.launches})
         self.facts = self.adapter.parse_log(self.server.log_text())
         self._ask_server()
         log.info("server ready in %.1f s: %s", ready_s, " ".join(argv))
         (self.out_dir / "server_command.json").write_text(json.dumps({"argv": argv, "env": sorted(self.launch.env)}, indent=1))
 
+    def _spawn(self) -> list[str]:
+        if self.launch.launch_mode == "external":
+            self.server = ExternalServer(self.launch.launch_target, self.adapter.health_path)
+            return []
+        self._check_model_files()
+        host = self.launch.bind_host
+        port = free_port(host)
+        argv = self.adapter.argv(self.launch, self.env_info["server"], host, port, self.node.cpu_threads)
+        if self.launch.launch_mode == "image":
+            mounts = sorted({str(Path(m.path).parent) for m in (self.launch.model, self.launch.draft_model) if m})
+            argv = container_argv(self.launch.launch_target, argv, f"stackbench-{port}", port, mounts, self.launch.env)
+        self.server = ServerProcess(argv, self.out_dir / "server.log", f"http://{host}:{port}",
+                                    self.adapter.health_path, env=self.launch.env)
+        self.server.start()
+        (self.out_dir / "server.pid").write_text(str(self.server.pgid))
+        return argv
+
     def _check_model_files(self) -> None:
         for model in (self.launch.model, self.launch.draft_model):
             if model is not None and not Path(model.path).exists():
-                raise ServerError(f"model file missing: {model.path} (models.{model.name} in {self.node.file})")
+                raise NotRunnable(f"model file missing: {model.path} (models.{model.name} in {self.node.file})")
 
     def _ask_server(self) -> None:
         """What the running server says about itself: its version, and a pool size its log may lack."""
@@ -305,6 +333,10 @@ class LaunchRun:
         return self._assemble(cells)
 
     def _run_cell(self, cell: Cell, progress: Progress, index: int) -> None:
+        if self.start_error is not None:
+            status = "not_run" if isinstance(self.start_error, NotRunnable) else "failed"
+            self._write_cell(cell, self._rows(cell, [], status, str(self.start_error), None), [])
+            return
         if self.server is None or not self.server.alive():
             if self.server is not None:
                 self.restarts += 1
@@ -315,7 +347,9 @@ class LaunchRun:
             try:
                 self._start_server()
             except ServerError as err:
-                self._write_cell(cell, self._rows(cell, [], "failed", str(err), None), [])
+                if not any(e["event"] == "ready" for e in self.timeline):
+                    self.start_error = err
+                self._write_cell(cell, self._rows(cell, [], "not_run" if isinstance(err, NotRunnable) else "failed", str(err), None), [])
                 self.restarts += 1
                 return
         t0 = time.monotonic()
