@@ -126,11 +126,22 @@ def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[st
     return found
 
 
+WIDE_MARKER = "⚠"
+WIDE_NOTE = "wide spread across repeats"
+
+
+def is_wide(record) -> bool:
+    """A figure whose repeats spread widely (flagged at measurement time) is marked, not hidden."""
+    note = record.get("note") if hasattr(record, "get") else None
+    return isinstance(note, str) and note.startswith(WIDE_NOTE)
+
+
 def stat_marker(stat: str | None) -> str:
     return STAT_MARKERS.get(stat or "", ("", ""))[0]
 
 
-def marker_legend(stats: Sequence[str]) -> list[str]:
+def marker_legend(stats: Sequence[str], wide: bool = False) -> list[str]:
     """One legend line per marker that appears in the table."""
     seen = [s for s in STAT_MARKERS if s in set(stats)]
-    return [f"{STAT_MARKERS[s][0]} {STAT_MARKERS[s][1]}" for s in seen]
+    lines = [f"{STAT_MARKERS[s][0]} {STAT_MARKERS[s][1]}" for s in seen]
+    return lines + ([f"{WIDE_MARKER} {WIDE_NOTE}: read the range, not the median"] if wide else [])

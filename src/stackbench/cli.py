@@ -31,6 +31,12 @@ def _report(args) -> None:
     print(f"report: {len(written)} files in {args.out_dir} (open {Path(args.out_dir) / 'index.html'})")
 
 
+def _compare(args) -> None:
+    from .report import render
+
+    print(f"compare: {render.write_comparison(Path(args.baseline), Path(args.candidate), args.vary, Path(args.out))}")
+
+
 def _validate(args) -> None:
     from . import plan
 
@@ -87,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", required=True)
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=_report)
+
+    p = sub.add_parser("compare", help="compare two results tables on like rows only (compare-llama-bench style)")
+    p.add_argument("baseline")
+    p.add_argument("candidate")
+    p.add_argument("--vary", default="engine_version", help="the one basis field allowed to differ")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_compare)
 
     p = sub.add_parser("measure", help="launch one server configuration and measure all its cells")
     p.add_argument("--node", required=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pandas as pd
 
-from . import plan, store, summary, workloads
+from . import basis, plan, store, summary, workloads
 from .client import RequestRecord, StreamClient, run_conversations, stated_limit
 from .server import ExternalServer, ServerError, ServerExited, ServerProcess, container_argv, free_port
 from .stacks import adapter_for
@@ -116,6 +116,20 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def host_memory_bandwidth_gbs(size_mib: int = 256, repeats: int = 5) -> float:
+    """Host memory bandwidth measured here: a large array copy reads and writes every byte once."""
+    import numpy as np
+
+    src = np.ones(size_mib * 2**20 // 8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * src.nbytes / best / 1e9
 
 
 class LaunchRun:
@@ -265,7 +279,7 @@ class LaunchRun:
         for f in figures:
             note = f.note
             if f.stat == "median" and summary.spread_is_wide(f, wide):
-                note = f"wide spread across repeats (max/min > {wide:g})"
+                note = f"{basis.WIDE_NOTE} (max/min > {wide:g})"
             rows.append({**base, "metric": f.metric, "value": f.value, "value_min": f.value_min, "value_max": f.value_max,
                          "unit": f.unit, "stat": f.stat, "n": f.n, "ttft_included": f.ttft_included,
                          "status": status, "reason": reason, "note": note})
@@ -310,6 +324,10 @@ class LaunchRun:
         if self.facts.kv_pool_tokens and self.facts.kv_cache_mib:
             rows.append({**base, "metric": "kv_bytes_per_token", "value": self.facts.kv_cache_mib * 2**20 / self.facts.kv_pool_tokens,
                          "unit": "B", "stat": "single", "n": 1, "status": "ok", "note": "KV cache MiB / cells from the log"})
+        if not self.node.gpu_count:
+            rows.append({**base, "metric": "host_mem_bandwidth_gbs", "value": host_memory_bandwidth_gbs(), "unit": "GB/s",
+                         "stat": "peak", "n": 5, "status": "ok",
+                         "note": "best of 5 numpy copies of 256 MiB (bytes read + written); the CPU decode roofline"})
         ready = [e["seconds"] for e in self.timeline if e["event"] == "ready"]
         if ready:
             rows.append({**base, "metric": "ready_s", "value": ready[0], "unit": "s", "stat": "single", "n": 1, "status": "ok",

@@ -92,3 +92,17 @@ def accept_len_by_depth(results: pd.DataFrame) -> go.Figure | None:
         fig.add_trace(go.Scatter(x=group["spec_tokens"], y=group["value"], mode="lines+markers",
                                  name=" / ".join(str(k) for k in key), error_y=_error_bars(group)))
     return _layout(fig, "Acceptance length against speculative depth (measured)", "draft tokens per step", "accept length")
+
+
+def spec_speedup(spec: pd.DataFrame) -> go.Figure | None:
+    """Speculative speed-up against prompt length, per variant (seed 000: +107% short, ~0 at 128K)."""
+    if spec.empty:
+        return None
+    fig = go.Figure()
+    for key, group in spec.groupby(["node", "stack", "variant"]):
+        group = group.sort_values("prompt_tokens")
+        fig.add_trace(go.Scatter(x=group["prompt_tokens"], y=group["speedup"], mode="markers+lines",
+                                 text=group["workload"], name=" / ".join(key),
+                                 hovertemplate="%{text}: x%{y:.2f} at %{x} prompt tokens"))
+    fig.add_hline(y=1.0, line_dash="dot")
+    return _layout(fig, "Speculative decoding speed-up over no-spec, by prompt length", "prompt tokens", "speed-up (x)")

@@ -14,6 +14,8 @@ from pathlib import Path
 import pandas as pd
 import plotly.offline
 
+from .. import analysis
+from ..config import load_yaml
 from ..store import read_results
 from . import charts, tables
 
@@ -85,6 +87,72 @@ def build_tables(results: pd.DataFrame) -> tuple[list[tables.Table], list[tables
     return four_way, seed
 
 
+def node_bandwidths(results: pd.DataFrame, root: Path = Path(".")) -> dict[str, float]:
+    """Memory bandwidth per node: the node config's GPU figure x GPU count is not used (TP splits the
+    weights); per-GPU bandwidth, or for CPU nodes the host bandwidth measured during the run."""
+    configs = {p.stem: load_yaml(p) for p in (root / "configs/nodes").glob("*.yaml")}
+    out = {}
+    for node in set(results["node"]):
+        doc = configs.get(node) or next((d for n, d in sorted(configs.items()) if n.startswith(f"{node}-")), None)
+        gpu = (doc or {}).get("hardware", {}).get("gpu", {})
+        if gpu.get("bandwidth_gbs"):
+            out[node] = gpu["bandwidth_gbs"]
+    measured = results[results["metric"] == "host_mem_bandwidth_gbs"].groupby("node")["value"].median()
+    for node, value in measured.items():
+        out.setdefault(node, value)
+    return out
+
+
+def analysis_tables(results: pd.DataFrame, root: Path = Path(".")) -> list[tables.Table]:
+    geometries = analysis.load_geometries(root)
+    out = []
+    roof = analysis.roofline(results, node_bandwidths(results, root), geometries)
+    if len(roof):
+        out.append(tables.frame_table(roof.round(3), "analysis-roofline", "Decode against its bandwidth roofline",
+                                      "memory bandwidth / bytes read per token (weights + KV at that context) x acceptance length",
+                                      ["A CPU node's bandwidth is measured during the run (numpy copy); a GPU node's comes from its config."]))
+    audit = analysis.kv_audit(results, geometries)
+    if len(audit):
+        out.append(tables.frame_table(audit, "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
+                                      "engine-reported bytes per token against kv_layers x kv_heads x head_dim x 2 x dtype bytes (configs/models)"))
+    spread = analysis.spread_flags(results)
+    if len(spread):
+        out.append(tables.frame_table(spread, "analysis-spread", "Wide spreads and peaks: read the range, not one number",
+                                      "rate figures whose repeats or published range span more than x1.25, and peaks"))
+    spec = analysis.spec_value_by_context(results)
+    if len(spec):
+        out.append(tables.frame_table(spec.round(3), "analysis-spec-by-context", "Speculative speed-up over no-spec, by workload and prompt length",
+                                      "measured single-stream decode rate, same node and stack"))
+    out += comparison_tables(results)
+    return out
+
+
+def comparison_tables(results: pd.DataFrame) -> list[tables.Table]:
+    """Like-for-like comparison of each measured variant against its stack's no-spec variant."""
+    measured = results[(results["source"] == "measured") & results["metric"].isin(["decode_tps", "aggregate_tps", "ttft_s"])]
+    out = []
+    for (node, stack), group in measured.groupby(["node", "stack"]):
+        base = group[group["spec_method"] == "none"]
+        for variant in sorted(set(group.loc[group["spec_method"] != "none", "variant"])):
+            paired, unpaired = analysis.compare(base, group[group["variant"] == variant], vary="variant")
+            if len(paired):
+                caveats = [f"{len(unpaired)} rows had no like counterpart"] if len(unpaired) else []
+                out.append(tables.frame_table(paired.round(4), f"compare-{node}-{stack}-nospec-vs-{variant}",
+                                              f"{node} / {stack}: nospec (A) vs {variant} (B), like rows only",
+                                              "analysis.compare: every key and basis field equal except the variant", caveats))
+    return out
+
+
+def write_comparison(baseline: Path, candidate: Path, vary: str, out: Path) -> Path:
+    """Compare two result sets (two builds, two dates, two configs) on like rows only."""
+    paired, unpaired = analysis.compare(read_results(baseline), read_results(candidate), vary=vary)
+    text = to_markdown(tables.frame_table(paired.round(4), "compare", f"{baseline} (A) vs {candidate} (B)", f"like rows, varying {vary}"))
+    if len(unpaired):
+        text += "\n" + to_markdown(tables.frame_table(unpaired, "unpaired", "Rows without a like counterpart", "the basis fields that differ"))
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
 def status_lines(results: pd.DataFrame) -> list[str]:
     """Cells that did not produce a figure, and why: failures are results, never silently dropped."""
     bad = results[(results["source"] == "measured") & (results["status"] != "ok")]
@@ -98,10 +166,11 @@ def status_lines(results: pd.DataFrame) -> list[str]:
 def write_report(results_path: Path, out_dir: Path) -> list[Path]:
     results = read_results(results_path)
     four_way, seed = build_tables(results)
+    derived = analysis_tables(results)
     table_dir = out_dir / "tables"
     table_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for table in four_way + seed:
+    for table in four_way + derived + seed:
         for suffix, text in ((".md", to_markdown(table)), (".csv", to_csv(table))):
             path = table_dir / f"{table.table_id}{suffix}"
             path.write_text(text, encoding="utf-8")
@@ -113,19 +182,21 @@ def write_report(results_path: Path, out_dir: Path) -> list[Path]:
     if status:
         summary += ["## Cells without a figure", "", *[f"- {s}" for s in status], ""]
     summary += ["## Cross-stack tables", ""] + [to_markdown(t) for t in four_way]
+    summary += ["## Analysis", ""] + [to_markdown(t) for t in derived]
     summary += ["## The seeds' tables, regenerated from data", ""] + [to_markdown(t) for t in seed]
     summary_path = out_dir / "report.md"
     summary_path.write_text("\n".join(summary), encoding="utf-8")
     written.append(summary_path)
     html_path = out_dir / "index.html"
-    html_path.write_text(_page(results, four_way, seed, status), encoding="utf-8")
+    html_path.write_text(_page(results, four_way, derived, seed, status), encoding="utf-8")
     written.append(html_path)
     return written
 
 
-def _page(results: pd.DataFrame, four_way, seed, status) -> str:
+def _page(results: pd.DataFrame, four_way, derived, seed, status) -> str:
     figures = [charts.power_sweep(results), charts.concurrency_scaling(results),
-               charts.per_position_acceptance(results), charts.accept_len_by_depth(results)]
+               charts.per_position_acceptance(results), charts.accept_len_by_depth(results),
+               charts.spec_speedup(analysis.spec_value_by_context(results))]
     figures += [charts.rate_by_workload(results, node) for node in sorted(set(results["node"]))]
     figure_html = "".join(
         f"<div class='chart'>{fig.to_html(full_html=False, include_plotlyjs=False)}</div>" for fig in figures if fig is not None)
@@ -142,6 +213,7 @@ def _page(results: pd.DataFrame, four_way, seed, status) -> str:
         "differ between its rows; figures marked †, ‡ or § are single figures, peaks or ranges.</p>"
         f"{status_html}<h2>Charts</h2>{figure_html}"
         "<h2>Cross-stack tables</h2>" + "".join(to_html(t) for t in four_way) +
+        "<h2>Analysis</h2>" + "".join(to_html(t) for t in derived) +
         "<h2>The seeds' tables, regenerated from data</h2>" + "".join(to_html(t) for t in seed) +
         "</body></html>"
     )

@@ -45,6 +45,8 @@ class Table:
 def format_number(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
+    if isinstance(value, float) and math.isinf(value):
+        return "∞" if value > 0 else "-∞"
     if float(value).is_integer() or abs(value) >= 10_000:
         return str(int(round(value)))
     return f"{float(value):.4g}"  # four significant digits: 171.8, 35.7, 2.811, 0.8182
@@ -63,7 +65,7 @@ def format_cell(record: pd.Series) -> str:
         text = format_number(value)
     if record["status"] not in ("ok", None):
         text = f"{record['status']}: {text}"
-    return text + basis.stat_marker(record["stat"])
+    return text + basis.stat_marker(record["stat"]) + (basis.WIDE_MARKER if basis.is_wide(record) else "")
 
 
 def _present(value) -> bool:
@@ -86,7 +88,7 @@ def _change(before: pd.Series | None, after: pd.Series | None) -> str:
 
 def _finish(table: Table, records: pd.DataFrame, axes: tuple[str, ...]) -> Table:
     table.caveats = [c.text() for c in basis.caveats(records, "row_no", axes)]
-    table.legend = basis.marker_legend(records["stat"].tolist())
+    table.legend = basis.marker_legend(records["stat"].tolist(), wide=any(basis.is_wide(r) for _, r in records.iterrows()))
     return table
 
 
@@ -153,3 +155,18 @@ def four_way_table(results: pd.DataFrame, node: str) -> Table | None:
     refs = "; ".join(sorted(set(records["ref"])))
     table = Table(f"four-way-{node}", f"Cross-stack comparison on {node}", refs, columns, rows, raw_rows)
     return _finish(table, records, axes=("source", "stack", "variant", "workload", "concurrency", "metric", "power_cap_w", "spec_tokens", "spec_method"))
+
+
+def frame_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, caveats: list[str] | None = None) -> Table:
+    """A derived table (analysis output) in the same shape as the others, for Markdown, CSV and HTML."""
+    columns = [str(c) for c in frame.columns]
+    rows, raw_rows = [], []
+    for record in frame.itertuples(index=False):
+        cells, raw = [], []
+        for value in record:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            cells.append(format_number(value) if number else ("" if value is None else str(value)))
+            raw.append(value if number else None)
+        rows.append(cells)
+        raw_rows.append(raw)
+    return Table(table_id, title, ref, columns, rows, raw_rows, caveats=list(caveats or []))
