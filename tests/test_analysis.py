@@ -93,3 +93,11 @@ def test_compare_pairs_only_like_rows():
     paired, unpaired = analysis.compare(a, b)
     assert paired[["workload", "B/A"]].values.tolist() == [["code", 1.2]]
     assert set(unpaired["side"]) == {"A", "B"} and set(unpaired["basis that differs"]) == {"kv_dtype"}
+
+
+def test_power_sweet_spot_names_seed_002s_260_watts(published_frame):
+    sweet = analysis.power_sweet_spots(published_frame)
+    sweep = sweet[sweet["node"] == "2x3090-nvlink"]
+    assert sweep["power_cap_w"].tolist() == [180, 220, 260, 300]
+    assert sweep.loc[sweep["sweet_spot"] != "", "power_cap_w"].tolist() == [260]
+    assert sweep["share_of_best"].round(3).tolist() == [0.365, 0.682, 0.953, 1.0]

@@ -155,3 +155,25 @@ def test_sigint_leaves_no_server_and_a_rerun_measures_only_missing_cells(ci_repo
         assert (out / "cells" / name).stat().st_mtime_ns == mtime  # finished cells were not re-measured
     results = store.read_results(out / "cells.parquet")
     assert set(results.loc[results["workload"] != "server", "status"]) == {"ok"}
+
+
+def test_power_cap_sweep_inside_one_launch_with_an_nvml_test_double(ci_repo, tmp_path, monkeypatch):
+    """The real llama-server on CPU, with NVML replaced by a test double (tests/nvml_double.py)."""
+    from nvml_double import FakeNvml
+
+    node = yaml.safe_load((ci_repo / "configs/nodes/ci-cpu.yaml").read_text())
+    node.update(power_caps_w=[200, 250], workloads=["code"], concurrency=[1])
+    node["hardware"]["gpu"] = {"model": "NVIDIA GeForce RTX 3090 (test double)", "count": 1}
+    (ci_repo / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(node))
+    run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
+    fake = FakeNvml(count=1)
+    run.nvml = fake
+    monkeypatch.chdir(ci_repo)
+    monkeypatch.setattr(measure.telemetry.PowerCapper, "settle_s", 0.0)
+    results = store.read_results(run.run())
+    cells = results[results["workload"] == "code"]
+    assert sorted(cells["power_cap_w"].unique()) == [200.0, 250.0] and run.launches == 1
+    assert set(cells[cells["metric"] == "power_w"]["value"]) == {250.5}
+    assert (cells[cells["metric"] == "energy_j_per_token"]["value"] > 0).all()
+    assert [mw for _, mw in fake.set_calls] == [200_000, 250_000, 300_000]  # the last one restores the original
+    assert (tmp_path / "run/telemetry.parquet").exists()

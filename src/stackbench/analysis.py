@@ -219,3 +219,31 @@ def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, vary: str = "engine
             unpaired.append({"side": side, **{c: row[c] for c in KEY_COLUMNS}, "value": row["value"],
                              "basis that differs": ", ".join(differs) or "no counterpart cell"})
     return table.reset_index(drop=True), pd.DataFrame(unpaired)
+
+
+# -- power caps ----------------------------------------------------------------------------------------------
+SWEET_SPOT_SHARE = 0.95
+
+
+def power_sweet_spots(results: pd.DataFrame) -> pd.DataFrame:
+    """Per sweep (same source, node, stack, variant, workload, concurrency, metric): the lowest cap whose
+    throughput is within 5% of the best, and tokens per joule where energy was measured."""
+    rates = results[results["power_cap_w"].notna() & results["metric"].isin(["decode_tps", "aggregate_tps", "e2e_tps"])
+                    & (results["status"] == "ok")]
+    energy = results[results["metric"] == "energy_j_per_token"]
+    keys = ["source", "node", "stack", "variant", "workload", "concurrency", "metric"]
+    out = []
+    for key, sweep in rates.groupby(keys, dropna=False):
+        if sweep["power_cap_w"].nunique() < 2:
+            continue
+        best = sweep["value"].max()
+        within = sweep[sweep["value"] >= SWEET_SPOT_SHARE * best].sort_values("power_cap_w")
+        spot = within.iloc[0]
+        for _, row in sweep.sort_values("power_cap_w").iterrows():
+            joules = energy[(energy["node"] == row["node"]) & (energy["variant"] == row["variant"]) & (energy["workload"] == row["workload"])
+                            & (energy["concurrency"] == row["concurrency"]) & (energy["power_cap_w"] == row["power_cap_w"])]["value"]
+            out.append({**dict(zip(keys, key)), "power_cap_w": row["power_cap_w"], "value": row["value"],
+                        "share_of_best": row["value"] / best,
+                        "tokens_per_joule": 1 / joules.iloc[0] if len(joules) and joules.iloc[0] > 0 else None,
+                        "sweet_spot": "← sweet spot" if row["power_cap_w"] == spot["power_cap_w"] else ""})
+    return pd.DataFrame(out)

@@ -9,6 +9,7 @@ reason; the server is restarted for the cells after it, and it is always torn do
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -24,7 +25,7 @@ from pathlib import Path
 import httpx
 import pandas as pd
 
-from . import basis, plan, store, summary, workloads
+from . import basis, plan, store, summary, telemetry, workloads
 from .client import RequestRecord, StreamClient, run_conversations, stated_limit
 from .server import ExternalServer, ServerError, ServerExited, ServerProcess, container_argv, free_port
 from .stacks import adapter_for
@@ -138,6 +139,9 @@ class LaunchRun:
         self.adapter = adapter_for(launch.engine)
         self.cell_dir = self.out_dir / "cells"
         self.cell_dir.mkdir(parents=True, exist_ok=True)
+        self.nvml = None  # tests inject a test double of pynvml here
+        self.sampler = self.capper = None
+        self.telemetry_why: str | None = None
         self.start_error: ServerError | None = None  # a launch that never became ready is not retried per cell
         try:
             self.env_info = self._env_info()
@@ -324,6 +328,9 @@ class LaunchRun:
         if self.facts.kv_pool_tokens and self.facts.kv_cache_mib:
             rows.append({**base, "metric": "kv_bytes_per_token", "value": self.facts.kv_cache_mib * 2**20 / self.facts.kv_pool_tokens,
                          "unit": "B", "stat": "single", "n": 1, "status": "ok", "note": "KV cache MiB / cells from the log"})
+        if self.telemetry_why:
+            rows.append({**base, "metric": "power_w", "unit": "W", "stat": "single", "status": "not_run",
+                         "reason": f"GPU telemetry and power caps not applied: {self.telemetry_why}"})
         if not self.node.gpu_count:
             rows.append({**base, "metric": "host_mem_bandwidth_gbs", "value": host_memory_bandwidth_gbs(), "unit": "GB/s",
                          "stat": "peak", "n": 5, "status": "ok",
@@ -339,16 +346,36 @@ class LaunchRun:
         todo = [c for c in cells if not self._cell_path(c).exists()]
         log.info("%s: %d cells, %d already measured", self.launch.name, len(cells), len(cells) - len(todo))
         progress = Progress(len(cells), f"{self.node.name} {self.launch.name}")
-        progress.done = 0
+        gpus, self.telemetry_why = telemetry.open_gpus(self.node.gpu_count, self.nvml)
         try:
-            for cell in todo:
-                index = cells.index(cell) + 1
-                self._run_cell(cell, progress, index)
-                progress.finish_cell()
+            with self._telemetry(gpus) as (self.sampler, self.capper):
+                for cell in todo:
+                    self._run_cell(cell, progress, cells.index(cell) + 1)
+                    progress.finish_cell()
         finally:
             self._stop_server()
             progress.close()
         return self._assemble(cells)
+
+    @contextlib.contextmanager
+    def _telemetry(self, gpus):
+        """Sampler for the whole launch and a power capper that restores the limits on every exit path."""
+        if gpus is None:
+            yield None, None
+            return
+        with telemetry.Sampler(gpus) as sampler, telemetry.PowerCapper(gpus) as capper:
+            yield sampler, capper
+
+    def _apply_cap(self, cell: Cell) -> tuple[float | None, str | None]:
+        """The cap in force for the cell and, when it could not be applied, why."""
+        if cell.power_cap_w is None:
+            return None, None
+        if self.capper is None:
+            return None, f"power cap not applied: {self.telemetry_why}"
+        try:
+            return self.capper.apply(cell.power_cap_w), None
+        except (ValueError, telemetry.TelemetryUnavailable) as err:
+            return None, f"power cap not applied: {err}"
 
     def _run_cell(self, cell: Cell, progress: Progress, index: int) -> None:
         if self.start_error is not None:
@@ -370,9 +397,11 @@ class LaunchRun:
                 self._write_cell(cell, self._rows(cell, [], "not_run" if isinstance(err, NotRunnable) else "failed", str(err), None), [])
                 self.restarts += 1
                 return
+        cap_w, cap_note = self._apply_cap(cell)
         t0 = time.monotonic()
         repeats, delta = asyncio.run(self._measure_cell(cell, progress, index))
-        self.timeline.append({"event": "cell", "seconds": time.monotonic() - t0, "cell": cell.key})
+        t1 = time.monotonic()
+        self.timeline.append({"event": "cell", "seconds": t1 - t0, "cell": cell.key})
         records = [r for rep in repeats for r in rep]
         bad = [r for r in records if r.status != "ok"]
         prompt_tokens = [r.prompt_tokens for r in records if r.prompt_tokens]
@@ -391,9 +420,17 @@ class LaunchRun:
         else:
             status, reason = "ok", None
             figures = summary.cell_figures(repeats, delta)
+            if self.sampler is not None:
+                tokens = sum(r.tokens for r in records if r.status == "ok")
+                figures += summary.telemetry_figures(telemetry.summarise_window(self.sampler.window(t0, t1), tokens))
         requests = [{**r.to_row(), "repeat": i, "workload": cell.workload.name, "concurrency": cell.concurrency}
                     for i, rep in enumerate(repeats) for r in rep]
-        self._write_cell(cell, self._rows(cell, figures, status, reason, prompt_median), requests)
+        rows = self._rows(cell, figures, status, reason, prompt_median)
+        for row in rows:
+            row["power_cap_w"] = cap_w
+            if cap_note:
+                row["note"] = "; ".join(n for n in (row.get("note"), cap_note) if n)
+        self._write_cell(cell, rows, requests)
 
     def _assemble(self, cells: list[Cell]) -> Path:
         frames = [store.read_results(self._cell_path(c)) for c in cells if self._cell_path(c).exists()]
@@ -403,6 +440,8 @@ class LaunchRun:
             "run_id": self.run_id, "node": self.node.name, "launch": self.launch.name, "env": self.env_info,
             "launches": self.launches, "restarts": self.restarts, "timeline": self.timeline,
             "facts": self.facts.__dict__}, indent=1, default=str))
+        if self.sampler is not None and self.sampler.rows:
+            pd.DataFrame(self.sampler.rows).to_parquet(self.out_dir / "telemetry.parquet")
         out = self.out_dir / "cells.parquet"
         store.atomic_write_parquet(table, out)
         return out

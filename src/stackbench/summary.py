@@ -115,3 +115,13 @@ def acceptance_figures(delta: SpecCounters | None, repeats: int) -> list[Figure]
 
 def spread_is_wide(figure: Figure, ratio: float) -> bool:
     return bool(figure.value_min and figure.value_max and figure.value_max / figure.value_min > ratio)
+
+
+TELEMETRY_UNITS = {"power_w": "W", "power_p95_w": "W", "energy_j_per_token": "J/token", "vram_mib": "MiB"}
+
+
+def telemetry_figures(window: dict) -> list[Figure]:
+    """NVML figures of one cell (sampled every 0.5 s over its measured window)."""
+    stats = {"power_w": "mean", "power_p95_w": "peak", "energy_j_per_token": "mean", "vram_mib": "peak"}
+    return [Figure(metric, value, TELEMETRY_UNITS[metric], stats[metric], None, ttft_included="yes",
+                   note="NVML, sampled every 0.5 s over the cell") for metric, value in window.items()]

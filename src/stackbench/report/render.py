@@ -115,6 +115,10 @@ def analysis_tables(results: pd.DataFrame, root: Path = Path(".")) -> list[table
     if len(audit):
         out.append(tables.frame_table(audit, "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
                                       "engine-reported bytes per token against kv_layers x kv_heads x head_dim x 2 x dtype bytes (configs/models)"))
+    sweet = analysis.power_sweet_spots(results)
+    if len(sweet):
+        out.append(tables.frame_table(sweet.round(4), "analysis-power-sweet-spot", "Throughput and tokens per joule against power cap",
+                                      "sweet spot: the lowest cap within 5% of the best throughput of its sweep"))
     spread = analysis.spread_flags(results)
     if len(spread):
         out.append(tables.frame_table(spread, "analysis-spread", "Wide spreads and peaks: read the range, not one number",
