@@ -3,7 +3,6 @@ speculative value, and like-for-like comparison."""
 
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from stackbench import analysis, store

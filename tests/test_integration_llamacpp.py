@@ -3,14 +3,12 @@ SmolLM2-135M Q4_K_M on this CPU. The engine environment and the models are made 
 rules the first time (about 15 minutes on 2 cores), then reused."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 
@@ -19,46 +17,6 @@ from stackbench.server import group_members
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ["data/models/smollm2-135m-q4km.gguf", "data/models/smollm2-135m-q4-1.gguf"]
-
-CI_NODE = {
-    "description": "integration-test node: this CPU, two short workloads",
-    "hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": 2},
-    "context_len": 2048,
-    "concurrency": [1, 2],
-    "workloads": ["code", "json"],
-    "models": {"smollm2-135m-q4km": {"prepare": "smollm2-q4km", "quant": "Q4_K_M"},
-               "smollm2-135m-q4-1": {"prepare": "smollm2-q4-1", "quant": "Q4_1"}},
-    "runs": [{"stack": "llamacpp", "model": "smollm2-135m-q4km", "draft_model": "smollm2-135m-q4-1",
-              "variants": ["nospec", "draft-n2"]}],
-}
-
-
-@pytest.fixture(scope="session")
-def engine_ready():
-    """Build llama.cpp and the models through the workflow's own rules (a no-op when they exist)."""
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", ".envs/llamacpp/ready.json", *MODELS],
-                          cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return ROOT
-
-
-@pytest.fixture
-def ci_repo(engine_ready, repo_copy) -> Path:
-    """A repository copy with the built engine and models linked in and the ci-cpu node added."""
-    (repo_copy / "data/models").parent.mkdir(exist_ok=True)
-    os.symlink(ROOT / ".envs", repo_copy / ".envs")
-    os.symlink(ROOT / "data/models", repo_copy / "data/models")
-    (repo_copy / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(CI_NODE))
-    config = yaml.safe_load((repo_copy / "configs/config.yaml").read_text())
-    config["nodes"] = ["ci-cpu"]
-    config["measure"] = {"repeats": 2, "warmup_requests": 1}
-    (repo_copy / "configs/config.yaml").write_text(yaml.safe_dump(config))
-    (repo_copy / "configs/workloads/code.yaml").write_text(yaml.safe_dump({"prompts": ["Write a Python hello world."], "output_tokens": 24}))
-    (repo_copy / "configs/workloads/json.yaml").write_text(yaml.safe_dump({"prompts": ["Return a JSON list of 3 colours."], "output_tokens": 24}))
-    return repo_copy
-
-
 def launch_run(repo: Path, launch: str, out: Path) -> measure.LaunchRun:
     cwd = os.getcwd()
     os.chdir(repo)

@@ -52,3 +52,23 @@ def test_a_broken_copy_fails_with_file_and_field(repo_copy):
     done = dry_run(repo_copy, "broken")
     assert done.returncode != 0
     assert "config error: configs/nodes/broken.yaml: runs[0].launch.mode: expected one of native, image, external, got 'kubernetes'" in done.stderr
+
+
+def test_init_node_writes_a_valid_config_from_this_machine(repo_copy):
+    from stackbench import nodeinit
+
+    path = nodeinit.write_node("this-box", repo_copy)
+    _, nodes = plan.load_plan(repo_copy, {"nodes": ["this-box"]})
+    assert nodes[0].gpu_count == 0 and nodes[0].launches[0].name == "llamacpp--nospec"
+    assert "stackbench init-node this-box" in path.read_text()
+
+
+def test_init_node_reads_gpus_through_nvml(repo_copy):
+    from nvml_double import FakeNvml
+    from stackbench import nodeinit
+
+    nodeinit.write_node("gpu-box", repo_copy, nvml=FakeNvml(count=2))
+    doc = yaml.safe_load((repo_copy / "configs/nodes/gpu-box.yaml").read_text())
+    assert doc["hardware"]["gpu"] == {"model": "NVIDIA GeForce RTX 3090", "count": 2, "memory_gib": 24.0, "bandwidth_gbs": None}
+    assert doc["power_caps_w"] == [200, 250, 300, 350]
+    plan.load_plan(repo_copy, {"nodes": ["gpu-box"]})  # valid as written

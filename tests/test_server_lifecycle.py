@@ -2,8 +2,6 @@
 even when the leader died first. The child here is a small Python test server (a test double, named as
 such), because these faults are about process handling, not about any engine."""
 
-import os
-import signal
 import sys
 import textwrap
 import time

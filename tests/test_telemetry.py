@@ -2,7 +2,6 @@
 the sweep, restore on every exit path, constraint errors and missing permissions. The real NVML is
 only read, never changed, and only where a GPU is lent."""
 
-import os
 import signal
 import subprocess
 import sys

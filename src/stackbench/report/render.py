@@ -105,30 +105,24 @@ def node_bandwidths(results: pd.DataFrame, root: Path = Path(".")) -> dict[str, 
 
 def analysis_tables(results: pd.DataFrame, root: Path = Path(".")) -> list[tables.Table]:
     geometries = analysis.load_geometries(root)
-    out = []
-    roof = analysis.roofline(results, node_bandwidths(results, root), geometries)
-    if len(roof):
-        out.append(tables.frame_table(roof.round(3), "analysis-roofline", "Decode against its bandwidth roofline",
-                                      "memory bandwidth / bytes read per token (weights + KV at that context) x acceptance length",
-                                      ["A CPU node's bandwidth is measured during the run (numpy copy); a GPU node's comes from its config."]))
-    audit = analysis.kv_audit(results, geometries)
-    if len(audit):
-        out.append(tables.frame_table(audit, "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
-                                      "engine-reported bytes per token against kv_layers x kv_heads x head_dim x 2 x dtype bytes (configs/models)"))
-    sweet = analysis.power_sweet_spots(results)
-    if len(sweet):
-        out.append(tables.frame_table(sweet.round(4), "analysis-power-sweet-spot", "Throughput and tokens per joule against power cap",
-                                      "sweet spot: the lowest cap within 5% of the best throughput of its sweep"))
-    spread = analysis.spread_flags(results)
-    if len(spread):
-        out.append(tables.frame_table(spread, "analysis-spread", "Wide spreads and peaks: read the range, not one number",
-                                      "rate figures whose repeats or published range span more than x1.25, and peaks"))
-    spec = analysis.spec_value_by_context(results)
-    if len(spec):
-        out.append(tables.frame_table(spec.round(3), "analysis-spec-by-context", "Speculative speed-up over no-spec, by workload and prompt length",
-                                      "measured single-stream decode rate, same node and stack"))
-    out += comparison_tables(results)
-    return out
+    # (frame, table id, title, how it is computed, caveats); an empty frame makes no table.
+    sections = [
+        (analysis.roofline(results, node_bandwidths(results, root), geometries), "analysis-roofline",
+         "Decode against its bandwidth roofline",
+         "memory bandwidth / bytes read per token (weights + KV at that context) x acceptance length",
+         ["A CPU node's bandwidth is measured during the run (numpy copy); a GPU node's comes from its config."]),
+        (analysis.kv_audit(results, geometries), "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
+         "engine-reported bytes per token against kv_layers x kv_heads x head_dim x 2 x dtype bytes (configs/models)", []),
+        (analysis.power_sweet_spots(results), "analysis-power-sweet-spot", "Throughput and tokens per joule against power cap",
+         "sweet spot: the lowest cap within 5% of the best throughput of its sweep", []),
+        (analysis.spread_flags(results), "analysis-spread", "Wide spreads and peaks: read the range, not one number",
+         "rate figures whose repeats or published range span more than x1.25, and peaks", []),
+        (analysis.spec_value_by_context(results), "analysis-spec-by-context",
+         "Speculative speed-up over no-spec, by workload and prompt length", "measured single-stream decode rate, same node and stack", []),
+    ]
+    out = [tables.frame_table(frame.round(4), table_id, title, ref, caveats)
+           for frame, table_id, title, ref, caveats in sections if len(frame)]
+    return out + comparison_tables(results)
 
 
 def comparison_tables(results: pd.DataFrame) -> list[tables.Table]:

@@ -41,6 +41,23 @@ class ServerFacts:
     extra: dict = field(default_factory=dict)
 
 
+def counters_from_metrics(metrics_text: str, prefix: str) -> SpecCounters | None:
+    """The <prefix>:spec_decode_*_total counters that llama.cpp and vLLM both export (positions 0-based)."""
+    from .. import prometheus
+
+    samples = prometheus.parse(metrics_text)
+    drafts = prometheus.value(samples, f"{prefix}:spec_decode_num_drafts_total")
+    if drafts is None:
+        return None  # no speculation on this server: the counters are not exported
+    per_pos = prometheus.by_label(samples, f"{prefix}:spec_decode_num_accepted_tokens_per_pos_total", "position")
+    return SpecCounters(
+        drafts=drafts,
+        draft_tokens=prometheus.value(samples, f"{prefix}:spec_decode_num_draft_tokens_total") or 0.0,
+        accepted=prometheus.value(samples, f"{prefix}:spec_decode_num_accepted_tokens_total") or 0.0,
+        accepted_per_pos={int(p): v for p, v in per_pos.items()},
+    )
+
+
 class Adapter(Protocol):
     engine: str  # the results contract's stack name
     engine_label: str  # the engine's own name for the basis column

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
-from .. import prometheus
 from ..plan import Launch
-from .base import ServerFacts, SpecCounters, render_flags
+from .base import ServerFacts, SpecCounters, counters_from_metrics, render_flags
 
 # llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16):   72.00 MiB, V (f16):   72.00 MiB
 KV_CACHE = re.compile(
@@ -81,17 +80,7 @@ class LlamaCppAdapter:
         return facts
 
     def spec_counters(self, metrics_text: str) -> SpecCounters | None:
-        samples = prometheus.parse(metrics_text)
-        drafts = prometheus.value(samples, "llamacpp:spec_decode_num_drafts_total")
-        if drafts is None:
-            return None  # no speculation on this server: the counters are not exported
-        per_pos = prometheus.by_label(samples, "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", "position")
-        return SpecCounters(
-            drafts=drafts,
-            draft_tokens=prometheus.value(samples, "llamacpp:spec_decode_num_draft_tokens_total") or 0.0,
-            accepted=prometheus.value(samples, "llamacpp:spec_decode_num_accepted_tokens_total") or 0.0,
-            accepted_per_pos={int(p): v for p, v in per_pos.items()},
-        )
+        return counters_from_metrics(metrics_text, "llamacpp")
 
     def server_timings(self, final_chunk: dict) -> dict:
         """llama.cpp puts `timings` on the last streamed chunk."""

@@ -7,7 +7,7 @@ import re
 
 from .. import prometheus
 from ..plan import Launch
-from .base import ServerFacts, SpecCounters, render_flags
+from .base import ServerFacts, SpecCounters, counters_from_metrics, render_flags
 
 # 0.33: "CPU KV cache size: 93,184 tokens, Maximum concurrency for 4,096 tokens per request: 22.75x"
 # older: "GPU KV cache size: 93,184 tokens" and, on its own line, "Maximum concurrency for ... : 22.75x"
@@ -78,17 +78,7 @@ class VllmAdapter:
         return {}
 
     def spec_counters(self, metrics_text: str) -> SpecCounters | None:
-        samples = prometheus.parse(metrics_text)
-        drafts = prometheus.value(samples, "vllm:spec_decode_num_drafts_total")
-        if drafts is None:
-            return None
-        per_pos = prometheus.by_label(samples, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position")
-        return SpecCounters(
-            drafts=drafts,
-            draft_tokens=prometheus.value(samples, "vllm:spec_decode_num_draft_tokens_total") or 0.0,
-            accepted=prometheus.value(samples, "vllm:spec_decode_num_accepted_tokens_total") or 0.0,
-            accepted_per_pos={int(p): v for p, v in per_pos.items()},
-        )
+        return counters_from_metrics(metrics_text, "vllm")
 
     def server_timings(self, final_chunk: dict) -> dict:
         return {}

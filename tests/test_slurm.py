@@ -1,0 +1,43 @@
+"""The default's benchmark jobs through Snakemake's SLURM executor on a real one-node SLURM cluster
+(Debian's slurm-wlm, started by scripts/slurm-local-cluster.sh), landing in the same results table."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stackbench import store
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmctld/slurmd/munge needs root")
+    done = subprocess.run(["bash", str(ROOT / "scripts/slurm-local-cluster.sh"), "start"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_measure_jobs_run_through_the_slurm_executor(slurm_cluster, ci_repo):
+    node = yaml.safe_load((ci_repo / "configs/nodes/ci-cpu.yaml").read_text())
+    node.update(workloads=["code"], concurrency=[1], slurm={"partition": "cpu", "runtime_min": 30})
+    (ci_repo / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(node))
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--workflow-profile", "workflow/profiles/slurm",
+                           "--slurm-keep-successful-logs", "report"],
+                          cwd=ci_repo, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-4000:]
+    slurm_logs = [p for p in (ci_repo / ".snakemake/slurm_logs").rglob("*.log") if "rule_measure" in str(p)]
+    assert len(slurm_logs) == 2, "each launch's measure job goes through sbatch"
+    assert "SLURM run ID" in done.stderr or "SLURM jobid" in done.stderr
+    results = store.read_results(ci_repo / "data/results.parquet")
+    cells = results[(results["source"] == "measured") & (results["workload"] == "code")]
+    assert set(cells["variant"]) == {"nospec", "draft-n2"} and set(cells["status"]) == {"ok"}
+    assert {"decode_tps", "prefill_tps", "ttft_s"} <= set(cells["metric"])
+    assert (results["source"] == "published").sum() == 172  # one table for published and measured rows
