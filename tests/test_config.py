@@ -84,3 +84,31 @@ def test_snakemake_stops_with_one_line_before_planning(repo_copy):
     assert done.returncode != 0
     assert "config error: configs/nodes/local-cpu.yaml: power_caps_w[0]: expected number, got 'high'" in done.stderr
     assert "Job stats" not in done.stdout
+
+
+def test_impossible_tp_size_fails_before_any_job(configs):
+    node = configs / "configs/nodes/rtx5090.yaml"
+    edit(node, lambda d: d["runs"][1]["server_args"].update(tp_size=2))
+    with pytest.raises(ConfigError, match=r"rtx5090.yaml: runs \(launch sglang-eagle--eagle-3-1-4\): tp_size 2 needs 2 GPUs; hardware.gpu.count is 1"):
+        plan.load_plan(configs, {"nodes": ["rtx5090"]})
+
+
+def test_cap_outside_the_gpus_range_fails_before_any_job(configs):
+    node = configs / "configs/nodes/2x3090-nvlink.yaml"
+    edit(node, lambda d: (d["hardware"]["gpu"].update(power_limit_w=[100, 350]), d.update(power_caps_w=[180, 400])))
+    with pytest.raises(ConfigError, match=r"power_caps_w\[1\]: 400 W is outside the GPU's range 100-350 W"):
+        plan.load_plan(configs, {"nodes": ["2x3090-nvlink"]})
+
+
+def test_api_key_comes_from_the_environment_and_is_never_stored(configs, monkeypatch):
+    from stackbench.client import StreamClient
+
+    client = StreamClient("http://127.0.0.1:1", "m", {}, 1, 1, api_key="sk-secret")
+    assert client.client.headers["authorization"] == "Bearer sk-secret"
+    assert "sk-secret" not in json_dump(client.body([{"role": "user", "content": "hi"}], 4))
+
+
+def json_dump(value) -> str:
+    import json
+
+    return json.dumps(value)

@@ -76,7 +76,7 @@ def roofline(results: pd.DataFrame, bandwidth_gbs: dict[str, float], geometries:
     rows = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & (results["concurrency"] == 1)]
     accept = results[results["metric"] == "accept_len"]
     out = []
-    for _, row in rows.iterrows():
+    for row in rows.to_dict("records"):
         geometry = geometry_for(row["model"], geometries)
         bpw = bits_per_weight(row["quant"])
         bandwidth = bandwidth_gbs.get(row["node"])
@@ -84,6 +84,7 @@ def roofline(results: pd.DataFrame, bandwidth_gbs: dict[str, float], geometries:
             continue
         weight_bytes = geometry.params_b * 1e9 * bpw / 8
         context = (row["prompt_tokens"] if pd.notna(row["prompt_tokens"]) else 0) + (row["output_tokens"] / 2 if pd.notna(row["output_tokens"]) else 0)
+        row = pd.Series(row)
         kv_bytes = geometry.kv_bytes_per_token(kv_dtype_bytes(row["kv_dtype"]) or 2) * context
         tp = row["tp"] if pd.notna(row["tp"]) and row["tp"] else 1
         acc = _acceptance_for(accept, row) if row["spec_method"] not in ("none", "unknown", None) else 1.0
@@ -231,6 +232,8 @@ def power_sweet_spots(results: pd.DataFrame) -> pd.DataFrame:
     rates = results[results["power_cap_w"].notna() & results["metric"].isin(["decode_tps", "aggregate_tps", "e2e_tps"])
                     & (results["status"] == "ok")]
     energy = results[results["metric"] == "energy_j_per_token"]
+    joules_by = {(e["ref"], e["node"], e["variant"], e["workload"], e["concurrency"], e["power_cap_w"]): e["value"]
+                 for e in energy.to_dict("records")}
     keys = ["source", "node", "stack", "variant", "workload", "concurrency", "metric"]
     out = []
     for key, sweep in rates.groupby(keys, dropna=False):
@@ -239,11 +242,10 @@ def power_sweet_spots(results: pd.DataFrame) -> pd.DataFrame:
         best = sweep["value"].max()
         within = sweep[sweep["value"] >= SWEET_SPOT_SHARE * best].sort_values("power_cap_w")
         spot = within.iloc[0]
-        for _, row in sweep.sort_values("power_cap_w").iterrows():
-            joules = energy[(energy["node"] == row["node"]) & (energy["variant"] == row["variant"]) & (energy["workload"] == row["workload"])
-                            & (energy["concurrency"] == row["concurrency"]) & (energy["power_cap_w"] == row["power_cap_w"])]["value"]
+        for row in sweep.sort_values("power_cap_w").to_dict("records"):
+            joules = joules_by.get((row["ref"], row["node"], row["variant"], row["workload"], row["concurrency"], row["power_cap_w"]))
             out.append({**dict(zip(keys, key)), "power_cap_w": row["power_cap_w"], "value": row["value"],
                         "share_of_best": row["value"] / best,
-                        "tokens_per_joule": 1 / joules.iloc[0] if len(joules) and joules.iloc[0] > 0 else None,
+                        "tokens_per_joule": 1 / joules if joules else None,
                         "sweet_spot": "← sweet spot" if row["power_cap_w"] == spot["power_cap_w"] else ""})
     return pd.DataFrame(out)

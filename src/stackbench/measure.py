@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import platform
 import re
 import signal
@@ -250,9 +251,11 @@ class LaunchRun:
 
     async def _measure_cell(self, cell: Cell, progress: Progress, index: int) -> tuple[list[list[RequestRecord]], SpecCounters | None]:
         measure_cfg = self.cfg["measure"]
+        key_env = self.node.raw["api_key_env"]
         client = StreamClient(self.server.base_url, self.launch.model.name,
                               self.adapter.request_extras(self.launch, cell.workload.output_tokens),
-                              measure_cfg["stall_timeout_s"], measure_cfg["request_timeout_s"])
+                              measure_cfg["stall_timeout_s"], measure_cfg["request_timeout_s"],
+                              api_key=os.environ.get(key_env) if key_env else None)
         try:
             # Warm up once per workload (its first concurrency level); the warm-up is never counted.
             if cell.concurrency == cell.workload.concurrency[0]:

@@ -193,6 +193,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 bind_host=doc["bind_host"],
                 env=dict(doc["env"]),
             ))
+    _check_hardware(doc, launches, where)
     names = [l.name for l in launches]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -212,6 +213,23 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         launches=tuple(launches),
         raw=doc,
     )
+
+
+def _check_hardware(doc: dict, launches: list[Launch], where: str) -> None:
+    """Impossible combinations fail here, before any job: a TP size above the GPU count, a cap outside
+    the GPU's accepted range."""
+    gpu = doc["hardware"]["gpu"]
+    for launch in launches:
+        if gpu["count"] and launch.tp > gpu["count"]:
+            raise ConfigError(f"{where}: runs (launch {launch.name}): tp_size {launch.tp} needs {launch.tp} GPUs; "
+                              f"hardware.gpu.count is {gpu['count']}")
+    limits = gpu["power_limit_w"]
+    for index, cap in enumerate(doc["power_caps_w"]):
+        if not gpu["count"]:
+            continue  # a CPU node records why no cap was applied
+        if limits and not limits[0] <= cap <= limits[1]:
+            raise ConfigError(f"{where}: power_caps_w[{index}]: {cap:g} W is outside the GPU's range "
+                              f"{limits[0]:g}-{limits[1]:g} W (hardware.gpu.power_limit_w)")
 
 
 def load_plan(root: Path = Path("."), given: dict | None = None) -> tuple[dict, list[Node]]:

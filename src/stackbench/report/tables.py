@@ -88,7 +88,8 @@ def _change(before: pd.Series | None, after: pd.Series | None) -> str:
 
 def _finish(table: Table, records: pd.DataFrame, axes: tuple[str, ...]) -> Table:
     table.caveats = [c.text() for c in basis.caveats(records, "row_no", axes)]
-    table.legend = basis.marker_legend(records["stat"].tolist(), wide=any(basis.is_wide(r) for _, r in records.iterrows()))
+    wide = records["note"].fillna("").astype(str).str.startswith(basis.WIDE_NOTE).any()
+    table.legend = basis.marker_legend(records["stat"].tolist(), wide=bool(wide))
     return table
 
 
@@ -139,17 +140,20 @@ def four_way_table(results: pd.DataFrame, node: str) -> Table | None:
     order = sorted(dict.fromkeys(records["row_key"]), key=lambda k: tuple("" if v is None else str(v) for v in k))
     records["row_no"] = records["row_key"].map({k: i + 1 for i, k in enumerate(order)})
     columns = ["source", "stack", "variant", "cap W", "workload", "conc."] + [FOUR_WAY_METRICS[m] for m in metrics]
+    # One pass over the records (grouped), not one filter per display row: tables of 10^5 rows stay linear.
+    by_cell: dict[tuple, list[dict]] = {}
+    for record in records.to_dict("records"):
+        by_cell.setdefault((record["row_key"], record["metric"]), []).append(record)
     rows, raw_rows = [], []
     for key in order:
-        mine = records[records["row_key"] == key]
         source, stack, variant, spec_tokens, cap, workload, conc = key
         cells = [source, stack, variant, format_number(cap) if cap is not None else "—", workload,
                  format_number(conc) if conc is not None else "—"]
         raw = [None] * len(cells)
         for metric in metrics:
-            hit = mine[mine["metric"] == metric]
-            cells.append(" / ".join(format_cell(r) for _, r in hit.iterrows()))
-            raw.append(hit.iloc[0]["value"] if len(hit) else None)
+            hits = by_cell.get((key, metric), [])
+            cells.append(" / ".join(format_cell(pd.Series(r)) for r in hits))
+            raw.append(hits[0]["value"] if hits else None)
         rows.append(cells)
         raw_rows.append(raw)
     refs = "; ".join(sorted(set(records["ref"])))
