@@ -72,6 +72,8 @@ def per_position_acceptance(results: pd.DataFrame) -> go.Figure | None:
     if rows.empty:
         return None
     rows["position"] = rows["metric"].str.removeprefix("accept_rate_pos").astype(int)
+    # One bar per position and variant: the mean over the variant's workloads (each pooled from counters).
+    rows = rows.groupby(["source", "node", "stack", "variant", "position"], dropna=False)["value"].mean().reset_index()
     fig = go.Figure()
     for key, group in rows.groupby(["source", "node", "stack", "variant"], dropna=False):
         group = group.sort_values("position")
