@@ -31,9 +31,13 @@ class RequestRecord:
     content_chunks: int = 0
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
-    content: str = ""
+    parts: list[str] = field(default_factory=list)  # content pieces as they arrived (kept on a timeout too)
     chunk_times: list[float] = field(default_factory=list)
     server: dict = field(default_factory=dict)
+
+    @property
+    def content(self) -> str:
+        return "".join(self.parts)
 
     @property
     def tokens(self) -> int:
@@ -69,6 +73,7 @@ class RequestRecord:
         row = asdict(self)
         row.pop("chunk_times")
         row.pop("server")
+        row.pop("parts")
         row["content"] = self.content[:200]
         row.update(self.server)
         row.update(ttft_s=self.ttft_s, ttfc_s=self.ttfc_s, decode_tps=self.decode_tps, e2e_tps=self.e2e_tps,
@@ -124,36 +129,51 @@ class StreamClient:
                 record.status = "rejected" if 400 <= response.status_code < 500 else "failed"
                 record.error = f"HTTP {response.status_code}: {_error_message(text)}"
                 return
-            async for line in response.aiter_lines():
+            # Read network chunks and split SSE lines ourselves: every line of one read is stamped with
+            # its arrival time, and no per-line decoding layer sits between the socket and the clock.
+            buffer, done = b"", False
+            async for data in response.aiter_bytes():
                 now = time.perf_counter()
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if record.t_first_chunk is None:
-                    record.t_first_chunk = now
-                if payload == "[DONE]":
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue
+                    if record.t_first_chunk is None:
+                        record.t_first_chunk = now
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        done = True  # some servers keep the connection open after it
+                        break
+                    if not self._take(record, json.loads(payload), payload, now, final_hook):
+                        return
+                if done:
                     break
-                chunk = json.loads(payload)
-                if "error" in chunk:
-                    record.status, record.error = "failed", f"server error mid-stream: {_error_message(payload)}"
-                    return
-                for choice in chunk.get("choices") or []:
-                    text = (choice.get("delta") or {}).get("content")
-                    if text:
-                        if record.t_first_content is None:
-                            record.t_first_content = now
-                        record.t_last_content = now
-                        record.chunk_times.append(now)
-                        record.content_chunks += 1
-                        record.content += text
-                usage = chunk.get("usage")
-                if usage:
-                    record.completion_tokens = usage.get("completion_tokens")
-                    record.prompt_tokens = usage.get("prompt_tokens")
-                if final_hook is not None:
-                    record.server.update(final_hook(chunk))
         if record.t_first_content is None and record.status == "ok":
             record.status, record.error = "failed", "stream ended without any content"
+
+    @staticmethod
+    def _take(record: RequestRecord, chunk: dict, payload: bytes, now: float, final_hook) -> bool:
+        """Fold one SSE chunk into the record; False when the server reported an error mid-stream."""
+        if "error" in chunk:
+            record.status, record.error = "failed", f"server error mid-stream: {_error_message(payload.decode())}"
+            return False
+        for choice in chunk.get("choices") or []:
+            text = (choice.get("delta") or {}).get("content")
+            if text:
+                if record.t_first_content is None:
+                    record.t_first_content = now
+                record.t_last_content = now
+                record.chunk_times.append(now)
+                record.content_chunks += 1
+                record.parts.append(text)
+        usage = chunk.get("usage")
+        if usage:
+            record.completion_tokens = usage.get("completion_tokens")
+            record.prompt_tokens = usage.get("prompt_tokens")
+        if final_hook is not None:
+            record.server.update(final_hook(chunk))
+        return True
 
 
 # How each engine states the limit when it refuses an over-long request with HTTP 400.
