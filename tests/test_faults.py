@@ -46,40 +46,37 @@ async def hanging_server(mode: str):
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
+def ask(mode: str, stall_timeout_s: float, request_timeout_s: float):
+    """One chat request from our client to the misbehaving test-double server."""
+
+    async def scenario():
+        server = await hanging_server(mode)
+        port = server.sockets[0].getsockname()[1]
+        client = StreamClient(f"http://127.0.0.1:{port}", "m", {}, stall_timeout_s, request_timeout_s)
+        record = await client.chat([{"role": "user", "content": "hi"}], 8, 0, 0)
+        await client.aclose()
+        server.close()
+        return record
+
+    return asyncio.run(scenario())
+
+
 @pytest.mark.parametrize("mode, status, error", [
     ("accept-never-answer", "timeout", "stream stalled: ReadTimeout"),
     ("stream-then-stall", "timeout", "stream stalled: ReadTimeout"),
     ("error-mid-stream", "failed", "server error mid-stream: CUDA error: out of memory"),
 ])
 def test_hung_or_broken_streams_become_failed_requests(mode, status, error):
-    async def scenario():
-        server = await hanging_server(mode)
-        port = server.sockets[0].getsockname()[1]
-        client = StreamClient(f"http://127.0.0.1:{port}", "m", {}, stall_timeout_s=1.0, request_timeout_s=10)
-        record = await client.chat([{"role": "user", "content": "hi"}], 8, 0, 0)
-        await client.aclose()
-        server.close()
-        return record
-
     started = time.monotonic()
-    record = asyncio.run(scenario())
+    record = ask(mode, stall_timeout_s=1.0, request_timeout_s=10)
     assert (record.status, record.error) == (status, error)
     assert time.monotonic() - started < 5
     if mode == "stream-then-stall":
-        assert record.content_chunks == 3  # what arrived before the stall is kept
+        assert record.content_chunks == 3 and record.content == "t0t1t2"  # what arrived before the stall is kept
 
 
 def test_client_side_request_timeout():
-    async def scenario():
-        server = await hanging_server("stream-then-stall")
-        port = server.sockets[0].getsockname()[1]
-        client = StreamClient(f"http://127.0.0.1:{port}", "m", {}, stall_timeout_s=30, request_timeout_s=1.5)
-        record = await client.chat([{"role": "user", "content": "hi"}], 8, 0, 0)
-        await client.aclose()
-        server.close()
-        return record
-
-    record = asyncio.run(scenario())
+    record = ask("stream-then-stall", stall_timeout_s=30, request_timeout_s=1.5)
     assert record.status == "timeout" and record.error == "no complete answer within 2 s"
 
 
