@@ -2,7 +2,6 @@
 (Debian's slurm-wlm, started by scripts/slurm-local-cluster.sh), landing in the same results table."""
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -117,12 +117,13 @@ def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[st
     for field, why in WHY_IT_MATTERS.items():
         if field in axes or field not in records.columns:
             continue
-        values_by_row: dict[int, tuple[str, ...]] = {}
-        for row, group in records.groupby(row_column, sort=True):
-            values_by_row[int(row)] = tuple(sorted({format_value(v) for v in group[field].tolist()}))
-        distinct = {v for values in values_by_row.values() for v in values}
-        if len(distinct) > 1:
-            found.append(Caveat(field, values_by_row, why))
+        # Distinct (row, value) pairs first: the per-row sets come from a few hundred pairs, not every record.
+        pairs = records[[row_column, field]].astype(object).drop_duplicates()
+        pairs["shown"] = [format_value(v) for v in pairs[field]]
+        if pairs["shown"].nunique() <= 1:
+            continue
+        values_by_row = {int(row): tuple(sorted(set(group))) for row, group in pairs.groupby(row_column, sort=True)["shown"]}
+        found.append(Caveat(field, values_by_row, why))
     return found
 
 
