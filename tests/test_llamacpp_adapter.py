@@ -47,7 +47,40 @@ def test_kv_pool_from_the_real_log_counts_every_sequence():
     assert facts.kv_cache_mib * 2**20 / facts.kv_pool_tokens == 30 * 3 * 64 * 2 * 2
     assert facts.n_ctx == 4096 and facts.slots == 2
     assert facts.extra["draft_kv_pool_tokens"] == 4096
-    assert round(facts.model_mib, 2) == 106.46  # CPU_Mapped 98.87 + CPU_REPACK 7.59 of the target model
+    # CPU_REPACK (7.59 MiB) is a rearranged copy of tensors CPU_Mapped (98.87 MiB, the whole file) holds.
+    assert facts.model_mib == 98.87 and facts.extra["repack_mib"] == 7.59
+    assert facts.weights_file_mib == 98.87 and facts.weights_bpw == 6.17
+    assert facts.backend == "CPU" and facts.offloaded_layers == 0
+    assert facts.extra["draft_model_mib"] == 92.10  # the draft's own section, not added to the target
+
+
+def test_older_unified_prefix_with_seqs_without_a_slash_and_a_cuda_offload():
+    facts = adapter.parse_log((FIXTURES / "kv-unified-old-from-source.log").read_text())
+    assert facts.kv_pool_tokens == 4096 and facts.kv_cache_mib == 1536.0 and facts.kv_dtype == "f16"
+    assert facts.backend == "CUDA0" and (facts.offloaded_layers, facts.model_layers) == (33, 33)
+    assert facts.model_mib == pytest.approx(3820.93 + 281.81)  # the embeddings stay in CPU_Mapped
+    assert "draft_kv_pool_tokens" not in facts.extra
+
+
+def test_a_kv_line_without_seqs_is_one_stream():
+    line = ("llama_kv_cache_unified: size = 1024.00 MiB (  8192 cells,  32 layers), "
+            "K (q8_0):  512.00 MiB, V (q8_0):  512.00 MiB")
+    facts = adapter.parse_log(line)
+    assert facts.kv_pool_tokens == 8192 and facts.kv_dtype == "q8_0"
+
+
+def test_a_sliding_window_models_second_kv_line_is_its_swa_cache_not_a_draft():
+    facts = adapter.parse_log((FIXTURES / "kv-iswa-from-source.log").read_text())
+    assert facts.kv_pool_tokens == 131072  # the full-attention cache bounds the context
+    assert facts.kv_cache_mib == 3072.0 + 18.0
+    assert facts.extra["swa_kv_pool_tokens"] == 768 and "draft_kv_pool_tokens" not in facts.extra
+    assert facts.weights_file_mib == pytest.approx(3.84 * 1024) and facts.weights_bpw == 8.5
+    assert facts.backend == "CUDA0" and facts.offloaded_layers == 13
+
+
+def test_version_from_props_build_info():
+    assert adapter.parse_version({"build_info": "b11434-0c1f39a3"}) == "b11434-0c1f39a3"
+    assert adapter.parse_version({}) == "unknown"
 
 
 def test_a_log_without_the_verbose_line_yields_no_pool_rather_than_a_guess():
@@ -68,7 +101,7 @@ def test_nospec_server_exports_zero_counters():
 
 
 def test_a_changed_metrics_format_fails_loudly():
-    with pytest.raises(prometheus.MetricsFormatError, match=r"/metrics line 2: value .=. is not a number"):
+    with pytest.raises(prometheus.MetricsFormatError, match=r"not in the Prometheus exposition format: .*'='"):
         adapter.spec_counters("# HELP x\nllamacpp:spec_decode_num_drafts_total = 12\n")
 
 

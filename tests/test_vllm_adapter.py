@@ -61,7 +61,22 @@ def test_vllm_spec_counters_per_position_and_cache_config_info():
     counters = vllm.spec_counters(text)
     assert 1 + counters.accepted / counters.drafts == pytest.approx(2.17)
     assert {p: v / counters.drafts for p, v in counters.accepted_per_pos.items()} == {0: 0.62, 1: 0.35, 2: 0.20}
-    assert vllm.facts_from_metrics(text) == {"cache_dtype": "fp8", "block_size": "16", "kv_pool_tokens": 184242}
+    facts = vllm.facts_from_metrics(text)
+    assert (facts.kv_dtype, facts.kv_pool_tokens, facts.extra["block_size"]) == ("fp8", 184242, 16)
+
+
+def test_vllm_kv_dtype_auto_is_the_models_dtype_from_the_engine_config_line():
+    # The engine config line as vLLM V1 prints it (quoted from public logs; the CPU capture here cuts it short).
+    line = ("INFO [core.py:74] Initializing a V1 LLM engine (v0.10.1) with config: model='m', dtype=torch.bfloat16, "
+            "max_seq_len=8192, quantization=None, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda")
+    facts = vllm.parse_log(line)
+    assert facts.kv_dtype == "bfloat16" and facts.extra["model_dtype"] == "bfloat16"
+    assert vllm.parse_log(line.replace("kv_cache_dtype=auto", "kv_cache_dtype=fp8_e4m3")).kv_dtype == "fp8_e4m3"
+
+
+def test_vllm_model_loading_is_in_gib():
+    facts = vllm.parse_log((FIXTURES / "vllm/server-old-two-line.log").read_text())
+    assert facts.model_mib == pytest.approx(18.41 * 1024)
 
 
 def test_vllm_fixed_length_fields():

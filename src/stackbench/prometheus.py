@@ -1,39 +1,36 @@
-"""A small parser for the Prometheus text exposition format the three engines serve on /metrics."""
+"""The /metrics text the three engines serve, read through prometheus_client's own parsers.
+
+Prometheus text format 0.0.4 by default; OpenMetrics (the text ends with "# EOF", and may carry
+exemplars) when a server answers in it. Samples are keyed by name and sorted labels, so a counter's
+series can be summed or split by one label.
+"""
 
 from __future__ import annotations
 
-import re
-
-_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)(?:\s+\d+)?$')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-_LABELS = re.compile(r'\s*(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"\s*(?:,\s*|$))*')
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+from prometheus_client.parser import text_string_to_metric_families as text_families
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 class MetricsFormatError(ValueError):
-    """A /metrics line that is not in the exposition format; raised instead of recording a wrong number."""
+    """/metrics text that is not in the exposition format; raised instead of recording a wrong number."""
+
+
+def families(text: str) -> list:
+    """Every metric family in `text` (prometheus_client Metric objects); MetricsFormatError when the
+    parser refuses it."""
+    parser = openmetrics_families if text.rstrip().endswith("# EOF") else text_families
+    try:
+        return list(parser(text))
+    except ValueError as err:
+        raise MetricsFormatError(f"/metrics is not in the Prometheus exposition format: {err}") from None
 
 
 def parse(text: str) -> Samples:
-    """name + sorted labels -> value. Comment lines (# HELP, # TYPE) are skipped."""
-    samples: Samples = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if not match:
-            raise MetricsFormatError(f"/metrics line {number} is not a Prometheus sample: {line[:120]!r}")
-        if match["labels"] and not _LABELS.fullmatch(match["labels"]):
-            raise MetricsFormatError(f"/metrics line {number}: labels are not name=\"value\" pairs: {line[:120]!r}")
-        labels = tuple(sorted(_LABEL.findall(match["labels"] or "")))
-        try:
-            value = float(match["value"])
-        except ValueError:
-            raise MetricsFormatError(f"/metrics line {number}: value {match['value']!r} is not a number") from None
-        samples[(match["name"], labels)] = value
-    return samples
+    """name + sorted labels -> value, over every sample of every family."""
+    return {(sample.name, tuple(sorted(sample.labels.items()))): float(sample.value)
+            for family in families(text) for sample in family.samples}
 
 
 def value(samples: Samples, name: str, **labels: str) -> float | None:

@@ -30,15 +30,32 @@ class SpecCounters:
 
 @dataclass
 class ServerFacts:
-    """What the engine says about itself at start-up (log lines, /props): pool sizes, memory, context."""
+    """What the engine says about itself at start-up (log lines, /metrics): pool sizes, memory, context.
+
+    Every size is the engine's own figure converted to MiB (vLLM and SGLang print GiB); None where the
+    engine did not say, never an estimate.
+    """
 
     kv_pool_tokens: int | None = None
     kv_cache_mib: float | None = None
     kv_dtype: str | None = None
-    model_mib: float | None = None
+    model_mib: float | None = None  # weights as loaded (engine's buffers / "Model loading took")
+    weights_file_mib: float | None = None  # llama.cpp `print_info: file size`: the bytes one decode step reads
+    weights_bpw: float | None = None  # llama.cpp `print_info: file size = ... (x BPW)`
+    backend: str | None = None  # where the weights live: "CPU", "CUDA0", "CUDA0+CUDA1", ...
+    offloaded_layers: int | None = None  # llama.cpp `offloaded N/M layers to GPU`: N
+    model_layers: int | None = None  # ... and M
     n_ctx: int | None = None
     slots: int | None = None
     extra: dict = field(default_factory=dict)
+
+    def fill_from(self, other: "ServerFacts") -> None:
+        """Take every fact `other` knows and this one does not (the log wins over /metrics)."""
+        for name in self.__dataclass_fields__:
+            if name == "extra":
+                self.extra = {**other.extra, **self.extra}
+            elif getattr(self, name) is None:
+                setattr(self, name, getattr(other, name))
 
 
 def counters_from_metrics(metrics_text: str, prefix: str) -> SpecCounters | None:
@@ -59,19 +76,32 @@ def counters_from_metrics(metrics_text: str, prefix: str) -> SpecCounters | None
 
 
 class Adapter(Protocol):
+    """Everything the run loop asks of an engine; every adapter implements every member."""
+
     engine: str  # the results contract's stack name
     engine_label: str  # the engine's own name for the basis column
-    health_path: str
+    health_path: str  # GET answers 200 once the server takes requests
+    version_path: str | None  # GET answers the engine version as JSON; None: the environment knows it
 
     def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]: ...
 
-    def request_extras(self, launch: Launch, output_tokens: int) -> dict: ...
+    def request_extras(self, launch: Launch, output_tokens: int) -> dict:
+        """Engine-specific request body fields (fixed output length, stream_options, ...)."""
 
     def parse_log(self, text: str) -> ServerFacts: ...
 
-    def spec_counters(self, metrics_text: str) -> SpecCounters | None: ...
+    def parse_version(self, reply: dict) -> str:
+        """The version from the JSON reply of `version_path` ("unknown" when it is not there)."""
 
-    def server_timings(self, final_chunk: dict) -> dict: ...
+    def facts_from_metrics(self, metrics_text: str) -> ServerFacts:
+        """Facts the log may lack, from one /metrics scrape; raises prometheus.MetricsFormatError."""
+
+    def spec_counters(self, metrics_text: str) -> SpecCounters | None:
+        """Cumulative speculative-decoding counters; None when the server does not speculate.
+        Raises prometheus.MetricsFormatError on text that is not the exposition format."""
+
+    def server_timings(self, final_chunk: dict) -> dict:
+        """The engine's own per-request figures from a streamed chunk, keys prefixed `server_`."""
 
 
 def render_flags(args: dict) -> list[str]:

@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import re
 
+from .. import prometheus
 from ..plan import Launch
 from .base import ServerFacts, SpecCounters, counters_from_metrics, render_flags
 
-# llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16):   72.00 MiB, V (f16):   72.00 MiB
+# One cache: "llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16): ..., V (f16): ..."
+# Older releases: prefix "llama_kv_cache_unified:", and "1 seqs", "1/ 1 seqs" or no seqs at all. After
+# the slash comes the number of streams: each of them has `cells` of its own (one when kv_unified).
 KV_CACHE = re.compile(
-    r"llama_kv_cache: size =\s*(?P<mib>[\d.]+) MiB \(\s*(?P<cells>\d+) cells,\s*(?P<layers>\d+) layers,"
-    r"\s*(?P<seqs>\d+)/(?P<seqs_max>\d+) seqs\), K \((?P<k>\w+)\):\s*[\d.]+ MiB, V \((?P<v>\w+)\):\s*[\d.]+ MiB"
+    r"llama_kv_cache(?:_unified)?: size =\s*(?P<mib>[\d.]+) MiB \(\s*(?P<cells>\d+) cells,\s*(?P<layers>\d+) layers"
+    r"(?:,\s*(?P<seqs>\d+)(?:/\s*(?P<streams>\d+))? seqs)?\), K \((?P<k>\w+)\):\s*[\d.]+ MiB, V \((?P<v>\w+)\):\s*[\d.]+ MiB"
 )
+# Sliding-window models build two caches per model: "llama_kv_cache_iswa: creating     SWA KV cache, ..."
+SWA_CACHE = re.compile(r"llama_kv_cache(?:_unified)?_iswa: creating\s+SWA KV cache")
+# One section per model file: the target first, then a draft model's, each opened by its print_info block.
+MODEL_SECTION = re.compile(r"print_info: file format")
+FILE_SIZE = re.compile(r"print_info: file size\s*=\s*(?P<size>[\d.]+) (?P<unit>[KMG]iB) \((?P<bpw>[\d.]+) BPW\)")
 MODEL_BUFFER = re.compile(r"load_tensors:\s+(?P<buffer>\S+) model buffer size =\s*(?P<mib>[\d.]+) MiB")
+OFFLOADED = re.compile(r"offloaded (?P<n>\d+)/(?P<m>\d+) layers to GPU")
+# Host-side buffers: CPU_REPACK is a rearranged copy of tensors CPU_Mapped already holds, so it is kept
+# apart; CUDA_Host is pinned host memory for a device. Every other buffer name is a device (CUDA0, ...).
+HOST_BUFFERS = ("CPU", "CPU_Mapped", "CPU_REPACK", "CUDA_Host")
 N_CTX = re.compile(r"llama_context: n_ctx\s+=\s*(?P<n>\d+)")
-KV_UNIFIED = re.compile(r"llama_context: kv_unified\s+=\s*(?P<unified>true|false)")
 N_SLOTS = re.compile(r"initializing, n_slots = (?P<slots>\d+), n_ctx_slot = (?P<ctx>\d+)")
 
 SPEC_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp", "eagle": "draft-eagle3",
@@ -25,6 +36,7 @@ class LlamaCppAdapter:
     engine = "llamacpp"
     engine_label = "llama.cpp"
     health_path = "/health"
+    version_path = "/props"
 
     def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
         args = dict(launch.server_args)
@@ -49,28 +61,17 @@ class LlamaCppAdapter:
         return {"ignore_eos": True, "n_predict": output_tokens, "cache_prompt": True}
 
     def parse_log(self, text: str) -> ServerFacts:
-        """KV pool and memory from the start-up log (needs -lv 4 for the llama_kv_cache size line).
+        """KV pool, weights and placement from the start-up log (needs -lv 4 for the KV size line).
 
-        Without a unified KV cache each of the N sequences gets its own `cells`, so the pool holds
-        cells x N tokens (the MiB figure covers all of them). The first cache is the target model's; a
-        draft model prints its own lines after it.
+        The first model section is the target's; a draft model prints its own section after it.
         """
-        facts = ServerFacts()
-        kv = list(KV_CACHE.finditer(text))
-        unified = [m["unified"] == "true" for m in KV_UNIFIED.finditer(text)]
-        for index, match in enumerate(kv[:2]):
-            seqs = 1 if (unified[index] if index < len(unified) else True) else int(match["seqs_max"])
-            tokens, mib = int(match["cells"]) * seqs, float(match["mib"])
-            if index == 0:
-                facts.kv_pool_tokens, facts.kv_cache_mib = tokens, mib
-                facts.kv_dtype = match["k"] if match["k"] == match["v"] else f"K {match['k']} / V {match['v']}"
-                facts.extra["kv_layers"] = int(match["layers"])
-            else:
-                facts.extra["draft_kv_pool_tokens"], facts.extra["draft_kv_cache_mib"] = tokens, mib
-        target_part = text[: kv[0].start()] if kv else text
-        buffers = [float(m["mib"]) for m in MODEL_BUFFER.finditer(target_part)]
-        if buffers:
-            facts.model_mib = sum(buffers)
+        starts = [m.start() for m in MODEL_SECTION.finditer(text)] or [0]
+        sections = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+        facts = _model_facts(sections[0])
+        if len(sections) > 1:
+            draft = _model_facts(sections[1])
+            facts.extra.update(draft_kv_pool_tokens=draft.kv_pool_tokens, draft_kv_cache_mib=draft.kv_cache_mib,
+                               draft_model_mib=draft.model_mib)
         ctx = N_CTX.search(text)
         if ctx:
             facts.n_ctx = int(ctx["n"])
@@ -79,12 +80,57 @@ class LlamaCppAdapter:
             facts.slots = int(slots["slots"])
         return facts
 
+    def parse_version(self, reply: dict) -> str:
+        """/props `build_info`, e.g. "b11434-0c1f39a3"."""
+        return str(reply.get("build_info", "unknown"))
+
+    def facts_from_metrics(self, metrics_text: str) -> ServerFacts:
+        """llama.cpp's /metrics holds counters only; parsing it still checks the format."""
+        prometheus.parse(metrics_text)
+        return ServerFacts()
+
     def spec_counters(self, metrics_text: str) -> SpecCounters | None:
         return counters_from_metrics(metrics_text, "llamacpp")
 
     def server_timings(self, final_chunk: dict) -> dict:
         """llama.cpp puts `timings` on the last streamed chunk."""
         timings = final_chunk.get("timings") or {}
+        # prompt_n: prompt tokens actually processed (cache_n were reused from the KV cache).
         keep = ("prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
                 "predicted_per_second", "cache_n", "draft_n", "draft_n_accepted")
         return {f"server_{k}": timings[k] for k in keep if k in timings}
+
+
+def _model_facts(section: str) -> ServerFacts:
+    """Facts of one model's section of the log: its KV caches (a sliding-window model has a full and a
+    SWA cache; the pool is the full one's, the memory both), its weights and where they are."""
+    facts = ServerFacts()
+    swa_at = [m.start() for m in SWA_CACHE.finditer(section)]
+    for match in KV_CACHE.finditer(section):
+        tokens, mib = int(match["cells"]) * int(match["streams"] or 1), float(match["mib"])
+        if swa_at and match.start() > swa_at[0]:
+            facts.extra["swa_kv_pool_tokens"], facts.extra["swa_kv_cache_mib"] = tokens, mib
+            facts.kv_cache_mib = (facts.kv_cache_mib or 0.0) + mib
+            continue
+        facts.kv_pool_tokens, facts.kv_cache_mib = tokens, mib
+        facts.kv_dtype = match["k"] if match["k"] == match["v"] else f"K {match['k']} / V {match['v']}"
+        facts.extra["kv_layers"] = int(match["layers"])
+    size = FILE_SIZE.search(section)
+    if size:
+        facts.weights_file_mib = float(size["size"]) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[size["unit"]]
+        facts.weights_bpw = float(size["bpw"])
+    buffers: dict[str, float] = {}
+    for match in MODEL_BUFFER.finditer(section):
+        buffers[match["buffer"]] = buffers.get(match["buffer"], 0.0) + float(match["mib"])
+    if buffers:
+        facts.model_mib = sum(mib for name, mib in buffers.items() if name != "CPU_REPACK")
+        if "CPU_REPACK" in buffers:
+            facts.extra["repack_mib"] = buffers["CPU_REPACK"]
+        devices = sorted(name for name in buffers if name not in HOST_BUFFERS)
+        facts.backend = "+".join(devices) if devices else "CPU"
+    offloaded = OFFLOADED.search(section)
+    if offloaded:
+        facts.offloaded_layers, facts.model_layers = int(offloaded["n"]), int(offloaded["m"])
+    elif buffers:
+        facts.offloaded_layers = 0  # a CPU build prints no offload line
+    return facts

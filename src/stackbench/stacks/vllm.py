@@ -16,6 +16,16 @@ MAX_CONCURRENCY = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens pe
 MODEL_LOAD = re.compile(r"Model loading took (?P<gib>[\d.]+) GiB")
 KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")
 SPEC_NUM = re.compile(r"num_spec_tokens=(?P<n>\d+)")
+# The engine config line: "... with config: model=..., dtype=torch.bfloat16, ..., kv_cache_dtype=auto, ..."
+MODEL_DTYPE = re.compile(r"with config: .*?\bdtype=(?:torch\.)?(?P<dtype>\w+)")
+KV_CACHE_DTYPE = re.compile(r"\bkv_cache_dtype=(?P<dtype>\w+)")
+
+
+def _kv_dtype(cache_dtype: str | None, model_dtype: str | None) -> str | None:
+    """vLLM's cache_dtype "auto" means the model's dtype."""
+    if cache_dtype == "auto":
+        return model_dtype or "auto (model dtype)"
+    return cache_dtype
 
 
 class VllmAdapter:
@@ -56,26 +66,33 @@ class VllmAdapter:
             facts.n_ctx = int(concurrency["len"].replace(",", ""))
         load = MODEL_LOAD.search(text)
         if load:
-            facts.model_mib = float(load["gib"]) * 1024
+            facts.model_mib = float(load["gib"]) * 1024  # vLLM prints GiB (bytes / 2**30)
         memory = KV_MEMORY.search(text)
         if memory:
             facts.kv_cache_mib = float(memory["gib"]) * 1024
         spec = SPEC_NUM.search(text)
         if spec:
             facts.extra["num_spec_tokens_logged"] = int(spec["n"])
+        model_dtype, cache_dtype = MODEL_DTYPE.search(text), KV_CACHE_DTYPE.search(text)
+        if model_dtype:
+            facts.extra["model_dtype"] = model_dtype["dtype"]
+        if cache_dtype:
+            facts.kv_dtype = _kv_dtype(cache_dtype["dtype"], facts.extra.get("model_dtype"))
         return facts
 
-    def facts_from_metrics(self, metrics_text: str) -> dict:
-        """vllm:cache_config_info carries the cache config as labels (pool size in 0.33)."""
-        samples = prometheus.parse(metrics_text)
-        for (name, labels), _ in samples.items():
-            if name == "vllm:cache_config_info":
-                info = dict(labels)
-                out = {"cache_dtype": info.get("cache_dtype"), "block_size": info.get("block_size")}
-                if info.get("kv_cache_size_tokens") not in (None, "None"):
-                    out["kv_pool_tokens"] = int(float(info["kv_cache_size_tokens"]))
-                return out
-        return {}
+    def facts_from_metrics(self, metrics_text: str) -> ServerFacts:
+        """vllm:cache_config_info carries the cache config as labels (the pool size since 0.33)."""
+        facts = ServerFacts()
+        for family in prometheus.families(metrics_text):
+            if family.name == "vllm:cache_config_info":
+                for sample in family.samples[:1]:
+                    info = sample.labels
+                    facts.kv_dtype = _kv_dtype(info.get("cache_dtype"), None)
+                    if info.get("block_size"):
+                        facts.extra["block_size"] = int(info["block_size"])
+                    if info.get("kv_cache_size_tokens") not in (None, "None"):
+                        facts.kv_pool_tokens = int(float(info["kv_cache_size_tokens"]))
+        return facts
 
     def spec_counters(self, metrics_text: str) -> SpecCounters | None:
         return counters_from_metrics(metrics_text, "vllm")
