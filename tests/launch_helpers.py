@@ -1,0 +1,57 @@
+"""Launch objects for launcher tests, and an engine adapter test double (not a real engine: it starts a
+small Python HTTP server, because these tests are about process handling)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+from stackbench import plan
+
+DOUBLE_SERVER = textwrap.dedent("""
+    import http.server, json, os, sys
+    mode, port, env_out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    open(env_out, "a").write(json.dumps({"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
+    if mode == "bind-fails-once" and not os.path.exists(env_out + ".failed"):
+        open(env_out + ".failed", "w").close()
+        print("error: couldn't bind HTTP server socket, hostname: 127.0.0.1, port:", port, flush=True); sys.exit(1)
+    if mode == "exit":
+        print("fatal: cannot load model", flush=True); sys.exit(3)
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b'{"status":"ok"}')
+        def log_message(self, *a): pass
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+""")
+
+
+def make_launch(tmp_path: Path, engine: str = "llamacpp", model_path: str | None = None, **overrides) -> plan.Launch:
+    model = plan.Model(name="tiny", path=model_path or str(tmp_path / "tiny.gguf"), quant="Q4_K_M", prepare=None)
+    fields = dict(node="ci-cpu", stack_config=engine, engine=engine, variant="nospec", spec_method="none",
+                  spec_engine_type=None, spec_tokens=None, spec_extra={}, server_args={}, model=model,
+                  draft_model=None, launch_mode="native", launch_target=None, env_name=engine, context_len=2048,
+                  bind_host="127.0.0.1")
+    return plan.Launch(**{**fields, **overrides})
+
+
+class DoubleAdapter:
+    """Test double of an engine adapter: argv starts DOUBLE_SERVER in the given mode."""
+
+    engine = "llamacpp"
+    engine_label = "test double"
+    health_path = "/health"
+
+    def __init__(self, tmp_path: Path, mode: str):
+        self.script = tmp_path / "double_server.py"
+        self.script.write_text(DOUBLE_SERVER)
+        self.mode, self.env_out = mode, tmp_path / "spawns.jsonl"
+
+    def argv(self, launch, binary, host, port, threads):
+        return [binary, str(self.script), self.mode, str(port), str(self.env_out)]
+
+    def spawns(self) -> list[str]:
+        return self.env_out.read_text().splitlines() if self.env_out.exists() else []
+
+
+PYTHON = sys.executable
