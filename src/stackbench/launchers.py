@@ -254,7 +254,8 @@ class _ProcessLauncher:
         if missing:
             raise missing
 
-    def _argv(self, host: str, port: int) -> list[str]:
+    def server_argv(self, host: str, port: int) -> list[str]:
+        """The command that starts a server listening on host:port."""
         raise NotImplementedError
 
     def _env(self) -> dict:
@@ -266,7 +267,7 @@ class _ProcessLauncher:
         host = self.launch.bind_host
         for attempt in range(1, PORT_ATTEMPTS + 1):
             port = free_port(host)
-            self.argv = self._argv(host, port)
+            self.argv = self.server_argv(host, port)
             self.base_url = f"http://{host}:{port}"
             self.server = ServerProcess(self.argv, self.log_path, self.base_url, self.adapter.health_path, env=self._env())
             self.server.start()
@@ -314,7 +315,7 @@ class NativeLauncher(_ProcessLauncher):
                               "run `snakemake --cores 1 report`")
         super()._prepare()
 
-    def _argv(self, host: str, port: int) -> list[str]:
+    def server_argv(self, host: str, port: int) -> list[str]:
         return self.adapter.argv(self.launch, self.binary, host, port, self.threads)
 
     def _env(self) -> dict:
@@ -439,7 +440,7 @@ class ImageLauncher(_ProcessLauncher):
             return f"b{llama['build']}-{llama['commit']}" if llama else "unknown"
         return text.strip().splitlines()[-1] if text.strip() else "unknown"
 
-    def _argv(self, host: str, port: int) -> list[str]:
+    def server_argv(self, host: str, port: int) -> list[str]:
         launch = _with_real_model_paths(self.launch)
         native = self.adapter.argv(launch, "<native binary>", host, port, self.threads)
         # Python engines start natively as `<python> -m <module>`: the image's entrypoint replaces all three.
