@@ -1,8 +1,12 @@
 """The load client: async httpx streaming against an OpenAI-compatible chat endpoint.
 
-Per request it records raw timestamps (perf_counter): submit, first chunk, first content token, every
-content chunk, end; plus the server's own token counts and timings. Aggregation happens later
-(analysis of these records), so a figure can always be traced back to the requests behind it.
+Per request it records raw timestamps (perf_counter): submit, first chunk, first token, every chunk that
+carries text, end; plus the server's own token counts and timings. Aggregation happens later (summary),
+so a figure can always be traced back to the requests behind it.
+
+What counts as a token, following vLLM `bench serve` (benchmarks/lib/endpoint_request_func.py): the
+first token is the first delta carrying `content` or `reasoning_content` / `reasoning`, so a reasoning
+model's thinking is measured like any other output; `counted_text` says which kinds arrived.
 """
 
 from __future__ import annotations
@@ -15,24 +19,36 @@ from dataclasses import asdict, dataclass, field
 
 import httpx
 
+# Where the engines put a reasoning parser's output: vLLM and SGLang `reasoning_content`; vLLM >= 0.10 and
+# llama.cpp may use `reasoning`.
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
 
 @dataclass
 class RequestRecord:
     stream: int
     turn: int
     t_submit: float
-    t_first_chunk: float | None = None
-    t_first_content: float | None = None
-    t_last_content: float | None = None
+    t_first_chunk: float | None = None  # first SSE data line of any kind (a role-only delta counts)
+    t_first_token: float | None = None  # first delta carrying content or reasoning
+    t_last_token: float | None = None
+    t_last_chunk: float | None = None  # last data line before [DONE] (vLLM's request latency ends here)
     t_end: float | None = None
     status: str = "ok"  # ok | rejected | failed | timeout
     http_status: int | None = None
     error: str | None = None
     content_chunks: int = 0
+    reasoning_chunks: int = 0
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
+    cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
     parts: list[str] = field(default_factory=list)  # content pieces as they arrived (kept on a timeout too)
-    chunk_times: list[float] = field(default_factory=list)
+    reasoning_parts: list[str] = field(default_factory=list)
+    chunk_times: list[float] = field(default_factory=list)  # arrival of every chunk carrying text
+    # Cumulative completion_tokens at each of those chunks, where the engine streams usage per chunk
+    # (vLLM `continuous_usage_stats`); empty otherwise.
+    chunk_token_counts: list[int] = field(default_factory=list)
     server: dict = field(default_factory=dict)
 
     @property
@@ -40,44 +56,98 @@ class RequestRecord:
         return "".join(self.parts)
 
     @property
+    def reasoning(self) -> str:
+        return "".join(self.reasoning_parts)
+
+    @property
+    def counted_text(self) -> str:
+        """Which kinds of text the token timings counted: "content", "reasoning+content", ..."""
+        kinds = [name for name, chunks in (("reasoning", self.reasoning_chunks), ("content", self.content_chunks)) if chunks]
+        return "+".join(kinds) or "none"
+
+    @property
     def tokens(self) -> int:
-        """Server-reported output tokens; the client's chunk count where the server reports none."""
-        return self.completion_tokens if self.completion_tokens is not None else self.content_chunks
+        """Server-reported output tokens (reasoning included); the client's chunk count where the server
+        reports none."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return self.content_chunks + self.reasoning_chunks
+
+    @property
+    def processed_prompt_tokens(self) -> int | None:
+        """Prompt tokens the engine actually ran through prefill: llama.cpp `timings.prompt_n`, else
+        usage.prompt_tokens minus usage.prompt_tokens_details.cached_tokens."""
+        if "server_prompt_n" in self.server:
+            return self.server["server_prompt_n"]
+        if self.prompt_tokens is None:
+            return None
+        return self.prompt_tokens - (self.cached_prompt_tokens or 0)
 
     @property
     def ttft_s(self) -> float | None:
-        return None if self.t_first_content is None else self.t_first_content - self.t_submit
+        """vLLM `bench serve` TTFT: submit to the first content-or-reasoning token."""
+        return None if self.t_first_token is None else self.t_first_token - self.t_submit
 
     @property
     def ttfc_s(self) -> float | None:
+        """Time to first chunk: submit to the first SSE data line, whatever it carries."""
         return None if self.t_first_chunk is None else self.t_first_chunk - self.t_submit
 
     @property
     def decode_tps(self) -> float | None:
         """Tokens after the first over the time after the first: TTFT excluded."""
-        if self.t_first_content is None or self.t_last_content is None or self.tokens < 2:
+        if self.t_first_token is None or self.t_last_token is None or self.tokens < 2:
             return None
-        span = self.t_last_content - self.t_first_content
+        span = self.t_last_token - self.t_first_token
         return (self.tokens - 1) / span if span > 0 else None
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """vLLM `bench serve` TPOT: (latency - TTFT) / (output tokens - 1), latency ending at the last chunk."""
+        if self.t_first_token is None or self.t_last_chunk is None or self.tokens < 2:
+            return None
+        return (self.t_last_chunk - self.t_first_token) / (self.tokens - 1) * 1000
 
     @property
     def e2e_tps(self) -> float | None:
         if self.t_end is None or self.tokens < 1:
             return None
-        return self.tokens / ((self.t_last_content or self.t_end) - self.t_submit)
+        return self.tokens / ((self.t_last_token or self.t_end) - self.t_submit)
 
-    def inter_token_ms(self) -> list[float]:
+    def inter_chunk_ms(self) -> list[float]:
+        """Gaps between consecutive text-carrying chunks: one per chunk, whatever it carries."""
         return [(b - a) * 1000 for a, b in zip(self.chunk_times, self.chunk_times[1:])]
+
+    def per_token_itl_ms(self) -> list[float]:
+        """Inter-token latency per token, SGLang `bench_serving` style: a chunk's gap divided by the tokens
+        it carries, once per token. Tokens per chunk come from streamed usage where the engine sends it
+        (a gap with no new token rolls into the next, as there); otherwise the final count is spread
+        evenly over the chunks, which weights every gap alike (one entry per chunk keeps percentiles)."""
+        if len(self.chunk_token_counts) == len(self.chunk_times) > 1:
+            itl, last_time, last_count = [], self.chunk_times[0], self.chunk_token_counts[0]
+            for now, count in zip(self.chunk_times[1:], self.chunk_token_counts[1:]):
+                new = count - last_count
+                if new <= 0:
+                    continue
+                itl += [(now - last_time) * 1000 / new] * new
+                last_time, last_count = now, count
+            return itl
+        chunks = len(self.chunk_times)
+        if chunks < 2 or self.completion_tokens is None:
+            return []
+        tokens_per_chunk = self.completion_tokens / chunks
+        return [gap / tokens_per_chunk for gap in self.inter_chunk_ms()]
 
     def to_row(self) -> dict:
         row = asdict(self)
-        row.pop("chunk_times")
-        row.pop("server")
-        row.pop("parts")
+        for bulky in ("chunk_times", "chunk_token_counts", "server", "parts", "reasoning_parts"):
+            row.pop(bulky)
         row["content"] = self.content[:200]
+        row["content_chars"], row["reasoning_chars"] = len(self.content), len(self.reasoning)
         row.update(self.server)
-        row.update(ttft_s=self.ttft_s, ttfc_s=self.ttfc_s, decode_tps=self.decode_tps, e2e_tps=self.e2e_tps,
-                   tokens=self.tokens)
+        row.update(ttft_s=self.ttft_s, ttfc_s=self.ttfc_s, decode_tps=self.decode_tps, tpot_ms=self.tpot_ms,
+                   e2e_tps=self.e2e_tps, tokens=self.tokens, counted_text=self.counted_text,
+                   processed_prompt_tokens=self.processed_prompt_tokens)
         return row
 
 
@@ -145,12 +215,20 @@ class StreamClient:
                     if payload == b"[DONE]":
                         done = True  # some servers keep the connection open after it
                         break
-                    if not self._take(record, json.loads(payload), payload, now, final_hook):
+                    try:
+                        chunk = json.loads(payload)
+                    except ValueError:
+                        chunk = None
+                    if not isinstance(chunk, dict):
+                        record.status = "failed"
+                        record.error = f"SSE data line is not a JSON object: {payload[:120].decode(errors='replace')!r}"
+                        return
+                    if not self._take(record, chunk, payload, now, final_hook):
                         return
                 if done:
                     break
-        if record.t_first_content is None and record.status == "ok":
-            record.status, record.error = "failed", "stream ended without any content"
+        if record.t_first_token is None and record.status == "ok":
+            record.status, record.error = "failed", "stream ended without any content or reasoning"
 
     @staticmethod
     def _take(record: RequestRecord, chunk: dict, payload: bytes, now: float, final_hook) -> bool:
@@ -158,19 +236,31 @@ class StreamClient:
         if "error" in chunk:
             record.status, record.error = "failed", f"server error mid-stream: {_error_message(payload.decode())}"
             return False
-        for choice in chunk.get("choices") or []:
-            text = (choice.get("delta") or {}).get("content")
-            if text:
-                if record.t_first_content is None:
-                    record.t_first_content = now
-                record.t_last_content = now
-                record.chunk_times.append(now)
-                record.content_chunks += 1
-                record.parts.append(text)
+        record.t_last_chunk = now
         usage = chunk.get("usage")
+        carried_text = False
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            reasoning = next((delta[name] for name in REASONING_FIELDS if delta.get(name)), None)
+            if reasoning:
+                record.reasoning_chunks += 1
+                record.reasoning_parts.append(reasoning)
+            if delta.get("content"):
+                record.content_chunks += 1
+                record.parts.append(delta["content"])
+            carried_text = carried_text or bool(reasoning or delta.get("content"))
+        if carried_text:
+            if record.t_first_token is None:
+                record.t_first_token = now
+            record.t_last_token = now
+            record.chunk_times.append(now)
+            if usage and usage.get("completion_tokens") is not None:
+                record.chunk_token_counts.append(usage["completion_tokens"])
         if usage:
             record.completion_tokens = usage.get("completion_tokens")
             record.prompt_tokens = usage.get("prompt_tokens")
+            record.cached_prompt_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            record.reasoning_tokens = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
         if final_hook is not None:
             record.server.update(final_hook(chunk))
         return True

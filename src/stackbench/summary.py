@@ -1,8 +1,10 @@
 """Turn one cell's raw request records and counter deltas into results-contract figures.
 
 A cell is (workload, concurrency, power cap) inside one launch; it has several repeats. Per-repeat
-figures are summarised as the median with min and max; counter-based figures (acceptance) are pooled
-over the whole cell from counter deltas, never read from a cumulative gauge.
+figures are summarised as the median with min and max; latency distributions (TPOT, ITL, inter-chunk
+latency) are percentiles over every request or token of the cell, each with its sample count;
+counter-based figures (acceptance) are pooled over the whole cell from counter deltas, never read from a
+cumulative gauge.
 """
 
 from __future__ import annotations
@@ -10,8 +12,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+import numpy
+
 from .client import RequestRecord
 from .stacks.base import SpecCounters
+
+# A percentile from fewer samples than this says so in its note.
+FEW_SAMPLES = 100
 
 
 @dataclass(frozen=True)
@@ -34,10 +41,18 @@ def _median_figure(metric: str, per_repeat: list[float], unit: str, ttft_include
     return Figure(metric, statistics.median(values), unit, "median", len(values), min(values), max(values), ttft_included)
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
+def percentile_figures(name: str, values: list[float], unit: str, what: str, median_metric: str | None = None) -> list[Figure]:
+    """Median and p90/p99 of `values` (numpy's linear interpolation, as vLLM `bench serve` reports them),
+    each with its sample count; a percentile from fewer than FEW_SAMPLES samples says so. The median is
+    `<name>_p50_<unit>` unless `median_metric` names it."""
+    if not values:
+        return []
+    n = len(values)
+    few = f"; only {n} samples (fewer than {FEW_SAMPLES}): a rough percentile" if n < FEW_SAMPLES else ""
+    return [Figure((q == 50 and median_metric) or f"{name}_p{q}_{unit}", float(numpy.percentile(values, q)), unit,
+                   "median" if q == 50 else f"p{q}", n, float(min(values)), float(max(values)),
+                   note=f"{what}, {q}th percentile{few}")
+            for q in (50, 90, 99)]
 
 
 def repeat_figures(records: list[RequestRecord]) -> dict[str, float | None]:
@@ -50,15 +65,17 @@ def repeat_figures(records: list[RequestRecord]) -> dict[str, float | None]:
     first = [r for r in ok if r.turn == 0]
     later = [r for r in ok if r.turn > 0]
     t0 = min(r.t_submit for r in ok)
-    t1 = max(r.t_last_content or r.t_end for r in ok)
-    # Prefill rate counts the prompt tokens the server actually processed (cached ones excluded) where
-    # it reports them, over the client-side TTFT.
-    prefill = [r.server.get("server_prompt_n", r.prompt_tokens) / r.ttft_s for r in ok
-               if r.server.get("server_prompt_n", r.prompt_tokens) and r.ttft_s]
-    server_prefill = [r.server.get("server_prompt_per_second") for r in ok if r.server.get("server_prompt_per_second")]
-    server_decode = [r.server.get("server_predicted_per_second") for r in ok if r.server.get("server_predicted_per_second")]
+    t1 = max(r.t_last_token or r.t_end for r in ok)
+    # Prefill rate: prompt tokens the engine actually processed (cached ones excluded: llama.cpp
+    # `timings.prompt_n`, else usage prompt_tokens - prompt_tokens_details.cached_tokens) over the
+    # client-side TTFT; the client-side counterpart of llama.cpp `timings.prompt_per_second`.
+    prefill = [r.processed_prompt_tokens / r.ttft_s for r in ok if r.processed_prompt_tokens and r.ttft_s]
+    server_prefill = [r.server["server_prompt_per_second"] for r in ok if r.server.get("server_prompt_per_second")]
+    server_decode = [r.server["server_predicted_per_second"] for r in ok if r.server.get("server_predicted_per_second")]
     return {
+        # Decode rate per request: (output tokens - 1) / (last token - first token), mean over requests.
         "decode_tps": statistics.mean(decode) if decode else None,
+        # Output throughput as vLLM `bench serve` "Output token throughput": all output tokens / wall time.
         "aggregate_tps": sum(r.tokens for r in ok) / (t1 - t0) if t1 > t0 else None,
         "e2e_tps": statistics.mean([r.e2e_tps for r in ok if r.e2e_tps]) if any(r.e2e_tps for r in ok) else None,
         "ttft_s": statistics.mean(ttft) if ttft else None,
@@ -66,16 +83,31 @@ def repeat_figures(records: list[RequestRecord]) -> dict[str, float | None]:
         "ttft_first_turn_s": statistics.mean([r.ttft_s for r in first if r.ttft_s is not None]) if later else None,
         "ttft_later_turns_s": statistics.mean([r.ttft_s for r in later if r.ttft_s is not None]) if later else None,
         "prefill_tps": statistics.mean(prefill) if prefill else None,
-        "tpot_ms": 1000 / statistics.mean(decode) if decode else None,
         "server_decode_tps": statistics.mean(server_decode) if server_decode else None,
         "server_prefill_tps": statistics.mean(server_prefill) if server_prefill else None,
     }
 
 
 UNITS = {"decode_tps": "tok/s", "aggregate_tps": "tok/s", "e2e_tps": "tok/s", "ttft_s": "s", "ttfc_s": "s",
-         "ttft_first_turn_s": "s", "ttft_later_turns_s": "s", "prefill_tps": "tok/s", "tpot_ms": "ms",
+         "ttft_first_turn_s": "s", "ttft_later_turns_s": "s", "prefill_tps": "tok/s",
          "server_decode_tps": "tok/s", "server_prefill_tps": "tok/s"}
 TTFT_INSIDE = {"aggregate_tps", "e2e_tps"}
+
+
+def tokens_per_chunk_source(records: list[RequestRecord]) -> str:
+    """How per-token ITL learnt each chunk's token count (for the figure's note and the row basis)."""
+    streamed = [r for r in records if r.chunk_token_counts]
+    if streamed and len(streamed) == len(records):
+        return "usage streamed per chunk"
+    return "final count spread over chunks" if not streamed else "usage per chunk where streamed, else spread"
+
+
+def cell_basis(repeats: list[list[RequestRecord]]) -> dict[str, str]:
+    """What the cell's token timings counted, for the rows' basis: which text kinds arrived
+    (`counted_text`, e.g. "reasoning+content") and where tokens per chunk came from."""
+    ok = [r for records in repeats for r in records if r.status == "ok"]
+    kinds = sorted({r.counted_text for r in ok}) or ["none"]
+    return {"counted_text": ",".join(kinds), "tokens_per_chunk": tokens_per_chunk_source(ok) if ok else "none"}
 
 
 def cell_figures(repeats: list[list[RequestRecord]], counters: SpecCounters | None) -> list[Figure]:
@@ -86,17 +118,25 @@ def cell_figures(repeats: list[list[RequestRecord]], counters: SpecCounters | No
                                 "yes" if metric in TTFT_INSIDE else "no")
         if figure:
             figures.append(figure)
-    gaps = [gap for records in repeats for r in records if r.status == "ok" for gap in r.inter_token_ms()]
-    if gaps:
-        n = len(repeats)
-        figures.append(Figure("itl_p50_ms", _percentile(gaps, 0.5), "ms", "median", n))
-        figures.append(Figure("itl_p99_ms", _percentile(gaps, 0.99), "ms", "peak", n, note="99th percentile of inter-chunk gaps"))
+    ok = [r for records in repeats for r in records if r.status == "ok"]
+    # TPOT per request as vLLM `bench serve` defines it, (latency - TTFT) / (output tokens - 1); then
+    # percentiles over requests.
+    figures += percentile_figures("tpot", [r.tpot_ms for r in ok if r.tpot_ms is not None], "ms",
+                                  "TPOT per request, (latency - TTFT) / (output tokens - 1) as vLLM bench serve",
+                                  median_metric="tpot_ms")
+    # Per-token ITL as SGLang `bench_serving`: each chunk's gap divided by the tokens it carries.
+    figures += percentile_figures("itl", [gap for r in ok for gap in r.per_token_itl_ms()], "ms",
+                                  f"per-token ITL, chunk gap / tokens in chunk ({tokens_per_chunk_source(ok)})")
+    # The raw gap between chunks, whatever each carries: inter-chunk latency, never called ITL.
+    figures += percentile_figures("icl", [gap for r in ok for gap in r.inter_chunk_ms()], "ms",
+                                  "inter-chunk latency, gap between text-carrying SSE chunks")
     figures += acceptance_figures(counters, len(repeats))
     return figures
 
 
 def acceptance_figures(delta: SpecCounters | None, repeats: int) -> list[Figure]:
-    """Acceptance length = 1 + accepted / drafts over the cell; rate and per-position rates besides."""
+    """Acceptance length = 1 + accepted / drafts over the cell (vLLM's and llama.cpp's mean acceptance
+    length from spec_decode_* counter deltas); rate = accepted / draft tokens; per-position rates."""
     if delta is None or delta.drafts <= 0:
         return []
     pooled = dict(stat="mean", n=repeats, note="pooled over the cell from /metrics counter deltas")
@@ -115,13 +155,3 @@ def acceptance_figures(delta: SpecCounters | None, repeats: int) -> list[Figure]
 
 def spread_is_wide(figure: Figure, ratio: float) -> bool:
     return bool(figure.value_min and figure.value_max and figure.value_max / figure.value_min > ratio)
-
-
-TELEMETRY_UNITS = {"power_w": "W", "power_p95_w": "W", "energy_j_per_token": "J/token", "vram_mib": "MiB"}
-
-
-def telemetry_figures(window: dict) -> list[Figure]:
-    """NVML figures of one cell (sampled every 0.5 s over its measured window)."""
-    stats = {"power_w": "mean", "power_p95_w": "peak", "energy_j_per_token": "mean", "vram_mib": "peak"}
-    return [Figure(metric, value, TELEMETRY_UNITS[metric], stats[metric], None, ttft_included="yes",
-                   note="NVML, sampled every 0.5 s over the cell") for metric, value in window.items()]

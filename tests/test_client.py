@@ -1,0 +1,88 @@
+"""The load client against the synthetic engine (tests/synthetic_engine.py, a test double with timing
+known in advance): which delta counts as the first token, what usage it keeps, how tokens per chunk
+are learnt, and broken streams that become failed requests instead of crashes."""
+
+import asyncio
+
+import pytest
+
+from stackbench.client import RequestRecord, StreamClient
+from synthetic_engine import SyntheticEngine, Timing
+
+CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+
+def one_request(timing: Timing, extras: dict | None = None) -> RequestRecord:
+    async def scenario(url):
+        client = StreamClient(url, "synthetic", extras or {}, stall_timeout_s=10, request_timeout_s=30)
+        try:
+            return await client.chat([{"role": "user", "content": "hi"}], timing.output_tokens, 0, 0)
+        finally:
+            await client.aclose()
+
+    with SyntheticEngine(timing) as engine:
+        return asyncio.run(scenario(engine.base_url))
+
+
+def test_the_first_token_is_the_first_reasoning_delta_not_the_first_content():
+    timing = Timing(ttft_s=0.3, interval_s=0.05, reasoning_tokens=30, content_tokens=6)
+    record = one_request(timing)
+    assert record.status == "ok"
+    assert record.ttft_s == pytest.approx(0.3, abs=0.05)  # content starts 0.3 + 10 x 0.05 s later
+    assert record.ttfc_s < 0.1  # the role-only chunk arrives at once
+    assert record.counted_text == "reasoning+content"
+    assert record.reasoning.startswith("t0 ") and record.content.startswith("t31 ")
+
+
+def test_usage_keeps_reasoning_and_cached_prompt_tokens():
+    timing = Timing(reasoning_tokens=12, content_tokens=6, interval_s=0.01, ttft_s=0.05)
+    record = one_request(timing)
+    assert (record.completion_tokens, record.reasoning_tokens) == (19, 13)
+    assert (record.prompt_tokens, record.cached_prompt_tokens) == (40, 8)
+    assert record.processed_prompt_tokens == 32  # prefill ran on the uncached tokens only
+    row = record.to_row()
+    assert row["counted_text"] == "reasoning+content" and row["reasoning_chars"] == len(record.reasoning)
+
+
+def test_llamacpp_prompt_n_is_the_processed_count():
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0, prompt_tokens=40, cached_prompt_tokens=None,
+                           server={"server_prompt_n": 12})
+    assert record.processed_prompt_tokens == 12
+
+
+def test_per_token_itl_from_usage_streamed_per_chunk():
+    timing = Timing(interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=15, content_tokens=15)
+    record = one_request(timing, CONTINUOUS_USAGE)
+    assert record.chunk_token_counts[:3] == [1, 4, 7]
+    itl = record.per_token_itl_ms()
+    assert len(itl) == 30  # one entry per token after the first
+    assert sorted(itl)[15] == pytest.approx(10.0, rel=0.1)  # 30 ms gap / 3 tokens
+    assert sorted(record.inter_chunk_ms())[5] == pytest.approx(30.0, rel=0.1)
+
+
+def test_per_token_itl_from_the_final_count_spread_over_chunks():
+    timing = Timing(interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=15, content_tokens=15)
+    record = one_request(timing)
+    assert record.chunk_token_counts == []
+    # 31 tokens over 11 chunks: each 30 ms gap counts as 30 / (31 / 11) ms per token.
+    assert sorted(record.per_token_itl_ms())[5] == pytest.approx(30.0 * 11 / 31, rel=0.1)
+
+
+def test_tpot_follows_vllm_latency_minus_ttft_over_tokens_after_the_first():
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0, t_first_token=0.5, t_last_token=1.4, t_last_chunk=1.5,
+                           completion_tokens=11)
+    assert record.tpot_ms == pytest.approx(100.0)  # (1.5 - 0.5) s / 10 tokens
+    assert record.decode_tps == pytest.approx(10 / 0.9)
+
+
+def test_a_non_json_data_line_fails_the_request_with_the_reason():
+    record = one_request(Timing(ttft_s=0.02, interval_s=0.01, broken_line_after=2))
+    assert record.status == "failed"
+    assert record.error == "SSE data line is not a JSON object: '<html>upstream reset</html>'"
+    assert record.reasoning.startswith("t0 ")  # what arrived before is kept
+
+
+def test_the_reasoning_field_counts_as_a_first_token_too():
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0)
+    assert StreamClient._take(record, {"choices": [{"delta": {"reasoning": "x"}}]}, b"", 1.0, None)
+    assert record.counted_text == "reasoning" and record.t_first_token == 1.0
