@@ -3,9 +3,13 @@ small Python HTTP server, because these tests are about process handling)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 from pathlib import Path
+
+import httpx
+import pytest
 
 from stackbench import plan
 
@@ -55,3 +59,25 @@ class DoubleAdapter:
 
 
 PYTHON = sys.executable
+
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMACPP_READY = ROOT / ".envs/llamacpp/ready.json"
+TEST_MODEL = ROOT / "data/models/smollm2-135m-q4-1.gguf"
+
+
+@pytest.fixture(scope="session")
+def llamacpp_env(request) -> dict:
+    """The pipeline-built llama.cpp environment's ready.json, built through the workflow if absent."""
+    if not (LLAMACPP_READY.exists() and TEST_MODEL.exists()):
+        request.getfixturevalue("engine_ready")
+    return json.loads(LLAMACPP_READY.read_text())
+
+
+def chat(base_url: str, max_tokens: int = 8) -> dict:
+    """One real completion request; returns the OpenAI-style reply."""
+    reply = httpx.post(base_url + "/v1/chat/completions", timeout=120,
+                       json={"model": "tiny", "max_tokens": max_tokens, "temperature": 0,
+                             "messages": [{"role": "user", "content": "Name a colour."}]})
+    reply.raise_for_status()
+    return reply.json()

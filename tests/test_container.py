@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from container_image import build_llamacpp_image, container_engine_problem
-from launch_helpers import make_launch
+from launch_helpers import TEST_MODEL, chat, llamacpp_env, make_launch  # noqa: F401  (llamacpp_env is a fixture)
 from stackbench.launchers import ImageLauncher, NotRunnable, ServerExited, container_name, group_members
 from stackbench.stacks import adapter_for
 
@@ -91,3 +91,150 @@ def test_a_missing_container_cli_is_not_runnable(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(NotRunnable, match=r"container CLI 'docker' not found .*runs.launch.container_cli in configs/nodes/ci-cpu.yaml"):
         image_launcher(tmp_path).start(5)
+
+
+# -- the real llama-server in a podman container ---------------------------------------------------
+
+DRIVER = textwrap.dedent("""
+    # Starts an image-mode server and holds it, handling signals as the run loop does: SIGTERM becomes
+    # KeyboardInterrupt (like SIGINT), so the launcher's stop() runs in `finally`.
+    import pickle, signal, sys, time
+    from stackbench.launchers import ImageLauncher
+    from stackbench.stacks import adapter_for
+
+    def raise_interrupted(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, raise_interrupted)
+    launch, out_dir = pickle.load(open(sys.argv[1], "rb"))
+    launcher = ImageLauncher(launch, adapter_for(launch.engine), out_dir, 2, None, "podman")
+    try:
+        launcher.start(300)
+        print("ready", launcher.pgid, flush=True)
+        time.sleep(600)
+    finally:
+        launcher.stop()
+""")
+
+
+@pytest.fixture(scope="session")
+def podman_image(llamacpp_env, tmp_path_factory):
+    problem = container_engine_problem("podman")
+    if problem:
+        pytest.skip(f"no container engine can run here: {problem}")
+    image = build_llamacpp_image("podman", Path(llamacpp_env["server"]), tmp_path_factory.mktemp("image"))
+    yield image
+    subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
+
+
+@pytest.fixture
+def real_launch(tmp_path, podman_image):
+    return make_launch(tmp_path, model_path=str(TEST_MODEL), launch_mode="image", launch_target=podman_image,
+                       node="ci-podman", server_args={"parallel": 1})
+
+
+def containers_named(name: str) -> list[str]:
+    listed = subprocess.run(["podman", "ps", "-a", "--filter", f"name=^{name}$", "--format", "{{.Names}}"],
+                            capture_output=True, text=True, check=True)
+    return listed.stdout.split()
+
+
+def processes_naming(name: str) -> list[int]:
+    """Live processes whose command line holds the container name (the podman client, conmon)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and name.encode() in (entry / "cmdline").read_bytes() \
+                    and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def assert_nothing_left(launcher_name: str, pgid: int | None) -> None:
+    assert containers_named(launcher_name) == []
+    assert processes_naming(launcher_name) == []
+    if pgid is not None:
+        assert group_members(pgid) == []
+
+
+@pytest.mark.integration
+def test_image_mode_serves_the_real_llama_server_and_leaves_nothing(tmp_path, real_launch, podman_image):
+    launcher = ImageLauncher(real_launch, adapter_for("llamacpp"), tmp_path / "run", 2, None, "podman")
+    try:
+        assert launcher.start(300) > 0
+        assert launcher.alive()
+        reply = chat(launcher.base_url)
+        assert reply["usage"]["completion_tokens"] > 0
+        assert reply["choices"][0]["message"]["content"]
+        identity = launcher.identity()
+        assert identity["launch_mode"] == "image" and identity["engine_image"] == podman_image
+        assert identity["engine_version"] == version_reported_by(Path(launcher.argv[0]).name, podman_image)
+        assert "llama_model_load" in launcher.log_text() or "model loaded" in launcher.log_text()
+    finally:
+        pgid = launcher.pgid
+        launcher.stop()
+    assert not launcher.alive()
+    assert_nothing_left(launcher.name, pgid)
+
+
+def version_reported_by(cli: str, image: str) -> str:
+    """What the image's own llama-server says, asked independently of the launcher."""
+    done = subprocess.run([cli, "run", "--rm", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+                           "--entrypoint", "/app/llama-server", image, "--version"], capture_output=True, text=True)
+    import re
+    found = re.search(r"version: (\d+) \((\w+)\)", done.stdout + done.stderr)
+    return f"b{found[1]}-{found[2]}"
+
+
+@pytest.mark.integration
+def test_a_failed_start_leaves_nothing(tmp_path, real_launch):
+    import dataclasses
+
+    broken = dataclasses.replace(real_launch, server_args={"no_such_flag": True})
+    launcher = ImageLauncher(broken, adapter_for("llamacpp"), tmp_path / "run", 2, None, "podman")
+    with pytest.raises(ServerExited, match="no-such-flag|invalid argument"):
+        launcher.start(300)
+    assert_nothing_left(launcher.name, launcher.pgid)
+
+
+def start_driver(tmp_path, launch) -> tuple[subprocess.Popen, int]:
+    import pickle
+
+    (tmp_path / "driver.py").write_text(DRIVER)
+    (tmp_path / "launch.pickle").write_bytes(pickle.dumps((launch, tmp_path / "run")))
+    driver = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "launch.pickle")],
+                              stdout=subprocess.PIPE, text=True)
+    line = driver.stdout.readline()
+    assert line.startswith("ready"), f"driver did not start the server: {line!r}"
+    return driver, int(line.split()[1])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_sigint_and_sigterm_remove_the_container(tmp_path, real_launch, signum):
+    driver, pgid = start_driver(tmp_path, real_launch)
+    name = container_name(real_launch)
+    assert containers_named(name) == [name]
+    driver.send_signal(signum)
+    assert driver.wait(timeout=60) != 0  # interrupted, not finished
+    assert_nothing_left(name, pgid)
+
+
+@pytest.mark.integration
+def test_a_container_left_by_a_hard_death_is_removed_at_the_next_start(tmp_path, real_launch):
+    driver, pgid = start_driver(tmp_path, real_launch)
+    name = container_name(real_launch)
+    driver.kill()
+    driver.wait(timeout=30)
+    time.sleep(1)
+    assert containers_named(name) == [name]  # SIGKILL runs no cleanup: the container outlives its launcher
+    launcher = ImageLauncher(real_launch, adapter_for("llamacpp"), tmp_path / "again", 2, None, "podman")
+    try:
+        launcher.start(300)
+        assert chat(launcher.base_url)["usage"]["completion_tokens"] > 0
+    finally:
+        launcher.stop()
+    assert_nothing_left(name, launcher.pgid)
+    assert group_members(pgid) == []  # the dead launcher's podman client went with its container

@@ -1,0 +1,88 @@
+"""External mode: a server somebody else started. Readiness and liveness really probe it; the basis the
+pipeline did not set (engine version, context length, TP, quantization) comes from the server's own
+reports or is unknown. The llama.cpp case runs a real llama-server started apart from the launcher; the
+vLLM and SGLang replies are fixtures written from their source (tests/fixtures/external/*-from-source*)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from launch_helpers import TEST_MODEL, chat, llamacpp_env, make_launch  # noqa: F401  (llamacpp_env is a fixture)
+from stackbench.launchers import SELF_REPORTS, ReadyTimeout, ServerProcess, free_port, open_launcher
+from stackbench.stacks import adapter_for
+
+FIXTURES = Path(__file__).parent / "fixtures/external"
+
+
+def external(tmp_path, url: str, engine: str = "llamacpp"):
+    launch = make_launch(tmp_path, engine=engine, launch_mode="external", launch_target=url, context_len=4096)
+    return open_launcher(launch, adapter_for(engine), {}, tmp_path / "run", None, None)
+
+
+@pytest.fixture
+def separate_llama_server(tmp_path, llamacpp_env):
+    """A llama-server started the way a person would, not by any launcher: 2 slots of 512 tokens."""
+    port = free_port()
+    argv = [llamacpp_env["server"], "--model", str(TEST_MODEL), "--host", "127.0.0.1", "--port", str(port),
+            "--ctx-size", "1024", "--parallel", "2", "--threads", "2"]
+    with ServerProcess(argv, tmp_path / "their-server.log", f"http://127.0.0.1:{port}", "/health") as server:
+        yield server
+
+
+@pytest.mark.integration
+def test_a_separately_started_llama_server_is_measured_with_its_own_basis(tmp_path, separate_llama_server):
+    launcher = external(tmp_path, separate_llama_server.base_url + "/")
+    assert launcher.start(ready_timeout_s=120) >= 0
+    assert launcher.argv == [] and launcher.base_url == separate_llama_server.base_url
+    assert chat(launcher.base_url)["usage"]["completion_tokens"] > 0
+    props = httpx.get(separate_llama_server.base_url + "/props").json()
+    assert launcher.identity() == {
+        "launch_mode": "external", "engine_image": "external endpoint",
+        "engine_version": props["build_info"],  # the server's word, not the environment's ready.json
+        "context_len": 1024,  # what the server runs with, not the node's context_len (4096)
+        "tp": None, "quant": "unknown",  # llama-server reports neither
+    }
+    assert launcher.alive()
+    launcher.stop()
+    assert launcher.alive() and separate_llama_server.alive()  # stop() leaves somebody else's server running
+    separate_llama_server.stop()
+    assert not launcher.alive()  # liveness really probes
+
+
+def test_an_unreachable_server_times_out_naming_the_url(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    launcher = external(tmp_path, url)
+    with pytest.raises(ReadyTimeout, match=f"not ready after 1 s at {url}/health"):
+        launcher.start(ready_timeout_s=1)
+    assert not launcher.alive()
+
+
+def replies(routes: dict[str, str]) -> httpx.Client:
+    """An httpx client whose transport answers from fixture files (a test double of the server)."""
+    def answer(request: httpx.Request) -> httpx.Response:
+        name = routes.get(request.url.path)
+        return httpx.Response(200, json=json.loads((FIXTURES / name).read_text())) if name else httpx.Response(404)
+    return httpx.Client(transport=httpx.MockTransport(answer))
+
+
+def test_vllm_reports_version_and_max_model_len_but_not_tp_or_quant():
+    client = replies({"/version": "vllm-version-from-source.json", "/v1/models": "vllm-v1-models-from-source.json"})
+    assert SELF_REPORTS["vllm"](client, "http://vllm", adapter_for("vllm")) == {"engine_version": "0.11.0", "context_len": 32768}
+
+
+@pytest.mark.parametrize("path", ["/server_info", "/get_server_info"])
+def test_sglang_reports_version_context_tp_and_quant_on_either_route(path):
+    client = replies({path: "sglang-server-info-from-source.json"})
+    assert SELF_REPORTS["sglang"](client, "http://sglang", adapter_for("sglang")) == {
+        "engine_version": "0.5.5", "context_len": 40960, "tp": 4, "quant": "fp8"}
+
+
+@pytest.mark.parametrize("engine", ["llamacpp", "vllm", "sglang"])
+def test_a_server_that_reports_nothing_leaves_every_figure_unknown(engine):
+    report = SELF_REPORTS[engine](replies({}), "http://silent", adapter_for(engine))
+    assert report["engine_version"] == "unknown"
+    assert report.get("context_len") is None and report.get("tp") is None and report.get("quant", "unknown") == "unknown"
