@@ -1,160 +1,283 @@
 """Analyses the seed posts did by hand, done on every row: decode roofline, KV-pool audit, spread and
-bimodality, speculative value against context, and like-for-like comparison of two result sets.
+bimodality, speculative value against context, power sweet spots, and like-for-like comparison.
 
-Pure functions over the results table (pandas), so they run the same on measured and published rows.
+Pure, vectorized functions over the results table (pandas groupby/merge; no per-row Python), so they run
+the same on measured and published rows and on a million rows. Every lookup joins on the whole cell
+(CELL) or the whole launch (LAUNCH), so a power-cap or concurrency sweep never mixes its cells.
+Measured rows carry their model's geometry as server rows read from the model's own files
+(stackbench.geometry); published rows get it from configs/models, whose figures name their sources.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from . import geometry
 from .config import load_file
 from .store import BASIS_COLUMNS
 
-# Bits per weight of common quantizations (llama.cpp's own figures for GGUF types; group-wise INT4/AWQ
-# with group 128 carries a 16-bit scale and zero per group).
-BITS_PER_WEIGHT = {
-    "q4_k_m": 4.85, "q4_1": 5.0, "q4_0": 4.5, "q5_k_m": 5.69, "q6_k": 6.56, "q8_0": 8.5,
-    "awq": 4.25, "int4": 4.25, "w4a16": 4.25, "nvfp4": 4.5, "fp8": 8.0, "bf16": 16.0, "fp16": 16.0,
-}
-KV_DTYPE_BYTES = {"f16": 2, "fp16": 2, "bf16": 2, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
-                  "float8_e4m3fn": 1, "float8_e5m2": 1, "q8_0": 1.0625, "q4_0": 0.5625}
+# A cell's full identity, and the identity of one server launch (its start-up facts are server rows).
+CELL = ["source", "ref", "node", "stack", "variant", "spec_method", "spec_tokens", "power_cap_w", "workload", "concurrency"]
+LAUNCH = ["source", "ref", "node", "stack", "variant"]
+RATE_METRICS = ["decode_tps", "aggregate_tps", "e2e_tps"]
+
+# Bytes per element of KV-cache dtypes as engines name them (llama.cpp block types: bytes per block / 32).
+KV_DTYPE_BYTES = {"f32": 4, "float32": 4, "f16": 2, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2,
+                  "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+                  "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
+# Bits per weight by exact weight-format name (the quant label before any parenthesised remark), used only
+# when no row reports weight bytes: GGUF types from llama.cpp's quantize table, group-128 INT4/AWQ with a
+# 16-bit scale and zero per group, NVFP4 with an FP8 scale per 16 values.
+BITS_PER_WEIGHT = {"q4_k_m": 4.85, "q4_1": 5.0, "q4_0": 4.5, "q5_k_m": 5.69, "q6_k": 6.56, "q8_0": 8.5,
+                   "awq": 4.25, "awq w4a16": 4.25, "int4": 4.25, "w4a16": 4.25, "nvfp4": 4.5, "fp8": 8.0,
+                   "bf16": 16.0, "fp16": 16.0, "f16": 16.0}
 AUDIT_TOLERANCE = 1.2  # implied/expected bytes per token outside [1/1.2, 1.2] is flagged
+# Engines whose logged KV and weight memory is one tensor-parallel rank's (vLLM workers and SGLang's TP
+# rank 0 log their own GPU); llama.cpp's KV size line and file size cover the whole model.
+PER_RANK_STACKS = {"sglang", "vllm"}
+# Engines whose KV pool also holds the MTP layers' KV (SGLang scales cell_size by 1 + draft layers /
+# KV layers; vLLM adds the MTP layer's attention to its KV cache groups); llama.cpp logs a draft apart.
+SHARED_DRAFT_POOL_STACKS = {"sglang", "vllm"}
+GEOMETRY_FIELDS = ["attention_layers", "swa_layers", "linear_layers", "mtp_layers", "kv_heads", "key_length",
+                   "value_length", "sliding_window"]
 
 
+# -- geometry --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Geometry:
+class PublishedGeometry:
+    """A configs/models file: the geometry of a model named by published rows, each figure with its source."""
     name: str
     match: tuple[str, ...]
-    params_b: float
-    layers: int
-    kv_layers: int
-    kv_heads: int
-    head_dim: int
-    mtp_layers: int
-
-    def kv_bytes_per_token(self, dtype_bytes: float) -> float:
-        return self.kv_layers * self.kv_heads * self.head_dim * 2 * dtype_bytes
+    figures: dict[str, float]
+    sources: dict[str, str]
+    from_audited_seed: tuple[str, ...]
 
 
-def load_geometries(root: Path = Path(".")) -> list[Geometry]:
+def load_geometries(root: Path = Path(".")) -> list[PublishedGeometry]:
     out = []
     for path in sorted((root / "configs/models").glob("*.yaml")):
         doc = load_file(path, "model", root)
-        out.append(Geometry(path.stem, tuple(doc["match"]), doc["params_b"], doc["layers"], doc["kv_layers"],
-                            doc["kv_heads"], doc["head_dim"], doc["mtp_layers"]))
+        figures = doc["figures"]
+        out.append(PublishedGeometry(path.stem, tuple(doc["match"]), {k: f["value"] for k, f in figures.items()},
+                                     {k: f["source"] for k, f in figures.items()},
+                                     tuple(k for k, f in figures.items() if f["from_audited_seed"])))
     return out
 
 
-def geometry_for(model: str, geometries: list[Geometry]) -> Geometry | None:
-    name = (model or "").lower()
-    return next((g for g in geometries if any(m in name for m in g.match)), None)
+def _launch_values(results: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
+    """One row per launch (LAUNCH), one column per named metric (renamed), from its first row."""
+    picked = results.loc[results["metric"].isin(list(metrics)) & results["value"].notna(), LAUNCH + ["metric", "value"]]
+    wide = picked.groupby(LAUNCH + ["metric"], dropna=False, sort=False)["value"].first().unstack("metric")
+    return wide.reindex(columns=list(metrics)).rename(columns=metrics).reset_index()
 
 
-def bits_per_weight(quant: str) -> float | None:
-    text = (quant or "").lower().replace("-", "_")
-    for key in sorted(BITS_PER_WEIGHT, key=len, reverse=True):
-        if key in text:
-            return BITS_PER_WEIGHT[key]
-    return None
+def _on_launch(rows: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
+    """`values` (keyed by LAUNCH) aligned to `rows`."""
+    joined = rows[LAUNCH].merge(values, on=LAUNCH, how="left")
+    return joined.drop(columns=LAUNCH).set_axis(rows.index)
 
 
-def kv_dtype_bytes(kv_dtype: str) -> float | None:
-    return KV_DTYPE_BYTES.get((kv_dtype or "").lower())
+def _geometry_columns(rows: pd.DataFrame, results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.DataFrame:
+    """GEOMETRY_FIELDS, params_b, file_weight_mib and geometry_source for each row: measured rows from
+    their launch's geometry_* server rows, published rows from configs/models matched on the model name."""
+    measured = _on_launch(rows, _launch_values(results, {f"geometry_{f}": f for f in GEOMETRY_FIELDS + ["weight_mib"]}))
+    measured = measured.rename(columns={"weight_mib": "file_weight_mib"})
+    measured["params_b"] = np.nan
+    measured["geometry_source"] = np.where(measured["attention_layers"].notna(), "model file (geometry_* server rows)",
+                                           "no geometry rows for this launch")
+    names = rows["model"].fillna("").str.lower()
+    figures, sources = {}, {}
+    for name in names.unique():  # a handful of distinct model names, not rows
+        found = next((g for g in geometries if any(m in name for m in g.match)), None)
+        if found:
+            caveat = "; ".join(f"{k}: {found.sources[k]}" for k in found.from_audited_seed)
+            figures[name] = found.figures
+            sources[name] = (f"configs/models/{found.name}.yaml"
+                             + (f" (only checkable against the seed itself: {caveat})" if caveat else ""))
+    published = pd.DataFrame.from_dict(figures, orient="index", dtype=float).reindex(columns=GEOMETRY_FIELDS + ["params_b"])
+    published = published.reindex(names.to_numpy()).set_axis(rows.index)
+    published["file_weight_mib"] = np.nan
+    published["geometry_source"] = names.map(sources).astype(object).fillna("no configs/models entry matches the model name")
+    is_published = rows["source"].eq("published")
+    out = measured.where(~is_published, published[measured.columns])
+    for field in ("swa_layers", "mtp_layers"):
+        out[field] = out[field].astype(float).fillna(0)
+    return out
+
+
+def kv_dtype_bytes(kv_dtype: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """Bytes per K and per V element: "f16", "fp8_e4m3", "torch.bfloat16" or llama.cpp's "K q8_0 / V f16"."""
+    pairs = {}
+    for text in kv_dtype.dropna().unique():
+        label = str(text).lower().replace("torch.", "")
+        split = re.fullmatch(r"k (\S+) / v (\S+)", label)
+        key, value = (split[1], split[2]) if split else (label, label)
+        pairs[text] = (KV_DTYPE_BYTES.get(key, np.nan), KV_DTYPE_BYTES.get(value, np.nan))
+    return (kv_dtype.map({t: p[0] for t, p in pairs.items()}).astype(float),
+            kv_dtype.map({t: p[1] for t, p in pairs.items()}).astype(float))
+
+
+def _tp(rows: pd.DataFrame) -> pd.Series:
+    return pd.to_numeric(rows["tp"], errors="coerce").fillna(1).clip(lower=1)
 
 
 # -- decode roofline -----------------------------------------------------------------------------------
-def roofline(results: pd.DataFrame, bandwidth_gbs: dict[str, float], geometries: list[Geometry]) -> pd.DataFrame:
+def weight_format(quant: pd.Series) -> pd.Series:
+    """The exact weight-format name: the quant label, lower case, before any parenthesised remark
+    ("BF16 (dequantized from Q4_1 GGUF)" is BF16, never Q4_1)."""
+    return quant.fillna("").str.lower().str.replace(r"\s*\(.*\)\s*$", "", regex=True).str.replace("-", "_").str.strip()
+
+
+def roofline(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.DataFrame:
     """Bandwidth-bound decode ceiling per single-stream decode row, and the share of it achieved.
 
-    ceiling = bandwidth / (weight bytes + KV bytes read at that context) x acceptance length. Rows
-    whose node has no bandwidth, or whose model or quantization is unknown, get no ceiling.
+    ceiling = memory bandwidth per device / bytes one device reads per decoded token (its weights + its KV
+    at the mean context, prompt + output / 2), x acceptance length for speculative rows. Bandwidth comes
+    from the launch's rows (host_mem_bandwidth_gbs measured on CPU nodes, gpu_mem_bandwidth_gbs from the
+    GPU node's config); weight bytes from the engine's own log (model_mib), else the model file's tensor
+    bytes, else parameters x bits per weight of the exact weight format, and the row says which.
+    Recurrent (linear-attention) state reads are not counted. Rows without bandwidth or weights are left out.
     """
-    rows = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & (results["concurrency"] == 1)]
-    accept = results[results["metric"] == "accept_len"]
-    out = []
-    for row in rows.to_dict("records"):
-        geometry = geometry_for(row["model"], geometries)
-        bpw = bits_per_weight(row["quant"])
-        bandwidth = bandwidth_gbs.get(row["node"])
-        if not (geometry and bpw and bandwidth):
-            continue
-        weight_bytes = geometry.params_b * 1e9 * bpw / 8
-        context = (row["prompt_tokens"] if pd.notna(row["prompt_tokens"]) else 0) + (row["output_tokens"] / 2 if pd.notna(row["output_tokens"]) else 0)
-        row = pd.Series(row)
-        kv_bytes = geometry.kv_bytes_per_token(kv_dtype_bytes(row["kv_dtype"]) or 2) * context
-        tp = row["tp"] if pd.notna(row["tp"]) and row["tp"] else 1
-        acc = _acceptance_for(accept, row) if row["spec_method"] not in ("none", "unknown", None) else 1.0
-        ceiling = bandwidth * 1e9 * tp / (weight_bytes + kv_bytes) * (acc or 1.0)
-        out.append({"source": row["source"], "node": row["node"], "stack": row["stack"], "variant": row["variant"],
-                    "workload": row["workload"], "decode_tps": row["value"],
-                    "accept_len": acc if acc is not None else "not reported (x1 assumed)",
-                    "ceiling_tps": ceiling, "percent_of_ceiling": 100 * row["value"] / ceiling,
-                    "bytes_per_token_mb": (weight_bytes + kv_bytes) / 1e6})
-    return pd.DataFrame(out)
+    rows = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & (results["concurrency"] == 1)
+                   & results["value"].notna()]
+    if rows.empty:
+        return pd.DataFrame()
+    facts = _on_launch(rows, _launch_values(results, {"model_mib": "model_mib", "load_gib": "load_gib",
+                                                       "host_mem_bandwidth_gbs": "host_bw", "gpu_mem_bandwidth_gbs": "gpu_bw"}))
+    geo = _geometry_columns(rows, results, geometries)
+    tp = _tp(rows)
+    per_rank_log = rows["stack"].isin(PER_RANK_STACKS)
+
+    logged_mib = facts["model_mib"].fillna(facts["load_gib"] * 1024)
+    bits = weight_format(rows["quant"]).map(BITS_PER_WEIGHT).astype(float)
+    table_mib = geo["params_b"] * 1e9 * bits / 8 / 2**20
+    weight_mib = (logged_mib / np.where(per_rank_log, 1, tp)).fillna(geo["file_weight_mib"] / tp).fillna(table_mib / tp)
+    logged_basis = pd.Series(np.where(per_rank_log, "engine log (one rank)", np.where(tp > 1, "engine log / TP", "engine log")),
+                             index=rows.index)
+    table_basis = ("parameters x " + bits.map("{:g}".format) + " bits (" + weight_format(rows["quant"])
+                   + "): no weight bytes reported")
+    weights_from = logged_basis.where(logged_mib.notna(), pd.Series(
+        np.where(geo["file_weight_mib"].notna(), "model file tensor bytes: the engine log gave no weight figure", table_basis),
+        index=rows.index))
+    key_bytes, value_bytes = kv_dtype_bytes(rows["kv_dtype"])
+    dtype_known = key_bytes.notna()
+    key_bytes, value_bytes = key_bytes.fillna(2), value_bytes.fillna(2)
+    context = rows["prompt_tokens"].fillna(0) + rows["output_tokens"].fillna(0) / 2
+    per_token = lambda layers: geometry.kv_bytes_per_token(layers, geo["kv_heads"], geo["key_length"], geo["value_length"],
+                                                           key_bytes, value_bytes, np.where(per_rank_log, tp, 1))
+    window_tokens = np.minimum(context, geo["sliding_window"].fillna(context))
+    kv_bytes = (per_token(geo["attention_layers"]) * context + per_token(geo["swa_layers"]) * window_tokens).fillna(0)
+
+    bandwidth = facts["gpu_bw"].fillna(facts["host_bw"])
+    accept = rows[CELL].merge(_cell_values(results, "accept_len"), on=CELL, how="left")["value"].set_axis(rows.index)
+    speculative = ~rows["spec_method"].isin(["none", "unknown"]) & rows["spec_method"].notna()
+    factor = np.where(speculative, accept.fillna(1.0), 1.0)
+    bytes_per_token = weight_mib * 2**20 + kv_bytes
+    ceiling = bandwidth * 1e9 / bytes_per_token * factor
+    out = pd.DataFrame({
+        **{c: rows[c] for c in ["source", "ref", "node", "stack", "variant", "power_cap_w", "workload"]},
+        "decode_tps": rows["value"], "ceiling_tps": ceiling, "percent_of_ceiling": 100 * rows["value"] / ceiling,
+        "weight_mib_per_device": weight_mib, "weights_from": weights_from,
+        "kv_mib_at_context": kv_bytes / 2**20,
+        "kv_basis": np.where(geo["attention_layers"].isna(), "KV reads not counted: " + geo["geometry_source"],
+                             np.where(dtype_known, "", "KV dtype unknown: 2 bytes assumed")),
+        "bandwidth_gbs": bandwidth,
+        "accept_len": np.where(speculative, accept, np.nan),
+        "speculative_basis": np.where(~speculative, "",
+                                      np.where(accept.notna(), "x accept length; ignores the draft's own weight and KV reads "
+                                               "and the verify pass, so an upper bound",
+                                               "accept length not reported: x1 assumed")),
+    })
+    return out[bandwidth.notna() & weight_mib.notna()].reset_index(drop=True)
 
 
-def _acceptance_for(accept: pd.DataFrame, row: pd.Series) -> float | None:
-    """The acceptance length behind a speculative rate: same run or post and variant, same workload if known."""
-    same = accept[(accept["source"] == row["source"]) & (accept["node"] == row["node"]) & (accept["variant"] == row["variant"])
-                  & (accept["ref"].str.split(" ").str[0] == row["ref"].split(" ")[0])]
-    exact = same[same["workload"] == row["workload"]]
-    pick = exact if len(exact) else same
-    return float(pick["value"].median()) if len(pick) else None
+def _cell_values(results: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One value per cell (CELL) for `metric`; repeats of the very same cell are reduced by their median."""
+    picked = results.loc[(results["metric"] == metric) & results["value"].notna(), CELL + ["value"]]
+    return picked.groupby(CELL, dropna=False, sort=False)["value"].median().reset_index()
 
 
 # -- KV-pool audit ----------------------------------------------------------------------------------------
-def kv_audit(results: pd.DataFrame, geometries: list[Geometry]) -> pd.DataFrame:
-    """Bytes per token implied by the engine against what the model geometry predicts.
+def kv_audit(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.DataFrame:
+    """Bytes per token implied by the engine's pool against what the model geometry predicts.
 
-    If memory is left free after the pool is allocated and the pool is far smaller than the geometry
+    Expected = (full-attention layers + MTP layers sharing the pool) x KV heads on one TP rank x
+    (key + value length) x dtype bytes, because engines log one rank's KV bytes against the global token
+    count. If memory is left free after the pool is allocated and the pool is far smaller than the geometry
     allows, suspect a miscalculation rather than a shortage (seed 000: x5 from a misread draft depth).
+    Hybrid models: the recurrent state is a fixed per-sequence pool outside this figure on SGLang and
+    llama.cpp (pool tokens and per-token bytes compare; state bytes do not), while vLLM's hybrid allocator
+    shares one memory pool between KV and state, so its bytes per token cannot be compared at all.
     """
     implied = results[(results["metric"] == "kv_bytes_per_token") & results["value"].notna()]
-    free = results[results["metric"].isin(["vram_free_mib", "mem_free_after_pool_gb"])]
-    out = []
-    for _, row in implied.iterrows():
-        geometry = geometry_for(row["model"], geometries)
-        dtype = kv_dtype_bytes(row["kv_dtype"])
-        if not (geometry and dtype):
-            continue
-        expected = geometry.kv_bytes_per_token(dtype)
-        factor = row["value"] / expected
-        same = free[(free["ref"] == row["ref"]) & (free["variant"] == row["variant"]) & (free["node"] == row["node"])]
-        free_text = "; ".join(f"{m}={v:g}" for m, v in zip(same["metric"], same["value"]))
-        flagged = not (1 / AUDIT_TOLERANCE <= factor <= AUDIT_TOLERANCE)
-        verdict = "ok" if not flagged else (
-            f"x{factor:.3g} more bytes per token than the geometry predicts"
-            + (" while memory was left free: suspect a miscalculation, not a shortage" if len(same) else ""))
-        out.append({"source": row["source"], "ref": row["ref"], "node": row["node"], "stack": row["stack"],
-                    "variant": row["variant"], "kv_dtype": row["kv_dtype"], "implied_bytes_per_token": row["value"],
-                    "expected_bytes_per_token": expected, "factor": factor, "draft_share": geometry.mtp_layers / geometry.kv_layers
-                    if row["spec_method"] == "mtp" else 0.0, "memory_left_free": free_text or "not reported",
-                    "flag": verdict})
-    return pd.DataFrame(out)
+    if implied.empty:
+        return pd.DataFrame()
+    geo = _geometry_columns(implied, results, geometries)
+    tp = _tp(implied)
+    per_rank = implied["stack"].isin(PER_RANK_STACKS)
+    rank_tp = pd.Series(np.where(per_rank, tp, 1), index=implied.index)
+    draft = geo["mtp_layers"].where(implied["spec_method"].eq("mtp") & implied["stack"].isin(SHARED_DRAFT_POOL_STACKS), 0)
+    key_bytes, value_bytes = kv_dtype_bytes(implied["kv_dtype"])
+    expected = geometry.kv_bytes_per_token(geo["attention_layers"] + draft, geo["kv_heads"], geo["key_length"],
+                                           geo["value_length"], key_bytes, value_bytes, rank_tp)
+    factor = implied["value"] / expected
+    hybrid = (geo["linear_layers"] > 0) | (geo["swa_layers"] > 0)
+    not_comparable = hybrid & implied["stack"].eq("vllm")
+
+    free = results[results["metric"].isin(["vram_free_mib", "mem_free_after_pool_gb"]) & results["value"].notna()]
+    free_text = (free["metric"] + "=" + free["value"].map("{:g}".format).astype(str)).groupby([free[c] for c in LAUNCH], dropna=False).agg("; ".join)
+    memory_free = _on_launch(implied, free_text.rename("free").reset_index())["free"]
+
+    flagged = ~factor.between(1 / AUDIT_TOLERANCE, AUDIT_TOLERANCE)
+    verdict = np.select(
+        [geo["attention_layers"].isna(), key_bytes.isna(), not_comparable, ~flagged],
+        ["not audited: " + geo["geometry_source"],
+         "not audited: KV dtype " + implied["kv_dtype"].fillna("null").astype(str) + " has no known byte width",
+         "not comparable: vLLM's hybrid allocator pools KV with the recurrent state; compare pool tokens only",
+         "ok"],
+        "x" + factor.map("{:.3g}".format) + " the bytes per token the geometry predicts"
+        + np.where(memory_free.notna(), " while memory was left free: suspect a miscalculation, not a shortage", ""))
+    basis = ("one rank of TP" + tp.astype(int).astype(str) + " (" + geo["kv_heads"].fillna(0).astype(int).astype(str) + " KV heads split)"
+             ).where(per_rank & (tp > 1), "whole model")
+    basis = basis + np.where(draft > 0, " + " + draft.astype(int).astype(str) + " MTP layer(s) in the pool", "")
+    basis = basis + np.where(geo["linear_layers"] > 0, "; " + geo["linear_layers"].fillna(0).astype(int).astype(str)
+                             + " recurrent layers hold a fixed state outside it", "")
+    return pd.DataFrame({
+        **{c: implied[c] for c in ["source", "ref", "node", "stack", "variant", "kv_dtype", "tp"]},
+        "implied_bytes_per_token": implied["value"], "expected_bytes_per_token": expected,
+        "factor": factor.where(~not_comparable), "expected_basis": basis, "geometry_source": geo["geometry_source"],
+        "memory_left_free": memory_free.fillna("not reported"), "flag": verdict,
+    }).reset_index(drop=True)
 
 
 # -- spread -------------------------------------------------------------------------------------------------
+def _post(ref: pd.Series) -> pd.Series:
+    """The post or run a ref belongs to (its first word: a seed file, or a run id)."""
+    return ref.map({r: str(r).split(" ")[0] for r in ref.dropna().unique()})
+
+
 def spread_flags(results: pd.DataFrame, ratio: float = 1.25) -> pd.DataFrame:
     """Rate figures whose repeats (or published range) span more than `ratio`, and peaks next to typical
-    figures of the same cell family that are far above them (seed 004: 101 vs 408 tok/s)."""
-    rates = results[results["metric"].isin(["decode_tps", "aggregate_tps", "e2e_tps"]) & results["value"].notna()]
+    figures of the same family (same post, variant and metric) that are far below them (seed 004: 101 vs
+    408 tok/s)."""
+    rates = results[results["metric"].isin(RATE_METRICS) & results["value"].notna()]
     wide = rates[(rates["value_min"] > 0) & (rates["value_max"] / rates["value_min"] > ratio)].copy()
-    wide["why"] = [f"spread {lo:.4g}-{hi:.4g} (x{hi / lo:.2f})" for lo, hi in zip(wide["value_min"], wide["value_max"])]
-    peaks = rates[rates["stat"] == "peak"].copy()
-    notes = []
-    for _, peak in peaks.iterrows():
-        family = rates[(rates["ref"].str.split(" ").str[0] == peak["ref"].split(" ")[0]) & (rates["variant"] == peak["variant"])
-                       & (rates["metric"] == peak["metric"]) & (rates["stat"] != "peak")]
-        if len(family):
-            typical = family["value"].median()
-            notes.append(f"peak {peak['value']:g} is x{peak['value'] / typical:.2f} the typical {typical:g} of its family")
-        else:
-            notes.append("a peak with no typical figure beside it")
-    peaks["why"] = notes
+    wide["why"] = ("spread " + wide["value_min"].map("{:.4g}".format) + "-" + wide["value_max"].map("{:.4g}".format)
+                   + " (x" + (wide["value_max"] / wide["value_min"]).map("{:.2f}".format) + ")")
+    family = ["post", "variant", "metric"]
+    keyed = rates.assign(post=_post(rates["ref"]))
+    typical = keyed[keyed["stat"] != "peak"].groupby(family, dropna=False)["value"].median().rename("typical").reset_index()
+    peaks = keyed[keyed["stat"] == "peak"]
+    peaks = peaks.merge(typical, on=family, how="left").set_axis(peaks.index)
+    peaks["why"] = np.where(peaks["typical"].notna(),
+                            "peak " + peaks["value"].map("{:g}".format) + " is x" + (peaks["value"] / peaks["typical"]).map("{:.2f}".format)
+                            + " the typical " + peaks["typical"].map("{:g}".format) + " of its family",
+                            "a peak with no typical figure beside it")
     columns = ["source", "ref", "node", "stack", "variant", "workload", "concurrency", "metric", "value", "stat", "why"]
     return pd.concat([wide[columns], peaks[columns]], ignore_index=True)
 
@@ -170,22 +293,25 @@ def is_bimodal(values: list[float], gap_ratio: float = 1.5) -> bool:
 
 
 # -- speculative value against context ---------------------------------------------------------------------
+# The no-spec cell a speculative cell is compared with: the same cell in every respect but the variant.
+SPEC_PAIR = ["source", "ref", "node", "stack", "power_cap_w", "workload", "concurrency", "model", "quant", "prompt_tokens", "output_tokens"]
+
+
 def spec_value_by_context(results: pd.DataFrame) -> pd.DataFrame:
-    """Speed-up of each speculative variant over the no-spec variant of the same node and stack, per
-    workload (whose prompt length sets the context), with acceptance length beside it."""
-    decode = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & (results["concurrency"] == 1)
-                     & (results["source"] == "measured")]
-    base = decode[decode["spec_method"] == "none"].set_index(["node", "stack", "workload"])["value"]
-    accept = results[results["metric"] == "accept_len"].set_index(["node", "stack", "variant", "workload"])["value"]
-    out = []
-    for _, row in decode[decode["spec_method"] != "none"].iterrows():
-        key = (row["node"], row["stack"], row["workload"])
-        if key not in base.index:
-            continue
-        out.append({"node": row["node"], "stack": row["stack"], "variant": row["variant"], "workload": row["workload"],
-                    "prompt_tokens": row["prompt_tokens"], "speedup": row["value"] / base[key],
-                    "accept_len": accept.get((row["node"], row["stack"], row["variant"], row["workload"]))})
-    return pd.DataFrame(out)
+    """Speed-up of each speculative cell's per-stream decode rate over the no-spec cell that matches it in
+    everything but the variant (same run, node, stack, power cap, concurrency, workload, model, lengths),
+    with the acceptance length of that very cell beside it."""
+    decode = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & (results["source"] == "measured")
+                     & results["value"].notna()]
+    base = decode[decode["spec_method"] == "none"].drop_duplicates(SPEC_PAIR)[SPEC_PAIR + ["value"]]
+    spec = decode[decode["spec_method"] != "none"]
+    paired = spec.merge(base, on=SPEC_PAIR, suffixes=("", "_nospec"))
+    if paired.empty:
+        return pd.DataFrame()
+    accept = paired[CELL].merge(_cell_values(results, "accept_len"), on=CELL, how="left")["value"]
+    return pd.DataFrame({
+        **{c: paired[c] for c in ["node", "stack", "variant", "power_cap_w", "concurrency", "workload", "prompt_tokens"]},
+        "speedup": (paired["value"] / paired["value_nospec"]).to_numpy(), "accept_len": accept.to_numpy()})
 
 
 # -- run-to-run comparison (compare-llama-bench style) ------------------------------------------------------
@@ -198,28 +324,32 @@ def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, vary: str = "engine
     Returns (paired rows with their ratio, unpaired rows with the basis fields that kept them apart).
     """
     like = [c for c in KEY_COLUMNS + BASIS_COLUMNS if c != vary]
-
-    def keyed(frame):
-        frame = frame[frame["status"] == "ok"].copy()
-        frame["_key"] = ["|".join(map(str, values)) for values in frame[like].itertuples(index=False)]
-        return frame
-
-    a, b = keyed(baseline), keyed(candidate)
-    paired = a.merge(b, on="_key", suffixes=("_a", "_b"))
-    table = pd.DataFrame({c: paired[f"{c}_a"] for c in ["node", "stack", "variant", "workload", "concurrency", "metric"]})
-    table[f"{vary} A"] = paired[f"{vary}_a"].values
-    table[f"{vary} B"] = paired[f"{vary}_b"].values
-    table["A"], table["B"] = paired["value_a"].values, paired["value_b"].values
+    a = baseline[baseline["status"] == "ok"].reset_index(drop=True)
+    b = candidate[candidate["status"] == "ok"].reset_index(drop=True)
+    paired = a.merge(b[like + [vary, "value"]], on=like, suffixes=("_a", "_b"))
+    table = paired[["node", "stack", "variant", "workload", "concurrency", "metric"]].copy()
+    table[f"{vary} A"], table[f"{vary} B"] = paired[f"{vary}_a"].to_numpy(), paired[f"{vary}_b"].to_numpy()
+    table["A"], table["B"] = paired["value_a"].to_numpy(), paired["value_b"].to_numpy()
     table["B/A"] = table["B"] / table["A"]
-    unpaired = []
-    for side, frame, other in (("A", a, b), ("B", b, a)):
-        for _, row in frame[~frame["_key"].isin(other["_key"])].iterrows():
-            cell = [str(row[c]) for c in KEY_COLUMNS]
-            same_cell = other[[[str(v) for v in values] == cell for values in other[KEY_COLUMNS].itertuples(index=False)]]
-            differs = sorted({c for _, o in same_cell.iterrows() for c in BASIS_COLUMNS if c != vary and str(o[c]) != str(row[c])})
-            unpaired.append({"side": side, **{c: row[c] for c in KEY_COLUMNS}, "value": row["value"],
-                             "basis that differs": ", ".join(differs) or "no counterpart cell"})
-    return table.reset_index(drop=True), pd.DataFrame(unpaired)
+    unpaired = [_unpaired(side, frame, other, like, vary) for side, frame, other in (("A", a, b), ("B", b, a))]
+    return table.reset_index(drop=True), pd.concat(unpaired, ignore_index=True)
+
+
+def _unpaired(side: str, frame: pd.DataFrame, other: pd.DataFrame, like: list[str], vary: str) -> pd.DataFrame:
+    """Rows of `frame` with no like row in `other`, each with the basis fields in which the rows of
+    `other` for the same cell differ from it."""
+    flagged = frame[like].merge(other[like].drop_duplicates(), on=like, how="left", indicator=True)["_merge"].eq("left_only")
+    lonely = frame[flagged.to_numpy()].reset_index(drop=True)
+    basis = [c for c in BASIS_COLUMNS if c != vary]
+    same_cell = lonely[KEY_COLUMNS + basis].reset_index(names="row").merge(other[KEY_COLUMNS + basis], on=KEY_COLUMNS,
+                                                                           suffixes=("", "_other"))
+    differs = pd.DataFrame({c: ~((same_cell[c] == same_cell[f"{c}_other"]) | (same_cell[c].isna() & same_cell[f"{c}_other"].isna()))
+                            for c in basis}).groupby(same_cell["row"]).any()
+    names = differs.dot(pd.Index(basis) + ", ").str.rstrip(", ").reindex(lonely.index)
+    out = lonely[KEY_COLUMNS + ["value"]].copy()
+    out.insert(0, "side", side)
+    out["basis that differs"] = names.where(names.notna() & names.ne(""), "no counterpart cell")
+    return out
 
 
 # -- power caps ----------------------------------------------------------------------------------------------
@@ -227,25 +357,21 @@ SWEET_SPOT_SHARE = 0.95
 
 
 def power_sweet_spots(results: pd.DataFrame) -> pd.DataFrame:
-    """Per sweep (same source, node, stack, variant, workload, concurrency, metric): the lowest cap whose
-    throughput is within 5% of the best, and tokens per joule where energy was measured."""
-    rates = results[results["power_cap_w"].notna() & results["metric"].isin(["decode_tps", "aggregate_tps", "e2e_tps"])
-                    & (results["status"] == "ok")]
-    energy = results[results["metric"] == "energy_j_per_token"]
-    joules_by = {(e["ref"], e["node"], e["variant"], e["workload"], e["concurrency"], e["power_cap_w"]): e["value"]
-                 for e in energy.to_dict("records")}
-    keys = ["source", "node", "stack", "variant", "workload", "concurrency", "metric"]
-    out = []
-    for key, sweep in rates.groupby(keys, dropna=False):
-        if sweep["power_cap_w"].nunique() < 2:
-            continue
-        best = sweep["value"].max()
-        within = sweep[sweep["value"] >= SWEET_SPOT_SHARE * best].sort_values("power_cap_w")
-        spot = within.iloc[0]
-        for row in sweep.sort_values("power_cap_w").to_dict("records"):
-            joules = joules_by.get((row["ref"], row["node"], row["variant"], row["workload"], row["concurrency"], row["power_cap_w"]))
-            out.append({**dict(zip(keys, key)), "power_cap_w": row["power_cap_w"], "value": row["value"],
-                        "share_of_best": row["value"] / best,
-                        "tokens_per_joule": 1 / joules if joules else None,
-                        "sweet_spot": "← sweet spot" if row["power_cap_w"] == spot["power_cap_w"] else ""})
-    return pd.DataFrame(out)
+    """Per sweep (same source, ref, node, stack, variant, workload, concurrency, metric): the lowest cap
+    whose throughput is within 5% of the best, and tokens per joule of that very cell where energy was
+    measured."""
+    rates = results[results["power_cap_w"].notna() & results["metric"].isin(RATE_METRICS) & (results["status"] == "ok")
+                    & results["value"].notna()]
+    keys = ["source", "ref", "node", "stack", "variant", "workload", "concurrency", "metric"]
+    grouped = rates.groupby(keys, dropna=False)
+    rates = rates.assign(best=grouped["value"].transform("max"), caps=grouped["power_cap_w"].transform("nunique"))
+    rates = rates[rates["caps"] >= 2]
+    if rates.empty:
+        return pd.DataFrame()
+    spot = rates["power_cap_w"].where(rates["value"] >= SWEET_SPOT_SHARE * rates["best"])
+    rates = rates.assign(spot=spot.groupby([rates[k] for k in keys], dropna=False).transform("min"))
+    joules = rates[CELL].merge(_cell_values(results, "energy_j_per_token"), on=CELL, how="left")["value"].set_axis(rates.index)
+    out = pd.DataFrame({**{k: rates[k] for k in keys}, "power_cap_w": rates["power_cap_w"], "value": rates["value"],
+                        "share_of_best": rates["value"] / rates["best"], "tokens_per_joule": 1 / joules,
+                        "sweet_spot": np.where(rates["power_cap_w"] == rates["spot"], "← sweet spot", "")})
+    return out.sort_values(keys + ["power_cap_w"], kind="stable").reset_index(drop=True)
