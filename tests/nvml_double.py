@@ -1,7 +1,12 @@
 """A test double of the pynvml module (not NVML): GPUs whose state lives in a dict, or in a JSON file so
-that a child process killed by a signal leaves behind what a real GPU would keep (its power limit)."""
+that a child process killed by a signal leaves behind what a real GPU would keep (its power limit).
+
+Knobs for the cases a real driver shows: mixed models and PCI bus ids (enumeration vs CUDA order),
+an energy counter that integrates the power (tests can reset it, or drive the clock), NVML errors while sampling, a driver that is
+missing, a set that is refused, and a cap the GPU does not enforce."""
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,11 +20,19 @@ class FakeNvml:
     NVML_CLOCK_SM = 1
     NVML_TEMPERATURE_GPU = 0
 
-    def __init__(self, count=2, state_path: Path | None = None, limit_mw=300_000, deny_set=False):
+    def __init__(self, count=2, state_path: Path | None = None, limit_mw=300_000, deny_set=False,
+                 names: list[str] | None = None, bus_ids: list[str] | None = None, no_driver=False,
+                 enforce=True, clock=time.monotonic):
         self.state_path = state_path
-        self.deny_set = deny_set
+        self.deny_set, self.no_driver, self.enforce = deny_set, no_driver, enforce
         self.set_calls: list[tuple[int, int]] = []
-        self.tick = 0
+        self.names = names or ["NVIDIA GeForce RTX 3090"] * count
+        self.bus_ids = bus_ids or [f"00000000:{0x41 + i:02X}:00.0" for i in range(count)]
+        self.power_mw = [250_500] * count
+        # Energy counter = offset + power x time since creation (mW x s = mJ); a reset lowers the offset.
+        self.clock, self.t0 = clock, clock()
+        self.energy_offset_mj = [1_000_000] * count
+        self.fail_sampling = False
         if state_path is None or not state_path.exists():
             self._save({"limits_mw": [limit_mw] * count})
         self.count = count
@@ -35,7 +48,8 @@ class FakeNvml:
 
     # the calls NvmlGpus makes ------------------------------------------------------------------------
     def nvmlInit(self):
-        pass
+        if self.no_driver:
+            raise NVMLError("Driver Not Loaded")
 
     def nvmlDeviceGetCount(self):
         return self.count
@@ -46,8 +60,11 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, h):
         return f"GPU-fake-{h}".encode()
 
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(busId=self.bus_ids[h].encode())
+
     def nvmlDeviceGetName(self, h):
-        return b"NVIDIA GeForce RTX 3090"
+        return self.names[h].encode()
 
     def nvmlDeviceGetPowerManagementLimitConstraints(self, h):
         return 100_000, 350_000
@@ -59,7 +76,7 @@ class FakeNvml:
         return self._load()["limits_mw"][h]
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h):
-        return self._load()["limits_mw"][h]
+        return self._load()["limits_mw"][h] if self.enforce else 350_000
 
     def nvmlDeviceSetPowerManagementLimit(self, h, mw):
         if self.deny_set:
@@ -70,11 +87,12 @@ class FakeNvml:
         self.set_calls.append((h, mw))
 
     def nvmlDeviceGetPowerUsage(self, h):
-        return 250_500  # mW
+        if self.fail_sampling:
+            raise NVMLError("GPU is lost")
+        return self.power_mw[h]
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
-        self.tick += 1
-        return 1_000_000 + 500_000 * self.tick  # mJ, rising
+        return int(self.energy_offset_mj[h] + self.power_mw[h] * (self.clock() - self.t0))
 
     def nvmlDeviceGetMemoryInfo(self, h):
         return SimpleNamespace(used=20 * 2**30, total=24 * 2**30)

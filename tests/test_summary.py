@@ -7,7 +7,7 @@ import asyncio
 import httpx
 import pytest
 
-from stackbench import summary
+from stackbench import summary, telemetry
 from stackbench.client import RequestRecord, StreamClient, run_conversations
 from stackbench.stacks.vllm import VllmAdapter
 from synthetic_engine import SyntheticEngine, Timing
@@ -87,3 +87,15 @@ def test_prefill_rate_uses_processed_tokens():
                            t_last_chunk=1.0, t_end=1.0, completion_tokens=10, prompt_tokens=100, cached_prompt_tokens=60)
     record.content_chunks, record.chunk_times = 1, [0.5]
     assert summary.repeat_figures([record])["prefill_tps"] == pytest.approx(40 / 0.5)
+
+
+def test_telemetry_figures_name_the_window_and_the_energy_source():
+    reading = telemetry.WindowReading(duration_s=10.0, energy_j=2000.0, energy_source="energy counter",
+                                      power_mean_w=200.0, power_p95_w=240.0, power_samples=20, vram_peak_mib=9000.0,
+                                      gpu_uuids=("GPU-a", "GPU-b"), sampler_errors=("NVML error while sampling: GPU is lost",))
+    figures = {f.metric: f for f in summary.telemetry_figures(reading, output_tokens=1000)}
+    assert figures["energy_j_per_token"].value == 2.0 and "energy from energy counter" in figures["energy_j_per_token"].note
+    assert (figures["power_w"].value, figures["power_w"].n, figures["power_p95_w"].stat) == (200.0, 20, "p95")
+    assert "sampler errors: NVML error while sampling: GPU is lost" in figures["power_w"].note
+    empty = telemetry.WindowReading(0.2, None, "x", None, None, 0, None, ("GPU-a",))
+    assert summary.telemetry_figures(empty, 10) == []

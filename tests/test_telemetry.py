@@ -1,8 +1,11 @@
 """Telemetry and power caps against a test double of NVML (tests/nvml_double.py): units, windows,
-the sweep, restore on every exit path, constraint errors and missing permissions. The real NVML is
-only read, never changed, and only where a GPU is lent."""
+GPU selection, energy windows, the sweep, restore on every exit path, constraint errors and missing
+permissions. Every test injects the test double, so each checks the same behaviour on a CPU machine
+and on a GPU machine; the real NVML is read only by scripts/gpu-check.sh."""
 
+import json
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -19,28 +22,80 @@ def gpus(**kw):
     return telemetry.NvmlGpus(FakeNvml(**kw))
 
 
+class Clock:
+    """A hand-driven clock shared by the NVML test double and the sampler."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
 def test_units_are_converted_from_milliwatts_and_millijoules():
-    row = gpus(count=1).sample()[0]
+    clock = Clock()
+    fake = FakeNvml(count=1, clock=clock)
+    clock.now += 2.0
+    row = telemetry.NvmlGpus(fake).sample()[0]
     assert row["power_w"] == 250.5 and row["memory_used_mib"] == 20 * 1024
-    assert row["energy_j"] == pytest.approx(1500.0) and row["enforced_limit_w"] == 300.0
+    assert row["energy_j"] == pytest.approx(1000 + 2 * 250.5) and row["enforced_limit_w"] == 300.0
     assert row["gpu_uuid"] == "GPU-fake-0" and row["throttle_reasons"] == 0x4
 
 
 def test_constraints_are_read_in_watts():
     info = gpus(count=1).info[0]
     assert (info.min_limit_w, info.max_limit_w, info.default_limit_w) == (100, 350, 350)
+    assert info.pci_bus_id == "00000000:41:00.0"
 
 
-def test_window_summary_power_energy_per_token_and_peak_vram():
-    rows = [{"t": t, "gpu_uuid": g, "power_w": p, "energy_j": e, "memory_used_mib": m}
-            for t, g, p, e, m in [(0, "a", 200, 1000, 100), (0, "b", 100, 500, 50),
-                                  (1, "a", 220, 1200, 120), (1, "b", 110, 600, 60)]]
-    out = telemetry.summarise_window(rows, output_tokens=100)
-    assert out["power_w"] == pytest.approx(315) and out["power_p95_w"] == 330
-    assert out["energy_j_per_token"] == pytest.approx(3.0)  # (200 + 100) J over 100 tokens
-    assert out["vram_mib"] == 180
+# -- which GPUs ------------------------------------------------------------------------------------
+def selected(devices=None, count=2, environ=None, **kw):
+    chosen = telemetry.select_gpus(devices, count, FakeNvml(count=4, **kw), environ or {})
+    return [i.index for i in chosen.info], chosen.source
 
 
+def test_node_config_devices_by_index_or_uuid_win_over_the_environment():
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_GPUS": "0,1"}
+    assert selected([2, 3], environ=env) == ([2, 3], "hardware.gpu.devices")
+    assert selected(["GPU-fake-3", "GPU-fake-1"], environ=env) == ([3, 1], "hardware.gpu.devices")
+
+
+def test_scheduler_allocation_before_cuda_visible_devices_which_slurm_renumbers():
+    env = {"SLURM_JOB_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert selected(environ=env) == ([2, 3], "SLURM_JOB_GPUS")
+    assert selected(environ={**env, "SLURM_STEP_GPUS": "1,3"}) == ([1, 3], "SLURM_STEP_GPUS")
+
+
+def test_cuda_visible_devices_maps_through_the_pci_bus_order():
+    # NVML enumerates 0..3 on buses 41, 42, 43, 44; reverse the buses so CUDA's PCI order differs.
+    buses = [f"00000000:{b:02X}:00.0" for b in (0x44, 0x43, 0x42, 0x41)]
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert selected(environ=env, bus_ids=buses) == ([3, 2], "CUDA_VISIBLE_DEVICES")
+    assert selected(environ={"CUDA_VISIBLE_DEVICES": "GPU-fake-2,GPU-fake-0"}) == ([2, 0], "CUDA_VISIBLE_DEVICES")
+
+
+def test_cuda_indices_on_mixed_gpus_without_pci_order_are_refused():
+    names = ["NVIDIA RTX A6000", "NVIDIA GeForce RTX 3090"] * 2
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES: index 1 cannot be mapped.*name them by UUID"):
+        selected(environ={"CUDA_VISIBLE_DEVICES": "1,2"}, names=names)
+
+
+def test_default_is_the_first_count_and_a_wrong_count_or_missing_gpu_is_named():
+    assert selected(count=2) == ([0, 1], "the first 2")
+    with pytest.raises(ValueError, match="SLURM_JOB_GPUS selects 3 GPUs but the node has hardware.gpu.count 2"):
+        selected(environ={"SLURM_JOB_GPUS": "0,1,2"})
+    with pytest.raises(ValueError, match=r"hardware.gpu.devices: '7' names no GPU here"):
+        selected([7, 1])
+
+
+def test_no_gpu_or_no_driver_gives_a_reason():
+    assert telemetry.open_gpus(0) == (None, "no GPU on this node")
+    assert telemetry.open_gpus(1, FakeNvml(no_driver=True), environ={}) == (None, "NVML unavailable: Driver Not Loaded")
+    found, why = telemetry.open_gpus(2, FakeNvml(count=4), environ={})
+    assert why is None and [i.uuid for i in found.info] == ["GPU-fake-0", "GPU-fake-1"]
+
+
+# -- sampling and energy windows -------------------------------------------------------------------
 def test_sampler_samples_every_half_second():
     sampler = telemetry.Sampler(gpus(count=1))
     with sampler:
@@ -48,22 +103,102 @@ def test_sampler_samples_every_half_second():
     assert 2 <= len(sampler.rows) <= 4
 
 
-def test_sweep_sets_every_gpu_reads_back_and_restores(tmp_path):
-    fake = FakeNvml(count=2)
-    capper = telemetry.PowerCapper(telemetry.NvmlGpus(fake), state_file=tmp_path / "state.json", sleep=lambda s: None)
+def window_over(fake, clock, steps, between=None):
+    """Open a window, take a sample every 0.5 s for `steps` steps (calling `between(step)` first), close it."""
+    sampler = telemetry.Sampler(telemetry.NvmlGpus(fake), clock=clock)
+    sampler.take()  # a sample before the window: must not count
+    clock.now += 0.3
+    window = sampler.open_window()
+    for step in range(steps):
+        clock.now += 0.5
+        if between:
+            between(step)
+        sampler.take()
+    clock.now += 0.2
+    return sampler.close_window(window)
+
+
+def test_energy_is_the_counter_difference_at_the_windows_own_edges():
+    clock = Clock()
+    fake = FakeNvml(count=2, clock=clock)
+    reading = window_over(fake, clock, steps=4)
+    assert reading.duration_s == pytest.approx(2.2)
+    assert reading.energy_j == pytest.approx(2 * 250.5 * 2.2, abs=0.01)  # both GPUs, edge to edge, not sample to sample
+    assert reading.energy_source == "energy counter"
+    assert reading.power_samples == 4 and reading.power_mean_w == pytest.approx(501.0)
+    assert reading.gpu_uuids == ("GPU-fake-0", "GPU-fake-1") and reading.vram_peak_mib == 2 * 20 * 1024
+
+
+def test_power_mean_and_p95_only_from_samples_inside_the_window():
+    clock = Clock()
+    fake = FakeNvml(count=1, clock=clock)
+    fake.power_mw = [900_000]  # the sample before the window is at 900 W
+
+    def ramp(step):
+        fake.power_mw = [(100 + 100 * step) * 1000]
+
+    reading = window_over(fake, clock, steps=5, between=ramp)  # 100, 200, 300, 400, 500 W
+    assert reading.power_mean_w == pytest.approx(300.0)
+    assert reading.power_p95_w == pytest.approx(480.0)  # numpy linear percentile of the five
+
+
+def test_a_counter_reset_falls_back_to_integrating_the_samples_and_says_so():
+    clock = Clock()
+    fake = FakeNvml(count=1, clock=clock)
+
+    def reset(step):
+        if step == 2:
+            fake.energy_offset_mj = [-10_000_000]  # driver reloaded: the counter starts again
+
+    reading = window_over(fake, clock, steps=4, between=reset)
+    assert reading.energy_source == "integrated 0.5 s power samples: energy counter went backwards (reset)"
+    assert reading.energy_j == pytest.approx(250.5 * 1.5, abs=0.01)  # trapezoids over the 4 samples 0.5 s apart
+
+
+def test_an_nvml_error_in_the_sampler_thread_is_recorded_and_reaches_the_window():
+    fake = FakeNvml(count=1)
+    sampler = telemetry.Sampler(telemetry.NvmlGpus(fake), period_s=0.05)
+    with sampler:
+        window = sampler.open_window()
+        time.sleep(0.15)
+        fake.fail_sampling = True
+        time.sleep(0.15)
+        reading = sampler.close_window(window)
+    assert reading.sampler_errors and reading.sampler_errors[0] == "NVML error while sampling: GPU is lost"
+    assert reading.energy_source == "energy counter"  # the counter itself still reads
+
+
+# -- power caps --------------------------------------------------------------------------------------
+def capper_for(fake, tmp_path, **kw):
+    return telemetry.PowerCapper(telemetry.NvmlGpus(fake, **kw), state_file=tmp_path / "state.json", sleep=lambda s: None)
+
+
+def test_the_state_file_is_absolute_and_per_host(monkeypatch):
+    monkeypatch.delenv("STACKBENCH_POWERCAP_STATE", raising=False)
+    path = telemetry.default_state_file()
+    assert path.is_absolute() and path.name == f"stackbench-powercap-{socket.gethostname()}.json"
+    monkeypatch.setenv("STACKBENCH_POWERCAP_STATE", "/tmp/elsewhere.json")
+    assert telemetry.default_state_file() == Path("/tmp/elsewhere.json")
+
+
+def test_sweep_sets_only_the_selected_gpus_reads_back_and_restores(tmp_path):
+    fake = FakeNvml(count=4)
+    capper = capper_for(fake, tmp_path, indices=[2, 3])
     with capper:
         for cap in (180, 220, 260):
-            assert capper.apply(cap) == cap
-            assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [cap * 1000] * 2
-        assert (tmp_path / "state.json").exists()
-    assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [300_000, 300_000]
+            assert capper.apply(cap) == telemetry.CapResult(cap, cap, applied=True)
+            assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in range(4)] == [300_000, 300_000] + [cap * 1000] * 2
+        state = json.loads((tmp_path / "state.json").read_text())
+        assert state["limits_w"] == {"GPU-fake-2": 300.0, "GPU-fake-3": 300.0}
+    assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in range(4)] == [300_000] * 4
+    assert {h for h, _ in fake.set_calls} == {2, 3}
     assert not (tmp_path / "state.json").exists()
 
 
 def test_restore_after_an_exception(tmp_path):
     fake = FakeNvml(count=1)
     with pytest.raises(RuntimeError, match="cell crashed"):
-        with telemetry.PowerCapper(telemetry.NvmlGpus(fake), state_file=tmp_path / "s.json", sleep=lambda s: None) as capper:
+        with capper_for(fake, tmp_path) as capper:
             capper.apply(200)
             raise RuntimeError("cell crashed")
     assert fake.nvmlDeviceGetPowerManagementLimit(0) == 300_000
@@ -71,32 +206,41 @@ def test_restore_after_an_exception(tmp_path):
 
 def test_cap_outside_the_gpus_range_is_refused_before_any_change(tmp_path):
     fake = FakeNvml(count=1)
-    capper = telemetry.PowerCapper(telemetry.NvmlGpus(fake), state_file=tmp_path / "s.json", sleep=lambda s: None)
     with pytest.raises(ValueError, match=r"power cap 400 W is outside GPU 0 \(NVIDIA GeForce RTX 3090\)'s range 100-350 W"):
-        capper.apply(400)
+        capper_for(fake, tmp_path).apply(400)
     assert fake.set_calls == []
 
 
-def test_missing_permission_is_reported_not_invented(tmp_path):
-    capper = telemetry.PowerCapper(gpus(count=1, deny_set=True), state_file=tmp_path / "s.json", sleep=lambda s: None)
-    with pytest.raises(telemetry.TelemetryUnavailable, match="cannot set the power limit of GPU 0: Insufficient Permissions"):
-        capper.apply(200)
+def test_missing_permission_keeps_the_requested_cap_and_the_reason(tmp_path):
+    result = capper_for(FakeNvml(count=1, deny_set=True), tmp_path).apply(200)
+    assert result == telemetry.CapResult(200, 300.0, applied=False,
+                                         reason="cannot set the power limit of GPU GPU-fake-0: Insufficient Permissions")
 
 
-def test_no_gpu_or_no_nvml_gives_a_reason():
-    assert telemetry.open_gpus(0) == (None, "no GPU on this node")
-    found, why = telemetry.open_gpus(1)  # the real pynvml on this machine: no driver library here
-    if found is None:
-        assert why.startswith("NVML unavailable:")
+def test_a_cap_that_does_not_take_is_restored_before_it_is_reported(tmp_path):
+    fake = FakeNvml(count=2, enforce=False)
+    result = capper_for(fake, tmp_path).apply(200)
+    assert not result.applied and result.requested_w == 200 and result.enforced_w == 350.0
+    assert result.reason == "power cap 200 W did not take: enforced [350.0, 350.0] W"
+    assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [300_000, 300_000]
+    assert not (tmp_path / "state.json").exists()
 
 
-def test_a_leftover_state_file_is_restored_at_the_next_start(tmp_path):
+def test_a_leftover_state_file_is_restored_by_uuid_at_the_next_start(tmp_path):
     state_gpu = tmp_path / "gpu.json"
-    fake = FakeNvml(count=1, state_path=state_gpu, limit_mw=180_000)  # a run died with the cap at 180 W
-    (tmp_path / "s.json").write_text('{"pid": 1, "limits_w": {"0": 300.0}, "uuids": ["GPU-fake-0"]}')
-    with telemetry.PowerCapper(telemetry.NvmlGpus(fake), state_file=tmp_path / "s.json", sleep=lambda s: None):
-        assert fake.nvmlDeviceGetPowerManagementLimit(0) == 300_000
-    assert not (tmp_path / "s.json").exists()
+    fake = FakeNvml(count=2, state_path=state_gpu, limit_mw=180_000)  # a run died with the caps at 180 W
+    (tmp_path / "state.json").write_text('{"pid": 1, "limits_w": {"GPU-fake-1": 300.0}}')
+    with capper_for(fake, tmp_path, indices=[1]):
+        assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [180_000, 300_000]
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_a_leftover_naming_other_gpus_is_kept_and_named(tmp_path):
+    fake = FakeNvml(count=2)
+    (tmp_path / "state.json").write_text('{"pid": 1, "limits_w": {"GPU-elsewhere-9": 300.0}}')
+    with pytest.raises(telemetry.TelemetryUnavailable, match="names GPUs not selected here \\(GPU-elsewhere-9\\)"):
+        capper_for(fake, tmp_path, indices=[0]).restore_leftover()
+    assert (tmp_path / "state.json").exists() and fake.set_calls == []
 
 
 CHILD = textwrap.dedent("""

@@ -80,7 +80,8 @@ def test_vllm_model_loading_is_in_gib():
 
 
 def test_vllm_fixed_length_fields():
-    assert vllm.request_extras(launch("vllm"), 512) == {"ignore_eos": True, "min_tokens": 512}
+    assert vllm.request_extras(launch("vllm"), 512) == {
+        "ignore_eos": True, "min_tokens": 512, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
 
 def test_vllm_rejection_states_its_limit():

@@ -16,6 +16,7 @@ import numpy
 
 from .client import RequestRecord
 from .stacks.base import SpecCounters
+from .telemetry import WindowReading
 
 # A percentile from fewer samples than this says so in its note.
 FEW_SAMPLES = 100
@@ -155,3 +156,24 @@ def acceptance_figures(delta: SpecCounters | None, repeats: int) -> list[Figure]
 
 def spread_is_wide(figure: Figure, ratio: float) -> bool:
     return bool(figure.value_min and figure.value_max and figure.value_max / figure.value_min > ratio)
+
+
+def telemetry_figures(reading: WindowReading, output_tokens: int) -> list[Figure]:
+    """NVML figures of one cell's measured window, summed over the launch's GPUs. Power as
+    nvmlDeviceGetPowerUsage reports it (a 1 s average on Ampere and newer), sampled every 0.5 s inside the
+    window; energy from nvmlDeviceGetTotalEnergyConsumption at the window's edges; J/token = that energy
+    over the window's output tokens (reasoning included)."""
+    notes = [f"NVML over the measured window ({reading.duration_s:.1f} s, {len(reading.gpu_uuids)} GPU)"]
+    if reading.sampler_errors:
+        notes.append(f"sampler errors: {reading.sampler_errors[0]} ({len(reading.sampler_errors)} in the window)")
+    note = "; ".join(notes)
+    figures = []
+    if reading.power_mean_w is not None:
+        figures += [Figure("power_w", reading.power_mean_w, "W", "mean", reading.power_samples, ttft_included="yes", note=note),
+                    Figure("power_p95_w", reading.power_p95_w, "W", "p95", reading.power_samples, ttft_included="yes", note=note)]
+    if reading.vram_peak_mib is not None:
+        figures.append(Figure("vram_mib", reading.vram_peak_mib, "MiB", "peak", reading.power_samples, note=note))
+    if reading.energy_j is not None and output_tokens > 0:
+        figures.append(Figure("energy_j_per_token", reading.energy_j / output_tokens, "J/token", "mean", output_tokens,
+                              ttft_included="yes", note=f"{note}; energy from {reading.energy_source}"))
+    return figures
