@@ -35,7 +35,7 @@ def make_launch(tmp_path: Path, engine: str = "llamacpp", model_path: str | None
     fields = dict(node="ci-cpu", stack_config=engine, engine=engine, variant="nospec", spec_method="none",
                   spec_engine_type=None, spec_tokens=None, spec_extra={}, server_args={}, model=model,
                   draft_model=None, launch_mode="native", launch_target=None, env_name=engine, context_len=2048,
-                  bind_host="127.0.0.1")
+                  bind_host="127.0.0.1", container_cli="docker")
     return plan.Launch(**{**fields, **overrides})
 
 

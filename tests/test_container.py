@@ -18,7 +18,7 @@ import pytest
 
 from container_image import build_llamacpp_image, container_engine_problem
 from launch_helpers import TEST_MODEL, chat, llamacpp_env, make_launch  # noqa: F401  (llamacpp_env is a fixture)
-from stackbench.launchers import ImageLauncher, NotRunnable, ServerExited, container_name, group_members
+from stackbench.launchers import NotRunnable, ServerExited, container_name, group_members, open_launcher
 from stackbench.stacks import adapter_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,8 +31,8 @@ def image_launcher(tmp_path, engine="llamacpp", cli="docker", gpu_devices=None, 
     link = tmp_path / "linked-models"
     link.symlink_to(model_dir)
     launch = make_launch(tmp_path, engine=engine, model_path=str(link / "tiny.gguf"), launch_mode="image",
-                         launch_target=image, env={"HF_TOKEN": "secret-value"}, **fields)
-    return ImageLauncher(launch, adapter_for(engine), tmp_path / "run", 4, gpu_devices, cli)
+                         launch_target=image, env={"HF_TOKEN": "secret-value"}, container_cli=cli, **fields)
+    return open_launcher(launch, adapter_for(engine), {}, tmp_path / "run", 4, gpu_devices)
 
 
 @pytest.mark.parametrize("engine, entrypoint, first_args", [
@@ -99,7 +99,7 @@ DRIVER = textwrap.dedent("""
     # Starts an image-mode server and holds it, handling signals as the run loop does: SIGTERM becomes
     # KeyboardInterrupt (like SIGINT), so the launcher's stop() runs in `finally`.
     import pickle, signal, sys, time
-    from stackbench.launchers import ImageLauncher
+    from stackbench.launchers import open_launcher
     from stackbench.stacks import adapter_for
 
     def raise_interrupted(signum, frame):
@@ -107,7 +107,7 @@ DRIVER = textwrap.dedent("""
 
     signal.signal(signal.SIGTERM, raise_interrupted)
     launch, out_dir = pickle.load(open(sys.argv[1], "rb"))
-    launcher = ImageLauncher(launch, adapter_for(launch.engine), out_dir, 2, None, "podman")
+    launcher = open_launcher(launch, adapter_for(launch.engine), {}, out_dir, 2, None)
     try:
         launcher.start(300)
         print("ready", launcher.pgid, flush=True)
@@ -130,7 +130,7 @@ def podman_image(llamacpp_env, tmp_path_factory):
 @pytest.fixture
 def real_launch(tmp_path, podman_image):
     return make_launch(tmp_path, model_path=str(TEST_MODEL), launch_mode="image", launch_target=podman_image,
-                       node="ci-podman", server_args={"parallel": 1})
+                       container_cli="podman", node="ci-podman", server_args={"parallel": 1})
 
 
 def containers_named(name: str) -> list[str]:
@@ -161,7 +161,7 @@ def assert_nothing_left(launcher_name: str, pgid: int | None) -> None:
 
 @pytest.mark.integration
 def test_image_mode_serves_the_real_llama_server_and_leaves_nothing(tmp_path, real_launch, podman_image):
-    launcher = ImageLauncher(real_launch, adapter_for("llamacpp"), tmp_path / "run", 2, None, "podman")
+    launcher = open_launcher(real_launch, adapter_for("llamacpp"), {}, tmp_path / "run", 2, None)
     try:
         assert launcher.start(300) > 0
         assert launcher.alive()
@@ -193,7 +193,7 @@ def test_a_failed_start_leaves_nothing(tmp_path, real_launch):
     import dataclasses
 
     broken = dataclasses.replace(real_launch, server_args={"no_such_flag": True})
-    launcher = ImageLauncher(broken, adapter_for("llamacpp"), tmp_path / "run", 2, None, "podman")
+    launcher = open_launcher(broken, adapter_for("llamacpp"), {}, tmp_path / "run", 2, None)
     with pytest.raises(ServerExited, match="no-such-flag|invalid argument"):
         launcher.start(300)
     assert_nothing_left(launcher.name, launcher.pgid)
@@ -230,7 +230,7 @@ def test_a_container_left_by_a_hard_death_is_removed_at_the_next_start(tmp_path,
     driver.wait(timeout=30)
     time.sleep(1)
     assert containers_named(name) == [name]  # SIGKILL runs no cleanup: the container outlives its launcher
-    launcher = ImageLauncher(real_launch, adapter_for("llamacpp"), tmp_path / "again", 2, None, "podman")
+    launcher = open_launcher(real_launch, adapter_for("llamacpp"), {}, tmp_path / "again", 2, None)
     try:
         launcher.start(300)
         assert chat(launcher.base_url)["usage"]["completion_tokens"] > 0

@@ -428,7 +428,8 @@ class ImageLauncher(_ProcessLauncher):
     def _version_inside(self) -> str:
         command = IMAGE_VERSION_COMMANDS[self.adapter.engine]
         try:
-            done = self._run_cli("run", "--rm", *container_ulimits(), "--entrypoint", command[0], self.image, *command[1:])
+            done = self._run_cli("run", "--rm", "--name", f"{self.name}-version", *container_ulimits(),
+                                 "--entrypoint", command[0], self.image, *command[1:])
         except subprocess.TimeoutExpired:
             return "unknown"
         text = done.stdout + done.stderr
@@ -459,9 +460,11 @@ class ImageLauncher(_ProcessLauncher):
             self._remove_container()
 
     def _remove_container(self) -> None:
-        removed = self._run_cli("rm", "-f", self.name)
-        if removed.returncode != 0 and "no such container" not in (removed.stderr + removed.stdout).lower():
-            log.warning("%s rm -f %s: %s", self.cli, self.name, _last_line(removed))
+        """`rm -f` our containers: the server's, and the version probe's should an interrupt have orphaned it."""
+        removed = self._run_cli("rm", "-f", self.name, f"{self.name}-version")
+        problems = [line for line in removed.stderr.splitlines() if "no such container" not in line.lower()]
+        if removed.returncode != 0 and problems:
+            log.warning("%s rm -f %s: %s", self.cli, self.name, problems[-1])
 
     def identity(self) -> dict:
         return {"launch_mode": self.mode, "engine_version": self.engine_version, "engine_image": self.digest}
