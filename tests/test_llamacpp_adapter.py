@@ -19,7 +19,7 @@ def launch(**extra):
                 spec_engine_type="draft-simple", spec_tokens=4, spec_extra={}, server_args={"threads": 2, "parallel": 2, "metrics": True,
                                                                                "log_verbosity": 4},
                 model=Model("target", "/m/target.gguf", "Q4_K_M", None), draft_model=Model("draft", "/m/draft.gguf", "Q4_1", None),
-                launch_mode="native", launch_target=None, env_name="llamacpp", context_len=4096, bind_host="127.0.0.1")
+                launch_mode="native", launch_target=None, container_cli="docker", env_name="llamacpp", context_len=4096, bind_host="127.0.0.1")
     return Launch(**{**base, **extra})
 
 

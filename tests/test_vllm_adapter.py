@@ -19,7 +19,7 @@ vllm = VllmAdapter()
 def launch(engine, **extra):
     base = dict(node="n", stack_config=engine, engine=engine, variant="v", spec_method="none", spec_engine_type=None,
                 spec_tokens=None, spec_extra={}, server_args={}, model=Model("qwen38", "/models/q", "AWQ", None),
-                draft_model=None, launch_mode="native", launch_target=None, env_name=engine, context_len=131072,
+                draft_model=None, launch_mode="native", launch_target=None, container_cli="docker", env_name=engine, context_len=131072,
                 bind_host="127.0.0.1")
     return Launch(**{**base, **extra})
 
