@@ -18,7 +18,7 @@ import pytest
 
 from container_image import build_llamacpp_image, container_engine_problem
 from launch_helpers import TEST_MODEL, chat, llamacpp_env, make_launch  # noqa: F401  (llamacpp_env is a fixture)
-from stackbench.launchers import NotRunnable, ServerExited, container_name, group_members, open_launcher
+from stackbench.launchers import NotRunnable, ServerExited, container_name, group_members, llamacpp_build_info, open_launcher
 from stackbench.stacks import adapter_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,6 +85,15 @@ def test_ulimits_are_explicit_and_within_the_hosts(tmp_path):
     host_soft, host_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert soft <= hard and soft == host_soft and (host_hard == resource.RLIM_INFINITY or hard <= host_hard)
     assert "nproc" in limits
+
+
+@pytest.mark.parametrize("reported, recorded", [
+    ("version: 0.0.0 (build 11434, commit 0c1f39a3)\nbuilt with cc for x86_64", "b11434-0c1f39a3"),
+    ("version: 4567 (abcdef12)\nbuilt with cc for x86_64", "b4567-abcdef12"),
+    ("llama-server: unrecognized option", "unknown"),
+])
+def test_llamacpp_version_lines_of_both_forms_read_as_props_build_info(reported, recorded):
+    assert llamacpp_build_info(reported) == recorded
 
 
 def test_a_missing_container_cli_is_not_runnable(tmp_path, monkeypatch):
@@ -170,22 +179,14 @@ def test_image_mode_serves_the_real_llama_server_and_leaves_nothing(tmp_path, re
         assert reply["choices"][0]["message"]["content"]
         identity = launcher.identity()
         assert identity["launch_mode"] == "image" and identity["engine_image"] == podman_image
-        assert identity["engine_version"] == version_reported_by(Path(launcher.argv[0]).name, podman_image)
+        # Read inside the image before the start; the running server's /props names the same build.
+        assert identity["engine_version"] == httpx.get(launcher.base_url + "/props").json()["build_info"]
         assert "llama_model_load" in launcher.log_text() or "model loaded" in launcher.log_text()
     finally:
         pgid = launcher.pgid
         launcher.stop()
     assert not launcher.alive()
     assert_nothing_left(launcher.name, pgid)
-
-
-def version_reported_by(cli: str, image: str) -> str:
-    """What the image's own llama-server says, asked independently of the launcher."""
-    done = subprocess.run([cli, "run", "--rm", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
-                           "--entrypoint", "/app/llama-server", image, "--version"], capture_output=True, text=True)
-    import re
-    found = re.search(r"version: (\d+) \((\w+)\)", done.stdout + done.stderr)
-    return f"b{found[1]}-{found[2]}"
 
 
 @pytest.mark.integration

@@ -343,8 +343,15 @@ IMAGE_VERSION_COMMANDS = {
     "sglang": ["python3", "-c", "import sglang; print(sglang.__version__)"],
     "vllm": ["python3", "-c", "import vllm; print(vllm.__version__)"],
 }
-# `llama-server --version` prints e.g. "version: 6123 (a1b2c3d4)"; /props calls the same build "b6123-a1b2c3d4".
-LLAMACPP_VERSION = re.compile(r"version: (?P<build>\d+) \((?P<commit>\w+)\)")
+# `llama-server --version` (common/build-info.cpp llama_print_build_info) prints
+# "version: <version> (build <number>, commit <hash>)", older builds "version: <number> (<hash>)";
+# /props build_info names the same build "b<number>-<hash>", the form recorded here.
+LLAMACPP_VERSION = re.compile(r"version: (?:\S+ \(build )?(?P<build>\d+)(?:, commit | \()(?P<commit>\w+)\)")
+
+
+def llamacpp_build_info(version_output: str) -> str:
+    found = LLAMACPP_VERSION.search(version_output)
+    return f"b{found['build']}-{found['commit']}" if found else "unknown"
 CLI_TIMEOUT_S = 120
 PULL_TIMEOUT_S = 3600
 
@@ -436,9 +443,8 @@ class ImageLauncher(_ProcessLauncher):
         if done.returncode != 0:
             log.warning("engine version not readable inside %s: %s", self.image, _last_line(done))
             return "unknown"
-        llama = LLAMACPP_VERSION.search(text)
         if self.adapter.engine == "llamacpp":
-            return f"b{llama['build']}-{llama['commit']}" if llama else "unknown"
+            return llamacpp_build_info(text)
         return text.strip().splitlines()[-1] if text.strip() else "unknown"
 
     def server_argv(self, host: str, port: int) -> list[str]:
