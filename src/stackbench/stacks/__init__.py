@@ -1,13 +1,14 @@
 """One adapter per engine, in a plain dict keyed by the results contract's stack name."""
 
+from .base import Adapter
 from .llamacpp import LlamaCppAdapter
 from .sglang import SglangAdapter
 from .vllm import VllmAdapter
 
-ADAPTERS = {"llamacpp": LlamaCppAdapter(), "sglang": SglangAdapter(), "vllm": VllmAdapter()}
+ADAPTERS: dict[str, Adapter] = {"llamacpp": LlamaCppAdapter(), "sglang": SglangAdapter(), "vllm": VllmAdapter()}
 
 
-def adapter_for(engine: str):
+def adapter_for(engine: str) -> Adapter:
     try:
         return ADAPTERS[engine]
     except KeyError:
