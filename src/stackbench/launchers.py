@@ -225,17 +225,14 @@ def open_launcher(launch: plan.Launch, adapter, env_info: dict, out_dir: Path,
     return NativeLauncher(launch, adapter, env_info, Path(out_dir), threads, gpu_devices)
 
 
-def _missing_model(launch: plan.Launch) -> NotRunnable | None:
+def _check_model_files(launch: plan.Launch) -> None:
     for model in (launch.model, launch.draft_model):
         if model is not None and not Path(model.path).exists():
-            return NotRunnable(f"model file missing: {model.path} (models.{model.name} in configs/nodes/{launch.node}.yaml)")
-    return None
+            raise NotRunnable(f"model file missing: {model.path} (models.{model.name} in configs/nodes/{launch.node}.yaml)")
 
 
 class _ProcessLauncher:
     """A server we start as a process group (native binary, or a container CLI in the foreground)."""
-
-    mode = ""
 
     def __init__(self, launch: plan.Launch, adapter, out_dir: Path, threads: int | None):
         self.launch, self.adapter, self.out_dir, self.threads = launch, adapter, out_dir, threads
@@ -250,9 +247,7 @@ class _ProcessLauncher:
 
     def _prepare(self) -> None:
         """Checks and one-time work before the first spawn; raises NotRunnable."""
-        missing = _missing_model(self.launch)
-        if missing:
-            raise missing
+        _check_model_files(self.launch)
 
     def server_argv(self, host: str, port: int) -> list[str]:
         """The command that starts a server listening on host:port."""
@@ -265,7 +260,8 @@ class _ProcessLauncher:
         self._prepare()
         started = time.monotonic()
         host = self.launch.bind_host
-        for attempt in range(1, PORT_ATTEMPTS + 1):
+        attempt = 1
+        while True:
             port = free_port(host)
             self.argv = self.server_argv(host, port)
             self.base_url = f"http://{host}:{port}"
@@ -281,10 +277,10 @@ class _ProcessLauncher:
                 if attempt == PORT_ATTEMPTS or not BIND_FAILURE.search(err.log_tail):
                     raise
                 log.warning("port %d taken (%s); retrying on another port", port, err)
+                attempt += 1
             except BaseException:
                 self.stop()
                 raise
-        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def alive(self) -> bool:
         return self.server is not None and self.server.alive()
