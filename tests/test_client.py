@@ -25,10 +25,10 @@ def one_request(timing: Timing, extras: dict | None = None) -> RequestRecord:
 
 
 def test_the_first_token_is_the_first_reasoning_delta_not_the_first_content():
-    timing = Timing(ttft_s=0.3, interval_s=0.05, reasoning_tokens=30, content_tokens=6)
+    timing = Timing(ttft_s=0.5, interval_s=0.05, reasoning_tokens=30, content_tokens=6)
     record = one_request(timing)
     assert record.status == "ok"
-    assert record.ttft_s == pytest.approx(0.3, abs=0.05)  # content starts 0.3 + 10 x 0.05 s later
+    assert record.ttft_s == pytest.approx(0.5, abs=0.1)  # content starts 0.5 + 10 x 0.05 s = 1.0 s in
     assert record.ttfc_s < 0.1  # the role-only chunk arrives at once
     assert record.counted_text == "reasoning+content"
     assert record.reasoning.startswith("t0 ") and record.content.startswith("t31 ")

@@ -12,7 +12,7 @@ from stackbench.client import RequestRecord, StreamClient, run_conversations
 from stackbench.stacks.vllm import VllmAdapter
 from synthetic_engine import SyntheticEngine, Timing
 
-TIMING = Timing(ttft_s=0.5, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=30, content_tokens=30, spec_tokens=3)
+TIMING = Timing(ttft_s=1.0, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=30, content_tokens=30, spec_tokens=3)
 CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
 
