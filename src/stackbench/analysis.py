@@ -322,27 +322,31 @@ def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, vary: str = "engine
     """Join two result sets only on like rows: every key and basis column equal except `vary`.
 
     Returns (paired rows with their ratio, unpaired rows with the basis fields that kept them apart).
+    Rows are joined on one 64-bit hash of their like columns (null equals null), not on 25 string keys.
     """
     like = [c for c in KEY_COLUMNS + BASIS_COLUMNS if c != vary]
-    a = baseline[baseline["status"] == "ok"].reset_index(drop=True)
-    b = candidate[candidate["status"] == "ok"].reset_index(drop=True)
-    paired = a.merge(b[like + [vary, "value"]], on=like, suffixes=("_a", "_b"))
+    a, b = (_with_hashes(frame[frame["status"] == "ok"], like) for frame in (baseline, candidate))
+    paired = a.merge(b[["_like", vary, "value"]], on="_like", suffixes=("_a", "_b"))
     table = paired[["node", "stack", "variant", "workload", "concurrency", "metric"]].copy()
     table[f"{vary} A"], table[f"{vary} B"] = paired[f"{vary}_a"].to_numpy(), paired[f"{vary}_b"].to_numpy()
     table["A"], table["B"] = paired["value_a"].to_numpy(), paired["value_b"].to_numpy()
     table["B/A"] = table["B"] / table["A"]
-    unpaired = [_unpaired(side, frame, other, like, vary) for side, frame, other in (("A", a, b), ("B", b, a))]
+    unpaired = [_unpaired(side, frame, other, vary) for side, frame, other in (("A", a, b), ("B", b, a))]
     return table.reset_index(drop=True), pd.concat(unpaired, ignore_index=True)
 
 
-def _unpaired(side: str, frame: pd.DataFrame, other: pd.DataFrame, like: list[str], vary: str) -> pd.DataFrame:
+def _with_hashes(frame: pd.DataFrame, like: list[str]) -> pd.DataFrame:
+    return frame.assign(_like=pd.util.hash_pandas_object(frame[like], index=False).to_numpy(),
+                        _cell=pd.util.hash_pandas_object(frame[KEY_COLUMNS], index=False).to_numpy()).reset_index(drop=True)
+
+
+def _unpaired(side: str, frame: pd.DataFrame, other: pd.DataFrame, vary: str) -> pd.DataFrame:
     """Rows of `frame` with no like row in `other`, each with the basis fields in which the rows of
     `other` for the same cell differ from it."""
-    flagged = frame[like].merge(other[like].drop_duplicates(), on=like, how="left", indicator=True)["_merge"].eq("left_only")
-    lonely = frame[flagged.to_numpy()].reset_index(drop=True)
+    lonely = frame[~frame["_like"].isin(other["_like"])].reset_index(drop=True)
     basis = [c for c in BASIS_COLUMNS if c != vary]
-    same_cell = lonely[KEY_COLUMNS + basis].reset_index(names="row").merge(other[KEY_COLUMNS + basis], on=KEY_COLUMNS,
-                                                                           suffixes=("", "_other"))
+    counterparts = other[["_cell"] + basis].drop_duplicates()
+    same_cell = lonely[["_cell"] + basis].reset_index(names="row").merge(counterparts, on="_cell", suffixes=("", "_other"))
     differs = pd.DataFrame({c: ~((same_cell[c] == same_cell[f"{c}_other"]) | (same_cell[c].isna() & same_cell[f"{c}_other"].isna()))
                             for c in basis}).groupby(same_cell["row"]).any()
     names = differs.dot(pd.Index(basis) + ", ").str.rstrip(", ").reindex(lonely.index)
