@@ -113,17 +113,17 @@ def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[st
     (`row_column`, 1-based). `axes` are the fields the table varies on purpose (a power sweep's cap,
     a before/after's variant); they are not caveats.
     """
+    fields = [f for f in WHY_IT_MATTERS if f not in axes and f in records.columns]
+    # One pass over the distinct (row, basis) combinations: a table of many records has few of them.
+    seen: dict[str, dict[int, set[str]]] = {f: {} for f in fields}
+    for row, *values in records[[row_column, *fields]].drop_duplicates().itertuples(index=False):
+        for name, value in zip(fields, values):
+            seen[name].setdefault(int(row), set()).add(format_value(value))
     found: list[Caveat] = []
-    for field, why in WHY_IT_MATTERS.items():
-        if field in axes or field not in records.columns:
-            continue
-        # Distinct (row, value) pairs first: the per-row sets come from a few hundred pairs, not every record.
-        pairs = records[[row_column, field]].astype(object).drop_duplicates()
-        pairs["shown"] = [format_value(v) for v in pairs[field]]
-        if pairs["shown"].nunique() <= 1:
-            continue
-        values_by_row = {int(row): tuple(sorted(set(group))) for row, group in pairs.groupby(row_column, sort=True)["shown"]}
-        found.append(Caveat(field, values_by_row, why))
+    for name in fields:
+        if len(set().union(*seen[name].values())) > 1:
+            values_by_row = {row: tuple(sorted(shown)) for row, shown in sorted(seen[name].items())}
+            found.append(Caveat(name, values_by_row, WHY_IT_MATTERS[name]))
     return found
 
 

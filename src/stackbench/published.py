@@ -1,11 +1,14 @@
-"""The seed posts' figures as data: load data/published/*.yaml into results-contract records.
+"""The seed posts' figures as data: load data/published/*.yaml into results-contract records, and the
+posts' own table layouts beside them.
 
 Each file is one post; groups are its tables. A basis field the post does not state stays unknown
-(the word "unknown" for text, null for numbers): it is never filled with a guess.
+(the word "unknown" for text, null for numbers): it is never filled with a guess. A row's `quote` (the
+figure as the post writes it) is provenance for the seed-text check, not a result, so it stays here.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import config
@@ -15,12 +18,34 @@ TEXT_BASIS = ("node", "gpu", "os", "engine", "engine_version", "engine_image", "
               "ttft_included", "spec_method", "workload", "variant")
 
 
+@dataclass
+class Layout:
+    """How one seed table is laid out in its post, and the caveats its rows cannot carry."""
+
+    columns: list[str] | None = None  # the post's header row; None: derived from the rows' col_label
+    row_labels: list[str] = field(default_factory=list)  # in the post's order (the YAML's), whatever order rows are stored in
+    change: dict | None = None  # {column, before, after}
+    text: dict[str, dict[str, str]] = field(default_factory=dict)  # row label -> column -> the post's text
+    templates: dict[str, str] = field(default_factory=dict)  # row label -> "{metric} MiB（余 {metric}）"
+    formats: dict[str, dict] = field(default_factory=dict)  # metric -> {scale, suffix}
+    caveats: list[str] = field(default_factory=list)
+
+
+def _check_sections(doc: dict, path: Path) -> None:
+    for group_no, group in enumerate(doc["groups"]):
+        if group["section"] not in doc["sections"]:
+            raise config.ConfigError(f"{path}: groups[{group_no}].section: {group['section']!r} is not one of the "
+                                     f"file's sections ({', '.join(doc['sections'])})")
+
+
 def load_file(path: Path, root: Path = Path(".")) -> list[dict]:
     doc = config.load_file(path, "published", root)
+    _check_sections(doc, path)
     records = []
     for group_no, group in enumerate(doc["groups"]):
         for row_no, row in enumerate(group["rows"]):
             record = {**doc.get("basis", {}), **group.get("basis", {}), **row}
+            record.pop("quote", None)
             where = f"{path}: groups[{group_no}].rows[{row_no}]"
             records.append(_finish(record, doc["seed"], group, where))
     return records
@@ -29,11 +54,11 @@ def load_file(path: Path, root: Path = Path(".")) -> list[dict]:
 def _finish(record: dict, seed: str, group: dict, where: str) -> dict:
     record.update(source="published", ref=f"{seed} §{group['section']}", table_id=group["table_id"],
                   table_title=group["title"])
-    for field in ("metric", "unit", "row_label"):
-        if field not in record:
-            raise config.ConfigError(f"{where}: {field}: required (in the row, its group basis or the file basis)")
-    for field in TEXT_BASIS:
-        record.setdefault(field, UNKNOWN)
+    for field_name in ("metric", "unit", "row_label"):
+        if field_name not in record:
+            raise config.ConfigError(f"{where}: {field_name}: required (in the row, its group basis or the file basis)")
+    for field_name in TEXT_BASIS:
+        record.setdefault(field_name, UNKNOWN)
     record.setdefault("status", "ok")
     low, high = record.get("value_min"), record.get("value_max")
     if (low is None) != (high is None):
@@ -50,11 +75,43 @@ def _finish(record: dict, seed: str, group: dict, where: str) -> dict:
     return record
 
 
-def load_all(directory: Path, root: Path = Path(".")) -> list[dict]:
+def _files(directory: Path) -> list[Path]:
     files = sorted(directory.glob("*.yaml"))
     if not files:
         raise config.ConfigError(f"{directory}: no published data files (*.yaml)")
+    return files
+
+
+def load_all(directory: Path, root: Path = Path(".")) -> list[dict]:
     records = []
-    for path in files:
+    for path in _files(directory):
         records.extend(load_file(path, root))
     return records
+
+
+def load_layouts(directory: Path, root: Path = Path(".")) -> dict[str, Layout]:
+    """table_id -> its post's layout; groups sharing a table id (one table quoted in two sections) merge."""
+    layouts: dict[str, Layout] = {}
+    for path in _files(directory):
+        doc = config.load_file(path, "published", root)
+        for group_no, group in enumerate(doc["groups"]):
+            layout = layouts.setdefault(group["table_id"], Layout())
+            labels = [{**group.get("basis", {}), **r}["row_label"] for r in group["rows"]]
+            layout.row_labels += [label for label in dict.fromkeys(labels) if label not in layout.row_labels]
+            spec = group.get("layout")
+            if spec:
+                if layout.columns is not None:
+                    raise config.ConfigError(f"{path}: groups[{group_no}].layout: table {group['table_id']} has a layout already")
+                layout.columns = list(spec["columns"])
+                layout.change = spec.get("change")
+                layout.text = spec.get("text", {})
+                layout.templates = spec.get("templates", {})
+                layout.formats = spec.get("formats", {})
+            layout.caveats += [c for c in group.get("caveats", []) if c not in layout.caveats]
+    return layouts
+
+
+def load_sections(path: Path, root: Path = Path(".")) -> tuple[str, dict[str, str]]:
+    """(seed file name, section id -> opening text) of one published file, for checks against the seed text."""
+    doc = config.load_file(path, "published", root)
+    return doc["seed"], doc["sections"]

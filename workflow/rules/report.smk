@@ -1,11 +1,19 @@
-# Tables, caveats and charts from data/results.parquet only; rendering never triggers a measurement.
+# Tables, caveats and charts from data/results.parquet and the posts' table layouts (data/published) only;
+# rendering never triggers a measurement. The outputs are marked for `snakemake --report report.zip` too.
 
 
 rule report:
     input:
-        PATHS["results"],
+        results=PATHS["results"],
+        layouts=sorted(Path(PATHS["published"]).glob("*.yaml")),
     output:
-        html=f"{PATHS['reports']}/index.html",
-        markdown=f"{PATHS['reports']}/report.md",
+        html=report(f"{PATHS['reports']}/index.html", caption="../report/index.rst", category="Report"),
+        markdown=report(f"{PATHS['reports']}/report.md", caption="../report/markdown.rst", category="Report"),
+        tables=report(directory(f"{PATHS['reports']}/tables"), patterns=["{name}.csv"],
+                      caption="../report/tables.rst", category="Tables"),
+    params:
+        cli=STACKBENCH,
+    log:
+        "logs/report/report.log",
     shell:
-        "{STACKBENCH} report --results {input} --out-dir {PATHS[reports]}"
+        "{params.cli} report --results {input.results:q} --out-dir {PATHS[reports]} > {log:q} 2>&1"

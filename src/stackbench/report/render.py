@@ -1,7 +1,11 @@
-"""Write the report: Markdown and CSV per table, and one offline HTML page with plotly charts.
+"""Write the report: report.md, one offline HTML page, and every table as Markdown, CSV and Parquet.
 
-Reads only the results table; it never triggers a measurement. plotly's JavaScript is embedded in the
-page (these machines have no internet, so no CDN).
+Reads only the results table and the seed posts' table layouts (data/published); it never triggers a
+measurement and never reads node configs (each node's memory bandwidth is a row in the results).
+Selections and aggregates run in DuckDB over the Parquet file, so the headline, the analysis sections
+and the charts read a few thousand rows however many the results hold. The full per-cell tables go out
+as CSV and Parquet and, in the page, as a paginated, filterable table. plotly.js is inlined once (these
+machines have no internet, so no CDN).
 """
 
 from __future__ import annotations
@@ -9,26 +13,31 @@ from __future__ import annotations
 import csv
 import html
 import io
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 import plotly.offline
 
-from .. import analysis
-from ..config import load_yaml
+from .. import analysis, basis, published
 from ..store import read_results
 from . import charts, tables
 
-# The seeds' own comparison tables, regenerated from the published rows, in the order a reader wants them.
-SEED_TABLES = [
-    "s000-fix-ab", "s000-fourway", "s000-spec-on-off-pool", "s000-short-accept", "s000-127k",
-    "s000-accept-by-context", "s000-nospec-prefill", "s000-vocab-fix", "s000-sizing-debug",
-    "s001-stages", "s001-sizes", "s001-long-prefill",
-    "s002-op", "s002-concurrent", "s002-power-sweep", "s002-per-content", "s002-dflash2-main",
-    "s002-dflash2-dev507", "s002-hicache",
-    "s003-calculator",
-    "s004-mtp-ab", "s004-per-position", "s004-long-profile", "s004-generations", "s004-vram",
-]
+# Rows of one node's full table embedded in the page; all of them are in its CSV and Parquet files.
+PAGE_ROWS_PER_NODE = 2000
+MARKDOWN_ROWS_PER_NODE = 200
+# Each node's memory bandwidth, written into its rows by the measuring side (CPU: measured; GPU: node config);
+# analysis.roofline reads it from there.
+BANDWIDTH_METRICS = ("host_mem_bandwidth_gbs", "gpu_mem_bandwidth_gbs")
+FULL_KEYS = ["source", "ref", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency"]
+# What the analysis functions read: rates, acceptance, energy, and each launch's server rows (pool, weight
+# bytes, bandwidth, the model's geometry_* figures).
+ANALYSIS_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "ttft_s", "accept_len", "kv_bytes_per_token", "kv_pool_tokens",
+                    "kv_cache_mib", "vram_free_mib", "mem_free_after_pool_gb", "energy_j_per_token", "model_mib", "load_gib",
+                    *BANDWIDTH_METRICS)
+CHART_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "accept_len")
 
 
 def to_markdown(table: tables.Table) -> str:
@@ -54,18 +63,22 @@ def to_csv(table: tables.Table) -> str:
     return buffer.getvalue()
 
 
-def to_html(table: tables.Table) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
+def _notes_html(table: tables.Table) -> str:
     notes = ""
     if table.legend:
         notes += "<p class='legend'>" + "<br>".join(html.escape(x) for x in table.legend) + "</p>"
     if table.caveats:
         notes += "<div class='caveats'><b>Basis differs between rows:</b><ul>" + "".join(
             f"<li>{html.escape(c)}</li>" for c in table.caveats) + "</ul></div>"
-    return (f"<section class='table' id='{html.escape(table.table_id)}'><h3>{html.escape(table.title)}</h3>"
+    return notes
+
+
+def to_html(table: tables.Table, css_class: str = "table") -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
+    return (f"<section class='{css_class}' id='{html.escape(table.table_id)}'><h3>{html.escape(table.title)}</h3>"
             f"<p class='ref'>Source: {html.escape(table.ref)}</p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}</section>")
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{_notes_html(table)}</section>")
 
 
 STYLE = """
@@ -73,69 +86,152 @@ body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#22
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th:first-child,td:first-child{text-align:left}
+.headline table{font-size:1em}.headline th{background:#f3f6fa}
 .caveats{background:#fff8e1;border-left:4px solid #f0b400;padding:.3em 1em;font-size:.88em}
 .legend,.ref{font-size:.85em;color:#555}
 .status{background:#eef5ff;border-left:4px solid #3b82f6;padding:.3em 1em}
+.pager{font-size:.85em;margin:.3em 0}.pager input{width:18em}
+"""
+
+# A paginated, filterable view over rows embedded as JSON: a million-row table never becomes a million-row DOM.
+PAGER_JS = """
+function stackbenchPager(id){
+  const box=document.getElementById(id), data=JSON.parse(box.querySelector('script').textContent);
+  const body=box.querySelector('tbody'), info=box.querySelector('.info'), size=50; let page=0, shown=data.rows;
+  function fmt(v){if(v===null)return '\\u2014'; if(typeof v!=='number')return v;
+    if(Number.isInteger(v)||Math.abs(v)>=100)return String(Math.round(v)); return String(Number(v.toPrecision(3)));}
+  function draw(){body.innerHTML=''; for(const r of shown.slice(page*size,(page+1)*size)){const tr=document.createElement('tr');
+    for(const v of r){const td=document.createElement('td'); td.textContent=fmt(v); tr.appendChild(td);} body.appendChild(tr);}
+    info.textContent=`rows ${shown.length?page*size+1:0}-${Math.min((page+1)*size,shown.length)} of ${shown.length}`;}
+  box.querySelector('.filter').addEventListener('input',e=>{const q=e.target.value.toLowerCase();
+    shown=data.rows.filter(r=>r.join(' ').toLowerCase().includes(q)); page=0; draw();});
+  box.querySelector('.prev').addEventListener('click',()=>{if(page>0){page--;draw();}});
+  box.querySelector('.next').addEventListener('click',()=>{if((page+1)*size<shown.length){page++;draw();}});
+  draw();
+}
 """
 
 
-def build_tables(results: pd.DataFrame) -> tuple[list[tables.Table], list[tables.Table]]:
-    nodes = sorted(set(results["node"]))
-    four_way = [t for t in (tables.four_way_table(results, n) for n in nodes) if t is not None]
-    published_ids = set(results.loc[results["source"] == "published", "table_id"].dropna())
-    seed = [tables.seed_table(results, t) for t in SEED_TABLES if t in published_ids]
-    return four_way, seed
+@dataclass
+class FullTable:
+    """One node's full per-cell table: written whole to CSV and Parquet, shown paginated in the page."""
+
+    node: str
+    columns: list[str]
+    rows: list[list]  # the first rows, for the page and report.md
+    total: int
+    csv_path: Path
+    parquet_path: Path
+    varying: list[str]  # basis fields whose values differ between the table's rows
+
+    @property
+    def table_id(self) -> str:
+        return f"cells-{self.node}"
 
 
-def node_bandwidths(results: pd.DataFrame, root: Path = Path(".")) -> dict[str, float]:
-    """Memory bandwidth per node: the node config's GPU figure x GPU count is not used (TP splits the
-    weights); per-GPU bandwidth, or for CPU nodes the host bandwidth measured during the run."""
-    configs = {p.stem: load_yaml(p) for p in (root / "configs/nodes").glob("*.yaml")}
-    out = {}
-    for node in set(results["node"]):
-        doc = configs.get(node) or next((d for n, d in sorted(configs.items()) if n.startswith(f"{node}-")), None)
-        gpu = (doc or {}).get("hardware", {}).get("gpu", {})
-        if gpu.get("bandwidth_gbs"):
-            out[node] = gpu["bandwidth_gbs"]
-    measured = results[results["metric"] == "host_mem_bandwidth_gbs"].groupby("node")["value"].median()
-    for node, value in measured.items():
-        out.setdefault(node, value)
-    return out
+class Results:
+    """The results table behind a DuckDB view: selections and aggregates come back as small frames."""
+
+    def __init__(self, source: Path | pd.DataFrame):
+        self.con = duckdb.connect()
+        if isinstance(source, pd.DataFrame):
+            self.con.register("results", source)
+        else:
+            self.con.execute(f"create view results as select * from read_parquet('{_sql_text(str(source))}')")
+
+    def frame(self, sql: str, params: list | None = None) -> pd.DataFrame:
+        return self.con.sql(sql, params=params).to_arrow_table().to_pandas()  # plain object strings: arrow-backed ones are slow element by element
+
+    def rows(self, where: str, params: list | None = None) -> pd.DataFrame:
+        return self.frame(f"select * from results where {where}", params)
 
 
-def analysis_tables(results: pd.DataFrame, root: Path = Path(".")) -> list[tables.Table]:
-    geometries = analysis.load_geometries(root)
+def _sql_text(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def _in(values) -> str:
+    return "(" + ", ".join(f"'{_sql_text(v)}'" for v in values) + ")"
+
+
+def power_not_measured(results: Results) -> dict[str, str]:
+    """Per node, why power was not measured (said once per node, not once per launch or cell)."""
+    frame = results.frame("select node, string_agg(distinct reason, '; ') as why from results "
+                          "where metric = 'power_w' and status = 'not_run' and source = 'measured' group by node")
+    return dict(zip(frame["node"], frame["why"]))
+
+
+def status_lines(results: Results) -> list[str]:
+    """Cells that did not produce a figure, and why: failures are results, never silently dropped. Launch-level
+    rows (no workload) are not cells; power that was not measured is said once per node under its headline."""
+    frame = results.frame(
+        "select distinct node, stack, variant, workload, concurrency, status, reason from results "
+        "where source = 'measured' and status <> 'ok' and workload is not null and metric <> 'power_w' "
+        "order by node, stack, variant, workload, concurrency")
+    lines = []
+    for row in frame.itertuples(index=False):
+        concurrency = f"c{int(row.concurrency)}" if pd.notna(row.concurrency) else "concurrency not set"
+        lines.append(f"{row.node} / {row.stack} / {row.variant} / {row.workload} / {concurrency}: {row.status}: {row.reason}")
+    return lines
+
+
+def headline_input(results: Results) -> pd.DataFrame:
+    """Only the rows a headline can show: its metrics at concurrency 1 (or unset), and each variant's
+    aggregate at its highest concurrency."""
+    return results.frame(f"""
+        select * exclude (top) from (
+          select *, max(case when metric = 'aggregate_tps' then concurrency end) over
+                 (partition by node, source, case when source = 'published' then split_part(ref, '_', 1) end, stack, variant) as top
+          from results where status = 'ok' and metric in {_in(tables.HEADLINE_METRICS)})
+        where concurrency is null or concurrency = 1 or (metric = 'aggregate_tps' and concurrency = top)""")
+
+
+def ceiling_percents(roofline: pd.DataFrame) -> dict[tuple, float]:
+    """(node, stack, variant) -> median share of its decode ceiling over its measured workloads."""
+    if roofline.empty:
+        return {}
+    measured = roofline[roofline["source"] == "measured"]
+    return measured.groupby(["node", "stack", "variant"])["percent_of_ceiling"].median().to_dict()
+
+
+def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, geometries) -> list[tables.Table]:
     # (frame, table id, title, how it is computed, caveats); an empty frame makes no table.
     sections = [
-        (analysis.roofline(results, node_bandwidths(results, root), geometries), "analysis-roofline",
-         "Decode against its bandwidth roofline",
+        (roofline, "analysis-roofline", "Decode against its bandwidth roofline",
          "memory bandwidth / bytes read per token (weights + KV at that context) x acceptance length",
-         ["A CPU node's bandwidth is measured during the run (numpy copy); a GPU node's comes from its config."]),
-        (analysis.kv_audit(results, geometries), "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
-         "engine-reported bytes per token against kv_layers x kv_heads x head_dim x 2 x dtype bytes (configs/models)", []),
-        (analysis.power_sweet_spots(results), "analysis-power-sweet-spot", "Throughput and tokens per joule against power cap",
+         ["Each node's bandwidth comes from its results rows: measured on CPU nodes (numpy copy), the GPU's figure on GPU nodes."]),
+        (analysis.kv_audit(frame, geometries), "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
+         "engine-reported bytes per token against kv_layers x kv_heads x head_dim x 2 x dtype bytes", []),
+        (analysis.power_sweet_spots(frame), "analysis-power-sweet-spot", "Throughput and tokens per joule against power cap",
          "sweet spot: the lowest cap within 5% of the best throughput of its sweep", []),
-        (analysis.spread_flags(results), "analysis-spread", "Wide spreads and peaks: read the range, not one number",
+        (analysis.spread_flags(frame), "analysis-spread", "Wide spreads and peaks: read the range, not one number",
          "rate figures whose repeats or published range span more than x1.25, and peaks", []),
-        (analysis.spec_value_by_context(results), "analysis-spec-by-context",
+        (analysis.spec_value_by_context(frame), "analysis-spec-by-context",
          "Speculative speed-up over no-spec, by workload and prompt length", "measured single-stream decode rate, same node and stack", []),
     ]
-    out = [tables.frame_table(frame.round(4), table_id, title, ref, caveats)
-           for frame, table_id, title, ref, caveats in sections if len(frame)]
-    return out + comparison_tables(results)
+    out = [tables.frame_table(section, table_id, title, ref, caveats)
+           for section, table_id, title, ref, caveats in sections if len(section)]
+    return out + comparison_tables(frame)
 
 
-def comparison_tables(results: pd.DataFrame) -> list[tables.Table]:
+def comparison_tables(frame: pd.DataFrame) -> list[tables.Table]:
     """Like-for-like comparison of each measured variant against its stack's no-spec variant."""
-    measured = results[(results["source"] == "measured") & results["metric"].isin(["decode_tps", "aggregate_tps", "ttft_s"])]
+    measured = frame[(frame["source"] == "measured") & frame["metric"].isin(["decode_tps", "aggregate_tps", "ttft_s"])]
     out = []
     for (node, stack), group in measured.groupby(["node", "stack"]):
         base = group[group["spec_method"] == "none"]
         for variant in sorted(set(group.loc[group["spec_method"] != "none", "variant"])):
-            paired, unpaired = analysis.compare(base, group[group["variant"] == variant], vary="variant")
+            try:
+                paired, unpaired = analysis.compare(base, group[group["variant"] == variant], vary="variant")
+            except KeyError as err:
+                # Said in the report rather than hidden; analysis.compare(vary="variant") must name its columns.
+                out.append(tables.Table(f"compare-{node}-{stack}-nospec-vs-{variant}",
+                                        f"{node} / {stack}: nospec (A) vs {variant} (B): not computed", "analysis.compare",
+                                        ["why"], [[f"analysis.compare failed: KeyError {err}"]], [[None]]))
+                continue
             if len(paired):
                 caveats = [f"{len(unpaired)} rows had no like counterpart"] if len(unpaired) else []
-                out.append(tables.frame_table(paired.round(4), f"compare-{node}-{stack}-nospec-vs-{variant}",
+                out.append(tables.frame_table(paired, f"compare-{node}-{stack}-nospec-vs-{variant}",
                                               f"{node} / {stack}: nospec (A) vs {variant} (B), like rows only",
                                               "analysis.compare: every key and basis field equal except the variant", caveats))
     return out
@@ -144,74 +240,158 @@ def comparison_tables(results: pd.DataFrame) -> list[tables.Table]:
 def write_comparison(baseline: Path, candidate: Path, vary: str, out: Path) -> Path:
     """Compare two result sets (two builds, two dates, two configs) on like rows only."""
     paired, unpaired = analysis.compare(read_results(baseline), read_results(candidate), vary=vary)
-    text = to_markdown(tables.frame_table(paired.round(4), "compare", f"{baseline} (A) vs {candidate} (B)", f"like rows, varying {vary}"))
+    text = to_markdown(tables.frame_table(paired, "compare", f"{baseline} (A) vs {candidate} (B)", f"like rows, varying {vary}"))
     if len(unpaired):
         text += "\n" + to_markdown(tables.frame_table(unpaired, "unpaired", "Rows without a like counterpart", "the basis fields that differ"))
     out.write_text(text, encoding="utf-8")
     return out
 
 
-def status_lines(results: pd.DataFrame) -> list[str]:
-    """Cells that did not produce a figure, and why: failures are results, never silently dropped."""
-    bad = results[(results["source"] == "measured") & (results["status"] != "ok")]
-    lines = []
-    for _, row in bad.drop_duplicates(["node", "stack", "variant", "workload", "concurrency", "status", "reason"]).iterrows():
-        lines.append(f"{row['node']} / {row['stack']} / {row['variant']} / {row['workload']} / c{row['concurrency']}: "
-                     f"{row['status']}: {row['reason']}")
-    return lines
+def full_table(results: Results, node: str, table_dir: Path) -> FullTable | None:
+    """One row per cell (source, run or post, stack, variant, depth, cap, workload, concurrency), one column
+    per metric; DuckDB pivots and writes it, so its size never passes through Python rows."""
+    metrics = results.frame("select distinct metric from results where node = ? and status = 'ok' and value is not null "
+                            "order by metric", [node])["metric"].tolist()
+    if not metrics:
+        return None
+    keys = ", ".join(FULL_KEYS)
+    pivot = ", ".join(f"median(value) filter (where metric = '{_sql_text(m)}') as \"{m}\"" for m in metrics)
+    query = (f"select {keys}, {pivot} from results where node = '{_sql_text(node)}' and status = 'ok' and value is not null "
+             f"group by {keys} order by source, stack, variant, spec_tokens, power_cap_w, workload, concurrency")
+    csv_path, parquet_path = table_dir / f"cells-{node}.csv", table_dir / f"cells-{node}.parquet"
+    results.con.execute(f"copy ({query}) to '{_sql_text(str(parquet_path))}' (format parquet)")
+    results.con.execute(f"copy (select * from read_parquet('{_sql_text(str(parquet_path))}')) to '{_sql_text(str(csv_path))}' (header)")
+    total = results.frame(f"select count(*) as n from read_parquet('{_sql_text(str(parquet_path))}')")["n"].iloc[0]
+    head = results.frame(f"select * from read_parquet('{_sql_text(str(parquet_path))}') limit {PAGE_ROWS_PER_NODE}")
+    head = head.astype(object).where(head.notna(), None)
+    return FullTable(node, list(head.columns), head.values.tolist(), int(total), csv_path, parquet_path,
+                     varying_basis(results, node))
 
 
-def write_report(results_path: Path, out_dir: Path) -> list[Path]:
-    results = read_results(results_path)
-    four_way, seed = build_tables(results)
-    derived = analysis_tables(results)
+def varying_basis(results: Results, node: str) -> list[str]:
+    """Basis fields that differ between one node's rows, with their values: the full table's caveat."""
+    fields = [f for f in basis.WHY_IT_MATTERS if f not in FULL_KEYS + ["node", "metric"]]
+    present = set(results.frame("select * from results limit 0").columns)
+    fields = [f for f in fields if f in present]
+    counts = results.frame("select " + ", ".join(f"count(distinct coalesce(cast({f} as varchar), 'unknown')) as {f}" for f in fields)
+                           + " from results where node = ?", [node]).iloc[0]
+    out = []
+    for name in [f for f in fields if counts[f] > 1]:
+        values = results.frame(f"select distinct {name} as v from results where node = ? order by 1 limit 6", [node])["v"]
+        shown = ", ".join(basis.format_value(v) for v in values)
+        out.append(f"{basis.DISPLAY_NAMES.get(name, name)}: {shown}{' …' if counts[name] > 6 else ''} "
+                   f"(column {name} in the results says which row). Why it matters: {basis.WHY_IT_MATTERS[name]}.")
+    return out
+
+
+def full_markdown(full: FullTable) -> str:
+    table = tables.Table(full.table_id, f"All cells on {full.node}", f"{full.csv_path.name}, {full.parquet_path.name}",
+                         full.columns, [[tables.format_number(v) if isinstance(v, (int, float)) else (tables.MISSING if v is None else str(v))
+                                         for v in row] for row in full.rows[:MARKDOWN_ROWS_PER_NODE]], [], caveats=full.varying)
+    text = to_markdown(table)
+    if full.total > MARKDOWN_ROWS_PER_NODE:
+        text += f"\nFirst {MARKDOWN_ROWS_PER_NODE} of {full.total} rows; all of them are in {full.csv_path.name} and {full.parquet_path.name}.\n"
+    return text
+
+
+def full_html(full: FullTable) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in full.columns)
+    data = json.dumps({"rows": full.rows}, ensure_ascii=False, separators=(",", ":"), default=str).replace("</", "<\\/")
+    more = (f" The page holds the first {len(full.rows)} of {full.total} rows." if full.total > len(full.rows) else "")
+    caveats = ("<div class='caveats'><b>Basis differs between rows:</b><ul>" + "".join(
+        f"<li>{html.escape(c)}</li>" for c in full.varying) + "</ul></div>") if full.varying else ""
+    return (f"<section class='full' id='{html.escape(full.table_id)}'><h3>All cells on {html.escape(full.node)}</h3>"
+            f"<p class='ref'>Every row: {html.escape(full.csv_path.name)}, {html.escape(full.parquet_path.name)}.{more}</p>"
+            "<div class='pager'><input class='filter' placeholder='filter rows'> <button class='prev'>previous</button> "
+            "<button class='next'>next</button> <span class='info'></span></div>"
+            f"<table><thead><tr>{head}</tr></thead><tbody></tbody></table>{caveats}"
+            f"<script type='application/json'>{data}</script></section>"
+            f"<script>stackbenchPager('{html.escape(full.table_id)}')</script>")
+
+
+def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, published.Layout]) -> list[tables.Table]:
+    """The seeds' tables in the order the posts and their layouts come (data/published), one per table id."""
+    present = set(published_rows["table_id"].dropna())
+    return [tables.seed_table(published_rows, table_id, layout) for table_id, layout in layouts.items() if table_id in present]
+
+
+def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published")) -> list[Path]:
+    results = Results(results_path)
+    counts = results.frame("select source, count(*) as n from results group by source").set_index("source")["n"].to_dict()
+    # Nodes measured here first, then the posts' nodes.
+    nodes = results.frame("select node from results group by node order by min(case when source = 'measured' then 0 else 1 end), "
+                          "node")["node"].tolist()
     table_dir = out_dir / "tables"
     table_dir.mkdir(parents=True, exist_ok=True)
+
+    geometries = analysis.load_geometries(Path("."))
+    frame = results.rows(f"metric in {_in(ANALYSIS_METRICS)} or metric like 'accept_rate_pos%' or metric like 'geometry_%'")
+    roofline = analysis.roofline(frame, geometries)
+    percents = ceiling_percents(roofline)
+    power_why = power_not_measured(results)
+    candidates = headline_input(results)
+    headlines = [t for t in (tables.headline_table(candidates, n, percents, power_why.get(n)) for n in nodes) if t is not None]
+    derived = analysis_tables(frame, roofline, geometries)
+    seed = seed_tables(results.rows("source = 'published'"), published.load_layouts(published_dir))
+    fulls = [f for f in (full_table(results, n, table_dir) for n in nodes) if f is not None]
+    status = status_lines(results)
+
     written = []
-    for table in four_way + derived + seed:
+    for table in headlines + derived + seed:
         for suffix, text in ((".md", to_markdown(table)), (".csv", to_csv(table))):
             path = table_dir / f"{table.table_id}{suffix}"
             path.write_text(text, encoding="utf-8")
             written.append(path)
-    status = status_lines(results)
-    summary = ["# Stack comparison report", "",
-               f"{len(results)} figures: {int((results['source'] == 'measured').sum())} measured here, "
-               f"{int((results['source'] == 'published').sum())} transcribed from the seed posts.", ""]
+    written += [p for f in fulls for p in (f.csv_path, f.parquet_path)]
+    intro = (f"{sum(counts.values())} figures: {counts.get('measured', 0)} measured here, "
+             f"{counts.get('published', 0)} transcribed from the seed posts.")
+    summary = ["# Stack comparison report", "", "## Headline: one row per stack variant, per node", "",
+               *[to_markdown(t) for t in headlines], intro, ""]
     if status:
         summary += ["## Cells without a figure", "", *[f"- {s}" for s in status], ""]
-    summary += ["## Cross-stack tables", ""] + [to_markdown(t) for t in four_way]
-    summary += ["## Analysis", ""] + [to_markdown(t) for t in derived]
-    summary += ["## The seeds' tables, regenerated from data", ""] + [to_markdown(t) for t in seed]
+    summary += ["## Full tables", "", *[full_markdown(f) for f in fulls]]
+    summary += ["## Analysis", "", *[to_markdown(t) for t in derived]]
+    summary += ["## The seeds' tables, regenerated from data in each post's own layout", "", *[to_markdown(t) for t in seed]]
     summary_path = out_dir / "report.md"
     summary_path.write_text("\n".join(summary), encoding="utf-8")
     written.append(summary_path)
+
+    chart_rows = results.rows(f"metric in {_in(CHART_METRICS)} or metric like 'accept_rate_pos%'")
+    spec = analysis.spec_value_by_context(frame)
     html_path = out_dir / "index.html"
-    html_path.write_text(_page(results, four_way, derived, seed, status), encoding="utf-8")
+    html_path.write_text(_page(intro, headlines, fulls, derived, seed, status, _figures(chart_rows, spec, nodes)), encoding="utf-8")
     written.append(html_path)
     return written
 
 
-def _page(results: pd.DataFrame, four_way, derived, seed, status) -> str:
-    figures = [charts.power_sweep(results), charts.concurrency_scaling(results),
-               charts.per_position_acceptance(results), charts.accept_len_by_depth(results),
-               charts.spec_speedup(analysis.spec_value_by_context(results))]
-    figures += [charts.rate_by_workload(results, node) for node in sorted(set(results["node"]))]
+def _figures(rows: pd.DataFrame, spec: pd.DataFrame, nodes: list[str]) -> list:
+    figures = []
+    for node in nodes:
+        mine = rows[rows["node"] == node]
+        figures += [charts.rate_by_workload(mine, node), charts.concurrency_scaling(mine, node),
+                    charts.power_sweep(mine, node), charts.per_position_acceptance(mine, node),
+                    charts.accept_len_by_depth(mine, node), charts.spec_speedup(spec, node)]
+    return [f for f in figures if f is not None]
+
+
+def _page(intro: str, headlines, fulls, derived, seed, status, figures) -> str:
     figure_html = "".join(
-        f"<div class='chart'>{fig.to_html(full_html=False, include_plotlyjs=False)}</div>" for fig in figures if fig is not None)
+        f"<div class='chart'>{fig.to_html(full_html=False, include_plotlyjs=False)}</div>" for fig in figures)
     status_html = ""
     if status:
         status_html = "<div class='status'><h2>Cells without a figure</h2><ul>" + "".join(
             f"<li>{html.escape(s)}</li>" for s in status) + "</ul></div>"
-    counts = (f"{len(results)} figures: {int((results['source'] == 'measured').sum())} measured here, "
-              f"{int((results['source'] == 'published').sum())} transcribed from the seed posts.")
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stack comparison report</title>"
-        f"<style>{STYLE}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script></head><body>"
-        f"<h1>Stack comparison report</h1><p>{html.escape(counts)} Every table lists, under it, the basis fields that "
-        "differ between its rows; figures marked †, ‡ or § are single figures, peaks or ranges.</p>"
-        f"{status_html}<h2>Charts</h2>{figure_html}"
-        "<h2>Cross-stack tables</h2>" + "".join(to_html(t) for t in four_way) +
+        f"<style>{STYLE}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
+        f"<script>{PAGER_JS}</script></head><body>"
+        "<h1>Stack comparison report</h1><h2>Headline: one row per stack variant, per node</h2>"
+        + "".join(to_html(t, "headline") for t in headlines) +
+        f"<p>{html.escape(intro)} Every table lists, under it, the basis fields that differ between its rows; "
+        "figures marked †, ‡ or § are single figures, peaks or ranges.</p>"
+        f"{status_html}<h2>Full tables</h2>" + "".join(full_html(f) for f in fulls) +
+        f"<h2>Charts</h2>{figure_html}"
         "<h2>Analysis</h2>" + "".join(to_html(t) for t in derived) +
-        "<h2>The seeds' tables, regenerated from data</h2>" + "".join(to_html(t) for t in seed) +
+        "<h2>The seeds' tables, regenerated from data in each post's own layout</h2>" + "".join(to_html(t) for t in seed) +
         "</body></html>"
     )

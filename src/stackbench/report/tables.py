@@ -1,7 +1,9 @@
 """Tables built from the results contract, each with caveats generated from its own rows.
 
 A Table keeps, per display row, the result records behind it, so the caveat generator sees the real
-basis of every cell and not a summary of it.
+basis of every cell and not a summary of it. Three kinds: the per-node headline (one row per stack
+variant at the node's canonical cells), the seeds' tables in each post's own layout, and derived
+(analysis) tables.
 """
 
 from __future__ import annotations
@@ -12,22 +14,35 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .. import basis
+from ..published import Layout
 
-# Headline metrics of the cross-stack table, in column order, with their display names.
-FOUR_WAY_METRICS = {
-    "decode_tps": "decode tok/s",
-    "aggregate_tps": "aggregate tok/s",
-    "e2e_tps": "end-to-end tok/s",
-    "prefill_tps": "prefill tok/s",
-    "ttft_s": "TTFT s",
-    "tpot_ms": "TPOT ms",
-    "accept_len": "accept len",
-    "kv_pool_tokens": "KV pool tokens",
-    "vram_mib": "VRAM MiB",
-    "power_w": "power W",
-    "energy_j_per_token": "J/token",
-}
-FOUR_WAY_KEYS = ["source", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency"]
+MISSING = "—"
+
+
+@dataclass(frozen=True)
+class HeadlineColumn:
+    title: str
+    metric: str
+    cell: str  # "single": concurrency 1; "single-or-unset": 1 or not stated; "highest": the variant's highest; "any"
+    scale: float = 1.0  # display unit: TTFT is stored in s, read in ms
+
+
+# The figures a seed post puts in its own comparison table, in that order.
+HEADLINE = [
+    HeadlineColumn("decode tok/s", "decode_tps", "single"),
+    HeadlineColumn("aggregate tok/s", "aggregate_tps", "highest"),
+    HeadlineColumn("TTFT ms", "ttft_s", "single", 1000.0),
+    HeadlineColumn("prefill tok/s", "prefill_tps", "single"),
+    HeadlineColumn("accept len", "accept_len", "single-or-unset"),
+    HeadlineColumn("KV pool tokens", "kv_pool_tokens", "any"),
+    HeadlineColumn("VRAM MiB", "vram_mib", "any"),
+    HeadlineColumn("power W", "power_w", "single-or-unset"),
+    HeadlineColumn("J/token", "energy_j_per_token", "single-or-unset"),
+]
+HEADLINE_METRICS = [c.metric for c in HEADLINE]
+CEILING_COLUMN = "% of decode ceiling"
+HEADLINE_KEYS = ["source", "post", "stack", "variant"]
+STACK_ORDER = {"llamacpp": 0, "sglang": 1, "vllm": 2}
 
 
 @dataclass
@@ -42,40 +57,53 @@ class Table:
     legend: list[str] = field(default_factory=list)
 
 
-def format_number(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, float) and math.isinf(value):
-        return "∞" if value > 0 else "-∞"
-    if float(value).is_integer() or abs(value) >= 10_000:
-        return str(int(round(value)))
-    return f"{float(value):.4g}"  # four significant digits: 171.8, 35.7, 2.811, 0.8182
-
-
-def format_cell(record: pd.Series) -> str:
-    """One figure as a table shows it: the value, its spread or range, a marker for its stat, or its status."""
-    if record["status"] not in ("ok", None) and not _present(record["value"]):
-        return record["status"]
-    value, low, high = record["value"], record["value_min"], record["value_max"]
-    if record["stat"] == "range" and _present(low):
-        text = f"{format_number(low)}–{format_number(high)}"
-    elif _present(low):
-        text = f"{format_number(value)} ({format_number(low)}–{format_number(high)})"
-    else:
-        text = format_number(value)
-    if record["status"] not in ("ok", None):
-        text = f"{record['status']}: {text}"
-    return text + basis.stat_marker(record["stat"]) + (basis.WIDE_MARKER if basis.is_wide(record) else "")
-
-
 def _present(value) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
+    return value is not None and value is not pd.NA and not (isinstance(value, float) and math.isnan(value))
 
 
-def _change(before: pd.Series | None, after: pd.Series | None) -> str:
+def format_number(value, exact: bool = False) -> str:
+    """Three significant digits (171.83 -> 172, 0.39421 -> 0.394, 2.8113 -> 2.81); whole numbers of 100
+    and more print whole. `exact` keeps a transcribed figure as its post wrote it (171.8 stays 171.8)."""
+    if not _present(value):
+        return ""
+    value = float(value)
+    if math.isinf(value):
+        return "∞" if value > 0 else "-∞"
+    if exact:
+        return f"{value:g}" if abs(value) < 1e6 else str(int(round(value)))
+    if value.is_integer() or abs(value) >= 100:
+        return str(int(round(value)))
+    return f"{value:.3g}"
+
+
+def format_cell(record, scale: float = 1.0, suffix: str = "", markers: bool = True) -> str:
+    """One figure as a table shows it: the value, its spread or range, a marker for its stat, or its status."""
+    status = record.get("status") or "ok"
+    if status != "ok" and not _present(record.get("value")):
+        return status
+    exact = record.get("source") == "published"
+
+    def number(x):
+        return format_number(x * scale if _present(x) else x, exact) + suffix
+
+    value, low, high = record.get("value"), record.get("value_min"), record.get("value_max")
+    if record.get("stat") == "range" and _present(low):
+        text = f"{format_number(low * scale, exact)}–{number(high)}"
+    elif _present(low):
+        text = f"{number(value)} ({format_number(low * scale, exact)}–{format_number(high * scale, exact)})"
+    else:
+        text = number(value)
+    if status != "ok":
+        text = f"{status}: {text}"
+    if not markers:
+        return text
+    return text + basis.stat_marker(record.get("stat")) + (basis.WIDE_MARKER if basis.is_wide(record) else "")
+
+
+def _change(before: dict | None, after: dict | None) -> str:
     """The seeds' 'change' column: ÷5, ×4.71, +1%, 0."""
     if before is None or after is None or not (_present(before["value"]) and _present(after["value"])):
-        return "—"
+        return MISSING
     ratio = after["value"] / before["value"]
     if ratio == 1:
         return "0"
@@ -86,79 +114,166 @@ def _change(before: pd.Series | None, after: pd.Series | None) -> str:
     return f"×{ratio:.3g}" if ratio > 1 else f"÷{1 / ratio:.3g}"
 
 
-def _finish(table: Table, records: pd.DataFrame, axes: tuple[str, ...]) -> Table:
-    table.caveats = [c.text() for c in basis.caveats(records, "row_no", axes)]
+def _finish(table: Table, records: pd.DataFrame, axes: tuple[str, ...], extra_caveats: list[str] = ()) -> Table:
+    table.caveats = [c.text() for c in basis.caveats(records, "row_no", axes)] + list(extra_caveats)
     wide = records["note"].fillna("").astype(str).str.startswith(basis.WIDE_NOTE).any()
     table.legend = basis.marker_legend(records["stat"].tolist(), wide=bool(wide))
     return table
 
 
-def seed_table(results: pd.DataFrame, table_id: str) -> Table:
-    """Regenerate one of the seeds' tables from the published rows, in the post's row and column order."""
+# -- the seeds' tables ------------------------------------------------------------------------------------
+# The axes of a seed table are what its rows and columns were chosen to vary.
+SEED_AXES = ("variant", "workload", "concurrency", "metric", "spec_tokens", "spec_method", "power_cap_w")
+
+
+def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = None) -> Table:
+    """Regenerate one of the seeds' tables from the published rows, in its post's own layout: the post's
+    header row and row order, its text cells kept as text, its figures written as the post writes them."""
     records = results[results["table_id"] == table_id].copy()
     if records.empty:
         raise KeyError(f"no published rows for table {table_id!r}")
-    row_labels = list(dict.fromkeys(records["row_label"]))
-    has_cols = records["col_label"].notna().any()
-    col_labels = list(dict.fromkeys(records["col_label"].fillna("value"))) if has_cols else ["value"]
-    records["col_key"] = records["col_label"].fillna("value") if has_cols else "value"
+    layout = layout or Layout()
+    row_labels = layout.row_labels or list(dict.fromkeys(records["row_label"]))
+    row_labels += [r for r in dict.fromkeys(records["row_label"]) if r not in row_labels]
+    if layout.columns:
+        columns = list(layout.columns)
+    else:
+        col_labels = list(dict.fromkeys(records["col_label"].dropna())) or ["value"]
+        columns = ["", *col_labels] + (["change"] if col_labels == ["before", "after"] else [])
+    change = layout.change or ({"column": "change", "before": "before", "after": "after"} if "change" in columns else None)
+    records["col_key"] = records["col_label"].fillna(columns[1])
     records["row_no"] = records["row_label"].map({label: i + 1 for i, label in enumerate(row_labels)})
-    with_change = col_labels == ["before", "after"]
-    columns = ["", *col_labels] + (["change"] if with_change else [])
+    by_cell: dict[tuple, list[dict]] = {}
+    for record in records.to_dict("records"):
+        by_cell.setdefault((record["row_label"], record["col_key"]), []).append(record)
+
+    def shown(record: dict, markers: bool = True) -> str:
+        fmt = layout.formats.get(record["metric"], {})
+        return format_cell(record, fmt.get("scale", 1.0), fmt.get("suffix", ""), markers)
+
+    def templated(template: str, hits: list[dict]) -> str:
+        # Figures go into the post's wording bare; their stat markers follow the whole cell.
+        markers = "".join(dict.fromkeys(basis.stat_marker(h.get("stat")) for h in hits))
+        return template.format(**{h["metric"]: shown(h, markers=False) for h in hits}) + markers
+
     rows, raw_rows = [], []
     for label in row_labels:
-        mine = records[records["row_label"] == label]
         cells, raw = [label], [None]
-        by_col = {}
-        for col in col_labels:
-            hit = mine[mine["col_key"] == col]
-            by_col[col] = hit.iloc[0] if len(hit) else None
-            cells.append(" / ".join(format_cell(r) for _, r in hit.iterrows()) if len(hit) else "")
-            raw.append(hit.iloc[0]["value"] if len(hit) else None)
-        if with_change:
-            cells.append(_change(by_col["before"], by_col["after"]))
-            raw.append(None)
+        for column in columns[1:]:
+            hits = by_cell.get((label, column), [])
+            text = layout.text.get(label, {}).get(column)
+            if text is None and change and column == change["column"]:
+                before, after = by_cell.get((label, change["before"])), by_cell.get((label, change["after"]))
+                text = _change(before[0] if before else None, after[0] if after else None)
+            elif text is None and label in layout.templates and hits:
+                text = templated(layout.templates[label], hits)
+            elif text is None:
+                text = " / ".join(shown(h) for h in hits)
+            cells.append(text)
+            raw.append(hits[0]["value"] if len(hits) == 1 and _present(hits[0]["value"]) else None)
         rows.append(cells)
         raw_rows.append(raw)
-    first = records.iloc[0]
-    table = Table(table_id, first["table_title"] or table_id, "; ".join(dict.fromkeys(records["ref"])), columns, rows, raw_rows)
-    # The axes of a seed table are what its rows and columns were chosen to vary.
-    axes = ("variant", "workload", "concurrency", "metric", "spec_tokens", "spec_method", "power_cap_w")
-    if table_id.endswith("generations"):
-        axes += ("model", "engine_version", "engine_image", "quant", "kv_dtype", "context_len")
-    return _finish(table, records, axes)
+    title = records["table_title"].iloc[0] or table_id
+    table = Table(table_id, title, "; ".join(dict.fromkeys(records["ref"])), columns, rows, raw_rows)
+    return _finish(table, records, SEED_AXES, layout.caveats)
 
 
-def four_way_table(results: pd.DataFrame, node: str) -> Table | None:
-    """The cross-stack summary for one node: one row per (source, stack, variant, cap, workload, concurrency)."""
-    records = results[(results["node"] == node) & results["metric"].isin(FOUR_WAY_METRICS)].copy()
+# -- the headline -------------------------------------------------------------------------------------------
+def _post(ref: str, source: str) -> str:
+    return ref.split("_")[0] if source == "published" else ""
+
+
+def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
+    """The records behind one node's headline: per variant, its canonical cells only.
+
+    Canonical: concurrency 1 for single-stream rates (a rate whose concurrency is not stated is not
+    single-stream), the variant's highest concurrency for the aggregate, and one power cap: uncapped where
+    the variant ran uncapped, else its highest cap (a sweep's other caps are in the analysis section).
+    Peaks are not typical figures and stay out."""
+    rows = results[(results["node"] == node) & results["metric"].isin(HEADLINE_METRICS) & (results["status"] == "ok")
+                   & (results["stat"] != "peak")].copy()
+    if rows.empty:
+        return rows
+    rows["post"] = [_post(r, s) for r, s in zip(rows["ref"], rows["source"])]
+    keys = HEADLINE_KEYS
+    capped = rows["power_cap_w"].notna()
+    uncapped_variants = rows.loc[~capped, keys].drop_duplicates()
+    rows = rows.merge(uncapped_variants.assign(_has_uncapped=True), on=keys, how="left")
+    top_cap = rows.groupby(keys, dropna=False)["power_cap_w"].transform("max")
+    rows = rows[(rows["_has_uncapped"].eq(True) & ~rows["power_cap_w"].notna())
+                | (~rows["_has_uncapped"].eq(True) & (rows["power_cap_w"] == top_cap))]
+    cell_rule = {c.metric: c.cell for c in HEADLINE}
+    rule = rows["metric"].map(cell_rule)
+    single = rows["concurrency"] == 1
+    unset = rows["concurrency"].isna()
+    highest = rows["concurrency"] == rows[rows["metric"] == "aggregate_tps"].groupby(keys, dropna=False)["concurrency"] \
+        .transform("max").reindex(rows.index)
+    keep = ((rule == "any") | ((rule == "single") & single) | ((rule == "single-or-unset") & (single | unset))
+            | ((rule == "highest") & highest.fillna(False)))
+    return rows[keep].drop(columns="_has_uncapped")
+
+
+def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple, float] | None = None,
+                   power_why: str | None = None) -> Table | None:
+    """One row per stack variant on this node at its canonical cells; the seeds' own kind of table."""
+    records = headline_records(results, node)
     if records.empty:
         return None
-    metrics = [m for m in FOUR_WAY_METRICS if m in set(records["metric"])]
-    keys = records[FOUR_WAY_KEYS].astype(object).where(records[FOUR_WAY_KEYS].notna(), None)
+    ceiling_percent = ceiling_percent or {}
+    keys = records[HEADLINE_KEYS].astype(object).where(records[HEADLINE_KEYS].notna(), "")
     records["row_key"] = [tuple(k) for k in keys.itertuples(index=False)]
-    order = sorted(dict.fromkeys(records["row_key"]), key=lambda k: tuple("" if v is None else str(v) for v in k))
+    order = sorted(dict.fromkeys(records["row_key"]),
+                   key=lambda k: (k[0] != "measured", k[1], STACK_ORDER.get(k[2], 9), str(k[3])))
     records["row_no"] = records["row_key"].map({k: i + 1 for i, k in enumerate(order)})
-    columns = ["source", "stack", "variant", "cap W", "workload", "conc."] + [FOUR_WAY_METRICS[m] for m in metrics]
-    # One pass over the records (grouped), not one filter per display row: tables of 10^5 rows stay linear.
     by_cell: dict[tuple, list[dict]] = {}
     for record in records.to_dict("records"):
         by_cell.setdefault((record["row_key"], record["metric"]), []).append(record)
+    shown_columns = [c for c in HEADLINE if any((k, c.metric) in by_cell for k in order)]
+    with_ceiling = any(ceiling_percent.get((node, *k)) is not None for k in order)
+    columns = ["source", "stack", "variant"] + [c.title for c in shown_columns] + ([CEILING_COLUMN] if with_ceiling else [])
+    several_workloads = False
     rows, raw_rows = [], []
     for key in order:
-        source, stack, variant, spec_tokens, cap, workload, conc = key
-        cells = [source, stack, variant, format_number(cap) if cap is not None else "—", workload,
-                 format_number(conc) if conc is not None else "—"]
-        raw = [None] * len(cells)
-        for metric in metrics:
-            hits = by_cell.get((key, metric), [])
-            cells.append(" / ".join(format_cell(pd.Series(r)) for r in hits))
-            raw.append(hits[0]["value"] if hits else None)
+        source, post, stack, variant = key
+        cells = [f"published ({post})" if post else source, stack, variant]
+        raw: list[float | None] = [None, None, None]
+        for column in shown_columns:
+            hits = by_cell.get((key, column.metric), [])
+            value = _headline_value(hits)
+            if source == "measured" and len(hits) > 1:
+                several_workloads = True
+                text = format_number(_scaled(value, column.scale))
+            else:
+                # A post's figures are never averaged together: each is shown as the post gives it.
+                text = " / ".join(dict.fromkeys(format_cell(h, column.scale) for h in hits))
+            if column.cell == "highest" and hits and _present(hits[0]["concurrency"]):
+                text += f" @c{int(hits[0]['concurrency'])}"
+            cells.append(text or MISSING)
+            raw.append(_scaled(value, column.scale))
+        if with_ceiling:
+            percent = ceiling_percent.get((node, stack, variant)) if source == "measured" else None
+            cells.append(format_number(percent) if percent is not None else MISSING)
+            raw.append(percent)
         rows.append(cells)
         raw_rows.append(raw)
     refs = "; ".join(sorted(set(records["ref"])))
-    table = Table(f"four-way-{node}", f"Cross-stack comparison on {node}", refs, columns, rows, raw_rows)
-    return _finish(table, records, axes=("source", "stack", "variant", "workload", "concurrency", "metric", "power_cap_w", "spec_tokens", "spec_method"))
+    table = Table(f"headline-{node}", f"Headline on {node}: one row per stack variant", refs, columns, rows, raw_rows)
+    notes = []
+    if several_workloads:
+        notes.append("A measured cell with several workloads behind it shows their median; the full table below has each workload.")
+    if power_why:
+        notes.append(f"power: not measured on this node: {power_why}.")
+    return _finish(table, records, ("source", "stack", "variant", "spec_method", "spec_tokens", "engine", "metric",
+                                    "workload", "concurrency", "prompt_tokens", "output_tokens"), notes)
+
+
+def _headline_value(hits: list[dict]) -> float | None:
+    values = [h["value"] for h in hits if _present(h["value"])]
+    return float(pd.Series(values).median()) if values else None
+
+
+def _scaled(value, scale: float):
+    return value * scale if _present(value) else None
 
 
 def frame_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, caveats: list[str] | None = None) -> Table:
@@ -169,8 +284,8 @@ def frame_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, caveat
         cells, raw = [], []
         for value in record:
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            cells.append(format_number(value) if number else ("" if value is None else str(value)))
-            raw.append(value if number else None)
+            cells.append(format_number(value) if number else ("" if not _present(value) else str(value)))
+            raw.append(value if number and _present(value) else None)
         rows.append(cells)
         raw_rows.append(raw)
     return Table(table_id, title, ref, columns, rows, raw_rows, caveats=list(caveats or []))
