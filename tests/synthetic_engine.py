@@ -34,6 +34,7 @@ class Timing:
     prompt_tokens: int = 40
     cached_prompt_tokens: int = 8
     broken_line_after: int | None = None  # send a non-JSON data line after this many decode chunks
+    stall_after: int | None = None  # go silent (connection open) after this many decode chunks
 
     @property
     def output_tokens(self) -> int:
@@ -147,6 +148,9 @@ def _handler(timing: Timing, counters: Counters):
                 if step - 1 == timing.broken_line_after:
                     self.wfile.write(b"data: <html>upstream reset</html>\n\n")
                     return
+                if step - 1 == timing.stall_after:
+                    time.sleep(30)
+                    return
                 thinking = emitted - 1 < timing.reasoning_tokens
                 text = "".join(f"t{emitted + i} " for i in range(timing.tokens_per_chunk))
                 emitted += timing.tokens_per_chunk
@@ -184,7 +188,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     for spec in fields(Timing):
-        if spec.name != "broken_line_after":
+        if spec.name not in ("broken_line_after", "stall_after"):
             parser.add_argument("--" + spec.name.replace("_", "-"), type=type(spec.default), default=spec.default)
     args = vars(parser.parse_args())
     port = args.pop("port")

@@ -12,9 +12,9 @@ from synthetic_engine import SyntheticEngine, Timing
 CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
 
-def one_request(timing: Timing, extras: dict | None = None) -> RequestRecord:
+def one_request(timing: Timing, extras: dict | None = None, stall_timeout_s: float = 10) -> RequestRecord:
     async def scenario(url):
-        client = StreamClient(url, "synthetic", extras or {}, stall_timeout_s=10, request_timeout_s=30)
+        client = StreamClient(url, "synthetic", extras or {}, stall_timeout_s=stall_timeout_s, request_timeout_s=30)
         try:
             return await client.chat([{"role": "user", "content": "hi"}], timing.output_tokens, 0, 0)
         finally:
@@ -86,3 +86,21 @@ def test_the_reasoning_field_counts_as_a_first_token_too():
     record = RequestRecord(stream=0, turn=0, t_submit=0.0)
     assert StreamClient._take(record, {"choices": [{"delta": {"reasoning": "x"}}]}, b"", 1.0, None)
     assert record.counted_text == "reasoning" and record.t_first_token == 1.0
+
+
+def test_a_stream_that_stalls_times_out_and_keeps_what_arrived():
+    record = one_request(Timing(ttft_s=0.02, interval_s=0.01, stall_after=2), stall_timeout_s=0.5)
+    assert (record.status, record.error) == ("timeout", "stream stalled: nothing received for 0.5 s")
+    assert record.reasoning == "t0 t1 t2 t3 t4 t5 t6 "
+
+
+def test_a_server_that_is_not_there_fails_the_request():
+    async def scenario():
+        client = StreamClient("http://127.0.0.1:9", "m", {}, stall_timeout_s=1, request_timeout_s=5)
+        try:
+            return await client.chat([{"role": "user", "content": "hi"}], 4, 0, 0)
+        finally:
+            await client.aclose()
+
+    record = asyncio.run(scenario())
+    assert record.status == "failed" and record.error.startswith("ClientConnectorError: Cannot connect to host 127.0.0.1:9")
