@@ -339,6 +339,8 @@ IMAGE_VERSION_COMMANDS = {
     "sglang": ["python3", "-c", "import sglang; print(sglang.__version__)"],
     "vllm": ["python3", "-c", "import vllm; print(vllm.__version__)"],
 }
+CLI_TIMEOUT_S = 120
+PULL_TIMEOUT_S = 3600
 # `llama-server --version` (common/build-info.cpp llama_print_build_info) prints
 # "version: <version> (build <number>, commit <hash>)", older builds "version: <number> (<hash>)";
 # /props build_info names the same build "b<number>-<hash>", the form recorded here.
@@ -348,8 +350,6 @@ LLAMACPP_VERSION = re.compile(r"version: (?:\S+ \(build )?(?P<build>\d+)(?:, com
 def llamacpp_build_info(version_output: str) -> str:
     found = LLAMACPP_VERSION.search(version_output)
     return f"b{found['build']}-{found['commit']}" if found else "unknown"
-CLI_TIMEOUT_S = 120
-PULL_TIMEOUT_S = 3600
 
 
 def container_ulimits() -> list[str]:
@@ -431,8 +431,8 @@ class ImageLauncher(_ProcessLauncher):
     def _version_inside(self) -> str:
         command = IMAGE_VERSION_COMMANDS[self.adapter.engine]
         try:
-            done = self._run_cli("run", "--rm", "--name", f"{self.name}-version", *container_ulimits(),
-                                 "--entrypoint", command[0], self.image, *command[1:])
+            done = self._run_cli("run", "--rm", "--name", f"{self.name}-version", "--network", "none",
+                                 *container_ulimits(), "--entrypoint", command[0], self.image, *command[1:])
         except subprocess.TimeoutExpired:
             return "unknown"
         text = done.stdout + done.stderr
