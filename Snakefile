@@ -16,8 +16,15 @@ include: "workflow/rules/collect.smk"
 include: "workflow/rules/report.smk"
 
 
+# Everything but the measure jobs runs on the submitting host (under SLURM too): environments, models,
+# launch specs, collecting and reporting.
 localrules:
     all,
+    engine_env,
+    smollm2_source,
+    prepare_model,
+    prepare_hf_model,
+    plan_launch,
     published_part,
     collect,
     report,

@@ -63,6 +63,9 @@ class FakeNvml:
     def nvmlDeviceGetPciInfo(self, h):
         return SimpleNamespace(busId=self.bus_ids[h].encode())
 
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return (8, 6)  # an RTX 3090
+
     def nvmlDeviceGetName(self, h):
         return self.names[h].encode()
 

@@ -1,5 +1,6 @@
 """Config files are validated against their schemas; every error is one line naming file and field."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -101,14 +102,19 @@ def test_cap_outside_the_gpus_range_fails_before_any_job(configs):
 
 
 def test_api_key_comes_from_the_environment_and_is_never_stored(configs, monkeypatch):
+    from stackbench import launchspec, measure
     from stackbench.client import StreamClient
 
-    client = StreamClient("http://127.0.0.1:1", "m", {}, 1, 1, api_key="sk-secret")
-    assert client.client.headers["authorization"] == "Bearer sk-secret"
-    assert "sk-secret" not in json_dump(client.body([{"role": "user", "content": "hi"}], 4))
-
-
-def json_dump(value) -> str:
-    import json
-
-    return json.dumps(value)
+    edit(configs / "configs/nodes/rtx5090.yaml", lambda d: d.update(api_key_env="STACKBENCH_TEST_API_KEY"))
+    monkeypatch.setenv("STACKBENCH_TEST_API_KEY", "sk-secret")
+    cfg, nodes = plan.load_plan(configs, {"nodes": ["rtx5090"]})
+    spec = launchspec.build(cfg, nodes[0], nodes[0].launches[0])
+    assert "sk-secret" not in spec.to_json()  # the launch spec names the variable, never its value
+    key = measure.api_key(spec.node)
+    assert key == "sk-secret"
+    client = StreamClient("http://127.0.0.1:1", "m", {}, 1, 1, api_key=key)
+    assert client.headers["Authorization"] == "Bearer sk-secret"
+    assert "sk-secret" not in json.dumps(client.body([{"role": "user", "content": "hi"}], 4))
+    monkeypatch.delenv("STACKBENCH_TEST_API_KEY")
+    with pytest.raises(ConfigError, match="rtx5090.yaml: api_key_env: STACKBENCH_TEST_API_KEY is not set"):
+        measure.api_key(spec.node)

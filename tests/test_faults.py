@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench import measure, store
+from stackbench import launchers, store
 from stackbench.client import StreamClient
-from stackbench.server import group_members
-from test_integration_llamacpp import launch_run
+from stackbench.launchers import group_members
+from test_integration_llamacpp import launch_run, measure_argv
 
 
 # -- hangs, against a test-double SSE server ----------------------------------------------------------
@@ -62,8 +62,8 @@ def ask(mode: str, stall_timeout_s: float, request_timeout_s: float):
 
 
 @pytest.mark.parametrize("mode, status, error", [
-    ("accept-never-answer", "timeout", "stream stalled: ReadTimeout"),
-    ("stream-then-stall", "timeout", "stream stalled: ReadTimeout"),
+    ("accept-never-answer", "timeout", "stream stalled: nothing received for 1 s"),
+    ("stream-then-stall", "timeout", "stream stalled: nothing received for 1 s"),
     ("error-mid-stream", "failed", "server error mid-stream: CUDA error: out of memory"),
 ])
 def test_hung_or_broken_streams_become_failed_requests(mode, status, error):
@@ -122,9 +122,9 @@ def test_port_taken_is_retried_on_another_port(ci_repo, tmp_path, monkeypatch):
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     taken = blocker.getsockname()[1]
-    real_free_port = measure.free_port
+    real_free_port = launchers.free_port
     ports = iter([taken])
-    monkeypatch.setattr(measure, "free_port", lambda host: next(ports, None) or real_free_port(host))
+    monkeypatch.setattr(launchers, "free_port", lambda host: next(ports, None) or real_free_port(host))
     (ci_repo / "configs/nodes/ci-cpu.yaml").write_text(
         (ci_repo / "configs/nodes/ci-cpu.yaml").read_text().replace("- json\n", ""))
     run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
@@ -139,9 +139,8 @@ def test_port_taken_is_retried_on_another_port(ci_repo, tmp_path, monkeypatch):
 @pytest.mark.integration
 def test_sigterm_during_a_cell_stops_the_server_and_keeps_finished_cells(ci_repo, tmp_path):
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "stackbench.cli", "measure", "--node", "ci-cpu", "--launch", "llamacpp--nospec",
-            "--out-dir", str(out)]
-    proc = subprocess.Popen(argv, cwd=ci_repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(measure_argv(ci_repo, "llamacpp--nospec", out), cwd=ci_repo, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list((out / "cells").glob("*--????????????????.parquet")):
         time.sleep(0.2)

@@ -12,20 +12,31 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench import measure, plan, store
-from stackbench.server import group_members
+from stackbench import launchspec, measure, plan, runner, store
+from stackbench.launchers import group_members
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
-def launch_run(repo: Path, launch: str, out: Path) -> measure.LaunchRun:
+def launch_spec(repo: Path, launch: str) -> launchspec.LaunchSpec:
+    """The plan step's spec for one ci-cpu launch, built from the repository copy's configs."""
     cwd = os.getcwd()
     os.chdir(repo)
     try:
         cfg, nodes = plan.load_plan(Path("."))
         node, item = plan.find_launch(nodes, "ci-cpu", launch)
-        return measure.LaunchRun(cfg, node, item, out)
+        return launchspec.build(cfg, node, item)
     finally:
         os.chdir(cwd)
+
+
+def launch_run(repo: Path, launch: str, out: Path) -> measure.LaunchRun:
+    return measure.LaunchRun(launch_spec(repo, launch), out)
+
+
+def measure_argv(repo: Path, launch: str, out: Path) -> list[str]:
+    """`stackbench measure` as the measure rule runs it, on a spec written where the plan step would."""
+    spec = launchspec.write(launch_spec(repo, launch), out / "launch.json")
+    return [sys.executable, "-m", "stackbench.cli", "measure", "--spec", str(spec), "--out-dir", str(out)]
 
 
 def test_report_target_measures_the_real_server(ci_repo):
@@ -56,16 +67,16 @@ def test_report_target_measures_the_real_server(ci_repo):
 
 def test_server_killed_mid_cell_is_recorded_and_the_other_cells_land(ci_repo, tmp_path, monkeypatch):
     run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
-    original = measure.run_conversations
+    original = runner.run_conversations
     calls = {"n": 0}
 
     async def kill_during_second_cell(client, conversations, output_tokens, final_hook=None):
         calls["n"] += 1
         if calls["n"] == 5:  # cell 2 (code, c=2, no warm-up: code warmed up at c=1): kill during its second repeat
-            os.killpg(run.server.pgid, signal.SIGKILL)
+            os.killpg(int((run.out_dir / "server.pid").read_text()), signal.SIGKILL)
         return await original(client, conversations, output_tokens, final_hook)
 
-    monkeypatch.setattr(measure, "run_conversations", kill_during_second_cell)
+    monkeypatch.setattr(runner, "run_conversations", kill_during_second_cell)
     monkeypatch.chdir(ci_repo)
     results = store.read_results(run.run())
     status = results[results["workload"] != "server"].groupby(["workload", "concurrency"])["status"].first()
@@ -73,7 +84,7 @@ def test_server_killed_mid_cell_is_recorded_and_the_other_cells_land(ci_repo, tm
     assert status[("code", 2)] == "failed"
     assert status[("json", 1)] == "ok" and status[("json", 2)] == "ok"
     reason = results[(results["workload"] == "code") & (results["concurrency"] == 2)]["reason"].iloc[0]
-    assert reason.startswith("server exited mid-cell (code -9)")
+    assert reason.startswith("server exited mid-cell")
     assert run.launches == 2 and run.server is None
 
 
@@ -93,8 +104,7 @@ def test_over_context_request_is_a_rejected_cell_with_the_engines_message(ci_rep
 
 def test_sigint_leaves_no_server_and_a_rerun_measures_only_missing_cells(ci_repo, tmp_path):
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "stackbench.cli", "measure", "--node", "ci-cpu", "--launch", "llamacpp--nospec",
-            "--out-dir", str(out)]
+    argv = measure_argv(ci_repo, "llamacpp--nospec", out)
     proc = subprocess.Popen(argv, cwd=ci_repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(list((out / "cells").glob("*--*--*--*.parquet"))) < 2:

@@ -14,8 +14,19 @@ def dry_run(repo, nodes):
     return done
 
 
+def planned(stdout: str, rule: str) -> list[str]:
+    """The launch of every job of `rule` in a dry run's output."""
+    jobs, current = [], None
+    for line in stdout.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            current = line.split()[1].rstrip(":")
+        elif current == rule and "wildcards: node=" in line:
+            jobs.append(line.split("launch=")[1].strip())
+    return sorted(jobs)
+
+
 def measure_jobs(stdout: str) -> list[str]:
-    return sorted(line.split("launch=")[1].strip() for line in stdout.splitlines() if "wildcards: node=" in line)
+    return planned(stdout, "measure")
 
 
 def test_gpu_nodes_plan_all_four_stacks_one_launch_each(repo_copy):
@@ -55,9 +66,11 @@ def test_a_broken_copy_fails_with_file_and_field(repo_copy):
 
 
 def test_init_node_writes_a_valid_config_from_this_machine(repo_copy):
+    from nvml_double import FakeNvml
     from stackbench import nodeinit
 
-    path = nodeinit.write_node("this-box", repo_copy)
+    # A machine without GPUs, on any host: the NVML test double sees none.
+    path = nodeinit.write_node("this-box", repo_copy, nvml=FakeNvml(count=0))
     _, nodes = plan.load_plan(repo_copy, {"nodes": ["this-box"]})
     assert nodes[0].gpu_count == 0 and nodes[0].launches[0].name == "llamacpp--nospec"
     assert "stackbench init-node this-box" in path.read_text()
@@ -69,6 +82,7 @@ def test_init_node_reads_gpus_through_nvml(repo_copy):
 
     nodeinit.write_node("gpu-box", repo_copy, nvml=FakeNvml(count=2))
     doc = yaml.safe_load((repo_copy / "configs/nodes/gpu-box.yaml").read_text())
-    assert doc["hardware"]["gpu"] == {"model": "NVIDIA GeForce RTX 3090", "count": 2, "memory_gib": 24.0, "bandwidth_gbs": None}
+    assert doc["hardware"]["gpu"] == {"model": "NVIDIA GeForce RTX 3090", "count": 2, "memory_gib": 24.0, "bandwidth_gbs": None,
+                                     "compute_capability": "8.6"}
     assert doc["power_caps_w"] == [200, 250, 300, 350]
     plan.load_plan(repo_copy, {"nodes": ["gpu-box"]})  # valid as written

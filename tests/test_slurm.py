@@ -19,9 +19,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 def slurm_cluster():
     if os.geteuid() != 0:
         pytest.skip("starting slurmctld/slurmd/munge needs root")
-    done = subprocess.run(["bash", str(ROOT / "scripts/slurm-local-cluster.sh"), "start"], capture_output=True, text=True)
+    script = str(ROOT / "scripts/slurm-local-cluster.sh")
+    done = subprocess.run(["bash", script, "start"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    yield done.stdout
+    # The suite leaves nothing running: munged, slurmctld and slurmd go down with the module.
+    stopped = subprocess.run(["bash", script, "stop"], capture_output=True, text=True)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
 
 def test_measure_jobs_run_through_the_slurm_executor(slurm_cluster, ci_repo):

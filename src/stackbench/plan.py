@@ -53,6 +53,7 @@ class Launch:
     launch_mode: str
     launch_target: str | None  # binary, image or URL, by mode
     env_name: str  # native mode: the environment made from envs/<env_name>.txt
+    container_cli: str  # image mode: docker or podman
     context_len: int
     bind_host: str
     env: dict = field(default_factory=dict)
@@ -72,14 +73,16 @@ class Node:
     file: str
     gpu_model: str
     gpu_count: int
+    gpu_devices: tuple[str, ...]  # the GPUs this node's launches use (indices or UUIDs); empty = the first count
     gpu_memory_gib: float | None
     bandwidth_gbs: float | None
     cpu_threads: int | None
     os: str
     power_caps_w: tuple[float, ...]
+    api_key_env: str | None
     workloads: tuple[Workload, ...]
     launches: tuple[Launch, ...]
-    raw: dict
+    raw: dict = field(repr=False, compare=False)
 
 
 def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
@@ -188,7 +191,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 draft_model=draft if spec["method"] == "draft" else None,
                 launch_mode=launch["mode"],
                 launch_target=launch.get("binary") or launch.get("image") or launch.get("url"),
-                env_name=launch.get("env", stack_doc["engine"]),
+                env_name=launch.get("env") or default_env(stack_doc["engine"], doc, f"{run_where}.launch.env"),
+                container_cli=launch.get("container_cli", "docker"),
                 context_len=doc["context_len"],
                 bind_host=doc["bind_host"],
                 env=dict(doc["env"]),
@@ -204,15 +208,29 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         file=where,
         gpu_model=gpu["model"],
         gpu_count=gpu["count"],
+        gpu_devices=tuple(str(d) for d in gpu.get("devices") or ()),
         gpu_memory_gib=gpu["memory_gib"],
         bandwidth_gbs=gpu["bandwidth_gbs"],
         cpu_threads=doc["hardware"]["cpu_threads"],
         os=doc["os"],
         power_caps_w=tuple(doc["power_caps_w"]),
+        api_key_env=doc["api_key_env"],
         workloads=workloads,
         launches=tuple(launches),
         raw=doc,
     )
+
+
+def default_env(engine: str, doc: dict, where: str) -> str:
+    """The environment a native launch runs in: llama.cpp is built for the node's GPUs (a CUDA build for
+    their compute capability), or portable for the CPU; the Python engines have one environment each."""
+    gpu = doc["hardware"]["gpu"]
+    if engine != "llamacpp" or not gpu["count"]:
+        return engine
+    if not gpu["compute_capability"]:
+        raise ConfigError(f"{where}: llama.cpp on {gpu['model']} needs hardware.gpu.compute_capability (e.g. \"8.6\") "
+                          "to build for that GPU, or name an environment or binary")
+    return f"llamacpp-cuda-sm{gpu['compute_capability'].replace('.', '')}"
 
 
 def _check_hardware(doc: dict, launches: list[Launch], where: str) -> None:
@@ -246,18 +264,3 @@ def find_launch(nodes: list[Node], node: str, launch: str) -> tuple[Node, Launch
     raise KeyError(f"no launch {launch!r} on node {node!r}")
 
 
-def launch_identity(launch: Launch) -> dict:
-    """The launch as plain data: what must match for two measurements to share a server configuration."""
-    from dataclasses import asdict
-
-    return asdict(launch)
-
-
-def fingerprint(cfg: dict, node: Node, launch: Launch) -> str:
-    """A short hash of everything that changes a launch's measurements (Snakemake reruns on change)."""
-    import hashlib
-    import json
-
-    doc = {"launch": launch_identity(launch), "workloads": [w.__dict__ for w in node.workloads],
-           "caps": node.power_caps_w, "measure": cfg["measure"]}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -25,7 +25,7 @@ IDENTITY = [
     ("variant", pa.string()),
     ("spec_method", pa.string()),
     ("spec_tokens", pa.int64()),
-    ("power_cap_w", pa.float64()),
+    ("power_cap_w", pa.float64()),  # the requested cap: a cell keeps it even when the cap could not be applied
     ("workload", pa.string()),
     ("concurrency", pa.int64()),
 ]
@@ -37,7 +37,7 @@ FIGURE = [
     ("value_min", pa.float64()),
     ("value_max", pa.float64()),
     ("unit", pa.string()),
-    ("stat", pa.string()),  # median | mean | single | range | peak
+    ("stat", pa.string()),  # median | mean | single | range | peak | p90 | p95 | p99
     ("n", pa.int64()),
 ]
 
@@ -58,6 +58,9 @@ BASIS = [
     ("gpu", pa.string()),
     ("gpu_count", pa.int64()),
     ("tp", pa.int64()),
+    ("power_cap_enforced_w", pa.float64()),  # what NVML read back during the cell; null when no cap was applied
+    ("launch_mode", pa.string()),  # native | image | external (external: the basis comes from the server's reports)
+    ("counted_text", pa.string()),  # which streamed text the token timings count: content, or content+reasoning
 ]
 
 # Bookkeeping that lets tables be regenerated and failures be shown.
@@ -69,12 +72,13 @@ EXTRA = [
     ("row_label", pa.string()),
     ("col_label", pa.string()),
     ("note", pa.string()),
+    ("chunk_tokens_from", pa.string()),  # measured: where tokens per SSE chunk came from (streamed usage or spread)
 ]
 
 RESULTS_SCHEMA = pa.schema(IDENTITY + FIGURE + BASIS + EXTRA)
 COLUMNS = RESULTS_SCHEMA.names
 BASIS_COLUMNS = [name for name, _ in BASIS]
-STATS = ("median", "mean", "single", "range", "peak")
+STATS = ("median", "mean", "single", "range", "peak", "p90", "p95", "p99")  # pNN: a percentile over requests or samples
 SOURCES = ("measured", "published")
 UNKNOWN = "unknown"
 

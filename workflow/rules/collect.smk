@@ -6,8 +6,13 @@ rule published_part:
         sorted(Path(PATHS["published"]).glob("*.yaml")),
     output:
         f"{PATHS['parts']}/published.parquet",
+    params:
+        cli=STACKBENCH,
+        data_dir=lambda wildcards, input: Path(input[0]).parent,
+    log:
+        "logs/collect/published_part.log",
     shell:
-        "{STACKBENCH} published --data-dir {PATHS[published]} --out {output}"
+        "{params.cli} published --data-dir {params.data_dir:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule collect:
@@ -16,5 +21,9 @@ rule collect:
         measured_parts(),
     output:
         PATHS["results"],
+    params:
+        cli=STACKBENCH,
+    log:
+        "logs/collect/collect.log",
     shell:
-        "{STACKBENCH} collect {input} --out {output}"
+        "{params.cli} collect {input:q} --out {output:q} > {log:q} 2>&1"

@@ -1,8 +1,11 @@
 # Shared state for every rule: the validated config and the expanded plan. Invalid config stops here,
 # before any job is planned, with one line naming the file and the field.
+import json
+import re
 import sys
 from pathlib import Path
 
+from stackbench import envs as _envs
 from stackbench import plan as _plan
 from stackbench.config import ConfigError
 
@@ -17,6 +20,16 @@ PATHS = CFG["paths"]
 RUNS = PATHS["runs"]
 
 
+wildcard_constraints:
+    node=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    launch=r"[^/]+",
+    engine=r"[^/]+",
+
+
+def node_named(name):
+    return next(n for n in NODES if n.name == name)
+
+
 def launch_of(wildcards):
     return _plan.find_launch(NODES, wildcards.node, wildcards.launch)[1]
 
@@ -26,24 +39,32 @@ def measured_parts():
     return [f"{RUNS}/{node.name}/{launch.name}/cells.parquet" for node in NODES for launch in node.launches]
 
 
-def measure_inputs(wildcards):
-    """What a launch needs on disk: its engine environment (native mode) and its model files."""
-    launch = launch_of(wildcards)
-    needed = {}
+def plan_inputs(wildcards):
+    """What a launch spec is made from: the node's, stack's and workloads' config files, the engine
+    environment (its version and build) and the model files the pipeline makes (their sha256).
+    configs/config.yaml is not among them: the node list does not change what a launch measures, and the
+    measure settings come in as a param."""
+    node, launch = _plan.find_launch(NODES, wildcards.node, wildcards.launch)
+    needed = {"node": node.file, "stack": f"configs/stacks/{launch.stack_config}.yaml",
+              "workloads": [f"configs/workloads/{w.name}.yaml" for w in node.workloads]}
     if launch.launch_mode == "native" and not launch.launch_target:
         needed["env"] = f"{PATHS['envs']}/{launch.env_name}/ready.json"
-    # Only files the pipeline makes are inputs; a node's own model paths are checked at launch time,
-    # so a missing one fails that launch with its reason instead of stopping the whole plan.
+    # The pipeline's own model files come with their sha256 record. A node's own model path is an input
+    # only while it exists: a missing one fails that launch at start with its reason instead of stopping
+    # the whole plan, and once it appears (or changes) the launch is planned again.
     for key, model in (("model", launch.model), ("draft", launch.draft_model)):
-        if model is not None and model.prepare:
+        if model is None:
+            continue
+        if model.prepare:
+            needed[key] = model.path if model.prepare.endswith("-hf") else f"{model.path}.sha256.json"
+        elif Path(model.path).exists():
             needed[key] = model.path
     return needed
 
 
-def launch_fingerprint(wildcards):
-    """Everything that changes what a launch measures; Snakemake reruns the launch when it changes."""
-    node, launch = _plan.find_launch(NODES, wildcards.node, wildcards.launch)
-    return _plan.fingerprint(CFG, node, launch)
+def launch_settings(wildcards):
+    """The slice of the top-level config that changes what a launch measures (a param of the plan)."""
+    return json.dumps({"measure": CFG["measure"], "paths": PATHS}, sort_keys=True)
 
 
 def model_recipe(wildcards):
@@ -61,19 +82,35 @@ def recipe_inputs(wildcards):
     return {"source": source, **({"env": f"{PATHS['envs']}/{tools}/ready.json"} if tools else {})}
 
 
-def node_of(wildcards):
-    return _plan.find_launch(NODES, wildcards.node, wildcards.launch)[0]
+def requirements_of(wildcards):
+    return f"envs/{_envs.requirements_name(wildcards.engine)}.txt"
+
+
+# One launch at a time per node, launches of different nodes in parallel: a resource per node with a
+# capacity of one, which each measure job of that node takes.
+NOT_IN_A_NAME = re.compile(r"\W")
+
+
+def _slot(name):
+    return f"launch_slot_{NOT_IN_A_NAME.sub('_', name)}"
+
+
+for _node in NODES:
+    workflow.register_resource(_slot(_node.name), 1)
+
+NODE_SLOTS = {_slot(n.name): (lambda wildcards, name=n.name: int(wildcards.node == name)) for n in NODES}
 
 
 def slurm_resource(name, default=None):
     """A resource of the launch's node for the SLURM executor (ignored when running locally)."""
 
     def resource(wildcards):
-        node = node_of(wildcards)
+        node = node_named(wildcards.node)
         slurm = node.raw["slurm"]
         values = {"slurm_partition": slurm.get("partition"), "constraint": slurm.get("constraint"),
                   "gpu": node.gpu_count, "gpu_model": slurm.get("gpu_model"), "runtime": slurm["runtime_min"],
-                  "slurm_extra": slurm.get("slurm_extra")}
+                  "slurm_extra": slurm.get("slurm_extra"), "cpus_per_task": slurm.get("cpus"),
+                  "mem_mb": slurm.get("mem_mb")}
         value = values[name]
         return default if value is None else value
 

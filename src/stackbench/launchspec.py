@@ -1,0 +1,151 @@
+"""The launch spec: one JSON file per server launch, written by the plan step, read by the measure job.
+
+It holds everything that changes what a launch measures: the engine and its version and build flavour
+(from the environment's ready.json), the model files' identities (sha256 where the pipeline made the file),
+the server arguments, the node's hardware facts and the cells. The measure job reads only this file, so a
+queued SLURM job measures what was planned, not whatever YAML is on disk when it starts.
+
+Two fingerprints come out of it. `server_fingerprint` covers what needs a server restart (engine,
+version, build, models, arguments, hardware); each cell's fingerprint adds the cell's own definition and
+the measure settings. A cached cell is reused only when its fingerprint matches, so an engine upgrade or a
+changed model file re-measures every cell of that engine's launches, while adding a workload re-measures
+only the new cells.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .plan import Launch, Model, Node, Workload
+
+FORMAT = 1
+# Measure settings that change how a run is driven, not what a cell's figures mean.
+NOT_IN_CELL_IDENTITY = ("keep_failed", "ready_timeout_s")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One client-side cell of a launch: (workload, concurrency, power cap), measured in repeats."""
+
+    workload: Workload
+    concurrency: int
+    power_cap_w: float | None  # the requested cap: it stays the cell's identity even when not applied
+
+    @property
+    def key(self) -> str:
+        cap = "nocap" if self.power_cap_w is None else f"{self.power_cap_w:g}W"
+        return f"{self.workload.name}--c{self.concurrency}--{cap}"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    node: Node  # hardware facts and workloads; `launches` is empty here, `raw` is not carried
+    launch: Launch
+    measure: dict
+    engine: dict  # the environment's ready.json (native pipeline builds), else what the config names
+    models: dict  # model name -> identity of its files
+    cells: tuple[Cell, ...]
+
+    def _digest(self, doc: dict) -> str:
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    @property
+    def server_fingerprint(self) -> str:
+        node = asdict(self.node)
+        for key in ("name", "file", "workloads", "launches", "raw", "power_caps_w"):
+            node.pop(key, None)
+        engine = {k: v for k, v in self.engine.items() if k not in ("python", "server", "quantize", "bench")}
+        return self._digest({"format": FORMAT, "launch": asdict(self.launch), "node": node, "engine": engine,
+                             "models": self.models})
+
+    def cell_fingerprint(self, cell: Cell) -> str:
+        return self._digest({"server": self.server_fingerprint, "workload": asdict(cell.workload),
+                             "concurrency": cell.concurrency, "cap": cell.power_cap_w,
+                             "measure": {k: v for k, v in self.measure.items() if k not in NOT_IN_CELL_IDENTITY}})
+
+    @property
+    def fingerprint(self) -> str:
+        """The whole launch: what Snakemake reruns on (through the spec file) and run.json records."""
+        return self._digest({"server": self.server_fingerprint, "cells": [self.cell_fingerprint(c) for c in self.cells]})
+
+    def to_json(self) -> str:
+        node = asdict(self.node)
+        node.pop("raw", None)
+        return json.dumps({"format": FORMAT, "fingerprint": self.fingerprint, "server_fingerprint": self.server_fingerprint,
+                           "node": node, "launch": asdict(self.launch), "measure": self.measure, "engine": self.engine,
+                           "models": self.models,
+                           "cells": [{"key": c.key, "workload": c.workload.name, "concurrency": c.concurrency,
+                                      "power_cap_w": c.power_cap_w, "fingerprint": self.cell_fingerprint(c)}
+                                     for c in self.cells]}, indent=1, default=str)
+
+
+def cells_of(node: Node) -> tuple[Cell, ...]:
+    caps = list(node.power_caps_w) or [None]
+    return tuple(Cell(w, c, cap) for cap in caps for w in node.workloads for c in w.concurrency)
+
+
+def model_identity(model: Model) -> dict:
+    """sha256 where the pipeline made the file (recorded beside it); else size and modification time of
+    each file, since hashing a node's 17 GB checkpoint on every plan would take minutes."""
+    recorded = Path(model.path + ".sha256.json")
+    if recorded.exists():
+        return {"path": model.path, "sha256": json.loads(recorded.read_text())["sha256"]}
+    path = Path(model.path)
+    if not path.exists():
+        return {"path": model.path, "missing": True}
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return {"path": model.path, "files": [[str(p.relative_to(path) if path.is_dir() else p.name), p.stat().st_size,
+                                           p.stat().st_mtime_ns] for p in files]}
+
+
+def engine_identity(launch: Launch, envs_dir: Path) -> dict:
+    """What the launch runs: the pipeline-built environment's ready.json, or the binary, image or URL the
+    node names (their versions are read from the running server)."""
+    if launch.launch_mode == "native" and not launch.launch_target:
+        ready = Path(envs_dir) / launch.env_name / "ready.json"
+        if ready.exists():
+            return json.loads(ready.read_text())
+        return {"env": launch.env_name, "missing": str(ready)}
+    return {"mode": launch.launch_mode, "target": launch.launch_target}
+
+
+def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
+    models = {m.name: model_identity(m) for m in (launch.model, launch.draft_model) if m is not None}
+    bare = Node(**{**{f: getattr(node, f) for f in node.__dataclass_fields__}, "launches": (), "raw": {}})
+    return LaunchSpec(node=bare, launch=launch, measure=dict(cfg["measure"]),
+                      engine=engine_identity(launch, Path(cfg["paths"]["envs"])), models=models, cells=cells_of(node))
+
+
+def write(spec: LaunchSpec, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(spec.to_json())
+    os.replace(tmp, out)
+    return out
+
+
+def read(path: Path) -> LaunchSpec:
+    doc = json.loads(Path(path).read_text())
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"{path}: launch spec format {doc.get('format')!r}, expected {FORMAT}; re-run the plan step")
+    workloads = tuple(_workload(w) for w in doc["node"]["workloads"])
+    node = Node(**{**doc["node"], "workloads": workloads, "launches": (), "raw": {},
+                   "gpu_devices": tuple(doc["node"]["gpu_devices"]), "power_caps_w": tuple(doc["node"]["power_caps_w"])})
+    raw_launch = doc["launch"]
+    launch = Launch(**{**raw_launch, "model": Model(**raw_launch["model"]),
+                       "draft_model": Model(**raw_launch["draft_model"]) if raw_launch["draft_model"] else None})
+    by_name = {w.name: w for w in workloads}
+    cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"]) for c in doc["cells"])
+    spec = LaunchSpec(node=node, launch=launch, measure=doc["measure"], engine=doc["engine"], models=doc["models"],
+                      cells=cells)
+    if spec.fingerprint != doc["fingerprint"]:
+        raise ValueError(f"{path}: fingerprint does not match its content (edited by hand?); re-run the plan step")
+    return spec
+
+
+def _workload(doc: dict) -> Workload:
+    return Workload(**{**doc, "prompts": tuple(doc["prompts"]), "concurrency": tuple(doc["concurrency"])})

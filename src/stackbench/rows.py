@@ -1,0 +1,99 @@
+"""Contract rows of one launch: the basis is built once per launch, then every cell result and every
+server fact becomes rows of data/results.parquet with that basis attached.
+
+The basis starts from the launch spec (what the pipeline set) and is completed by what the running
+server reports (its log's context length and KV dtype; for containers and external servers their own
+version, and for external servers the context, TP and quantization they report, or "unknown").
+"""
+
+from __future__ import annotations
+
+from . import basis as caveats
+from . import host, summary
+from .launchspec import Cell, LaunchSpec
+from .stacks.base import ServerFacts
+
+UNKNOWN = "unknown"
+
+
+class RowMaker:
+    def __init__(self, spec: LaunchSpec, run_id: str, engine_label: str, spread_flag_ratio: float):
+        self.spec, self.run_id, self.spread_flag_ratio = spec, run_id, spread_flag_ratio
+        node, launch = spec.node, spec.launch
+        external = launch.launch_mode == "external"
+        self.launch_basis = {
+            "source": "measured", "ref": run_id, "node": node.name, "stack": launch.engine, "variant": launch.variant,
+            "spec_method": launch.spec_method, "spec_tokens": launch.spec_tokens,
+            "os": host.host_os() if node.os == "auto" else node.os, "engine": engine_label,
+            "engine_version": spec.engine.get("version", UNKNOWN),
+            "engine_image": {"native": "none (native build)", "external": "external endpoint (launch not ours)"}.get(
+                launch.launch_mode, launch.launch_target),
+            "model": launch.model.name, "quant": UNKNOWN if external else launch.model.quant, "kv_dtype": UNKNOWN,
+            "context_len": None if external else launch.context_len, "temperature": 0.0, "ttft_included": "no",
+            "gpu": node.gpu_model if node.gpu_count else f"none (CPU: {host.cpu_name()})", "gpu_count": node.gpu_count,
+            "tp": None if external else launch.tp, "launch_mode": launch.launch_mode,
+        }
+
+    def learn(self, facts: ServerFacts, identity: dict) -> None:
+        """Complete the basis from the running server: its log's facts and the launcher's identity."""
+        if facts.kv_dtype:
+            self.launch_basis["kv_dtype"] = facts.kv_dtype
+        if facts.n_ctx:
+            self.launch_basis["context_len"] = facts.n_ctx
+        for key in ("engine_version", "engine_image", "context_len", "tp", "quant"):
+            if identity.get(key) not in (None, ""):
+                self.launch_basis[key] = identity[key]
+
+    def basis(self, cell: Cell | None, prompt_tokens: int | None = None) -> dict:
+        return {**self.launch_basis,
+                "power_cap_w": cell.power_cap_w if cell else None,
+                "workload": cell.workload.name if cell else "server",
+                "concurrency": cell.concurrency if cell else None,
+                "prompt_tokens": prompt_tokens, "output_tokens": cell.workload.output_tokens if cell else None}
+
+    def cell_rows(self, cell: Cell, figures: list[summary.Figure], status: str, reason: str | None,
+                  prompt_tokens: int | None = None, extra: dict | None = None) -> list[dict]:
+        """One row per figure; a cell without figures still gets one row that says why."""
+        base = {**self.basis(cell, prompt_tokens), **(extra or {}), "status": status, "reason": reason}
+        if not figures:
+            return [{**base, "metric": "decode_tps", "unit": "tok/s", "stat": "single"}]
+        rows = []
+        for f in figures:
+            note = f.note
+            if f.stat == "median" and summary.spread_is_wide(f, self.spread_flag_ratio):
+                note = f"{caveats.WIDE_NOTE} (max/min > {self.spread_flag_ratio:g})"
+            if extra and extra.get("note"):
+                note = "; ".join(n for n in (note, extra["note"]) if n)
+            rows.append({**base, "metric": f.metric, "value": f.value, "value_min": f.value_min, "value_max": f.value_max,
+                         "unit": f.unit, "stat": f.stat, "n": f.n, "ttft_included": f.ttft_included, "note": note})
+        return rows
+
+    def fact_row(self, metric: str, value: float, unit: str, note: str, stat: str = "single", n: int = 1) -> dict:
+        return {**self.basis(None), "metric": metric, "value": value, "unit": unit, "stat": stat, "n": n,
+                "status": "ok", "note": note}
+
+    def server_rows(self, facts: ServerFacts, ready_s: float | None, telemetry_why: str | None) -> list[dict]:
+        """Rows about the server itself, from its start-up log and this host."""
+        from_log = "from the server's start-up log"
+        known = {"kv_pool_tokens": (facts.kv_pool_tokens, "tokens"), "kv_cache_mib": (facts.kv_cache_mib, "MiB"),
+                 "model_mib": (facts.model_mib, "MiB"), "server_slots": (facts.slots, "slots")}
+        known.update({k: (v, "tokens" if "tokens" in k else "MiB") for k, v in facts.extra.items()
+                      if k.startswith("draft_") and isinstance(v, (int, float))})
+        rows = [self.fact_row(m, v, u, from_log) for m, (v, u) in known.items() if v is not None]
+        if facts.kv_pool_tokens and facts.kv_cache_mib:
+            rows.append(self.fact_row("kv_bytes_per_token", facts.kv_cache_mib * 2**20 / facts.kv_pool_tokens, "B",
+                                      "KV cache MiB / pool tokens, both from the log"))
+        if ready_s is not None:
+            rows.append(self.fact_row("ready_s", ready_s, "s", "launch to health 200, first launch"))
+        node = self.spec.node
+        if not node.gpu_count:
+            rows.append(self.fact_row("host_mem_bandwidth_gbs", host.host_memory_bandwidth_gbs(), "GB/s",
+                                      "best of 5 numpy copies of 256 MiB (bytes read + written); the CPU decode roofline",
+                                      stat="peak", n=5))
+        elif node.bandwidth_gbs:
+            rows.append(self.fact_row("gpu_mem_bandwidth_gbs", node.bandwidth_gbs, "GB/s",
+                                      f"from the node config ({node.file}: hardware.gpu.bandwidth_gbs)"))
+        if telemetry_why:
+            rows.append({**self.basis(None), "metric": "power_w", "unit": "W", "stat": "single", "status": "not_run",
+                         "reason": f"GPU telemetry and power caps not applied: {telemetry_why}"})
+        return rows

@@ -1,0 +1,138 @@
+"""The cell runner: one cell against a running server, returned as a CellResult.
+
+Order inside a cell: apply the power cap, warm up (never counted), open the measurement window (counter
+scrape, energy counters read at that moment), send every repeat, close the window. Only the measured repeats are inside the window,
+so energy per token and acceptance cover exactly the requests they are divided by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from . import summary, telemetry, workloads
+from .client import RequestRecord, StreamClient, run_conversations, stated_limit
+from .launchspec import Cell
+from .prometheus import MetricsFormatError
+from .stacks.base import SpecCounters
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    status: str  # ok | rejected | failed | not_run
+    reason: str | None = None
+    figures: list[summary.Figure] = field(default_factory=list)
+    requests: list[dict] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    basis: dict = field(default_factory=dict)  # what the timings counted (summary.cell_basis)
+    cap: telemetry.CapResult | None = None
+    seconds: float = 0.0
+
+    def row_extra(self) -> dict:
+        """Row fields beyond the launch basis: what was counted, the enforced cap and, when the cap was not
+        applied, why (the requested cap stays the cell's identity)."""
+        extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk")}
+        if self.cap is not None:
+            extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
+            if not self.cap.applied:
+                extra["note"] = f"power cap not applied: {self.cap.reason}"
+        return extra
+
+
+class CellRunner:
+    """Runs cells against one live server; knows the adapter, the measure settings and the telemetry."""
+
+    def __init__(self, base_url: str, adapter, spec, api_key: str | None, sampler=None, capper=None,
+                 telemetry_why: str | None = None, alive=lambda: True, progress=None):
+        self.base_url, self.adapter, self.spec, self.api_key = base_url, adapter, spec, api_key
+        self.sampler, self.capper, self.telemetry_why = sampler, capper, telemetry_why
+        self.alive, self.progress = alive, progress
+        self.warmed: set[tuple] = set()
+
+    def apply_cap(self, cell: Cell) -> telemetry.CapResult | None:
+        if cell.power_cap_w is None:
+            return None
+        if self.capper is None:
+            return telemetry.CapResult(cell.power_cap_w, None, False, self.telemetry_why)
+        try:
+            return self.capper.apply(cell.power_cap_w)
+        except (ValueError, telemetry.TelemetryUnavailable) as err:
+            return telemetry.CapResult(cell.power_cap_w, None, False, str(err))
+
+    def scrape(self) -> SpecCounters | None:
+        """The speculative counters now; None when the server has none or cannot be reached. A reply that is
+        not the Prometheus text format raises MetricsFormatError, which fails the cell with its reason."""
+        import httpx
+
+        try:
+            text = httpx.get(self.base_url + "/metrics", timeout=10).text
+        except httpx.HTTPError:
+            return None
+        return self.adapter.spec_counters(text)
+
+    def run(self, cell: Cell) -> CellResult:
+        cap = self.apply_cap(cell)
+        t0 = time.monotonic()
+        try:
+            repeats, delta, reading = asyncio.run(self._measure(cell))
+        except MetricsFormatError as err:
+            result = CellResult(cell, "failed", f"/metrics unreadable: {err}")
+        else:
+            result = self._judge(cell, repeats, delta, reading)
+        result.cap, result.seconds = cap, time.monotonic() - t0
+        return result
+
+    async def _measure(self, cell: Cell):
+        measure = self.spec.measure
+        client = StreamClient(self.base_url, self.spec.launch.model.name,
+                              self.adapter.request_extras(self.spec.launch, cell.workload.output_tokens),
+                              measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
+        try:
+            # Warm up once per workload and cap; the warm-up is never counted nor in the window.
+            if (cell.workload.name, cell.power_cap_w) not in self.warmed:
+                for _ in range(measure["warmup_requests"]):
+                    await run_conversations(client, workloads.conversations(cell.workload, 1, 0), cell.workload.output_tokens)
+                self.warmed.add((cell.workload.name, cell.power_cap_w))
+            before = self.scrape()
+            window = self.sampler.open_window() if self.sampler is not None else None
+            repeats: list[list[RequestRecord]] = []
+            for repeat in range(measure["repeats"]):
+                if self.progress:
+                    self.progress(f"{cell.workload.name} c={cell.concurrency} repeat {repeat + 1}/{measure['repeats']}")
+                convs = workloads.conversations(cell.workload, cell.concurrency, repeat)
+                records = await run_conversations(client, convs, cell.workload.output_tokens, self.adapter.server_timings)
+                repeats.append(records)
+                if any(r.status in ("failed", "timeout") for r in records) and not self.alive():
+                    break
+            reading = self.sampler.close_window(window) if window is not None else None
+            after = self.scrape()
+        finally:
+            await client.aclose()
+        delta = after.minus(before) if before is not None and after is not None else None
+        return repeats, delta, reading
+
+    def _judge(self, cell: Cell, repeats, delta, reading) -> CellResult:
+        records = [r for rep in repeats for r in rep]
+        requests = [{**r.to_row(), "repeat": i, "workload": cell.workload.name, "concurrency": cell.concurrency}
+                    for i, rep in enumerate(repeats) for r in rep]
+        prompt_tokens = sorted(r.prompt_tokens for r in records if r.prompt_tokens)
+        result = CellResult(cell, "ok", requests=requests, basis=summary.cell_basis(repeats),
+                            prompt_tokens=int(prompt_tokens[len(prompt_tokens) // 2]) if prompt_tokens else None)
+        bad = [r for r in records if r.status != "ok"]
+        if bad:
+            worst = next((r for r in bad if r.status == "rejected"), bad[0])
+            result.status = "rejected" if worst.status == "rejected" else "failed"
+            result.reason = worst.error
+            if not self.alive():
+                result.status, result.reason = "failed", f"server exited mid-cell: {worst.error}"
+            elif stated_limit(worst.error) is not None:
+                # A refusal is a result: keep the limit the engine states.
+                result.figures = [summary.Figure("max_input_tokens", stated_limit(worst.error), "tokens", "single", 1,
+                                                 note="limit stated in the engine's rejection")]
+            return result
+        result.figures = summary.cell_figures(repeats, delta)
+        if reading is not None:
+            result.figures += summary.telemetry_figures(reading, sum(r.tokens for r in records))
+        return result
