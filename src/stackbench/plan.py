@@ -198,6 +198,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 env=dict(doc["env"]),
             ))
     _check_hardware(doc, launches, where)
+    _check_measured_alike(launches, where)
     names = [l.name for l in launches]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -231,6 +232,16 @@ def default_env(engine: str, doc: dict, where: str) -> str:
         raise ConfigError(f"{where}: llama.cpp on {gpu['model']} needs hardware.gpu.compute_capability (e.g. \"8.6\") "
                           "to build for that GPU, or name an environment or binary")
     return f"llamacpp-cuda-sm{gpu['compute_capability'].replace('.', '')}"
+
+
+def _check_measured_alike(launches: list[Launch], where: str) -> None:
+    """Runs on one node are measured alike: a reasoning parser makes SGLang and vLLM stream thinking apart
+    (delta.reasoning_content), which changes what is timed, so it is on for all of them or for none."""
+    parsers = {l.name: l.server_args.get("reasoning_parser") for l in launches if l.engine in ("sglang", "vllm")}
+    if len({bool(p) for p in parsers.values()}) > 1:
+        without = sorted(name for name, p in parsers.items() if not p)
+        raise ConfigError(f"{where}: runs: reasoning_parser is set on some SGLang/vLLM runs but not on "
+                          f"{', '.join(without)}; set it on every run of the node or on none")
 
 
 def _check_hardware(doc: dict, launches: list[Launch], where: str) -> None:

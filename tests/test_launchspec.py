@@ -1,0 +1,102 @@
+"""The launch spec and its fingerprints: what re-measures a cell and what does not (no server needed)."""
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stackbench import launchspec, plan
+from stackbench.cellstore import CellStore
+from stackbench.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    for name in ("configs", "workflow/schemas"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def spec_of(repo: Path, node: str = "local-cpu", index: int = 0, **given) -> launchspec.LaunchSpec:
+    cfg = plan.load_run_config(repo, {"nodes": [node], **given})
+    loaded = plan.load_node(node, cfg, repo)
+    return launchspec.build(cfg, loaded, loaded.launches[index])
+
+
+def fingerprints(spec: launchspec.LaunchSpec) -> dict[str, str]:
+    return {c.key: spec.cell_fingerprint(c) for c in spec.cells}
+
+
+def test_spec_round_trips_and_names_everything_the_measure_job_needs(repo, tmp_path):
+    spec = spec_of(repo)
+    path = launchspec.write(spec, tmp_path / "launch.json")
+    again = launchspec.read(path)
+    assert again == spec and again.fingerprint == spec.fingerprint
+    doc = json.loads(path.read_text())
+    assert {c["key"] for c in doc["cells"]} >= {"code--c1--nocap", "code--c2--nocap"}
+    assert doc["launch"]["env_name"] == "llamacpp" and doc["measure"]["repeats"] == 3
+
+
+def test_a_hand_edited_spec_is_refused(repo, tmp_path):
+    path = launchspec.write(spec_of(repo), tmp_path / "launch.json")
+    path.write_text(path.read_text().replace('"repeats": 3', '"repeats": 5'))
+    with pytest.raises(ValueError, match="fingerprint does not match"):
+        launchspec.read(path)
+
+
+def test_engine_version_and_model_file_change_every_cell_fingerprint(repo, tmp_path):
+    base = spec_of(repo)
+    upgraded = replace(base, engine={**base.engine, "version": "b99999"})
+    new_model = replace(base, models={"smollm2-135m-q4km": {"sha256": "0" * 64}})
+    for changed in (upgraded, new_model):
+        assert set(fingerprints(changed).values()).isdisjoint(fingerprints(base).values())
+
+
+def test_adding_a_workload_keeps_the_other_cells(repo):
+    before = fingerprints(spec_of(repo))
+    node = repo / "configs/nodes/local-cpu.yaml"
+    doc = yaml.safe_load(node.read_text())
+    doc["workloads"] = doc["workloads"][:2]
+    node.write_text(yaml.safe_dump(doc))
+    fewer = fingerprints(spec_of(repo))
+    assert fewer.items() <= before.items()  # the same cells keep the same fingerprints
+
+
+def test_node_list_and_run_only_settings_do_not_touch_a_launch(repo):
+    base = spec_of(repo)
+    assert spec_of(repo, measure={"keep_failed": True, "ready_timeout_s": 30}).cells == base.cells
+    assert fingerprints(spec_of(repo, measure={"keep_failed": True, "ready_timeout_s": 30})) == fingerprints(base)
+    assert fingerprints(spec_of(repo, measure={"repeats": 5})) != fingerprints(base)
+
+
+def test_failed_cells_are_todo_unless_kept(repo, tmp_path):
+    spec = spec_of(repo)
+    cells = CellStore(spec, tmp_path / "run")
+    ok, failed = spec.cells[0], spec.cells[1]
+    row = {"source": "measured", "metric": "decode_tps", "unit": "tok/s", "stat": "single"}
+    cells.write(ok, [{**row, "status": "ok", "value": 1.0}], [])
+    cells.write(failed, [{**row, "status": "failed", "reason": "out of memory"}], [])
+    assert ok not in cells.todo() and failed in cells.todo()
+    assert failed not in CellStore(spec, tmp_path / "run", keep_failed=True).todo()
+    assert cells.unfinished()[0] == failed
+
+
+def test_gpu_nodes_build_llamacpp_for_their_architecture(repo):
+    cfg = plan.load_run_config(repo, {"nodes": ["2x3090-nvlink"]})
+    envs = {l.env_name for l in plan.load_node("2x3090-nvlink", cfg, repo).launches if l.engine == "llamacpp"}
+    assert envs == {"llamacpp-cuda-sm86"}
+
+
+def test_reasoning_parser_on_some_runs_of_a_node_only_is_refused(repo):
+    node = repo / "configs/nodes/2x3090-nvlink.yaml"
+    doc = yaml.safe_load(node.read_text())
+    del doc["runs"][1]["server_args"]["reasoning_parser"]
+    node.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"2x3090-nvlink.yaml: runs: reasoning_parser is set on some SGLang/vLLM runs "
+                                          r"but not on sglang-nospec--nospec"):
+        plan.load_plan(repo, {"nodes": ["2x3090-nvlink"]})
