@@ -13,7 +13,7 @@ from conftest import ROOT
 
 @pytest.fixture(scope="module")
 def layouts():
-    return published.load_layouts(ROOT / "data/published", ROOT)
+    return published.load_layouts(ROOT / "data/published")
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +209,7 @@ def test_a_layout_names_a_table_once(tmp_path):
                                                 "    basis: {spec_tokens: 2, concurrency: null}\n    layout: {columns: [a, b]}\n"),
                                        encoding="utf-8")
     with pytest.raises(published.config.ConfigError, match="has a layout already"):
-        published.load_layouts(tmp_path, ROOT)
+        published.load_layouts(tmp_path)
 
 
 @pytest.mark.parametrize("table_id", ["s000-fix-ab", "s000-fourway", "s001-stages", "s002-power-sweep", "s002-op",

@@ -84,7 +84,7 @@ def without_plotly_library(page: str) -> str:
 def test_report_target_writes_tables_and_html(published_report):
     reports = published_report / "reports"
     assert (reports / "index.html").exists() and (reports / "report.md").exists()
-    layouts = published.load_layouts(ROOT / "data/published", ROOT)
+    layouts = published.load_layouts(ROOT / "data/published")
     for table_id in layouts:
         assert (reports / "tables" / f"{table_id}.md").exists(), table_id
         assert (reports / "tables" / f"{table_id}.csv").exists(), table_id
@@ -142,7 +142,7 @@ def test_no_nan_none_or_cnan_anywhere(mixed_report, published_report):
 def test_charts_are_drawn_per_node_and_name_their_sources(mixed_report):
     page = without_plotly_library((mixed_report / "index.html").read_text(encoding="utf-8"))
     assert "Aggregate throughput against concurrency on test-cpu" in page
-    assert "Throughput against GPU power cap on 2x3090-nvlink" in page
+    assert "Single-stream throughput against GPU power cap on 2x3090-nvlink" in page
     assert "published 002 §reply by Leon-Y: power sweep" in page  # the sweep's series names whose it is
     # One copy of plotly.js however many charts.
     assert page.count("Plotly.newPlot") >= 4 and (mixed_report / "index.html").read_text().count("plotly.js v") <= 2

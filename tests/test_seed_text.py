@@ -50,7 +50,7 @@ def figure_rows():
 def spans():
     out = {}
     for path in sorted(PUBLISHED.glob("*.yaml")):
-        seed, sections = published.load_sections(path, ROOT)
+        seed, sections = published.load_sections(path)
         text = (PUBLISHED / "seeds" / seed).read_text(encoding="utf-8")
         out[seed] = section_spans(text, sections, path.name)
     return out

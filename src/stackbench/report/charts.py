@@ -1,110 +1,126 @@
-"""Plotly figures: pure functions from one node's result rows to a figure.
+"""Plotly figures: pure functions from one node's result rows to a figure (plotly's JSON figure format,
+{"data": [...], "layout": {...}}, which the page hands to Plotly.newPlot; building it as plain data keeps
+a chart of a million-row run from costing seconds in plotly's Python object layer).
 
 Charts compare like with like: each is drawn for one node (the caller passes that node's rows), every
 series names its source (measured here, or the post and section it was transcribed from), and a chart
-that still mixes measured and published series says so in its title.
+that still mixes measured and published series says so in its title. Series are aggregated (median over
+workloads) where a sweep would otherwise draw one line per cell.
 """
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
-import plotly.graph_objects as go
+
+Figure = dict
 
 RATE_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps")
 MIXED_SOURCES = "measured and published series differ in model and basis: read them side by side, not as one curve"
 
 
-def source_label(source: str, ref: str) -> str:
-    """'measured' or 'published 004 §MTP n=2 和 n=3 A/B': the post number and section a series came from."""
-    if source != "published":
-        return "measured"
-    seed, _, section = ref.partition(" ")
-    return f"published {seed.split('_')[0]} {section}".strip()
-
-
 def _with_source(rows: pd.DataFrame) -> pd.DataFrame:
-    rows = rows.copy()
-    rows["series_source"] = [source_label(s, r) for s, r in zip(rows["source"], rows["ref"])]
-    return rows
+    """Each row's series source: 'measured', or 'published 004 §MTP n=2 和 n=3 A/B' (the post's number and
+    the section the figure came from)."""
+    post = rows["ref"].str.split("_", n=1).str[0]
+    section = rows["ref"].str.partition(" ")[2]
+    return rows.assign(series_source=("published " + post + " " + section).where(rows["source"] == "published", "measured"))
 
 
-def _layout(fig: go.Figure, title: str, x: str, y: str, rows: pd.DataFrame) -> go.Figure:
+def _figure(traces: list[dict], title: str, x: str, y: str, rows: pd.DataFrame, **layout) -> Figure:
     if rows["source"].nunique() > 1:
         title += f"<br><sup>{MIXED_SOURCES}</sup>"
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, template="plotly_white", height=400,
-                      margin=dict(l=60, r=20, t=80, b=50), legend_title_text="series (source / stack / variant / cell)")
-    return fig
+    return {"data": traces, "layout": {
+        "title": {"text": title}, "xaxis": {"title": {"text": x}}, "yaxis": {"title": {"text": y}}, "height": 400,
+        "margin": {"l": 60, "r": 20, "t": 80, "b": 50}, "legend": {"title": {"text": "series (source / stack / variant / cell)"}},
+        "paper_bgcolor": "white", "plot_bgcolor": "white", **layout}}
+
+
+def _values(series: pd.Series) -> list:
+    """Plain JSON values: numbers as floats, gaps as null (never NaN, which is not JSON)."""
+    return [None if v is None or (isinstance(v, float) and math.isnan(v)) else (float(v) if isinstance(v, (int, float)) else str(v))
+            for v in series.tolist()]
+
+
+def _trace(kind: str, x: pd.Series, y: pd.Series, name: str, error: dict | None = None, **extra) -> dict:
+    trace = {"type": "bar" if kind == "bar" else "scatter", "x": _values(x), "y": _values(y), "name": name, **extra}
+    if kind != "bar":
+        trace["mode"] = kind
+    if error:
+        trace["error_y"] = error
+    return trace
 
 
 def _error_bars(frame: pd.DataFrame) -> dict | None:
     if frame["value_min"].isna().all():
         return None
-    return dict(type="data", symmetric=False,
-                array=(frame["value_max"] - frame["value"]).fillna(0).tolist(),
-                arrayminus=(frame["value"] - frame["value_min"]).fillna(0).tolist())
+    return {"type": "data", "symmetric": False, "array": _values((frame["value_max"] - frame["value"]).fillna(0)),
+            "arrayminus": _values((frame["value"] - frame["value_min"]).fillna(0))}
 
 
 def _name(key: tuple) -> str:
     return " / ".join(str(k) for k in key if k is not None and not (isinstance(k, float) and pd.isna(k)))
 
 
-def power_sweep(rows: pd.DataFrame, node: str) -> go.Figure | None:
-    """Throughput against power cap on one node, one line per sweep (source, stack, variant, cell, metric)."""
-    rows = rows[rows["power_cap_w"].notna() & rows["metric"].isin(RATE_METRICS) & (rows["status"] == "ok")]
+def _canonical_cap(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One power cap per series, as the headline picks it: uncapped where it ran uncapped, else its highest."""
+    has_uncapped = rows["power_cap_w"].isna().groupby([rows[k] for k in keys], dropna=False).transform("any")
+    top = rows.groupby(keys, dropna=False)["power_cap_w"].transform("max")
+    return rows[(has_uncapped & rows["power_cap_w"].isna()) | (~has_uncapped & (rows["power_cap_w"] == top))]
+
+
+def power_sweep(rows: pd.DataFrame, node: str) -> Figure | None:
+    """Single-stream throughput against power cap on one node, one line per sweep (source, stack, variant,
+    metric), the median over the sweep's workloads at each cap."""
+    rows = rows[rows["power_cap_w"].notna() & rows["metric"].isin(RATE_METRICS) & (rows["status"] == "ok")
+                & (rows["concurrency"].isna() | (rows["concurrency"] == 1))]
     if rows.empty:
         return None
     rows = _with_source(rows)
-    series = ["series_source", "stack", "variant", "workload", "concurrency", "metric"]
-    swept = rows.groupby(series, dropna=False)["power_cap_w"].transform("nunique") > 1
-    rows = rows[swept]
-    if rows.empty:
+    series = ["series_source", "stack", "variant", "metric"]
+    points = rows.groupby(series + ["power_cap_w"], dropna=False)["value"].median().reset_index()
+    points = points[points.groupby(series, dropna=False)["power_cap_w"].transform("nunique") > 1]
+    if points.empty:
         return None
-    fig = go.Figure()
-    for key, group in rows.groupby(series, dropna=False):
-        group = group.sort_values("power_cap_w")
-        fig.add_trace(go.Scatter(x=group["power_cap_w"], y=group["value"], mode="lines+markers", name=_name(key),
-                                 error_y=_error_bars(group)))
-    return _layout(fig, f"Throughput against GPU power cap on {node}", "power cap (W)", "tok/s", rows)
+    traces = [_trace("lines+markers", group["power_cap_w"], group["value"], _name(key))
+              for key, group in points.sort_values("power_cap_w").groupby(series, dropna=False)]
+    return _figure(traces, f"Single-stream throughput against GPU power cap on {node}", "power cap (W)", "tok/s", rows)
 
 
-def rate_by_workload(rows: pd.DataFrame, node: str) -> go.Figure | None:
-    """Single-stream decode rate per workload and variant on one node, spread across repeats as error bars."""
+def rate_by_workload(rows: pd.DataFrame, node: str) -> Figure | None:
+    """Single-stream decode rate per workload and variant on one node (at its headline power cap), spread
+    across repeats as error bars."""
     rows = rows[(rows["metric"] == "decode_tps") & (rows["concurrency"] == 1) & (rows["status"] == "ok")]
     if rows.empty:
         return None
-    rows = _with_source(rows)
-    fig = go.Figure()
+    rows = _canonical_cap(_with_source(rows), ["series_source", "stack", "variant"])
     # One trace per source and variant; a workload measured twice under one variant (two posters) stays two bars.
-    for key, group in rows.groupby(["series_source", "stack", "variant"], dropna=False):
-        fig.add_trace(go.Bar(x=group["workload"], y=group["value"], name=_name(key), error_y=_error_bars(group)))
-    fig.update_layout(barmode="group")
-    return _layout(fig, f"Single-stream decode rate by workload on {node}", "workload", "tok/s", rows)
+    traces = [_trace("bar", group["workload"], group["value"], _name(key), _error_bars(group))
+              for key, group in rows.groupby(["series_source", "stack", "variant"], dropna=False)]
+    return _figure(traces, f"Single-stream decode rate by workload on {node}", "workload", "tok/s", rows, barmode="group")
 
 
-def concurrency_scaling(rows: pd.DataFrame, node: str) -> go.Figure | None:
-    """Aggregate throughput against concurrency on one node, one line per (source, stack, variant, cap),
-    the median over the variant's workloads at each concurrency."""
+def concurrency_scaling(rows: pd.DataFrame, node: str) -> Figure | None:
+    """Aggregate throughput against concurrency on one node, one line per (source, stack, variant) at its
+    headline power cap, the median over the variant's workloads at each concurrency."""
     rows = rows[(rows["metric"] == "aggregate_tps") & rows["concurrency"].notna() & (rows["status"] == "ok")]
     if rows.empty:
         return None
-    rows = _with_source(rows)
-    series = ["series_source", "stack", "variant", "power_cap_w"]
+    series = ["series_source", "stack", "variant"]
+    rows = _canonical_cap(_with_source(rows), series)
     points = rows.groupby(series + ["concurrency"], dropna=False).agg(value=("value", "median"),
                                                                        workloads=("workload", "nunique")).reset_index()
     points = points[points.groupby(series, dropna=False)["concurrency"].transform("nunique") > 1]
     if points.empty:
         return None
-    fig = go.Figure()
-    for key, group in points.groupby(series, dropna=False):
-        group = group.sort_values("concurrency")
-        cap = f"cap {key[3]:g} W" if pd.notna(key[3]) else None
-        fig.add_trace(go.Scatter(x=group["concurrency"], y=group["value"], mode="lines+markers",
-                                 name=_name((*key[:3], cap)), customdata=group["workloads"],
-                                 hovertemplate="c%{x}: %{y:.3g} tok/s (median of %{customdata} workloads)"))
-    return _layout(fig, f"Aggregate throughput against concurrency on {node}", "concurrent streams", "tok/s", rows)
+    traces = [_trace("lines+markers", group["concurrency"], group["value"], _name(key), customdata=_values(group["workloads"]),
+                     hovertemplate="c%{x}: %{y:.3g} tok/s (median of %{customdata} workloads)")
+              for key, group in points.sort_values("concurrency").groupby(series, dropna=False)]
+    return _figure(traces, f"Aggregate throughput against concurrency on {node}", "concurrent streams", "tok/s", rows)
 
 
-def per_position_acceptance(rows: pd.DataFrame, node: str) -> go.Figure | None:
+def per_position_acceptance(rows: pd.DataFrame, node: str) -> Figure | None:
     """Acceptance rate of each draft position (seed 004: n=3's third position is accepted ~20%)."""
     rows = rows[rows["metric"].str.startswith("accept_rate_pos")]
     if rows.empty:
@@ -113,40 +129,32 @@ def per_position_acceptance(rows: pd.DataFrame, node: str) -> go.Figure | None:
     rows["position"] = rows["metric"].str.removeprefix("accept_rate_pos").astype(int)
     # One bar per position and variant: the mean over the variant's workloads (each pooled from counters).
     means = rows.groupby(["series_source", "stack", "variant", "position"], dropna=False)["value"].mean().reset_index()
-    fig = go.Figure()
-    for key, group in means.groupby(["series_source", "stack", "variant"], dropna=False):
-        group = group.sort_values("position")
-        fig.add_trace(go.Bar(x=group["position"], y=group["value"], name=_name(key)))
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(range=[0, 1])
-    return _layout(fig, f"Acceptance rate per draft position on {node}", "draft position", "accepted fraction", rows)
+    traces = [_trace("bar", group["position"], group["value"], _name(key))
+              for key, group in means.sort_values("position").groupby(["series_source", "stack", "variant"], dropna=False)]
+    return _figure(traces, f"Acceptance rate per draft position on {node}", "draft position", "accepted fraction", rows,
+                   barmode="group", yaxis={"title": {"text": "accepted fraction"}, "range": [0, 1]})
 
 
-def accept_len_by_depth(rows: pd.DataFrame, node: str) -> go.Figure | None:
-    """Acceptance length against speculative depth, per workload, measured rows only."""
+def accept_len_by_depth(rows: pd.DataFrame, node: str) -> Figure | None:
+    """Acceptance length against speculative depth, per workload (median over concurrencies), measured rows only."""
     rows = rows[(rows["metric"] == "accept_len") & rows["spec_tokens"].notna() & (rows["source"] == "measured")]
     if rows.empty:
         return None
     rows = _with_source(rows)
-    fig = go.Figure()
-    for key, group in rows.groupby(["series_source", "stack", "workload"], dropna=False):
-        group = group.sort_values("spec_tokens")
-        fig.add_trace(go.Scatter(x=group["spec_tokens"], y=group["value"], mode="lines+markers", name=_name(key),
-                                 error_y=_error_bars(group)))
-    return _layout(fig, f"Acceptance length against speculative depth on {node}", "draft tokens per step", "accept length", rows)
+    points = rows.groupby(["series_source", "stack", "workload", "spec_tokens"], dropna=False)["value"].median().reset_index()
+    traces = [_trace("lines+markers", group["spec_tokens"], group["value"], _name(key))
+              for key, group in points.sort_values("spec_tokens").groupby(["series_source", "stack", "workload"], dropna=False)]
+    return _figure(traces, f"Acceptance length against speculative depth on {node}", "draft tokens per step", "accept length", rows)
 
 
-def spec_speedup(spec: pd.DataFrame, node: str) -> go.Figure | None:
+def spec_speedup(spec: pd.DataFrame, node: str) -> Figure | None:
     """Speculative speed-up against prompt length, per variant (seed 000: +107% short, ~0 at 128K); measured."""
     spec = spec[spec["node"] == node] if len(spec) else spec
     if spec.empty:
         return None
-    fig = go.Figure()
-    for key, group in spec.groupby(["stack", "variant"]):
-        group = group.sort_values("prompt_tokens")
-        fig.add_trace(go.Scatter(x=group["prompt_tokens"], y=group["speedup"], mode="markers+lines",
-                                 text=group["workload"], name=_name(("measured", *key)),
-                                 hovertemplate="%{text}: x%{y:.2f} at %{x} prompt tokens"))
-    fig.add_hline(y=1.0, line_dash="dot")
-    return _layout(fig, f"Speculative speed-up over no-spec by prompt length on {node}", "prompt tokens", "speed-up (x)",
-                   pd.DataFrame({"source": ["measured"]}))
+    traces = [_trace("markers+lines", group["prompt_tokens"], group["speedup"], _name(("measured", *key)),
+                     text=_values(group["workload"]), hovertemplate="%{text}: x%{y:.2f} at %{x} prompt tokens")
+              for key, group in spec.sort_values("prompt_tokens").groupby(["stack", "variant"])]
+    return _figure(traces, f"Speculative speed-up over no-spec by prompt length on {node}", "prompt tokens", "speed-up (x)",
+                   pd.DataFrame({"source": ["measured"]}),
+                   shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1, "line": {"dash": "dot"}}])

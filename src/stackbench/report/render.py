@@ -26,8 +26,10 @@ from ..store import read_results
 from . import charts, tables
 
 # Rows of one node's full table embedded in the page; all of them are in its CSV and Parquet files.
-PAGE_ROWS_PER_NODE = 2000
+PAGE_ROWS_PER_NODE = 1000
 MARKDOWN_ROWS_PER_NODE = 200
+# Rows of a derived (analysis) table shown in the page and report.md; all of them are in its CSV and Parquet.
+DERIVED_ROWS_SHOWN = 200
 # Each node's memory bandwidth, written into its rows by the measuring side (CPU: measured; GPU: node config);
 # analysis.roofline reads it from there.
 BANDWIDTH_METRICS = ("host_mem_bandwidth_gbs", "gpu_mem_bandwidth_gbs")
@@ -38,6 +40,8 @@ ANALYSIS_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "ttft_s", "accept_
                     "kv_cache_mib", "vram_free_mib", "mem_free_after_pool_gb", "energy_j_per_token", "model_mib", "load_gib",
                     *BANDWIDTH_METRICS)
 CHART_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "accept_len")
+CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency",
+                 "metric", "value", "value_min", "value_max", "status")
 
 
 def to_markdown(table: tables.Table) -> str:
@@ -87,6 +91,7 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th:first-child,td:first-child{text-align:left}
 .headline table{font-size:1em}.headline th{background:#f3f6fa}
+.headline td:nth-child(-n+3),.headline th:nth-child(-n+3){text-align:left}
 .caveats{background:#fff8e1;border-left:4px solid #f0b400;padding:.3em 1em;font-size:.88em}
 .legend,.ref{font-size:.85em;color:#555}
 .status{background:#eef5ff;border-left:4px solid #3b82f6;padding:.3em 1em}
@@ -176,14 +181,20 @@ def status_lines(results: Results) -> list[str]:
 
 
 def headline_input(results: Results) -> pd.DataFrame:
-    """Only the rows a headline can show: its metrics at concurrency 1 (or unset), and each variant's
-    aggregate at its highest concurrency."""
+    """Only the rows a headline can show (tables.headline_records makes the final choice): its metrics at
+    concurrency 1 (or unset) and each variant's aggregate at its highest concurrency, at the variant's
+    canonical power cap (uncapped where it ran uncapped, else its highest), peaks left out."""
     return results.frame(f"""
-        select * exclude (top) from (
-          select *, max(case when metric = 'aggregate_tps' then concurrency end) over
-                 (partition by node, source, case when source = 'published' then split_part(ref, '_', 1) end, stack, variant) as top
-          from results where status = 'ok' and metric in {_in(tables.HEADLINE_METRICS)})
-        where concurrency is null or concurrency = 1 or (metric = 'aggregate_tps' and concurrency = top)""")
+        with rows as (
+          select *, case when source = 'published' then split_part(ref, '_', 1) else '' end as post from results
+          where status = 'ok' and stat <> 'peak' and metric in {_in(tables.HEADLINE_METRICS)}),
+        variant as (
+          select node, source, post, stack, variant, bool_or(power_cap_w is null) as uncapped, max(power_cap_w) as top_cap,
+                 max(case when metric = 'aggregate_tps' then concurrency end) as top_concurrency
+          from rows group by all)
+        select r.* exclude (post) from rows r join variant v using (node, source, post, stack, variant)
+        where (case when v.uncapped then r.power_cap_w is null else r.power_cap_w = v.top_cap end)
+          and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.top_concurrency))""")
 
 
 def ceiling_percents(roofline: pd.DataFrame) -> dict[tuple, float]:
@@ -194,7 +205,20 @@ def ceiling_percents(roofline: pd.DataFrame) -> dict[tuple, float]:
     return measured.groupby(["node", "stack", "variant"])["percent_of_ceiling"].median().to_dict()
 
 
-def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, geometries) -> list[tables.Table]:
+def derived_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, caveats: list[str], table_dir: Path) -> tables.Table:
+    """An analysis table: written whole as CSV and Parquet by DuckDB, shown as its first rows."""
+    con = duckdb.connect()
+    con.register("derived", frame)
+    for suffix, options in ((".csv", "header"), (".parquet", "format parquet")):
+        con.execute(f"copy derived to '{_sql_text(str(table_dir / (table_id + suffix)))}' ({options})")
+    table = tables.frame_table(frame.head(DERIVED_ROWS_SHOWN), table_id, title, ref, caveats)
+    if len(frame) > DERIVED_ROWS_SHOWN:
+        table.complete = False
+        table.legend.append(f"First {DERIVED_ROWS_SHOWN} of {len(frame)} rows; all of them are in {table_id}.csv and {table_id}.parquet.")
+    return table
+
+
+def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, geometries, table_dir: Path) -> list[tables.Table]:
     # (frame, table id, title, how it is computed, caveats); an empty frame makes no table.
     sections = [
         (roofline, "analysis-roofline", "Decode against its bandwidth roofline",
@@ -209,32 +233,31 @@ def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, geometries) -> 
         (analysis.spec_value_by_context(frame), "analysis-spec-by-context",
          "Speculative speed-up over no-spec, by workload and prompt length", "measured single-stream decode rate, same node and stack", []),
     ]
-    out = [tables.frame_table(section, table_id, title, ref, caveats)
+    out = [derived_table(section, table_id, title, ref, caveats, table_dir)
            for section, table_id, title, ref, caveats in sections if len(section)]
-    return out + comparison_tables(frame)
+    return out + comparison_tables(frame, table_dir)
 
 
-def comparison_tables(frame: pd.DataFrame) -> list[tables.Table]:
-    """Like-for-like comparison of each measured variant against its stack's no-spec variant."""
+def comparison_tables(frame: pd.DataFrame, table_dir: Path) -> list[tables.Table]:
+    """Like-for-like comparison of every measured speculative variant against the no-spec variant of its
+    node and stack: one analysis.compare call (node and stack are among the like columns, so pairs never
+    cross them), one table."""
     measured = frame[(frame["source"] == "measured") & frame["metric"].isin(["decode_tps", "aggregate_tps", "ttft_s"])]
-    out = []
-    for (node, stack), group in measured.groupby(["node", "stack"]):
-        base = group[group["spec_method"] == "none"]
-        for variant in sorted(set(group.loc[group["spec_method"] != "none", "variant"])):
-            try:
-                paired, unpaired = analysis.compare(base, group[group["variant"] == variant], vary="variant")
-            except KeyError as err:
-                # Said in the report rather than hidden; analysis.compare(vary="variant") must name its columns.
-                out.append(tables.Table(f"compare-{node}-{stack}-nospec-vs-{variant}",
-                                        f"{node} / {stack}: nospec (A) vs {variant} (B): not computed", "analysis.compare",
-                                        ["why"], [[f"analysis.compare failed: KeyError {err}"]], [[None]]))
-                continue
-            if len(paired):
-                caveats = [f"{len(unpaired)} rows had no like counterpart"] if len(unpaired) else []
-                out.append(tables.frame_table(paired, f"compare-{node}-{stack}-nospec-vs-{variant}",
-                                              f"{node} / {stack}: nospec (A) vs {variant} (B), like rows only",
-                                              "analysis.compare: every key and basis field equal except the variant", caveats))
-    return out
+    base, speculative = measured[measured["spec_method"] == "none"], measured[measured["spec_method"] != "none"]
+    if base.empty or speculative.empty:
+        return []
+    title, how = "No-spec (A) vs each speculative variant (B), like rows only", \
+        "analysis.compare: every key and basis field equal except the variant"
+    try:
+        paired, unpaired = analysis.compare(base, speculative, vary="variant")
+    except KeyError as err:
+        # Said in the report rather than hidden: analysis.compare(vary="variant") must keep its key columns.
+        return [tables.Table("compare-nospec-vs-speculative", f"{title}: not computed", how, ["why"],
+                             [[f"analysis.compare failed: KeyError {err}"]], [[None]])]
+    if paired.empty:
+        return []
+    caveats = [f"{len(unpaired)} rows had no like counterpart"] if len(unpaired) else []
+    return [derived_table(paired, "compare-nospec-vs-speculative", title, how, caveats, table_dir)]
 
 
 def write_comparison(baseline: Path, candidate: Path, vary: str, out: Path) -> Path:
@@ -247,24 +270,34 @@ def write_comparison(baseline: Path, candidate: Path, vary: str, out: Path) -> P
     return out
 
 
-def full_table(results: Results, node: str, table_dir: Path) -> FullTable | None:
-    """One row per cell (source, run or post, stack, variant, depth, cap, workload, concurrency), one column
-    per metric; DuckDB pivots and writes it, so its size never passes through Python rows."""
-    metrics = results.frame("select distinct metric from results where node = ? and status = 'ok' and value is not null "
-                            "order by metric", [node])["metric"].tolist()
-    if not metrics:
-        return None
-    keys = ", ".join(FULL_KEYS)
+def pivot_cells(results: Results) -> None:
+    """Every node's cells, one row per cell (source, run or post, stack, variant, depth, cap, workload,
+    concurrency) and one column per metric, pivoted once by DuckDB into the table `cells`."""
+    metrics = results.frame("select distinct metric from results where status = 'ok' and value is not null "
+                            "and not isnan(value) order by metric")["metric"].tolist()
+    keys = ", ".join(["node"] + FULL_KEYS)
     pivot = ", ".join(f"median(value) filter (where metric = '{_sql_text(m)}') as \"{m}\"" for m in metrics)
-    query = (f"select {keys}, {pivot} from results where node = '{_sql_text(node)}' and status = 'ok' and value is not null "
-             f"group by {keys} order by source, stack, variant, spec_tokens, power_cap_w, workload, concurrency")
+    results.con.execute(f"create or replace temp table cells as select {keys}, {pivot} from results "
+                        f"where status = 'ok' and value is not null and not isnan(value) group by {keys}")
+
+
+def full_table(results: Results, node: str, table_dir: Path) -> FullTable | None:
+    """One node's cells from `cells`, only the metric columns it has; DuckDB writes the files, so the
+    table's size never passes through Python rows."""
+    columns = results.frame("select * from cells where node = ? limit 1", [node])
+    if columns.empty:
+        return None
+    present = results.frame("select " + ", ".join(f"count(\"{c}\") as \"{c}\"" for c in columns.columns[len(FULL_KEYS) + 1:])
+                            + " from cells where node = ?", [node]).iloc[0]
+    metrics = [c for c, n in present.items() if n > 0]
+    query = (f"select {', '.join(FULL_KEYS)}, {', '.join(chr(34) + m + chr(34) for m in metrics)} from cells "
+             f"where node = '{_sql_text(node)}' order by source, stack, variant, spec_tokens, power_cap_w, workload, concurrency")
     csv_path, parquet_path = table_dir / f"cells-{node}.csv", table_dir / f"cells-{node}.parquet"
     results.con.execute(f"copy ({query}) to '{_sql_text(str(parquet_path))}' (format parquet)")
     results.con.execute(f"copy (select * from read_parquet('{_sql_text(str(parquet_path))}')) to '{_sql_text(str(csv_path))}' (header)")
     total = results.frame(f"select count(*) as n from read_parquet('{_sql_text(str(parquet_path))}')")["n"].iloc[0]
-    head = results.frame(f"select * from read_parquet('{_sql_text(str(parquet_path))}') limit {PAGE_ROWS_PER_NODE}")
-    head = head.astype(object).where(head.notna(), None)
-    return FullTable(node, list(head.columns), head.values.tolist(), int(total), csv_path, parquet_path,
+    head = results.con.sql(f"select * from read_parquet('{_sql_text(str(parquet_path))}') limit {PAGE_ROWS_PER_NODE}")
+    return FullTable(node, head.columns, [list(row) for row in head.fetchall()], int(total), csv_path, parquet_path,
                      varying_basis(results, node))
 
 
@@ -296,7 +329,7 @@ def full_markdown(full: FullTable) -> str:
 
 def full_html(full: FullTable) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in full.columns)
-    data = json.dumps({"rows": full.rows}, ensure_ascii=False, separators=(",", ":"), default=str).replace("</", "<\\/")
+    data = _json({"rows": full.rows})
     more = (f" The page holds the first {len(full.rows)} of {full.total} rows." if full.total > len(full.rows) else "")
     caveats = ("<div class='caveats'><b>Basis differs between rows:</b><ul>" + "".join(
         f"<li>{html.escape(c)}</li>" for c in full.varying) + "</ul></div>") if full.varying else ""
@@ -331,14 +364,16 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     power_why = power_not_measured(results)
     candidates = headline_input(results)
     headlines = [t for t in (tables.headline_table(candidates, n, percents, power_why.get(n)) for n in nodes) if t is not None]
-    derived = analysis_tables(frame, roofline, geometries)
+    derived = analysis_tables(frame, roofline, geometries, table_dir)
     seed = seed_tables(results.rows("source = 'published'"), published.load_layouts(published_dir))
+    pivot_cells(results)
     fulls = [f for f in (full_table(results, n, table_dir) for n in nodes) if f is not None]
     status = status_lines(results)
 
     written = []
     for table in headlines + derived + seed:
-        for suffix, text in ((".md", to_markdown(table)), (".csv", to_csv(table))):
+        outputs = [(".md", to_markdown(table))] + ([(".csv", to_csv(table))] if table.complete else [])
+        for suffix, text in outputs:
             path = table_dir / f"{table.table_id}{suffix}"
             path.write_text(text, encoding="utf-8")
             written.append(path)
@@ -356,7 +391,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     summary_path.write_text("\n".join(summary), encoding="utf-8")
     written.append(summary_path)
 
-    chart_rows = results.rows(f"metric in {_in(CHART_METRICS)} or metric like 'accept_rate_pos%'")
+    chart_rows = results.frame(f"select {', '.join(CHART_COLUMNS)} from results where metric in {_in(CHART_METRICS)} "
+                               "or metric like 'accept_rate_pos%'")
     spec = analysis.spec_value_by_context(frame)
     html_path = out_dir / "index.html"
     html_path.write_text(_page(intro, headlines, fulls, derived, seed, status, _figures(chart_rows, spec, nodes)), encoding="utf-8")
@@ -374,9 +410,15 @@ def _figures(rows: pd.DataFrame, spec: pd.DataFrame, nodes: list[str]) -> list:
     return [f for f in figures if f is not None]
 
 
+def _json(value) -> str:
+    # allow_nan=False: a NaN would make the page's JSON invalid; charts write gaps as null.
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+
+
 def _page(intro: str, headlines, fulls, derived, seed, status, figures) -> str:
     figure_html = "".join(
-        f"<div class='chart'>{fig.to_html(full_html=False, include_plotlyjs=False)}</div>" for fig in figures)
+        f"<div class='chart' id='chart-{i}'></div><script>Plotly.newPlot('chart-{i}', "
+        f"{_json(fig['data'])}, {_json(fig['layout'])}, {{responsive: true}})</script>" for i, fig in enumerate(figures))
     status_html = ""
     if status:
         status_html = "<div class='status'><h2>Cells without a figure</h2><ul>" + "".join(

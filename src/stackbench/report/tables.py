@@ -9,6 +9,7 @@ variant at the node's canonical cells), the seeds' tables in each post's own lay
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -42,6 +43,8 @@ HEADLINE = [
 HEADLINE_METRICS = [c.metric for c in HEADLINE]
 CEILING_COLUMN = "% of decode ceiling"
 HEADLINE_KEYS = ["source", "post", "stack", "variant"]
+# What format_cell reads from a record.
+CELL_FIELDS = ["source", "metric", "value", "value_min", "value_max", "stat", "status", "note", "concurrency"]
 STACK_ORDER = {"llamacpp": 0, "sglang": 1, "vllm": 2}
 
 
@@ -55,6 +58,7 @@ class Table:
     raw_rows: list[list[float | None]]  # the numbers behind the cells, for CSV
     caveats: list[str] = field(default_factory=list)
     legend: list[str] = field(default_factory=list)
+    complete: bool = True  # False: the rows are the first of a longer table whose files were written whole
 
 
 def _present(value) -> bool:
@@ -226,7 +230,7 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
                    key=lambda k: (k[0] != "measured", k[1], STACK_ORDER.get(k[2], 9), str(k[3])))
     records["row_no"] = records["row_key"].map({k: i + 1 for i, k in enumerate(order)})
     by_cell: dict[tuple, list[dict]] = {}
-    for record in records.to_dict("records"):
+    for record in records[CELL_FIELDS + ["row_key"]].to_dict("records"):
         by_cell.setdefault((record["row_key"], record["metric"]), []).append(record)
     shown_columns = [c for c in HEADLINE if any((k, c.metric) in by_cell for k in order)]
     with_ceiling = any(ceiling_percent.get((node, *k)) is not None for k in order)
@@ -258,18 +262,17 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
         raw_rows.append(raw)
     refs = "; ".join(sorted(set(records["ref"])))
     table = Table(f"headline-{node}", f"Headline on {node}: one row per stack variant", refs, columns, rows, raw_rows)
-    notes = []
+    power = [f"power: not measured on this node: {power_why}."] if power_why else []
+    table = _finish(table, records, ("source", "stack", "variant", "spec_method", "spec_tokens", "engine", "metric",
+                                     "workload", "concurrency", "prompt_tokens", "output_tokens"), power)
     if several_workloads:
-        notes.append("A measured cell with several workloads behind it shows their median; the full table below has each workload.")
-    if power_why:
-        notes.append(f"power: not measured on this node: {power_why}.")
-    return _finish(table, records, ("source", "stack", "variant", "spec_method", "spec_tokens", "engine", "metric",
-                                    "workload", "concurrency", "prompt_tokens", "output_tokens"), notes)
+        table.legend.append("A measured cell with several workloads behind it shows their median; the full table below has each workload.")
+    return table
 
 
 def _headline_value(hits: list[dict]) -> float | None:
     values = [h["value"] for h in hits if _present(h["value"])]
-    return float(pd.Series(values).median()) if values else None
+    return float(statistics.median(values)) if values else None
 
 
 def _scaled(value, scale: float):
