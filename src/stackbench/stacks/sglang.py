@@ -1,7 +1,11 @@
 """SGLang's server (formats of 0.5.23 and older 0.4/0.5 builds; research/server_metrics.md section B).
 
-SGLang has no CPU build reachable from our CI machines: this adapter is built and tested against the
-engine's real formats and runs for real wherever a GPU node is configured.
+The log lines, /metrics and /server_info it reads are tested on captures from SGLang 0.5.23's CPU engine
+served on this machine (node local-cpu-sglang); the speculative formats exist only on GPU and are
+tested on fixtures named *-gpu-*.
+
+Units: SGLang prints sizes as "GB" but divides bytes by 1 << 30 (mem_cache/memory_pool.py `GB = 1024 *
+1024 * 1024`, utils/common.py `get_available_gpu_memory`), so every "GB" here is GiB.
 """
 
 from __future__ import annotations
@@ -23,7 +27,19 @@ WEIGHTS = re.compile(r"Load weight end\..*?mem usage=(?P<gb>[\d.]+) GB")
 MAMBA = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<slots>\d+), conv_state size: (?P<conv>[\d.]+)\s*GB, "
                    r"ssm_state size: (?P<ssm>[\d.]+)\s*GB")
 CAPPED = re.compile(r"max_running_requests is capped to (?P<n>\d+)")
+# The resolved arguments, printed once as a Python dict: "server_args={'model_path': ..., 'device': 'cpu', ...}"
+SERVER_ARGS = re.compile(r"server_args=\{.*")
+SERVER_ARG = "'{}': '(?P<value>[^']*)'"
+# Printed by the project's sgl_kernel stand-in when SGLang imports it (src/stackbench/sglang_cpu_ops).
+KERNEL_STAND_IN = re.compile(r"^sgl_kernel stand-in: (?P<what>.+)$", re.MULTILINE)
 ALGORITHMS = {"mtp": "EAGLE", "eagle": "EAGLE", "dflash": "DFLASH", "dspark": "DSPARK", "ngram": "NGRAM", "draft": "STANDALONE"}
+
+
+GIB_IN_MIB = 1024
+# SGLang's own acceptance length (per request `spec_accept_length`, and the /metrics ratio) is
+# completion tokens / verify steps, which counts each request's first token although prefill made it.
+ACCEPT_LEN_BASIS = ("1 + accepted / verify steps (vLLM's and llama.cpp's basis), accepted = generated - requests - "
+                    "verify steps from sglang:*_total deltas over the cell; SGLang's own figure counts the prefill token")
 
 
 class SglangAdapter:
@@ -31,6 +47,7 @@ class SglangAdapter:
     engine_label = "SGLang"
     health_path = "/health_generate"
     version_path = "/server_info"
+    accept_len_basis = ACCEPT_LEN_BASIS
 
     def parse_version(self, reply: dict) -> str:
         return str(reply.get("version", "unknown"))
@@ -63,7 +80,7 @@ class SglangAdapter:
         if pool:
             facts.kv_pool_tokens = int(pool["tokens"])
             gb = float(pool["kv"]) if pool["kv"] else float(pool["k"]) + float(pool["v"])
-            facts.kv_cache_mib = gb * 1e9 / 2**20  # SGLang's "GB" is 1e9 bytes
+            facts.kv_cache_mib = gb * GIB_IN_MIB
             if pool["dtype"]:
                 facts.kv_dtype = pool["dtype"].removeprefix("torch.")
         total = MAX_TOTAL.search(text)
@@ -79,7 +96,7 @@ class SglangAdapter:
             facts.extra["mem_free_after_pool_gb"] = float(end["gb"])
         weights = WEIGHTS.search(text)
         if weights:
-            facts.model_mib = float(weights["gb"]) * 1e9 / 2**20
+            facts.model_mib = float(weights["gb"]) * GIB_IN_MIB
         mamba = MAMBA.search(text)
         if mamba:
             facts.extra["mamba_cache_slots"] = int(mamba["slots"])
@@ -87,26 +104,61 @@ class SglangAdapter:
         capped = CAPPED.search(text)
         if capped:
             facts.extra["max_running_requests_capped"] = int(capped["n"])
+        args = SERVER_ARGS.search(text)
+        for name in ("device", "attention_backend", "sampling_backend") if args else ():
+            value = re.search(SERVER_ARG.format(name), args[0])
+            if value:
+                facts.extra[name] = value["value"]
+        if "device" in facts.extra:
+            facts.backend = facts.extra["device"].upper()
+        stand_in = KERNEL_STAND_IN.search(text)
+        if stand_in:
+            facts.extra["sgl_kernel"] = stand_in["what"]
+        return facts
+
+    def facts_from_metrics(self, metrics_text: str) -> ServerFacts:
+        """The scheduler's constants (observability/metrics_collector.py, emitted once at start-up): pool
+        size, context length, and weight and KV memory in GiB, unrounded where the log prints 2 decimals."""
+        samples = prometheus.parse(metrics_text)
+        facts = ServerFacts()
+        tokens, context = (prometheus.value(samples, f"sglang:{name}") for name in ("max_total_num_tokens", "context_len"))
+        weights, kv_cache = (prometheus.value(samples, f"sglang:{name}") for name in ("weight_memory_usage_gb", "kv_cache_memory_usage_gb"))
+        facts.kv_pool_tokens = int(tokens) if tokens is not None else None
+        facts.n_ctx = int(context) if context is not None else None
+        facts.model_mib = weights * GIB_IN_MIB if weights is not None else None
+        facts.kv_cache_mib = kv_cache * GIB_IN_MIB if kv_cache is not None else None
         return facts
 
     def spec_counters(self, metrics_text: str) -> SpecCounters | None:
         """Acceptance from counters, never from the 40-step sglang:spec_accept_length gauge.
 
-        SGLang counts verify calls and generated tokens; each verify call emits the accepted drafts
-        plus one bonus token, so accepted = generated - verify calls and 1 + accepted/verify = generated/verify.
+        The tokenizer adds a finished request's completion tokens, verify steps and 1 to
+        sglang:generation_tokens_total, spec_verify_calls_total and num_requests_total together. Each
+        request's first token comes from prefill and each verify step emits its accepted drafts plus one
+        bonus token, so accepted = generated - requests - verify steps: 1 + accepted / verify steps is
+        vLLM's and llama.cpp's acceptance length (ACCEPT_LEN_BASIS). The sum is linear in the counters,
+        so its delta over a cell is the cell's own.
         """
         samples = prometheus.parse(metrics_text)
         verify = prometheus.value(samples, "sglang:spec_verify_calls_total")
         if verify is None:
             return None
         generated = prometheus.value(samples, "sglang:generation_tokens_total") or 0.0
-        return SpecCounters(drafts=verify, accepted=max(0.0, generated - verify))
+        requests = prometheus.value(samples, "sglang:num_requests_total") or 0.0
+        return SpecCounters(drafts=verify, accepted=generated - requests - verify)
 
     def server_timings(self, final_chunk: dict) -> dict:
+        """SGLang's per-request speculative figures (sglext.spec_tokens_details), as SGLang defines them
+        (server_spec_accept_length = completion tokens / verify steps), plus the same request's
+        acceptance length on vLLM's basis, 1 + accepted / verify steps = (completion tokens - 1) / verify steps."""
         details = (final_chunk.get("sglext") or {}).get("spec_tokens_details")
         if isinstance(details, list):
             details = details[0] if details else None
         if not details:
             return {}
         keep = ("spec_accept_length", "spec_accept_rate", "spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts")
-        return {f"server_{k}": details[k] for k in keep if k in details}
+        timings = {f"server_{k}": details[k] for k in keep if k in details}
+        completion = (final_chunk.get("usage") or {}).get("completion_tokens")
+        if completion and details.get("spec_verify_ct"):
+            timings["server_spec_accept_len_vllm_basis"] = (completion - 1) / details["spec_verify_ct"]
+        return timings
