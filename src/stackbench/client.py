@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 import aiohttp
 import orjson
 
+from .workloads import Request
+
 # Where the engines put a reasoning parser's output: vLLM and SGLang `reasoning_content`; vLLM >= 0.10 and
 # llama.cpp may use `reasoning`.
 REASONING_FIELDS = ("reasoning_content", "reasoning")
@@ -302,20 +304,51 @@ def _error_message(text: str) -> str:
         return text.strip()[:300]
 
 
-async def run_conversations(client: StreamClient, conversations: list[list[str]], output_tokens: int,
-                            final_hook=None) -> list[RequestRecord]:
-    """All streams start together; a multi-turn stream sends its turns one after another."""
+async def _conversation(client: StreamClient, stream: int, turns, output_tokens: int, final_hook) -> list[RequestRecord]:
+    """One conversation: its turns one after another, each answer appended before the next turn."""
+    messages, records = [], []
+    for turn, text in enumerate(turns):
+        messages.append({"role": "user", "content": text})
+        record = await client.chat(list(messages), output_tokens, stream, turn, final_hook)
+        records.append(record)
+        if record.status != "ok":
+            break
+        messages.append({"role": "assistant", "content": record.content})
+    return records
 
-    async def one(stream: int, turns: list[str]) -> list[RequestRecord]:
-        messages, records = [], []
-        for turn, text in enumerate(turns):
-            messages.append({"role": "user", "content": text})
-            record = await client.chat(list(messages), output_tokens, stream, turn, final_hook)
-            records.append(record)
-            if record.status != "ok":
+
+async def run_streams(client: StreamClient, streams: list[list[Request]], final_hook=None) -> list[RequestRecord]:
+    """Closed loop: all streams start together; each sends its requests back to back, the next as soon as
+    the previous answer ends (vLLM `bench serve --max-concurrency` keeps the same number in flight)."""
+
+    async def one(stream: int, requests: list[Request]) -> list[RequestRecord]:
+        records = []
+        for request in requests:
+            done = await _conversation(client, stream, request.turns, request.output_tokens, final_hook)
+            records += done
+            if done[-1].status != "ok":
                 break
-            messages.append({"role": "assistant", "content": record.content})
         return records
 
-    results = await asyncio.gather(*(one(i, turns) for i, turns in enumerate(conversations)))
+    results = await asyncio.gather(*(one(i, requests) for i, requests in enumerate(streams)))
+    return [r for stream in results for r in stream]
+
+
+async def run_conversations(client: StreamClient, conversations: list[list[str]], output_tokens: int,
+                            final_hook=None) -> list[RequestRecord]:
+    """All streams start together, one conversation each; a multi-turn stream sends its turns in order."""
+    return await run_streams(client, [[Request(tuple(turns), output_tokens)] for turns in conversations], final_hook)
+
+
+async def run_open_loop(client: StreamClient, requests: list[Request], send_at_s: list[float],
+                        final_hook=None) -> list[RequestRecord]:
+    """Open loop: request i is sent `send_at_s[i]` seconds after the start, whether or not earlier ones
+    have finished (vLLM `bench serve --request-rate`); each request is its own stream."""
+    start = time.perf_counter()
+
+    async def one(index: int, request: Request) -> list[RequestRecord]:
+        await asyncio.sleep(max(0.0, start + send_at_s[index] - time.perf_counter()))
+        return await _conversation(client, index, request.turns, request.output_tokens, final_hook)
+
+    results = await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
     return [r for stream in results for r in stream]

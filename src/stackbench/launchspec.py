@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .plan import Launch, Model, Node, Workload
+from .workloads import Load, loads_of
 
 FORMAT = 1
 # Measure settings that change how a run is driven, not what a cell's figures mean.
@@ -29,16 +30,31 @@ NOT_IN_CELL_IDENTITY = ("keep_failed", "ready_timeout_s")
 
 @dataclass(frozen=True)
 class Cell:
-    """One client-side cell of a launch: (workload, concurrency, power cap), measured in repeats."""
+    """One client-side cell of a launch: (workload, load, power cap), measured in repeats. The load is a
+    closed loop of `concurrency` streams, or open-loop arrivals at `rate` requests/s (concurrency None)."""
 
     workload: Workload
-    concurrency: int
+    concurrency: int | None
     power_cap_w: float | None  # the requested cap: it stays the cell's identity even when not applied
+    rate: float | None = None
+    load: Load = Load()
 
     @property
     def key(self) -> str:
         cap = "nocap" if self.power_cap_w is None else f"{self.power_cap_w:g}W"
-        return f"{self.workload.name}--c{self.concurrency}--{cap}"
+        load = f"c{self.concurrency}" if self.rate is None else f"r{self.rate:g}"
+        return f"{self.workload.name}--{load}--{cap}"
+
+    @property
+    def identity(self) -> dict:
+        """The cell's own definition for its fingerprint; the load enters only where it is not the default
+        closed loop, so cells measured before load settings existed keep their fingerprints."""
+        doc = {"workload": asdict(self.workload), "concurrency": self.concurrency, "cap": self.power_cap_w}
+        if self.rate is not None:
+            doc["rate"] = self.rate
+        if self.load.identity is not None:
+            doc["load"] = self.load.identity
+        return doc
 
 
 @dataclass(frozen=True)
@@ -63,8 +79,7 @@ class LaunchSpec:
                              "models": self.models})
 
     def cell_fingerprint(self, cell: Cell) -> str:
-        return self._digest({"server": self.server_fingerprint, "workload": asdict(cell.workload),
-                             "concurrency": cell.concurrency, "cap": cell.power_cap_w,
+        return self._digest({"server": self.server_fingerprint, **cell.identity,
                              "measure": {k: v for k, v in self.measure.items() if k not in NOT_IN_CELL_IDENTITY}})
 
     @property
@@ -79,13 +94,22 @@ class LaunchSpec:
                            "node": node, "launch": asdict(self.launch), "measure": self.measure, "engine": self.engine,
                            "models": self.models,
                            "cells": [{"key": c.key, "workload": c.workload.name, "concurrency": c.concurrency,
-                                      "power_cap_w": c.power_cap_w, "fingerprint": self.cell_fingerprint(c)}
+                                      "rate": c.rate, "load": asdict(c.load), "power_cap_w": c.power_cap_w,
+                                      "fingerprint": self.cell_fingerprint(c)}
                                      for c in self.cells]}, indent=1, default=str)
 
 
-def cells_of(node: Node) -> tuple[Cell, ...]:
+def cells_of(node: Node, loads: dict[str, Load]) -> tuple[Cell, ...]:
+    """Per cap and workload: a closed-loop cell per concurrency, then an open-loop cell per request rate.
+    Power-cap sweeps thus run the same load at every cap."""
     caps = list(node.power_caps_w) or [None]
-    return tuple(Cell(w, c, cap) for cap in caps for w in node.workloads for c in w.concurrency)
+    cells = []
+    for cap in caps:
+        for w in node.workloads:
+            load = loads.get(w.name, Load())
+            cells += [Cell(w, c, cap, load=load) for c in w.concurrency]
+            cells += [Cell(w, None, cap, rate=rate, load=load) for rate in load.rates]
+    return tuple(cells)
 
 
 def model_identity(model: Model) -> dict:
@@ -117,7 +141,8 @@ def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     models = {m.name: model_identity(m) for m in (launch.model, launch.draft_model) if m is not None}
     bare = Node(**{**{f: getattr(node, f) for f in node.__dataclass_fields__}, "launches": (), "raw": {}})
     return LaunchSpec(node=bare, launch=launch, measure=dict(cfg["measure"]),
-                      engine=engine_identity(launch, Path(cfg["paths"]["envs"])), models=models, cells=cells_of(node))
+                      engine=engine_identity(launch, Path(cfg["paths"]["envs"])), models=models,
+                      cells=cells_of(node, loads_of(node)))
 
 
 def write(spec: LaunchSpec, out: Path) -> Path:
@@ -139,7 +164,9 @@ def read(path: Path) -> LaunchSpec:
     launch = Launch(**{**raw_launch, "model": Model(**raw_launch["model"]),
                        "draft_model": Model(**raw_launch["draft_model"]) if raw_launch["draft_model"] else None})
     by_name = {w.name: w for w in workloads}
-    cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"]) for c in doc["cells"])
+    cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c.get("rate"),
+                       Load.from_doc(c.get("load", {})))
+                  for c in doc["cells"])
     spec = LaunchSpec(node=node, launch=launch, measure=doc["measure"], engine=doc["engine"], models=doc["models"],
                       cells=cells)
     if spec.fingerprint != doc["fingerprint"]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import launchspec, prometheus, telemetry
+from . import launchspec, prometheus, store, summary, telemetry
 from .cellstore import CellStore
 from .config import ConfigError
 from .launchers import NotRunnable, ServerError, open_launcher
@@ -147,7 +147,30 @@ class LaunchRun:
     def _record(self, result: CellResult) -> None:
         rows = self.rows.cell_rows(result.cell, result.figures, result.status, result.reason, result.prompt_tokens,
                                    result.row_extra())
+        # One row per figure, in order: each median carries its 95% interval.
+        for row, figure in zip(rows, result.figures):
+            row.update(ci_low=figure.ci_low, ci_high=figure.ci_high)
         self.store.write(result.cell, rows, result.requests)
+
+    def knee_rows(self) -> list[dict]:
+        """knee_concurrency per workload and cap swept over two or more concurrencies, from the stored
+        cells' medians (cached cells included): a launch-level row with concurrency null."""
+        sweeps: dict[tuple, dict[int, launchspec.Cell]] = {}
+        for cell in self.spec.cells:
+            if cell.rate is None and self.store.status(cell) == "ok":
+                sweeps.setdefault((cell.workload.name, cell.power_cap_w), {})[cell.concurrency] = cell
+        rows = []
+        for (workload, cap), cells in sweeps.items():
+            levels = {}
+            for concurrency, cell in cells.items():
+                medians = store.read_results(self.store.path(cell)).query("stat == 'median'")
+                levels[concurrency] = dict(zip(medians["metric"], medians["value"]))
+            knee = summary.knee_figure(levels, next(iter(cells.values())).load)
+            if knee is not None:
+                rows.append({**self.rows.basis(None), "workload": workload, "power_cap_w": cap, "metric": knee.metric,
+                             "value": knee.value, "unit": knee.unit, "stat": knee.stat, "n": knee.n,
+                             "ttft_included": "yes", "status": "ok", "note": knee.note})
+        return rows
 
     # -- the launch --------------------------------------------------------------------------------
     def run(self) -> Path:
@@ -171,7 +194,7 @@ class LaunchRun:
             self._stop_server()
             self._bar.close()
         if self.launches:
-            self.store.save_server_rows(self.rows.server_rows(self.facts, self.ready_s, self.telemetry_why))
+            self.store.save_server_rows(self.rows.server_rows(self.facts, self.ready_s, self.telemetry_why) + self.knee_rows())
         return self._finish()
 
     @contextlib.contextmanager

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import summary, telemetry, workloads
-from .client import RequestRecord, StreamClient, run_conversations, stated_limit
+from .client import RequestRecord, StreamClient, run_conversations, run_open_loop, run_streams, stated_limit
 from .launchspec import Cell
 from .prometheus import MetricsFormatError
 from .stacks.base import SpecCounters
@@ -33,12 +33,29 @@ class CellResult:
     def row_extra(self) -> dict:
         """Row fields beyond the launch basis: what was counted, the enforced cap and, when the cap was not
         applied, why (the requested cap stays the cell's identity)."""
-        extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk")}
+        extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
+                 "request_rate": self.cell.rate}
+        notes = [load_note(self.cell)]
         if self.cap is not None:
             extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
             if not self.cap.applied:
-                extra["note"] = f"power cap not applied: {self.cap.reason}"
+                notes.append(f"power cap not applied: {self.cap.reason}")
+        if any(notes):
+            extra["note"] = "; ".join(n for n in notes if n)
         return extra
+
+
+def load_note(cell: Cell) -> str | None:
+    """How an open-loop cell or a multi-request closed loop was driven; None for today's one-request burst."""
+    load = cell.load
+    if cell.rate is not None:
+        until = " or ".join(x for x in (load.requests and f"{load.requests} requests",
+                                         load.duration_s and f"{load.duration_s:g} s") if x)
+        shape = f" (burstiness {load.burstiness:g})" if load.arrival == "gamma" else ""
+        return f"open loop: {load.arrival}{shape} arrivals at {cell.rate:g} req/s, {until} per repeat, seed {load.seed}"
+    if load.requests_per_stream > 1:
+        return f"closed loop: {load.requests_per_stream} requests per stream, back to back"
+    return None
 
 
 class CellRunner:
@@ -100,9 +117,8 @@ class CellRunner:
             repeats: list[list[RequestRecord]] = []
             for repeat in range(measure["repeats"]):
                 if self.progress:
-                    self.progress(f"{cell.workload.name} c={cell.concurrency} repeat {repeat + 1}/{measure['repeats']}")
-                convs = workloads.conversations(cell.workload, cell.concurrency, repeat)
-                records = await run_conversations(client, convs, cell.workload.output_tokens, self.adapter.server_timings)
+                    self.progress(f"{cell.key} repeat {repeat + 1}/{measure['repeats']}")
+                records = await self._send(client, cell, repeat)
                 repeats.append(records)
                 if any(r.status in ("failed", "timeout") for r in records) and not self.alive():
                     break
@@ -113,10 +129,35 @@ class CellRunner:
         delta = after.minus(before) if before is not None and after is not None else None
         return repeats, delta, reading
 
+    async def _send(self, client: StreamClient, cell: Cell, repeat: int) -> list[RequestRecord]:
+        """One repeat: open-loop arrivals at the cell's rate, or `concurrency` streams sending
+        `requests_per_stream` requests each."""
+        load, hook = cell.load, self.adapter.server_timings
+        if cell.rate is not None:
+            offsets = workloads.arrival_offsets(load, cell.rate, repeat)
+            return await run_open_loop(client, workloads.requests(cell.workload, load, len(offsets), repeat), offsets, hook)
+        requests = workloads.requests(cell.workload, load, cell.concurrency * load.requests_per_stream, repeat)
+        return await run_streams(client, [requests[s::cell.concurrency] for s in range(cell.concurrency)], hook)
+
+    def steady_spans(self, cell: Cell, repeats: list[list[RequestRecord]]) -> list[tuple[float, float, float, list[dict]]]:
+        """Per repeat with a steady window: (start, end, output tokens inside, NVML samples inside). The
+        client stamps with perf_counter and the sampler with monotonic; the offset between them is read now."""
+        if self.sampler is None or cell.concurrency is None:
+            return []
+        offset = time.monotonic() - time.perf_counter()
+        spans = []
+        for records in repeats:
+            window = summary.steady_window(records, cell.concurrency)
+            if window:
+                start, end = window
+                spans.append((start, end, summary.tokens_between(records, start, end),
+                              self.sampler.window(start + offset, end + offset)))
+        return spans
+
     def _judge(self, cell: Cell, repeats, delta, reading) -> CellResult:
         records = [r for rep in repeats for r in rep]
-        requests = [{**r.to_row(), "repeat": i, "workload": cell.workload.name, "concurrency": cell.concurrency}
-                    for i, rep in enumerate(repeats) for r in rep]
+        requests = [{**r.to_row(), "repeat": i, "workload": cell.workload.name, "concurrency": cell.concurrency,
+                     "request_rate": cell.rate} for i, rep in enumerate(repeats) for r in rep]
         prompt_tokens = sorted(r.prompt_tokens for r in records if r.prompt_tokens)
         result = CellResult(cell, "ok", requests=requests, basis=summary.cell_basis(repeats),
                             prompt_tokens=int(prompt_tokens[len(prompt_tokens) // 2]) if prompt_tokens else None)
@@ -132,7 +173,8 @@ class CellRunner:
                 result.figures = [summary.Figure("max_input_tokens", stated_limit(worst.error), "tokens", "single", 1,
                                                  note="limit stated in the engine's rejection")]
             return result
-        result.figures = summary.cell_figures(repeats, delta)
+        result.figures = summary.cell_figures(repeats, delta) + summary.load_figures(repeats, cell.load, cell.concurrency)
         if reading is not None:
             result.figures += summary.telemetry_figures(reading, sum(r.tokens for r in records))
+            result.figures += summary.steady_telemetry_figures(self.steady_spans(cell, repeats))
         return result

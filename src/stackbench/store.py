@@ -27,7 +27,8 @@ IDENTITY = [
     ("spec_tokens", pa.int64()),
     ("power_cap_w", pa.float64()),  # the requested cap: a cell keeps it even when the cap could not be applied
     ("workload", pa.string()),
-    ("concurrency", pa.int64()),
+    ("concurrency", pa.int64()),  # closed loop: streams; null for an open-loop cell and a launch-level figure
+    ("request_rate", pa.float64()),  # open loop: offered request rate (req/s); null for a closed loop
 ]
 
 # The figure itself.
@@ -36,6 +37,8 @@ FIGURE = [
     ("value", pa.float64()),
     ("value_min", pa.float64()),
     ("value_max", pa.float64()),
+    ("ci_low", pa.float64()),  # 95% confidence interval of the mean over repeats (Student's t); null below 2 repeats
+    ("ci_high", pa.float64()),
     ("unit", pa.string()),
     ("stat", pa.string()),  # median | mean | single | range | peak | p90 | p95 | p99
     ("n", pa.int64()),

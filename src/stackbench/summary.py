@@ -10,22 +10,26 @@ cumulative gauge.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy
+import scipy.stats
 
 from .client import RequestRecord
 from .stacks.base import SpecCounters
-from .telemetry import WindowReading
+from .telemetry import WindowReading, _power_by_time
+from .workloads import Load
 
 # A percentile from fewer samples than this says so in its note.
 FEW_SAMPLES = 100
+# A median whose 95% confidence interval reaches further than this fraction of it says so in its note.
+CI_FLAG_FRACTION = 0.05
 
 
 @dataclass(frozen=True)
 class Figure:
     metric: str
-    value: float
+    value: float | None
     unit: str
     stat: str
     n: int | None
@@ -33,13 +37,32 @@ class Figure:
     value_max: float | None = None
     ttft_included: str = "no"
     note: str | None = None
+    ci_low: float | None = None  # 95% confidence interval of the mean over repeats (Student's t)
+    ci_high: float | None = None
+
+
+def confidence_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """Student's t interval of the mean over repeats: mean +- t(level, n-1) * s / sqrt(n); None below two."""
+    if len(values) < 2:
+        return None
+    half = float(scipy.stats.t.ppf((1 + level) / 2, len(values) - 1)) * statistics.stdev(values) / len(values) ** 0.5
+    mean = statistics.fmean(values)
+    return mean - half, mean + half
 
 
 def _median_figure(metric: str, per_repeat: list[float], unit: str, ttft_included: str = "no") -> Figure | None:
+    """Median over repeats with min, max and the 95% interval; an interval wider than +-5% of the median
+    says so in the note."""
     values = [v for v in per_repeat if v is not None]
     if not values:
         return None
-    return Figure(metric, statistics.median(values), unit, "median", len(values), min(values), max(values), ttft_included)
+    median = statistics.median(values)
+    ci = confidence_interval(values)
+    note = None
+    if ci and max(median - ci[0], ci[1] - median) > CI_FLAG_FRACTION * abs(median):
+        note = f"95% interval wider than +-{CI_FLAG_FRACTION:.0%} of its value ({len(values)} repeats)"
+    return Figure(metric, median, unit, "median", len(values), min(values), max(values), ttft_included, note,
+                  *(ci or (None, None)))
 
 
 def percentile_figures(name: str, values: list[float], unit: str, what: str, median_metric: str | None = None) -> list[Figure]:
@@ -177,3 +200,153 @@ def telemetry_figures(reading: WindowReading, output_tokens: int) -> list[Figure
         figures.append(Figure("energy_j_per_token", reading.energy_j / output_tokens, "J/token", "mean", output_tokens,
                               ttft_included="yes", note=f"{note}; energy from {reading.energy_source}"))
     return figures
+
+
+# -- load: steady state, goodput, knee --------------------------------------------------------------------
+
+def steady_window(records: list[RequestRecord], concurrency: int) -> tuple[float, float] | None:
+    """The span in which all `concurrency` streams are busy, as ML.ENERGY measures it: from the first token
+    of the c-th request to arrive at one, until the (N-c)-th request finishes (its last token). None when a
+    repeat has too few requests for one (N <= c: each stream needs two or more)."""
+    ok = [r for r in records if r.status == "ok" and r.t_first_token is not None]
+    if len(ok) <= concurrency:
+        return None
+    start = sorted(r.t_first_token for r in ok)[concurrency - 1]
+    end = sorted(r.t_last_token for r in ok)[len(ok) - concurrency - 1]
+    return (start, end) if end > start else None
+
+
+def token_arrivals(record: RequestRecord) -> list[tuple[float, float]]:
+    """(time, tokens) per text-carrying chunk: streamed usage increments where the engine sends them, else
+    the final count spread evenly over the chunks (as per-token ITL does)."""
+    times = record.chunk_times
+    if not times:
+        return []
+    if len(record.chunk_token_counts) == len(times):
+        counts = record.chunk_token_counts
+        return list(zip(times, [counts[0], *(b - a for a, b in zip(counts, counts[1:]))]))
+    return [(t, record.tokens / len(times)) for t in times]
+
+
+def tokens_between(records: list[RequestRecord], start: float, end: float) -> float:
+    return sum(n for r in records if r.status == "ok" for t, n in token_arrivals(r) if start <= t <= end)
+
+
+def meets_slo(record: RequestRecord, load: Load) -> bool:
+    """vLLM `bench serve --goodput`: a request is good when its TTFT and TPOT are within every limit set
+    (TPOT of a one-token answer counts as 0, as there)."""
+    if record.status != "ok" or record.ttft_s is None:
+        return False
+    ttft_ok = load.slo_ttft_s is None or record.ttft_s <= load.slo_ttft_s
+    tpot_ok = load.slo_tpot_ms is None or (record.tpot_ms or 0.0) <= load.slo_tpot_ms
+    return ttft_ok and tpot_ok
+
+
+def load_repeat_figures(records: list[RequestRecord], load: Load, concurrency: int | None) -> dict[str, float | None]:
+    """Figures of one repeat that depend on the load: request throughput, goodput and SLO attainment (over
+    the repeat's duration, first submit to last end, as vLLM's benchmark duration), and for a closed loop
+    the steady-state window with its ramp and tail apart."""
+    ok = [r for r in records if r.status == "ok"]
+    if not ok:
+        return {}
+    t0, t_end = min(r.t_submit for r in records), max(r.t_end or r.t_submit for r in records)
+    duration = t_end - t0
+    # vLLM "Request throughput (req/s)": completed requests / benchmark duration.
+    out: dict[str, float | None] = {"request_rps": len(ok) / duration if duration > 0 else None}
+    if load.has_slo and duration > 0:
+        good = sum(meets_slo(r, load) for r in records)
+        # vLLM "Request goodput (req/s)": requests within every SLO / benchmark duration.
+        out["goodput_rps"] = good / duration
+        out["slo_attainment"] = good / len(records)
+    window = steady_window(records, concurrency) if concurrency else None
+    if window:
+        start, end = window
+        t_last = max(r.t_last_token for r in ok if r.t_last_token is not None)
+        out["aggregate_tps_steady"] = tokens_between(ok, start, end) / (end - start)
+        out["steady_window_s"] = end - start
+        out["aggregate_tps_ramp"] = tokens_between(ok, t0, start) / (start - t0) if start > t0 else None
+        out["aggregate_tps_tail"] = tokens_between(ok, end, t_last) / (t_last - end) if t_last > end else None
+    return out
+
+
+LOAD_UNITS = {"request_rps": "req/s", "goodput_rps": "req/s", "slo_attainment": "ratio", "aggregate_tps_steady": "tok/s",
+              "steady_window_s": "s", "aggregate_tps_ramp": "tok/s", "aggregate_tps_tail": "tok/s"}
+LOAD_NOTES = {
+    "aggregate_tps_steady": "output tokens that arrived while all streams were busy (c-th first token to the (N-c)-th "
+                            "request's end, as ML.ENERGY) / that span; ramp and tail excluded",
+    "aggregate_tps_ramp": "output tokens before the steady window / first submit to its start",
+    "aggregate_tps_tail": "output tokens after the steady window / its end to the last token",
+    "goodput_rps": "requests within the workload's SLO / repeat duration (vLLM bench serve --goodput)",
+    "slo_attainment": "share of the repeat's requests within the workload's SLO",
+}
+
+
+def load_figures(repeats: list[list[RequestRecord]], load: Load, concurrency: int | None) -> list[Figure]:
+    """Medians over repeats of the load figures, each with its 95% interval; SLO figures name the limits."""
+    per_repeat = [load_repeat_figures(records, load, concurrency) for records in repeats]
+    limits = ", ".join(f"{name} <= {value:g} {unit}" for name, value, unit in
+                       (("TTFT", load.slo_ttft_s, "s"), ("TPOT", load.slo_tpot_ms, "ms")) if value is not None)
+    figures = []
+    for metric, unit in LOAD_UNITS.items():
+        # Every load figure spans prefills: later requests' TTFTs fall inside even the steady window.
+        figure = _median_figure(metric, [r.get(metric) for r in per_repeat], unit, "yes")
+        if figure is None:
+            continue
+        note = LOAD_NOTES.get(metric)
+        if metric in ("goodput_rps", "slo_attainment"):
+            note = f"{note}: {limits}"
+        figures.append(replace(figure, note="; ".join(n for n in (note, figure.note) if n) or None))
+    return figures
+
+
+def steady_telemetry_figures(spans: list[tuple[float, float, float, list[dict]]]) -> list[Figure]:
+    """Power and energy per token over the steady windows only. `spans` holds, per repeat, (start, end,
+    output tokens inside, NVML samples inside). The energy counters are read only at the cell's edges, so
+    energy here is the mean of the 0.5 s power samples inside each window times its length."""
+    energy = seconds = tokens = 0.0
+    samples: list[float] = []
+    for start, end, inside_tokens, rows in spans:
+        power = [watts for _, watts in _power_by_time(rows)]
+        if not power:
+            continue
+        energy += statistics.fmean(power) * (end - start)
+        seconds, tokens, samples = seconds + end - start, tokens + inside_tokens, samples + power
+    if not samples or tokens <= 0:
+        return []
+    note = (f"steady windows only ({seconds:.1f} s over {len(spans)} repeats): mean of the NVML power samples "
+            "inside them x their length (energy counters are read only at the cell's edges)")
+    return [Figure("power_w_steady", statistics.fmean(samples), "W", "mean", len(samples), note=note),
+            Figure("energy_j_per_token_steady", energy / tokens, "J/token", "mean", int(tokens), note=note)]
+
+
+def knee_figure(levels: dict[int, dict[str, float]], load: Load) -> Figure | None:
+    """knee_concurrency from a concurrency sweep: `levels` maps each concurrency to its cell's median
+    figures. The knee is the last concurrency whose aggregate throughput rose by more than
+    `knee_fraction` over the level below, and below the first concurrency whose slo_attainment falls under
+    the SLO's minimum. Throughput is aggregate_tps_steady where every level has it, else aggregate_tps."""
+    if len(levels) < 2:
+        return None
+    order = sorted(levels)
+    metric = "aggregate_tps_steady" if all("aggregate_tps_steady" in levels[c] for c in order) else "aggregate_tps"
+    if not all(metric in levels[c] for c in order):
+        return None
+    rule = f"last concurrency whose {metric} rose > {load.knee_fraction:.0%} over the level below"
+
+    def breaks_slo(c: int) -> bool:
+        return levels[c].get("slo_attainment", 1.0) < load.slo_min_attainment
+
+    if breaks_slo(order[0]):
+        return Figure("knee_concurrency", None, "streams", "single", len(order),
+                      note=f"{rule}; none: SLO attainment below {load.slo_min_attainment:g} already at c={order[0]}")
+    knee, why = order[0], None
+    for lower, higher in zip(order, order[1:]):
+        rise = levels[higher][metric] / levels[lower][metric] - 1
+        if breaks_slo(higher):
+            why = f"SLO attainment below {load.slo_min_attainment:g} at c={higher}"
+        elif rise <= load.knee_fraction:
+            why = f"rose {rise:.1%} from c={lower} to c={higher}"
+        if why:
+            break
+        knee = higher
+    why = why or f"lower bound: still rising at the highest level swept (c={order[-1]})"
+    return Figure("knee_concurrency", knee, "streams", "single", len(order), note=f"{rule}; {why}")

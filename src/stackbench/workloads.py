@@ -1,37 +1,147 @@
-"""Prompt sets: turn a workload config into the chat conversations one repeat sends."""
+"""Prompt sets and load: turn a workload config into the requests a repeat sends, and when it sends them.
+
+A workload's `load` section says how cells drive the server: closed loop (every stream sends its requests
+back to back; `requests_per_stream` >= 2 gives a steady-state window) and, for each of `rates`, one open-loop
+cell whose requests arrive at that rate (Poisson, constant or gamma, as vLLM `bench serve --request-rate
+--burstiness`). Its `slo` section gives the latency limits goodput counts against.
+"""
 
 from __future__ import annotations
 
 import secrets
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
-from .plan import Workload
+import numpy
+
+from .config import ConfigError, load_file
+from .plan import Node, Workload
 
 CHARS_PER_TOKEN = 4  # rough, only to size long prompts; the real count comes back from the server
+
+
+@dataclass(frozen=True)
+class Load:
+    """A workload's load and SLO settings (workflow/schemas/workload.schema.yaml documents each)."""
+
+    requests_per_stream: int = 1
+    knee_fraction: float = 0.10
+    rates: tuple[float, ...] = ()
+    arrival: str = "poisson"  # poisson | constant | gamma
+    burstiness: float = 1.0
+    requests: int | None = None
+    duration_s: float | None = None
+    seed: int = 0
+    input_tokens: tuple[int, int] | None = None  # synthetic prompt lengths, uniform in [low, high]
+    output_tokens: tuple[int, int] | None = None  # synthetic output lengths (max_tokens), uniform in [low, high]
+    slo_ttft_s: float | None = None
+    slo_tpot_ms: float | None = None
+    slo_min_attainment: float = 0.9
+
+    @property
+    def has_slo(self) -> bool:
+        return self.slo_ttft_s is not None or self.slo_tpot_ms is not None
+
+    @property
+    def identity(self) -> dict | None:
+        """What enters a cell's fingerprint: nothing for the defaults, so cells of workloads without a load
+        section keep the fingerprints they were measured under."""
+        return None if self == Load() else asdict(self)
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> "Load":
+        """From the spec's JSON (lists back to tuples)."""
+        tuples = {k: tuple(v) for k, v in doc.items() if isinstance(v, list)}
+        return cls(**{**doc, **tuples})
+
+
+@dataclass(frozen=True)
+class Request:
+    """One conversation: the user turns it sends (one unless multi-turn) and its max_tokens."""
+
+    turns: tuple[str, ...]
+    output_tokens: int
+
+
+def load_of(path: Path, root: Path) -> Load:
+    """The load and SLO sections of one workload file, checked."""
+    doc = load_file(path, "workload", root)
+    load, slo = doc["load"], doc["slo"]
+    if load["rates"] and load["requests"] is None and load["duration_s"] is None:
+        raise ConfigError(f"{path}: load.rates: an open-loop run needs load.requests or load.duration_s")
+    for key in ("input_tokens", "output_tokens"):
+        if load[key] is not None and load[key][0] > load[key][1]:
+            raise ConfigError(f"{path}: load.{key}: low {load[key][0]} is above high {load[key][1]}")
+    return Load(**{**load, "rates": tuple(load["rates"]),
+                   **{k: tuple(load[k]) if load[k] else None for k in ("input_tokens", "output_tokens")}},
+                slo_ttft_s=slo["ttft_s"], slo_tpot_ms=slo["tpot_ms"], slo_min_attainment=slo["min_attainment"])
+
+
+def loads_of(node: Node) -> dict[str, Load]:
+    """Each of the node's workloads' load settings, read from configs/workloads/ beside the node's file.
+    (plan.Workload does not carry them yet.)"""
+    root = Path(node.file).parents[2]
+    return {w.name: load_of(root / "configs" / "workloads" / f"{w.name}.yaml", root) for w in node.workloads}
 
 
 def salt() -> str:
     return f"[run {secrets.token_hex(6)}] "
 
 
-def conversations(workload: Workload, concurrency: int, repeat: int) -> list[list[str]]:
-    """For each concurrent stream, the user turns it sends (one turn unless the workload is multi-turn).
+def conversations(workload: Workload, count: int, repeat: int,
+                  prompt_tokens: list[int] | None = None) -> list[list[str]]:
+    """For each of `count` conversations, the user turns it sends (one turn unless the workload is multi-turn).
 
-    Streams and repeats rotate through the prompt list, so a cell sees every prompt; a random salt at the
-    start of each conversation keeps prefix caches from helping across requests.
+    Conversations and repeats rotate through the prompt list, so a cell sees every prompt; a random salt at
+    the start of each conversation keeps prefix caches from helping across requests. `prompt_tokens` sizes
+    each conversation's prompt (synthetic lengths) by repeating its text, as long-prefill does.
     """
     out = []
-    for stream in range(concurrency):
+    for index in range(count):
         if workload.kind == "multi-turn":
             turns = list(workload.prompts[: workload.turns])
         else:
-            prompt = workload.prompts[(repeat * concurrency + stream) % len(workload.prompts)]
-            if workload.kind == "long-prefill":
+            prompt = workload.prompts[(repeat * count + index) % len(workload.prompts)]
+            if prompt_tokens is not None:
+                prompt = long_prompt(prompt, prompt_tokens[index])
+            elif workload.kind == "long-prefill":
                 prompt = long_prompt(prompt, workload.prompt_tokens or 1024)
             turns = [prompt]
         if workload.salt:
             turns[0] = salt() + turns[0]
         out.append(turns)
     return out
+
+
+def requests(workload: Workload, load: Load, count: int, repeat: int) -> list[Request]:
+    """`count` requests of one repeat; synthetic lengths are drawn from a generator seeded with
+    (seed, repeat), so every run of a repeat asks for the same lengths."""
+    rng = numpy.random.default_rng([load.seed, repeat])
+    draw = (lambda bounds: [int(n) for n in rng.integers(bounds[0], bounds[1], count, endpoint=True)])
+    prompt_tokens = draw(load.input_tokens) if load.input_tokens else None
+    outputs = draw(load.output_tokens) if load.output_tokens else [workload.output_tokens] * count
+    return [Request(tuple(turns), out) for turns, out in zip(conversations(workload, count, repeat, prompt_tokens), outputs)]
+
+
+def arrival_offsets(load: Load, rate: float, repeat: int) -> list[float]:
+    """Send times (s after the first) of one open-loop repeat, as vLLM `bench serve` draws them: the first
+    request at once, then gaps from a gamma distribution of shape `burstiness` and mean 1/rate (Poisson
+    arrivals at burstiness 1), or exactly 1/rate for `constant`. Ends at `requests` requests or before
+    `duration_s` seconds."""
+    rng = numpy.random.default_rng([load.seed, repeat, 1])
+    shape = 1.0 if load.arrival == "poisson" else load.burstiness
+
+    def gap() -> float:
+        return 1.0 / rate if load.arrival == "constant" else float(rng.gamma(shape, 1.0 / (rate * shape)))
+
+    offsets = [0.0]
+    while True:
+        if load.requests is not None and len(offsets) >= load.requests:
+            return offsets
+        following = offsets[-1] + gap()
+        if load.duration_s is not None and following >= load.duration_s:
+            return offsets
+        offsets.append(following)
 
 
 def long_prompt(passage: str, prompt_tokens: int) -> str:
