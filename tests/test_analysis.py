@@ -234,3 +234,10 @@ def test_compare_pairs_only_like_rows():
     assert paired[["workload", "B/A"]].values.tolist() == [["code", 1.2]]
     assert sorted(unpaired[["side", "workload", "basis that differs"]].values.tolist()) == [
         ["A", "json", "kv_dtype"], ["B", "json", "kv_dtype"], ["B", "prose", "no counterpart cell"]]
+
+
+def test_every_analysis_returns_an_empty_frame_when_it_has_nothing_to_say():
+    tight = frame(measured(value_min=59.0, value_max=61.0))
+    assert analysis.spread_flags(tight).empty and analysis.kv_audit(tight, []).empty
+    assert analysis.power_sweet_spots(tight).empty and analysis.spec_value_by_context(tight).empty
+    assert analysis.roofline(tight, []).empty

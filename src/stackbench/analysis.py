@@ -122,6 +122,11 @@ def kv_dtype_bytes(kv_dtype: pd.Series) -> tuple[pd.Series, pd.Series]:
             kv_dtype.map({t: p[1] for t, p in pairs.items()}).astype(float))
 
 
+def _text(values: pd.Series, spec: str) -> pd.Series:
+    """Numbers formatted for a table cell; a string Series even when empty."""
+    return values.map(spec.format).astype(str)
+
+
 def _tp(rows: pd.DataFrame) -> pd.Series:
     return pd.to_numeric(rows["tp"], errors="coerce").fillna(1).clip(lower=1)
 
@@ -159,7 +164,7 @@ def roofline(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
     weight_mib = (logged_mib / np.where(per_rank_log, 1, tp)).fillna(geo["file_weight_mib"] / tp).fillna(table_mib / tp)
     logged_basis = pd.Series(np.where(per_rank_log, "engine log (one rank)", np.where(tp > 1, "engine log / TP", "engine log")),
                              index=rows.index)
-    table_basis = ("parameters x " + bits.map("{:g}".format) + " bits (" + weight_format(rows["quant"])
+    table_basis = ("parameters x " + _text(bits, "{:g}") + " bits (" + weight_format(rows["quant"])
                    + "): no weight bytes reported")
     weights_from = logged_basis.where(logged_mib.notna(), pd.Series(
         np.where(geo["file_weight_mib"].notna(), "model file tensor bytes: the engine log gave no weight figure", table_basis),
@@ -230,7 +235,7 @@ def kv_audit(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
     not_comparable = hybrid & implied["stack"].eq("vllm")
 
     free = results[results["metric"].isin(["vram_free_mib", "mem_free_after_pool_gb"]) & results["value"].notna()]
-    free_text = (free["metric"] + "=" + free["value"].map("{:g}".format).astype(str)).groupby([free[c] for c in LAUNCH], dropna=False).agg("; ".join)
+    free_text = (free["metric"] + "=" + _text(free["value"], "{:g}")).groupby([free[c] for c in LAUNCH], dropna=False).agg("; ".join)
     memory_free = _on_launch(implied, free_text.rename("free").reset_index())["free"]
 
     flagged = ~factor.between(1 / AUDIT_TOLERANCE, AUDIT_TOLERANCE)
@@ -240,7 +245,7 @@ def kv_audit(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
          "not audited: KV dtype " + implied["kv_dtype"].fillna("null").astype(str) + " has no known byte width",
          "not comparable: vLLM's hybrid allocator pools KV with the recurrent state; compare pool tokens only",
          "ok"],
-        "x" + factor.map("{:.3g}".format) + " the bytes per token the geometry predicts"
+        "x" + _text(factor, "{:.3g}") + " the bytes per token the geometry predicts"
         + np.where(memory_free.notna(), " while memory was left free: suspect a miscalculation, not a shortage", ""))
     basis = ("one rank of TP" + tp.astype(int).astype(str) + " (" + geo["kv_heads"].fillna(0).astype(int).astype(str) + " KV heads split)"
              ).where(per_rank & (tp > 1), "whole model")
@@ -267,16 +272,16 @@ def spread_flags(results: pd.DataFrame, ratio: float = 1.25) -> pd.DataFrame:
     408 tok/s)."""
     rates = results[results["metric"].isin(RATE_METRICS) & results["value"].notna()]
     wide = rates[(rates["value_min"] > 0) & (rates["value_max"] / rates["value_min"] > ratio)].copy()
-    wide["why"] = ("spread " + wide["value_min"].map("{:.4g}".format) + "-" + wide["value_max"].map("{:.4g}".format)
-                   + " (x" + (wide["value_max"] / wide["value_min"]).map("{:.2f}".format) + ")")
+    wide["why"] = ("spread " + _text(wide["value_min"], "{:.4g}") + "-" + _text(wide["value_max"], "{:.4g}")
+                   + " (x" + _text((wide["value_max"] / wide["value_min"]), "{:.2f}") + ")")
     family = ["post", "variant", "metric"]
     keyed = rates.assign(post=_post(rates["ref"]))
     typical = keyed[keyed["stat"] != "peak"].groupby(family, dropna=False)["value"].median().rename("typical").reset_index()
     peaks = keyed[keyed["stat"] == "peak"]
     peaks = peaks.merge(typical, on=family, how="left").set_axis(peaks.index)
     peaks["why"] = np.where(peaks["typical"].notna(),
-                            "peak " + peaks["value"].map("{:g}".format) + " is x" + (peaks["value"] / peaks["typical"]).map("{:.2f}".format)
-                            + " the typical " + peaks["typical"].map("{:g}".format) + " of its family",
+                            "peak " + _text(peaks["value"], "{:g}") + " is x" + _text((peaks["value"] / peaks["typical"]), "{:.2f}")
+                            + " the typical " + _text(peaks["typical"], "{:g}") + " of its family",
                             "a peak with no typical figure beside it")
     columns = ["source", "ref", "node", "stack", "variant", "workload", "concurrency", "metric", "value", "stat", "why"]
     return pd.concat([wide[columns], peaks[columns]], ignore_index=True)
