@@ -64,7 +64,8 @@ def test_sglang_cpu_log_captured_from_the_real_server():
     assert (facts.kv_pool_tokens, facts.kv_dtype, facts.kv_cache_mib) == (8192, "float16", pytest.approx(0.18 * 1024))
     # "max_total_num_tokens=8192, ..., max_running_requests=2048, context_len=4096, available_cpu_mem=..."
     assert (facts.n_ctx, facts.slots) == (4096, 2048)
-    assert facts.model_mib == pytest.approx(0.30 * 1024)  # "Load weight end. ... mem usage=0.30 GB."
+    # "Load weight end. ... mem usage=0.30 GB." is the drop in the host's available memory on CPU: not reported.
+    assert facts.model_mib is None and "host available memory" in facts.extra["model_mib_not_reported"]
     assert facts.backend == "CPU"
     assert {k: facts.extra[k] for k in ("device", "attention_backend", "sampling_backend")} == {
         "device": "cpu", "attention_backend": "torch_native", "sampling_backend": "pytorch"}
@@ -79,7 +80,7 @@ def test_sglang_cpu_metrics_captured_from_the_real_server():
     # Unrounded GiB: (8192 tokens + the padding slot SGLang reserves) x 30 layers x (K + V) x 3 KV heads
     # x 64 dims x 2 bytes = 180.02 MiB, which the log rounds to 0.18 GB = 184.3 MiB.
     assert facts.kv_cache_mib == pytest.approx(8193 * 30 * 2 * 3 * 64 * 2 / 2**20)
-    assert 0.29 * 1024 < facts.model_mib < 0.31 * 1024
+    assert facts.model_mib is None
 
 
 def test_sglang_server_info_captured_from_the_real_server():

@@ -33,9 +33,7 @@ SERVER_ARG = "'{}': '(?P<value>[^']*)'"
 # Printed by the project's sgl_kernel stand-in when SGLang imports it (src/stackbench/sglang_cpu_ops).
 KERNEL_STAND_IN = re.compile(r"^sgl_kernel stand-in: (?P<what>.+)$", re.MULTILINE)
 ALGORITHMS = {"mtp": "EAGLE", "eagle": "EAGLE", "dflash": "DFLASH", "dspark": "DSPARK", "ngram": "NGRAM", "draft": "STANDALONE"}
-
-
-GIB_IN_MIB = 1024
+GIB_IN_MIB = 1024  # every SGLang "GB" is GiB (module docstring)
 # SGLang's own acceptance length (per request `spec_accept_length`, and the /metrics ratio) is
 # completion tokens / verify steps, which counts each request's first token although prefill made it.
 ACCEPT_LEN_BASIS = ("1 + accepted / verify steps (vLLM's and llama.cpp's basis), accepted = generated - requests - "
@@ -94,9 +92,6 @@ class SglangAdapter:
         end = POOL_END.search(text)
         if end:
             facts.extra["mem_free_after_pool_gb"] = float(end["gb"])
-        weights = WEIGHTS.search(text)
-        if weights:
-            facts.model_mib = float(weights["gb"]) * GIB_IN_MIB
         mamba = MAMBA.search(text)
         if mamba:
             facts.extra["mamba_cache_slots"] = int(mamba["slots"])
@@ -111,6 +106,13 @@ class SglangAdapter:
                 facts.extra[name] = value["value"]
         if "device" in facts.extra:
             facts.backend = facts.extra["device"].upper()
+        weights = WEIGHTS.search(text)
+        if weights and facts.backend == "CPU":
+            # On CPU "mem usage" is the drop in the host's available memory across the load, which every
+            # other process on the host moves (0.16 to 0.30 GB for the same 135M-parameter model here).
+            facts.extra["model_mib_not_reported"] = "SGLang on CPU measures weights as the drop in host available memory"
+        elif weights:
+            facts.model_mib = float(weights["gb"]) * GIB_IN_MIB
         stand_in = KERNEL_STAND_IN.search(text)
         if stand_in:
             facts.extra["sgl_kernel"] = stand_in["what"]
@@ -118,14 +120,14 @@ class SglangAdapter:
 
     def facts_from_metrics(self, metrics_text: str) -> ServerFacts:
         """The scheduler's constants (observability/metrics_collector.py, emitted once at start-up): pool
-        size, context length, and weight and KV memory in GiB, unrounded where the log prints 2 decimals."""
+        size, context length and the KV pool's GiB, unrounded where the log prints 2 decimals (0.18 GB for
+        a 180.02 MiB pool). The weights gauge is the log's "mem usage", so it is left to parse_log."""
         samples = prometheus.parse(metrics_text)
         facts = ServerFacts()
-        tokens, context = (prometheus.value(samples, f"sglang:{name}") for name in ("max_total_num_tokens", "context_len"))
-        weights, kv_cache = (prometheus.value(samples, f"sglang:{name}") for name in ("weight_memory_usage_gb", "kv_cache_memory_usage_gb"))
+        tokens, context, kv_cache = (prometheus.value(samples, f"sglang:{name}")
+                                     for name in ("max_total_num_tokens", "context_len", "kv_cache_memory_usage_gb"))
         facts.kv_pool_tokens = int(tokens) if tokens is not None else None
         facts.n_ctx = int(context) if context is not None else None
-        facts.model_mib = weights * GIB_IN_MIB if weights is not None else None
         facts.kv_cache_mib = kv_cache * GIB_IN_MIB if kv_cache is not None else None
         return facts
 
