@@ -95,10 +95,10 @@ def _geometry_columns(rows: pd.DataFrame, results: pd.DataFrame, geometries: lis
     for name in names.unique():  # a handful of distinct model names, not rows
         found = next((g for g in geometries if any(m in name for m in g.match)), None)
         if found:
-            caveat = "; ".join(f"{k}: {found.sources[k]}" for k in found.from_audited_seed)
             figures[name] = found.figures
-            sources[name] = (f"configs/models/{found.name}.yaml"
-                             + (f" (only checkable against the seed itself: {caveat})" if caveat else ""))
+            sources[name] = (f"configs/models/{found.name}.yaml" + (
+                f" ({', '.join(found.from_audited_seed)}: no seed quotes them; only checkable against the seed itself)"
+                if found.from_audited_seed else ""))
     published = pd.DataFrame.from_dict(figures, orient="index", dtype=float).reindex(columns=GEOMETRY_FIELDS + ["params_b"])
     published = published.reindex(names.to_numpy()).set_axis(rows.index)
     published["file_weight_mib"] = np.nan
