@@ -146,7 +146,11 @@ def roofline(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
     from the launch's rows (host_mem_bandwidth_gbs measured on CPU nodes, gpu_mem_bandwidth_gbs from the
     GPU node's config); weight bytes from the engine's own log (model_mib), else the model file's tensor
     bytes, else parameters x bits per weight of the exact weight format, and the row says which.
-    Recurrent (linear-attention) state reads are not counted. Rows without bandwidth or weights are left out.
+    The bound is research/snakemake_nvml.md section 3 (tokens/s <= BW / bytes read per token, KV added per
+    sequence); decode_tps is per stream with TTFT excluded, as vLLM's `bench serve` output throughput per
+    request. Counted in full although not read in full: an untied input-embedding table (a gather), so the
+    ceiling is slightly low for untied models; not counted: recurrent (linear-attention) state reads.
+    Rows without bandwidth or weights are left out.
     """
     rows = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & (results["concurrency"] == 1)
                    & results["value"].notna()]
@@ -173,8 +177,11 @@ def roofline(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
     dtype_known = key_bytes.notna()
     key_bytes, value_bytes = key_bytes.fillna(2), value_bytes.fillna(2)
     context = rows["prompt_tokens"].fillna(0) + rows["output_tokens"].fillna(0) / 2
-    per_token = lambda layers: geometry.kv_bytes_per_token(layers, geo["kv_heads"], geo["key_length"], geo["value_length"],
-                                                           key_bytes, value_bytes, np.where(per_rank_log, tp, 1))
+
+    def per_token(layers: pd.Series) -> pd.Series:
+        return geometry.kv_bytes_per_token(layers, geo["kv_heads"], geo["key_length"], geo["value_length"],
+                                           key_bytes, value_bytes, np.where(per_rank_log, tp, 1))
+
     window_tokens = np.minimum(context, geo["sliding_window"].fillna(context))
     kv_bytes = (per_token(geo["attention_layers"]) * context + per_token(geo["swa_layers"]) * window_tokens).fillna(0)
 
