@@ -86,6 +86,11 @@ def test_kv_audit_replicates_kv_heads_when_tp_exceeds_them():
     assert analysis.kv_audit(rows, [])["factor"].tolist() == pytest.approx([1.0])
 
 
+def test_measured_rows_never_take_geometry_from_configs_even_when_the_model_name_matches(geometries):
+    rows = frame(server("kv_bytes_per_token", 34816.0, model="Qwen3.8-27B-INT4", stack="sglang", kv_dtype="fp8"))
+    assert analysis.kv_audit(rows, geometries)["flag"].tolist() == ["not audited: no geometry rows for this launch"]
+
+
 def test_kv_audit_reads_llamacpp_mixed_k_and_v_types():
     rows = frame(server("kv_bytes_per_token", 30 * 3 * 64 * (34 / 32 + 2), kv_dtype="K q8_0 / V f16"), geometry_rows())
     assert analysis.kv_audit(rows, [])["factor"].tolist() == pytest.approx([1.0])

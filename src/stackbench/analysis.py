@@ -147,8 +147,7 @@ def roofline(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
     GPU node's config); weight bytes from the engine's own log (model_mib), else the model file's tensor
     bytes, else parameters x bits per weight of the exact weight format, and the row says which.
     The bound is research/snakemake_nvml.md section 3 (tokens/s <= BW / bytes read per token, KV added per
-    sequence); decode_tps is per stream with TTFT excluded, as vLLM's `bench serve` output throughput per
-    request. Counted in full although not read in full: an untied input-embedding table (a gather), so the
+    sequence), against decode_tps (one stream, TTFT excluded: the results contract). Counted in full although not read in full: an untied input-embedding table (a gather), so the
     ceiling is slightly low for untied models; not counted: recurrent (linear-attention) state reads.
     Rows without bandwidth or weights are left out.
     """
