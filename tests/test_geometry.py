@@ -65,7 +65,7 @@ def test_hybrid_gguf_from_source_counts_attention_recurrent_and_mtp_layers(tmp_p
     convert_hf_to_gguf.py appends the MTP blocks to block_count."""
     geo = geometry.read_geometry(write_gguf(tmp_path / "qwen35-from-source.gguf", "qwen35", QWEN35_FROM_SOURCE))
     assert (geo.layers, geo.attention_layers, geo.linear_layers, geo.mtp_layers) == (64, 16, 48, 1)
-    assert geo.is_hybrid and geo.kv_bytes_per_token(1, draft_layers=1) == 17 * 4 * 512
+    assert geo.kv_bytes_per_token(1, draft_layers=1) == 17 * 4 * 512
 
 
 def test_hybrid_gguf_with_per_layer_kv_heads_marks_zero_head_layers_recurrent(tmp_path):

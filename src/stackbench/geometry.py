@@ -54,10 +54,6 @@ class Geometry:
     sliding_window: int | None = None
     weight_bytes: int | None = None  # tensor data in the file(s)
 
-    @property
-    def is_hybrid(self) -> bool:
-        return self.linear_layers > 0
-
     def kv_bytes_per_token(self, key_bytes: float, value_bytes: float | None = None, tp: int = 1, draft_layers: int = 0) -> float:
         return kv_bytes_per_token(self.attention_layers + draft_layers, self.kv_heads, self.key_length, self.value_length,
                                   key_bytes, key_bytes if value_bytes is None else value_bytes, tp)
@@ -68,8 +64,8 @@ class Geometry:
         figures = {
             "geometry_layers": (self.layers, "layers"), "geometry_attention_layers": (self.attention_layers, "layers"),
             "geometry_swa_layers": (self.swa_layers, "layers"), "geometry_linear_layers": (self.linear_layers, "layers"),
-            "geometry_kv_heads": (self.kv_heads, "heads"), "geometry_key_length": (self.key_length, "values"),
-            "geometry_value_length": (self.value_length, "values"), "geometry_mtp_layers": (self.mtp_layers, "layers"),
+            "geometry_kv_heads": (self.kv_heads, "heads"), "geometry_key_length": (self.key_length, "elements"),
+            "geometry_value_length": (self.value_length, "elements"), "geometry_mtp_layers": (self.mtp_layers, "layers"),
             "geometry_sliding_window": (self.sliding_window, "tokens"),
             "geometry_weight_mib": (self.weight_bytes / 2**20 if self.weight_bytes else None, "MiB"),
         }
