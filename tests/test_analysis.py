@@ -109,6 +109,15 @@ def test_kv_audit_says_what_a_hybrid_model_cannot_compare():
     assert audit.loc["sglang", "flag"] == "ok" and "48 recurrent layers" in audit.loc["sglang", "expected_basis"]
 
 
+def test_kv_audit_does_not_compare_a_pool_mixing_window_and_full_layers():
+    gemma_like = geometry.Geometry(**{**SMOLLM2.__dict__, "attention_layers": 5, "swa_layers": 25, "sliding_window": 512})
+    rows = frame(server("kv_bytes_per_token", 5000.0, stack="sglang"), geometry_rows(gemma_like, stack="sglang"),
+                 server("kv_bytes_per_token", 5 * 3 * 128 * 2.0), geometry_rows(gemma_like))
+    audit = analysis.kv_audit(rows, []).set_index("stack")["flag"]
+    assert audit["sglang"].startswith("not comparable: the logged KV bytes cover sliding-window")
+    assert audit["llamacpp"] == "ok"  # llama.cpp's first KV line is the full-attention pool alone
+
+
 def test_kv_audit_names_a_dtype_it_cannot_size():
     rows = frame(server("kv_bytes_per_token", 23040.0, stack="vllm", kv_dtype="auto"), geometry_rows(stack="vllm", kv_dtype="auto"))
     assert analysis.kv_audit(rows, [])["flag"].tolist() == ["not audited: KV dtype auto has no known byte width"]
