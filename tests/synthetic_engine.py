@@ -5,7 +5,9 @@ Per chat request it streams, like vLLM or SGLang with a reasoning parser and MTP
 a role-only chunk at once; after `ttft_s` a first chunk with one token (the prefill's); then one chunk
 every `interval_s` carrying `tokens_per_chunk` tokens, reasoning first (`delta.reasoning_content`),
 then content; `usage` in a final chunk (and on every chunk when the request asks for vLLM's
-`stream_options.continuous_usage_stats`). Each decode chunk is one verification step that accepted
+`stream_options.continuous_usage_stats`). With `capacity` set it serves at most that many requests at once
+(like an engine's slots): the others wait, unanswered, until one ends, so aggregate throughput stops
+rising at `capacity` concurrent requests. Each decode chunk is one verification step that accepted
 `tokens_per_chunk - 1` of `spec_tokens` drafts, counted in vLLM-style `vllm:spec_decode_*` counters on
 /metrics. Also /health, /v1/models and /version.
 
@@ -16,6 +18,7 @@ As a process: `python tests/synthetic_engine.py --port 0 --ttft-s 0.2 ...` print
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import threading
 import time
@@ -35,6 +38,7 @@ class Timing:
     cached_prompt_tokens: int = 8
     broken_line_after: int | None = None  # send a non-JSON data line after this many decode chunks
     stall_after: int | None = None  # go silent (connection open) after this many decode chunks
+    capacity: int = 0  # requests served at once; the rest wait for a free one (0: no limit)
 
     @property
     def output_tokens(self) -> int:
@@ -86,6 +90,8 @@ class Counters:
 
 
 def _handler(timing: Timing, counters: Counters):
+    slots = threading.BoundedSemaphore(timing.capacity) if timing.capacity else contextlib.nullcontext()
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"  # the body ends when the connection closes: no chunked framing
 
@@ -114,6 +120,10 @@ def _handler(timing: Timing, counters: Counters):
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with slots:  # a request without a free slot waits here, before any byte of its answer
+                self._stream(body)
+
+        def _stream(self, body: dict) -> None:
             continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")

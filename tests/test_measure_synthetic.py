@@ -1,7 +1,9 @@
 """The whole run loop (launch spec, external launcher, cell runner, rows) against the synthetic engine, a
 TEST DOUBLE whose timing is known in advance: reasoning streamed first, 3 tokens per chunk, vLLM
-speculative counters. The figures must come back within a few percent of what it was built to emit."""
+speculative counters; for the load figures, a capacity of two requests at once. The figures must come back
+within a few percent of what it was built to emit."""
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -11,17 +13,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench import launchspec, measure, plan, store
+from stackbench import launchspec, measure, plan, store, summary, workloads
 from synthetic_engine import Timing
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = Timing(ttft_s=0.25, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=30, content_tokens=30, spec_tokens=3)
 
 
-@pytest.fixture
-def engine_url():
-    """The test double in its own process, so its timing does not share a GIL with the client's."""
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in asdict(TIMING).items() if v is not None]
+@contextlib.contextmanager
+def serving(timing: Timing):
+    """The test double in its own process, so its timing does not share a GIL with the client's; yields its URL."""
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in asdict(timing).items() if v is not None]
     proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("synthetic_engine.py")), "--port", "0", *flags],
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -31,21 +33,30 @@ def engine_url():
         proc.wait(timeout=10)
 
 
-def external_spec(tmp_path: Path, url: str) -> launchspec.LaunchSpec:
+@pytest.fixture
+def engine_url():
+    with serving(TIMING) as url:
+        yield url
+
+
+def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeats: int = 3) -> launchspec.LaunchSpec:
+    """A node that reaches the double as an external vLLM server; `workload` replaces configs/workloads/code.yaml."""
     for name in ("configs", "workflow/schemas"):
         shutil.copytree(ROOT / name, tmp_path / name)
+    if workload is not None:
+        (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(workload))
     (tmp_path / "configs/nodes/external-double.yaml").write_text(yaml.safe_dump({
         "description": "the synthetic engine (test double) reached as an external vLLM server",
         "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": ["code"],
         "models": {"served": {"hf_dir": "/not/ours", "quant": "NVFP4"}},
         "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))
-    cfg = plan.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": 3, "warmup_requests": 1}})
+    cfg = plan.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1}})
     node = plan.load_node("external-double", cfg, tmp_path)
     return launchspec.build(cfg, node, node.launches[0])
 
 
 def test_external_launch_measures_reasoning_multi_token_chunks_and_acceptance(engine_url, tmp_path):
-    spec = external_spec(tmp_path, engine_url)
+    spec = external_spec(tmp_path, engine_url, {"prompts": ["Write a Python hello world."], "output_tokens": 61})
     results = store.read_results(measure.LaunchRun(spec, tmp_path / "run").run())
     cell = results[(results["workload"] == "code") & (results["status"] == "ok")].set_index("metric")
     value = cell["value"]
@@ -65,3 +76,72 @@ def test_external_launch_measures_reasoning_multi_token_chunks_and_acceptance(en
     assert set(cell["launch_mode"]) == {"external"}
     # The pipeline did not set the context, TP or quantization of a server it did not start.
     assert set(cell["quant"]) == {"unknown"} and cell["engine_image"].iloc[0].startswith("external")
+
+
+# Two requests at once; each takes 0.2 s to its first token, then 10 chunks of 3 tokens 30 ms apart: one
+# stream decodes at 100 tok/s, so the engine's capacity is 200 tok/s of decode.
+CAPACITY = Timing(ttft_s=0.2, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=0, content_tokens=30, spec_tokens=3,
+                  capacity=2)
+LOAD_WORKLOAD = {"prompts": ["Say hi."], "output_tokens": 31, "concurrency": [1, 2, 3],
+                 "load": {"requests_per_stream": 2, "knee_fraction": 0.1, "rates": [4], "requests": 4},
+                 "slo": {"ttft_s": 0.35, "min_attainment": 0.9}}
+
+
+@pytest.fixture(scope="module")
+def load_results(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("load")
+    with serving(CAPACITY) as url:
+        spec = external_spec(tmp_path, url, LOAD_WORKLOAD, repeats=2)
+        return store.read_results(measure.LaunchRun(spec, tmp_path / "run").run())
+
+
+def figures(results, **where):
+    rows = results[(results["workload"] == "code") & (results["status"] == "ok")]
+    for column, value in where.items():
+        rows = rows[rows[column].isna()] if value is None else rows[rows[column] == value]
+    return rows.set_index("metric")
+
+
+def test_steady_window_holds_the_engine_decode_rate_and_keeps_ramp_and_tail_apart(load_results):
+    for streams in (1, 2):
+        cell = figures(load_results, concurrency=streams)["value"]
+        # All streams decoding, no prefill wait inside: streams x 100 tok/s.
+        assert cell["aggregate_tps_steady"] == pytest.approx(streams * CAPACITY.decode_tps, rel=0.06)
+        # The whole-repeat figure carries each request's 0.2 s before its first token.
+        assert cell["aggregate_tps"] < 0.8 * cell["aggregate_tps_steady"]
+        assert cell["aggregate_tps_ramp"] < cell["aggregate_tps_steady"]
+        assert cell["steady_window_s"] == pytest.approx(0.3, abs=0.05)  # one request's decode span
+
+
+def test_knee_is_the_engine_capacity(load_results):
+    # A third stream only waits for a slot: the steady aggregate stays at the capacity, 200 tok/s.
+    third = figures(load_results, concurrency=3)["value"]
+    assert third["aggregate_tps_steady"] == pytest.approx(2 * CAPACITY.decode_tps, rel=0.06)
+    knee = figures(load_results, metric="knee_concurrency", concurrency=None)
+    assert knee["value"].tolist() == [2]
+    assert "rose > 10% over the level below" in knee["note"].iloc[0]
+    # The SLO breaks at c=3 too; without one, the throughput rule alone finds the same knee.
+    levels = {c: figures(load_results, concurrency=c)["value"].to_dict() for c in (1, 2, 3)}
+    by_throughput = summary.knee_figure(levels, workloads.Load(knee_fraction=0.1))
+    assert by_throughput.value == 2 and "from c=2 to c=3" in by_throughput.note
+
+
+def test_goodput_counts_the_requests_that_waited_for_a_slot_as_missing_the_slo(load_results):
+    for streams in (1, 2):
+        assert figures(load_results, concurrency=streams)["value"]["slo_attainment"] == 1.0
+    # Three streams, six requests, two slots: one request of the first wave and one of the second wait a
+    # whole request (0.5 s) for a slot, beyond the 0.35 s TTFT limit.
+    third = figures(load_results, concurrency=3)
+    assert third["value"]["slo_attainment"] == pytest.approx(4 / 6)
+    assert third["value"]["goodput_rps"] == pytest.approx(4 / 6 * third["value"]["request_rps"], rel=0.05)
+    assert "TTFT <= 0.35 s" in third.loc["goodput_rps", "note"]
+
+
+def test_open_loop_cell_is_keyed_by_its_rate_and_says_how_it_was_driven(load_results):
+    cell = figures(load_results, request_rate=4.0)
+    assert cell["concurrency"].isna().all()
+    assert "open loop: poisson arrivals at 4 req/s, 4 requests per repeat" in cell.loc["request_rps", "note"]
+    assert {"request_rps", "goodput_rps", "slo_attainment", "aggregate_tps"} <= set(cell.index)
+    assert "aggregate_tps_steady" not in cell.index  # no fixed number of streams: no steady window
+    # Two repeats: every median carries its Student's t interval.
+    assert (cell.loc["aggregate_tps", "ci_low"] < cell.loc["aggregate_tps", "ci_high"])

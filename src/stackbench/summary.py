@@ -229,7 +229,8 @@ def token_arrivals(record: RequestRecord) -> list[tuple[float, float]]:
 
 
 def tokens_between(records: list[RequestRecord], start: float, end: float) -> float:
-    return sum(n for r in records if r.status == "ok" for t, n in token_arrivals(r) if start <= t <= end)
+    """Output tokens that arrived in (start, end]: adjacent spans share no token."""
+    return sum(n for r in records if r.status == "ok" for t, n in token_arrivals(r) if start < t <= end)
 
 
 def meets_slo(record: RequestRecord, load: Load) -> bool:
@@ -333,7 +334,7 @@ def knee_figure(levels: dict[int, dict[str, float]], load: Load) -> Figure | Non
     rule = f"last concurrency whose {metric} rose > {load.knee_fraction:.0%} over the level below"
 
     def breaks_slo(c: int) -> bool:
-        return levels[c].get("slo_attainment", 1.0) < load.slo_min_attainment
+        return load.has_slo and levels[c].get("slo_attainment", 1.0) < load.slo_min_attainment
 
     if breaks_slo(order[0]):
         return Figure("knee_concurrency", None, "streams", "single", len(order),
