@@ -7,6 +7,7 @@ alone computing per-variant medians of the same Parquet), the page's size, and `
 """
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -68,12 +69,15 @@ def reference_aggregate(results: Path, out: Path) -> None:
 
 
 def timed(fn, repeats):
-    times = []
+    """(median, min, max) wall seconds, and the median CPU seconds (all threads): on a shared 2-core host the
+    CPU figure is the one other jobs do not inflate."""
+    times, cpu = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times), min(times), max(times)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(times), min(times), max(times), statistics.median(cpu)
 
 
 def plan_sweep(repo: Path) -> None:
@@ -99,11 +103,11 @@ def main() -> None:
         rows = duckdb.sql(f"select count(*) from read_parquet('{results}')").fetchall()[0][0]
         page_mb = (tmp / "reports/index.html").stat().st_size / 1e6
         print(f"{rows:,} rows (SYNTHETIC sweep + the seeds' published rows), median of {args.repeats} (min-max):")
-        print(f"  collect + report  {collected[0] + reported[0]:6.2f} s   target < 10 s")
-        print(f"    collect         {collected[0]:6.2f} s ({collected[1]:.2f}-{collected[2]:.2f})")
-        print(f"    report          {reported[0]:6.2f} s ({reported[1]:.2f}-{reported[2]:.2f})")
-        print(f"  reference         {reference[0]:6.2f} s ({reference[1]:.2f}-{reference[2]:.2f})   DuckDB per-variant medians "
-              "of the same Parquet to CSV")
+        print(f"  collect + report  {collected[0] + reported[0]:6.2f} s wall, {collected[3] + reported[3]:6.2f} s CPU   target < 10 s")
+        for name, (med, lo, hi, cpu) in (("  collect", collected), ("  report", reported), ("reference", reference)):
+            print(f"  {name:<16}{med:6.2f} s wall ({lo:.2f}-{hi:.2f}), {cpu:6.2f} s CPU")
+        print("  (reference: DuckDB alone, per-variant medians of the same Parquet written to CSV)")
+        print(f"  load average      {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         print(f"  index.html        {page_mb:6.2f} MB   target < 10 MB")
 
         repo = tmp / "repo"
@@ -118,7 +122,7 @@ def main() -> None:
         node.update(workloads=workloads, concurrency=list(range(1, 11)), power_caps_w=[180, 200, 220, 240, 260, 280, 300, 320, 340, 360])
         (repo / "configs/nodes/sweep1000.yaml").write_text(yaml.safe_dump(node))
         cells = len(workloads) * 10 * 10
-        med, lo, hi = timed(lambda: plan_sweep(repo), args.repeats)
+        med, lo, hi, _ = timed(lambda: plan_sweep(repo), args.repeats)
         print(f"snakemake -n, {cells} cells per launch x 6 launches: median {med:.2f} s (min {lo:.2f}, max {hi:.2f}); target < 10 s")
 
 

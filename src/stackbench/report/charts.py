@@ -23,9 +23,12 @@ MIXED_SOURCES = "measured and published series differ in model and basis: read t
 def _with_source(rows: pd.DataFrame) -> pd.DataFrame:
     """Each row's series source: 'measured', or 'published 004 §MTP n=2 和 n=3 A/B' (the post's number and
     the section the figure came from)."""
-    post = rows["ref"].str.split("_", n=1).str[0]
-    section = rows["ref"].str.partition(" ")[2]
-    return rows.assign(series_source=("published " + post + " " + section).where(rows["source"] == "published", "measured"))
+    # Labels per distinct ref (a handful), then one vectorized lookup per row.
+    labels = {}
+    for source, ref in rows[["source", "ref"]].drop_duplicates().itertuples(index=False):
+        seed, _, section = ref.partition(" ")
+        labels[ref] = f"published {seed.split('_')[0]} {section}".strip() if source == "published" else "measured"
+    return rows.assign(series_source=rows["ref"].map(labels))
 
 
 def _figure(traces: list[dict], title: str, x: str, y: str, rows: pd.DataFrame, **layout) -> Figure:

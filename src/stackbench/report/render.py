@@ -25,8 +25,9 @@ from .. import analysis, basis, published
 from ..store import read_results
 from . import charts, tables
 
-# Rows of one node's full table embedded in the page; all of them are in its CSV and Parquet files.
-PAGE_ROWS_PER_NODE = 1000
+# Rows of the full tables embedded in the page, shared among the nodes (at least 200 each) so the page stays
+# under 10 MB however many nodes there are; all rows are in each node's CSV and Parquet files.
+PAGE_ROWS_TOTAL = 4000
 MARKDOWN_ROWS_PER_NODE = 200
 # Rows of a derived (analysis) table shown in the page and report.md; all of them are in its CSV and Parquet.
 DERIVED_ROWS_SHOWN = 200
@@ -281,7 +282,7 @@ def pivot_cells(results: Results) -> None:
                         f"where status = 'ok' and value is not null and not isnan(value) group by {keys}")
 
 
-def full_table(results: Results, node: str, table_dir: Path) -> FullTable | None:
+def full_table(results: Results, node: str, table_dir: Path, page_rows: int) -> FullTable | None:
     """One node's cells from `cells`, only the metric columns it has; DuckDB writes the files, so the
     table's size never passes through Python rows."""
     columns = results.frame("select * from cells where node = ? limit 1", [node])
@@ -296,7 +297,7 @@ def full_table(results: Results, node: str, table_dir: Path) -> FullTable | None
     results.con.execute(f"copy ({query}) to '{_sql_text(str(parquet_path))}' (format parquet)")
     results.con.execute(f"copy (select * from read_parquet('{_sql_text(str(parquet_path))}')) to '{_sql_text(str(csv_path))}' (header)")
     total = results.frame(f"select count(*) as n from read_parquet('{_sql_text(str(parquet_path))}')")["n"].iloc[0]
-    head = results.con.sql(f"select * from read_parquet('{_sql_text(str(parquet_path))}') limit {PAGE_ROWS_PER_NODE}")
+    head = results.con.sql(f"select * from read_parquet('{_sql_text(str(parquet_path))}') limit {page_rows}")
     return FullTable(node, head.columns, [list(row) for row in head.fetchall()], int(total), csv_path, parquet_path,
                      varying_basis(results, node))
 
@@ -367,7 +368,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     derived = analysis_tables(frame, roofline, geometries, table_dir)
     seed = seed_tables(results.rows("source = 'published'"), published.load_layouts(published_dir))
     pivot_cells(results)
-    fulls = [f for f in (full_table(results, n, table_dir) for n in nodes) if f is not None]
+    page_rows = max(200, PAGE_ROWS_TOTAL // max(1, len(nodes)))
+    fulls = [f for f in (full_table(results, n, table_dir, page_rows) for n in nodes) if f is not None]
     status = status_lines(results)
 
     written = []
@@ -391,19 +393,19 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     summary_path.write_text("\n".join(summary), encoding="utf-8")
     written.append(summary_path)
 
-    chart_rows = results.frame(f"select {', '.join(CHART_COLUMNS)} from results where metric in {_in(CHART_METRICS)} "
-                               "or metric like 'accept_rate_pos%'")
     spec = analysis.spec_value_by_context(frame)
     html_path = out_dir / "index.html"
-    html_path.write_text(_page(intro, headlines, fulls, derived, seed, status, _figures(chart_rows, spec, nodes)), encoding="utf-8")
+    html_path.write_text(_page(intro, headlines, fulls, derived, seed, status, _figures(results, spec, nodes)), encoding="utf-8")
     written.append(html_path)
     return written
 
 
-def _figures(rows: pd.DataFrame, spec: pd.DataFrame, nodes: list[str]) -> list:
+def _figures(results: Results, spec: pd.DataFrame, nodes: list[str]) -> list:
     figures = []
     for node in nodes:
-        mine = rows[rows["node"] == node]
+        # One narrow query per node: filtering a wide frame of arrow-backed strings in pandas costs more.
+        mine = results.frame(f"select {', '.join(CHART_COLUMNS)} from results where node = ? and "
+                             f"(metric in {_in(CHART_METRICS)} or metric like 'accept_rate_pos%')", [node])
         figures += [charts.rate_by_workload(mine, node), charts.concurrency_scaling(mine, node),
                     charts.power_sweep(mine, node), charts.per_position_acceptance(mine, node),
                     charts.accept_len_by_depth(mine, node), charts.spec_speedup(spec, node)]
