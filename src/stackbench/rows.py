@@ -8,8 +8,10 @@ version, and for external servers the context, TP and quantization they report, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import basis as caveats
-from . import host, summary
+from . import geometry, host, summary
 from .launchspec import Cell, LaunchSpec
 from .stacks.base import ServerFacts
 
@@ -72,14 +74,28 @@ class RowMaker:
         return {**self.basis(None), "metric": metric, "value": value, "unit": unit, "stat": stat, "n": n,
                 "status": "ok", "note": note}
 
+    def geometry_rows(self) -> list[dict]:
+        """The served model's geometry from its own files (GGUF metadata or config.json), for the KV audit
+        and the roofline; none for an external server, whose files are not ours to read."""
+        launch = self.spec.launch
+        if launch.launch_mode == "external":
+            return []
+        try:
+            facts = geometry.read_geometry(Path(launch.model.path)).fact_rows()
+        except geometry.GeometryError as err:
+            return [{**self.basis(None), "metric": "geometry_layers", "unit": "layers", "stat": "single",
+                     "status": "not_run", "reason": f"model geometry not read: {err}"}]
+        return [{**self.basis(None), **fact} for fact in facts]
+
     def server_rows(self, facts: ServerFacts, ready_s: float | None, telemetry_why: str | None) -> list[dict]:
-        """Rows about the server itself, from its start-up log and this host."""
+        """Rows about the server itself, from its start-up log, the model's files and this host."""
         from_log = "from the server's start-up log"
         known = {"kv_pool_tokens": (facts.kv_pool_tokens, "tokens"), "kv_cache_mib": (facts.kv_cache_mib, "MiB"),
                  "model_mib": (facts.model_mib, "MiB"), "server_slots": (facts.slots, "slots")}
         known.update({k: (v, "tokens" if "tokens" in k else "MiB") for k, v in facts.extra.items()
                       if k.startswith("draft_") and isinstance(v, (int, float))})
         rows = [self.fact_row(m, v, u, from_log) for m, (v, u) in known.items() if v is not None]
+        rows += self.geometry_rows()
         if facts.kv_pool_tokens and facts.kv_cache_mib:
             rows.append(self.fact_row("kv_bytes_per_token", facts.kv_cache_mib * 2**20 / facts.kv_pool_tokens, "B",
                                       "KV cache MiB / pool tokens, both from the log"))
