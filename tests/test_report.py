@@ -214,3 +214,18 @@ def test_html_renders_in_headless_chromium_headline_first(mixed_report, tmp_path
     shot = tmp_path / "headline.png"
     chromium("--window-size=1280,900", f"--screenshot={shot}", page.as_uri(), tmp_path=tmp_path)
     assert distinct_scanlines(shot.read_bytes()) > 100
+
+
+def test_a_power_sweep_headline_reads_its_highest_cap_and_keeps_launch_figures():
+    """Hand-built rows (test data): a variant swept over two caps, its pool logged once per launch uncapped."""
+    from stackbench.report import tables
+
+    base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", variant="mtp-n2", status="ok",
+                stat="median", workload="code", note=None, value_min=None, value_max=None, spec_method="mtp")
+    rows = pd.DataFrame([dict(base, metric="decode_tps", concurrency=1, power_cap_w=cap, value=speed)
+                         for cap, speed in ((220.0, 116.0), (300.0, 170.0))]
+                        + [dict(base, metric="kv_pool_tokens", concurrency=None, power_cap_w=None, workload=None, value=184242.0)])
+    results = render.Results(rows)
+    table = tables.headline_table(render.headline_input(results), "test-gpu")
+    got = dict(zip(table.columns, table.rows[0]))
+    assert got["decode tok/s"] == "170" and got["KV pool tokens"] == "184242"

@@ -200,21 +200,20 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
         return rows
     rows["post"] = [_post(r, s) for r, s in zip(rows["ref"], rows["source"])]
     keys = HEADLINE_KEYS
-    capped = rows["power_cap_w"].notna()
-    uncapped_variants = rows.loc[~capped, keys].drop_duplicates()
-    rows = rows.merge(uncapped_variants.assign(_has_uncapped=True), on=keys, how="left")
-    top_cap = rows.groupby(keys, dropna=False)["power_cap_w"].transform("max")
-    rows = rows[(rows["_has_uncapped"].eq(True) & ~rows["power_cap_w"].notna())
-                | (~rows["_has_uncapped"].eq(True) & (rows["power_cap_w"] == top_cap))]
-    cell_rule = {c.metric: c.cell for c in HEADLINE}
-    rule = rows["metric"].map(cell_rule)
+    rule = rows["metric"].map({c.metric: c.cell for c in HEADLINE})
+    # A launch's own figures (pool, VRAM) hold at every cap; the cap is chosen among the cells' figures.
+    per_cell = rule != "any"
+    has_uncapped = (per_cell & rows["power_cap_w"].isna()).groupby([rows[k] for k in keys], dropna=False).transform("any")
+    top_cap = rows["power_cap_w"].where(per_cell).groupby([rows[k] for k in keys], dropna=False).transform("max")
+    canonical_cap = ~per_cell | (has_uncapped & rows["power_cap_w"].isna()) | (~has_uncapped & (rows["power_cap_w"] == top_cap))
+    rows, rule = rows[canonical_cap], rule[canonical_cap]
     single = rows["concurrency"] == 1
     unset = rows["concurrency"].isna()
     highest = rows["concurrency"] == rows[rows["metric"] == "aggregate_tps"].groupby(keys, dropna=False)["concurrency"] \
         .transform("max").reindex(rows.index)
     keep = ((rule == "any") | ((rule == "single") & single) | ((rule == "single-or-unset") & (single | unset))
             | ((rule == "highest") & highest.fillna(False)))
-    return rows[keep].drop(columns="_has_uncapped")
+    return rows[keep]
 
 
 def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple, float] | None = None,
