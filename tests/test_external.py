@@ -1,7 +1,7 @@
 """External mode: a server somebody else started. Readiness and liveness really probe it; the basis the
 pipeline did not set (engine version, context length, TP, quantization) comes from the server's own
 reports or is unknown. The llama.cpp case runs a real llama-server started apart from the launcher; the
-vLLM and SGLang replies are fixtures written from their source (tests/fixtures/external/*-from-source*)."""
+vLLM and SGLang replies are fixtures written from their source (tests/fixtures/external/*-from-source*); the llama.cpp /props fixture is a capture."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ def external(tmp_path, url: str, engine: str = "llamacpp"):
 
 @pytest.fixture
 def separate_llama_server(tmp_path, llamacpp_env):
-    """A llama-server started the way a person would, not by any launcher: 2 slots of 512 tokens."""
+    """A llama-server started the way a person would, not by any launcher: one slot of 1024 tokens."""
     port = free_port()
     argv = [llamacpp_env["server"], "--model", str(TEST_MODEL), "--host", "127.0.0.1", "--port", str(port),
-            "--ctx-size", "1024", "--parallel", "2", "--threads", "2"]
+            "--ctx-size", "1024", "--parallel", "1", "--threads", "2"]
     with ServerProcess(argv, tmp_path / "their-server.log", f"http://127.0.0.1:{port}", "/health") as server:
         yield server
 
@@ -44,7 +44,8 @@ def test_a_separately_started_llama_server_is_measured_with_its_own_basis(tmp_pa
         "launch_mode": "external", "engine_image": "external endpoint",
         "engine_version": props["build_info"],  # the server's word, not the environment's ready.json
         "context_len": 1024,  # what the server runs with, not the node's context_len (4096)
-        "tp": None, "quant": "unknown",  # llama-server reports neither
+        "quant": "Q4_1",  # the GGUF's file type as the server reads it
+        "tp": None,  # llama.cpp has no tensor parallelism to report
     }
     assert launcher.alive()
     launcher.stop()
@@ -67,6 +68,14 @@ def replies(routes: dict[str, str]) -> httpx.Client:
         name = routes.get(request.url.path)
         return httpx.Response(200, json=json.loads((FIXTURES / name).read_text())) if name else httpx.Response(404)
     return httpx.Client(transport=httpx.MockTransport(answer))
+
+
+def test_llamacpp_with_several_slots_leaves_the_server_context_unknown():
+    """/props trimmed to the keys read, captured from llama-server b11434 --ctx-size 1024 --parallel 2:
+    each slot reports 512, which --kv-unified would report as 1024, so the total is not knowable."""
+    client = replies({"/props": "llamacpp-b11434-props--ctx-size-1024--parallel-2.json"})
+    assert SELF_REPORTS["llamacpp"](client, "http://llama", adapter_for("llamacpp")) == {
+        "engine_version": "b0-unknown", "context_len": None, "quant": "Q4_1"}
 
 
 def test_vllm_reports_version_and_max_model_len_but_not_tp_or_quant():

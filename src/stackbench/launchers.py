@@ -549,14 +549,16 @@ def _get_json(client: httpx.Client, url: str) -> dict:
 
 
 def _llamacpp_report(client: httpx.Client, base_url: str, adapter) -> dict:
-    """llama-server /props (build_info; default_generation_settings.n_ctx is the per-slot context, times
-    total_slots is the server's --ctx-size) and /v1/models data[0].meta (ftype names the quantization
-    only in newer builds). llama.cpp has no tensor parallelism to report."""
+    """llama-server /props: `build_info`, `model_ftype` (the weights' quantization) and the per-slot
+    context `default_generation_settings.n_ctx`. With several slots that is --ctx-size divided among them,
+    or all of it under --kv-unified, and /props does not say which: the server's context is known only
+    with one slot. llama.cpp has no tensor parallelism to report."""
     props = _get_json(client, base_url + "/props")
     per_slot = (props.get("default_generation_settings") or {}).get("n_ctx")
-    slots = props.get("total_slots")
+    quant = props.get("model_ftype")
     return {"engine_version": adapter.parse_version(props) if props else "unknown",
-            "context_len": per_slot * slots if isinstance(per_slot, int) and isinstance(slots, int) else None}
+            "context_len": per_slot if props.get("total_slots") == 1 and isinstance(per_slot, int) else None,
+            "quant": quant if isinstance(quant, str) else "unknown"}
 
 
 def _vllm_report(client: httpx.Client, base_url: str, adapter) -> dict:
