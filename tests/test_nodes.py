@@ -38,6 +38,10 @@ def test_gpu_nodes_plan_all_four_stacks_one_launch_each(repo_copy):
                            "llamacpp--nospec", "llamacpp--mtp-n2", "llamacpp--mtp-n3", "sglang-nospec--nospec",
                            "sglang-eagle--eagle-2-1-3", "sglang-eagle--eagle-3-1-4", "sglang-eagle--eagle-4-1-5",
                            "sglang-eagle--eagle-5-1-6"])
+    # Each measure job asks what its node's slurm: block states, and takes its node's one launch slot.
+    resources = [line for line in done.stdout.splitlines() if "launch_slot_rtx5090=1" in line]
+    assert len(resources) == 6
+    assert all("gpu=1" in line and "cpus_per_task=16" in line and "mem_mb=65536" in line for line in resources)
     _, nodes = plan.load_plan(repo_copy, {"nodes": ["rtx5090", "2x3090-nvlink"]})
     for node in nodes:
         names = [l.name for l in node.launches]

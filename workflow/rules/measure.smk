@@ -31,8 +31,8 @@ rule measure:
         # Each node config maps to its own SLURM partition / constraint / GPUs / CPUs / memory / time.
         gpu=slurm_resource("gpu", 0),
         runtime=slurm_resource("runtime"),
-        cpus_per_task=slurm_resource("cpus_per_task", 4),
-        mem_mb=slurm_resource("mem_mb", 16000),
+        cpus_per_task=slurm_resource("cpus_per_task", 1),
+        mem_mb=slurm_resource("mem_mb", 4000),
         slurm_partition=slurm_resource("slurm_partition", ""),
         constraint=slurm_resource("constraint", ""),
         gpu_model=slurm_resource("gpu_model", ""),
