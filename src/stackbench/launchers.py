@@ -462,11 +462,12 @@ class ImageLauncher(_ProcessLauncher):
             self._remove_container()
 
     def _remove_container(self) -> None:
-        """`rm -f` our containers: the server's, and the version probe's should an interrupt have orphaned it."""
-        removed = self._run_cli("rm", "-f", self.name, f"{self.name}-version")
-        problems = [line for line in removed.stderr.splitlines() if "no such container" not in line.lower()]
-        if removed.returncode != 0 and problems:
-            log.warning("%s rm -f %s: %s", self.cli, self.name, problems[-1])
+        """`rm -f` our containers: the server's, and the version probe's should an interrupt have orphaned it.
+        One name per call: podman 4.3 `rm -f a b` left `a` in place when `b` did not exist."""
+        for name in (self.name, f"{self.name}-version"):
+            removed = self._run_cli("rm", "-f", name)
+            if removed.returncode != 0 and "no such container" not in removed.stderr.lower():
+                log.warning("%s rm -f %s: %s", self.cli, name, _last_line(removed))
 
     def identity(self) -> dict:
         return {"launch_mode": self.mode, "engine_version": self.engine_version, "engine_image": self.digest}
