@@ -227,3 +227,10 @@ def test_every_published_row_lands_in_exactly_one_cell(stored_order, layouts, ta
             behind = rows[(rows["row_label"] == row[0]) & (rows["col_label"].fillna(t.columns[1]) == column)]
             if column not in layout.text.get(row[0], {}) and row[0] not in layout.templates and len(behind):
                 assert len(text.split(" / ")) == len(behind), (row[0], column, text)
+
+
+def test_a_layout_text_cell_in_an_unknown_column_is_an_error(tmp_path):
+    text = (ROOT / "data/published/000_f5f23f880eef9d52.yaml").read_text(encoding="utf-8")
+    (tmp_path / "000.yaml").write_text(text.replace("不开投机: {128K 请求: 能跑}", "不开投机: {128K请求: 能跑}"), encoding="utf-8")
+    with pytest.raises(published.config.ConfigError, match=r"table s000-spec-on-off-pool: layout.text.不开投机: column '128K请求'"):
+        published.load_layouts(tmp_path)

@@ -117,7 +117,25 @@ def load_layouts(directory: Path) -> dict[str, Layout]:
                 layout.templates = spec.get("templates", {})
                 layout.formats = spec.get("formats", {})
             layout.caveats += [c for c in group.get("caveats", []) if c not in layout.caveats]
+    for table_id, layout in layouts.items():
+        _check_layout(table_id, layout, directory)
     return layouts
+
+
+def _check_layout(table_id: str, layout: Layout, directory: Path) -> None:
+    """A layout names only its own rows and columns: a typo would otherwise drop a text cell silently."""
+    where = f"{directory}: table {table_id}: layout"
+    columns = set(layout.columns or [])
+    for label in list(layout.text) + list(layout.templates):
+        if label not in layout.row_labels:
+            raise config.ConfigError(f"{where}: row {label!r} is not a row_label of the table")
+    for label, cells in layout.text.items():
+        for column in cells:
+            if column not in columns:
+                raise config.ConfigError(f"{where}.text.{label}: column {column!r} is not in layout.columns")
+    for field_name in ("column", "before", "after"):
+        if layout.change and layout.change[field_name] not in columns:
+            raise config.ConfigError(f"{where}.change.{field_name}: {layout.change[field_name]!r} is not in layout.columns")
 
 
 def load_sections(path: Path) -> tuple[str, dict[str, str]]:
