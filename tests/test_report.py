@@ -151,7 +151,9 @@ def test_charts_are_drawn_per_node_and_name_their_sources(mixed_report):
 def test_full_tables_are_files_and_a_paginated_view(mixed_report):
     cells = pd.read_parquet(mixed_report / "tables/cells-test-cpu.parquet")
     assert len(cells) == 2 * 2 * 2 + 2  # cells plus one server row set per launch
-    assert (mixed_report / "tables/cells-test-cpu.csv").read_text().splitlines()[0].startswith("source,ref,stack,variant")
+    header = (mixed_report / "tables/cells-test-cpu.csv").read_text().splitlines()[0]
+    assert header.startswith("source,ref,stack,variant") and "ttft_ms" in header and "ttft_s" not in header
+    assert cells["ttft_ms"].dropna().round(1).eq(394.2).all()
     page = (mixed_report / "index.html").read_text(encoding="utf-8")
     assert "stackbenchPager('cells-test-cpu')" in page
 

@@ -40,6 +40,8 @@ FULL_KEYS = ["source", "ref", "stack", "variant", "spec_tokens", "power_cap_w", 
 ANALYSIS_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "ttft_s", "accept_len", "kv_bytes_per_token", "kv_pool_tokens",
                     "kv_cache_mib", "vram_free_mib", "mem_free_after_pool_gb", "energy_j_per_token", "model_mib", "load_gib",
                     *BANDWIDTH_METRICS)
+# First-token times read better in ms: the full tables show them so (column renamed with its unit).
+MILLISECONDS = {"ttft_s": ("ttft_ms", 1000), "ttfc_s": ("ttfc_ms", 1000)}
 CHART_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "accept_len")
 CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency",
                  "metric", "value", "value_min", "value_max", "status")
@@ -281,7 +283,8 @@ def pivot_cells(results: Results) -> None:
     metrics = results.frame("select distinct metric from results where status = 'ok' and value is not null "
                             "and not isnan(value) order by metric")["metric"].tolist()
     keys = ", ".join(["node"] + FULL_KEYS)
-    pivot = ", ".join(f"median(value) filter (where metric = '{_sql_text(m)}') as \"{m}\"" for m in metrics)
+    pivot = ", ".join(f"median(value) filter (where metric = '{_sql_text(m)}') * {MILLISECONDS.get(m, (m, 1))[1]} "
+                      f"as \"{MILLISECONDS.get(m, (m, 1))[0]}\"" for m in metrics)
     results.con.execute(f"create or replace temp table cells as select {keys}, {pivot} from results "
                         f"where status = 'ok' and value is not null and not isnan(value) group by {keys}")
 
