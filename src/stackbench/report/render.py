@@ -187,7 +187,7 @@ def headline_input(results: Results) -> pd.DataFrame:
     """Only the rows a headline can show (tables.headline_records makes the final choice): its metrics at
     concurrency 1 (or unset) and each variant's aggregate at its highest concurrency, at the variant's
     canonical power cap (uncapped where it ran uncapped, else its highest), peaks left out. A launch's own
-    figures (pool, VRAM) hold at every cap."""
+    figures (pool, VRAM) logged without a cap hold at that cap."""
     launch_metrics = [c.metric for c in tables.HEADLINE if c.cell == "any"]
     return results.frame(f"""
         with rows as (
@@ -200,7 +200,8 @@ def headline_input(results: Results) -> pd.DataFrame:
                  max(case when metric = 'aggregate_tps' then concurrency end) as top_concurrency
           from rows group by all)
         select r.* exclude (post) from rows r join variant v using (node, source, post, stack, variant)
-        where (r.metric in {_in(launch_metrics)} or case when v.uncapped then r.power_cap_w is null else r.power_cap_w = v.top_cap end)
+        where ((r.metric in {_in(launch_metrics)} and r.power_cap_w is null)
+               or case when v.uncapped then r.power_cap_w is null else r.power_cap_w = v.top_cap end)
           and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.top_concurrency))""")
 
 

@@ -201,11 +201,12 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
     rows["post"] = [_post(r, s) for r, s in zip(rows["ref"], rows["source"])]
     keys = HEADLINE_KEYS
     rule = rows["metric"].map({c.metric: c.cell for c in HEADLINE})
-    # A launch's own figures (pool, VRAM) hold at every cap; the cap is chosen among the cells' figures.
+    # The cap is chosen among the cells' figures; a launch's own figures (pool, VRAM) logged without a cap hold at it.
     per_cell = rule != "any"
     has_uncapped = (per_cell & rows["power_cap_w"].isna()).groupby([rows[k] for k in keys], dropna=False).transform("any")
     top_cap = rows["power_cap_w"].where(per_cell).groupby([rows[k] for k in keys], dropna=False).transform("max")
-    canonical_cap = ~per_cell | (has_uncapped & rows["power_cap_w"].isna()) | (~has_uncapped & (rows["power_cap_w"] == top_cap))
+    at_cap = (has_uncapped & rows["power_cap_w"].isna()) | (~has_uncapped & (rows["power_cap_w"] == top_cap))
+    canonical_cap = at_cap | (~per_cell & rows["power_cap_w"].isna())
     rows, rule = rows[canonical_cap], rule[canonical_cap]
     single = rows["concurrency"] == 1
     unset = rows["concurrency"].isna()
