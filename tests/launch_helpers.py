@@ -10,8 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
-from stackbench import plan
+from stackbench import launchspec, plan
 
 DOUBLE_SERVER = textwrap.dedent("""
     import http.server, json, os, sys
@@ -81,3 +82,29 @@ def chat(base_url: str, max_tokens: int = 8) -> dict:
                              "messages": [{"role": "user", "content": "Name a colour."}]})
     reply.raise_for_status()
     return reply.json()
+
+
+def one_launch_spec(repo: Path, node_name: str, node_doc: dict, out_dir: Path) -> Path:
+    """Add the node to a repository copy and write its first launch's spec where the plan step would."""
+    (repo / "configs/nodes" / f"{node_name}.yaml").write_text(yaml.safe_dump(node_doc))
+    (repo / "configs/workloads/code.yaml").write_text(yaml.safe_dump({"prompts": ["Write a Python hello world."], "output_tokens": 16}))
+    config = yaml.safe_load((repo / "configs/config.yaml").read_text())
+    config.update(nodes=[node_name], measure={"repeats": 1, "warmup_requests": 1})
+    (repo / "configs/config.yaml").write_text(yaml.safe_dump(config))
+    cfg = plan.load_run_config(repo)
+    node = plan.load_node(node_name, cfg, repo)
+    return launchspec.write(launchspec.build(cfg, node, node.launches[0]), out_dir / "launch.json")
+
+
+def measure_argv(spec: Path, out_dir: Path) -> list[str]:
+    """`stackbench measure` as the workflow's measure rule runs it: the real run loop, signals included."""
+    return [sys.executable, "-m", "stackbench.cli", "measure", "--spec", str(spec), "--out-dir", str(out_dir)]
+
+
+def one_model_node(launch: dict, server_args: dict | None = None) -> dict:
+    """A CPU node with one llama.cpp launch of the test model, one short workload at concurrency 1."""
+    return {"hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": 2}, "context_len": 1024,
+            "concurrency": [1], "workloads": ["code"],
+            "models": {"smollm2-135m-q4-1": {"gguf": str(TEST_MODEL), "quant": "Q4_1"}},
+            "runs": [{"stack": "llamacpp", "model": "smollm2-135m-q4-1", "variants": ["nospec"],
+                      "server_args": {"parallel": 1, **(server_args or {})}, "launch": launch}]}

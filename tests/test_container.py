@@ -1,27 +1,24 @@
 """Image mode. Unit part: the container command for each engine and CLI (entrypoint, GPUs, read-only
 model mounts, names, ulimits). Integration part: the real llama-server in a podman container built here
 from the pipeline's own build; rows of a real request, and no container or process left after success, a
-failed start, SIGINT, SIGTERM and a hard death."""
+failed start, SIGINT, SIGTERM and a hard death, all through `stackbench measure` (the real run loop)."""
 
 from __future__ import annotations
 
-import os
+import json
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from container_image import build_llamacpp_image, container_engine_problem
-from launch_helpers import TEST_MODEL, chat, llamacpp_env, make_launch  # noqa: F401  (llamacpp_env is a fixture)
-from stackbench.launchers import NotRunnable, ServerExited, container_name, group_members, llamacpp_build_info, open_launcher
+from launch_helpers import llamacpp_env, make_launch, measure_argv, one_launch_spec, one_model_node  # noqa: F401  (llamacpp_env is a fixture)
+from stackbench import store
+from stackbench.launchers import NotRunnable, container_name, group_members, llamacpp_build_info, open_launcher
 from stackbench.stacks import adapter_for
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def image_launcher(tmp_path, engine="llamacpp", cli="docker", gpu_devices=None, image="example/engine@sha256:ab12", **fields):
@@ -102,29 +99,7 @@ def test_a_missing_container_cli_is_not_runnable(tmp_path, monkeypatch):
         image_launcher(tmp_path).start(5)
 
 
-# -- the real llama-server in a podman container ---------------------------------------------------
-
-DRIVER = textwrap.dedent("""
-    # Starts an image-mode server and holds it, handling signals as the run loop does: SIGTERM becomes
-    # KeyboardInterrupt (like SIGINT), so the launcher's stop() runs in `finally`.
-    import pickle, signal, sys, time
-    from stackbench.launchers import open_launcher
-    from stackbench.stacks import adapter_for
-
-    def raise_interrupted(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, raise_interrupted)
-    launch, out_dir = pickle.load(open(sys.argv[1], "rb"))
-    launcher = open_launcher(launch, adapter_for(launch.engine), {}, out_dir, 2, None)
-    try:
-        launcher.start(300)
-        print("ready", launcher.pgid, flush=True)
-        time.sleep(600)
-    finally:
-        launcher.stop()
-""")
-
+# -- the real llama-server in a podman container, measured through the run loop ---------------------
 
 @pytest.fixture(scope="session")
 def podman_image(llamacpp_env, tmp_path_factory):
@@ -136,10 +111,13 @@ def podman_image(llamacpp_env, tmp_path_factory):
     subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
 
 
-@pytest.fixture
-def real_launch(tmp_path, podman_image):
-    return make_launch(tmp_path, model_path=str(TEST_MODEL), launch_mode="image", launch_target=podman_image,
-                       container_cli="podman", node="ci-podman", server_args={"parallel": 1})
+NODE = "ci-podman"
+NAME = f"stackbench-{NODE}-llamacpp--nospec"
+
+
+def image_spec(repo: Path, image: str, out: Path, server_args: dict | None = None) -> Path:
+    return one_launch_spec(repo, NODE, one_model_node({"mode": "image", "image": image, "container_cli": "podman"},
+                                                      server_args), out)
 
 
 def containers_named(name: str) -> list[str]:
@@ -158,84 +136,73 @@ def processes_naming(name: str) -> list[int]:
                 found.append(int(entry.name))
         except OSError:
             continue
-    return [pid for pid in found if pid != os.getpid()]
+    return found
 
 
-def assert_nothing_left(launcher_name: str, pgid: int | None) -> None:
-    assert containers_named(launcher_name) == []
-    assert processes_naming(launcher_name) == []
-    if pgid is not None:
-        assert group_members(pgid) == []
+def assert_nothing_left(out: Path) -> None:
+    assert containers_named(NAME) == [] and processes_naming(NAME) == []
+    assert group_members(int((out / "server.pid").read_text())) == []
 
 
-@pytest.mark.integration
-def test_image_mode_serves_the_real_llama_server_and_leaves_nothing(tmp_path, real_launch, podman_image):
-    launcher = open_launcher(real_launch, adapter_for("llamacpp"), {}, tmp_path / "run", 2, None)
-    try:
-        assert launcher.start(300) > 0
-        assert launcher.alive()
-        reply = chat(launcher.base_url)
-        assert reply["usage"]["completion_tokens"] > 0
-        assert reply["choices"][0]["message"]["content"]
-        identity = launcher.identity()
-        assert identity["launch_mode"] == "image" and identity["engine_image"] == podman_image
-        # Read inside the image before the start; the running server's /props names the same build.
-        assert identity["engine_version"] == httpx.get(launcher.base_url + "/props").json()["build_info"]
-        assert "llama_model_load" in launcher.log_text() or "model loaded" in launcher.log_text()
-    finally:
-        pgid = launcher.pgid
-        launcher.stop()
-    assert not launcher.alive()
-    assert_nothing_left(launcher.name, pgid)
+def start_measuring(spec: Path, out: Path) -> subprocess.Popen:
+    """`stackbench measure` in the background, returned once its server answered ready."""
+    run = subprocess.Popen(measure_argv(spec, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (out / "server_command.json").exists():
+        assert run.poll() is None, f"measure exited early: {run.stderr.read()[-2000:]}"
+        assert time.monotonic() < deadline, "server not ready within 300 s"
+        time.sleep(0.2)
+    return run
 
 
 @pytest.mark.integration
-def test_a_failed_start_leaves_nothing(tmp_path, real_launch):
-    import dataclasses
+def test_image_mode_is_measured_through_the_run_loop_and_leaves_nothing(repo_copy, tmp_path, podman_image, llamacpp_env):
+    out = tmp_path / "run"
+    done = subprocess.run(measure_argv(image_spec(repo_copy, podman_image, out), out), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = store.read_results(out / "cells.parquet")
+    decode = rows[(rows["metric"] == "decode_tps") & (rows["status"] == "ok")]
+    assert len(decode) == 1 and decode["value"].iloc[0] > 0
+    assert set(rows["launch_mode"]) == {"image"} and set(rows["engine_image"]) == {podman_image}
+    # Read inside the image; the same binary run on the host reports the same build.
+    assert set(rows["engine_version"]) == {llamacpp_build_info(llamacpp_env["binary_reports"])}
+    assert "--entrypoint" in json.loads((out / "server_command.json").read_text())["argv"]
+    assert_nothing_left(out)
 
-    broken = dataclasses.replace(real_launch, server_args={"no_such_flag": True})
-    launcher = open_launcher(broken, adapter_for("llamacpp"), {}, tmp_path / "run", 2, None)
-    with pytest.raises(ServerExited, match="no-such-flag|invalid argument"):
-        launcher.start(300)
-    assert_nothing_left(launcher.name, launcher.pgid)
 
-
-def start_driver(tmp_path, launch) -> tuple[subprocess.Popen, int]:
-    import pickle
-
-    (tmp_path / "driver.py").write_text(DRIVER)
-    (tmp_path / "launch.pickle").write_bytes(pickle.dumps((launch, tmp_path / "run")))
-    driver = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "launch.pickle")],
-                              stdout=subprocess.PIPE, text=True)
-    line = driver.stdout.readline()
-    assert line.startswith("ready"), f"driver did not start the server: {line!r}"
-    return driver, int(line.split()[1])
+@pytest.mark.integration
+def test_a_failed_start_is_recorded_and_leaves_nothing(repo_copy, tmp_path, podman_image):
+    out = tmp_path / "run"
+    spec = image_spec(repo_copy, podman_image, out, server_args={"no_such_flag": True})
+    subprocess.run(measure_argv(spec, out), capture_output=True, text=True)
+    rows = store.read_results(out / "cells.parquet")
+    cells = rows[rows["workload"] == "code"]
+    assert set(cells["status"]) == {"failed"}
+    assert cells["reason"].str.contains("last log line: error: invalid argument: --no-such-flag").all()
+    assert_nothing_left(out)
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_sigint_and_sigterm_remove_the_container(tmp_path, real_launch, signum):
-    driver, pgid = start_driver(tmp_path, real_launch)
-    name = container_name(real_launch)
-    assert containers_named(name) == [name]
-    driver.send_signal(signum)
-    assert driver.wait(timeout=60) != 0  # interrupted, not finished
-    assert_nothing_left(name, pgid)
+def test_sigint_and_sigterm_remove_the_container(repo_copy, tmp_path, podman_image, signum):
+    out = tmp_path / "run"
+    run = start_measuring(image_spec(repo_copy, podman_image, out), out)
+    assert containers_named(NAME) == [NAME]
+    run.send_signal(signum)
+    assert run.wait(timeout=120) != 0  # interrupted, not finished
+    assert_nothing_left(out)
 
 
 @pytest.mark.integration
-def test_a_container_left_by_a_hard_death_is_removed_at_the_next_start(tmp_path, real_launch):
-    driver, pgid = start_driver(tmp_path, real_launch)
-    name = container_name(real_launch)
-    driver.kill()
-    driver.wait(timeout=30)
-    time.sleep(1)
-    assert containers_named(name) == [name]  # SIGKILL runs no cleanup: the container outlives its launcher
-    launcher = open_launcher(real_launch, adapter_for("llamacpp"), {}, tmp_path / "again", 2, None)
-    try:
-        launcher.start(300)
-        assert chat(launcher.base_url)["usage"]["completion_tokens"] > 0
-    finally:
-        launcher.stop()
-    assert_nothing_left(name, launcher.pgid)
-    assert group_members(pgid) == []  # the dead launcher's podman client went with its container
+def test_a_container_left_by_a_hard_death_is_removed_at_the_next_start(repo_copy, tmp_path, podman_image):
+    out = tmp_path / "run"
+    spec = image_spec(repo_copy, podman_image, out)
+    run = start_measuring(spec, out)
+    run.kill()
+    run.wait(timeout=30)
+    assert containers_named(NAME) == [NAME]  # SIGKILL runs no cleanup: the container outlives the run
+    done = subprocess.run(measure_argv(spec, out), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = store.read_results(out / "cells.parquet")
+    assert (rows[rows["metric"] == "decode_tps"]["status"] == "ok").all()
+    assert_nothing_left(out)
