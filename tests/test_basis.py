@@ -47,3 +47,14 @@ def test_non_central_stats_get_markers_and_a_legend():
 def test_row_spans_compress():
     assert basis._rows_phrase([1, 2, 3, 5, 7, 8]) == "rows 1-3, 5, 7-8"
     assert basis._rows_phrase([4]) == "row 4"
+
+
+def test_rows_alike_in_stating_and_not_stating_a_field_get_no_caveat():
+    # Each display row holds a cell figure at temperature 0 and a launch figure that states no temperature.
+    rows = pd.concat([frame({}, {}), frame({"temperature": None}, {"temperature": None})], ignore_index=True)
+    assert basis.caveats(rows) == []
+
+
+def test_one_row_mixing_two_stated_values_is_a_caveat():
+    rows = pd.concat([frame({"temperature": 0.7}), frame({})], ignore_index=True)  # display row 1 twice
+    assert [c.field for c in basis.caveats(rows)] == ["temperature"]

@@ -121,8 +121,11 @@ def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[st
             seen[name].setdefault(int(row), set()).add(format_value(value))
     found: list[Caveat] = []
     for name in fields:
-        if len(set().union(*seen[name].values())) > 1:
-            values_by_row = {row: tuple(sorted(shown)) for row, shown in sorted(seen[name].items())}
+        values_by_row = {row: tuple(sorted(shown)) for row, shown in sorted(seen[name].items())}
+        # Rows that differ from each other, or one row mixing two stated values. A row whose figures state
+        # the field once and leave it unstated elsewhere (a launch's pool has no temperature) is not a mix.
+        mixed = any(len([v for v in shown if v != "unknown"]) > 1 for shown in values_by_row.values())
+        if len(set(values_by_row.values())) > 1 or mixed:
             found.append(Caveat(name, values_by_row, WHY_IT_MATTERS[name]))
     return found
 
