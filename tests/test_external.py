@@ -6,12 +6,14 @@ vLLM and SGLang replies are fixtures written from their source (tests/fixtures/e
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from launch_helpers import TEST_MODEL, chat, llamacpp_env, make_launch  # noqa: F401  (llamacpp_env is a fixture)
+from launch_helpers import TEST_MODEL, chat, llamacpp_env, make_launch, measure_argv, one_launch_spec, one_model_node  # noqa: F401  (a fixture)
+from stackbench import store
 from stackbench.launchers import SELF_REPORTS, ReadyTimeout, ServerProcess, free_port, open_launcher
 from stackbench.stacks import adapter_for
 
@@ -25,10 +27,11 @@ def external(tmp_path, url: str, engine: str = "llamacpp"):
 
 @pytest.fixture
 def separate_llama_server(tmp_path, llamacpp_env):
-    """A llama-server started the way a person would, not by any launcher: one slot of 1024 tokens."""
+    """A llama-server started the way a person would, not by any launcher: one slot of 1024 tokens, with
+    /metrics on (the run loop reads its counters around every cell)."""
     port = free_port()
     argv = [llamacpp_env["server"], "--model", str(TEST_MODEL), "--host", "127.0.0.1", "--port", str(port),
-            "--ctx-size", "1024", "--parallel", "1", "--threads", "2"]
+            "--ctx-size", "1024", "--parallel", "1", "--threads", "2", "--metrics"]
     with ServerProcess(argv, tmp_path / "their-server.log", f"http://127.0.0.1:{port}", "/health") as server:
         yield server
 
@@ -52,6 +55,24 @@ def test_a_separately_started_llama_server_is_measured_with_its_own_basis(tmp_pa
     assert launcher.alive() and separate_llama_server.alive()  # stop() leaves somebody else's server running
     separate_llama_server.stop()
     assert not launcher.alive()  # liveness really probes
+
+
+@pytest.mark.integration
+def test_the_run_loop_marks_rows_external_with_the_servers_basis(repo_copy, tmp_path, separate_llama_server):
+    node = one_model_node({"mode": "external", "url": separate_llama_server.base_url})
+    node["context_len"] = 4096  # the node's word, which the server contradicts
+    node["models"]["smollm2-135m-q4-1"]["quant"] = "Q8_0"
+    out = tmp_path / "run"
+    done = subprocess.run(measure_argv(one_launch_spec(repo_copy, "ci-external", node, out), out), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = store.read_results(out / "cells.parquet")
+    decode = rows[(rows["metric"] == "decode_tps") & (rows["status"] == "ok")]
+    assert len(decode) == 1 and decode["value"].iloc[0] > 0
+    assert set(rows["launch_mode"]) == {"external"} and set(rows["engine_image"]) == {"external endpoint"}
+    build = httpx.get(separate_llama_server.base_url + "/props").json()["build_info"]
+    assert set(rows["engine_version"]) == {build} and set(rows["quant"]) == {"Q4_1"}
+    assert set(rows["context_len"]) == {1024} and rows["tp"].isna().all()
+    assert separate_llama_server.alive()  # measured, not stopped
 
 
 def test_an_unreachable_server_times_out_naming_the_url(tmp_path):
