@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import summary, telemetry, workloads
-from .client import RequestRecord, StreamClient, run_conversations, run_open_loop, run_streams, stated_limit
+from .client import RequestRecord, StreamClient, run_open_loop, run_streams, stated_limit
 from .launchspec import Cell
 from .prometheus import MetricsFormatError
 from .stacks.base import SpecCounters
@@ -110,7 +110,7 @@ class CellRunner:
             # Warm up once per workload and cap; the warm-up is never counted nor in the window.
             if (cell.workload.name, cell.power_cap_w) not in self.warmed:
                 for _ in range(measure["warmup_requests"]):
-                    await run_conversations(client, workloads.conversations(cell.workload, 1, 0), cell.workload.output_tokens)
+                    await run_streams(client, [workloads.requests(cell.workload, cell.load, 1, 0)])
                 self.warmed.add((cell.workload.name, cell.power_cap_w))
             before = self.scrape()
             window = self.sampler.open_window() if self.sampler is not None else None
