@@ -1,5 +1,8 @@
 """The cell runner: one cell against a running server, returned as a CellResult.
 
+A repeat is a closed loop (c streams, each sending `requests_per_stream` requests back to back) or an
+open loop (requests sent at drawn arrival times, whatever is still in flight).
+
 Order inside a cell: apply the power cap, warm up (never counted), open the measurement window (counter
 scrape, energy counters read at that moment), send every repeat, close the window. Only the measured repeats are inside the window,
 so energy per token and acceptance cover exactly the requests they are divided by.
@@ -31,8 +34,9 @@ class CellResult:
     seconds: float = 0.0
 
     def row_extra(self) -> dict:
-        """Row fields beyond the launch basis: what was counted, the enforced cap and, when the cap was not
-        applied, why (the requested cap stays the cell's identity)."""
+        """Row fields beyond the launch basis: what was counted, the open-loop rate, the enforced cap; the note
+        says how the load was driven and, when the cap was not applied, why (the requested cap stays the
+        cell's identity)."""
         extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
                  "request_rate": self.cell.rate}
         notes = [load_note(self.cell)]

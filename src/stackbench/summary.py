@@ -1,10 +1,12 @@
 """Turn one cell's raw request records and counter deltas into results-contract figures.
 
-A cell is (workload, concurrency, power cap) inside one launch; it has several repeats. Per-repeat
-figures are summarised as the median with min and max; latency distributions (TPOT, ITL, inter-chunk
+A cell is (workload, load, power cap) inside one launch, the load a closed loop of c streams or an
+open-loop request rate; it has several repeats. Per-repeat figures are summarised as the median with min,
+max and a 95% Student's t interval; latency distributions (TPOT, ITL, inter-chunk
 latency) are percentiles over every request or token of the cell, each with its sample count;
 counter-based figures (acceptance) are pooled over the whole cell from counter deltas, never read from a
-cumulative gauge.
+cumulative gauge. Load figures (steady-state window, goodput, the knee of a concurrency sweep) follow
+vLLM `bench serve` and ML.ENERGY, as each function says.
 """
 
 from __future__ import annotations
