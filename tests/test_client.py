@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from stackbench.client import RequestRecord, StreamClient
+from stackbench.client import RequestRecord, StreamClient, run_open_loop, run_streams
+from stackbench.workloads import Request
 from synthetic_engine import SyntheticEngine, Timing
 
 CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
@@ -104,3 +105,36 @@ def test_a_server_that_is_not_there_fails_the_request():
 
     record = asyncio.run(scenario())
     assert record.status == "failed" and record.error.startswith("ClientConnectorError: Cannot connect to host 127.0.0.1:9")
+
+
+def run_load(timing: Timing, scenario_of):
+    async def scenario(url):
+        client = StreamClient(url, "synthetic", {}, stall_timeout_s=10, request_timeout_s=30)
+        try:
+            return await scenario_of(client)
+        finally:
+            await client.aclose()
+
+    with SyntheticEngine(timing) as engine:
+        return asyncio.run(scenario(engine.base_url))
+
+
+def test_open_loop_sends_at_its_arrival_times_whatever_is_in_flight():
+    timing = Timing(ttft_s=0.05, interval_s=0.02, reasoning_tokens=0, content_tokens=30)  # 0.25 s per request
+    requests = [Request(("hi",), timing.output_tokens)] * 3
+    records = run_load(timing, lambda client: run_open_loop(client, requests, [0.0, 0.1, 0.4]))
+    submits = sorted(r.t_submit for r in records)
+    # The second goes out while the first still streams; each request is its own stream.
+    assert [b - submits[0] for b in submits[1:]] == pytest.approx([0.1, 0.4], abs=0.03)
+    assert sorted(r.stream for r in records) == [0, 1, 2] and all(r.status == "ok" for r in records)
+
+
+def test_closed_loop_streams_send_their_requests_back_to_back():
+    timing = Timing(ttft_s=0.05, interval_s=0.02, reasoning_tokens=0, content_tokens=15)
+    streams = [[Request(("hi",), timing.output_tokens)] * 2 for _ in range(2)]
+    records = run_load(timing, lambda client: run_streams(client, streams))
+    for stream in (0, 1):
+        first, second = [r for r in records if r.stream == stream]
+        assert first.t_end <= second.t_submit < first.t_end + 0.05
+    starts = sorted(r.t_submit for r in records)
+    assert starts[1] - starts[0] < 0.05 and starts[2] - starts[0] > 0.1  # together, then each waits its 0.15 s answer

@@ -178,3 +178,15 @@ def test_an_open_loop_without_an_end_names_the_file_and_field(repo):
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match=r"code.yaml: load.rates: an open-loop run needs load.requests or load.duration_s"):
         spec_of(repo)
+
+
+def test_steady_energy_is_the_power_samples_inside_the_window_times_its_length():
+    gpu = {"power_w": 100.0, "memory_used_mib": 1.0}
+    samples = [{"t": t, **gpu, "power_w": w} for t, w in ((0.5, 100.0), (1.0, 200.0), (1.5, 300.0))]
+    samples.append({"t": 1.0, **gpu})  # a second GPU at the same moment: power adds up
+    power, energy = summary.steady_telemetry_figures([(0.0, 2.0, 100, samples), (5.0, 6.0, 10, [])])
+    # Samples 100, 300, 300 W (two GPUs at 1.0 s): mean 233.3 W x 2 s / 100 tokens; the window without
+    # samples counts neither its time nor its tokens.
+    assert power.value == pytest.approx(700 / 3) and power.n == 3
+    assert energy.value == pytest.approx(700 / 3 * 2 / 100) and "steady windows only" in energy.note
+    assert summary.steady_telemetry_figures([(0.0, 2.0, 100, [])]) == []

@@ -308,15 +308,16 @@ def steady_telemetry_figures(spans: list[tuple[float, float, float, list[dict]]]
     energy here is the mean of the 0.5 s power samples inside each window times its length."""
     energy = seconds = tokens = 0.0
     samples: list[float] = []
+    windows = 0
     for start, end, inside_tokens, rows in spans:
         power = [watts for _, watts in _power_by_time(rows)]
         if not power:
-            continue
+            continue  # a window shorter than the sampling period: neither its time nor its tokens count
         energy += statistics.fmean(power) * (end - start)
-        seconds, tokens, samples = seconds + end - start, tokens + inside_tokens, samples + power
+        seconds, tokens, samples, windows = seconds + end - start, tokens + inside_tokens, samples + power, windows + 1
     if not samples or tokens <= 0:
         return []
-    note = (f"steady windows only ({seconds:.1f} s over {len(spans)} repeats): mean of the NVML power samples "
+    note = (f"steady windows only ({seconds:.1f} s in {windows} repeats): mean of the NVML power samples "
             "inside them x their length (energy counters are read only at the cell's edges)")
     return [Figure("power_w_steady", statistics.fmean(samples), "W", "mean", len(samples), note=note),
             Figure("energy_j_per_token_steady", energy / tokens, "J/token", "mean", int(tokens), note=note)]
