@@ -73,3 +73,17 @@ def test_children_are_killed_when_the_leader_died_first(tmp_path):
 def test_a_shell_string_is_refused(tmp_path):
     with pytest.raises(ValueError, match="never started through a shell"):
         ServerProcess("llama-server --port 1", tmp_path / "log", "http://x", "/health")
+
+
+def test_log_text_is_this_processs_output_only(tmp_path):
+    """The log file is appended across launches; a rerun must not read the previous server's lines."""
+    first = server(tmp_path, "exit").start()
+    first.process.wait(timeout=20)
+    first.stop()
+    second = server(tmp_path, "serve").start()
+    try:
+        second.wait_ready(20)
+        assert "cannot load model" in (tmp_path / "server.log").read_text()
+        assert "cannot load model" not in second.log_text()
+    finally:
+        second.stop()

@@ -88,6 +88,7 @@ class ServerProcess:
         self.grace_s = grace_s
         self.process: subprocess.Popen | None = None
         self._log = None
+        self._log_start = 0  # where this process's output begins in the (appended) log file
 
     @property
     def pgid(self) -> int | None:
@@ -96,6 +97,7 @@ class ServerProcess:
     def start(self) -> "ServerProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
+        self._log_start = self._log.tell()
         try:
             self.process = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
@@ -105,8 +107,12 @@ class ServerProcess:
         return self
 
     def log_text(self) -> str:
+        """This process's output only: the file keeps earlier launches' logs (port retries, restarts,
+        reruns of the launch), whose start-up lines must not be read as this server's."""
         try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
+            with open(self.log_path, "rb") as handle:
+                handle.seek(self._log_start)
+                return handle.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return ""
 
