@@ -79,8 +79,14 @@ class LaunchRun:
         env_info = engine_environment(self.spec)
         self.server = open_launcher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads,
                                     list(self.node.gpu_devices) or None)
+        try:
+            seconds = self.server.start(self.spec.measure["ready_timeout_s"])
+        except NotRunnable:
+            raise  # nothing was started: a missing model file or image is not a launch
+        except BaseException:
+            self.launches += 1
+            raise
         self.launches += 1
-        seconds = self.server.start(self.spec.measure["ready_timeout_s"])
         self.ready_s = self.ready_s if self.ready_s is not None else seconds
         self.timeline.append({"event": "ready", "seconds": seconds, "launch": self.launches})
         self.facts = self.adapter.parse_log(self.server.log_text())
