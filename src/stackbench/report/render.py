@@ -42,6 +42,8 @@ ANALYSIS_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "ttft_s", "accept_
                     *BANDWIDTH_METRICS)
 # First-token times read better in ms: the full tables show them so (column renamed with its unit).
 MILLISECONDS = {"ttft_s": ("ttft_ms", 1000), "ttfc_s": ("ttfc_ms", 1000)}
+# Bookkeeping columns the analysis functions never read: left in DuckDB, not converted to pandas.
+NOT_ANALYSED = ("reason", "table_id", "table_title", "row_label", "col_label", "note", "unit")
 CHART_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "accept_len")
 CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency",
                  "metric", "value", "value_min", "value_max", "status")
@@ -367,7 +369,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     table_dir.mkdir(parents=True, exist_ok=True)
 
     geometries = analysis.load_geometries(Path("."))
-    frame = results.rows(f"metric in {_in(ANALYSIS_METRICS)} or metric like 'accept_rate_pos%' or metric like 'geometry_%'")
+    frame = results.frame(f"select * exclude ({', '.join(NOT_ANALYSED)}) from results where metric in {_in(ANALYSIS_METRICS)} "
+                          "or metric like 'accept_rate_pos%' or metric like 'geometry_%'")
     roofline = analysis.roofline(frame, geometries)
     percents = ceiling_percents(roofline)
     power_why = power_not_measured(results)
