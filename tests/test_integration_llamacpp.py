@@ -61,7 +61,7 @@ def test_report_target_measures_the_real_server(ci_repo):
     server = ok[(ok["metric"] == "server_decode_tps") & (ok["concurrency"] == 1)].set_index(["variant", "workload"])["value"]
     client = decode.set_index(["variant", "workload"])["value"]
     assert ((client / server).between(0.95, 1.05)).all()
-    table = (ci_repo / "reports/tables/four-way-ci-cpu.md").read_text()
+    table = (ci_repo / "reports/tables/headline-ci-cpu.md").read_text()
     assert "| measured | llamacpp | draft-n2 |" in table
 
 

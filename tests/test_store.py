@@ -19,7 +19,7 @@ def test_a_row_round_trips_through_parquet_and_duckdb_with_contract_types(tmp_pa
     path = tmp_path / "part.parquet"
     store.atomic_write_parquet(store.to_table([record(spec_tokens=3, power_cap_w=260)]), path)
     row = duckdb.sql(f"select typeof(spec_tokens), typeof(concurrency), typeof(n), typeof(value), typeof(power_cap_w), "
-                     f"spec_tokens, power_cap_w, engine_version, context_len from '{path}'").fetchone()
+                     f"spec_tokens, power_cap_w, engine_version, context_len from '{path}'").fetchall()[0]
     assert row == ("BIGINT", "BIGINT", "BIGINT", "DOUBLE", "DOUBLE", 3, 260.0, None, None)
     with pytest.raises(pa.ArrowInvalid):
         store.to_table([record(spec_tokens="three")])

@@ -342,7 +342,7 @@ def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, vary: str = "engine
     like = [c for c in KEY_COLUMNS + BASIS_COLUMNS if c != vary]
     a, b = (_with_hashes(frame[frame["status"] == "ok"], like) for frame in (baseline, candidate))
     paired = a.merge(b[["_like", vary, "value"]], on="_like", suffixes=("_a", "_b"))
-    table = paired[["node", "stack", "variant", "workload", "concurrency", "metric"]].copy()
+    table = paired[[c for c in ("node", "stack", "variant", "workload", "concurrency", "metric") if c != vary]].copy()
     table[f"{vary} A"], table[f"{vary} B"] = paired[f"{vary}_a"].to_numpy(), paired[f"{vary}_b"].to_numpy()
     table["A"], table["B"] = paired["value_a"].to_numpy(), paired["value_b"].to_numpy()
     table["B/A"] = table["B"] / table["A"]

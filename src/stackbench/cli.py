@@ -27,7 +27,7 @@ def _collect(args) -> None:
 def _report(args) -> None:
     from .report import render
 
-    written = render.write_report(Path(args.results), Path(args.out_dir))
+    written = render.write_report(Path(args.results), Path(args.out_dir), Path(args.published_dir))
     print(f"report: {len(written)} files in {args.out_dir} (open {Path(args.out_dir) / 'index.html'})")
 
 
@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="render reports/ from the results table")
     p.add_argument("--results", required=True)
     p.add_argument("--out-dir", required=True)
+    p.add_argument("--published-dir", default="data/published", help="the posts' table layouts")
     p.set_defaults(func=_report)
 
     p = sub.add_parser("compare", help="compare two results tables on like rows only (compare-llama-bench style)")

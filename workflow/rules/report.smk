@@ -13,7 +13,10 @@ rule report:
                       caption="../report/tables.rst", category="Tables"),
     params:
         cli=STACKBENCH,
+        out_dir=lambda wildcards, output: Path(output.html).parent,
+        published_dir=PATHS["published"],
     log:
         "logs/report/report.log",
     shell:
-        "{params.cli} report --results {input.results:q} --out-dir {PATHS[reports]} > {log:q} 2>&1"
+        "{params.cli} report --results {input.results:q} --out-dir {params.out_dir:q} "
+        "--published-dir {params.published_dir:q} > {log:q} 2>&1"
