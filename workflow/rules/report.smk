@@ -14,7 +14,7 @@ rule report:
     params:
         cli=STACKBENCH,
         out_dir=lambda wildcards, output: Path(output.html).parent,
-        published_dir=PATHS["published"],
+        published_dir=lambda wildcards, input: Path(input.layouts[0]).parent,
     log:
         "logs/report/report.log",
     shell:
