@@ -72,7 +72,7 @@ def test_sglang_on_cpu_measures_decode_prefill_ttft_kv_pool_and_says_what_it_is(
     assert 150 < by[("nospec", "kv_cache_mib")] < 200  # 0.18 GiB (SGLang's "GB"), about 180 MiB
     assert ("nospec", "accept_len") not in by.index
     row = measured.iloc[0]
-    assert (row["engine"], row["engine_version"], row["kv_dtype"]) == ("SGLang", "0.5.23", "float16")
+    assert (row["engine"], row["engine_version"], row["kv_dtype"]) == ("SGLang", "0.5.23", "bfloat16")
     log = (repo_copy / f"data/runs/{NODE}/sglang-cpu--nospec/server.log").read_text()
     assert "sgl_kernel stand-in:" in log and "'attention_backend': 'torch_native'" in log
     server_pid = int((repo_copy / f"data/runs/{NODE}/sglang-cpu--nospec/server.pid").read_text())
