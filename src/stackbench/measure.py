@@ -72,13 +72,13 @@ class LaunchRun:
         self.timeline: list[dict] = []
         self.telemetry_why: str | None = None
         self.sampler = self.capper = None
+        self.gpu_ids: list[str] | None = None
         self._bar = None
 
     # -- server ------------------------------------------------------------------------------------
     def _start_server(self) -> CellRunner:
         env_info = engine_environment(self.spec)
-        self.server = open_launcher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads,
-                                    list(self.node.gpu_devices) or None)
+        self.server = open_launcher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads, self.gpu_ids)
         try:
             seconds = self.server.start(self.spec.measure["ready_timeout_s"])
         except NotRunnable:
@@ -188,6 +188,9 @@ class LaunchRun:
             gpus, self.telemetry_why = telemetry.open_gpus(self.node.gpu_count, self.nvml, list(self.node.gpu_devices) or None)
         except ValueError as err:  # the node names GPUs this host does not have
             gpus, self.telemetry_why = None, f"{self.node.file}: hardware.gpu.devices: {err}"
+        # The server gets exactly the GPUs telemetry and caps touch (by UUID where NVML named them).
+        self.gpu_ids = ([info.uuid for info in gpus.info] if gpus is not None
+                        else list(self.node.gpu_devices) or [str(i) for i in range(self.node.gpu_count)] or None)
         self._bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc=f"{self.node.name} {self.launch.name}",
                          unit="cell", disable=not sys.stderr.isatty())
         try:

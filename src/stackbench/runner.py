@@ -88,10 +88,12 @@ class CellRunner:
         import httpx
 
         try:
-            text = httpx.get(self.base_url + "/metrics", timeout=10).text
+            reply = httpx.get(self.base_url + "/metrics", timeout=10)
         except httpx.HTTPError:
             return None
-        return self.adapter.spec_counters(text)
+        if reply.status_code != 200:  # metrics not enabled (e.g. an external llama-server without --metrics)
+            return None
+        return self.adapter.spec_counters(reply.text)
 
     def run(self, cell: Cell) -> CellResult:
         cap = self.apply_cap(cell)
