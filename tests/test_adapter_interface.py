@@ -7,7 +7,7 @@ import pytest
 from stackbench.stacks import ADAPTERS
 from stackbench.stacks.base import Adapter
 
-MEMBERS = ("engine", "engine_label", "health_path", "version_path", "argv", "request_extras", "parse_log",
+MEMBERS = ("engine", "engine_label", "health_path", "version_path", "accept_len_basis", "argv", "request_extras", "parse_log",
            "parse_version", "facts_from_metrics", "spec_counters", "server_timings")
 
 
@@ -16,7 +16,7 @@ def test_the_protocol_declares_every_member_the_run_loop_uses():
     assert declared == set(MEMBERS)
 
 
-@pytest.mark.parametrize("engine", ["llamacpp", "vllm"])
+@pytest.mark.parametrize("engine", ["llamacpp", "vllm", "sglang"])
 def test_an_adapter_implements_each_member_with_the_declared_parameters(engine):
     adapter = ADAPTERS[engine]
     for name in MEMBERS:

@@ -132,8 +132,6 @@ def test_sglang_rejection_states_its_limit():
     assert stated_limit(message) == 60967
 
 
-@pytest.mark.xfail(strict=True, reason="client.LIMIT_PATTERNS lacks SGLang 0.5.23's tokenizer wording "
-                   "\"longer than the model's context length (N tokens)\"; remove this mark when it is added")
 def test_sglang_over_context_rejection_captured_from_the_real_server():
     # The tokenizer's check against the context length, answered with HTTP 400.
     reply = json.loads((FIXTURES / "sglang/error-400-context-0.5.23-cpu-real.json").read_text())

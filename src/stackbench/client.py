@@ -283,6 +283,7 @@ LIMIT_PATTERNS = (
     re.compile(r"available context size \((\d+) tokens\)"),  # llama.cpp
     re.compile(r"maximum allowed length \((\d+) tokens\)"),  # SGLang
     re.compile(r"maximum context length is (\d+) tokens"),  # vLLM
+    re.compile(r"longer than the model's context length \((\d+) tokens\)"),  # SGLang 0.5.23 tokenizer
 )
 
 

@@ -62,7 +62,8 @@ class LaunchRun:
         self.store = CellStore(spec, self.out_dir, keep_failed)
         self.started = datetime.now(timezone.utc)
         self.run_id = f"{self.node.name}/{self.launch.name}@{self.started.strftime('%Y%m%dT%H%M%SZ')}"
-        self.rows = RowMaker(spec, self.run_id, self.adapter.engine_label, spec.measure["spread_flag_ratio"])
+        self.rows = RowMaker(spec, self.run_id, self.adapter.engine_label, spec.measure["spread_flag_ratio"],
+                             self.adapter.accept_len_basis)
         self.nvml = None  # tests inject a test double of pynvml here
         self.server = None
         self.facts = ServerFacts()

@@ -18,9 +18,24 @@ from .stacks.base import ServerFacts
 UNKNOWN = "unknown"
 
 
+# What a server's log says it runs on, in the words of its adapter's facts (SGLang on CPU names its
+# attention and sampling backends and the project's sgl_kernel stand-in; llama.cpp its offload).
+SETUP_FACTS = ("attention_backend", "sampling_backend", "sgl_kernel")
+
+
+def engine_setup(facts: ServerFacts) -> str:
+    parts = [f"backend {facts.backend}"] if facts.backend else []
+    if facts.offloaded_layers is not None:
+        parts.append(f"{facts.offloaded_layers}/{facts.model_layers if facts.model_layers is not None else '?'} layers offloaded")
+    parts += [f"{key.replace('_', ' ')} {facts.extra[key]}" for key in SETUP_FACTS if facts.extra.get(key)]
+    return "; ".join(parts) or UNKNOWN
+
+
 class RowMaker:
-    def __init__(self, spec: LaunchSpec, run_id: str, engine_label: str, spread_flag_ratio: float):
+    def __init__(self, spec: LaunchSpec, run_id: str, engine_label: str, spread_flag_ratio: float,
+                 accept_len_basis: str = ""):
         self.spec, self.run_id, self.spread_flag_ratio = spec, run_id, spread_flag_ratio
+        self.accept_len_basis = accept_len_basis
         node, launch = spec.node, spec.launch
         external = launch.launch_mode == "external"
         self.launch_basis = {
@@ -42,6 +57,7 @@ class RowMaker:
             self.launch_basis["kv_dtype"] = facts.kv_dtype
         if facts.n_ctx:
             self.launch_basis["context_len"] = facts.n_ctx
+        self.launch_basis["engine_setup"] = engine_setup(facts)
         for key in ("engine_version", "engine_image", "context_len", "tp", "quant"):
             if identity.get(key) not in (None, ""):
                 self.launch_basis[key] = identity[key]
@@ -64,6 +80,8 @@ class RowMaker:
             note = f.note
             if f.stat == "median" and summary.spread_is_wide(f, self.spread_flag_ratio):
                 note = f"{caveats.WIDE_NOTE} (max/min > {self.spread_flag_ratio:g})"
+            if f.metric == "accept_len" and self.accept_len_basis:
+                note = "; ".join(n for n in (note, self.accept_len_basis) if n)
             if extra and extra.get("note"):
                 note = "; ".join(n for n in (note, extra["note"]) if n)
             rows.append({**base, "metric": f.metric, "value": f.value, "value_min": f.value_min, "value_max": f.value_max,

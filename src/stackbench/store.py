@@ -62,6 +62,7 @@ BASIS = [
     ("gpu_count", pa.int64()),
     ("tp", pa.int64()),
     ("power_cap_enforced_w", pa.float64()),  # what NVML read back during the cell; null when no cap was applied
+    ("engine_setup", pa.string()),  # measured: what the server log says it runs on (backend, offload, attention, ...)
     ("launch_mode", pa.string()),  # native | image | external (external: the basis comes from the server's reports)
     ("counted_text", pa.string()),  # which streamed text the token timings count: content, or content+reasoning
 ]

@@ -82,6 +82,7 @@ class Adapter(Protocol):
     engine_label: str  # the engine's own name for the basis column
     health_path: str  # GET answers 200 once the server takes requests
     version_path: str | None  # GET answers the engine version as JSON; None: the environment knows it
+    accept_len_basis: str  # how accept_len is put on the common basis, 1 + accepted / drafts (rows say it)
 
     def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]: ...
 

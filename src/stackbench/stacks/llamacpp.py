@@ -37,6 +37,7 @@ class LlamaCppAdapter:
     engine_label = "llama.cpp"
     health_path = "/health"
     version_path = "/props"
+    accept_len_basis = "1 + accepted / drafts from llamacpp:spec_decode_* counter deltas over the cell"
 
     def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
         args = dict(launch.server_args)

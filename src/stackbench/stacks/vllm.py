@@ -33,6 +33,7 @@ class VllmAdapter:
     engine_label = "vLLM"
     health_path = "/health"
     version_path = "/version"
+    accept_len_basis = "1 + accepted / drafts from vllm:spec_decode_* counter deltas over the cell"
 
     def parse_version(self, reply: dict) -> str:
         return str(reply.get("version", "unknown"))
