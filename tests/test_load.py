@@ -163,7 +163,8 @@ def test_closed_loop_cells_without_load_settings_keep_their_fingerprints(repo):
 def test_rate_cells_have_their_own_keys_and_survive_the_spec_file(repo, tmp_path):
     spec = spec_of(repo)
     keys = [c.key for c in spec.cells]
-    assert {"code--c4--nocap", "code--r2--nocap", "code--r4--nocap"} <= set(keys) and len(set(keys)) == len(keys)
+    assert {"code-load--c4--nocap", "code-load--r2--nocap", "code-load--r4--nocap"} <= set(keys)
+    assert len(set(keys)) == len(keys)
     again = launchspec.read(launchspec.write(spec, tmp_path / "launch.json"))
     assert again == spec
     rate_cell = next(c for c in again.cells if c.rate == 2)
@@ -172,11 +173,11 @@ def test_rate_cells_have_their_own_keys_and_survive_the_spec_file(repo, tmp_path
 
 
 def test_an_open_loop_without_an_end_names_the_file_and_field(repo):
-    path = repo / "configs/workloads/code.yaml"
+    path = repo / "configs/workloads/code-load.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["load"].pop("requests")
     path.write_text(yaml.safe_dump(doc))
-    with pytest.raises(ConfigError, match=r"code.yaml: load.rates: an open-loop run needs load.requests or load.duration_s"):
+    with pytest.raises(ConfigError, match=r"code-load.yaml: load.rates: an open-loop run needs load.requests or load.duration_s"):
         spec_of(repo)
 
 
