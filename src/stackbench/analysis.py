@@ -6,6 +6,9 @@ the same on measured and published rows and on a million rows. Every lookup join
 (CELL) or the whole launch (LAUNCH), so a power-cap or concurrency sweep never mixes its cells.
 Measured rows carry their model's geometry as server rows read from the model's own files
 (stackbench.geometry); published rows get it from configs/models, whose figures name their sources.
+
+Longer than 250 lines: six analyses of one kind (each a vectorized frame -> frame function over the
+results contract, joined on whole cells); each stands alone and is tested alone.
 """
 
 from __future__ import annotations

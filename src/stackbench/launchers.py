@@ -8,6 +8,10 @@ path; the engine adapter supplies only argv, the health path and how to read the
 A server process runs in its own session (process group) so that its workers go down with it.
 ServerProcess.stop() sends SIGTERM to the whole group, waits, then SIGKILLs the group and reaps, even
 when the leader already died and left children behind.
+
+Longer than 250 lines: three launch modes behind one interface share the process-group lifecycle, the
+port retry and the model-file checks; the container mode's CLI details (GPU flags per CLI, ulimits,
+stale-container removal, digest and in-image version) are the largest part.
 """
 
 from __future__ import annotations

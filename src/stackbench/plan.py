@@ -3,6 +3,9 @@
 node x stack variant (x speculative depth) = one server launch; the client-side axes (workload,
 concurrency, power cap, repeat) loop inside it. Cross-file references (a node naming a stack, model or
 workload that does not exist) are checked here, before Snakemake plans any job.
+
+Longer than 250 lines because the cross-file checks (unknown names, TP above the GPU count, caps outside
+the GPU's range, runs not measured alike) belong with the expansion they guard; each is a few lines.
 """
 
 from __future__ import annotations

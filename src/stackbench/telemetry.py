@@ -9,6 +9,10 @@ launch's GPUs explicitly, and sampling, caps and restore touch exactly those.
 A power cap changed here is written to a per-host state file (with the GPUs' UUIDs) before it is
 applied and restored on every exit path; a run that died hard leaves the state file behind, and the
 next start restores from it, GPU by UUID.
+
+Longer than 250 lines: one concern, NVML, with its three parts kept together because they share the GPU
+selection and the error mapping: selecting the launch's GPUs, the sampler with its energy windows, and
+the power capper with its restore state.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ Selections and aggregates run in DuckDB over the Parquet file, so the headline, 
 and the charts read a few thousand rows however many the results hold. The full per-cell tables go out
 as CSV and Parquet and, in the page, as a paginated, filterable table. plotly.js is inlined once (these
 machines have no internet, so no CDN).
+
+Longer than 250 lines: the page, the Markdown and the files are written from the same tables in one
+pass; the HTML page template is most of the length.
 """
 
 from __future__ import annotations
