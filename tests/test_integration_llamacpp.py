@@ -67,16 +67,16 @@ def test_report_target_measures_the_real_server(ci_repo):
 
 def test_server_killed_mid_cell_is_recorded_and_the_other_cells_land(ci_repo, tmp_path, monkeypatch):
     run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
-    original = runner.run_conversations
+    original = runner.run_streams
     calls = {"n": 0}
 
-    async def kill_during_second_cell(client, conversations, output_tokens, final_hook=None):
+    async def kill_during_second_cell(client, streams, final_hook=None):
         calls["n"] += 1
         if calls["n"] == 5:  # cell 2 (code, c=2, no warm-up: code warmed up at c=1): kill during its second repeat
             os.killpg(int((run.out_dir / "server.pid").read_text()), signal.SIGKILL)
-        return await original(client, conversations, output_tokens, final_hook)
+        return await original(client, streams, final_hook)
 
-    monkeypatch.setattr(runner, "run_conversations", kill_during_second_cell)
+    monkeypatch.setattr(runner, "run_streams", kill_during_second_cell)
     monkeypatch.chdir(ci_repo)
     results = store.read_results(run.run())
     status = results[results["workload"] != "server"].groupby(["workload", "concurrency"])["status"].first()
@@ -97,8 +97,9 @@ def test_over_context_request_is_a_rejected_cell_with_the_engines_message(ci_rep
     results = store.read_results(run.run())
     rejected = results[results["workload"] == "json"]
     assert rejected["status"].tolist() == ["rejected"]
-    assert "exceeds the available context size (1024 tokens)" in rejected["reason"].iloc[0]
-    assert rejected[["metric", "value"]].values.tolist() == [["max_input_tokens", 1024.0]]
+    # 2048 tokens of context over the llama.cpp stack's 4 slots: 512 per request.
+    assert "exceeds the available context size (512 tokens)" in rejected["reason"].iloc[0]
+    assert rejected[["metric", "value"]].values.tolist() == [["max_input_tokens", 512.0]]
     assert (results[results["workload"] == "code"]["status"] == "ok").all()
 
 
@@ -132,6 +133,7 @@ def test_power_cap_sweep_inside_one_launch_with_an_nvml_test_double(ci_repo, tmp
     node = yaml.safe_load((ci_repo / "configs/nodes/ci-cpu.yaml").read_text())
     node.update(power_caps_w=[200, 250], workloads=["code"], concurrency=[1])
     node["hardware"]["gpu"] = {"model": "NVIDIA GeForce RTX 3090 (test double)", "count": 1}
+    node["runs"][0]["launch"] = {"mode": "native", "env": "llamacpp"}  # the CPU build: the GPU is a test double
     (ci_repo / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(node))
     run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
     fake = FakeNvml(count=1)

@@ -25,7 +25,7 @@ from .config import load_file
 from .store import BASIS_COLUMNS
 
 # A cell's full identity, and the identity of one server launch (its start-up facts are server rows).
-CELL = ["source", "ref", "node", "stack", "variant", "spec_method", "spec_tokens", "power_cap_w", "workload", "concurrency"]
+CELL = ["source", "ref", "node", "stack", "variant", "spec_method", "spec_tokens", "power_cap_w", "workload", "concurrency", "request_rate"]
 LAUNCH = ["source", "ref", "node", "stack", "variant"]
 RATE_METRICS = ["decode_tps", "aggregate_tps", "e2e_tps"]
 
@@ -312,7 +312,7 @@ def is_bimodal(values: list[float], gap_ratio: float = 1.5) -> bool:
 
 # -- speculative value against context ---------------------------------------------------------------------
 # The no-spec cell a speculative cell is compared with: the same cell in every respect but the variant.
-SPEC_PAIR = ["source", "ref", "node", "stack", "power_cap_w", "workload", "concurrency", "model", "quant", "prompt_tokens", "output_tokens"]
+SPEC_PAIR = ["source", "ref", "node", "stack", "power_cap_w", "workload", "concurrency", "request_rate", "model", "quant", "prompt_tokens", "output_tokens"]
 
 
 def spec_value_by_context(results: pd.DataFrame) -> pd.DataFrame:
@@ -333,7 +333,7 @@ def spec_value_by_context(results: pd.DataFrame) -> pd.DataFrame:
 
 
 # -- run-to-run comparison (compare-llama-bench style) ------------------------------------------------------
-KEY_COLUMNS = ["node", "stack", "variant", "workload", "concurrency", "power_cap_w", "metric"]
+KEY_COLUMNS = ["node", "stack", "variant", "workload", "concurrency", "request_rate", "power_cap_w", "metric"]
 
 
 def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, vary: str = "engine_version") -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -154,9 +154,6 @@ class LaunchRun:
     def _record(self, result: CellResult) -> None:
         rows = self.rows.cell_rows(result.cell, result.figures, result.status, result.reason, result.prompt_tokens,
                                    result.row_extra())
-        # One row per figure, in order: each median carries its 95% interval.
-        for row, figure in zip(rows, result.figures):
-            row.update(ci_low=figure.ci_low, ci_high=figure.ci_high)
         self.store.write(result.cell, rows, result.requests)
 
     def knee_rows(self) -> list[dict]:

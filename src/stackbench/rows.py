@@ -85,7 +85,8 @@ class RowMaker:
             if extra and extra.get("note"):
                 note = "; ".join(n for n in (note, extra["note"]) if n)
             rows.append({**base, "metric": f.metric, "value": f.value, "value_min": f.value_min, "value_max": f.value_max,
-                         "unit": f.unit, "stat": f.stat, "n": f.n, "ttft_included": f.ttft_included, "note": note})
+                         "unit": f.unit, "stat": f.stat, "n": f.n, "ci_low": f.ci_low, "ci_high": f.ci_high,
+                         "ttft_included": f.ttft_included, "note": note})
         return rows
 
     def fact_row(self, metric: str, value: float, unit: str, note: str, stat: str = "single", n: int = 1) -> dict:

@@ -19,7 +19,7 @@ import scipy.stats
 
 from .client import RequestRecord
 from .stacks.base import SpecCounters
-from .telemetry import WindowReading, _power_by_time
+from .telemetry import WindowReading, power_by_time
 from .workloads import Load
 
 # A percentile from fewer samples than this says so in its note.
@@ -310,7 +310,7 @@ def steady_telemetry_figures(spans: list[tuple[float, float, float, list[dict]]]
     samples: list[float] = []
     windows = 0
     for start, end, inside_tokens, rows in spans:
-        power = [watts for _, watts in _power_by_time(rows)]
+        power = [watts for _, watts in power_by_time(rows)]
         if not power:
             continue  # a window shorter than the sampling period: neither its time nor its tokens count
         energy += statistics.fmean(power) * (end - start)

@@ -293,7 +293,7 @@ class Sampler:
         except self.gpus.nvml.NVMLError as err:
             now_mj, window.why_no_counter = None, f"energy counter unreadable ({err})"
         inside = self.window(window.start, end)
-        totals = _power_by_time(inside)
+        totals = power_by_time(inside)
         energy_j, source = None, "energy counter"
         if window.energy_mj is not None and now_mj is not None:
             deltas = [now_mj[uuid] - window.energy_mj[uuid] for uuid in window.energy_mj]
@@ -313,7 +313,7 @@ class Sampler:
             sampler_errors=tuple(self.errors_between(window.start, end)))
 
 
-def _power_by_time(rows: list[dict]) -> list[tuple[float, float]]:
+def power_by_time(rows: list[dict]) -> list[tuple[float, float]]:
     """Power summed over the selected GPUs at each sample time, in time order."""
     by_time: dict[float, float] = {}
     for row in rows:
