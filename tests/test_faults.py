@@ -8,7 +8,6 @@ demand, so they run against a small asyncio SSE server in this file, a test doub
 import asyncio
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from stackbench import plan, store
+from stackbench import plan
 from stackbench.launchers import ReadyTimeout, ServerProcess, free_port, group_members
 from stackbench.stacks.sglang import SglangAdapter
+from conftest import report_one_node
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,21 +47,7 @@ def test_sglang_on_cpu_measures_decode_prefill_ttft_kv_pool_and_says_what_it_is(
         os.symlink(ROOT / name, repo_copy / name)
     (repo_copy / "data/models").parent.mkdir(exist_ok=True)
     os.symlink(ROOT / "data/models", repo_copy / "data/models")
-    node_file = repo_copy / f"configs/nodes/{NODE}.yaml"
-    node = yaml.safe_load(node_file.read_text())
-    node.update(workloads=["extraction"], concurrency=[1])
-    node_file.write_text(yaml.safe_dump(node))
-    (repo_copy / "configs/workloads/extraction.yaml").write_text(yaml.safe_dump({
-        "prompts": ["Copy this list exactly, twice: alpha beta gamma delta epsilon zeta eta theta iota kappa."],
-        "output_tokens": 24}))
-    config = yaml.safe_load((repo_copy / "configs/config.yaml").read_text())
-    config.update(nodes=[NODE], measure={"repeats": 2, "warmup_requests": 1})
-    (repo_copy / "configs/config.yaml").write_text(yaml.safe_dump(config))
-
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=repo_copy,
-                          capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = store.read_results(repo_copy / "data/results.parquet")
+    results = report_one_node(repo_copy, NODE, output_tokens=24)
     measured = results[(results["source"] == "measured") & (results["stack"] == "sglang")]
     cells = measured[measured["workload"] != "server"]
     assert set(cells["status"]) == {"ok"}, cells[["variant", "status", "reason"]].drop_duplicates().to_string()

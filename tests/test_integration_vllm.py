@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from stackbench import store
+from conftest import report_one_node
+
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,20 +27,7 @@ def test_vllm_on_cpu_measures_kv_pool_decode_prefill_and_ngram_acceptance(vllm_r
     os.symlink(ROOT / ".envs", repo_copy / ".envs")
     (repo_copy / "data/models").parent.mkdir(exist_ok=True)
     os.symlink(ROOT / "data/models", repo_copy / "data/models")
-    node = yaml.safe_load((repo_copy / "configs/nodes/local-cpu-vllm.yaml").read_text())
-    node.update(workloads=["extraction"], concurrency=[1])
-    (repo_copy / "configs/nodes/local-cpu-vllm.yaml").write_text(yaml.safe_dump(node))
-    (repo_copy / "configs/workloads/extraction.yaml").write_text(yaml.safe_dump({
-        "prompts": ["Copy this list exactly, twice: alpha beta gamma delta epsilon zeta eta theta iota kappa."],
-        "output_tokens": 32}))
-    config = yaml.safe_load((repo_copy / "configs/config.yaml").read_text())
-    config.update(nodes=["local-cpu-vllm"], measure={"repeats": 2, "warmup_requests": 1})
-    (repo_copy / "configs/config.yaml").write_text(yaml.safe_dump(config))
-
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=repo_copy,
-                          capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = store.read_results(repo_copy / "data/results.parquet")
+    results = report_one_node(repo_copy, "local-cpu-vllm", output_tokens=32)
     measured = results[(results["source"] == "measured") & (results["stack"] == "vllm")]
     cells = measured[measured["workload"] != "server"]
     assert set(cells["status"]) == {"ok"}, cells[["variant", "status", "reason"]].drop_duplicates().to_string()

@@ -93,7 +93,7 @@ def cell_files(repo: Path, node_name: str) -> dict[str, int]:
             for p in (repo / "data/runs" / node_name).glob("*/cells/*--????????????????.parquet")}
 
 
-def measured(repo: Path) -> "pd.DataFrame":
+def measured(repo: Path):
     results = store.read_results(repo / "data/results.parquet")
     return results[results["source"] == "measured"]
 
