@@ -84,8 +84,20 @@ def loads_of(node: Node) -> dict[str, Load]:
     return {w.name: load_of(root / "configs" / "workloads" / f"{w.name}.yaml", root) for w in node.workloads}
 
 
+# Common short English words, each one token (with its leading space) in the BPE vocabularies of the
+# models served here: four of them make a salt of the same token count every time (16.7 million
+# choices), so a salted prompt's length does not move between runs and like rows still pair in a compare.
+SALT_WORDS = ("apple", "river", "stone", "cloud", "green", "table", "music", "light", "paper", "house", "water",
+              "bread", "chair", "plant", "horse", "glass", "night", "sugar", "train", "field", "dance", "storm",
+              "smile", "heart", "clock", "forest", "bridge", "candle", "garden", "window", "silver", "orange",
+              "pencil", "rocket", "summer", "winter", "island", "market", "castle", "mirror", "coffee", "camera",
+              "planet", "button", "jacket", "yellow", "purple", "circle", "simple", "little", "number", "letter",
+              "animal", "bottle", "flower", "friend", "doctor", "school", "travel", "corner", "finger", "butter",
+              "ticket", "valley")
+
+
 def salt() -> str:
-    return f"[run {secrets.token_hex(6)}] "
+    return "[run " + " ".join(secrets.choice(SALT_WORDS) for _ in range(4)) + "] "
 
 
 def conversations(workload: Workload, count: int, repeat: int,
