@@ -103,6 +103,14 @@ def test_a_file_that_is_not_gguf_is_a_one_line_error(tmp_path):
         geometry.read_geometry(path)
 
 
+def test_a_truncated_gguf_is_a_one_line_error(tmp_path):
+    real = Path(__file__).parent / "fixtures/models/smollm2-135m-instruct-q4_1-metadata.gguf"
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(real.read_bytes()[:300])  # ends inside the metadata, as a half-copied file does
+    with pytest.raises(geometry.GeometryError, match=r"cut\.gguf: not a readable GGUF file"):
+        geometry.read_geometry(path)
+
+
 def test_hf_config_from_source_reads_the_text_config_of_a_hybrid(tmp_path):
     geo = geometry.read_geometry(FIXTURES / "qwen3.5-27b-config-from-source")
     assert (geo.layers, geo.attention_layers, geo.linear_layers, geo.mtp_layers) == (64, 16, 48, 1)

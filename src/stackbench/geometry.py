@@ -90,8 +90,8 @@ def _from_gguf(path: Path) -> Geometry:
 
     try:
         reader = gguf.GGUFReader(path)
-    except (ValueError, OSError) as err:
-        raise GeometryError(f"{path}: not a readable GGUF file ({err})") from err
+    except (ValueError, OSError, IndexError) as err:  # IndexError: a truncated file ends inside a field
+        raise GeometryError(f"{path}: not a readable GGUF file ({type(err).__name__}: {err})") from err
 
     def field(key: str, required: bool = True):
         found = reader.fields.get(key)
