@@ -171,9 +171,7 @@ class LaunchRun:
                 levels[concurrency] = dict(zip(medians["metric"], medians["value"]))
             knee = summary.knee_figure(levels, next(iter(cells.values())).load)
             if knee is not None:
-                rows.append({**self.rows.basis(None), "workload": workload, "power_cap_w": cap, "metric": knee.metric,
-                             "value": knee.value, "unit": knee.unit, "stat": knee.stat, "n": knee.n,
-                             "ttft_included": "yes", "status": "ok", "note": knee.note})
+                rows.append(self.rows.sweep_row(workload, cap, knee))
         return rows
 
     # -- the launch --------------------------------------------------------------------------------

@@ -89,6 +89,12 @@ class RowMaker:
                          "ttft_included": f.ttft_included, "note": note})
         return rows
 
+    def sweep_row(self, workload: str, cap: float | None, figure: summary.Figure) -> dict:
+        """A figure about a workload's whole concurrency sweep (the knee): no single concurrency."""
+        return {**self.basis(None), "workload": workload, "power_cap_w": cap, "metric": figure.metric,
+                "value": figure.value, "unit": figure.unit, "stat": figure.stat, "n": figure.n,
+                "ttft_included": "yes", "status": "ok", "note": figure.note}
+
     def fact_row(self, metric: str, value: float, unit: str, note: str, stat: str = "single", n: int = 1) -> dict:
         return {**self.basis(None), "metric": metric, "value": value, "unit": unit, "stat": stat, "n": n,
                 "status": "ok", "note": note}
