@@ -9,19 +9,13 @@ from pathlib import Path
 import pytest
 
 from stackbench.client import stated_limit
-from stackbench.plan import Launch, Model
+from conftest import adapter_launch as launch
+from stackbench.plan import Model
 from stackbench.stacks.sglang import SglangAdapter
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sglang = SglangAdapter()
 
-
-def launch(engine, **extra):
-    base = dict(node="n", stack_config=engine, engine=engine, variant="v", spec_method="none", spec_engine_type=None,
-                spec_tokens=None, spec_extra={}, server_args={}, model=Model("qwen38", "/models/q", "AWQ", None),
-                draft_model=None, launch_mode="native", launch_target=None, container_cli="docker", env_name=engine, context_len=131072,
-                bind_host="127.0.0.1")
-    return Launch(**{**base, **extra})
 
 
 def test_sglang_argv_expresses_seed_002s_launch_command():
