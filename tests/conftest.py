@@ -1,5 +1,6 @@
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,12 @@ import yaml
 from stackbench import published, store
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def interruptible() -> None:
+    """preexec_fn for a child the test will Ctrl-C: a shell that starts its jobs in the background sets
+    SIGINT to ignored, the child inherits that and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")

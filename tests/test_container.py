@@ -15,6 +15,7 @@ import pytest
 
 from container_image import build_llamacpp_image, container_engine_problem
 from launch_helpers import llamacpp_env, make_launch, measure_argv, one_launch_spec, one_model_node  # noqa: F401  (llamacpp_env is a fixture)
+from conftest import interruptible
 from stackbench import store
 from stackbench.launchers import NotRunnable, container_name, group_members, llamacpp_build_info, open_launcher
 from stackbench.stacks import adapter_for
@@ -146,7 +147,8 @@ def assert_nothing_left(out: Path) -> None:
 
 def start_measuring(spec: Path, out: Path) -> subprocess.Popen:
     """`stackbench measure` in the background, returned once its server answered ready."""
-    run = subprocess.Popen(measure_argv(spec, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(measure_argv(spec, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=interruptible)
     deadline = time.monotonic() + 300
     while not (out / "server_command.json").exists():
         assert run.poll() is None, f"measure exited early: {run.stderr.read()[-2000:]}"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import interruptible
 from stackbench import launchspec, measure, plan, runner, store
 from stackbench.launchers import group_members
 
@@ -106,7 +107,8 @@ def test_over_context_request_is_a_rejected_cell_with_the_engines_message(ci_rep
 def test_sigint_leaves_no_server_and_a_rerun_measures_only_missing_cells(ci_repo, tmp_path):
     out = tmp_path / "run"
     argv = measure_argv(ci_repo, "llamacpp--nospec", out)
-    proc = subprocess.Popen(argv, cwd=ci_repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, cwd=ci_repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(list((out / "cells").glob("*--*--*--*.parquet"))) < 2:
         time.sleep(0.2)

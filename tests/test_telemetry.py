@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from nvml_double import FakeNvml
+from conftest import interruptible
 from stackbench import telemetry
 
 
@@ -263,7 +264,7 @@ def test_restore_on_sigint_and_sigterm(tmp_path, signum):
     gpu, state = tmp_path / "gpu.json", tmp_path / "state.json"
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(tests=str(Path(__file__).parent), gpu=str(gpu), state=str(state)))
-    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, preexec_fn=interruptible)
     assert child.stdout.readline().strip() == "capped"
     assert FakeNvml(count=2, state_path=gpu).nvmlDeviceGetPowerManagementLimit(0) == 220_000
     child.send_signal(signum)
