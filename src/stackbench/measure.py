@@ -35,7 +35,7 @@ MAX_RESTARTS = 2
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGTERM from a scheduler, handled like Ctrl-C so every finally block runs."""
+    """SIGINT or SIGTERM: raised where the run is, so every finally block (server teardown) runs."""
 
 
 def engine_environment(spec: launchspec.LaunchSpec) -> dict:
@@ -242,7 +242,11 @@ def _raise_interrupted(signum, frame):
 
 def main(spec_path: Path, out_dir: Path) -> Path:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    # Ctrl-C and a scheduler's SIGTERM both raise Interrupted at once, wherever the run is. asyncio.run
+    # would otherwise take SIGINT over and only cancel the cell's task, and a cancellation that races a
+    # finishing request inside asyncio.wait_for is lost on Python 3.11: the launch then ran on.
     signal.signal(signal.SIGTERM, _raise_interrupted)
+    signal.signal(signal.SIGINT, _raise_interrupted)
     spec = launchspec.read(spec_path)
     run = LaunchRun(spec, out_dir, keep_failed=spec.measure["keep_failed"])
     out = run.run()
