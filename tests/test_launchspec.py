@@ -61,10 +61,31 @@ def test_adding_a_workload_keeps_the_other_cells(repo):
     before = fingerprints(spec_of(repo))
     node = repo / "configs/nodes/local-cpu.yaml"
     doc = yaml.safe_load(node.read_text())
-    doc["workloads"] = doc["workloads"][:2]
+    doc["runs"][0]["workloads"] = doc["runs"][0]["workloads"][:2]  # the no-spec launch names its own
     node.write_text(yaml.safe_dump(doc))
     fewer = fingerprints(spec_of(repo))
-    assert fewer.items() <= before.items()  # the same cells keep the same fingerprints
+    assert len(fewer) < len(before) and fewer.items() <= before.items()  # the rest keep their fingerprints
+
+
+def test_a_run_may_measure_its_own_workloads(repo):
+    """local-cpu: the load sweep runs on the no-spec launch only; giving the draft run the same list adds
+    exactly those cells to its launches and leaves their server and other cells alone."""
+    nospec, draft = spec_of(repo, index=0), spec_of(repo, index=1)
+    assert draft.launch.name == "llamacpp--draft-n2"
+    load_cells = {"code-load--c1--nocap", "code-load--c4--nocap", "code-load--r2--nocap", "code-load--r4--nocap"}
+    assert load_cells <= {c.key for c in nospec.cells} and not load_cells & {c.key for c in draft.cells}
+    node = repo / "configs/nodes/local-cpu.yaml"
+    doc = yaml.safe_load(node.read_text())
+    doc["runs"][1]["workloads"] = doc["runs"][0]["workloads"]
+    node.write_text(yaml.safe_dump(doc))
+    loaded = spec_of(repo, index=1)
+    assert loaded.server_fingerprint == draft.server_fingerprint
+    assert set(fingerprints(loaded)) - set(fingerprints(draft)) == {c.key for c in nospec.cells if c.workload.name == "code-load"}
+    assert fingerprints(draft).items() <= fingerprints(loaded).items()
+    doc["runs"][1]["workloads"] = ["poetry"]
+    node.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"local-cpu.yaml: runs\[1\].workloads\[0\]: unknown workload 'poetry'"):
+        spec_of(repo)
 
 
 def test_node_list_and_run_only_settings_do_not_touch_a_launch(repo):

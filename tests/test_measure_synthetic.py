@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench import launchspec, measure, plan, store, summary, workloads
+from stackbench import launchspec, measure, plan, store, summary
 from synthetic_engine import Timing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,7 +122,7 @@ def test_knee_is_the_engine_capacity(load_results):
     assert "rose > 10% over the level below" in knee["note"].iloc[0]
     # The SLO breaks at c=3 too; without one, the throughput rule alone finds the same knee.
     levels = {c: figures(load_results, concurrency=c)["value"].to_dict() for c in (1, 2, 3)}
-    by_throughput = summary.knee_figure(levels, workloads.Load(knee_fraction=0.1))
+    by_throughput = summary.knee_figure(levels, plan.Load(knee_fraction=0.1))
     assert by_throughput.value == 2 and "from c=2 to c=3" in by_throughput.note
 
 

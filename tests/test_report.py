@@ -231,3 +231,19 @@ def test_a_power_sweep_headline_reads_its_highest_cap_and_keeps_launch_figures()
     table = tables.headline_table(render.headline_input(results), "test-gpu")
     got = dict(zip(table.columns, table.rows[0]))
     assert got["decode tok/s"] == "170" and got["KV pool tokens"] == "184242"
+
+
+def test_measured_variants_share_the_aggregate_concurrency():
+    """Hand-built rows (test data): nospec alone swept to c4 (a load workload on one launch), draft-n2 ran
+    c1-c2. Both aggregates are read at c2, the highest both ran; a published row keeps its own highest."""
+    from stackbench.report import tables
+
+    base = dict(source="measured", ref="test-run", node="test-cpu", stack="llamacpp", status="ok", stat="median",
+                workload="code", note=None, value_min=None, value_max=None, power_cap_w=None, metric="aggregate_tps")
+    rows = [dict(base, variant=variant, concurrency=c, value=100.0 * c + bonus)
+            for variant, top, bonus in (("nospec", 4, 0.0), ("draft-n2", 2, 5.0)) for c in range(1, top + 1)]
+    rows += [dict(base, source="published", ref="004_x.txt §a", variant="mtp-n2", concurrency=c, value=300.0 + c)
+             for c in (3, 4)]
+    table = tables.headline_table(render.headline_input(render.Results(pd.DataFrame(rows))), "test-cpu")
+    got = {row[table.columns.index("variant")]: row[table.columns.index("aggregate tok/s")] for row in table.rows}
+    assert got == {"nospec": "200 @c2", "draft-n2": "205 @c2", "mtp-n2": "304 @c4"}

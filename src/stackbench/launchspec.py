@@ -20,8 +20,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .plan import Launch, Model, Node, Workload
-from .workloads import Load, loads_of
+from .plan import Launch, Load, Model, Node, Workload
 
 FORMAT = 1
 # Measure settings that change how a run is driven, not what a cell's figures mean.
@@ -37,7 +36,10 @@ class Cell:
     concurrency: int | None
     power_cap_w: float | None  # the requested cap: it stays the cell's identity even when not applied
     rate: float | None = None
-    load: Load = Load()
+
+    @property
+    def load(self) -> Load:
+        return self.workload.load
 
     @property
     def key(self) -> str:
@@ -49,7 +51,7 @@ class Cell:
     def identity(self) -> dict:
         """The cell's own definition for its fingerprint; the load enters only where it is not the default
         closed loop, so cells measured before load settings existed keep their fingerprints."""
-        doc = {"workload": asdict(self.workload), "concurrency": self.concurrency, "cap": self.power_cap_w}
+        doc = {"workload": self.workload.identity, "concurrency": self.concurrency, "cap": self.power_cap_w}
         if self.rate is not None:
             doc["rate"] = self.rate
         if self.load.identity is not None:
@@ -74,8 +76,10 @@ class LaunchSpec:
         node = asdict(self.node)
         for key in ("name", "file", "workloads", "launches", "raw", "power_caps_w"):
             node.pop(key, None)
+        launch = asdict(self.launch)
+        launch.pop("workloads")  # which cells run is each cell's identity, not the server's
         engine = {k: v for k, v in self.engine.items() if k not in ("python", "server", "quantize", "bench")}
-        return self._digest({"format": FORMAT, "launch": asdict(self.launch), "node": node, "engine": engine,
+        return self._digest({"format": FORMAT, "launch": launch, "node": node, "engine": engine,
                              "models": self.models})
 
     def cell_fingerprint(self, cell: Cell) -> str:
@@ -94,21 +98,21 @@ class LaunchSpec:
                            "node": node, "launch": asdict(self.launch), "measure": self.measure, "engine": self.engine,
                            "models": self.models,
                            "cells": [{"key": c.key, "workload": c.workload.name, "concurrency": c.concurrency,
-                                      "rate": c.rate, "load": asdict(c.load), "power_cap_w": c.power_cap_w,
+                                      "rate": c.rate, "power_cap_w": c.power_cap_w,
                                       "fingerprint": self.cell_fingerprint(c)}
                                      for c in self.cells]}, indent=1, default=str)
 
 
-def cells_of(node: Node, loads: dict[str, Load]) -> tuple[Cell, ...]:
-    """Per cap and workload: a closed-loop cell per concurrency, then an open-loop cell per request rate.
-    Power-cap sweeps thus run the same load at every cap."""
+def cells_of(node: Node, launch: Launch) -> tuple[Cell, ...]:
+    """Per cap and each of the launch's workloads: a closed-loop cell per concurrency, then an open-loop
+    cell per request rate. Power-cap sweeps thus run the same load at every cap."""
     caps = list(node.power_caps_w) or [None]
+    by_name = {w.name: w for w in node.workloads}
     cells = []
     for cap in caps:
-        for w in node.workloads:
-            load = loads.get(w.name, Load())
-            cells += [Cell(w, c, cap, load=load) for c in w.concurrency]
-            cells += [Cell(w, None, cap, rate=rate, load=load) for rate in load.rates]
+        for w in (by_name[name] for name in launch.workloads):
+            cells += [Cell(w, c, cap) for c in w.concurrency]
+            cells += [Cell(w, None, cap, rate=rate) for rate in w.load.rates]
     return tuple(cells)
 
 
@@ -142,7 +146,7 @@ def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     bare = Node(**{**{f: getattr(node, f) for f in node.__dataclass_fields__}, "launches": (), "raw": {}})
     return LaunchSpec(node=bare, launch=launch, measure=dict(cfg["measure"]),
                       engine=engine_identity(launch, Path(cfg["paths"]["envs"])), models=models,
-                      cells=cells_of(node, loads_of(node)))
+                      cells=cells_of(node, launch))
 
 
 def write(spec: LaunchSpec, out: Path) -> Path:
@@ -162,11 +166,10 @@ def read(path: Path) -> LaunchSpec:
                    "gpu_devices": tuple(doc["node"]["gpu_devices"]), "power_caps_w": tuple(doc["node"]["power_caps_w"])})
     raw_launch = doc["launch"]
     launch = Launch(**{**raw_launch, "model": Model(**raw_launch["model"]),
-                       "draft_model": Model(**raw_launch["draft_model"]) if raw_launch["draft_model"] else None})
+                       "draft_model": Model(**raw_launch["draft_model"]) if raw_launch["draft_model"] else None,
+                       "workloads": tuple(raw_launch["workloads"])})
     by_name = {w.name: w for w in workloads}
-    cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c.get("rate"),
-                       Load.from_doc(c.get("load", {})))
-                  for c in doc["cells"])
+    cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c["rate"]) for c in doc["cells"])
     spec = LaunchSpec(node=node, launch=launch, measure=doc["measure"], engine=doc["engine"], models=doc["models"],
                       cells=cells)
     if spec.fingerprint != doc["fingerprint"]:
@@ -175,4 +178,5 @@ def read(path: Path) -> LaunchSpec:
 
 
 def _workload(doc: dict) -> Workload:
-    return Workload(**{**doc, "prompts": tuple(doc["prompts"]), "concurrency": tuple(doc["concurrency"])})
+    return Workload(**{**doc, "prompts": tuple(doc["prompts"]), "concurrency": tuple(doc["concurrency"]),
+                       "load": Load.from_doc(doc["load"])})

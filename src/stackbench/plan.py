@@ -10,7 +10,7 @@ the GPU's range, runs not measured alike) belong with the expansion they guard; 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .config import ConfigError, load_file, load_schema, validate
@@ -27,6 +27,41 @@ class Model:
 
 
 @dataclass(frozen=True)
+class Load:
+    """A workload's load and SLO settings (workflow/schemas/workload.schema.yaml documents each)."""
+
+    requests_per_stream: int = 1
+    knee_fraction: float = 0.10
+    rates: tuple[float, ...] = ()
+    arrival: str = "poisson"  # poisson | constant | gamma
+    burstiness: float = 1.0
+    requests: int | None = None
+    duration_s: float | None = None
+    seed: int = 0
+    input_tokens: tuple[int, int] | None = None  # synthetic prompt lengths, uniform in [low, high]
+    output_tokens: tuple[int, int] | None = None  # synthetic output lengths (max_tokens), uniform in [low, high]
+    slo_ttft_s: float | None = None
+    slo_tpot_ms: float | None = None
+    slo_min_attainment: float = 0.9
+
+    @property
+    def has_slo(self) -> bool:
+        return self.slo_ttft_s is not None or self.slo_tpot_ms is not None
+
+    @property
+    def identity(self) -> dict | None:
+        """What enters a cell's fingerprint: nothing for the defaults, so cells of workloads without a load
+        section keep the fingerprints they were measured under."""
+        return None if self == Load() else asdict(self)
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> "Load":
+        """From the spec's JSON (lists back to tuples)."""
+        tuples = {k: tuple(v) for k, v in doc.items() if isinstance(v, list)}
+        return cls(**{**doc, **tuples})
+
+
+@dataclass(frozen=True)
 class Workload:
     name: str
     kind: str
@@ -36,6 +71,13 @@ class Workload:
     turns: int
     salt: bool
     concurrency: tuple[int, ...]
+    load: Load = Load()
+
+    @property
+    def identity(self) -> dict:
+        """The workload's part of a cell's fingerprint; its load enters the cell's on its own (see
+        launchspec.Cell.identity), so workloads without a load section keep their fingerprints."""
+        return {k: v for k, v in asdict(self).items() if k != "load"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +102,7 @@ class Launch:
     context_len: int
     bind_host: str
     env: dict = field(default_factory=dict)
+    workloads: tuple[str, ...] = ()  # the workloads this launch measures (the run's, else the node's)
 
     @property
     def name(self) -> str:
@@ -110,7 +153,21 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         turns=doc["turns"],
         salt=doc["salt"],
         concurrency=tuple(doc["concurrency"] or node_concurrency),
+        load=_load(doc, path),
     )
+
+
+def _load(doc: dict, path: Path) -> Load:
+    """A workload file's load and slo sections, checked."""
+    load, slo = doc["load"], doc["slo"]
+    if load["rates"] and load["requests"] is None and load["duration_s"] is None:
+        raise ConfigError(f"{path}: load.rates: an open-loop run needs load.requests or load.duration_s")
+    for key in ("input_tokens", "output_tokens"):
+        if load[key] is not None and load[key][0] > load[key][1]:
+            raise ConfigError(f"{path}: load.{key}: low {load[key][0]} is above high {load[key][1]}")
+    return Load(**{**load, "rates": tuple(load["rates"]),
+                   **{k: tuple(load[k]) if load[k] else None for k in ("input_tokens", "output_tokens")}},
+                slo_ttft_s=slo["ttft_s"], slo_tpot_ms=slo["tpot_ms"], slo_min_attainment=slo["min_attainment"])
 
 
 def _model(node_name: str, doc: dict, key: str, where: str, models_dir: str) -> Model:
@@ -155,9 +212,12 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         raise ConfigError(f"configs/config.yaml: nodes: no node config {path} (known: {', '.join(known)})")
     doc = load_file(path, "node", root)
     where = str(path)
-    workloads = tuple(
-        load_workload(w, doc["concurrency"], root, f"{where}: workloads[{i}]") for i, w in enumerate(doc["workloads"])
-    )
+    # The node's workloads, then any a run names that the node does not: each file is read once.
+    named = {w: f"{where}: workloads[{i}]" for i, w in enumerate(doc["workloads"])}
+    for i, run in enumerate(doc["runs"]):
+        for j, w in enumerate(run["workloads"] or ()):
+            named.setdefault(w, f"{where}: runs[{i}].workloads[{j}]")
+    workloads = tuple(load_workload(w, doc["concurrency"], root, w_where) for w, w_where in named.items())
     launches: list[Launch] = []
     for i, run in enumerate(doc["runs"]):
         run_where = f"{where}: runs[{i}]"
@@ -199,6 +259,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 context_len=doc["context_len"],
                 bind_host=doc["bind_host"],
                 env=dict(doc["env"]),
+                workloads=tuple(run["workloads"] or doc["workloads"]),
             ))
     _check_hardware(doc, launches, where)
     _check_measured_alike(launches, where)

@@ -20,7 +20,7 @@ import scipy.stats
 from .client import RequestRecord
 from .stacks.base import SpecCounters
 from .telemetry import WindowReading, power_by_time
-from .workloads import Load
+from .plan import Load
 
 # A percentile from fewer samples than this says so in its note.
 FEW_SAMPLES = 100

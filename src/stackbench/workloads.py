@@ -9,50 +9,13 @@ cell whose requests arrive at that rate (Poisson, constant or gamma, as vLLM `be
 from __future__ import annotations
 
 import secrets
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy
 
-from .config import ConfigError, load_file
-from .plan import Node, Workload
+from .plan import Load, Workload
 
 CHARS_PER_TOKEN = 4  # rough, only to size long prompts; the real count comes back from the server
-
-
-@dataclass(frozen=True)
-class Load:
-    """A workload's load and SLO settings (workflow/schemas/workload.schema.yaml documents each)."""
-
-    requests_per_stream: int = 1
-    knee_fraction: float = 0.10
-    rates: tuple[float, ...] = ()
-    arrival: str = "poisson"  # poisson | constant | gamma
-    burstiness: float = 1.0
-    requests: int | None = None
-    duration_s: float | None = None
-    seed: int = 0
-    input_tokens: tuple[int, int] | None = None  # synthetic prompt lengths, uniform in [low, high]
-    output_tokens: tuple[int, int] | None = None  # synthetic output lengths (max_tokens), uniform in [low, high]
-    slo_ttft_s: float | None = None
-    slo_tpot_ms: float | None = None
-    slo_min_attainment: float = 0.9
-
-    @property
-    def has_slo(self) -> bool:
-        return self.slo_ttft_s is not None or self.slo_tpot_ms is not None
-
-    @property
-    def identity(self) -> dict | None:
-        """What enters a cell's fingerprint: nothing for the defaults, so cells of workloads without a load
-        section keep the fingerprints they were measured under."""
-        return None if self == Load() else asdict(self)
-
-    @classmethod
-    def from_doc(cls, doc: dict) -> "Load":
-        """From the spec's JSON (lists back to tuples)."""
-        tuples = {k: tuple(v) for k, v in doc.items() if isinstance(v, list)}
-        return cls(**{**doc, **tuples})
 
 
 @dataclass(frozen=True)
@@ -61,27 +24,6 @@ class Request:
 
     turns: tuple[str, ...]
     output_tokens: int
-
-
-def load_of(path: Path, root: Path) -> Load:
-    """The load and SLO sections of one workload file, checked."""
-    doc = load_file(path, "workload", root)
-    load, slo = doc["load"], doc["slo"]
-    if load["rates"] and load["requests"] is None and load["duration_s"] is None:
-        raise ConfigError(f"{path}: load.rates: an open-loop run needs load.requests or load.duration_s")
-    for key in ("input_tokens", "output_tokens"):
-        if load[key] is not None and load[key][0] > load[key][1]:
-            raise ConfigError(f"{path}: load.{key}: low {load[key][0]} is above high {load[key][1]}")
-    return Load(**{**load, "rates": tuple(load["rates"]),
-                   **{k: tuple(load[k]) if load[k] else None for k in ("input_tokens", "output_tokens")}},
-                slo_ttft_s=slo["ttft_s"], slo_tpot_ms=slo["tpot_ms"], slo_min_attainment=slo["min_attainment"])
-
-
-def loads_of(node: Node) -> dict[str, Load]:
-    """Each of the node's workloads' load settings, read from configs/workloads/ beside the node's file.
-    (plan.Workload does not carry them yet.)"""
-    root = Path(node.file).parents[2]
-    return {w.name: load_of(root / "configs" / "workloads" / f"{w.name}.yaml", root) for w in node.workloads}
 
 
 # Common short English words, each one token (with its leading space) in the BPE vocabularies of the

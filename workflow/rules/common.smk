@@ -46,7 +46,7 @@ def plan_inputs(wildcards):
     measure settings come in as a param."""
     node, launch = _plan.find_launch(NODES, wildcards.node, wildcards.launch)
     needed = {"node": node.file, "stack": f"configs/stacks/{launch.stack_config}.yaml",
-              "workloads": [f"configs/workloads/{w.name}.yaml" for w in node.workloads]}
+              "workloads": [f"configs/workloads/{w}.yaml" for w in launch.workloads]}
     if launch.launch_mode == "native" and not launch.launch_target:
         needed["env"] = f"{PATHS['envs']}/{launch.env_name}/ready.json"
     # The pipeline's own model files come with their sha256 record. A node's own model path is an input

@@ -190,24 +190,41 @@ def status_lines(results: Results) -> list[str]:
 
 def headline_input(results: Results) -> pd.DataFrame:
     """Only the rows a headline can show (tables.headline_records makes the final choice): its metrics at
-    concurrency 1 (or unset) and each variant's aggregate at its highest concurrency, at the variant's
+    concurrency 1 (or unset) and each variant's aggregate at one higher concurrency, at the variant's
     canonical power cap (uncapped where it ran uncapped, else its highest), peaks left out. A launch's own
-    figures (pool, VRAM) logged without a cap hold at that cap."""
+    figures (pool, VRAM) logged without a cap hold at that cap.
+
+    The aggregate's concurrency: for measured variants, the highest that every measured variant of the
+    node ran, so a load sweep on one launch does not put its column at another level than the rest's; a
+    published variant keeps its post's own highest."""
     launch_metrics = [c.metric for c in tables.HEADLINE if c.cell == "any"]
     return results.frame(f"""
         with rows as (
           select *, case when source = 'published' then split_part(ref, '_', 1) else '' end as post from results
           where status = 'ok' and stat <> 'peak' and metric in {_in(tables.HEADLINE_METRICS)}),
+        levels as (
+          select node, concurrency, count(distinct (stack, variant)) as variants from rows
+          where source = 'measured' and metric = 'aggregate_tps' and concurrency is not null group by all),
+        common as (
+          select node, max(concurrency) as concurrency from levels
+          where variants = (select count(distinct (stack, variant)) from rows m
+                            where m.node = levels.node and m.source = 'measured' and m.metric = 'aggregate_tps'
+                              and m.concurrency is not null)
+          group by node),
         variant as (
           select node, source, post, stack, variant,
                  coalesce(bool_or(power_cap_w is null) filter (where metric not in {_in(launch_metrics)}), true) as uncapped,
                  max(power_cap_w) filter (where metric not in {_in(launch_metrics)}) as top_cap,
                  max(case when metric = 'aggregate_tps' then concurrency end) as top_concurrency
-          from rows group by all)
-        select r.* exclude (post) from rows r join variant v using (node, source, post, stack, variant)
+          from rows group by all),
+        chosen as (
+          select v.*, case when v.source = 'measured' then coalesce(c.concurrency, v.top_concurrency)
+                           else v.top_concurrency end as aggregate_concurrency
+          from variant v left join common c using (node))
+        select r.* exclude (post) from rows r join chosen v using (node, source, post, stack, variant)
         where ((r.metric in {_in(launch_metrics)} and r.power_cap_w is null)
                or case when v.uncapped then r.power_cap_w is null else r.power_cap_w = v.top_cap end)
-          and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.top_concurrency))""")
+          and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.aggregate_concurrency))""")
 
 
 def ceiling_percents(roofline: pd.DataFrame) -> dict[tuple, float]:

@@ -194,7 +194,8 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
     """The records behind one node's headline: per variant, its canonical cells only.
 
     Canonical: concurrency 1 for single-stream rates (a rate whose concurrency is not stated is not
-    single-stream), the variant's highest concurrency for the aggregate, and one power cap: uncapped where
+    single-stream), the highest concurrency left for the aggregate (render.headline_input chose it: for
+    measured variants the highest all of them ran), and one power cap: uncapped where
     the variant ran uncapped, else its highest cap (a sweep's other caps are in the analysis section).
     Peaks are not typical figures and stay out."""
     rows = results[(results["node"] == node) & results["metric"].isin(HEADLINE_METRICS) & (results["status"] == "ok")
