@@ -247,3 +247,17 @@ def test_measured_variants_share_the_aggregate_concurrency():
     table = tables.headline_table(render.headline_input(render.Results(pd.DataFrame(rows))), "test-cpu")
     got = {row[table.columns.index("variant")]: row[table.columns.index("aggregate tok/s")] for row in table.rows}
     assert got == {"nospec": "200 @c2", "draft-n2": "205 @c2", "mtp-n2": "304 @c4"}
+
+
+def test_a_failed_background_write_fails_the_report(tmp_path, monkeypatch):
+    """Fault injection: the analysis files are written on a worker thread; its error reaches the caller
+    instead of leaving a report with a missing file."""
+    records = published.load_all(ROOT / "data/published", ROOT) + measured_rows()
+    store.atomic_write_parquet(store.to_table(pd.DataFrame(records)), tmp_path / "results.parquet")
+
+    def disk_full(table, paths):
+        raise OSError(f"No space left on device: {paths[0][0].name}")
+
+    monkeypatch.setattr(render, "_copy_out", disk_full)
+    with pytest.raises(OSError, match="No space left on device: analysis-"):
+        render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")

@@ -344,8 +344,10 @@ def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, vary: str = "engine
     """
     like = [c for c in KEY_COLUMNS + BASIS_COLUMNS if c != vary]
     a, b = (_with_hashes(frame[frame["status"] == "ok"], like) for frame in (baseline, candidate))
-    paired = a.merge(b[["_like", vary, "value"]], on="_like", suffixes=("_a", "_b"))
-    table = paired[[c for c in ("node", "stack", "variant", "workload", "concurrency", "metric") if c != vary]].copy()
+    shown = [c for c in ("node", "stack", "variant", "workload", "concurrency", "metric") if c != vary]
+    # Only the columns the table shows cross the merge: carrying all of them costs most of its time.
+    paired = a[shown + ["_like", vary, "value"]].merge(b[["_like", vary, "value"]], on="_like", suffixes=("_a", "_b"))
+    table = paired[shown].copy()
     table[f"{vary} A"], table[f"{vary} B"] = paired[f"{vary}_a"].to_numpy(), paired[f"{vary}_b"].to_numpy()
     table["A"], table["B"] = paired["value_a"].to_numpy(), paired["value_b"].to_numpy()
     table["B/A"] = table["B"] / table["A"]
@@ -382,16 +384,20 @@ def power_sweet_spots(results: pd.DataFrame) -> pd.DataFrame:
     """Per sweep (same source, ref, node, stack, variant, workload, concurrency, metric): the lowest cap
     whose throughput is within 5% of the best, and tokens per joule of that very cell where energy was
     measured."""
-    rates = results[results["power_cap_w"].notna() & results["metric"].isin(RATE_METRICS) & (results["status"] == "ok")
-                    & results["value"].notna()]
     keys = ["source", "ref", "node", "stack", "variant", "workload", "concurrency", "metric"]
-    grouped = rates.groupby(keys, dropna=False)
+    wanted = results["power_cap_w"].notna() & results["metric"].isin(RATE_METRICS) & (results["status"] == "ok") \
+        & results["value"].notna()
+    rates = results.loc[wanted, list(dict.fromkeys(CELL + keys + ["value"]))]
+    # The sweep's keys are factorised once; every per-sweep figure then groups on that integer.
+    sweep = rates.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    grouped = rates.groupby(sweep)
     rates = rates.assign(best=grouped["value"].transform("max"), caps=grouped["power_cap_w"].transform("nunique"))
-    rates = rates[rates["caps"] >= 2]
+    several = (rates["caps"] >= 2).to_numpy()
+    rates, sweep = rates[several], sweep[several]
     if rates.empty:
         return pd.DataFrame()
     spot = rates["power_cap_w"].where(rates["value"] >= SWEET_SPOT_SHARE * rates["best"])
-    rates = rates.assign(spot=spot.groupby([rates[k] for k in keys], dropna=False).transform("min"))
+    rates = rates.assign(spot=spot.groupby(sweep).transform("min"))
     joules = rates[CELL].merge(_cell_values(results, "energy_j_per_token"), on=CELL, how="left")["value"].set_axis(rates.index)
     out = pd.DataFrame({**{k: rates[k] for k in keys}, "power_cap_w": rates["power_cap_w"], "value": rates["value"],
                         "share_of_best": rates["value"] / rates["best"], "tokens_per_joule": 1 / joules,

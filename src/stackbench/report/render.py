@@ -17,11 +17,13 @@ import csv
 import html
 import io
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 import plotly.offline
 
 from .. import analysis, basis, published
@@ -146,6 +148,7 @@ class Results:
     """The results table behind a DuckDB view: selections and aggregates come back as small frames."""
 
     def __init__(self, source: Path | pd.DataFrame):
+        self.source = source
         self.con = duckdb.connect()
         if isinstance(source, pd.DataFrame):
             self.con.register("results", source)
@@ -235,12 +238,41 @@ def ceiling_percents(roofline: pd.DataFrame) -> dict[tuple, float]:
     return measured.groupby(["node", "stack", "variant"])["percent_of_ceiling"].median().to_dict()
 
 
-def derived_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, caveats: list[str], table_dir: Path) -> tables.Table:
-    """An analysis table: written whole as CSV and Parquet by DuckDB, shown as its first rows."""
+class Background:
+    """One worker thread for the report's DuckDB-bound jobs (the full per-cell tables, the analysis files)
+    while the main thread runs the pandas analyses: DuckDB releases the GIL, so on a 2-core host the two
+    overlap. Jobs run in the order given; `wait` raises the first one's error."""
+
+    def __init__(self):
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="report")
+        self.pending: list[Future] = []
+
+    def submit(self, fn, *args) -> Future:
+        future = self.pool.submit(fn, *args)
+        self.pending.append(future)
+        return future
+
+    def wait(self) -> None:
+        try:
+            for future in self.pending:
+                future.result()
+        finally:
+            self.pool.shutdown()
+
+
+def _copy_out(table: pa.Table, paths: list[tuple[Path, str]]) -> None:
     con = duckdb.connect()
-    con.register("derived", frame)
-    for suffix, options in ((".csv", "header"), (".parquet", "format parquet")):
-        con.execute(f"copy derived to '{_sql_text(str(table_dir / (table_id + suffix)))}' ({options})")
+    con.register("derived", table)
+    for path, options in paths:
+        con.execute(f"copy derived to '{_sql_text(str(path))}' ({options})")
+
+
+def derived_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, caveats: list[str], table_dir: Path,
+                  background: Background) -> tables.Table:
+    """An analysis table: written whole as CSV and Parquet by DuckDB (from Arrow, faster than from pandas)
+    in the background, shown as its first rows."""
+    background.submit(_copy_out, pa.Table.from_pandas(frame, preserve_index=False),
+                      [(table_dir / f"{table_id}.csv", "header"), (table_dir / f"{table_id}.parquet", "format parquet")])
     table = tables.frame_table(frame.head(DERIVED_ROWS_SHOWN), table_id, title, ref, caveats)
     if len(frame) > DERIVED_ROWS_SHOWN:
         table.complete = False
@@ -248,7 +280,8 @@ def derived_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, cave
     return table
 
 
-def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, geometries, table_dir: Path) -> list[tables.Table]:
+def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, spec_by_context: pd.DataFrame, geometries,
+                    table_dir: Path, background: Background) -> list[tables.Table]:
     # (frame, table id, title, how it is computed, caveats); an empty frame makes no table.
     sections = [
         (roofline, "analysis-roofline", "Decode against its bandwidth roofline",
@@ -260,15 +293,15 @@ def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, geometries, tab
          "sweet spot: the lowest cap within 5% of the best throughput of its sweep", []),
         (analysis.spread_flags(frame), "analysis-spread", "Wide spreads and peaks: read the range, not one number",
          "rate figures whose repeats or published range span more than x1.25, and peaks", []),
-        (analysis.spec_value_by_context(frame), "analysis-spec-by-context",
+        (spec_by_context, "analysis-spec-by-context",
          "Speculative speed-up over no-spec, by workload and prompt length", "measured single-stream decode rate, same node and stack", []),
     ]
-    out = [derived_table(section, table_id, title, ref, caveats, table_dir)
+    out = [derived_table(section, table_id, title, ref, caveats, table_dir, background)
            for section, table_id, title, ref, caveats in sections if len(section)]
-    return out + comparison_tables(frame, table_dir)
+    return out + comparison_tables(frame, table_dir, background)
 
 
-def comparison_tables(frame: pd.DataFrame, table_dir: Path) -> list[tables.Table]:
+def comparison_tables(frame: pd.DataFrame, table_dir: Path, background: Background) -> list[tables.Table]:
     """Like-for-like comparison of every measured speculative variant against the no-spec variant of its
     node and stack: one analysis.compare call (node and stack are among the like columns, so pairs never
     cross them), one table."""
@@ -282,7 +315,7 @@ def comparison_tables(frame: pd.DataFrame, table_dir: Path) -> list[tables.Table
     if paired.empty:
         return []
     caveats = [f"{len(unpaired)} rows had no like counterpart"] if len(unpaired) else []
-    return [derived_table(paired, "compare-nospec-vs-speculative", title, how, caveats, table_dir)]
+    return [derived_table(paired, "compare-nospec-vs-speculative", title, how, caveats, table_dir, background)]
 
 
 def write_comparison(baseline: Path, candidate: Path, vary: str, out: Path) -> Path:
@@ -297,17 +330,18 @@ def write_comparison(baseline: Path, candidate: Path, vary: str, out: Path) -> P
 
 def pivot_cells(results: Results) -> None:
     """Every node's cells, one row per cell (source, run or post, stack, variant, depth, cap, workload,
-    concurrency) and one column per metric, pivoted once by DuckDB into the table `cells`."""
-    metrics = results.frame("select distinct metric from results where status = 'ok' and value is not null "
-                            "and not isnan(value) order by metric")["metric"].tolist()
+    concurrency) and one column per metric (the median of its rows; seconds shown as ms), pivoted once by
+    DuckDB into the table `cells`."""
     keys = ", ".join(["node"] + FULL_KEYS)
-    pivot = ", ".join(f"median(value) filter (where metric = '{_sql_text(m)}') * {MILLISECONDS.get(m, (m, 1))[1]} "
-                      f"as \"{MILLISECONDS.get(m, (m, 1))[0]}\"" for m in metrics)
-    results.con.execute(f"create or replace temp table cells as select {keys}, {pivot} from results "
-                        f"where status = 'ok' and value is not null and not isnan(value) group by {keys}")
+    renamed = " ".join(f"when '{_sql_text(m)}' then '{_sql_text(name)}'" for m, (name, _) in MILLISECONDS.items())
+    scaled = " ".join(f"when '{_sql_text(m)}' then {factor}" for m, (_, factor) in MILLISECONDS.items())
+    results.con.execute(f"""create or replace temp table cells as pivot (
+        select {keys}, case metric {renamed} else metric end as metric, value * case metric {scaled} else 1 end as value
+        from results where status = 'ok' and value is not null and not isnan(value))
+        on metric using median(value) group by {keys}""")
 
 
-def full_table(results: Results, node: str, table_dir: Path, page_rows: int) -> FullTable | None:
+def full_table(results: Results, node: str, table_dir: Path, page_rows: int, varying: list[str]) -> FullTable | None:
     """One node's cells from `cells`, only the metric columns it has; DuckDB writes the files, so the
     table's size never passes through Python rows."""
     columns = results.frame("select * from cells where node = ? limit 1", [node])
@@ -317,30 +351,47 @@ def full_table(results: Results, node: str, table_dir: Path, page_rows: int) -> 
                             + " from cells where node = ?", [node]).iloc[0]
     metrics = [c for c, n in present.items() if n > 0]
     query = (f"select {', '.join(FULL_KEYS)}, {', '.join(chr(34) + m + chr(34) for m in metrics)} from cells "
-             f"where node = '{_sql_text(node)}' order by source, stack, variant, spec_tokens, power_cap_w, workload, concurrency")
+             f"where node = '{_sql_text(node)}' order by source, stack, variant, spec_tokens, power_cap_w, workload, concurrency, ref")
     csv_path, parquet_path = table_dir / f"cells-{node}.csv", table_dir / f"cells-{node}.parquet"
     results.con.execute(f"copy ({query}) to '{_sql_text(str(parquet_path))}' (format parquet)")
     results.con.execute(f"copy (select * from read_parquet('{_sql_text(str(parquet_path))}')) to '{_sql_text(str(csv_path))}' (header)")
     total = results.frame(f"select count(*) as n from read_parquet('{_sql_text(str(parquet_path))}')")["n"].iloc[0]
     head = results.con.sql(f"select * from read_parquet('{_sql_text(str(parquet_path))}') limit {page_rows}")
     return FullTable(node, head.columns, [list(row) for row in head.fetchall()], int(total), csv_path, parquet_path,
-                     varying_basis(results, node))
+                     varying)
 
 
-def varying_basis(results: Results, node: str) -> list[str]:
-    """Basis fields that differ between one node's rows, with their values: the full table's caveat."""
+def varying_basis(results: Results) -> dict[str, list[str]]:
+    """Per node, the basis fields that differ between its rows, with their values: the full table's caveat.
+    One scan counts every node's distinct values; a second reads the values of the fields that differ."""
     fields = [f for f in basis.WHY_IT_MATTERS if f not in FULL_KEYS + ["node", "metric"]]
     present = set(results.frame("select * from results limit 0").columns)
     fields = [f for f in fields if f in present]
-    counts = results.frame("select " + ", ".join(f"count(distinct coalesce(cast({f} as varchar), 'unknown')) as {f}" for f in fields)
-                           + " from results where node = ?", [node]).iloc[0]
-    out = []
-    for name in [f for f in fields if counts[f] > 1]:
-        values = results.frame(f"select distinct {name} as v from results where node = ? order by 1 limit 6", [node])["v"]
-        shown = ", ".join(basis.format_value(v) for v in values)
-        out.append(f"{basis.DISPLAY_NAMES.get(name, name)}: {shown}{' …' if counts[name] > 6 else ''} "
-                   f"(column {name} in the results says which row). Why it matters: {basis.WHY_IT_MATTERS[name]}.")
+    counts = results.frame("select node, " + ", ".join(f"count(distinct coalesce(cast({f} as varchar), 'unknown')) as {f}"
+                                                       for f in fields) + " from results group by node").set_index("node")
+    differing = [f for f in fields if (counts[f] > 1).any()]
+    values = results.frame("select node, " + ", ".join(
+        f"list(distinct {f} order by {f}) filter (where {f} is not null) as \"v_{f}\", bool_or({f} is null) as \"null_{f}\""
+        for f in differing) + " from results group by node").set_index("node") if differing else None
+    out = {}
+    for node, count in counts.iterrows():
+        lines = []
+        for name in [f for f in differing if count[f] > 1]:
+            shown = list(values.at[node, f"v_{name}"]) + ([None] if values.at[node, f"null_{name}"] else [])
+            text = ", ".join(basis.format_value(v) for v in shown[:6])
+            lines.append(f"{basis.DISPLAY_NAMES.get(name, name)}: {text}{' …' if count[name] > 6 else ''} "
+                         f"(column {name} in the results says which row). Why it matters: {basis.WHY_IT_MATTERS[name]}.")
+        out[node] = lines
     return out
+
+
+def full_tables(source: Path | pd.DataFrame, nodes: list[str], table_dir: Path) -> list[FullTable]:
+    """Every node's full per-cell table, on a connection of its own (this runs on the background thread)."""
+    results = Results(source)
+    pivot_cells(results)
+    page_rows = max(200, PAGE_ROWS_TOTAL // max(1, len(nodes)))
+    varying = varying_basis(results)
+    return [f for f in (full_table(results, n, table_dir, page_rows, varying.get(n, [])) for n in nodes) if f is not None]
 
 
 def full_markdown(full: FullTable) -> str:
@@ -383,55 +434,64 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     table_dir = out_dir / "tables"
     table_dir.mkdir(parents=True, exist_ok=True)
 
-    geometries = analysis.load_geometries(Path("."))
-    frame = results.frame(f"select * exclude ({', '.join(NOT_ANALYSED)}) from results where metric in {_in(ANALYSIS_METRICS)} "
-                          "or metric like 'accept_rate_pos%' or metric like 'geometry_%'")
-    roofline = analysis.roofline(frame, geometries)
-    percents = ceiling_percents(roofline)
-    power_why = power_not_measured(results)
-    candidates = headline_input(results)
-    headlines = [t for t in (tables.headline_table(candidates, n, percents, power_why.get(n)) for n in nodes) if t is not None]
-    derived = analysis_tables(frame, roofline, geometries, table_dir)
-    seed = seed_tables(results.rows("source = 'published'"), published.load_layouts(published_dir))
-    pivot_cells(results)
-    page_rows = max(200, PAGE_ROWS_TOTAL // max(1, len(nodes)))
-    fulls = [f for f in (full_table(results, n, table_dir, page_rows) for n in nodes) if f is not None]
-    status = status_lines(results)
+    background = Background()
+    try:
+        fulls_job = background.submit(full_tables, results.source, nodes, table_dir)
+        geometries = analysis.load_geometries(Path("."))
+        frame = results.frame(f"select * exclude ({', '.join(NOT_ANALYSED)}) from results where metric in {_in(ANALYSIS_METRICS)} "
+                              "or metric like 'accept_rate_pos%' or metric like 'geometry_%'")
+        roofline = analysis.roofline(frame, geometries)
+        percents = ceiling_percents(roofline)
+        power_why = power_not_measured(results)
+        candidates = headline_input(results)
+        by_node = candidates.groupby("node", sort=False).indices  # each node's headline reads its own rows only
+        headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n))
+                                 for n in nodes if n in by_node) if t is not None]
+        spec = analysis.spec_value_by_context(frame)
+        derived = analysis_tables(frame, roofline, spec, geometries, table_dir, background)
+        seed = seed_tables(results.rows("source = 'published'"), published.load_layouts(published_dir))
+        figures = _figures(results, spec, nodes)
+        fulls = fulls_job.result()
+        status = status_lines(results)
 
-    written = []
-    for table in headlines + derived + seed:
-        outputs = [(".md", to_markdown(table))] + ([(".csv", to_csv(table))] if table.complete else [])
-        for suffix, text in outputs:
-            path = table_dir / f"{table.table_id}{suffix}"
-            path.write_text(text, encoding="utf-8")
-            written.append(path)
-    written += [p for f in fulls for p in (f.csv_path, f.parquet_path)]
-    intro = (f"{sum(counts.values())} figures: {counts.get('measured', 0)} measured here, "
-             f"{counts.get('published', 0)} transcribed from the seed posts.")
-    summary = ["# Stack comparison report", "", "## Headline: one row per stack variant, per node", "",
-               *[to_markdown(t) for t in headlines], intro, ""]
-    if status:
-        summary += ["## Cells without a figure", "", *[f"- {s}" for s in status], ""]
-    summary += ["## Full tables", "", *[full_markdown(f) for f in fulls]]
-    summary += ["## Analysis", "", *[to_markdown(t) for t in derived]]
-    summary += ["## The seeds' tables, regenerated from data in each post's own layout", "", *[to_markdown(t) for t in seed]]
-    summary_path = out_dir / "report.md"
-    summary_path.write_text("\n".join(summary), encoding="utf-8")
-    written.append(summary_path)
+        written = []
+        for table in headlines + derived + seed:
+            outputs = [(".md", to_markdown(table))] + ([(".csv", to_csv(table))] if table.complete else [])
+            for suffix, text in outputs:
+                path = table_dir / f"{table.table_id}{suffix}"
+                path.write_text(text, encoding="utf-8")
+                written.append(path)
+        written += [p for f in fulls for p in (f.csv_path, f.parquet_path)]
+        intro = (f"{sum(counts.values())} figures: {counts.get('measured', 0)} measured here, "
+                 f"{counts.get('published', 0)} transcribed from the seed posts.")
+        summary = ["# Stack comparison report", "", "## Headline: one row per stack variant, per node", "",
+                   *[to_markdown(t) for t in headlines], intro, ""]
+        if status:
+            summary += ["## Cells without a figure", "", *[f"- {s}" for s in status], ""]
+        summary += ["## Full tables", "", *[full_markdown(f) for f in fulls]]
+        summary += ["## Analysis", "", *[to_markdown(t) for t in derived]]
+        summary += ["## The seeds' tables, regenerated from data in each post's own layout", "", *[to_markdown(t) for t in seed]]
+        summary_path = out_dir / "report.md"
+        summary_path.write_text("\n".join(summary), encoding="utf-8")
+        written.append(summary_path)
 
-    spec = analysis.spec_value_by_context(frame)
-    html_path = out_dir / "index.html"
-    html_path.write_text(_page(intro, headlines, fulls, derived, seed, status, _figures(results, spec, nodes)), encoding="utf-8")
-    written.append(html_path)
+        html_path = out_dir / "index.html"
+        html_path.write_text(_page(intro, headlines, fulls, derived, seed, status, figures), encoding="utf-8")
+        written.append(html_path)
+    finally:
+        background.wait()  # every file is on disk (or the first error raised) before the report counts as written
     return written
 
 
 def _figures(results: Results, spec: pd.DataFrame, nodes: list[str]) -> list:
     figures = []
+    # One narrow query, split by node on integer positions: a scan per node, or filtering a wide frame of
+    # arrow-backed strings in pandas, costs more.
+    charted = results.frame(f"select {', '.join(CHART_COLUMNS)} from results where "
+                            f"metric in {_in(CHART_METRICS)} or metric like 'accept_rate_pos%'")
+    positions = charted.groupby("node", sort=False).indices
     for node in nodes:
-        # One narrow query per node: filtering a wide frame of arrow-backed strings in pandas costs more.
-        mine = results.frame(f"select {', '.join(CHART_COLUMNS)} from results where node = ? and "
-                             f"(metric in {_in(CHART_METRICS)} or metric like 'accept_rate_pos%')", [node])
+        mine = charted.take(positions.get(node, [])).reset_index(drop=True)
         figures += [charts.rate_by_workload(mine, node), charts.concurrency_scaling(mine, node),
                     charts.power_sweep(mine, node), charts.per_position_acceptance(mine, node),
                     charts.accept_len_by_depth(mine, node), charts.spec_speedup(spec, node)]

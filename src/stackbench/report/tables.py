@@ -234,7 +234,10 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
                    key=lambda k: (k[0] != "measured", k[1], STACK_ORDER.get(k[2], 9), str(k[3])))
     records["row_no"] = records["row_key"].map({k: i + 1 for i, k in enumerate(order)})
     by_cell: dict[tuple, list[dict]] = {}
-    for record in records[CELL_FIELDS + ["row_key"]].to_dict("records"):
+    fields = CELL_FIELDS + ["row_key"]
+    # Columns to lists, then zipped: DataFrame.to_dict boxes every value one by one, 20x slower at 1M rows.
+    for values in zip(*(records[f].tolist() for f in fields)):
+        record = dict(zip(fields, values))
         by_cell.setdefault((record["row_key"], record["metric"]), []).append(record)
     shown_columns = [c for c in HEADLINE if any((k, c.metric) in by_cell for k in order)]
     with_ceiling = any(ceiling_percent.get((node, *k)) is not None for k in order)
