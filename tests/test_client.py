@@ -138,3 +138,52 @@ def test_closed_loop_streams_send_their_requests_back_to_back():
         assert first.t_end <= second.t_submit < first.t_end + 0.05
     starts = sorted(r.t_submit for r in records)
     assert starts[1] - starts[0] < 0.05 and starts[2] - starts[0] > 0.1  # together, then each waits its 0.15 s answer
+
+
+class DroppingServer:
+    """Fault injection (a test double, not an engine): a raw HTTP server that reads each request and closes
+    the connection without answering for the first `drops` connections, then answers with a one-token
+    SSE stream; as a llama-server does when a pooled keep-alive connection is closed under a new request."""
+
+    def __init__(self, drops: int):
+        self.drops, self.connections = drops, 0
+
+    async def handle(self, reader, writer):
+        self.connections += 1
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
+        await reader.readexactly(length)
+        if self.connections <= self.drops:
+            writer.close()
+            return
+        chunk = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
+                     b"Content-Length: " + str(len(chunk)).encode() + b"\r\n\r\n" + chunk)
+        await writer.drain()
+        writer.close()
+
+    def ask(self) -> RequestRecord:
+        async def scenario():
+            server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            client = StreamClient(f"http://127.0.0.1:{port}", "m", {}, stall_timeout_s=5, request_timeout_s=10)
+            try:
+                return await client.chat([{"role": "user", "content": "hi"}], 4, 0, 0)
+            finally:
+                await client.aclose()
+                server.close()
+
+        return asyncio.run(scenario())
+
+
+def test_a_connection_dropped_before_any_answer_is_sent_again():
+    record = DroppingServer(drops=1).ask()
+    assert record.status == "ok" and record.content == "hi" and record.resent == 1
+    assert record.to_row()["resent"] == 1
+
+
+def test_a_server_that_keeps_dropping_fails_the_request_after_the_resends():
+    server = DroppingServer(drops=10)
+    record = server.ask()
+    assert record.status == "failed" and record.error.startswith("ServerDisconnectedError")
+    assert record.resent == StreamClient.RESENDS and server.connections == StreamClient.RESENDS + 1
