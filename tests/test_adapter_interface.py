@@ -7,8 +7,9 @@ import pytest
 from stackbench.stacks import ADAPTERS
 from stackbench.stacks.base import Adapter
 
-MEMBERS = ("engine", "engine_label", "health_path", "version_path", "accept_len_basis", "argv", "request_extras", "parse_log",
-           "parse_version", "facts_from_metrics", "spec_counters", "server_timings")
+MEMBERS = ("engine", "engine_label", "health_path", "version_path", "accept_len_basis", "image_entrypoint",
+           "image_version_command", "argv", "request_extras", "parse_log", "parse_version", "facts_from_metrics",
+           "spec_counters", "server_timings", "version_from_output", "self_report")
 
 
 def test_the_protocol_declares_every_member_the_run_loop_uses():

@@ -17,7 +17,7 @@ from container_image import build_llamacpp_image, container_engine_problem
 from launch_helpers import llamacpp_env, make_launch, measure_argv, one_launch_spec, one_model_node  # noqa: F401  (llamacpp_env is a fixture)
 from conftest import interruptible
 from stackbench import store
-from stackbench.launchers import NotRunnable, container_name, group_members, llamacpp_build_info, open_launcher
+from stackbench.launchers import NotRunnable, container_name, group_members, open_launcher
 from stackbench.stacks import adapter_for
 
 
@@ -91,7 +91,7 @@ def test_ulimits_are_explicit_and_within_the_hosts(tmp_path):
     ("llama-server: unrecognized option", "unknown"),
 ])
 def test_llamacpp_version_lines_of_both_forms_read_as_props_build_info(reported, recorded):
-    assert llamacpp_build_info(reported) == recorded
+    assert adapter_for("llamacpp").version_from_output(reported) == recorded
 
 
 def test_a_missing_container_cli_is_not_runnable(tmp_path, monkeypatch):
@@ -167,7 +167,7 @@ def test_image_mode_is_measured_through_the_run_loop_and_leaves_nothing(repo_cop
     assert len(decode) == 1 and decode["value"].iloc[0] > 0
     assert set(rows["launch_mode"]) == {"image"} and set(rows["engine_image"]) == {podman_image}
     # Read inside the image; the same binary run on the host reports the same build.
-    assert set(rows["engine_version"]) == {llamacpp_build_info(llamacpp_env["binary_reports"])}
+    assert set(rows["engine_version"]) == {adapter_for("llamacpp").version_from_output(llamacpp_env["binary_reports"])}
     assert "--entrypoint" in json.loads((out / "server_command.json").read_text())["argv"]
     assert_nothing_left(out)
 

@@ -14,7 +14,7 @@ import pytest
 
 from launch_helpers import TEST_MODEL, chat, llamacpp_env, make_launch, measure_argv, one_launch_spec, one_model_node  # noqa: F401  (a fixture)
 from stackbench import store
-from stackbench.launchers import SELF_REPORTS, ReadyTimeout, ServerProcess, free_port, open_launcher
+from stackbench.launchers import ReadyTimeout, ServerProcess, free_port, open_launcher
 from stackbench.stacks import adapter_for
 
 FIXTURES = Path(__file__).parent / "fixtures/external"
@@ -95,24 +95,24 @@ def test_llamacpp_with_several_slots_leaves_the_server_context_unknown():
     """/props trimmed to the keys read, captured from llama-server b11434 --ctx-size 1024 --parallel 2:
     each slot reports 512, which --kv-unified would report as 1024, so the total is not knowable."""
     client = replies({"/props": "llamacpp-b11434-props--ctx-size-1024--parallel-2.json"})
-    assert SELF_REPORTS["llamacpp"](client, "http://llama", adapter_for("llamacpp")) == {
+    assert adapter_for("llamacpp").self_report(client, "http://llama") == {
         "engine_version": "b0-unknown", "context_len": None, "quant": "Q4_1"}
 
 
 def test_vllm_reports_version_and_max_model_len_but_not_tp_or_quant():
     client = replies({"/version": "vllm-version-from-source.json", "/v1/models": "vllm-v1-models-from-source.json"})
-    assert SELF_REPORTS["vllm"](client, "http://vllm", adapter_for("vllm")) == {"engine_version": "0.11.0", "context_len": 32768}
+    assert adapter_for("vllm").self_report(client, "http://vllm") == {"engine_version": "0.11.0", "context_len": 32768}
 
 
 @pytest.mark.parametrize("path", ["/server_info", "/get_server_info"])
 def test_sglang_reports_version_context_tp_and_quant_on_either_route(path):
     client = replies({path: "sglang-server-info-from-source.json"})
-    assert SELF_REPORTS["sglang"](client, "http://sglang", adapter_for("sglang")) == {
+    assert adapter_for("sglang").self_report(client, "http://sglang") == {
         "engine_version": "0.5.5", "context_len": 40960, "tp": 4, "quant": "fp8"}
 
 
 @pytest.mark.parametrize("engine", ["llamacpp", "vllm", "sglang"])
 def test_a_server_that_reports_nothing_leaves_every_figure_unknown(engine):
-    report = SELF_REPORTS[engine](replies({}), "http://silent", adapter_for(engine))
+    report = adapter_for(engine).self_report(replies({}), "http://silent")
     assert report["engine_version"] == "unknown"
     assert report.get("context_len") is None and report.get("tp") is None and report.get("quant", "unknown") == "unknown"

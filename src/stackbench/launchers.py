@@ -3,7 +3,8 @@
 Three modes, one interface (Launcher): native (the pipeline-built binary in its own process group),
 image (the engine's container image through docker or podman) and external (a server somebody else
 started, which we only reach and ask about itself). Every launcher stops what it started on every exit
-path; the engine adapter supplies only argv, the health path and how to read the server's replies.
+path; the engine adapter supplies the rest (argv, health path, its image's entrypoint and version
+command, what a running server says about itself), so no engine name appears here.
 
 A server process runs in its own session (process group) so that its workers go down with it.
 ServerProcess.stop() sends SIGTERM to the whole group, waits, then SIGKILLs the group and reaps, even
@@ -326,33 +327,8 @@ class NativeLauncher(_ProcessLauncher):
                 "engine_image": "none (native build)"}
 
 
-# What an engine's image runs instead of the native binary. llama.cpp's official images
-# (ghcr.io/ggml-org/llama.cpp:server*, .devops/*.Dockerfile) keep the server at /app/llama-server; the vLLM
-# image (vllm/vllm-openai) starts `vllm serve`; the SGLang image (lmsysorg/sglang) has no entrypoint.
-IMAGE_ENTRYPOINTS = {
-    "llamacpp": ["/app/llama-server"],
-    "sglang": ["python3", "-m", "sglang.launch_server"],
-    "vllm": ["vllm", "serve"],
-}
-# The engine's own version, asked inside the image (a tag can be moved; the binary cannot lie about itself).
-IMAGE_VERSION_COMMANDS = {
-    "llamacpp": ["/app/llama-server", "--version"],
-    "sglang": ["python3", "-c", "import sglang; print(sglang.__version__)"],
-    "vllm": ["python3", "-c", "import vllm; print(vllm.__version__)"],
-}
 CLI_TIMEOUT_S = 120
 PULL_TIMEOUT_S = 3600
-# `llama-server --version` (common/build-info.cpp llama_print_build_info) prints
-# "version: <version> (build <number>, commit <hash>)", older builds "version: <number> (<hash>)";
-# /props build_info names the same build "b<number>-<hash>", the form recorded here.
-LLAMACPP_VERSION = re.compile(r"version: (?:\S+ \(build )?(?P<build>\d+)(?:, commit | \()(?P<commit>\w+)\)")
-
-
-def llamacpp_build_info(version_output: str) -> str:
-    found = LLAMACPP_VERSION.search(version_output)
-    return f"b{found['build']}-{found['commit']}" if found else "unknown"
-
-
 def container_ulimits() -> list[str]:
     """This process's own open-file and process limits, passed explicitly.
 
@@ -430,7 +406,7 @@ class ImageLauncher(_ProcessLauncher):
         return pinned or f"{self.image} (image id {image_id})"
 
     def _version_inside(self) -> str:
-        command = IMAGE_VERSION_COMMANDS[self.adapter.engine]
+        command = list(self.adapter.image_version_command)
         try:
             done = self._run_cli("run", "--rm", "--name", f"{self.name}-version", "--network", "none",
                                  *container_ulimits(), "--entrypoint", command[0], self.image, *command[1:])
@@ -440,16 +416,14 @@ class ImageLauncher(_ProcessLauncher):
         if done.returncode != 0:
             log.warning("engine version not readable inside %s: %s", self.image, _last_line(done))
             return "unknown"
-        if self.adapter.engine == "llamacpp":
-            return llamacpp_build_info(text)
-        return text.strip().splitlines()[-1] if text.strip() else "unknown"
+        return self.adapter.version_from_output(text)
 
     def server_argv(self, host: str, port: int) -> list[str]:
         launch = _with_real_model_paths(self.launch)
         native = self.adapter.argv(launch, "<native binary>", host, port, self.threads)
         # Python engines start natively as `<python> -m <module>`: the image's entrypoint replaces all three.
         engine_args = native[3:] if native[1:2] == ["-m"] else native[1:]
-        entrypoint = IMAGE_ENTRYPOINTS[self.adapter.engine]
+        entrypoint = list(self.adapter.image_entrypoint)
         mounts = [flag for folder in _model_folders(launch) for flag in ("-v", f"{folder}:{folder}:ro")]
         # The values stay in the environment of the CLI process, never on its command line.
         env_flags = [flag for key in sorted(self.launch.env) for flag in ("-e", key)]
@@ -523,7 +497,7 @@ class ExternalLauncher:
                                        f"{self.base_url}{self.adapter.health_path}")
                 time.sleep(poll_s)
             ready_s = time.monotonic() - started
-            self.reported.update(SELF_REPORTS[self.adapter.engine](client, self.base_url, self.adapter))
+            self.reported.update(self.adapter.self_report(client, self.base_url))
         return ready_s
 
     def alive(self) -> bool:
@@ -538,48 +512,3 @@ class ExternalLauncher:
 
     def identity(self) -> dict:
         return {"launch_mode": self.mode, "engine_image": "external endpoint", **self.reported}
-
-
-def _get_json(client: httpx.Client, url: str) -> dict:
-    """The JSON object at url, or {} when the server has no such endpoint or answers something else."""
-    try:
-        reply = client.get(url)
-        body = reply.json() if reply.status_code == 200 else {}
-    except (httpx.HTTPError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _llamacpp_report(client: httpx.Client, base_url: str, adapter) -> dict:
-    """llama-server /props: `build_info`, `model_ftype` (the weights' quantization) and the per-slot
-    context `default_generation_settings.n_ctx`. With several slots that is --ctx-size divided among them,
-    or all of it under --kv-unified, and /props does not say which: the server's context is known only
-    with one slot. llama.cpp has no tensor parallelism to report."""
-    props = _get_json(client, base_url + "/props")
-    per_slot = (props.get("default_generation_settings") or {}).get("n_ctx")
-    quant = props.get("model_ftype")
-    return {"engine_version": adapter.parse_version(props) if props else "unknown",
-            "context_len": per_slot if props.get("total_slots") == 1 and isinstance(per_slot, int) else None,
-            "quant": quant if isinstance(quant, str) else "unknown"}
-
-
-def _vllm_report(client: httpx.Client, base_url: str, adapter) -> dict:
-    """vLLM /version {"version": ...} and /v1/models data[i].max_model_len; neither says TP or quantization."""
-    models = _get_json(client, base_url + "/v1/models").get("data") or [{}]
-    max_len = models[0].get("max_model_len")
-    return {"engine_version": adapter.parse_version(_get_json(client, base_url + "/version")),
-            "context_len": max_len if isinstance(max_len, int) else None}
-
-
-def _sglang_report(client: httpx.Client, base_url: str, adapter) -> dict:
-    """SGLang /server_info (older servers: /get_server_info): the resolved server args, flattened, plus
-    `version`. `quantization: null` means no quantization flag, not an unquantized model."""
-    info = _get_json(client, base_url + "/server_info") or _get_json(client, base_url + "/get_server_info")
-    ctx, tp, quant = info.get("context_length"), info.get("tp_size"), info.get("quantization")
-    return {"engine_version": adapter.parse_version(info) if info else "unknown",
-            "context_len": ctx if isinstance(ctx, int) else None, "tp": tp if isinstance(tp, int) else None,
-            "quant": quant if isinstance(quant, str) else "unknown"}
-
-
-# What each engine's server says about itself; a figure it does not report stays "unknown" (None for numbers).
-SELF_REPORTS = {"llamacpp": _llamacpp_report, "vllm": _vllm_report, "sglang": _sglang_report}

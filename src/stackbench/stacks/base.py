@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import httpx
+
 from ..plan import Launch
 
 
@@ -83,6 +85,8 @@ class Adapter(Protocol):
     health_path: str  # GET answers 200 once the server takes requests
     version_path: str | None  # GET answers the engine version as JSON; None: the environment knows it
     accept_len_basis: str  # how accept_len is put on the common basis, 1 + accepted / drafts (rows say it)
+    image_entrypoint: tuple[str, ...]  # what the engine's official image runs instead of the native binary
+    image_version_command: tuple[str, ...]  # asks the engine inside its image for its own version
 
     def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]: ...
 
@@ -104,6 +108,24 @@ class Adapter(Protocol):
     def server_timings(self, final_chunk: dict) -> dict:
         """The engine's own per-request figures from a streamed chunk, keys prefixed `server_`."""
 
+    def version_from_output(self, text: str) -> str:
+        """The version from what `image_version_command` printed ("unknown" when it is not there)."""
+
+    def self_report(self, client: httpx.Client, base_url: str) -> dict:
+        """What a running server says about itself (external mode): `engine_version`, and `context_len`,
+        `tp` and `quant` where the engine reports them; a figure it does not report stays "unknown" (None
+        for numbers)."""
+
+
+def get_json(client: httpx.Client, url: str) -> dict:
+    """The JSON object at url, or {} when the server has no such endpoint or answers something else."""
+    try:
+        reply = client.get(url)
+        body = reply.json() if reply.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
 
 def render_flags(args: dict) -> list[str]:
     """Engine flags from a dict: underscores become dashes, true is a bare flag, false and null drop it,
@@ -124,3 +146,8 @@ def render_flags(args: dict) -> list[str]:
         else:
             out += [flag, str(value)]
     return out
+
+
+def last_line(text: str) -> str:
+    """A Python engine's `print(<module>.__version__)`: the last line printed, after any import warnings."""
+    return text.strip().splitlines()[-1] if text.strip() else "unknown"

