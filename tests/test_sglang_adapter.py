@@ -77,6 +77,17 @@ def test_sglang_cpu_metrics_captured_from_the_real_server():
     assert facts.model_mib is None
 
 
+def test_the_unrounded_pool_from_metrics_replaces_the_logs_rounded_one():
+    """The run loop's merge (measure: log facts filled from /metrics) on the two real captures."""
+    facts = sglang.parse_log((FIXTURES / "sglang/server-0.5.23-cpu-real.log").read_text())
+    facts.fill_from(sglang.facts_from_metrics((FIXTURES / "sglang/metrics-0.5.23-cpu-real.txt").read_text()))
+    assert facts.kv_cache_mib == pytest.approx(8193 * 30 * 2 * 3 * 64 * 2 / 2**20)  # 180.02 MiB, not 184.3
+    assert facts.kv_dtype == "float16" and facts.n_ctx == 4096  # what the log said stays
+    silent = sglang.parse_log((FIXTURES / "sglang/server-0.5.23-cpu-real.log").read_text())
+    silent.fill_from(type(silent)())  # /metrics disabled: the rounded figure is still better than none
+    assert silent.kv_cache_mib == pytest.approx(0.18 * 1024)
+
+
 def test_sglang_server_info_captured_from_the_real_server():
     info = json.loads((FIXTURES / "sglang/server-info-0.5.23-cpu-real.json").read_text())
     assert sglang.parse_version(info) == "0.5.23"

@@ -50,14 +50,21 @@ class ServerFacts:
     n_ctx: int | None = None
     slots: int | None = None
     extra: dict = field(default_factory=dict)
+    # Facts this source printed rounded (SGLang's log gives GB to 2 decimals): another source's figure for
+    # them wins in fill_from.
+    rounded: set[str] = field(default_factory=set)
 
     def fill_from(self, other: "ServerFacts") -> None:
-        """Take every fact `other` knows and this one does not (the log wins over /metrics)."""
+        """Take every fact `other` knows and this one does not (the log wins over /metrics), and `other`'s
+        figure for a fact this one only has rounded."""
         for name in self.__dataclass_fields__:
             if name == "extra":
                 self.extra = {**other.extra, **self.extra}
-            elif getattr(self, name) is None:
+            elif name == "rounded":
+                continue
+            elif getattr(self, name) is None or (name in self.rounded and getattr(other, name) is not None):
                 setattr(self, name, getattr(other, name))
+                self.rounded.discard(name)
 
 
 def counters_from_metrics(metrics_text: str, prefix: str) -> SpecCounters | None:

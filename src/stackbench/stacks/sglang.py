@@ -95,6 +95,7 @@ class SglangAdapter:
             facts.kv_pool_tokens = int(pool["tokens"])
             gb = float(pool["kv"]) if pool["kv"] else float(pool["k"]) + float(pool["v"])
             facts.kv_cache_mib = gb * GIB_IN_MIB
+            facts.rounded.add("kv_cache_mib")  # 0.18 GB for a 180.02 MiB pool: /metrics has it unrounded
             if pool["dtype"]:
                 facts.kv_dtype = pool["dtype"].removeprefix("torch.")
         total = MAX_TOTAL.search(text)
