@@ -91,25 +91,28 @@ class LaunchRun:
         self.ready_s = self.ready_s if self.ready_s is not None else seconds
         self.timeline.append({"event": "ready", "seconds": seconds, "launch": self.launches})
         self.facts = self.adapter.parse_log(self.server.log_text())
-        self._ask_server()
-        self.rows.learn(self.facts, self.server.identity())
+        self.rows.learn(self.facts, self._ask_server(self.server.identity()))
         log.info("server ready in %.1f s: %s", seconds, " ".join(self.server.argv))
         (self.out_dir / "server_command.json").write_text(json.dumps({"argv": self.server.argv, "env": sorted(self.launch.env)}, indent=1))
         return CellRunner(self.server.base_url, self.adapter, self.spec, api_key(self.node),
                           self.sampler, self.capper, self.telemetry_why, alive=self.server.alive, progress=self._show)
 
-    def _ask_server(self) -> None:
-        """What the running server says about itself: its version, and a pool size its log may lack."""
+    def _ask_server(self, identity: dict) -> dict:
+        """What the running server says about itself: its version where neither the environment nor the
+        launcher knows it (added to the identity returned), and from /metrics a fact its log lacks or
+        only prints rounded (filled into self.facts)."""
         import httpx
 
         try:
-            if self.adapter.version_path and self.rows.launch_basis["engine_version"] == "unknown":
+            if self.adapter.version_path and self.rows.launch_basis["engine_version"] == "unknown" \
+                    and not identity.get("engine_version"):
                 reply = httpx.get(self.server.base_url + self.adapter.version_path, timeout=10).json()
-                self.rows.launch_basis["engine_version"] = self.adapter.parse_version(reply)
-            if self.facts.kv_pool_tokens is None or self.facts.kv_dtype is None:
+                identity = {**identity, "engine_version": self.adapter.parse_version(reply)}
+            if self.facts.kv_pool_tokens is None or self.facts.kv_dtype is None or self.facts.rounded:
                 self.facts.fill_from(self.adapter.facts_from_metrics(httpx.get(self.server.base_url + "/metrics", timeout=10).text))
         except (httpx.HTTPError, ValueError, prometheus.MetricsFormatError) as err:
             log.warning("could not query the server about itself: %s", err)
+        return identity
 
     def _stop_server(self) -> None:
         if self.server is not None:
