@@ -10,6 +10,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -88,11 +89,17 @@ LOAD_WORKLOAD = {"prompts": ["Say hi."], "output_tokens": 31, "concurrency": [1,
 
 
 @pytest.fixture(scope="module")
-def load_results(tmp_path_factory):
+def load_run(tmp_path_factory) -> Path:
     tmp_path = tmp_path_factory.mktemp("load")
     with serving(CAPACITY) as url:
         spec = external_spec(tmp_path, url, LOAD_WORKLOAD, repeats=2)
-        return store.read_results(measure.LaunchRun(spec, tmp_path / "run").run())
+        measure.LaunchRun(spec, tmp_path / "run").run()
+    return tmp_path / "run"
+
+
+@pytest.fixture(scope="module")
+def load_results(load_run):
+    return store.read_results(load_run / "cells.parquet")
 
 
 def figures(results, **where):
@@ -126,13 +133,17 @@ def test_knee_is_the_engine_capacity(load_results):
     assert by_throughput.value == 2 and "from c=2 to c=3" in by_throughput.note
 
 
-def test_goodput_counts_the_requests_that_waited_for_a_slot_as_missing_the_slo(load_results):
+def test_goodput_counts_the_requests_that_waited_for_a_slot_as_missing_the_slo(load_run, load_results):
     for streams in (1, 2):
         assert figures(load_results, concurrency=streams)["value"]["slo_attainment"] == 1.0
-    # Three streams, six requests, two slots: one request of the first wave and one of the second wait a
-    # whole request (0.5 s) for a slot, beyond the 0.35 s TTFT limit.
+    # Three streams, two slots: the first wave's third request waits a whole request (0.5 s) for a slot,
+    # beyond the 0.35 s TTFT limit. How many of the second wave wait depends on which request reaches a
+    # freed slot first (4/6 or 5/6 per repeat), so the figure is checked against the requests' own TTFTs.
+    requests = pd.read_parquet(next((load_run / "cells").glob("code--c3--*.requests.parquet")))
+    within = ((requests["status"] == "ok") & (requests["ttft_s"] <= 0.35)).groupby(requests["repeat"]).mean()
+    assert len(within) == 2 and (within < 1).all()
     third = figures(load_results, concurrency=3)
-    assert third["value"]["slo_attainment"] == pytest.approx(4 / 6)
+    assert third["value"]["slo_attainment"] == pytest.approx(within.median())
     assert third["value"]["goodput_rps"] == pytest.approx(4 / 6 * third["value"]["request_rps"], rel=0.05)
     assert "TTFT <= 0.35 s" in third.loc["goodput_rps", "note"]
 
