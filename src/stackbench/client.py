@@ -209,8 +209,9 @@ class StreamClient:
         """Send, and send again (at most RESENDS times) when the server closed the connection before any
         answer: the keep-alive race, where a pooled connection is reused just as the server closes it
         (llama-server's cpp-httplib closes one after CPPHTTPLIB_KEEPALIVE_MAX_COUNT requests, 5 by default,
-        or 5 s idle; seen once in 24 requests of the default's c4 cell). Nothing of an answer had arrived, so nothing is counted twice; t_submit
-        stays the first send, so the reconnect is inside the request's TTFT, as a user would see it."""
+        or 5 s idle; seen once in 24 requests of the default's c4 cell). Nothing of an answer had arrived,
+        so nothing is counted twice; t_submit stays the first send, so the reconnect is inside the request's
+        TTFT, as a user would see it."""
         for attempt in range(self.RESENDS + 1):
             try:
                 return await self._stream(record, messages, output_tokens, final_hook)

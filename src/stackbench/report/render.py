@@ -205,14 +205,14 @@ def headline_input(results: Results) -> pd.DataFrame:
         with rows as (
           select *, case when source = 'published' then split_part(ref, '_', 1) else '' end as post from results
           where status = 'ok' and stat <> 'peak' and metric in {_in(tables.HEADLINE_METRICS)}),
-        levels as (
-          select node, concurrency, count(distinct (stack, variant)) as variants from rows
-          where source = 'measured' and metric = 'aggregate_tps' and concurrency is not null group by all),
+        aggregates as (
+          select node, stack, variant, concurrency from rows
+          where source = 'measured' and metric = 'aggregate_tps' and concurrency is not null),
         common as (
-          select node, max(concurrency) as concurrency from levels
-          where variants = (select count(distinct (stack, variant)) from rows m
-                            where m.node = levels.node and m.source = 'measured' and m.metric = 'aggregate_tps'
-                              and m.concurrency is not null)
+          select node, max(l.concurrency) as concurrency
+          from (select node, concurrency, count(distinct (stack, variant)) as variants from aggregates group by all) l
+          join (select node, count(distinct (stack, variant)) as variants from aggregates group by node) n
+            using (node, variants)
           group by node),
         variant as (
           select node, source, post, stack, variant,
