@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from launch_helpers import LLAMACPP_READY, TEST_MODEL
 from stackbench import published, store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,3 +136,19 @@ SMOLLM2_METADATA = ROOT / "tests/fixtures/models/smollm2-135m-instruct-q4_1-meta
 def smollm2_metadata_gguf(directory: Path) -> Path:
     doc = json.loads(SMOLLM2_METADATA.read_text())
     return write_gguf(Path(directory) / "smollm2-135m-instruct-q4_1-metadata.gguf", doc["architecture"], doc["fields"])
+
+
+@pytest.fixture(scope="session")
+def llamacpp_env(request) -> dict:
+    """The pipeline-built llama.cpp environment's ready.json, built through the workflow if absent."""
+    if not (LLAMACPP_READY.exists() and TEST_MODEL.exists()):
+        request.getfixturevalue("engine_ready")
+    return json.loads(LLAMACPP_READY.read_text())
+
+
+@pytest.fixture(autouse=True)
+def host_lock_dir(tmp_path, monkeypatch) -> Path:
+    """Each test's own folder for the host-wide GPU locks and records (hostlocks), never the machine's."""
+    folder = tmp_path / "host-locks"
+    monkeypatch.setenv("STACKBENCH_LOCK_DIR", str(folder))
+    return folder

@@ -9,10 +9,9 @@ import textwrap
 from pathlib import Path
 
 import httpx
-import pytest
 import yaml
 
-from stackbench import launchspec, plan
+from stackbench import hostlocks, launchspec, plan
 
 DOUBLE_SERVER = textwrap.dedent("""
     import http.server, json, os, sys
@@ -67,14 +66,6 @@ LLAMACPP_READY = ROOT / ".envs/llamacpp/ready.json"
 TEST_MODEL = ROOT / "data/models/smollm2-135m-q4-1.gguf"
 
 
-@pytest.fixture(scope="session")
-def llamacpp_env(request) -> dict:
-    """The pipeline-built llama.cpp environment's ready.json, built through the workflow if absent."""
-    if not (LLAMACPP_READY.exists() and TEST_MODEL.exists()):
-        request.getfixturevalue("engine_ready")
-    return json.loads(LLAMACPP_READY.read_text())
-
-
 def chat(base_url: str, max_tokens: int = 8) -> dict:
     """One real completion request; returns the OpenAI-style reply."""
     reply = httpx.post(base_url + "/v1/chat/completions", timeout=120,
@@ -108,3 +99,8 @@ def one_model_node(launch: dict, server_args: dict | None = None) -> dict:
             "models": {"smollm2-135m-q4-1": {"gguf": str(TEST_MODEL), "quant": "Q4_1"}},
             "runs": [{"stack": "llamacpp", "model": "smollm2-135m-q4-1", "variants": ["nospec"],
                       "server_args": {"parallel": 1, **(server_args or {})}, "launch": launch}]}
+
+
+def server_pid(run_dir: Path) -> int:
+    """The pid (and process group) of the server a launch started, from its record (hostlocks.ServerRecord)."""
+    return json.loads(hostlocks.run_record(run_dir).read_text())["pid"]

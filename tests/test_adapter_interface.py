@@ -1,4 +1,5 @@
-"""Every adapter implements every member of the interface the run loop uses (stacks/base.py Adapter)."""
+"""Every adapter implements every member of the engine interface (stacks/base.py Adapter), read from the
+Protocol itself: a member added there fails here for each adapter that lacks it."""
 
 import inspect
 
@@ -7,17 +8,14 @@ import pytest
 from stackbench.stacks import ADAPTERS
 from stackbench.stacks.base import Adapter
 
-MEMBERS = ("engine", "engine_label", "health_path", "version_path", "accept_len_basis", "image_entrypoint",
-           "image_version_command", "argv", "request_extras", "parse_log", "parse_version", "facts_from_metrics",
-           "spec_counters", "server_timings", "version_from_output", "self_report")
+MEMBERS = sorted({name for name in vars(Adapter) if not name.startswith("_")} | set(Adapter.__annotations__))
 
 
-def test_the_protocol_declares_every_member_the_run_loop_uses():
-    declared = {name for name in dir(Adapter) if not name.startswith("_")} | set(Adapter.__annotations__)
-    assert declared == set(MEMBERS)
+def test_the_protocol_has_members_to_check():
+    assert {"argv", "engine", "concurrent_slots", "parse_log"} <= set(MEMBERS)
 
 
-@pytest.mark.parametrize("engine", ["llamacpp", "vllm", "sglang"])
+@pytest.mark.parametrize("engine", sorted(ADAPTERS))
 def test_an_adapter_implements_each_member_with_the_declared_parameters(engine):
     adapter = ADAPTERS[engine]
     for name in MEMBERS:

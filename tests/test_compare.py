@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launch_helpers import LLAMACPP_READY, TEST_MODEL
 from stackbench import analysis, store
-from launch_helpers import LLAMACPP_READY, ROOT, TEST_MODEL, llamacpp_env  # noqa: F401  (llamacpp_env is a fixture)
 
 NODE = {
     "description": "compare test: this CPU, one workload, one launch",

@@ -90,7 +90,8 @@ def test_snakemake_stops_with_one_line_before_planning(repo_copy):
 def test_impossible_tp_size_fails_before_any_job(configs):
     node = configs / "configs/nodes/rtx5090.yaml"
     edit(node, lambda d: d["runs"][1]["server_args"].update(tp_size=2))
-    with pytest.raises(ConfigError, match=r"rtx5090.yaml: runs \(launch sglang-eagle--eagle-3-1-4\): tp_size 2 needs 2 GPUs; hardware.gpu.count is 1"):
+    with pytest.raises(ConfigError, match=r"rtx5090.yaml: runs \(launch sglang-eagle--eagle-3-1-4\): "
+                                          r"tp_size 2 needs 2 GPUs; hardware.gpu.count is 1"):
         plan.load_plan(configs, {"nodes": ["rtx5090"]})
 
 

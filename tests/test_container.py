@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from container_image import build_llamacpp_image, container_engine_problem
-from launch_helpers import llamacpp_env, make_launch, measure_argv, one_launch_spec, one_model_node  # noqa: F401  (llamacpp_env is a fixture)
 from conftest import interruptible
+from container_image import build_llamacpp_image, container_engine_problem
+from launch_helpers import make_launch, measure_argv, one_launch_spec, one_model_node, server_pid
 from stackbench import store
 from stackbench.launchers import NotRunnable, container_name, group_members, open_launcher
 from stackbench.stacks import adapter_for
-
 
 
 def image_launcher(tmp_path, engine="llamacpp", cli="docker", gpu_devices=None, image="example/engine@sha256:ab12", **fields):
@@ -142,7 +141,7 @@ def processes_naming(name: str) -> list[int]:
 
 def assert_nothing_left(out: Path) -> None:
     assert containers_named(NAME) == [] and processes_naming(NAME) == []
-    assert group_members(int((out / "server.pid").read_text())) == []
+    assert group_members(server_pid(out)) == []
 
 
 def start_measuring(spec: Path, out: Path) -> subprocess.Popen:

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from launch_helpers import TEST_MODEL, chat, llamacpp_env, make_launch, measure_argv, one_launch_spec, one_model_node  # noqa: F401  (a fixture)
+from launch_helpers import TEST_MODEL, chat, make_launch, measure_argv, one_launch_spec, one_model_node
 from stackbench import store
 from stackbench.launchers import ReadyTimeout, ServerProcess, free_port, open_launcher
 from stackbench.stacks import adapter_for

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launch_helpers import server_pid
 from stackbench import launchers, store
 from stackbench.client import StreamClient
 from stackbench.launchers import group_members
@@ -143,11 +144,11 @@ def test_sigterm_during_a_cell_stops_the_server_and_keeps_finished_cells(ci_repo
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list((out / "cells").glob("*--????????????????.parquet")):
         time.sleep(0.2)
-    server_pid = int((out / "server.pid").read_text())
+    pgid = server_pid(out)
     proc.terminate()
     proc.wait(timeout=60)
     assert proc.returncode != 0
-    assert group_members(server_pid) == []
+    assert group_members(pgid) == []
     kept = list((out / "cells").glob("*--????????????????.parquet"))
     assert kept and all(store.read_results(p)["status"].eq("ok").all() for p in kept)
 

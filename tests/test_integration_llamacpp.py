@@ -2,6 +2,7 @@
 SmolLM2-135M Q4_K_M on this CPU. The engine environment and the models are made by the workflow's own
 rules the first time (about 15 minutes on 2 cores), then reused."""
 
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from conftest import interruptible
+from launch_helpers import server_pid
 from stackbench import launchspec, measure, plan, runner, store
 from stackbench.launchers import group_members
 
@@ -74,7 +76,7 @@ def test_server_killed_mid_cell_is_recorded_and_the_other_cells_land(ci_repo, tm
     async def kill_during_second_cell(client, streams, final_hook=None):
         calls["n"] += 1
         if calls["n"] == 5:  # cell 2 (code, c=2, no warm-up: code warmed up at c=1): kill during its second repeat
-            os.killpg(int((run.out_dir / "server.pid").read_text()), signal.SIGKILL)
+            os.killpg(server_pid(run.out_dir), signal.SIGKILL)
         return await original(client, streams, final_hook)
 
     monkeypatch.setattr(runner, "run_streams", kill_during_second_cell)
@@ -112,11 +114,11 @@ def test_sigint_leaves_no_server_and_a_rerun_measures_only_missing_cells(ci_repo
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(list((out / "cells").glob("*--*--*--*.parquet"))) < 2:
         time.sleep(0.2)
-    server_pid = int((out / "server.pid").read_text())
+    pgid = server_pid(out)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     assert proc.returncode != 0
-    assert group_members(server_pid) == []
+    assert group_members(pgid) == []
     done_cells = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*--*--*--????????????????.parquet")}
     assert 1 <= len(done_cells) < 4 and not (out / "cells.parquet").exists()
     rerun = subprocess.run(argv, cwd=ci_repo, capture_output=True, text=True, timeout=300)
@@ -149,3 +151,52 @@ def test_power_cap_sweep_inside_one_launch_with_an_nvml_test_double(ci_repo, tmp
     assert (cells[cells["metric"] == "energy_j_per_token"]["value"] > 0).all()
     assert [mw for _, mw in fake.set_calls] == [200_000, 250_000, 300_000]  # the last one restores the original
     assert (tmp_path / "run/telemetry.parquet").exists()
+
+
+def start_and_wait_for_a_cell(argv: list[str], repo: Path, out: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(argv, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not list((out / "cells").glob("*--*--*--*.parquet")):
+        assert proc.poll() is None, "the measure job ended before its first cell"
+        time.sleep(0.2)  # waiting for a real server's progress, not standing in for a handshake
+    return proc
+
+
+def gone_within(pgid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_sigkill_of_the_measure_job_takes_its_server_down_within_a_second(ci_repo, tmp_path):
+    out = tmp_path / "run"
+    proc = start_and_wait_for_a_cell(measure_argv(ci_repo, "llamacpp--nospec", out), ci_repo, out)
+    pgid = server_pid(out)
+    assert group_members(pgid)
+    proc.kill()  # as the OOM killer or a scheduler's final KILL would
+    proc.wait(timeout=10)
+    assert gone_within(pgid, 1.0)
+
+
+def test_a_rerun_stops_the_server_an_older_build_left_behind_and_measures(ci_repo, tmp_path):
+    out = tmp_path / "run"
+    argv = measure_argv(ci_repo, "llamacpp--nospec", out)
+    # The same job as a build before servers died with their parent: nothing takes the orphan down.
+    older = [sys.executable, "-c", "import sys; from stackbench import cli, launchers; "
+             "launchers.ServerProcess.die_with_parent = False; sys.exit(cli.main(sys.argv[1:]))", *argv[3:]]
+    proc = start_and_wait_for_a_cell(older, ci_repo, out)
+    pgid = server_pid(out)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert group_members(pgid), "the orphan should still be running here"
+    rerun = subprocess.run(argv, cwd=ci_repo, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"stopped a leftover server of ci-cpu/llamacpp--nospec (pid {pgid}:" in rerun.stderr
+    assert group_members(pgid) == []
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["leftovers"][0].startswith(f"stopped a leftover server of ci-cpu/llamacpp--nospec (pid {pgid}:")
+    results = store.read_results(out / "cells.parquet")
+    assert set(results.loc[results["workload"] != "server", "status"]) == {"ok"}

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import report_one_node
+from launch_helpers import server_pid
 from stackbench import plan
 from stackbench.launchers import ReadyTimeout, ServerProcess, free_port, group_members
 from stackbench.stacks.sglang import SglangAdapter
-from conftest import report_one_node
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,8 +62,8 @@ def test_sglang_on_cpu_measures_decode_prefill_ttft_kv_pool_and_says_what_it_is(
     assert (row["engine"], row["engine_version"], row["kv_dtype"]) == ("SGLang", "0.5.23", "bfloat16")
     log = (repo_copy / f"data/runs/{NODE}/sglang-cpu--nospec/server.log").read_text()
     assert "sgl_kernel stand-in:" in log and "'attention_backend': 'torch_native'" in log
-    server_pid = int((repo_copy / f"data/runs/{NODE}/sglang-cpu--nospec/server.pid").read_text())
-    assert group_members(server_pid) == []  # HTTP server, scheduler and detokenizer all gone
+    pgid = server_pid(repo_copy / f"data/runs/{NODE}/sglang-cpu--nospec")
+    assert group_members(pgid) == []  # HTTP server, scheduler and detokenizer all gone
 
 
 def test_teardown_after_the_http_server_died_leaves_no_scheduler_or_detokenizer(sglang_ready, tmp_path, monkeypatch):

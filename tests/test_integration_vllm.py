@@ -11,7 +11,6 @@ import pytest
 
 from conftest import report_one_node
 
-
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -121,3 +121,60 @@ def test_reasoning_parser_on_some_runs_of_a_node_only_is_refused(repo):
     with pytest.raises(ConfigError, match=r"2x3090-nvlink.yaml: runs: reasoning_parser is set on some SGLang/vLLM runs "
                                           r"but not on sglang-nospec--nospec"):
         plan.load_plan(repo, {"nodes": ["2x3090-nvlink"]})
+
+
+def test_the_fingerprint_covers_only_the_fields_it_names(repo):
+    """An allow-list: a field added to Node or Launch moves no fingerprint until launchspec names it, and
+    correcting a roofline input (the GPU's bandwidth) re-measures nothing."""
+    import dataclasses
+
+    base = spec_of(repo)
+
+    @dataclasses.dataclass(frozen=True)
+    class NodeWithMore(plan.Node):
+        rack_position: str = "top"
+
+    @dataclasses.dataclass(frozen=True)
+    class LaunchWithMore(plan.Launch):
+        scheduler_note: str = "night"
+
+    fields = {f: getattr(base.node, f) for f in base.node.__dataclass_fields__}
+    grown = replace(base, node=NodeWithMore(**fields, rack_position="bottom"),
+                    launch=LaunchWithMore(**{f: getattr(base.launch, f) for f in base.launch.__dataclass_fields__}))
+    assert grown.server_fingerprint == base.server_fingerprint
+    assert replace(base, node=replace(base.node, bandwidth_gbs=936.0)).server_fingerprint == base.server_fingerprint
+    moved = {name: replace(base, node=replace(base.node, **{name: value})).server_fingerprint != base.server_fingerprint
+             for name, value in (("gpu_model", "NVIDIA RTX A6000"), ("cpu_threads", 16), ("os", "Windows 11"))}
+    assert moved == {"gpu_model": True, "cpu_threads": True, "os": True}
+    assert replace(base, launch=replace(base.launch, context_len=8192)).server_fingerprint != base.server_fingerprint
+    assert set(launchspec.SERVER_NODE_FIELDS) <= set(plan.Node.__dataclass_fields__)
+    assert set(launchspec.SERVER_LAUNCH_FIELDS) <= set(plan.Launch.__dataclass_fields__)
+
+
+def test_a_run_may_name_its_own_concurrency_and_keeps_a_workloads_own_list(repo):
+    node = repo / "configs/nodes/local-cpu.yaml"
+    doc = yaml.safe_load(node.read_text())
+    doc["runs"][1]["concurrency"] = [1]
+    node.write_text(yaml.safe_dump(doc))
+    draft = spec_of(repo, index=1)
+    assert {c.concurrency for c in draft.cells} == {1}
+    assert {c.concurrency for c in spec_of(repo, index=0).cells if c.workload.name == "code"} == {1, 2}
+    doc["runs"][0]["concurrency"] = [2]
+    node.write_text(yaml.safe_dump(doc))
+    nospec = spec_of(repo, index=0)
+    assert {c.concurrency for c in nospec.cells if c.workload.name == "code-load" and c.rate is None} == {1, 2, 3, 4}
+    assert {c.concurrency for c in nospec.cells if c.workload.name == "code"} == {2}
+
+
+def test_more_streams_than_the_server_runs_at_once_is_refused_at_plan_time(repo):
+    node = repo / "configs/nodes/local-cpu.yaml"
+    doc = yaml.safe_load(node.read_text())
+    doc["runs"][0]["server_args"] = {"parallel": 2}  # code-load sweeps to 4
+    node.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"/configs/nodes/local-cpu.yaml: runs\[0\] \(llamacpp--nospec\): concurrency 4 "
+                                          r"exceeds the server's 2 concurrent requests \(--parallel\); give the run its own "
+                                          r"list \(runs\[0\].concurrency\), raise --parallel, or set allow_queueing: true$"):
+        spec_of(repo)
+    doc["allow_queueing"] = True
+    node.write_text(yaml.safe_dump(doc))
+    assert {c.concurrency for c in spec_of(repo).cells} >= {4}

@@ -5,10 +5,10 @@ import re
 
 import pytest
 
+from conftest import ROOT
 from stackbench import published
 from stackbench.report import tables
 from stackbench.store import BASIS_COLUMNS, COLUMNS
-from conftest import ROOT
 
 
 @pytest.fixture(scope="module")

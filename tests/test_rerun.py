@@ -178,3 +178,20 @@ def test_one_launch_at_a_time_per_node_while_nodes_run_in_parallel(double_repo):
         assert not overlap((name, "llamacpp--nospec"), (name, "llamacpp--draft-n2"))
     across = [(a, b) for a in spans for b in spans if a[0] == "node-a" and b[0] == "node-b"]
     assert any(overlap(a, b) for a, b in across)
+
+
+def test_a_deleted_run_folder_is_measured_again_and_its_old_rows_are_gone(double_repo):
+    assert snakemake(double_repo, "report").returncode == 0
+    first = measured(double_repo)
+    old_ref = set(first.loc[first["variant"] == "nospec", "ref"])
+    subprocess.run(["rm", "-rf", str(double_repo / "data/runs/node-a/llamacpp--nospec")], check=True)
+    done = snakemake(double_repo, "report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "localrule measure:" in done.stderr and "llamacpp--nospec" in done.stderr
+    assert (double_repo / "data/runs/node-a/llamacpp--nospec/cells.parquet").exists()
+    again = measured(double_repo)
+    new_ref = set(again.loc[again["variant"] == "nospec", "ref"])
+    assert new_ref and not new_ref & old_ref  # the deleted launch's rows are not published; its new run's are
+    assert set(again.loc[again["variant"] == "draft-n2", "ref"]) == set(first.loc[first["variant"] == "draft-n2", "ref"])
+    report = (double_repo / "reports/report.md").read_text()
+    assert not any(ref in report for ref in old_ref)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stackbench.client import stated_limit
 from conftest import adapter_launch as launch
+from stackbench.client import stated_limit
 from stackbench.plan import Model
 from stackbench.stacks.sglang import SglangAdapter
 
@@ -113,7 +113,8 @@ def test_sglang_acceptance_on_vllms_basis_from_counters_never_the_gauge():
 def test_sglang_acceptance_over_a_cell_is_the_counter_delta():
     text = (FIXTURES / "sglang/metrics-gpu-spec-from-source.txt").read_text()
     # One more request in the cell: 41 tokens, the first from prefill, then 10 verify steps of 4 tokens.
-    later = (text.replace("} 3420.0", "} 3461.0").replace('is_streaming="true",model_name="qwen3.8-27b"} 19.0', 'is_streaming="true",model_name="qwen3.8-27b"} 20.0')
+    streaming = 'is_streaming="true",model_name="qwen3.8-27b"}'
+    later = (text.replace("} 3420.0", "} 3461.0").replace(f"{streaming} 19.0", f"{streaming} 20.0")
              .replace("} 1000.0", "} 1010.0"))
     delta = sglang.spec_counters(later).minus(sglang.spec_counters(text))
     assert (delta.drafts, delta.accepted) == (10, 30) and 1 + delta.accepted / delta.drafts == 4.0

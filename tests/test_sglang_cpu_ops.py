@@ -59,7 +59,7 @@ def test_every_provided_op_refuses_to_run_and_names_itself(stand_in):
 
 def test_any_other_op_is_missing_with_the_stand_ins_path(stand_in, monkeypatch):
     with pytest.raises(AttributeError, match="decode_attention_cpu: not provided by .*sglang_cpu_ops"):
-        stand_in.decode_attention_cpu
+        _ = stand_in.decode_attention_cpu
     monkeypatch.setitem(sys.modules, "sgl_kernel", stand_in)
     with pytest.raises(ImportError, match="extend_attention_cpu"):
         from sgl_kernel import extend_attention_cpu  # noqa: F401

@@ -5,7 +5,6 @@ and on a GPU machine; the real NVML is read only by scripts/gpu-check.sh."""
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nvml_double import FakeNvml
 from conftest import interruptible
+from nvml_double import FakeNvml
 from stackbench import telemetry
 
 
@@ -171,15 +170,11 @@ def test_an_nvml_error_in_the_sampler_thread_is_recorded_and_reaches_the_window(
 
 # -- power caps --------------------------------------------------------------------------------------
 def capper_for(fake, tmp_path, **kw):
-    return telemetry.PowerCapper(telemetry.NvmlGpus(fake, **kw), state_file=tmp_path / "state.json", sleep=lambda s: None)
+    return telemetry.PowerCapper(telemetry.NvmlGpus(fake, **kw), state_dir=tmp_path, sleep=lambda s: None)
 
 
-def test_the_state_file_is_absolute_and_per_host(monkeypatch):
-    monkeypatch.delenv("STACKBENCH_POWERCAP_STATE", raising=False)
-    path = telemetry.default_state_file()
-    assert path.is_absolute() and path.name == f"stackbench-powercap-{socket.gethostname()}.json"
-    monkeypatch.setenv("STACKBENCH_POWERCAP_STATE", "/tmp/elsewhere.json")
-    assert telemetry.default_state_file() == Path("/tmp/elsewhere.json")
+def state_of(tmp_path, uuid):
+    return tmp_path / f"gpu-{uuid}.powercap.json"
 
 
 def test_sweep_sets_only_the_selected_gpus_reads_back_and_restores(tmp_path):
@@ -189,11 +184,12 @@ def test_sweep_sets_only_the_selected_gpus_reads_back_and_restores(tmp_path):
         for cap in (180, 220, 260):
             assert capper.apply(cap) == telemetry.CapResult(cap, cap, applied=True)
             assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in range(4)] == [300_000, 300_000] + [cap * 1000] * 2
-        state = json.loads((tmp_path / "state.json").read_text())
-        assert state["limits_w"] == {"GPU-fake-2": 300.0, "GPU-fake-3": 300.0}
+        assert sorted(p.name for p in tmp_path.glob("*.powercap.json")) == \
+            ["gpu-GPU-fake-2.powercap.json", "gpu-GPU-fake-3.powercap.json"]
+        assert json.loads(state_of(tmp_path, "GPU-fake-2").read_text())["limit_w"] == 300.0
     assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in range(4)] == [300_000] * 4
     assert {h for h, _ in fake.set_calls} == {2, 3}
-    assert not (tmp_path / "state.json").exists()
+    assert not list(tmp_path.glob("*.powercap.json"))
 
 
 def test_restore_after_an_exception(tmp_path):
@@ -224,24 +220,41 @@ def test_a_cap_that_does_not_take_is_restored_before_it_is_reported(tmp_path):
     assert not result.applied and result.requested_w == 200 and result.enforced_w == 350.0
     assert result.reason == "power cap 200 W did not take: enforced [350.0, 350.0] W"
     assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [300_000, 300_000]
-    assert not (tmp_path / "state.json").exists()
+    assert not list(tmp_path.glob("*.powercap.json"))
 
 
-def test_a_leftover_state_file_is_restored_by_uuid_at_the_next_start(tmp_path):
-    state_gpu = tmp_path / "gpu.json"
-    fake = FakeNvml(count=2, state_path=state_gpu, limit_mw=180_000)  # a run died with the caps at 180 W
-    (tmp_path / "state.json").write_text('{"pid": 1, "limits_w": {"GPU-fake-1": 300.0}}')
-    with capper_for(fake, tmp_path, indices=[1]):
+def test_a_leftover_state_is_restored_by_the_next_launch_taking_that_gpu(tmp_path):
+    fake = FakeNvml(count=2, state_path=tmp_path / "gpu.json", limit_mw=180_000)  # a run died with the caps at 180 W
+    state_of(tmp_path, "GPU-fake-1").write_text('{"uuid": "GPU-fake-1", "limit_w": 300.0, "pid": 1}')
+    with capper_for(fake, tmp_path, indices=[1]) as capper:
         assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [180_000, 300_000]
-    assert not (tmp_path / "state.json").exists()
+        assert capper.leftovers_restored == {"GPU-fake-1": 300.0}
+    assert not state_of(tmp_path, "GPU-fake-1").exists()
 
 
-def test_a_leftover_naming_other_gpus_is_kept_and_named(tmp_path):
-    fake = FakeNvml(count=2)
-    (tmp_path / "state.json").write_text('{"pid": 1, "limits_w": {"GPU-elsewhere-9": 300.0}}')
-    with pytest.raises(telemetry.TelemetryUnavailable, match="names GPUs not selected here \\(GPU-elsewhere-9\\)"):
-        capper_for(fake, tmp_path, indices=[0]).restore_leftover()
-    assert (tmp_path / "state.json").exists() and fake.set_calls == []
+def test_a_leftover_on_another_gpu_neither_blocks_nor_is_touched(tmp_path):
+    fake = FakeNvml(count=2, state_path=tmp_path / "gpu.json", limit_mw=180_000)
+    state_of(tmp_path, "GPU-fake-1").write_text('{"uuid": "GPU-fake-1", "limit_w": 300.0, "pid": 1}')
+    with capper_for(fake, tmp_path, indices=[0]) as capper:
+        assert capper.apply(200).applied
+    assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [180_000, 180_000]  # GPU 0's original
+    assert state_of(tmp_path, "GPU-fake-1").exists() and not state_of(tmp_path, "GPU-fake-0").exists()
+
+
+def test_a_state_already_recorded_is_the_original_not_the_limit_now(tmp_path):
+    """The original of a capped GPU is the recorded one: a launch never takes another's cap for it."""
+    fake = FakeNvml(count=1, state_path=tmp_path / "gpu.json", limit_mw=200_000)
+    capper = capper_for(fake, tmp_path)
+    state_of(tmp_path, "GPU-fake-0").write_text('{"uuid": "GPU-fake-0", "limit_w": 350.0, "pid": 1}')
+    capper.apply(250)
+    capper.restore()
+    assert fake.nvmlDeviceGetPowerManagementLimit(0) == 350_000
+
+
+def test_a_malformed_state_is_named_with_what_to_do(tmp_path):
+    state_of(tmp_path, "GPU-fake-0").write_text('{"uuid": "GPU-other", "limit_w": 350.0}')
+    with pytest.raises(telemetry.TelemetryUnavailable, match="not a power-cap state of GPU GPU-fake-0.*remove the file"):
+        capper_for(FakeNvml(count=1), tmp_path).restore_leftover()
 
 
 CHILD = textwrap.dedent("""
@@ -252,7 +265,7 @@ CHILD = textwrap.dedent("""
     from stackbench import measure, telemetry
     signal.signal(signal.SIGTERM, measure._raise_interrupted)
     fake = FakeNvml(count=2, state_path=Path({gpu!r}))
-    with telemetry.PowerCapper(telemetry.NvmlGpus(fake), state_file=Path({state!r}), sleep=lambda s: None) as capper:
+    with telemetry.PowerCapper(telemetry.NvmlGpus(fake), state_dir=Path({state!r}), sleep=lambda s: None) as capper:
         capper.apply(220)
         print("capped", flush=True)
         time.sleep(60)
@@ -261,7 +274,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_restore_on_sigint_and_sigterm(tmp_path, signum):
-    gpu, state = tmp_path / "gpu.json", tmp_path / "state.json"
+    gpu, state = tmp_path / "gpu.json", tmp_path / "states"
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(tests=str(Path(__file__).parent), gpu=str(gpu), state=str(state)))
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, preexec_fn=interruptible)
@@ -271,4 +284,4 @@ def test_restore_on_sigint_and_sigterm(tmp_path, signum):
     child.wait(timeout=20)
     limits = FakeNvml(count=2, state_path=gpu)
     assert [limits.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [300_000, 300_000]
-    assert not state.exists()
+    assert not list(state.glob("*.powercap.json"))

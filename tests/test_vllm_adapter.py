@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import adapter_launch as launch
 from stackbench import prometheus
 from stackbench.client import stated_limit
-from conftest import adapter_launch as launch
 from stackbench.stacks.vllm import VllmAdapter
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -150,7 +150,8 @@ def roofline(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
     GPU node's config); weight bytes from the engine's own log (model_mib), else the model file's tensor
     bytes, else parameters x bits per weight of the exact weight format, and the row says which.
     The bound is research/snakemake_nvml.md section 3 (tokens/s <= BW / bytes read per token, KV added per
-    sequence), against decode_tps (one stream, TTFT excluded: the results contract). Counted in full although not read in full: an untied input-embedding table (a gather), so the
+    sequence), against decode_tps (one stream, TTFT excluded: the results contract). Counted in full although
+    not read in full: an untied input-embedding table (a gather), so the
     ceiling is slightly low for untied models; not counted: recurrent (linear-attention) state reads.
     Rows without bandwidth or weights are left out.
     """
@@ -312,7 +313,8 @@ def is_bimodal(values: list[float], gap_ratio: float = 1.5) -> bool:
 
 # -- speculative value against context ---------------------------------------------------------------------
 # The no-spec cell a speculative cell is compared with: the same cell in every respect but the variant.
-SPEC_PAIR = ["source", "ref", "node", "stack", "power_cap_w", "workload", "concurrency", "request_rate", "model", "quant", "prompt_tokens", "output_tokens"]
+SPEC_PAIR = ["source", "ref", "node", "stack", "power_cap_w", "workload", "concurrency", "request_rate", "model", "quant",
+             "prompt_tokens", "output_tokens"]
 
 
 def spec_value_by_context(results: pd.DataFrame) -> pd.DataFrame:

@@ -8,8 +8,8 @@ mean get a marker. Rows with identical basis get no caveat.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import pandas as pd
 

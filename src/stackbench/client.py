@@ -198,7 +198,7 @@ class StreamClient:
             await asyncio.wait_for(self._send(record, messages, output_tokens, final_hook), self.request_timeout_s)
         except aiohttp.ServerTimeoutError:  # a TimeoutError too, so it is caught before the request timeout
             record.status, record.error = "timeout", f"stream stalled: nothing received for {self.stall_timeout_s:g} s"
-        except asyncio.TimeoutError:
+        except TimeoutError:
             record.status, record.error = "timeout", f"no complete answer within {self.request_timeout_s:.0f} s"
         except aiohttp.ClientError as err:
             record.status, record.error = "failed", f"{type(err).__name__}: {err}"

@@ -17,6 +17,7 @@ stale-container removal, digest and in-image version) are the largest part.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import os
@@ -33,6 +34,7 @@ from typing import Protocol
 import httpx
 
 from . import plan
+from .hostlocks import ServerRecord, run_record
 
 log = logging.getLogger("stackbench.launchers")
 
@@ -63,6 +65,25 @@ class NotRunnable(ServerError):
     its cells are not run."""
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _die_with(parent_pid: int):
+    """Runs in the child before exec: the kernel SIGKILLs the server when the process that started it
+    dies, however it dies (OOM killer, SIGKILL, a lost session). It fires when the starting *thread* ends,
+    so servers are started from the measure job's main thread. An engine's own worker processes follow
+    their leader (SGLang's kill_itself_when_parent_died, vLLM's engine-core death pipe); whatever is
+    left of the group is stopped at the next start from the server's record (hostlocks)."""
+
+    def set_pdeathsig() -> None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before the prctl took effect
+            os._exit(1)
+
+    return set_pdeathsig
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -71,6 +92,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class ServerProcess:
     """Context manager: start on enter, always stop on exit."""
+
+    die_with_parent = True  # tests switch it off to play a build from before it existed
 
     def __init__(self, argv: list[str], log_path: Path, base_url: str, health_path: str,
                  env: dict | None = None, grace_s: float = 10.0):
@@ -90,13 +113,14 @@ class ServerProcess:
     def pgid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self._log_start = self._log.tell()
         try:
             self.process = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+                                            stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
+                                            preexec_fn=_die_with(os.getpid()) if self.die_with_parent else None)
         except OSError as err:
             self._log.close()
             raise ServerError(f"cannot start {self.argv[0]}: {err.strerror}") from err
@@ -161,7 +185,7 @@ class ServerProcess:
         if self._log:
             self._log.close()
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -199,6 +223,7 @@ class Launcher(Protocol):
     mode: str  # "native" | "image" | "external"
     base_url: str  # set once started
     argv: list[str]  # what was run ([] for external)
+    record_paths: list[Path]  # where a started server's record goes (hostlocks.ServerRecord); unused for external
 
     def start(self, ready_timeout_s: float) -> float:
         """Start and wait until ready (a bind failure retries on a fresh port); return seconds to ready.
@@ -242,6 +267,8 @@ class _ProcessLauncher:
         self.argv: list[str] = []
         self.server: ServerProcess | None = None
         self.log_path = out_dir / "server.log"
+        # Where the running server's record goes: its run folder, and beside each GPU lock (LaunchRun adds those).
+        self.record_paths = [run_record(out_dir)]
 
     @property
     def pgid(self) -> int | None:
@@ -269,8 +296,9 @@ class _ProcessLauncher:
             self.base_url = f"http://{host}:{port}"
             self.server = ServerProcess(self.argv, self.log_path, self.base_url, self.adapter.health_path, env=self._env())
             self.server.start()
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / "server.pid").write_text(str(self.server.pgid))
+            record = ServerRecord.of(self.server.pgid, self.argv, self.launch.node, self.launch.name)
+            for path in self.record_paths:
+                record.write(path)
             try:
                 self.server.wait_ready(ready_timeout_s)
                 return time.monotonic() - started
@@ -289,7 +317,7 @@ class _ProcessLauncher:
 
     def stop(self) -> None:
         if self.server is not None:
-            self.server.stop()
+            self.server.stop()  # its record stays: it says what ran, and a dead pid never matches again
 
     def log_text(self) -> str:
         return self.server.log_text() if self.server else ""
@@ -479,6 +507,7 @@ class ExternalLauncher:
         self.launch, self.adapter = launch, adapter
         self.base_url = launch.launch_target.rstrip("/")
         self.argv: list[str] = []
+        self.record_paths: list[Path] = []
         self.probe_timeout_s = probe_timeout_s
         self.reported = {"engine_version": "unknown", "context_len": None, "tp": None, "quant": "unknown"}
 

@@ -23,6 +23,13 @@ from pathlib import Path
 from .plan import Launch, Load, Model, Node, Workload
 
 FORMAT = 1
+# What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
+# fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
+# the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
+SERVER_NODE_FIELDS = ("gpu_model", "gpu_count", "gpu_devices", "cpu_threads", "os", "api_key_env", "gpu_memory_gib")
+SERVER_LAUNCH_FIELDS = ("node", "stack_config", "engine", "variant", "spec_method", "spec_engine_type", "spec_tokens",
+                        "spec_extra", "server_args", "model", "draft_model", "launch_mode", "launch_target", "env_name",
+                        "container_cli", "context_len", "bind_host", "env")
 # Measure settings that change how a run is driven, not what a cell's figures mean.
 NOT_IN_CELL_IDENTITY = ("keep_failed", "ready_timeout_s")
 
@@ -73,11 +80,8 @@ class LaunchSpec:
 
     @property
     def server_fingerprint(self) -> str:
-        node = asdict(self.node)
-        for key in ("name", "file", "workloads", "launches", "raw", "power_caps_w"):
-            node.pop(key, None)
-        launch = asdict(self.launch)
-        launch.pop("workloads")  # which cells run is each cell's identity, not the server's
+        node = {key: _plain(getattr(self.node, key)) for key in SERVER_NODE_FIELDS}
+        launch = {key: _plain(getattr(self.launch, key)) for key in SERVER_LAUNCH_FIELDS}
         engine = {k: v for k, v in self.engine.items() if k not in ("python", "server", "quantize", "bench")}
         return self._digest({"format": FORMAT, "launch": launch, "node": node, "engine": engine,
                              "models": self.models})
@@ -103,6 +107,11 @@ class LaunchSpec:
                                      for c in self.cells]}, indent=1, default=str)
 
 
+def _plain(value):
+    """A field as asdict renders it (dataclasses to dicts), for the digest."""
+    return asdict(value) if hasattr(value, "__dataclass_fields__") else value
+
+
 def cells_of(node: Node, launch: Launch) -> tuple[Cell, ...]:
     """Per cap and each of the launch's workloads: a closed-loop cell per concurrency, then an open-loop
     cell per request rate. Power-cap sweeps thus run the same load at every cap."""
@@ -111,7 +120,7 @@ def cells_of(node: Node, launch: Launch) -> tuple[Cell, ...]:
     cells = []
     for cap in caps:
         for w in (by_name[name] for name in launch.workloads):
-            cells += [Cell(w, c, cap) for c in w.concurrency]
+            cells += [Cell(w, c, cap) for c in w.levels(launch)]
             cells += [Cell(w, None, cap, rate=rate) for rate in w.load.rates]
     return tuple(cells)
 
@@ -167,7 +176,7 @@ def read(path: Path) -> LaunchSpec:
     raw_launch = doc["launch"]
     launch = Launch(**{**raw_launch, "model": Model(**raw_launch["model"]),
                        "draft_model": Model(**raw_launch["draft_model"]) if raw_launch["draft_model"] else None,
-                       "workloads": tuple(raw_launch["workloads"])})
+                       "workloads": tuple(raw_launch["workloads"]), "concurrency": tuple(raw_launch["concurrency"])})
     by_name = {w.name: w for w in workloads}
     cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c["rate"]) for c in doc["cells"])
     spec = LaunchSpec(node=node, launch=launch, measure=doc["measure"], engine=doc["engine"], models=doc["models"],

@@ -16,12 +16,12 @@ import os
 import signal
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tqdm import tqdm
 
-from . import launchspec, prometheus, store, summary, telemetry
+from . import hostlocks, launchspec, prometheus, store, summary, telemetry
 from .cellstore import CellStore
 from .config import ConfigError
 from .launchers import NotRunnable, ServerError, open_launcher
@@ -60,7 +60,7 @@ class LaunchRun:
         self.node, self.launch = spec.node, spec.launch
         self.adapter = adapter_for(self.launch.engine)
         self.store = CellStore(spec, self.out_dir, keep_failed)
-        self.started = datetime.now(timezone.utc)
+        self.started = datetime.now(UTC)
         self.run_id = f"{self.node.name}/{self.launch.name}@{self.started.strftime('%Y%m%dT%H%M%SZ')}"
         self.rows = RowMaker(spec, self.run_id, self.adapter.engine_label, spec.measure["spread_flag_ratio"],
                              self.adapter.accept_len_basis)
@@ -74,12 +74,15 @@ class LaunchRun:
         self.telemetry_why: str | None = None
         self.sampler = self.capper = None
         self.gpu_ids: list[str] | None = None
+        self.lock_dir = hostlocks.lock_dir(self.node.lock_dir)
+        self.leftovers: list[str] = []  # servers and caps a launch that died hard left behind, put right here
         self._bar = None
 
     # -- server ------------------------------------------------------------------------------------
     def _start_server(self) -> CellRunner:
         env_info = engine_environment(self.spec)
         self.server = open_launcher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads, self.gpu_ids)
+        self.server.record_paths += self._gpu_records()
         try:
             seconds = self.server.start(self.spec.measure["ready_timeout_s"])
         except NotRunnable:
@@ -177,6 +180,22 @@ class LaunchRun:
                 rows.append(self.rows.sweep_row(workload, cap, knee))
         return rows
 
+    # -- the host: GPUs held, leftovers put right ---------------------------------------------------
+    def _gpu_records(self) -> list[Path]:
+        return [hostlocks.gpu_record(self.lock_dir, g) for g in self.gpu_ids or ()]
+
+    def _waiting(self, text: str) -> None:
+        log.info("%s", text)
+        self._show(text)
+
+    def _stop_leftovers(self) -> None:
+        """A server of this launch, or of any launch on these GPUs, still running after its measure job
+        died hard holds memory (and the GPUs' VRAM): stopped before anything is measured."""
+        for path in [hostlocks.run_record(self.out_dir), *self._gpu_records()]:
+            stopped = hostlocks.stop_leftover(path)
+            if stopped:
+                self.leftovers.append(stopped)
+
     # -- the launch --------------------------------------------------------------------------------
     def run(self) -> Path:
         api_key(self.node)  # a missing key stops the launch here, before any server starts
@@ -192,12 +211,15 @@ class LaunchRun:
                         else list(self.node.gpu_devices) or [str(i) for i in range(self.node.gpu_count)] or None)
         self._bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc=f"{self.node.name} {self.launch.name}",
                          unit="cell", disable=not sys.stderr.isatty())
+        holder = hostlocks.Holder(self.node.name, self.launch.name, os.getpid())
         try:
-            with self._telemetry(gpus) as (self.sampler, self.capper):
-                runner = None
-                for cell in todo:
-                    runner = self._run_cell(cell, runner)
-                    self._bar.update(1)
+            with hostlocks.GpuLocks(self.gpu_ids if self.node.gpu_count else (), self.lock_dir, holder, self._waiting):
+                self._stop_leftovers()
+                with self._telemetry(gpus) as (self.sampler, self.capper):
+                    runner = None
+                    for cell in todo:
+                        runner = self._run_cell(cell, runner)
+                        self._bar.update(1)
         finally:
             self._stop_server()
             self._bar.close()
@@ -211,7 +233,9 @@ class LaunchRun:
         if gpus is None:
             yield None, None
             return
-        with telemetry.Sampler(gpus) as sampler, telemetry.PowerCapper(gpus) as capper:
+        with telemetry.Sampler(gpus) as sampler, telemetry.PowerCapper(gpus, self.lock_dir) as capper:
+            self.leftovers += [f"restored GPU {uuid}'s power limit to {watts:g} W, left capped by a launch that died"
+                               for uuid, watts in capper.leftovers_restored.items()]
             yield sampler, capper
 
     def _finish(self) -> Path:
@@ -219,9 +243,9 @@ class LaunchRun:
         unfinished = self.store.unfinished()
         (self.out_dir / "run.json").write_text(json.dumps({
             "run_id": self.run_id, "started": self.started.isoformat(),
-            "finished": datetime.now(timezone.utc).isoformat(), "node": self.node.name, "launch": self.launch.name, "fingerprint": self.spec.fingerprint,
+            "finished": datetime.now(UTC).isoformat(), "node": self.node.name, "launch": self.launch.name, "fingerprint": self.spec.fingerprint,
             "engine": self.spec.engine, "launches": self.launches, "restarts": self.restarts, "timeline": self.timeline,
-            "facts": self.facts.__dict__, "unfinished_cells": [c.key for c in unfinished]}, indent=1, default=str))
+            "facts": self.facts.__dict__, "leftovers": self.leftovers, "unfinished_cells": [c.key for c in unfinished]}, indent=1, default=str))
         if self.sampler is not None and self.sampler.rows:
             import pandas as pd
 

@@ -55,7 +55,7 @@ class Load:
         return None if self == Load() else asdict(self)
 
     @classmethod
-    def from_doc(cls, doc: dict) -> "Load":
+    def from_doc(cls, doc: dict) -> Load:
         """From the spec's JSON (lists back to tuples)."""
         tuples = {k: tuple(v) for k, v in doc.items() if isinstance(v, list)}
         return cls(**{**doc, **tuples})
@@ -70,14 +70,20 @@ class Workload:
     prompt_tokens: int | None
     turns: int
     salt: bool
-    concurrency: tuple[int, ...]
+    concurrency: tuple[int, ...]  # the file's own list, else the node's
     load: Load = Load()
+    own_concurrency: bool = False  # the file names its list: a run's concurrency does not replace it
 
     @property
     def identity(self) -> dict:
         """The workload's part of a cell's fingerprint; its load enters the cell's on its own (see
         launchspec.Cell.identity), so workloads without a load section keep their fingerprints."""
-        return {k: v for k, v in asdict(self).items() if k != "load"}
+        return {k: v for k, v in asdict(self).items() if k not in ("load", "own_concurrency")}
+
+    def levels(self, launch: Launch) -> tuple[int, ...]:
+        """The concurrency levels this workload runs at on a launch: its own list, else the run's, else the
+        node's."""
+        return self.concurrency if self.own_concurrency or not launch.concurrency else launch.concurrency
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,7 @@ class Launch:
     bind_host: str
     env: dict = field(default_factory=dict)
     workloads: tuple[str, ...] = ()  # the workloads this launch measures (the run's, else the node's)
+    concurrency: tuple[int, ...] = ()  # the run's concurrency levels; empty: each workload's (see Workload.levels)
 
     @property
     def name(self) -> str:
@@ -126,6 +133,8 @@ class Node:
     os: str
     power_caps_w: tuple[float, ...]
     api_key_env: str | None
+    lock_dir: str | None  # host-wide GPU locks and records (hostlocks); null: the default folder
+    allow_queueing: bool  # cells may exceed a server's concurrent slots
     workloads: tuple[Workload, ...]
     launches: tuple[Launch, ...]
     raw: dict = field(repr=False, compare=False)
@@ -154,6 +163,7 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         salt=doc["salt"],
         concurrency=tuple(doc["concurrency"] or node_concurrency),
         load=_load(doc, path),
+        own_concurrency=bool(doc["concurrency"]),
     )
 
 
@@ -233,14 +243,16 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         if wanted:
             unknown = sorted(set(wanted) - {v for v, _ in variants})
             if unknown:
-                raise ConfigError(f"{run_where}.variants: unknown variant(s) {', '.join(unknown)}; {run['stack']} has {', '.join(v for v, _ in variants)}")
+                raise ConfigError(f"{run_where}.variants: unknown variant(s) {', '.join(unknown)}; "
+                                  f"{run['stack']} has {', '.join(v for v, _ in variants)}")
             variants = [(v, d) for v, d in variants if v in wanted]
         launch = run["launch"]
+        run_launches = []
         for variant_name, variant in variants:
             spec = variant["spec"]
             if spec["method"] == "draft" and draft is None:
                 raise ConfigError(f"{run_where}.draft_model: variant {variant_name!r} speculates with a draft model; name one")
-            launches.append(Launch(
+            run_launches.append(Launch(
                 node=name,
                 stack_config=run["stack"],
                 engine=stack_doc["engine"],
@@ -260,7 +272,11 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 bind_host=doc["bind_host"],
                 env=dict(doc["env"]),
                 workloads=tuple(run["workloads"] or doc["workloads"]),
+                concurrency=tuple(run["concurrency"] or ()),
             ))
+        if not doc["allow_queueing"]:
+            _check_slots(run_launches, {w.name: w for w in workloads}, where, i)
+        launches += run_launches
     _check_hardware(doc, launches, where)
     _check_measured_alike(launches, where)
     names = [l.name for l in launches]
@@ -280,6 +296,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         os=doc["os"],
         power_caps_w=tuple(doc["power_caps_w"]),
         api_key_env=doc["api_key_env"],
+        lock_dir=doc["hardware"]["lock_dir"],
+        allow_queueing=doc["allow_queueing"],
         workloads=workloads,
         launches=tuple(launches),
         raw=doc,
@@ -306,6 +324,22 @@ def _check_measured_alike(launches: list[Launch], where: str) -> None:
         without = sorted(name for name, p in parsers.items() if not p)
         raise ConfigError(f"{where}: runs: reasoning_parser is set on some SGLang/vLLM runs but not on "
                           f"{', '.join(without)}; set it on every run of the node or on none")
+
+
+def _check_slots(launches: list[Launch], workloads: dict[str, Workload], where: str, run: int) -> None:
+    """A cell with more streams than the server runs at once measures its queue, not the engine: refused
+    unless the node says queueing is intended (allow_queueing)."""
+    from .stacks import adapter_for  # the adapters import this module's dataclasses
+
+    for launch in launches:
+        slots = adapter_for(launch.engine).concurrent_slots(launch)
+        if slots is None:
+            continue
+        highest = max(c for name in launch.workloads for c in workloads[name].levels(launch))
+        if highest > slots.count:
+            raise ConfigError(f"{where}: runs[{run}] ({launch.name}): concurrency {highest} exceeds the server's "
+                              f"{slots.count} concurrent requests ({slots.flag}); give the run its own list "
+                              f"(runs[{run}].concurrency), raise {slots.flag}, or set allow_queueing: true")
 
 
 def _check_hardware(doc: dict, launches: list[Launch], where: str) -> None:

@@ -18,9 +18,9 @@ import numpy
 import scipy.stats
 
 from .client import RequestRecord
+from .plan import Load
 from .stacks.base import SpecCounters
 from .telemetry import WindowReading, power_by_time
-from .plan import Load
 
 # A percentile from fewer samples than this says so in its note.
 FEW_SAMPLES = 100

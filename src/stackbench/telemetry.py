@@ -6,9 +6,9 @@ power in mW and energy in mJ; everything leaving this module is W, J and MiB.
 NVML ignores CUDA_VISIBLE_DEVICES and enumerates every GPU of the host, so `select_gpus` picks the
 launch's GPUs explicitly, and sampling, caps and restore touch exactly those.
 
-A power cap changed here is written to a per-host state file (with the GPUs' UUIDs) before it is
-applied and restored on every exit path; a run that died hard leaves the state file behind, and the
-next start restores from it, GPU by UUID.
+A power cap changed here is written to a state file per GPU (by UUID, beside the GPU's lock) before it
+is applied and restored on every exit path; a run that died hard leaves the file behind, and the next
+launch that takes that GPU restores from it.
 
 Longer than 250 lines: one concern, NVML, with its three parts kept together because they share the GPU
 selection and the error mapping: selecting the launch's GPUs, the sampler with its energy windows, and
@@ -28,13 +28,9 @@ from pathlib import Path
 
 import numpy
 
+from . import hostlocks
+
 SAMPLE_PERIOD_S = 0.5
-
-
-def default_state_file() -> Path:
-    """Absolute and per host, so every run on the host finds what an earlier one left, whatever its cwd."""
-    override = os.environ.get("STACKBENCH_POWERCAP_STATE")
-    return Path(override) if override else Path(f"/var/tmp/stackbench-powercap-{socket.gethostname()}.json")
 
 
 class TelemetryUnavailable(RuntimeError):
@@ -260,7 +256,7 @@ class Sampler:
         now = self.clock()
         self.rows += [{"t": now, **row} for row in self.gpus.sample()]
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Sampler:
         self._thread.start()
         return self
 
@@ -347,16 +343,22 @@ class CapResult:
 class PowerCapper:
     """Sets a power cap on the selected GPUs and always puts their original limits back.
 
-    The original limits are written, by GPU UUID, to `state_file` before the first change; restore()
-    runs on every exit path (context manager, and the caller's signal handling turns SIGTERM into an
-    exception), and restore_leftover() at the next start repairs a run that died hard.
+    The caller holds the GPUs' locks (hostlocks.GpuLocks), so no other launch changes them meanwhile.
+    Each GPU's original limit is written to its own state file (`<lock dir>/gpu-<UUID>.powercap.json`)
+    before its first change; restore() runs on every exit path (context manager, and the caller's signal
+    handling turns SIGTERM into an exception), and on entry a state file left by a launch that died
+    hard is restored, for this launch's GPUs only: another GPU's leftover is its own launch's business.
     """
 
     gpus: NvmlGpus
-    state_file: Path = field(default_factory=default_state_file)
+    state_dir: Path = field(default_factory=hostlocks.lock_dir)
     settle_s: float = 2.0
     sleep: callable = time.sleep
     original: dict[str, float] = field(default_factory=dict)  # UUID -> W
+    leftovers_restored: dict[str, float] = field(default_factory=dict)  # UUID -> W, put back on entry
+
+    def state_path(self, uuid: str) -> Path:
+        return self.state_dir / f"{hostlocks.file_stem(uuid)}.powercap.json"
 
     def check(self, cap_w: float) -> None:
         for info in self.gpus.info:
@@ -370,10 +372,13 @@ class PowerCapper:
         reason; a cap outside a GPU's range raises ValueError before any change."""
         self.check(cap_w)
         if not self.original:
-            self.original = {i.uuid: self.gpus.limit_w(i.uuid) for i in self.gpus.info}
-            self.state_file.parent.mkdir(parents=True, exist_ok=True)
-            self.state_file.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                                   "limits_w": self.original}))
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            for info in self.gpus.info:
+                # A state already there holds the true original (this GPU's limit now may be a cap).
+                recorded = self._recorded(info.uuid)
+                self.original[info.uuid] = recorded if recorded is not None else self.gpus.limit_w(info.uuid)
+                if recorded is None:
+                    self._write_state(info.uuid, self.original[info.uuid])
         try:
             for info in self.gpus.info:
                 self.gpus.set_limit_w(info.uuid, cap_w)
@@ -386,6 +391,25 @@ class PowerCapper:
         self.sleep(self.settle_s)
         return CapResult(cap_w, max(enforced), applied=True)
 
+    def _write_state(self, uuid: str, watts: float) -> None:
+        path = self.state_path(uuid)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"uuid": uuid, "limit_w": watts, "pid": os.getpid(), "host": socket.gethostname()}))
+        tmp.replace(path)
+
+    def _recorded(self, uuid: str) -> float | None:
+        path = self.state_path(uuid)
+        if not path.exists():
+            return None
+        try:
+            state = json.loads(path.read_text())
+            if state["uuid"] != uuid:
+                raise ValueError(state["uuid"])
+            return float(state["limit_w"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise TelemetryUnavailable(f"{path}: not a power-cap state of GPU {uuid} ({err}); "
+                                       "check that GPU's limit by hand, then remove the file") from err
+
     def _enforced_now(self) -> float | None:
         try:
             return max(self.gpus.enforced_w(i.uuid) for i in self.gpus.info)
@@ -397,29 +421,21 @@ class PowerCapper:
         for uuid, watts in self.original.items():
             if abs(self.gpus.limit_w(uuid) - watts) > 0.5:
                 self.gpus.set_limit_w(uuid, watts)
+            self.state_path(uuid).unlink(missing_ok=True)
         self.original = {}
-        self.state_file.unlink(missing_ok=True)
 
-    def restore_leftover(self) -> bool:
-        """Restore limits a previous run changed and never put back; True if there was something to do.
-        The state file names GPUs by UUID; one that is not among the selected GPUs is left alone and the
-        file kept, with an error naming it."""
-        if not self.state_file.exists():
-            return False
-        state = json.loads(self.state_file.read_text())
-        limits = state.get("limits_w")
-        if not isinstance(limits, dict) or not all(str(k).startswith(("GPU-", "MIG-")) for k in limits):
-            raise TelemetryUnavailable(f"{self.state_file}: limits_w is not a map of GPU UUID to watts")
-        missing = [uuid for uuid in limits if uuid not in {i.uuid for i in self.gpus.info}]
-        if missing:
-            raise TelemetryUnavailable(f"{self.state_file}: limits_w names GPUs not selected here ({', '.join(missing)}); "
-                                       "restore them on their own launch, or remove the file after checking")
-        for uuid, watts in limits.items():
-            self.gpus.set_limit_w(uuid, watts)
-        self.state_file.unlink()
-        return True
+    def restore_leftover(self) -> dict[str, float]:
+        """Restore this launch's GPUs' limits that a launch which died hard changed and never put back;
+        returns them (UUID -> W)."""
+        for info in self.gpus.info:
+            watts = self._recorded(info.uuid)
+            if watts is not None:
+                self.gpus.set_limit_w(info.uuid, watts)
+                self.state_path(info.uuid).unlink()
+                self.leftovers_restored[info.uuid] = watts
+        return self.leftovers_restored
 
-    def __enter__(self) -> "PowerCapper":
+    def __enter__(self) -> PowerCapper:
         self.restore_leftover()
         return self
 

@@ -23,6 +23,7 @@ rule collect:
         PATHS["results"],
     params:
         cli=STACKBENCH,
+        gone=parts_gone(),
     log:
         "logs/collect/collect.log",
     shell:

@@ -39,6 +39,16 @@ def measured_parts():
     return [f"{RUNS}/{node.name}/{launch.name}/cells.parquet" for node in NODES for launch in node.launches]
 
 
+def parts_gone():
+    """Launch parts deleted since the last collect (`rm -rf data/runs/<node>/<launch>` to measure it again).
+    Snakemake does not rebuild a missing intermediate file whose consumer is up to date, so results.parquet
+    would keep the deleted rows; as a param of collect the list makes collect rerun, which needs the part,
+    which measures the launch again."""
+    if not Path(PATHS["results"]).exists():
+        return []
+    return [part for part in measured_parts() if not Path(part).exists()]
+
+
 def plan_inputs(wildcards):
     """What a launch spec is made from: the node's, stack's and workloads' config files, the engine
     environment (its version and build) and the model files the pipeline makes (their sha256).

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
-import pyarrow as pa
 import plotly.offline
+import pyarrow as pa
 
 from .. import analysis, basis, published
 from ..store import read_results

@@ -20,7 +20,7 @@ class SpecCounters:
     accepted: float = 0.0
     accepted_per_pos: dict[int, float] = field(default_factory=dict)
 
-    def minus(self, earlier: "SpecCounters") -> "SpecCounters":
+    def minus(self, earlier: SpecCounters) -> SpecCounters:
         positions = set(self.accepted_per_pos) | set(earlier.accepted_per_pos)
         return SpecCounters(
             drafts=self.drafts - earlier.drafts,
@@ -54,7 +54,7 @@ class ServerFacts:
     # them wins in fill_from.
     rounded: set[str] = field(default_factory=set)
 
-    def fill_from(self, other: "ServerFacts") -> None:
+    def fill_from(self, other: ServerFacts) -> None:
         """Take every fact `other` knows and this one does not (the log wins over /metrics), and `other`'s
         figure for a fact this one only has rounded."""
         for name in self.__dataclass_fields__:
@@ -84,6 +84,20 @@ def counters_from_metrics(metrics_text: str, prefix: str) -> SpecCounters | None
     )
 
 
+@dataclass(frozen=True)
+class Slots:
+    """How many requests a server runs at once, and the flag that says so."""
+
+    count: int
+    flag: str
+
+
+def slots_from(launch: Launch, key: str) -> Slots | None:
+    """The server argument `key` as Slots; None when the run leaves it to the engine's default."""
+    value = launch.server_args.get(key)
+    return None if value is None else Slots(int(value), "--" + key.replace("_", "-"))
+
+
 class Adapter(Protocol):
     """Everything the run loop asks of an engine; every adapter implements every member."""
 
@@ -96,6 +110,9 @@ class Adapter(Protocol):
     image_version_command: tuple[str, ...]  # asks the engine inside its image for its own version
 
     def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]: ...
+
+    def concurrent_slots(self, launch: Launch) -> Slots | None:
+        """Requests the server runs at once as launched; None when the engine's default decides."""
 
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         """Engine-specific request body fields (fixed output length, stream_options, ...)."""

@@ -8,7 +8,7 @@ import httpx
 
 from .. import prometheus
 from ..plan import Launch
-from .base import ServerFacts, SpecCounters, counters_from_metrics, get_json, render_flags
+from .base import ServerFacts, Slots, SpecCounters, counters_from_metrics, get_json, render_flags, slots_from
 
 # One cache: "llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16): ..., V (f16): ..."
 # Older releases: prefix "llama_kv_cache_unified:", and "1 seqs", "1/ 1 seqs" or no seqs at all. After
@@ -66,6 +66,9 @@ class LlamaCppAdapter:
             if launch.spec_tokens:
                 argv += ["--spec-draft-n-max", str(launch.spec_tokens)]
         return argv
+
+    def concurrent_slots(self, launch: Launch) -> Slots | None:
+        return slots_from(launch, "parallel")
 
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         # Fixed output length: llama-server honours ignore_eos; n_predict mirrors max_tokens.

@@ -16,7 +16,7 @@ import httpx
 
 from .. import prometheus
 from ..plan import Launch
-from .base import ServerFacts, SpecCounters, get_json, last_line, render_flags
+from .base import ServerFacts, Slots, SpecCounters, get_json, last_line, render_flags, slots_from
 
 # "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 123456, K size: 5.66 GB, V size: 5.66 GB"
 # older builds have no "dtype: ..," part; MLA pools print a single "KV size".
@@ -81,6 +81,9 @@ class SglangAdapter:
                 argv += ["--speculative-num-steps", str(launch.spec_tokens)]
             argv += render_flags({f"speculative_{k}": v for k, v in launch.spec_extra.items()})
         return argv
+
+    def concurrent_slots(self, launch: Launch) -> Slots | None:
+        return slots_from(launch, "max_running_requests")
 
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         extras = {"ignore_eos": True, "min_tokens": output_tokens}

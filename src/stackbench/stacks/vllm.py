@@ -9,7 +9,7 @@ import httpx
 
 from .. import prometheus
 from ..plan import Launch
-from .base import ServerFacts, SpecCounters, counters_from_metrics, get_json, last_line, render_flags
+from .base import ServerFacts, Slots, SpecCounters, counters_from_metrics, get_json, last_line, render_flags, slots_from
 
 # 0.33: "CPU KV cache size: 93,184 tokens, Maximum concurrency for 4,096 tokens per request: 22.75x"
 # older: "GPU KV cache size: 93,184 tokens" and, on its own line, "Maximum concurrency for ... : 22.75x"
@@ -65,6 +65,9 @@ class VllmAdapter:
                 config["model"] = launch.draft_model.path
             argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
         return argv
+
+    def concurrent_slots(self, launch: Launch) -> Slots | None:
+        return slots_from(launch, "max_num_seqs")
 
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         # continuous_usage_stats puts the running completion_tokens on every chunk, so the client knows
