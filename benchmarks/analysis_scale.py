@@ -23,8 +23,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from stackbench import published, store  # noqa: E402
 from stackbench.report import render  # noqa: E402
+from stackbench.results import published, store  # noqa: E402
 
 METRICS = ["decode_tps", "aggregate_tps", "aggregate_tps_steady", "e2e_tps", "prefill_tps", "ttft_s", "ttfc_s", "tpot_ms",
            "itl_p50_ms", "itl_p99_ms", "accept_len", "accept_rate", "accept_rate_pos1", "accept_rate_pos2", "power_w",

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from stackbench.client import StreamClient, run_conversations  # noqa: E402
+from stackbench.measure.client import StreamClient, run_conversations  # noqa: E402
 
 LOADS = (1_000, 5_000, 10_000, 20_000)
 STREAMS = (1, 8, 64)

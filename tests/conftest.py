@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from launch_helpers import LLAMACPP_READY, TEST_MODEL
-from stackbench import published, store
+from stackbench.cli import published_records
+from stackbench.results import store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +26,7 @@ def interruptible() -> None:
 
 @pytest.fixture(scope="session")
 def published_frame() -> pd.DataFrame:
-    return store.to_table(published.load_all(ROOT / "data/published", ROOT)).to_pandas()
+    return store.to_table(published_records(ROOT / "data/published", ROOT)).to_pandas()
 
 
 @pytest.fixture
@@ -99,17 +100,6 @@ def report_one_node(repo: Path, node_name: str, output_tokens: int) -> pd.DataFr
                           capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
     return store.read_results(repo / "data/results.parquet")
-
-
-def adapter_launch(engine: str, **extra):
-    """A Launch as the plan would make it for the seed posts' Qwen3.8 checkpoint, for adapter argv tests."""
-    from stackbench.plan import Launch, Model
-
-    base = dict(node="n", stack_config=engine, engine=engine, variant="v", spec_method="none", spec_engine_type=None,
-                spec_tokens=None, spec_extra={}, server_args={}, model=Model("qwen38", "/models/q", "AWQ", None),
-                draft_model=None, launch_mode="native", launch_target=None, container_cli="docker", env_name=engine,
-                context_len=131072, bind_host="127.0.0.1")
-    return Launch(**{**base, **extra})
 
 
 def write_gguf(path: Path, arch: str, fields: dict) -> Path:

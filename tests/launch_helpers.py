@@ -11,7 +11,10 @@ from pathlib import Path
 import httpx
 import yaml
 
-from stackbench import hostlocks, launchspec, plan
+from stackbench import plan
+from stackbench.engines import ADAPTERS
+from stackbench.plan import launchspec
+from stackbench.serve import hostlocks
 
 DOUBLE_SERVER = textwrap.dedent("""
     import http.server, json, os, sys
@@ -30,13 +33,18 @@ DOUBLE_SERVER = textwrap.dedent("""
 """)
 
 
-def make_launch(tmp_path: Path, engine: str = "llamacpp", model_path: str | None = None, **overrides) -> plan.Launch:
-    model = plan.Model(name="tiny", path=model_path or str(tmp_path / "tiny.gguf"), quant="Q4_K_M", prepare=None)
-    fields = dict(node="ci-cpu", stack_config=engine, engine=engine, variant="nospec", spec_method="none",
-                  spec_engine_type=None, spec_tokens=None, spec_extra={}, server_args={}, model=model,
-                  draft_model=None, launch_mode="native", launch_target=None, env_name=engine, context_len=2048,
+def make_launch(engine: str = "llamacpp", model_path: str = "/models/q", **overrides) -> plan.Launch:
+    """The one Launch builder of the tests: a launch as the plan makes it (its TP size read by the engine's
+    adapter), for tests that need one without config files. Defaults: seed 000's context, one model."""
+    fields = dict(node="n", stack_config=engine, engine=engine, variant="nospec", spec_method="none",
+                  spec_engine_type=None, spec_tokens=None, spec_extra={}, server_args={},
+                  model=plan.Model(name="qwen38", path=model_path, quant="Q4_K_M", prepare=None), draft_model=None,
+                  launch_mode="native", launch_target=None, env_name=engine, context_len=131072,
                   bind_host="127.0.0.1", container_cli="docker")
-    return plan.Launch(**{**fields, **overrides})
+    fields.update(overrides)
+    if "tp" not in overrides and engine in ADAPTERS:
+        fields["tp"] = ADAPTERS[engine].tp_size(fields["server_args"])
+    return plan.Launch(**fields)
 
 
 class DoubleAdapter:

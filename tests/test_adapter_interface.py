@@ -5,8 +5,8 @@ import inspect
 
 import pytest
 
-from stackbench.stacks import ADAPTERS
-from stackbench.stacks.base import Adapter
+from stackbench.engines import ADAPTERS
+from stackbench.engines.base import Adapter
 
 MEMBERS = sorted({name for name in vars(Adapter) if not name.startswith("_")} | set(Adapter.__annotations__))
 

@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 from conftest import smollm2_metadata_gguf
-from stackbench import analysis, geometry, store
+from stackbench import analysis
+from stackbench.engines import ADAPTERS, engine_facts
+from stackbench.results import geometry, store
 
 ROOT = Path(__file__).resolve().parents[1]
 with tempfile.TemporaryDirectory() as _tmp:
@@ -22,11 +24,13 @@ def geometries():
 
 
 def measured(**extra):
-    base = {"source": "measured", "ref": "run1", "node": "cpu", "stack": "llamacpp", "variant": "nospec", "spec_method": "none",
+    base = {"source": "measured", "ref": "run1", "node": "cpu", "stack": "llamacpp", "engine": None, "variant": "nospec", "spec_method": "none",
             "workload": "code", "concurrency": 1, "metric": "decode_tps", "value": 60.0, "unit": "tok/s", "stat": "median",
             "n": 3, "status": "ok", "model": "smollm2-135m-q4km", "quant": "Q4_K_M", "kv_dtype": "f16", "prompt_tokens": 60,
             "output_tokens": 48, "tp": 1, "engine_version": "b11434"}
-    return {**base, **extra}
+    row = {**base, **extra}
+    row["engine"] = row["engine"] or ADAPTERS[row["stack"]].engine_label
+    return {**engine_facts(row["stack"]), **row}  # what the stack's adapter says about its engine, as RowMaker writes
 
 
 def server(metric, value, **extra):

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from stackbench import basis
+from stackbench.results import basis
 
 
 def frame(*rows):

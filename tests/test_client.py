@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from stackbench.client import RequestRecord, StreamClient, run_open_loop, run_streams
-from stackbench.workloads import Request
+from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
+from stackbench.measure.workloads import Request
 from synthetic_engine import SyntheticEngine, Timing
 
 CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
@@ -47,7 +47,7 @@ def test_usage_keeps_reasoning_and_cached_prompt_tokens():
 
 def test_llamacpp_prompt_n_is_the_processed_count():
     record = RequestRecord(stream=0, turn=0, t_submit=0.0, prompt_tokens=40, cached_prompt_tokens=None,
-                           server={"server_prompt_n": 12})
+                           server={"server_prompt_processed": 12})
     assert record.processed_prompt_tokens == 12
 
 

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from launch_helpers import LLAMACPP_READY, TEST_MODEL
-from stackbench import analysis, store
+from stackbench import analysis
+from stackbench.results import store
 
 NODE = {
     "description": "compare test: this CPU, one workload, one launch",

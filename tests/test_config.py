@@ -103,8 +103,9 @@ def test_cap_outside_the_gpus_range_fails_before_any_job(configs):
 
 
 def test_api_key_comes_from_the_environment_and_is_never_stored(configs, monkeypatch):
-    from stackbench import launchspec, measure
-    from stackbench.client import StreamClient
+    from stackbench import measure
+    from stackbench.measure.client import StreamClient
+    from stackbench.plan import launchspec
 
     edit(configs / "configs/nodes/rtx5090.yaml", lambda d: d.update(api_key_env="STACKBENCH_TEST_API_KEY"))
     monkeypatch.setenv("STACKBENCH_TEST_API_KEY", "sk-secret")

@@ -16,9 +16,9 @@ import pytest
 from conftest import interruptible
 from container_image import build_llamacpp_image, container_engine_problem
 from launch_helpers import make_launch, measure_argv, one_launch_spec, one_model_node, server_pid
-from stackbench import store
-from stackbench.launchers import NotRunnable, container_name, group_members, open_launcher
-from stackbench.stacks import adapter_for
+from stackbench.engines import adapter_for
+from stackbench.results import store
+from stackbench.serve.launchers import NotRunnable, container_name, group_members, open_launcher
 
 
 def image_launcher(tmp_path, engine="llamacpp", cli="docker", gpu_devices=None, image="example/engine@sha256:ab12", **fields):
@@ -27,7 +27,7 @@ def image_launcher(tmp_path, engine="llamacpp", cli="docker", gpu_devices=None, 
     (model_dir / "tiny.gguf").write_bytes(b"GGUF")
     link = tmp_path / "linked-models"
     link.symlink_to(model_dir)
-    launch = make_launch(tmp_path, engine=engine, model_path=str(link / "tiny.gguf"), launch_mode="image",
+    launch = make_launch(engine, model_path=str(link / "tiny.gguf"), node="ci-cpu", context_len=2048, launch_mode="image",
                          launch_target=image, env={"HF_TOKEN": "secret-value"}, container_cli=cli, **fields)
     return open_launcher(launch, adapter_for(engine), {}, tmp_path / "run", 4, gpu_devices)
 
@@ -57,7 +57,7 @@ def test_the_container_is_named_after_node_and_launch_and_secrets_stay_off_the_c
     argv = launcher.server_argv("127.0.0.1", 8123)
     assert argv[:5] == ["docker", "run", "--rm", "--name", "stackbench-ci-cpu-llamacpp--nospec"]
     assert argv[argv.index("-e") + 1] == "HF_TOKEN" and "secret-value" not in " ".join(argv)
-    assert container_name(make_launch(tmp_path, node="a/b c")) == "stackbench-a-b-c-llamacpp--nospec"
+    assert container_name(make_launch(node="a/b c")) == "stackbench-a-b-c-llamacpp--nospec"
 
 
 @pytest.mark.parametrize("cli, devices, flags", [

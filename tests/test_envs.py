@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from stackbench import envs
+from stackbench.provision import envs
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"
 

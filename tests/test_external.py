@@ -13,15 +13,15 @@ import httpx
 import pytest
 
 from launch_helpers import TEST_MODEL, chat, make_launch, measure_argv, one_launch_spec, one_model_node
-from stackbench import store
-from stackbench.launchers import ReadyTimeout, ServerProcess, free_port, open_launcher
-from stackbench.stacks import adapter_for
+from stackbench.engines import adapter_for
+from stackbench.results import store
+from stackbench.serve.launchers import ReadyTimeout, ServerProcess, free_port, open_launcher
 
 FIXTURES = Path(__file__).parent / "fixtures/external"
 
 
 def external(tmp_path, url: str, engine: str = "llamacpp"):
-    launch = make_launch(tmp_path, engine=engine, launch_mode="external", launch_target=url, context_len=4096)
+    launch = make_launch(engine, node="ci-cpu", launch_mode="external", launch_target=url, context_len=4096)
     return open_launcher(launch, adapter_for(engine), {}, tmp_path / "run", None, None)
 
 

@@ -15,9 +15,10 @@ import pytest
 import yaml
 
 from launch_helpers import server_pid
-from stackbench import launchers, store
-from stackbench.client import StreamClient
-from stackbench.launchers import group_members
+from stackbench.measure.client import StreamClient
+from stackbench.results import store
+from stackbench.serve import launchers
+from stackbench.serve.launchers import group_members
 from test_integration_llamacpp import launch_run, measure_argv
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import smollm2_metadata_gguf, write_gguf
-from stackbench import geometry
+from stackbench.results import geometry
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests/fixtures/models"

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from nvml_double import FakeNvml
-from stackbench import hostlocks
+from stackbench.serve import hostlocks
 
 TESTS = Path(__file__).resolve().parent
 
@@ -25,7 +25,8 @@ LAUNCH = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {tests!r})
     from nvml_double import FakeNvml
-    from stackbench import hostlocks, telemetry
+    from stackbench.serve import hostlocks
+    from stackbench.measure import telemetry
     name, indices = sys.argv[1], [int(i) for i in sys.argv[2].split(",")]
     lock_dir, nvml_state = Path(sys.argv[3]), Path(sys.argv[4])
     fake = FakeNvml(count=4, state_path=nvml_state)

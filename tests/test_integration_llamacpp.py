@@ -15,8 +15,11 @@ import yaml
 
 from conftest import interruptible
 from launch_helpers import server_pid
-from stackbench import launchspec, measure, plan, runner, store
-from stackbench.launchers import group_members
+from stackbench import measure, plan
+from stackbench.measure import runner
+from stackbench.plan import launchspec
+from stackbench.results import store
+from stackbench.serve.launchers import group_members
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,8 +16,8 @@ import pytest
 from conftest import report_one_node
 from launch_helpers import server_pid
 from stackbench import plan
-from stackbench.launchers import ReadyTimeout, ServerProcess, free_port, group_members
-from stackbench.stacks.sglang import SglangAdapter
+from stackbench.engines.sglang import SglangAdapter
+from stackbench.serve.launchers import ReadyTimeout, ServerProcess, free_port, group_members
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,13 +6,13 @@ import json
 import pytest
 
 from launch_helpers import PYTHON, DoubleAdapter, make_launch
-from stackbench.launchers import NotRunnable, ServerExited, group_members, open_launcher
+from stackbench.serve.launchers import NotRunnable, ServerExited, group_members, open_launcher
 
 
 def native(tmp_path, mode, gpu_devices=None, **launch_fields):
     (tmp_path / "tiny.gguf").write_bytes(b"GGUF")
     adapter = DoubleAdapter(tmp_path, mode)
-    launch = make_launch(tmp_path, **launch_fields)
+    launch = make_launch(**{"model_path": str(tmp_path / "tiny.gguf"), "node": "ci-cpu", "context_len": 2048, **launch_fields})
     env_info = {"server": PYTHON, "version": "b11434"}
     return open_launcher(launch, adapter, env_info, tmp_path / "run", threads=2, gpu_devices=gpu_devices), adapter
 
@@ -55,7 +55,7 @@ def test_any_other_exit_is_not_retried(tmp_path):
 
 def test_a_missing_model_file_is_not_runnable_and_names_the_node_field(tmp_path):
     launcher, adapter = native(tmp_path, "serve", model_path=str(tmp_path / "absent.gguf"))
-    with pytest.raises(NotRunnable, match=r"absent.gguf \(models.tiny in configs/nodes/ci-cpu.yaml\)"):
+    with pytest.raises(NotRunnable, match=r"absent.gguf \(models.qwen38 in configs/nodes/ci-cpu.yaml\)"):
         launcher.start(ready_timeout_s=5)
     assert adapter.spawns() == []
     launcher.stop()
@@ -63,6 +63,6 @@ def test_a_missing_model_file_is_not_runnable_and_names_the_node_field(tmp_path)
 
 def test_a_missing_engine_environment_is_not_runnable(tmp_path):
     (tmp_path / "tiny.gguf").write_bytes(b"GGUF")
-    launcher = open_launcher(make_launch(tmp_path), DoubleAdapter(tmp_path, "serve"), {}, tmp_path, None, None)
+    launcher = open_launcher(make_launch(model_path=str(tmp_path / "tiny.gguf")), DoubleAdapter(tmp_path, "serve"), {}, tmp_path, None, None)
     with pytest.raises(NotRunnable, match="engine environment llamacpp not built"):
         launcher.start(ready_timeout_s=5)

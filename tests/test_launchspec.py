@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench import launchspec, plan
-from stackbench.cellstore import CellStore
+from stackbench import plan
 from stackbench.config import ConfigError
+from stackbench.measure.cellstore import CellStore
+from stackbench.plan import launchspec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,8 +119,8 @@ def test_reasoning_parser_on_some_runs_of_a_node_only_is_refused(repo):
     doc = yaml.safe_load(node.read_text())
     del doc["runs"][1]["server_args"]["reasoning_parser"]
     node.write_text(yaml.safe_dump(doc))
-    with pytest.raises(ConfigError, match=r"2x3090-nvlink.yaml: runs: reasoning_parser is set on some SGLang/vLLM runs "
-                                          r"but not on sglang-nospec--nospec"):
+    with pytest.raises(ConfigError, match=r"2x3090-nvlink.yaml: runs: a reasoning parser \(reasoning_parser\) is set on some "
+                                          r"runs but not on sglang-nospec--nospec"):
         plan.load_plan(repo, {"nodes": ["2x3090-nvlink"]})
 
 

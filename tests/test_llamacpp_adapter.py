@@ -6,21 +6,22 @@ from pathlib import Path
 
 import pytest
 
-from stackbench import prometheus
-from stackbench.plan import Launch, Model
-from stackbench.stacks.llamacpp import LlamaCppAdapter
+from launch_helpers import make_launch
+from stackbench.engines import prometheus
+from stackbench.engines.llamacpp import LlamaCppAdapter
+from stackbench.plan import Model
 
 FIXTURES = Path(__file__).parent / "fixtures/llamacpp"
 adapter = LlamaCppAdapter()
 
 
 def launch(**extra):
-    base = dict(node="n", stack_config="llamacpp", engine="llamacpp", variant="draft-n4", spec_method="draft",
-                spec_engine_type="draft-simple", spec_tokens=4, spec_extra={}, server_args={"threads": 2, "parallel": 2, "metrics": True,
-                                                                               "log_verbosity": 4},
+    """The draft-n4 launch of the llama.cpp stack, as the default node plans it."""
+    base = dict(variant="draft-n4", spec_method="draft", spec_engine_type="draft-simple", spec_tokens=4,
+                server_args={"threads": 2, "parallel": 2, "metrics": True, "log_verbosity": 4},
                 model=Model("target", "/m/target.gguf", "Q4_K_M", None), draft_model=Model("draft", "/m/draft.gguf", "Q4_1", None),
-                launch_mode="native", launch_target=None, container_cli="docker", env_name="llamacpp", context_len=4096, bind_host="127.0.0.1")
-    return Launch(**{**base, **extra})
+                context_len=4096)
+    return make_launch("llamacpp", **{**base, **extra})
 
 
 def test_argv_is_a_list_with_the_draft_depth_fixed_at_launch():
@@ -109,6 +110,6 @@ def test_server_timings_from_the_last_streamed_chunk():
     chunks = [json.loads(l[5:]) for l in (FIXTURES / "stream-chat.sse").read_text().splitlines()
               if l.startswith("data:") and "[DONE]" not in l]
     timings = adapter.server_timings(chunks[-1])
-    assert timings["server_predicted_n"] == 16 and timings["server_prompt_n"] == 35
+    assert timings["server_predicted_n"] == 16 and timings["server_prompt_processed"] == 35
     assert timings["server_draft_n"] >= timings["server_draft_n_accepted"] > 0
     assert adapter.server_timings(chunks[0]) == {}

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench import launchspec, plan, summary, workloads
-from stackbench.client import RequestRecord
+from stackbench import plan
 from stackbench.config import ConfigError
-from stackbench.plan import Load
+from stackbench.measure import summary, workloads
+from stackbench.measure.client import RequestRecord
+from stackbench.plan import Load, launchspec
 
 ROOT = Path(__file__).resolve().parents[1]
 

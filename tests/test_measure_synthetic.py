@@ -14,7 +14,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from stackbench import launchspec, measure, plan, store, summary
+from stackbench import measure, plan
+from stackbench.measure import summary
+from stackbench.plan import launchspec
+from stackbench.results import store
 from synthetic_engine import Timing
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -71,7 +71,7 @@ def test_a_broken_copy_fails_with_file_and_field(repo_copy):
 
 def test_init_node_writes_a_valid_config_from_this_machine(repo_copy):
     from nvml_double import FakeNvml
-    from stackbench import nodeinit
+    from stackbench.provision import nodeinit
 
     # A machine without GPUs, on any host: the NVML test double sees none.
     path = nodeinit.write_node("this-box", repo_copy, nvml=FakeNvml(count=0))
@@ -82,7 +82,7 @@ def test_init_node_writes_a_valid_config_from_this_machine(repo_copy):
 
 def test_init_node_reads_gpus_through_nvml(repo_copy):
     from nvml_double import FakeNvml
-    from stackbench import nodeinit
+    from stackbench.provision import nodeinit
 
     nodeinit.write_node("gpu-box", repo_copy, nvml=FakeNvml(count=2))
     doc = yaml.safe_load((repo_copy / "configs/nodes/gpu-box.yaml").read_text())

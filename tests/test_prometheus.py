@@ -2,7 +2,7 @@
 
 import pytest
 
-from stackbench import prometheus
+from stackbench.engines import prometheus
 
 
 def test_a_label_value_containing_a_closing_brace():

@@ -6,9 +6,9 @@ import re
 import pytest
 
 from conftest import ROOT
-from stackbench import published
 from stackbench.report import tables
-from stackbench.store import BASIS_COLUMNS, COLUMNS
+from stackbench.results import published
+from stackbench.results.store import BASIS_COLUMNS, COLUMNS
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from stackbench import published, store
 from stackbench.report import render
+from stackbench.results import published, store
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PLOTLY_SCRIPT = re.compile(r"<script type='text/javascript'>.*?</script>", re.S)

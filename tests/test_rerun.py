@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench import store
+from stackbench.results import store
 
 TESTS = Path(__file__).resolve().parent
 pytestmark = pytest.mark.integration  # whole workflow runs: minutes, so outside the fast lane

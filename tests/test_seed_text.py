@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench import published
+from stackbench.results import published
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "data/published"

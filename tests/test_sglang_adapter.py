@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import adapter_launch as launch
-from stackbench.client import stated_limit
+from launch_helpers import make_launch as launch
+from stackbench.engines.base import stated_limit
+from stackbench.engines.sglang import SglangAdapter
 from stackbench.plan import Model
-from stackbench.stacks.sglang import SglangAdapter
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sglang = SglangAdapter()
@@ -135,14 +135,14 @@ def test_sglang_per_request_spec_details_and_extras():
 def test_sglang_rejection_states_its_limit():
     # The scheduler's check against the KV pool (managers/utils.py validate_input_length).
     message = json.loads((FIXTURES / "sglang/error-400-max-req-len-from-source.json").read_text())["message"]
-    assert stated_limit(message) == 60967
+    assert stated_limit(sglang, message) == 60967
 
 
 def test_sglang_over_context_rejection_captured_from_the_real_server():
     # The tokenizer's check against the context length, answered with HTTP 400.
     reply = json.loads((FIXTURES / "sglang/error-400-context-0.5.23-cpu-real.json").read_text())
     assert reply["code"] == 400
-    assert stated_limit(reply["message"]) == 4096
+    assert stated_limit(sglang, reply["message"]) == 4096
 
 
 

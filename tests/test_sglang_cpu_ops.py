@@ -1,5 +1,5 @@
 """The import-only sgl_kernel stand-in that lets SGLang's CPU engine start here
-(src/stackbench/sglang_cpu_ops): it provides exactly the names SGLang's CPU engine imports at start-up,
+(src/stackbench/provision/sglang_cpu_ops): it provides exactly the names SGLang's CPU engine imports at start-up,
 each of them refuses to run, and any other name fails at import with the stand-in's path."""
 
 import ast
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STAND_IN = ROOT / "src/stackbench/sglang_cpu_ops/sgl_kernel/__init__.py"
+STAND_IN = ROOT / "src/stackbench/provision/sglang_cpu_ops/sgl_kernel/__init__.py"
 SGLANG_SOURCE = next((ROOT / ".envs/sglang-cpu/venv/lib").glob("python3*/site-packages/sglang"), None) \
     if (ROOT / ".envs/sglang-cpu/venv/lib").exists() else None
 

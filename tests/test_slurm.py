@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench import published, store
+from stackbench.results import published, store
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]

@@ -4,7 +4,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from stackbench import store
+from stackbench.results import store
 
 
 def record(**extra):

@@ -7,9 +7,9 @@ import asyncio
 import httpx
 import pytest
 
-from stackbench import summary, telemetry
-from stackbench.client import RequestRecord, StreamClient, run_conversations
-from stackbench.stacks.vllm import VllmAdapter
+from stackbench.engines.vllm import VllmAdapter
+from stackbench.measure import summary, telemetry
+from stackbench.measure.client import RequestRecord, StreamClient, run_conversations
 from synthetic_engine import SyntheticEngine, Timing
 
 TIMING = Timing(ttft_s=1.0, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=30, content_tokens=30, spec_tokens=3)

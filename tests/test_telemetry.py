@@ -15,7 +15,7 @@ import pytest
 
 from conftest import interruptible
 from nvml_double import FakeNvml
-from stackbench import telemetry
+from stackbench.measure import telemetry
 
 
 def gpus(**kw):
@@ -262,7 +262,8 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {tests!r})
     from nvml_double import FakeNvml
-    from stackbench import measure, telemetry
+    from stackbench import measure
+    from stackbench.measure import telemetry
     signal.signal(signal.SIGTERM, measure._raise_interrupted)
     fake = FakeNvml(count=2, state_path=Path({gpu!r}))
     with telemetry.PowerCapper(telemetry.NvmlGpus(fake), state_dir=Path({state!r}), sleep=lambda s: None) as capper:

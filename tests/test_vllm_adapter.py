@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import adapter_launch as launch
-from stackbench import prometheus
-from stackbench.client import stated_limit
-from stackbench.stacks.vllm import VllmAdapter
+from launch_helpers import make_launch as launch
+from stackbench.engines import prometheus
+from stackbench.engines.base import stated_limit
+from stackbench.engines.vllm import VllmAdapter
 
 FIXTURES = Path(__file__).parent / "fixtures"
 vllm = VllmAdapter()
@@ -80,7 +80,7 @@ def test_vllm_fixed_length_fields():
 def test_vllm_rejection_states_its_limit():
     message = ("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
                "(4990 in the messages, 10 in the completion).")
-    assert stated_limit(message) == 4096
+    assert stated_limit(vllm, message) == 4096
 
 
 def test_a_changed_format_is_not_silently_recorded():

@@ -2,7 +2,7 @@
 
 import re
 
-from stackbench import workloads
+from stackbench.measure import workloads
 
 
 def test_salts_differ_but_keep_one_shape():

@@ -6,45 +6,53 @@ import argparse
 import sys
 from pathlib import Path
 
-from .config import ConfigError
+from stackbench.config import ConfigError
+
+
+def published_records(data_dir: Path, root: Path = Path(".")) -> list[dict]:
+    """The seeds' figures as rows, with the engine facts of their stack from its adapter, as measured rows."""
+    from stackbench.engines import engine_facts
+    from stackbench.results import published
+
+    return [{**record, **engine_facts(record["stack"])} for record in published.load_all(data_dir, root)]
 
 
 def _published(args) -> None:
-    from . import published, store
+    from stackbench.results import store
 
-    records = published.load_all(Path(args.data_dir))
+    records = published_records(Path(args.data_dir))
     store.atomic_write_parquet(store.to_table(records), args.out)
     print(f"published: {len(records)} figures -> {args.out}")
 
 
 def _collect(args) -> None:
-    from . import store
+    from stackbench.results import store
 
     count = store.collect(args.parts, args.out)
     print(f"collect: {count} rows -> {args.out}")
 
 
 def _report(args) -> None:
-    from .report import render
+    from stackbench.report import render
 
     written = render.write_report(Path(args.results), Path(args.out_dir), Path(args.published_dir))
     print(f"report: {len(written)} files in {args.out_dir} (open {Path(args.out_dir) / 'index.html'})")
 
 
 def _compare(args) -> None:
-    from .report import render
+    from stackbench.report import render
 
     print(f"compare: {render.write_comparison(Path(args.baseline), Path(args.candidate), args.vary, Path(args.out))}")
 
 
 def _init_node(args) -> None:
-    from . import nodeinit
+    from stackbench.provision import nodeinit
 
     print(f"wrote {nodeinit.write_node(args.name)}: edit its model paths and runs")
 
 
 def _validate(args) -> None:
-    from . import plan
+    from stackbench import plan
 
     _, nodes = plan.load_plan(Path("."))
     for node in nodes:
@@ -54,7 +62,8 @@ def _validate(args) -> None:
 def _plan_launch(args) -> None:
     import json
 
-    from . import launchspec, plan
+    from stackbench import plan
+    from stackbench.plan import launchspec
 
     settings = json.loads(args.settings) if args.settings else {}
     cfg = plan.load_run_config(Path("."), {"nodes": [args.node], **settings})
@@ -65,25 +74,25 @@ def _plan_launch(args) -> None:
 
 
 def _measure(args) -> None:
-    from . import measure
+    from stackbench import measure
 
     measure.main(Path(args.spec), Path(args.out_dir))
 
 
 def _build_env(args) -> None:
-    from . import envs
+    from stackbench.provision import envs
 
     envs.build_env(args.engine, Path(args.requirements), Path(args.out))
 
 
 def _fetch_smollm2(args) -> None:
-    from . import envs
+    from stackbench.provision import envs
 
     envs.fetch_smollm2(Path(args.out))
 
 
 def _prepare_model(args) -> None:
-    from . import envs
+    from stackbench.provision import envs
 
     envs.prepare_model(args.recipe, Path(args.source), Path(args.out), Path(args.envs_dir))
 

@@ -5,7 +5,7 @@ import re
 import sys
 from pathlib import Path
 
-from stackbench import envs as _envs
+from stackbench.provision import envs as _envs
 from stackbench import plan as _plan
 from stackbench.config import ConfigError
 

@@ -26,9 +26,10 @@ import pandas as pd
 import plotly.offline
 import pyarrow as pa
 
-from .. import analysis, basis, published
-from ..store import read_results
-from . import charts, tables
+from stackbench import analysis
+from stackbench.report import charts, tables
+from stackbench.results import basis, published
+from stackbench.results.store import read_results
 
 # Rows of the full tables embedded in the page, shared among the nodes (at least 200 each) so the page stays
 # under 10 MB however many nodes there are; all rows are in each node's CSV and Parquet files.

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .. import basis
-from ..published import Layout
+from stackbench.results import basis
+from stackbench.results.published import Layout
 
 MISSING = "—"
 
@@ -48,7 +48,6 @@ CEILING_COLUMN = "% of decode ceiling"
 HEADLINE_KEYS = ["source", "post", "stack", "variant"]
 # What format_cell reads from a record.
 CELL_FIELDS = ["source", "metric", "value", "value_min", "value_max", "stat", "status", "note", "concurrency"]
-STACK_ORDER = {"llamacpp": 0, "sglang": 1, "vllm": 2}
 
 
 @dataclass
@@ -231,7 +230,7 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     keys = records[HEADLINE_KEYS].astype(object).where(records[HEADLINE_KEYS].notna(), "")
     records["row_key"] = [tuple(k) for k in keys.itertuples(index=False)]
     order = sorted(dict.fromkeys(records["row_key"]),
-                   key=lambda k: (k[0] != "measured", k[1], STACK_ORDER.get(k[2], 9), str(k[3])))
+                   key=lambda k: (k[0] != "measured", k[1], str(k[2]), str(k[3])))  # stacks by name
     records["row_no"] = records["row_key"].map({k: i + 1 for i, k in enumerate(order)})
     by_cell: dict[tuple, list[dict]] = {}
     fields = CELL_FIELDS + ["row_key"]

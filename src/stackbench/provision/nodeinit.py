@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from . import telemetry
-from .host import cpu_name, host_os
+from stackbench.measure import telemetry
+from stackbench.measure.host import cpu_name, host_os
 
 
 def describe_machine(nvml=None) -> dict:

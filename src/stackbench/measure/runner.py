@@ -14,11 +14,11 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from . import summary, telemetry, workloads
-from .client import RequestRecord, StreamClient, run_open_loop, run_streams, stated_limit
-from .launchspec import Cell
-from .prometheus import MetricsFormatError
-from .stacks.base import SpecCounters
+from stackbench.engines.base import SpecCounters, stated_limit
+from stackbench.engines.prometheus import MetricsFormatError
+from stackbench.measure import summary, telemetry, workloads
+from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
+from stackbench.plan.launchspec import Cell
 
 
 @dataclass
@@ -88,7 +88,7 @@ class CellRunner:
         import httpx
 
         try:
-            reply = httpx.get(self.base_url + "/metrics", timeout=10)
+            reply = httpx.get(self.base_url + self.adapter.metrics_path, timeout=10)
         except httpx.HTTPError:
             return None
         if reply.status_code != 200:  # metrics not enabled (e.g. an external llama-server without --metrics)
@@ -174,9 +174,9 @@ class CellRunner:
             result.reason = worst.error
             if not self.alive():
                 result.status, result.reason = "failed", f"server exited mid-cell: {worst.error}"
-            elif stated_limit(worst.error) is not None:
+            elif (limit := stated_limit(self.adapter, worst.error)) is not None:
                 # A refusal is a result: keep the limit the engine states.
-                result.figures = [summary.Figure("max_input_tokens", stated_limit(worst.error), "tokens", "single", 1,
+                result.figures = [summary.Figure("max_input_tokens", limit, "tokens", "single", 1,
                                                  note="limit stated in the engine's rejection")]
             return result
         result.figures = summary.cell_figures(repeats, delta) + summary.load_figures(repeats, cell.load, cell.concurrency)

@@ -7,9 +7,19 @@ import re
 
 import httpx
 
-from .. import prometheus
-from ..plan import Launch
-from .base import ServerFacts, Slots, SpecCounters, counters_from_metrics, get_json, last_line, render_flags, slots_from
+from stackbench.engines import prometheus
+from stackbench.engines.base import (
+    KvAccounting,
+    ServerFacts,
+    Slots,
+    SpecCounters,
+    counters_from_metrics,
+    get_json,
+    last_line,
+    render_flags,
+    slots_from,
+)
+from stackbench.plan import Launch
 
 # 0.33: "CPU KV cache size: 93,184 tokens, Maximum concurrency for 4,096 tokens per request: 22.75x"
 # older: "GPU KV cache size: 93,184 tokens" and, on its own line, "Maximum concurrency for ... : 22.75x"
@@ -38,6 +48,19 @@ class VllmAdapter:
     accept_len_basis = "1 + accepted / drafts from vllm:spec_decode_* counter deltas over the cell"
     image_entrypoint = ("vllm", "serve")  # the vllm/vllm-openai image starts `vllm serve`
     image_version_command = ("python3", "-c", "import vllm; print(vllm.__version__)")
+    metrics_path = "/metrics"
+    context_limit = re.compile(r"maximum context length is (\d+) tokens")
+    reasoning_parser_arg = "reasoning_parser"
+    setup_facts = ()
+    # Workers log their own GPU's KV; the MTP layer's attention joins the KV cache groups; the hybrid
+    # allocator pools KV, window KV and recurrent state in one memory pool.
+    kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=True, log_mixes_window=True)
+
+    def tp_size(self, server_args: dict) -> int:
+        return int(server_args.get("tensor_parallel_size") or 1)
+
+    def default_env(self, gpu: dict) -> str:
+        return self.engine
 
     def parse_version(self, reply: dict) -> str:
         return str(reply.get("version", "unknown"))

@@ -21,14 +21,17 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import hostlocks, launchspec, prometheus, store, summary, telemetry
-from .cellstore import CellStore
-from .config import ConfigError
-from .launchers import NotRunnable, ServerError, open_launcher
-from .rows import RowMaker
-from .runner import CellResult, CellRunner
-from .stacks import adapter_for
-from .stacks.base import ServerFacts
+from stackbench.config import ConfigError
+from stackbench.engines import adapter_for, prometheus
+from stackbench.engines.base import ServerFacts
+from stackbench.measure import summary, telemetry
+from stackbench.measure.cellstore import CellStore
+from stackbench.measure.rows import RowMaker
+from stackbench.measure.runner import CellResult, CellRunner
+from stackbench.plan import launchspec
+from stackbench.results import store
+from stackbench.serve import hostlocks
+from stackbench.serve.launchers import NotRunnable, ServerError, open_launcher
 
 log = logging.getLogger("stackbench.measure")
 MAX_RESTARTS = 2
@@ -62,8 +65,7 @@ class LaunchRun:
         self.store = CellStore(spec, self.out_dir, keep_failed)
         self.started = datetime.now(UTC)
         self.run_id = f"{self.node.name}/{self.launch.name}@{self.started.strftime('%Y%m%dT%H%M%SZ')}"
-        self.rows = RowMaker(spec, self.run_id, self.adapter.engine_label, spec.measure["spread_flag_ratio"],
-                             self.adapter.accept_len_basis)
+        self.rows = RowMaker(spec, self.run_id, self.adapter, spec.measure["spread_flag_ratio"])
         self.nvml = None  # tests inject a test double of pynvml here
         self.server = None
         self.facts = ServerFacts()
@@ -112,7 +114,7 @@ class LaunchRun:
                 reply = httpx.get(self.server.base_url + self.adapter.version_path, timeout=10).json()
                 identity = {**identity, "engine_version": self.adapter.parse_version(reply)}
             if self.facts.kv_pool_tokens is None or self.facts.kv_dtype is None or self.facts.rounded:
-                self.facts.fill_from(self.adapter.facts_from_metrics(httpx.get(self.server.base_url + "/metrics", timeout=10).text))
+                self.facts.fill_from(self.adapter.facts_from_metrics(httpx.get(self.server.base_url + self.adapter.metrics_path, timeout=10).text))
         except (httpx.HTTPError, ValueError, prometheus.MetricsFormatError) as err:
             log.warning("could not query the server about itself: %s", err)
         return identity

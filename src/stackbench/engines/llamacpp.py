@@ -6,9 +6,21 @@ import re
 
 import httpx
 
-from .. import prometheus
-from ..plan import Launch
-from .base import ServerFacts, Slots, SpecCounters, counters_from_metrics, get_json, render_flags, slots_from
+from stackbench.engines import prometheus
+from stackbench.engines.base import (
+    SERVER_DECODE_TPS,
+    SERVER_PREFILL_TPS,
+    SERVER_PROMPT_PROCESSED,
+    KvAccounting,
+    ServerFacts,
+    Slots,
+    SpecCounters,
+    counters_from_metrics,
+    get_json,
+    render_flags,
+    slots_from,
+)
+from stackbench.plan import Launch
 
 # One cache: "llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16): ..., V (f16): ..."
 # Older releases: prefix "llama_kv_cache_unified:", and "1 seqs", "1/ 1 seqs" or no seqs at all. After
@@ -48,6 +60,25 @@ class LlamaCppAdapter:
     # The official images (ghcr.io/ggml-org/llama.cpp:server*, .devops/*.Dockerfile) keep the server at /app.
     image_entrypoint = ("/app/llama-server",)
     image_version_command = ("/app/llama-server", "--version")
+    metrics_path = "/metrics"  # with --metrics
+    context_limit = re.compile(r"available context size \((\d+) tokens\)")
+    reasoning_parser_arg = None  # llama-server splits reasoning by its chat template (--reasoning-format)
+    setup_facts = ()
+    # The KV size line and the file size cover the whole model; a draft model logs a cache of its own;
+    # the non-window pool is printed alone (the SWA cache has its own line).
+    kv_accounting = KvAccounting(per_rank=False, pool_holds_draft=False, pool_holds_state=False, log_mixes_window=False)
+
+    def tp_size(self, server_args: dict) -> int:
+        return 1  # llama.cpp splits layers (--split-mode layer), not tensors across ranks
+
+    def default_env(self, gpu: dict) -> str:
+        """Built for the node's GPUs (a CUDA build for their compute capability), or portable for the CPU."""
+        if not gpu["count"]:
+            return self.engine
+        if not gpu["compute_capability"]:
+            raise ValueError(f"llama.cpp on {gpu['model']} needs hardware.gpu.compute_capability (e.g. \"8.6\") "
+                             "to build for that GPU, or name an environment or binary")
+        return f"llamacpp-cuda-sm{gpu['compute_capability'].replace('.', '')}"
 
     def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
         args = dict(launch.server_args)
@@ -126,9 +157,11 @@ class LlamaCppAdapter:
         """llama.cpp puts `timings` on the last streamed chunk."""
         timings = final_chunk.get("timings") or {}
         # prompt_n: prompt tokens actually processed (cache_n were reused from the KV cache).
+        canonical = {"prompt_n": SERVER_PROMPT_PROCESSED, "prompt_per_second": SERVER_PREFILL_TPS,
+                     "predicted_per_second": SERVER_DECODE_TPS}
         keep = ("prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
                 "predicted_per_second", "cache_n", "draft_n", "draft_n_accepted")
-        return {f"server_{k}": timings[k] for k in keep if k in timings}
+        return {canonical.get(k, f"server_{k}"): timings[k] for k in keep if k in timings}
 
 
 def _model_facts(section: str) -> ServerFacts:

@@ -17,7 +17,7 @@ and rows from this server are SGLang's own PyTorch CPU path.
 
 import sys
 
-STAND_IN = "stackbench's import-only stand-in for sgl_kernel (src/stackbench/sglang_cpu_ops)"
+STAND_IN = "stackbench's import-only stand-in for sgl_kernel (src/stackbench/provision/sglang_cpu_ops)"
 # The `from sgl_kernel import ...` names of SGLang 0.5.23's modules under `if _is_cpu:` at module level.
 STARTUP_IMPORTS = ("copy_all_layer_kv_cache_cpu", "assign_req_to_token_pool_cpu", "assign_extend_cache_locs_cpu",
                    "assign_draft_cache_locs_contiguous_cpu", "build_tree_kernel_efficient_cpu", "verify_tree_greedy_cpu",

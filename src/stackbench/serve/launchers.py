@@ -33,10 +33,10 @@ from typing import Protocol
 
 import httpx
 
-from . import plan
-from .hostlocks import ServerRecord, run_record
+from stackbench import plan
+from stackbench.serve.hostlocks import ServerRecord, run_record
 
-log = logging.getLogger("stackbench.launchers")
+log = logging.getLogger("stackbench.serve.launchers")
 
 # A port taken between choosing it and the server binding it: the server exits saying so, and the launch
 # is retried on a fresh port (llama.cpp: "couldn't bind HTTP server socket"; Python servers: errno 98).

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from . import config
-from .store import UNKNOWN
+from stackbench import config
+from stackbench.results.store import UNKNOWN
 
 TEXT_BASIS = ("node", "gpu", "os", "engine", "engine_version", "engine_image", "model", "quant", "kv_dtype",
               "ttft_included", "spec_method", "workload", "variant")

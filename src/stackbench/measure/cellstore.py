@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from . import store
-from .launchspec import Cell, LaunchSpec
+from stackbench.plan.launchspec import Cell, LaunchSpec
+from stackbench.results import store
 
 DONE = {"ok", "rejected"}  # a rejection is a result (the engine's stated limit), not a fault
 

@@ -3,12 +3,18 @@ server lifecycle, the load client, storage and the report are the same for all s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import httpx
 
-from ..plan import Launch
+from stackbench.plan import Launch
+
+# The engine's own per-request figures under one name for every engine (Adapter.server_timings).
+SERVER_PROMPT_PROCESSED = "server_prompt_processed"  # prompt tokens the engine computed (cache hits excluded)
+SERVER_PREFILL_TPS = "server_prefill_tps"
+SERVER_DECODE_TPS = "server_decode_tps"
 
 
 @dataclass
@@ -69,7 +75,7 @@ class ServerFacts:
 
 def counters_from_metrics(metrics_text: str, prefix: str) -> SpecCounters | None:
     """The <prefix>:spec_decode_*_total counters that llama.cpp and vLLM both export (positions 0-based)."""
-    from .. import prometheus
+    from stackbench.engines import prometheus
 
     samples = prometheus.parse(metrics_text)
     drafts = prometheus.value(samples, f"{prefix}:spec_decode_num_drafts_total")
@@ -82,6 +88,24 @@ def counters_from_metrics(metrics_text: str, prefix: str) -> SpecCounters | None
         accepted=prometheus.value(samples, f"{prefix}:spec_decode_num_accepted_tokens_total") or 0.0,
         accepted_per_pos={int(p): v for p, v in per_pos.items()},
     )
+
+
+@dataclass(frozen=True)
+class KvAccounting:
+    """How the engine's logged KV pool relates to the model: what the KV-pool audit needs to know about
+    the engine, carried in every row of the engine's launches (analysis reads rows, never adapters)."""
+
+    per_rank: bool  # the logged KV and weight memory is one tensor-parallel rank's, not the whole model's
+    pool_holds_draft: bool  # an MTP head's KV shares the pool (scaling its per-token size)
+    pool_holds_state: bool  # a hybrid model's recurrent state shares the pool (bytes per token not comparable)
+    log_mixes_window: bool  # the logged KV bytes cover sliding-window and full layers over one token count
+
+
+def kv_accounting_columns(adapter: "Adapter") -> dict:
+    """The engine's KvAccounting as the results columns that carry it (results/store.py ENGINE_FACTS)."""
+    accounting = adapter.kv_accounting
+    return {"logged_per_rank": accounting.per_rank, "kv_pool_holds_draft": accounting.pool_holds_draft,
+            "kv_pool_holds_state": accounting.pool_holds_state, "kv_log_mixes_window": accounting.log_mixes_window}
 
 
 @dataclass(frozen=True)
@@ -108,6 +132,18 @@ class Adapter(Protocol):
     accept_len_basis: str  # how accept_len is put on the common basis, 1 + accepted / drafts (rows say it)
     image_entrypoint: tuple[str, ...]  # what the engine's official image runs instead of the native binary
     image_version_command: tuple[str, ...]  # asks the engine inside its image for its own version
+    metrics_path: str  # GET answers the Prometheus exposition (speculative counters, pool gauges)
+    context_limit: re.Pattern  # the engine's HTTP 400 for an over-long prompt; group 1 is the limit it states
+    reasoning_parser_arg: str | None  # the server argument that streams thinking apart; None: not a flag here
+    setup_facts: tuple[str, ...]  # ServerFacts.extra keys that describe how the server was set up (rows' note)
+    kv_accounting: KvAccounting
+
+    def tp_size(self, server_args: dict) -> int:
+        """The tensor-parallel size these server arguments ask for (1 when unset)."""
+
+    def default_env(self, gpu: dict) -> str:
+        """The environment a native launch runs in on a node with this `hardware.gpu` (the engine's own, or
+        a build flavour for the GPU's architecture); raises ValueError naming what is missing."""
 
     def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]: ...
 
@@ -130,7 +166,9 @@ class Adapter(Protocol):
         Raises prometheus.MetricsFormatError on text that is not the exposition format."""
 
     def server_timings(self, final_chunk: dict) -> dict:
-        """The engine's own per-request figures from a streamed chunk, keys prefixed `server_`."""
+        """The engine's own per-request figures from a streamed chunk, keys prefixed `server_`; where the
+        engine has them, its prompt tokens processed, prefill and decode rates as SERVER_PROMPT_PROCESSED,
+        SERVER_PREFILL_TPS and SERVER_DECODE_TPS."""
 
     def version_from_output(self, text: str) -> str:
         """The version from what `image_version_command` printed ("unknown" when it is not there)."""
@@ -170,6 +208,12 @@ def render_flags(args: dict) -> list[str]:
         else:
             out += [flag, str(value)]
     return out
+
+
+def stated_limit(adapter: "Adapter", message: str | None) -> int | None:
+    """The token limit the engine names when it refuses an over-long request (HTTP 400), or None."""
+    match = adapter.context_limit.search(message or "")
+    return int(match[1]) if match else None
 
 
 def last_line(text: str) -> str:

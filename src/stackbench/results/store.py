@@ -79,7 +79,16 @@ EXTRA = [
     ("chunk_tokens_from", pa.string()),  # measured: where tokens per SSE chunk came from (streamed usage or spread)
 ]
 
-RESULTS_SCHEMA = pa.schema(IDENTITY + FIGURE + BASIS + EXTRA)
+# What the analysis needs to know about the engine behind a row, written by the engine's adapter
+# (engines/base.py KvAccounting) for measured and published rows alike; null where the stack is unknown.
+ENGINE_FACTS = [
+    ("logged_per_rank", pa.bool_()),  # the logged KV and weight memory is one tensor-parallel rank's
+    ("kv_pool_holds_draft", pa.bool_()),  # an MTP head's KV shares the pool
+    ("kv_pool_holds_state", pa.bool_()),  # a hybrid model's recurrent state shares the pool
+    ("kv_log_mixes_window", pa.bool_()),  # the logged KV bytes cover sliding-window and full layers together
+]
+
+RESULTS_SCHEMA = pa.schema(IDENTITY + FIGURE + BASIS + EXTRA + ENGINE_FACTS)
 COLUMNS = RESULTS_SCHEMA.names
 BASIS_COLUMNS = [name for name, _ in BASIS]
 STATS = ("median", "mean", "single", "range", "peak", "p90", "p95", "p99")  # pNN: a percentile over requests or samples

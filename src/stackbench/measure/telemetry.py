@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy
 
-from . import hostlocks
+from stackbench.serve import hostlocks
 
 SAMPLE_PERIOD_S = 0.5
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from .plan import Load, Workload
+from stackbench.plan import Load, Workload
 
 CHARS_PER_TOKEN = 4  # rough, only to size long prompts; the real count comes back from the server
 

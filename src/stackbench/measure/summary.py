@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 import numpy
 import scipy.stats
 
-from .client import RequestRecord
-from .plan import Load
-from .stacks.base import SpecCounters
-from .telemetry import WindowReading, power_by_time
+from stackbench.engines.base import SERVER_DECODE_TPS, SERVER_PREFILL_TPS, SpecCounters
+from stackbench.measure.client import RequestRecord
+from stackbench.measure.telemetry import WindowReading, power_by_time
+from stackbench.plan import Load
 
 # A percentile from fewer samples than this says so in its note.
 FEW_SAMPLES = 100
@@ -96,8 +96,8 @@ def repeat_figures(records: list[RequestRecord]) -> dict[str, float | None]:
     # `timings.prompt_n`, else usage prompt_tokens - prompt_tokens_details.cached_tokens) over the
     # client-side TTFT; the client-side counterpart of llama.cpp `timings.prompt_per_second`.
     prefill = [r.processed_prompt_tokens / r.ttft_s for r in ok if r.processed_prompt_tokens and r.ttft_s]
-    server_prefill = [r.server["server_prompt_per_second"] for r in ok if r.server.get("server_prompt_per_second")]
-    server_decode = [r.server["server_predicted_per_second"] for r in ok if r.server.get("server_predicted_per_second")]
+    server_prefill = [r.server[SERVER_PREFILL_TPS] for r in ok if r.server.get(SERVER_PREFILL_TPS)]
+    server_decode = [r.server[SERVER_DECODE_TPS] for r in ok if r.server.get(SERVER_DECODE_TPS)]
     return {
         # Decode rate per request: (output tokens - 1) / (last token - first token), mean over requests.
         "decode_tps": statistics.mean(decode) if decode else None,

@@ -12,14 +12,14 @@ model's thinking is measured like any other output; `counted_text` says which ki
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from dataclasses import asdict, dataclass, field
 
 import aiohttp
 import orjson
 
-from .workloads import Request
+from stackbench.engines.base import SERVER_PROMPT_PROCESSED
+from stackbench.measure.workloads import Request
 
 # Where the engines put a reasoning parser's output: vLLM and SGLang `reasoning_content`; vLLM >= 0.10 and
 # llama.cpp may use `reasoning`.
@@ -79,10 +79,10 @@ class RequestRecord:
 
     @property
     def processed_prompt_tokens(self) -> int | None:
-        """Prompt tokens the engine actually ran through prefill: llama.cpp `timings.prompt_n`, else
-        usage.prompt_tokens minus usage.prompt_tokens_details.cached_tokens."""
-        if "server_prompt_n" in self.server:
-            return self.server["server_prompt_n"]
+        """Prompt tokens the engine actually ran through prefill: its own count where it gives one
+        (llama.cpp `timings.prompt_n`), else usage.prompt_tokens minus usage.prompt_tokens_details.cached_tokens."""
+        if SERVER_PROMPT_PROCESSED in self.server:
+            return self.server[SERVER_PROMPT_PROCESSED]
         if self.prompt_tokens is None:
             return None
         return self.prompt_tokens - (self.cached_prompt_tokens or 0)
@@ -296,24 +296,6 @@ class StreamClient:
         if final_hook is not None:
             record.server.update(final_hook(chunk))
         return True
-
-
-# How each engine states the limit when it refuses an over-long request with HTTP 400.
-LIMIT_PATTERNS = (
-    re.compile(r"available context size \((\d+) tokens\)"),  # llama.cpp
-    re.compile(r"maximum allowed length \((\d+) tokens\)"),  # SGLang
-    re.compile(r"maximum context length is (\d+) tokens"),  # vLLM
-    re.compile(r"longer than the model's context length \((\d+) tokens\)"),  # SGLang 0.5.23 tokenizer
-)
-
-
-def stated_limit(message: str | None) -> int | None:
-    """The token limit an engine names in its rejection message, or None."""
-    for pattern in LIMIT_PATTERNS:
-        match = pattern.search(message or "")
-        if match:
-            return int(match[1])
-    return None
 
 
 def _error_message(text: str) -> str:

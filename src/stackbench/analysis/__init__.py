@@ -5,7 +5,7 @@ Pure, vectorized functions over the results table (pandas groupby/merge; no per-
 the same on measured and published rows and on a million rows. Every lookup joins on the whole cell
 (CELL) or the whole launch (LAUNCH), so a power-cap or concurrency sweep never mixes its cells.
 Measured rows carry their model's geometry as server rows read from the model's own files
-(stackbench.geometry); published rows get it from configs/models, whose figures name their sources.
+(stackbench.results.geometry); published rows get it from configs/models, whose figures name their sources.
 
 Longer than 250 lines: six analyses of one kind (each a vectorized frame -> frame function over the
 results contract, joined on whole cells); each stands alone and is tested alone.
@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import geometry
-from .config import load_file
-from .store import BASIS_COLUMNS
+from stackbench.config import load_file
+from stackbench.results import geometry
+from stackbench.results.store import BASIS_COLUMNS
 
 # A cell's full identity, and the identity of one server launch (its start-up facts are server rows).
 CELL = ["source", "ref", "node", "stack", "variant", "spec_method", "spec_tokens", "power_cap_w", "workload", "concurrency", "request_rate"]
@@ -40,12 +40,6 @@ BITS_PER_WEIGHT = {"q4_k_m": 4.85, "q4_1": 5.0, "q4_0": 4.5, "q5_k_m": 5.69, "q6
                    "awq": 4.25, "awq w4a16": 4.25, "int4": 4.25, "w4a16": 4.25, "nvfp4": 4.5, "fp8": 8.0,
                    "bf16": 16.0, "fp16": 16.0, "f16": 16.0}
 AUDIT_TOLERANCE = 1.2  # implied/expected bytes per token outside [1/1.2, 1.2] is flagged
-# Engines whose logged KV and weight memory is one tensor-parallel rank's (vLLM workers and SGLang's TP
-# rank 0 log their own GPU); llama.cpp's KV size line and file size cover the whole model.
-PER_RANK_STACKS = {"sglang", "vllm"}
-# Engines whose KV pool also holds the MTP layers' KV (SGLang scales cell_size by 1 + draft layers /
-# KV layers; vLLM adds the MTP layer's attention to its KV cache groups); llama.cpp logs a draft apart.
-SHARED_DRAFT_POOL_STACKS = {"sglang", "vllm"}
 GEOMETRY_FIELDS = ["attention_layers", "swa_layers", "linear_layers", "mtp_layers", "kv_heads", "key_length",
                    "value_length", "sliding_window"]
 
@@ -130,6 +124,11 @@ def _text(values: pd.Series, spec: str) -> pd.Series:
     return values.map(spec.format).astype(str)
 
 
+def engine_fact(rows: pd.DataFrame, column: str) -> pd.Series:
+    """A fact about the engine behind each row (results/store.py ENGINE_FACTS); false where unknown."""
+    return rows[column].astype("boolean").fillna(False).astype(bool)
+
+
 def _tp(rows: pd.DataFrame) -> pd.Series:
     return pd.to_numeric(rows["tp"], errors="coerce").fillna(1).clip(lower=1)
 
@@ -163,7 +162,7 @@ def roofline(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
                                                        "host_mem_bandwidth_gbs": "host_bw", "gpu_mem_bandwidth_gbs": "gpu_bw"}))
     geo = _geometry_columns(rows, results, geometries)
     tp = _tp(rows)
-    per_rank_log = rows["stack"].isin(PER_RANK_STACKS)
+    per_rank_log = engine_fact(rows, "logged_per_rank")
 
     logged_mib = facts["model_mib"].fillna(facts["load_gib"] * 1024)
     bits = weight_format(rows["quant"]).map(BITS_PER_WEIGHT).astype(float)
@@ -234,17 +233,18 @@ def kv_audit(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
         return pd.DataFrame()
     geo = _geometry_columns(implied, results, geometries)
     tp = _tp(implied)
-    per_rank = implied["stack"].isin(PER_RANK_STACKS)
+    # How the engine logs its pool travels in the rows (results/store.py ENGINE_FACTS, from its adapter).
+    engine = {c: engine_fact(implied, c) for c in
+              ("logged_per_rank", "kv_pool_holds_draft", "kv_pool_holds_state", "kv_log_mixes_window")}
+    per_rank = engine["logged_per_rank"]
     rank_tp = pd.Series(np.where(per_rank, tp, 1), index=implied.index)
-    draft = geo["mtp_layers"].where(implied["spec_method"].eq("mtp") & implied["stack"].isin(SHARED_DRAFT_POOL_STACKS), 0)
+    draft = geo["mtp_layers"].where(implied["spec_method"].eq("mtp") & engine["kv_pool_holds_draft"], 0)
     key_bytes, value_bytes = kv_dtype_bytes(implied["kv_dtype"])
     expected = geometry.kv_bytes_per_token(geo["attention_layers"] + draft, geo["kv_heads"], geo["key_length"],
                                            geo["value_length"], key_bytes, value_bytes, rank_tp)
     factor = implied["value"] / expected
-    # vLLM's hybrid allocator shares one pool between KV, window KV and recurrent state; SGLang sizes its
-    # sliding-window pool apart but logs one K/V size over both; llama.cpp prints the non-window pool alone.
-    state_shared = implied["stack"].eq("vllm") & (geo["linear_layers"] > 0)
-    window_mixed = ~implied["stack"].eq("llamacpp") & (geo["swa_layers"] > 0)
+    state_shared = engine["kv_pool_holds_state"] & (geo["linear_layers"] > 0)
+    window_mixed = engine["kv_log_mixes_window"] & (geo["swa_layers"] > 0)
     not_comparable = state_shared | window_mixed
 
     free = results[results["metric"].isin(["vram_free_mib", "mem_free_after_pool_gb"]) & results["value"].notna()]
@@ -256,7 +256,8 @@ def kv_audit(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
         [geo["attention_layers"].isna(), key_bytes.isna(), state_shared, window_mixed, ~flagged],
         ["not audited: " + geo["geometry_source"],
          "not audited: KV dtype " + implied["kv_dtype"].fillna("null").astype(str) + " has no known byte width",
-         "not comparable: vLLM's hybrid allocator pools KV with the recurrent state; compare pool tokens only",
+         "not comparable: " + implied["engine"].fillna("the engine").astype(str)
+         + "'s hybrid allocator pools KV with the recurrent state; compare pool tokens only",
          "not comparable: the logged KV bytes cover sliding-window and full layers over one token count",
          "ok"],
         "x" + _text(factor, "{:.3g}") + " the bytes per token the geometry predicts"

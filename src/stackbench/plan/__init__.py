@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .config import ConfigError, load_file, load_schema, validate
+from stackbench.config import ConfigError, load_file, load_schema, validate
 
 CONFIG_DIR = Path("configs")
 
@@ -108,16 +108,13 @@ class Launch:
     context_len: int
     bind_host: str
     env: dict = field(default_factory=dict)
+    tp: int = 1  # tensor-parallel size, as the engine reads it from server_args (its adapter's tp_size)
     workloads: tuple[str, ...] = ()  # the workloads this launch measures (the run's, else the node's)
     concurrency: tuple[int, ...] = ()  # the run's concurrency levels; empty: each workload's (see Workload.levels)
 
     @property
     def name(self) -> str:
         return f"{self.stack_config}--{self.variant}"
-
-    @property
-    def tp(self) -> int:
-        return int(self.server_args.get("tp_size") or self.server_args.get("tensor_parallel_size") or 1)
 
 
 @dataclass(frozen=True)
@@ -248,8 +245,10 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
             variants = [(v, d) for v, d in variants if v in wanted]
         launch = run["launch"]
         run_launches = []
+        adapter = _adapter(stack_doc["engine"], f"{stack_path}: engine")
         for variant_name, variant in variants:
             spec = variant["spec"]
+            server_args = {**stack_doc["server_args"], **variant["server_args"], **run["server_args"]}
             if spec["method"] == "draft" and draft is None:
                 raise ConfigError(f"{run_where}.draft_model: variant {variant_name!r} speculates with a draft model; name one")
             run_launches.append(Launch(
@@ -261,12 +260,13 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 spec_engine_type=spec.get("engine_type"),
                 spec_tokens=spec["tokens"],
                 spec_extra=dict(spec["extra"]),
-                server_args={**stack_doc["server_args"], **variant["server_args"], **run["server_args"]},
+                server_args=server_args,
+                tp=adapter.tp_size(server_args),
                 model=model,
                 draft_model=draft if spec["method"] == "draft" else None,
                 launch_mode=launch["mode"],
                 launch_target=launch.get("binary") or launch.get("image") or launch.get("url"),
-                env_name=launch.get("env") or default_env(stack_doc["engine"], doc, f"{run_where}.launch.env"),
+                env_name=launch.get("env") or _default_env(adapter, doc, f"{run_where}.launch.env"),
                 container_cli=launch.get("container_cli", "docker"),
                 context_len=doc["context_len"],
                 bind_host=doc["bind_host"],
@@ -304,32 +304,40 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     )
 
 
-def default_env(engine: str, doc: dict, where: str) -> str:
-    """The environment a native launch runs in: llama.cpp is built for the node's GPUs (a CUDA build for
-    their compute capability), or portable for the CPU; the Python engines have one environment each."""
-    gpu = doc["hardware"]["gpu"]
-    if engine != "llamacpp" or not gpu["count"]:
-        return engine
-    if not gpu["compute_capability"]:
-        raise ConfigError(f"{where}: llama.cpp on {gpu['model']} needs hardware.gpu.compute_capability (e.g. \"8.6\") "
-                          "to build for that GPU, or name an environment or binary")
-    return f"llamacpp-cuda-sm{gpu['compute_capability'].replace('.', '')}"
+def _adapter(engine: str, where: str):
+    from stackbench.engines import ADAPTERS  # the adapters import this module's dataclasses
+
+    if engine not in ADAPTERS:
+        raise ConfigError(f"{where}: no adapter for engine {engine!r}; known: {', '.join(sorted(ADAPTERS))}")
+    return ADAPTERS[engine]
+
+
+def _default_env(adapter, doc: dict, where: str) -> str:
+    """The environment a native launch runs in (the engine's, or a build flavour for the node's GPUs)."""
+    try:
+        return adapter.default_env(doc["hardware"]["gpu"])
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def _check_measured_alike(launches: list[Launch], where: str) -> None:
-    """Runs on one node are measured alike: a reasoning parser makes SGLang and vLLM stream thinking apart
+    """Runs on one node are measured alike: a reasoning parser makes an engine stream thinking apart
     (delta.reasoning_content), which changes what is timed, so it is on for all of them or for none."""
-    parsers = {l.name: l.server_args.get("reasoning_parser") for l in launches if l.engine in ("sglang", "vllm")}
+    from stackbench.engines import adapter_for  # the adapters import this module's dataclasses
+
+    flags = {l.name: adapter_for(l.engine).reasoning_parser_arg for l in launches}
+    parsers = {name: launch.server_args.get(flags[name]) for name, launch in ((l.name, l) for l in launches) if flags[name]}
     if len({bool(p) for p in parsers.values()}) > 1:
         without = sorted(name for name, p in parsers.items() if not p)
-        raise ConfigError(f"{where}: runs: reasoning_parser is set on some SGLang/vLLM runs but not on "
+        named = ", ".join(sorted({flag for flag in flags.values() if flag}))
+        raise ConfigError(f"{where}: runs: a reasoning parser ({named}) is set on some runs but not on "
                           f"{', '.join(without)}; set it on every run of the node or on none")
 
 
 def _check_slots(launches: list[Launch], workloads: dict[str, Workload], where: str, run: int) -> None:
     """A cell with more streams than the server runs at once measures its queue, not the engine: refused
     unless the node says queueing is intended (allow_queueing)."""
-    from .stacks import adapter_for  # the adapters import this module's dataclasses
+    from stackbench.engines import adapter_for  # the adapters import this module's dataclasses
 
     for launch in launches:
         slots = adapter_for(launch.engine).concurrent_slots(launch)

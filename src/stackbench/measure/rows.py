@@ -10,38 +10,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import basis as caveats
-from . import geometry, host, summary
-from .launchspec import Cell, LaunchSpec
-from .stacks.base import ServerFacts
+from stackbench.engines.base import Adapter, ServerFacts, kv_accounting_columns
+from stackbench.measure import host, summary
+from stackbench.plan.launchspec import Cell, LaunchSpec
+from stackbench.results import basis as caveats
+from stackbench.results import geometry
 
 UNKNOWN = "unknown"
 
 
-# What a server's log says it runs on, in the words of its adapter's facts (SGLang on CPU names its
-# attention and sampling backends and the project's sgl_kernel stand-in; llama.cpp its offload).
-SETUP_FACTS = ("attention_backend", "sampling_backend", "sgl_kernel")
-
-
-def engine_setup(facts: ServerFacts) -> str:
+def engine_setup(facts: ServerFacts, setup_facts: tuple[str, ...]) -> str:
+    """What a server's log says it runs on: its backend and offload, and the facts its adapter names."""
     parts = [f"backend {facts.backend}"] if facts.backend else []
     if facts.offloaded_layers is not None:
         parts.append(f"{facts.offloaded_layers}/{facts.model_layers if facts.model_layers is not None else '?'} layers offloaded")
-    parts += [f"{key.replace('_', ' ')} {facts.extra[key]}" for key in SETUP_FACTS if facts.extra.get(key)]
+    parts += [f"{key.replace('_', ' ')} {facts.extra[key]}" for key in setup_facts if facts.extra.get(key)]
     return "; ".join(parts) or UNKNOWN
 
 
 class RowMaker:
-    def __init__(self, spec: LaunchSpec, run_id: str, engine_label: str, spread_flag_ratio: float,
-                 accept_len_basis: str = ""):
+    def __init__(self, spec: LaunchSpec, run_id: str, adapter: Adapter, spread_flag_ratio: float):
         self.spec, self.run_id, self.spread_flag_ratio = spec, run_id, spread_flag_ratio
-        self.accept_len_basis = accept_len_basis
+        self.adapter = adapter
+        self.accept_len_basis = adapter.accept_len_basis
         node, launch = spec.node, spec.launch
         external = launch.launch_mode == "external"
         self.launch_basis = {
             "source": "measured", "ref": run_id, "node": node.name, "stack": launch.engine, "variant": launch.variant,
             "spec_method": launch.spec_method, "spec_tokens": launch.spec_tokens,
-            "os": host.host_os() if node.os == "auto" else node.os, "engine": engine_label,
+            "os": host.host_os() if node.os == "auto" else node.os, "engine": adapter.engine_label,
             "engine_version": spec.engine.get("version", UNKNOWN),
             "engine_image": {"native": "none (native build)", "external": "external endpoint (launch not ours)"}.get(
                 launch.launch_mode, launch.launch_target),
@@ -49,6 +46,7 @@ class RowMaker:
             "context_len": None if external else launch.context_len, "temperature": 0.0, "ttft_included": "no",
             "gpu": node.gpu_model if node.gpu_count else f"none (CPU: {host.cpu_name()})", "gpu_count": node.gpu_count,
             "tp": None if external else launch.tp, "launch_mode": launch.launch_mode,
+            **kv_accounting_columns(adapter),
         }
 
     def learn(self, facts: ServerFacts, identity: dict) -> None:
@@ -57,7 +55,7 @@ class RowMaker:
             self.launch_basis["kv_dtype"] = facts.kv_dtype
         if facts.n_ctx:
             self.launch_basis["context_len"] = facts.n_ctx
-        self.launch_basis["engine_setup"] = engine_setup(facts)
+        self.launch_basis["engine_setup"] = engine_setup(facts, self.adapter.setup_facts)
         for key in ("engine_version", "engine_image", "context_len", "tp", "quant"):
             if identity.get(key) not in (None, ""):
                 self.launch_basis[key] = identity[key]

@@ -14,9 +14,9 @@ import re
 
 import httpx
 
-from .. import prometheus
-from ..plan import Launch
-from .base import ServerFacts, Slots, SpecCounters, get_json, last_line, render_flags, slots_from
+from stackbench.engines import prometheus
+from stackbench.engines.base import KvAccounting, ServerFacts, Slots, SpecCounters, get_json, last_line, render_flags, slots_from
+from stackbench.plan import Launch
 
 # "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 123456, K size: 5.66 GB, V size: 5.66 GB"
 # older builds have no "dtype: ..," part; MLA pools print a single "KV size".
@@ -32,7 +32,7 @@ CAPPED = re.compile(r"max_running_requests is capped to (?P<n>\d+)")
 # The resolved arguments, printed once as a Python dict: "server_args={'model_path': ..., 'device': 'cpu', ...}"
 SERVER_ARGS = re.compile(r"server_args=\{.*")
 SERVER_ARG = "'{}': '(?P<value>[^']*)'"
-# Printed by the project's sgl_kernel stand-in when SGLang imports it (src/stackbench/sglang_cpu_ops).
+# Printed by the project's sgl_kernel stand-in when SGLang imports it (src/stackbench/provision/sglang_cpu_ops).
 KERNEL_STAND_IN = re.compile(r"^sgl_kernel stand-in: (?P<what>.+)$", re.MULTILINE)
 ALGORITHMS = {"mtp": "EAGLE", "eagle": "EAGLE", "dflash": "DFLASH", "dspark": "DSPARK", "ngram": "NGRAM", "draft": "STANDALONE"}
 GIB_IN_MIB = 1024  # every SGLang "GB" is GiB (module docstring)
@@ -50,6 +50,21 @@ class SglangAdapter:
     accept_len_basis = ACCEPT_LEN_BASIS
     image_entrypoint = ("python3", "-m", "sglang.launch_server")  # the lmsysorg/sglang image has no entrypoint
     image_version_command = ("python3", "-c", "import sglang; print(sglang.__version__)")
+    metrics_path = "/metrics"  # with --enable-metrics
+    # "maximum allowed length (N tokens)"; 0.5.23's tokenizer: "longer than the model's context length (N tokens)"
+    context_limit = re.compile(r"(?:maximum allowed length|longer than the model's context length) \((\d+) tokens\)")
+    reasoning_parser_arg = "reasoning_parser"
+    # The attention and sampling backends and the project's sgl_kernel stand-in (CPU) say how it ran.
+    setup_facts = ("attention_backend", "sampling_backend", "sgl_kernel")
+    # TP rank 0 logs its own GPU's KV; cell_size is scaled by 1 + draft layers / KV layers (the MTP head
+    # shares the pool); the sliding-window pool is sized apart but logged over one K/V size with the rest.
+    kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=False, log_mixes_window=True)
+
+    def tp_size(self, server_args: dict) -> int:
+        return int(server_args.get("tp_size") or 1)
+
+    def default_env(self, gpu: dict) -> str:
+        return self.engine
 
     def parse_version(self, reply: dict) -> str:
         return str(reply.get("version", "unknown"))

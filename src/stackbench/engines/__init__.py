@@ -1,0 +1,21 @@
+"""One adapter per engine, in a plain dict keyed by the results contract's stack name."""
+
+from stackbench.engines.base import Adapter, kv_accounting_columns
+from stackbench.engines.llamacpp import LlamaCppAdapter
+from stackbench.engines.sglang import SglangAdapter
+from stackbench.engines.vllm import VllmAdapter
+
+ADAPTERS: dict[str, Adapter] = {adapter.engine: adapter for adapter in (LlamaCppAdapter(), SglangAdapter(), VllmAdapter())}
+
+
+def adapter_for(engine: str) -> Adapter:
+    try:
+        return ADAPTERS[engine]
+    except KeyError:
+        raise KeyError(f"no adapter for engine {engine!r}; known: {', '.join(sorted(ADAPTERS))}") from None
+
+
+def engine_facts(stack: str) -> dict:
+    """The columns a row of this stack carries about its engine (results/store.py ENGINE_FACTS); none for a
+    stack no adapter knows (a published row may name one)."""
+    return kv_accounting_columns(ADAPTERS[stack]) if stack in ADAPTERS else {}
