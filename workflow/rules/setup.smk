@@ -43,12 +43,12 @@ rule prepare_model:
     params:
         cli=STACKBENCH,
         recipe=model_recipe,
-        envs_dir=PATHS["envs"],
+        tools=recipe_tools,
     log:
         "logs/models/{model}.log",
     shell:
         "{params.cli} prepare-model {params.recipe:q} --source {input.source:q} --out {output.gguf:q} "
-        "--envs-dir {params.envs_dir:q} > {log:q} 2>&1"
+        "{params.tools} > {log:q} 2>&1"
 
 
 rule prepare_hf_model:
@@ -62,9 +62,9 @@ rule prepare_hf_model:
     params:
         cli=STACKBENCH,
         recipe=model_recipe,
-        envs_dir=PATHS["envs"],
+        tools=recipe_tools,
     log:
         "logs/models/{model}.log",
     shell:
         "{params.cli} prepare-model {params.recipe:q} --source {input.source:q} --out {output:q} "
-        "--envs-dir {params.envs_dir:q} > {log:q} 2>&1"
+        "{params.tools} > {log:q} 2>&1"

@@ -15,6 +15,11 @@ def adapter_for(engine: str) -> Adapter:
         raise KeyError(f"no adapter for engine {engine!r}; known: {', '.join(sorted(ADAPTERS))}") from None
 
 
+def adapter_for_env(env_name: str) -> Adapter:
+    """The adapter of an engine environment: env names are <engine>[-<flavour>] (llamacpp-cuda-sm86, vllm-cpu)."""
+    return adapter_for(env_name.split("-", 1)[0])
+
+
 def engine_facts(stack: str) -> dict:
     """The columns a row of this stack carries about its engine (results/store.py ENGINE_FACTS); none for a
     stack no adapter knows (a published row may name one)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import httpx
@@ -141,6 +142,20 @@ class Adapter(Protocol):
     def tp_size(self, server_args: dict) -> int:
         """The tensor-parallel size these server arguments ask for (1 when unset)."""
 
+    # -- its environment (provision/envs.py builds it; env names are <engine>[-<flavour>]) --------------
+    def requirements_name(self, env_name: str) -> str:
+        """envs/<name>.txt that pins this environment."""
+
+    def build_settings(self, env_name: str, requirements: Path) -> dict:
+        """Environment variables for installing it (build flags, caches); raises ValueError on an unknown flavour."""
+
+    def remove_after_install(self, env_name: str) -> tuple[str, ...]:
+        """Packages the install pulls in that break the engine and are removed again."""
+
+    def installed(self, env_name: str, python: Path, run) -> dict:
+        """ready.json facts of the installed engine: `server`, `version`, `build` (and the engine's tools);
+        `run(argv)` runs a command and returns its output."""
+
     def default_env(self, gpu: dict) -> str:
         """The environment a native launch runs in on a node with this `hardware.gpu` (the engine's own, or
         a build flavour for the GPU's architecture); raises ValueError naming what is missing."""
@@ -214,6 +229,13 @@ def stated_limit(adapter: "Adapter", message: str | None) -> int | None:
     """The token limit the engine names when it refuses an over-long request (HTTP 400), or None."""
     match = adapter.context_limit.search(message or "")
     return int(match[1]) if match else None
+
+
+def python_engine_installed(distribution: str, python: Path, run) -> dict:
+    """A Python engine starts as `python -m <module>`: its server binary is the environment's Python, its
+    version the installed distribution's."""
+    version = run([str(python), "-c", f"import importlib.metadata as m; print(m.version('{distribution}'))"])
+    return {"server": str(python.absolute()), "version": version.strip().splitlines()[-1], "build": "wheels from PyPI"}
 
 
 def last_line(text: str) -> str:

