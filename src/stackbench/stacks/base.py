@@ -109,7 +109,8 @@ class Adapter(Protocol):
     image_entrypoint: tuple[str, ...]  # what the engine's official image runs instead of the native binary
     image_version_command: tuple[str, ...]  # asks the engine inside its image for its own version
 
-    def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]: ...
+    def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
+        """The server's command line; `port` is a number, or the placeholder `stackbench commands` prints."""
 
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         """Requests the server runs at once as launched; None when the engine's default decides."""

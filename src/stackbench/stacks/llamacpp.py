@@ -49,7 +49,7 @@ class LlamaCppAdapter:
     image_entrypoint = ("/app/llama-server",)
     image_version_command = ("/app/llama-server", "--version")
 
-    def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
+    def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
         args = dict(launch.server_args)
         verbosity = args.pop("log_verbosity", None)
         if threads and "threads" not in args:
