@@ -21,6 +21,7 @@ CONFIG_DIR = Path("configs")
 # "requires setting --speculative-draft-model-path"). ngram drafts from the prompt and takes no model.
 NEEDS_DRAFT_MODEL = ("draft", "dflash")
 TAKES_DRAFT_MODEL = (*NEEDS_DRAFT_MODEL, "dspark", "eagle", "mtp")
+PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the model's GGUF file>"
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,10 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         raise ConfigError(f"configs/config.yaml: nodes: no node config {path} (known: {', '.join(known)})")
     doc = load_file(path, "node", root)
     where = str(path)
+    for key, spec in doc["models"].items():
+        for kind in ("gguf", "hf_dir"):
+            if spec.get(kind, "").startswith(PLACEHOLDER_START):
+                raise ConfigError(f"{where}: models.{key}.{kind}: {spec[kind]!r} is a placeholder; set the model's path")
     # The node's workloads, then any a run names that the node does not: each file is read once.
     named = {w: f"{where}: workloads[{i}]" for i, w in enumerate(doc["workloads"])}
     for i, run in enumerate(doc["runs"]):
