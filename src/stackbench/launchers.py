@@ -394,7 +394,7 @@ def gpu_flags(cli: str, devices: list[str] | None) -> list[str]:
     """Only the launch's GPUs: docker's --gpus (its value is CSV, so a list needs the inner quotes),
     podman's CDI device names. The measure job names GPUs by UUID where NVML sees them, which a CDI spec
     holds when made by `nvidia-ctk cdi generate` 1.15 or newer (index and UUID names by default); an
-    older toolkit's default names indices only, so regenerate the spec with a current one."""
+    older toolkit names indices only unless given `--device-name-strategy=uuid`."""
     if not devices:
         return []
     if cli == "podman":
