@@ -17,7 +17,7 @@ SLOTS = 4  # every run's concurrent requests, named explicitly so that the node'
 CONCURRENCY = [1, 2, 4]
 
 
-def memory_bandwidth_gbs(nvml, handle) -> float | None:
+def memory_bandwidth_gbs(nvml, handle) -> int | None:
     """Peak memory bandwidth from NVML: bus width (bits) x max memory clock (MHz) x 2 / 8 / 1000 = GB/s.
 
     NVML reports the memory clock at half the data rate on GDDR6, GDDR6X, GDDR7 and HBM alike, so x2

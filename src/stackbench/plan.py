@@ -147,8 +147,8 @@ class Node:
 
     @property
     def configured_gpus(self) -> tuple[str, ...]:
-        """The GPUs as the config names them (hardware.gpu.devices, else indices 0..count-1); a run names
-        them by UUID where NVML sees them."""
+        """The GPUs as the config names them (hardware.gpu.devices, else indices 0..count-1); the measure
+        job names them by UUID where NVML sees them."""
         return self.gpu_devices or tuple(str(i) for i in range(self.gpu_count))
 
 
