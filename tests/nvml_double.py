@@ -3,7 +3,7 @@ that a child process killed by a signal leaves behind what a real GPU would keep
 
 Knobs for the cases a real driver shows: mixed models and PCI bus ids (enumeration vs CUDA order),
 an energy counter that integrates the power (tests can reset it, or drive the clock), NVML errors while sampling, a driver that is
-missing, a set that is refused, and a cap the GPU does not enforce."""
+missing, a set that is refused, a cap the GPU does not enforce, and a memory bus width it does not report."""
 
 import json
 import time
@@ -18,13 +18,15 @@ class NVMLError(Exception):
 class FakeNvml:
     NVMLError = NVMLError
     NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
     NVML_TEMPERATURE_GPU = 0
 
     def __init__(self, count=2, state_path: Path | None = None, limit_mw=300_000, deny_set=False,
                  names: list[str] | None = None, bus_ids: list[str] | None = None, no_driver=False,
-                 enforce=True, clock=time.monotonic):
+                 enforce=True, clock=time.monotonic, bus_width_supported=True):
         self.state_path = state_path
         self.deny_set, self.no_driver, self.enforce = deny_set, no_driver, enforce
+        self.bus_width_supported = bus_width_supported
         self.set_calls: list[tuple[int, int]] = []
         self.names = names or ["NVIDIA GeForce RTX 3090"] * count
         self.bus_ids = bus_ids or [f"00000000:{0x41 + i:02X}:00.0" for i in range(count)]
@@ -102,6 +104,14 @@ class FakeNvml:
 
     def nvmlDeviceGetClockInfo(self, h, kind):
         return 1695
+
+    def nvmlDeviceGetMaxClockInfo(self, h, kind):
+        return {self.NVML_CLOCK_MEM: 9751, self.NVML_CLOCK_SM: 2100}[kind]  # an RTX 3090's memory and SM clocks
+
+    def nvmlDeviceGetMemoryBusWidth(self, h):
+        if not self.bus_width_supported:
+            raise NVMLError("Not Supported")
+        return 384
 
     def nvmlDeviceGetTemperature(self, h, kind):
         return 64

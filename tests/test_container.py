@@ -33,16 +33,19 @@ def image_launcher(tmp_path, engine="llamacpp", cli="docker", gpu_devices=None, 
 
 
 @pytest.mark.parametrize("engine, entrypoint, first_args", [
-    ("llamacpp", ["--entrypoint", "/app/llama-server", "example/engine@sha256:ab12"], ["--model"]),
-    ("sglang", ["--entrypoint", "python3", "example/engine@sha256:ab12", "-m", "sglang.launch_server"], ["--model-path"]),
-    ("vllm", ["--entrypoint", "vllm", "example/engine@sha256:ab12", "serve"], ["--model"]),
+    ("llamacpp", ["--entrypoint", "/app/llama-server", "example/engine@sha256:ab12"], ["--model", "{model}"]),
+    ("sglang", ["--entrypoint", "python3", "example/engine@sha256:ab12", "-m", "sglang.launch_server"],
+     ["--model-path", "{model}"]),
+    # `vllm serve` takes the model positionally; --model there is deprecated
+    ("vllm", ["--entrypoint", "vllm", "example/engine@sha256:ab12", "serve"], ["{model}", "--served-model-name"]),
 ])
 def test_each_engine_starts_through_its_image_entrypoint(tmp_path, engine, entrypoint, first_args):
     argv = image_launcher(tmp_path, engine).server_argv("127.0.0.1", 8123)
     at = argv.index("--entrypoint")
     assert argv[at:at + len(entrypoint)] == entrypoint
-    assert argv[at + len(entrypoint):][:1] == first_args
-    assert "<native binary>" not in argv and "-m" not in argv[:at]
+    model = str((tmp_path / "models/tiny.gguf").resolve())
+    assert argv[at + len(entrypoint):][:2] == [arg.format(model=model) for arg in first_args]
+    assert "<native binary>" not in argv and "-m" not in argv[:at] and argv.count(model) == 1
 
 
 def test_models_are_mounted_read_only_at_their_real_path(tmp_path):

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from stackbench import plan
@@ -69,27 +70,63 @@ def test_a_broken_copy_fails_with_file_and_field(repo_copy):
     assert "config error: configs/nodes/broken.yaml: runs[0].launch.mode: expected one of native, image, external, got 'kubernetes'" in done.stderr
 
 
-def test_init_node_writes_a_valid_config_from_this_machine(repo_copy):
+def fill_in_model_paths(path, paths: dict[str, str]) -> None:
+    """What a person does with init-node's placeholders: replace each with the model's path."""
+    text = path.read_text()
+    for placeholder, real in paths.items():
+        text = text.replace(placeholder, real)
+    path.write_text(text)
+
+
+def test_init_node_writes_a_config_that_plans_once_its_model_path_is_set(repo_copy):
     from nvml_double import FakeNvml
+    from stackbench.config import ConfigError
     from stackbench.provision import nodeinit
 
     # A machine without GPUs, on any host: the NVML test double sees none.
     path = nodeinit.write_node("this-box", repo_copy, nvml=FakeNvml(count=0))
-    _, nodes = plan.load_plan(repo_copy, {"nodes": ["this-box"]})
-    assert nodes[0].gpu_count == 0 and nodes[0].launches[0].name == "llamacpp--nospec"
     assert "stackbench init-node this-box" in path.read_text()
+    with pytest.raises(ConfigError, match=r"this-box.yaml: models.my-model-gguf.gguf: \"<path to the model's GGUF file>\" "
+                                          r"is a placeholder; set the model's path"):
+        plan.load_plan(repo_copy, {"nodes": ["this-box"]})
+    fill_in_model_paths(path, {"<path to the model's GGUF file>": "/models/m.gguf"})
+    _, nodes = plan.load_plan(repo_copy, {"nodes": ["this-box"]})
+    assert nodes[0].gpu_count == 0 and [l.name for l in nodes[0].launches] == ["llamacpp--nospec"]
 
 
-def test_init_node_reads_gpus_through_nvml(repo_copy):
+def test_init_node_on_gpus_writes_the_posts_four_way_comparison(repo_copy, monkeypatch, capsys):
+    from nvml_double import FakeNvml
+    from stackbench import cli
+    from stackbench.provision import nodeinit
+
+    path = nodeinit.write_node("gpu-box", repo_copy, nvml=FakeNvml(count=2))
+    doc = yaml.safe_load(path.read_text())
+    # 384-bit bus x 9751 MHz x 2 / 8 / 1000: the RTX 3090's 936 GB/s
+    assert doc["hardware"]["gpu"] == {"model": "NVIDIA GeForce RTX 3090", "count": 2, "memory_gib": 24.0, "bandwidth_gbs": 936,
+                                     "compute_capability": "8.6"}
+    assert doc["power_caps_w"] == [200, 250, 300, 350]
+    fill_in_model_paths(path, {"<path to the model's GGUF file>": "/models/m.gguf",
+                               "<path to the model's Hugging Face folder>": "/models/m-hf"})
+    _, nodes = plan.load_plan(repo_copy, {"nodes": ["gpu-box"]})  # the slot check passes: concurrency fits every run
+    names = [l.name for l in nodes[0].launches]
+    assert names == ["llamacpp--nospec", "sglang-nospec--nospec", "sglang-eagle--eagle-3-1-4", "vllm-nvfp4-mtp--nospec",
+                     "vllm-nvfp4-mtp--mtp-n2", "vllm-nvfp4-mtp--mtp-n3"]
+    assert {l.tp for l in nodes[0].launches if l.engine != "llamacpp"} == {2}
+    # Each run is introduced by a comment naming the post it follows: the text before run i holds run i's.
+    chunks = path.read_text().split("runs:\n", 1)[1].split("\n  - stack:")
+    comments = [" ".join(line for line in chunk.splitlines() if line.startswith("  #")) for chunk in chunks[:-1]]
+    assert len(comments) == 4 and all("Seed 00" in comment for comment in comments)
+    monkeypatch.chdir(repo_copy)
+    assert cli.main(["commands", "--node", "gpu-box"]) == 0
+    assert [line.split(" ", 1)[0] for line in capsys.readouterr().out.splitlines()] == names
+
+
+def test_init_node_leaves_bandwidth_null_where_nvml_does_not_report_it(repo_copy):
     from nvml_double import FakeNvml
     from stackbench.provision import nodeinit
 
-    nodeinit.write_node("gpu-box", repo_copy, nvml=FakeNvml(count=2))
-    doc = yaml.safe_load((repo_copy / "configs/nodes/gpu-box.yaml").read_text())
-    assert doc["hardware"]["gpu"] == {"model": "NVIDIA GeForce RTX 3090", "count": 2, "memory_gib": 24.0, "bandwidth_gbs": None,
-                                     "compute_capability": "8.6"}
-    assert doc["power_caps_w"] == [200, 250, 300, 350]
-    plan.load_plan(repo_copy, {"nodes": ["gpu-box"]})  # valid as written
+    path = nodeinit.write_node("old-driver", repo_copy, nvml=FakeNvml(count=1, bus_width_supported=False))
+    assert yaml.safe_load(path.read_text())["hardware"]["gpu"]["bandwidth_gbs"] is None
 
 
 def test_snakemake_lint_is_clean(repo_copy):

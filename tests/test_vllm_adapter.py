@@ -21,7 +21,8 @@ def test_vllm_argv_expresses_seed_004s_mtp_config():
     item = launch("vllm", spec_method="mtp", spec_tokens=2, context_len=65536,
                   server_args={"max_num_seqs": 4, "gpu_memory_utilization": 0.95, "kv_cache_dtype": "fp8"})
     argv = vllm.argv(item, "/env/bin/python", "127.0.0.1", 8000, None)
-    assert argv[:3] == ["/env/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    # the module a native environment starts reads --model only (a positional model is parsed, then unused)
+    assert argv[:5] == ["/env/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", item.model.path]
     assert argv[argv.index("--speculative-config") + 1] == '{"method":"mtp","num_speculative_tokens":2}'
     text = " ".join(argv)
     assert "--max-model-len 65536" in text and "--max-num-seqs 4" in text and "--kv-cache-dtype fp8" in text

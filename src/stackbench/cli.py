@@ -51,6 +51,26 @@ def _init_node(args) -> None:
     print(f"wrote {nodeinit.write_node(args.name)}: edit its model paths and runs")
 
 
+def _commands(args) -> None:
+    from stackbench import plan
+    from stackbench.engines import adapter_for
+    from stackbench.plan import launchspec
+    from stackbench.serve import launchers
+
+    cfg = plan.load_run_config(Path("."))
+    node = plan.load_node(args.node, cfg)
+    launches = [l for l in node.launches if args.launch in (None, l.name)]
+    if not launches:
+        raise ConfigError(f"{node.file}: no launch {args.launch!r}; its launches: {', '.join(l.name for l in node.launches)}")
+    for launch in launches:
+        env_info = launchspec.engine_identity(launch, Path(cfg["paths"]["envs"]))  # what the measure job is given
+        if env_info.get("missing"):
+            env_info = {"server": f"<{launch.env_name} env server>"}
+        command = launchers.server_command(launch, adapter_for(launch.engine), env_info, node.cpu_threads,
+                                           list(node.configured_gpus) or None)
+        print(f"{launch.name} {command}")
+
+
 def _validate(args) -> None:
     from stackbench import plan
 
@@ -103,6 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="validate every config file and the plan")
     p.set_defaults(func=_validate)
+
+    p = sub.add_parser(
+        "commands", help="print each launch's server command line without starting anything",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="One line per launch: its name, then the command its measure job runs, shell-quoted.\n"
+                    "Placeholders: <port> is the free port chosen at each start; <ENV env server> stands for\n"
+                    "the server of the pipeline-built environment ENV, not built yet here (llama-server, or\n"
+                    "the environment's Python for SGLang and vLLM; its ready.json names it once built).\n"
+                    "Native launches also get the node's env: and CUDA_VISIBLE_DEVICES in their environment,\n"
+                    "not shown. Image launches name GPUs as configured (hardware.gpu.devices, else 0..count-1);\n"
+                    "the measure job names them by UUID where NVML sees them. External: `external <url>`.")
+    p.add_argument("--node", required=True, help="a node config name (configs/nodes/<name>.yaml)")
+    p.add_argument("--launch", help="one launch only, e.g. sglang-eagle--eagle-3-1-4")
+    p.set_defaults(func=_commands)
 
     p = sub.add_parser("init-node", help="write a starting configs/nodes/<name>.yaml from this machine")
     p.add_argument("name")

@@ -160,7 +160,8 @@ class Adapter(Protocol):
         """The environment a native launch runs in on a node with this `hardware.gpu` (the engine's own, or
         a build flavour for the GPU's architecture); raises ValueError naming what is missing."""
 
-    def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]: ...
+    def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
+        """The server's command line; `port` is a number, or the placeholder `stackbench commands` prints."""
 
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         """Requests the server runs at once as launched; None when the engine's default decides."""

@@ -130,7 +130,7 @@ class LlamaCppAdapter:
                              "to build for that GPU, or name an environment or binary")
         return f"llamacpp-cuda-sm{gpu['compute_capability'].replace('.', '')}"
 
-    def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
+    def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
         args = dict(launch.server_args)
         verbosity = args.pop("log_verbosity", None)
         if threads and "threads" not in args:

