@@ -180,3 +180,13 @@ def test_more_streams_than_the_server_runs_at_once_is_refused_at_plan_time(repo)
     doc["allow_queueing"] = True
     node.write_text(yaml.safe_dump(doc))
     assert {c.concurrency for c in spec_of(repo).cells} >= {4}
+
+
+def test_a_flag_the_pipeline_sets_in_a_stack_file_stops_the_plan_with_its_key(repo):
+    stack = repo / "configs/stacks/llamacpp.yaml"
+    doc = yaml.safe_load(stack.read_text())
+    doc["server_args"]["port"] = 8080
+    stack.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"local-cpu.yaml: runs\[0\] \(llamacpp--nospec\): server_args.port: set by the "
+                                          r"pipeline .*remove it from server_args \(the run's, its stack's or its variant's\)$"):
+        spec_of(repo)

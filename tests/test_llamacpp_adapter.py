@@ -8,6 +8,7 @@ import pytest
 
 from launch_helpers import make_launch
 from stackbench.engines import prometheus
+from stackbench.engines.base import FlagConflict
 from stackbench.engines.llamacpp import LlamaCppAdapter
 from stackbench.plan import Model
 
@@ -28,10 +29,15 @@ def test_argv_is_a_list_with_the_draft_depth_fixed_at_launch():
     argv = adapter.argv(launch(), "/bin/llama-server", "127.0.0.1", 8080, None)
     assert argv[:9] == ["/bin/llama-server", "--model", "/m/target.gguf", "--host", "127.0.0.1", "--port", "8080",
                         "--ctx-size", "4096"]
-    assert argv[argv.index("-lv") + 1] == "4"
+    assert argv[argv.index("--log-verbosity") + 1] == "4"  # what -lv 4 sets: the KV size line is printed
     assert ["--threads", "2"] == argv[argv.index("--threads"):argv.index("--threads") + 2]
     assert "--metrics" in argv
     assert argv[-6:] == ["--spec-type", "draft-simple", "--spec-draft-model", "/m/draft.gguf", "--spec-draft-n-max", "4"]
+
+
+def test_a_flag_the_pipeline_sets_is_refused_in_server_args_not_passed_twice():
+    with pytest.raises(FlagConflict, match="^port: set by the pipeline"):
+        adapter.argv(launch(server_args={"port": 9000}), "/bin/llama-server", "127.0.0.1", 8080, None)
 
 
 def test_no_spec_flags_without_speculation():

@@ -162,3 +162,36 @@ def test_open_loop_cell_is_keyed_by_its_rate_and_says_how_it_was_driven(load_res
     assert "aggregate_tps_steady" not in cell.index  # no fixed number of streams: no steady window
     # Two repeats: every median carries its Student's t interval.
     assert (cell.loc["aggregate_tps", "ci_low"] < cell.loc["aggregate_tps", "ci_high"])
+
+
+def test_a_toy_engine_is_one_adapter_the_plan_runner_and_report_accept(engine_url, tmp_path, monkeypatch):
+    """Adding an engine is its adapter (here a TEST DOUBLE: vLLM's formats under another name, since the
+    synthetic engine speaks them), a stack file and a node run; no other module changes."""
+    from stackbench.engines import ADAPTERS
+    from stackbench.engines.vllm import VllmAdapter
+    from stackbench.report import render
+
+    class ToyAdapter(VllmAdapter):
+        engine = "toy"
+        engine_label = "Toy engine"
+
+    monkeypatch.setitem(ADAPTERS, "toy", ToyAdapter())
+    spec_dir = tmp_path / "repo"
+    external_spec(spec_dir, engine_url, {"prompts": ["Say hi."], "output_tokens": 12}, repeats=1)  # the configs
+    (spec_dir / "configs/stacks/toy.yaml").write_text(yaml.safe_dump({"engine": "toy", "variants": [{"name": "nospec"}]}))
+    node_file = spec_dir / "configs/nodes/external-double.yaml"
+    node = yaml.safe_load(node_file.read_text())
+    node["runs"][0]["stack"] = "toy"
+    node_file.write_text(yaml.safe_dump(node))
+    cfg = plan.load_run_config(spec_dir, {"nodes": ["external-double"], "measure": {"repeats": 1, "warmup_requests": 0}})
+    loaded = plan.load_node("external-double", cfg, spec_dir)
+    assert [(l.engine, l.name) for l in loaded.launches] == [("toy", "toy--nospec")]
+    cells = measure.LaunchRun(launchspec.build(cfg, loaded, loaded.launches[0]), tmp_path / "run").run()
+    results = tmp_path / "results.parquet"
+    store.collect([cells], results)
+    monkeypatch.chdir(spec_dir)
+    render.write_report(results, tmp_path / "reports", ROOT / "data/published")
+    headline = (tmp_path / "reports/tables/headline-external-double.md").read_text()
+    assert "| measured | toy | nospec |" in headline
+    rows = store.read_results(results)
+    assert set(rows["engine"]) == {"Toy engine"} and (rows.loc[rows["metric"] == "decode_tps", "value"] > 0).all()

@@ -166,6 +166,9 @@ class Adapter(Protocol):
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         """Requests the server runs at once as launched; None when the engine's default decides."""
 
+    def parallel_args(self, tp: int, slots: int) -> dict:
+        """The server arguments that run it on `tp` GPUs with `slots` requests at once (what init-node writes)."""
+
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         """Engine-specific request body fields (fixed output length, stream_options, ...)."""
 
@@ -205,13 +208,30 @@ def get_json(client: httpx.Client, url: str) -> dict:
     return body if isinstance(body, dict) else {}
 
 
-def render_flags(args: dict) -> list[str]:
-    """Engine flags from a dict: underscores become dashes, true is a bare flag, false and null drop it,
-    dicts are JSON, lists repeat the value; a later value replaces an earlier one (dict order)."""
+class FlagConflict(ValueError):
+    """A server argument the pipeline sets itself (host, port, model, context, speculation) was also given."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"{key}: set by the pipeline from the node and stack (model, host, port, context, "
+                         "speculative settings); remove it from server_args")
+
+
+def render_flags(*groups: dict) -> list[str]:
+    """The one renderer of engine flags: underscores become dashes, true is a bare flag, false and null drop
+    it, dicts are JSON, lists repeat the value. Each flag comes from one group: the pipeline's own (model,
+    host, port, context, speculation) and the user's server_args never both set one, so no flag is passed
+    twice (FlagConflict names the key; the plan checks every launch with it)."""
     import json
 
+    merged: dict = {}
+    for group in groups:
+        for key, value in group.items():
+            if key in merged:
+                raise FlagConflict(key)
+            merged[key] = value
     out: list[str] = []
-    for key, value in args.items():
+    for key, value in merged.items():
         flag = "--" + key.replace("_", "-")
         if value is None or value is False:
             continue

@@ -131,22 +131,22 @@ class LlamaCppAdapter:
         return f"llamacpp-cuda-sm{gpu['compute_capability'].replace('.', '')}"
 
     def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
+        # log_verbosity renders as --log-verbosity (common/arg.cpp: "-lv", "--verbosity", "--log-verbosity")
         args = dict(launch.server_args)
-        verbosity = args.pop("log_verbosity", None)
         if threads and "threads" not in args:
             args["threads"] = threads
-        argv = [binary, "--model", launch.model.path, "--host", host, "--port", str(port),
-                "--ctx-size", str(launch.context_len)]
-        if verbosity is not None:
-            argv += ["-lv", str(verbosity)]
-        argv += render_flags(args)
+        own = {"model": launch.model.path, "host": host, "port": port, "ctx_size": launch.context_len}
+        spec = {}
         if launch.spec_method != "none":
-            argv += ["--spec-type", launch.spec_engine_type or SPEC_TYPES[launch.spec_method]]
+            spec["spec_type"] = launch.spec_engine_type or SPEC_TYPES[launch.spec_method]
             if launch.draft_model is not None:
-                argv += ["--spec-draft-model", launch.draft_model.path]
+                spec["spec_draft_model"] = launch.draft_model.path
             if launch.spec_tokens:
-                argv += ["--spec-draft-n-max", str(launch.spec_tokens)]
-        return argv
+                spec["spec_draft_n_max"] = launch.spec_tokens
+        return [binary, *render_flags(own, args, spec)]
+
+    def parallel_args(self, tp: int, slots: int) -> dict:
+        return {"parallel": slots}  # layers split over the GPUs by default: no TP size to set
 
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         return slots_from(launch, "parallel")

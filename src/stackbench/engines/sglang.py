@@ -105,20 +105,22 @@ class SglangAdapter:
                 "quant": quant if isinstance(quant, str) else "unknown"}
 
     def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
-        argv = [binary, "-m", "sglang.launch_server", "--model-path", launch.model.path,
-                "--served-model-name", launch.model.name, "--host", host, "--port", str(port),
-                "--context-length", str(launch.context_len), "--enable-metrics"]
-        argv += render_flags(launch.server_args)
+        own = {"model_path": launch.model.path, "served_model_name": launch.model.name, "host": host, "port": port,
+               "context_length": launch.context_len, "enable_metrics": True}
+        spec = {}
         if launch.spec_method != "none":
-            argv += ["--speculative-algorithm", launch.spec_engine_type or ALGORITHMS[launch.spec_method]]
+            spec["speculative_algorithm"] = launch.spec_engine_type or ALGORITHMS[launch.spec_method]
             if launch.draft_model is not None:
-                argv += ["--speculative-draft-model-path", launch.draft_model.path]
+                spec["speculative_draft_model_path"] = launch.draft_model.path
             if launch.spec_method == "dflash":
-                argv += ["--speculative-num-draft-tokens", str(launch.spec_tokens)]
+                spec["speculative_num_draft_tokens"] = launch.spec_tokens
             elif launch.spec_tokens:
-                argv += ["--speculative-num-steps", str(launch.spec_tokens)]
-            argv += render_flags({f"speculative_{k}": v for k, v in launch.spec_extra.items()})
-        return argv
+                spec["speculative_num_steps"] = launch.spec_tokens
+            spec.update({f"speculative_{k}": v for k, v in launch.spec_extra.items()})
+        return [binary, "-m", "sglang.launch_server", *render_flags(own, launch.server_args, spec)]
+
+    def parallel_args(self, tp: int, slots: int) -> dict:
+        return {**({"tp_size": tp} if tp > 1 else {}), "max_running_requests": slots}
 
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         return slots_from(launch, "max_running_requests")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -96,17 +95,18 @@ class VllmAdapter:
         # which reads the model from --model only (0.32 parses a positional one but never uses it). An image
         # starts `vllm serve` instead, which takes it positionally (--model there is deprecated).
         model = [launch.model.path] if launch.launch_mode == "image" else ["--model", launch.model.path]
-        argv = [binary, "-m", "vllm.entrypoints.openai.api_server", *model,
-                "--served-model-name", launch.model.name, "--host", host, "--port", str(port),
-                "--max-model-len", str(launch.context_len)]
-        argv += render_flags(launch.server_args)
+        own = {"served_model_name": launch.model.name, "host": host, "port": port, "max_model_len": launch.context_len}
+        spec = {}
         if launch.spec_method != "none":
             config = {"method": launch.spec_engine_type or launch.spec_method, "num_speculative_tokens": launch.spec_tokens,
                       **launch.spec_extra}
             if launch.draft_model is not None:
                 config["model"] = launch.draft_model.path
-            argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
-        return argv
+            spec["speculative_config"] = config
+        return [binary, "-m", "vllm.entrypoints.openai.api_server", *model, *render_flags(own, launch.server_args, spec)]
+
+    def parallel_args(self, tp: int, slots: int) -> dict:
+        return {**({"tensor_parallel_size": tp} if tp > 1 else {}), "max_num_seqs": slots}
 
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         return slots_from(launch, "max_num_seqs")

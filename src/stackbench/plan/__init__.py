@@ -211,7 +211,7 @@ def _expand_variants(stack_doc: dict) -> list[tuple[str, dict]]:
     """
     out = []
     for variant in stack_doc["variants"]:
-        spec = variant.get("spec", {"method": "none"})
+        spec = variant["spec"]
         base_extra = spec.get("extra", {})
         points = [{"tokens": n} for n in spec.get("sweep_tokens", [])] + spec.get("sweep", [])
         if not points:
@@ -291,6 +291,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 workloads=tuple(run["workloads"] or doc["workloads"]),
                 concurrency=tuple(run["concurrency"] or ()),
             ))
+        _check_flags(run_launches, adapter, where, i)
         if not doc["allow_queueing"]:
             _check_slots(run_launches, {w.name: w for w in workloads}, where, i)
         launches += run_launches
@@ -349,6 +350,19 @@ def _check_measured_alike(launches: list[Launch], where: str) -> None:
         named = ", ".join(sorted({flag for flag in flags.values() if flag}))
         raise ConfigError(f"{where}: runs: a reasoning parser ({named}) is set on some runs but not on "
                           f"{', '.join(without)}; set it on every run of the node or on none")
+
+
+def _check_flags(launches: list[Launch], adapter, where: str, run: int) -> None:
+    """Render every launch's command once now: a flag the pipeline sets itself (port, model, context) given
+    in server_args would be passed twice, so it stops here, naming the key."""
+    from stackbench.engines.base import FlagConflict
+
+    for launch in launches:
+        try:
+            adapter.argv(launch, "<server>", launch.bind_host, 0, None)
+        except FlagConflict as err:
+            raise ConfigError(f"{where}: runs[{run}] ({launch.name}): server_args.{err} (the run's, its stack's or "
+                              "its variant's)") from None
 
 
 def _check_slots(launches: list[Launch], workloads: dict[str, Workload], where: str, run: int) -> None:

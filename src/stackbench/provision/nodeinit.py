@@ -6,13 +6,17 @@ the plan, with a line naming the field, until they are filled in."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import yaml
 
+from stackbench.config import load_file
+from stackbench.engines import adapter_for
 from stackbench.measure import telemetry
 from stackbench.measure.host import cpu_name, host_os
 
+STARTER = Path("configs/starter")  # the runs a starter gets, as config text with comments
 SLOTS = 4  # every run's concurrent requests, named explicitly so that the node's concurrency fits them
 CONCURRENCY = [1, 2, 4]
 
@@ -56,53 +60,33 @@ def _flow(args: dict) -> str:
     return yaml.safe_dump(args, default_flow_style=True, sort_keys=False).strip()
 
 
-def gpu_runs(gpu_count: int) -> str:
-    """The four-way comparison of the seed posts, as YAML text with a comment per run."""
-    tp = {"tp_size": gpu_count} if gpu_count > 1 else {}
-    sglang = {**tp, "max_running_requests": SLOTS}
-    vllm = {**({"tensor_parallel_size": gpu_count} if gpu_count > 1 else {}), "max_num_seqs": SLOTS}
-    return f"""models:
-  # Placeholders in <angle brackets> stop the plan until replaced: set each path and its quantization.
-  my-model-gguf: {{gguf: "<path to the model's GGUF file>", quant: Q4_K_M}}
-  # One Hugging Face folder for SGLang and vLLM; give each engine its own entry to run the posts' checkpoints
-  # (seed 000: INT4 for SGLang, seed 004: NVFP4 for vLLM).
-  my-model-hf: {{hf_dir: "<path to the model's Hugging Face folder>", quant: unknown}}
-runs:
-  # Seed 000 section 8: llama.cpp with every layer on the GPU; --kv-unified lets one request use the whole
-  # context across the stack's 4 slots. Add mtp-n2, mtp-n3 to variants when the GGUF carries an MTP head.
-  - stack: llamacpp
-    model: my-model-gguf
-    variants: [nospec]
-    server_args: {_flow({"n_gpu_layers": 999, "kv_unified": True})}
-  # Seed 000 section 6 without speculation: the same command as the next run, minus the --speculative-* flags.
-  # A reasoning parser (e.g. reasoning_parser: qwen3) goes on every SGLang and vLLM run or on none.
-  - stack: sglang-nospec
-    model: my-model-hf
-    server_args: {_flow(sglang)}
-  # Seed 000 section 6 and seed 002: the model's own MTP head run as EAGLE, steps/topk/draft tokens 3/1/4.
-  - stack: sglang-eagle
-    model: my-model-hf
-    variants: [eagle-3-1-4]
-    server_args: {_flow(sglang)}
-  # Seed 004: vLLM without speculation and with MTP n=2 and n=3 (the stack reads any checkpoint vLLM does;
-  # NVFP4 is detected from it, not forced).
-  - stack: vllm-nvfp4-mtp
-    model: my-model-hf
-    variants: [nospec, mtp-n2, mtp-n3]
-    server_args: {_flow(vllm)}
-"""
+def _template(root: Path, name: str) -> str:
+    """A starter template without its own leading comment (which is about the template, not the node)."""
+    lines = (root / STARTER / name).read_text().splitlines(keepends=True)
+    while lines and lines[0].startswith("#"):
+        lines.pop(0)
+    return "".join(lines)
 
 
-CPU_RUNS = """models:
-  # A placeholder in <angle brackets> stops the plan until replaced.
-  my-model-gguf: {gguf: "<path to the model's GGUF file>", quant: Q4_K_M}
-runs:
-  # llama.cpp on the CPU. SGLang and vLLM on a CPU: see configs/nodes/local-cpu-sglang.yaml and
-  # local-cpu-vllm.yaml (checks of the pipeline, not of those engines' CPU speed).
-  - stack: llamacpp
-    model: my-model-gguf
-    variants: [nospec]
-"""
+PARALLEL_ARGS = re.compile(r"<parallel args(?:, with (?P<extra>[^>]*))?>")
+
+
+def gpu_runs(gpu_count: int, root: Path = Path(".")) -> str:
+    """The four-way comparison of the seed posts (configs/starter/gpu-runs.yaml, a comment per run), each
+    run's parallel flags in its engine's own words."""
+    lines, stack = [], None
+    for line in _template(root, "gpu-runs.yaml").splitlines(keepends=True):
+        if line.lstrip().startswith("- stack:"):
+            stack = line.split(":", 1)[1].strip()
+        found = PARALLEL_ARGS.search(line)
+        if found:
+            engine = load_file(root / "configs/stacks" / f"{stack}.yaml", "stack", root)["engine"]
+            extra = yaml.safe_load("{" + (found["extra"] or "") + "}")
+            line = line.replace(found[0], _flow({**extra, **adapter_for(engine).parallel_args(gpu_count, SLOTS)}))
+        lines.append(line)
+    return "".join(lines)
+
+
 
 
 def write_node(name: str, root: Path = Path("."), nvml=None) -> Path:
@@ -120,6 +104,6 @@ def write_node(name: str, root: Path = Path("."), nvml=None) -> Path:
               "# Set the model paths, check the runs, print their server commands, then measure:\n"
               f"#   stackbench commands --node {name}\n"
               f"#   snakemake --cores 1 report --config 'nodes=[{name}]'\n")
-    runs = gpu_runs(gpu_count) if gpu_count else CPU_RUNS
+    runs = gpu_runs(gpu_count, root) if gpu_count else _template(root, "cpu-runs.yaml")
     path.write_text(header + yaml.safe_dump(doc, sort_keys=False) + runs)
     return path
