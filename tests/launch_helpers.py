@@ -48,7 +48,7 @@ def make_launch(engine: str = "llamacpp", model_path: str = "/models/q", **overr
 
 
 class DoubleAdapter:
-    """Test double of an engine adapter: argv starts DOUBLE_SERVER in the given mode."""
+    """Test double of an engine adapter: its command starts DOUBLE_SERVER in the given mode."""
 
     engine = "llamacpp"
     engine_label = "test double"
@@ -59,8 +59,11 @@ class DoubleAdapter:
         self.script.write_text(DOUBLE_SERVER)
         self.mode, self.env_out = mode, tmp_path / "spawns.jsonl"
 
-    def argv(self, launch, binary, host, port, threads):
-        return [binary, str(self.script), self.mode, str(port), str(self.env_out)]
+    def native_command(self, binary):
+        return [binary, str(self.script)]
+
+    def engine_flags(self, launch, host, port, threads):
+        return [self.mode, str(port), str(self.env_out)]
 
     def spawns(self) -> list[str]:
         return self.env_out.read_text().splitlines() if self.env_out.exists() else []

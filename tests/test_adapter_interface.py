@@ -12,7 +12,7 @@ MEMBERS = sorted({name for name in vars(Adapter) if not name.startswith("_")} | 
 
 
 def test_the_protocol_has_members_to_check():
-    assert {"argv", "engine", "concurrent_slots", "parse_log"} <= set(MEMBERS)
+    assert {"engine_flags", "native_command", "engine", "concurrent_slots", "parse_log"} <= set(MEMBERS)
 
 
 @pytest.mark.parametrize("engine", sorted(ADAPTERS))

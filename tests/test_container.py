@@ -18,7 +18,9 @@ from container_image import build_llamacpp_image, container_engine_problem
 from launch_helpers import make_launch, measure_argv, one_launch_spec, one_model_node, server_pid
 from stackbench.engines import adapter_for
 from stackbench.results import store
-from stackbench.serve.launchers import NotRunnable, container_name, group_members, open_launcher
+from stackbench.serve.container import container_name
+from stackbench.serve.launchers import open_launcher
+from stackbench.serve.process import NotRunnable, group_members
 
 
 def image_launcher(tmp_path, engine="llamacpp", cli="docker", gpu_devices=None, image="example/engine@sha256:ab12", **fields):

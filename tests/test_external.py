@@ -15,7 +15,8 @@ import pytest
 from launch_helpers import TEST_MODEL, chat, make_launch, measure_argv, one_launch_spec, one_model_node
 from stackbench.engines import adapter_for
 from stackbench.results import store
-from stackbench.serve.launchers import ReadyTimeout, ServerProcess, free_port, open_launcher
+from stackbench.serve.launchers import open_launcher
+from stackbench.serve.process import ReadyTimeout, ServerProcess, free_port
 
 FIXTURES = Path(__file__).parent / "fixtures/external"
 

@@ -17,8 +17,8 @@ import yaml
 from launch_helpers import server_pid
 from stackbench.measure.client import StreamClient
 from stackbench.results import store
-from stackbench.serve import launchers
-from stackbench.serve.launchers import group_members
+from stackbench.serve import process
+from stackbench.serve.process import group_members
 from test_integration_llamacpp import launch_run, measure_argv
 
 
@@ -123,9 +123,9 @@ def test_port_taken_is_retried_on_another_port(ci_repo, tmp_path, monkeypatch):
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     taken = blocker.getsockname()[1]
-    real_free_port = launchers.free_port
+    real_free_port = process.free_port
     ports = iter([taken])
-    monkeypatch.setattr(launchers, "free_port", lambda host: next(ports, None) or real_free_port(host))
+    monkeypatch.setattr(process, "free_port", lambda host: next(ports, None) or real_free_port(host))
     (ci_repo / "configs/nodes/ci-cpu.yaml").write_text(
         (ci_repo / "configs/nodes/ci-cpu.yaml").read_text().replace("- json\n", ""))
     run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")

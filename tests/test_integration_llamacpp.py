@@ -19,7 +19,7 @@ from stackbench import measure, plan
 from stackbench.measure import runner
 from stackbench.plan import launchspec
 from stackbench.results import store
-from stackbench.serve.launchers import group_members
+from stackbench.serve.process import group_members
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,8 +188,8 @@ def test_a_rerun_stops_the_server_an_older_build_left_behind_and_measures(ci_rep
     out = tmp_path / "run"
     argv = measure_argv(ci_repo, "llamacpp--nospec", out)
     # The same job as a build before servers died with their parent: nothing takes the orphan down.
-    older = [sys.executable, "-c", "import sys; from stackbench import cli, launchers; "
-             "launchers.ServerProcess.die_with_parent = False; sys.exit(cli.main(sys.argv[1:]))", *argv[3:]]
+    older = [sys.executable, "-c", "import sys; from stackbench import cli; from stackbench.serve import process; "
+             "process.ServerProcess.die_with_parent = False; sys.exit(cli.main(sys.argv[1:]))", *argv[3:]]
     proc = start_and_wait_for_a_cell(older, ci_repo, out)
     pgid = server_pid(out)
     proc.kill()

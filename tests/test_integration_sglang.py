@@ -17,7 +17,8 @@ from conftest import report_one_node
 from launch_helpers import server_pid
 from stackbench import plan
 from stackbench.engines.sglang import SglangAdapter
-from stackbench.serve.launchers import ReadyTimeout, ServerProcess, free_port, group_members
+from stackbench.serve.launchers import native_argv
+from stackbench.serve.process import ReadyTimeout, ServerProcess, free_port, group_members
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +40,7 @@ def server(log: Path) -> ServerProcess:
     _, nodes = plan.load_plan(ROOT, cfg)
     launch = nodes[0].launches[0]
     port = free_port()
-    argv = SglangAdapter().argv(launch, str(ROOT / ".envs/sglang-cpu/venv/bin/python"), "127.0.0.1", port, 2)
+    argv = native_argv(SglangAdapter(), launch, str(ROOT / ".envs/sglang-cpu/venv/bin/python"), "127.0.0.1", port, 2)
     return ServerProcess(argv, log, f"http://127.0.0.1:{port}", SglangAdapter.health_path, env=launch.env)
 
 

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from launch_helpers import PYTHON, DoubleAdapter, make_launch
-from stackbench.serve.launchers import NotRunnable, ServerExited, group_members, open_launcher
+from stackbench.serve.launchers import open_launcher
+from stackbench.serve.process import NotRunnable, ServerExited, group_members
 
 
 def native(tmp_path, mode, gpu_devices=None, **launch_fields):

@@ -11,6 +11,7 @@ from stackbench.engines import prometheus
 from stackbench.engines.base import FlagConflict
 from stackbench.engines.llamacpp import LlamaCppAdapter
 from stackbench.plan import Model
+from stackbench.serve.launchers import native_argv
 
 FIXTURES = Path(__file__).parent / "fixtures/llamacpp"
 adapter = LlamaCppAdapter()
@@ -26,7 +27,7 @@ def launch(**extra):
 
 
 def test_argv_is_a_list_with_the_draft_depth_fixed_at_launch():
-    argv = adapter.argv(launch(), "/bin/llama-server", "127.0.0.1", 8080, None)
+    argv = native_argv(adapter, launch(), "/bin/llama-server", "127.0.0.1", 8080, None)
     assert argv[:9] == ["/bin/llama-server", "--model", "/m/target.gguf", "--host", "127.0.0.1", "--port", "8080",
                         "--ctx-size", "4096"]
     assert argv[argv.index("--log-verbosity") + 1] == "4"  # what -lv 4 sets: the KV size line is printed
@@ -37,11 +38,11 @@ def test_argv_is_a_list_with_the_draft_depth_fixed_at_launch():
 
 def test_a_flag_the_pipeline_sets_is_refused_in_server_args_not_passed_twice():
     with pytest.raises(FlagConflict, match="^port: set by the pipeline"):
-        adapter.argv(launch(server_args={"port": 9000}), "/bin/llama-server", "127.0.0.1", 8080, None)
+        native_argv(adapter, launch(server_args={"port": 9000}), "/bin/llama-server", "127.0.0.1", 8080, None)
 
 
 def test_no_spec_flags_without_speculation():
-    argv = adapter.argv(launch(spec_method="none", spec_engine_type=None, spec_tokens=None, draft_model=None),
+    argv = native_argv(adapter, launch(spec_method="none", spec_engine_type=None, spec_tokens=None, draft_model=None),
                         "/bin/llama-server", "127.0.0.1", 8080, 2)
     assert not any(a.startswith("--spec") for a in argv)
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from stackbench.serve.launchers import ReadyTimeout, ServerExited, ServerProcess, free_port, group_members
+from stackbench.serve.process import ReadyTimeout, ServerExited, ServerProcess, free_port, group_members
 
 DOUBLE = textwrap.dedent("""
     import http.server, os, sys, time

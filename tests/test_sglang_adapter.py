@@ -12,6 +12,7 @@ from launch_helpers import make_launch as launch
 from stackbench.engines.base import stated_limit
 from stackbench.engines.sglang import SglangAdapter
 from stackbench.plan import Model
+from stackbench.serve.launchers import native_argv
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sglang = SglangAdapter()
@@ -23,7 +24,7 @@ def test_sglang_argv_expresses_seed_002s_launch_command():
                   spec_extra={"eagle_topk": 1, "num_draft_tokens": 4},
                   server_args={"tp_size": 2, "mem_fraction_static": 0.94, "kv_cache_dtype": "fp8_e5m2",
                                "max_running_requests": 2, "enable_cache_report": True, "trust_remote_code": True})
-    argv = sglang.argv(item, "/env/bin/python", "127.0.0.1", 30000, None)
+    argv = native_argv(sglang, item, "/env/bin/python", "127.0.0.1", 30000, None)
     assert argv[:3] == ["/env/bin/python", "-m", "sglang.launch_server"]
     text = " ".join(argv)
     for flag in ("--tp-size 2", "--mem-fraction-static 0.94", "--kv-cache-dtype fp8_e5m2", "--max-running-requests 2",
@@ -37,7 +38,7 @@ def test_sglang_argv_expresses_seed_002s_launch_command():
 def test_sglang_dflash_argv_sets_draft_tokens_and_draft_model():
     item = launch("sglang", spec_method="dflash", spec_engine_type="DFLASH", spec_tokens=8,
                   draft_model=Model("d", "/draft", "BF16", None), spec_extra={"draft_model_quantization": "unquant"})
-    text = " ".join(sglang.argv(item, "python3", "127.0.0.1", 1, None))
+    text = " ".join(native_argv(sglang, item, "python3", "127.0.0.1", 1, None))
     assert "--speculative-algorithm DFLASH --speculative-draft-model-path /draft --speculative-num-draft-tokens 8" in text
     assert "--speculative-draft-model-quantization unquant" in text and "--speculative-num-steps" not in text
 

@@ -11,6 +11,7 @@ from launch_helpers import make_launch as launch
 from stackbench.engines import prometheus
 from stackbench.engines.base import stated_limit
 from stackbench.engines.vllm import VllmAdapter
+from stackbench.serve.launchers import native_argv
 
 FIXTURES = Path(__file__).parent / "fixtures"
 vllm = VllmAdapter()
@@ -20,7 +21,7 @@ vllm = VllmAdapter()
 def test_vllm_argv_expresses_seed_004s_mtp_config():
     item = launch("vllm", spec_method="mtp", spec_tokens=2, context_len=65536,
                   server_args={"max_num_seqs": 4, "gpu_memory_utilization": 0.95, "kv_cache_dtype": "fp8"})
-    argv = vllm.argv(item, "/env/bin/python", "127.0.0.1", 8000, None)
+    argv = native_argv(vllm, item, "/env/bin/python", "127.0.0.1", 8000, None)
     # the module a native environment starts reads --model only (a positional model is parsed, then unused)
     assert argv[:5] == ["/env/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", item.model.path]
     assert argv[argv.index("--speculative-config") + 1] == '{"method":"mtp","num_speculative_tokens":2}'
@@ -30,7 +31,7 @@ def test_vllm_argv_expresses_seed_004s_mtp_config():
 
 def test_vllm_ngram_config_carries_its_extra_settings():
     item = launch("vllm", spec_method="ngram", spec_tokens=3, spec_extra={"prompt_lookup_max": 4})
-    argv = vllm.argv(item, "python", "127.0.0.1", 1, None)
+    argv = native_argv(vllm, item, "python", "127.0.0.1", 1, None)
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"method": "ngram", "num_speculative_tokens": 3,
                                                                         "prompt_lookup_max": 4}
 

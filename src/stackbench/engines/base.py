@@ -160,8 +160,12 @@ class Adapter(Protocol):
         """The environment a native launch runs in on a node with this `hardware.gpu` (the engine's own, or
         a build flavour for the GPU's architecture); raises ValueError naming what is missing."""
 
-    def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
-        """The server's command line; `port` is a number, or the placeholder `stackbench commands` prints."""
+    def native_command(self, binary: str) -> list[str]:
+        """What starts the engine natively: the server binary, or its Python with `-m <module>`."""
+
+    def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
+        """The engine's own arguments for this launch, after the native command or the image's entrypoint
+        (`port` may be the placeholder `<port>` when a command is only printed)."""
 
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         """Requests the server runs at once as launched; None when the engine's default decides."""

@@ -130,7 +130,10 @@ class LlamaCppAdapter:
                              "to build for that GPU, or name an environment or binary")
         return f"llamacpp-cuda-sm{gpu['compute_capability'].replace('.', '')}"
 
-    def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
+    def native_command(self, binary: str) -> list[str]:
+        return [binary]
+
+    def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         # log_verbosity renders as --log-verbosity (common/arg.cpp: "-lv", "--verbosity", "--log-verbosity")
         args = dict(launch.server_args)
         if threads and "threads" not in args:
@@ -143,7 +146,7 @@ class LlamaCppAdapter:
                 spec["spec_draft_model"] = launch.draft_model.path
             if launch.spec_tokens:
                 spec["spec_draft_n_max"] = launch.spec_tokens
-        return [binary, *render_flags(own, args, spec)]
+        return render_flags(own, args, spec)
 
     def parallel_args(self, tp: int, slots: int) -> dict:
         return {"parallel": slots}  # layers split over the GPUs by default: no TP size to set

