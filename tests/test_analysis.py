@@ -49,8 +49,8 @@ def frame(*rows):
 
 
 # -- KV-pool audit ---------------------------------------------------------------------------------------------
-def test_kv_audit_flags_seed_000s_misread_draft_depth(published_frame, geometries):
-    audit = analysis.kv_audit(published_frame, geometries)
+def test_kv_audit_flags_seed_000s_misread_draft_depth(published_frame):
+    audit = analysis.kv_audit(published_frame)
     before = audit[audit["variant"] == "nextn-3-1-4-unpatched"]
     # SGLang's correct cell size for this pool: 16 KV layers + 1 MTP layer, 4 heads x (256 + 256) x 1 byte (fp8).
     assert len(before) == 2 and set(before["expected_bytes_per_token"]) == {17 * 4 * 512}
@@ -67,13 +67,13 @@ def test_kv_audit_flags_seed_000s_misread_draft_depth(published_frame, geometrie
 
 def test_kv_audit_passes_a_correct_pool_with_geometry_from_the_model_file():
     rows = frame(server("kv_bytes_per_token", 90 * 2**20 / 4096), geometry_rows())  # the real log: 90 MiB for 4096 cells
-    audit = analysis.kv_audit(rows, [])
+    audit = analysis.kv_audit(rows)
     assert audit["flag"].tolist() == ["ok"] and audit["expected_bytes_per_token"].tolist() == [30 * 3 * 128 * 2]
-    assert audit["geometry_source"].tolist() == ["model file (geometry_* server rows)"]
+    assert audit["geometry_source"].str.match(r"model geometry read from .*\.gguf \(llama\)$").all()
 
 
 def test_kv_audit_without_geometry_rows_says_so_rather_than_guessing():
-    audit = analysis.kv_audit(frame(server("kv_bytes_per_token", 23040.0)), [])
+    audit = analysis.kv_audit(frame(server("kv_bytes_per_token", 23040.0)))
     assert audit["flag"].tolist() == ["not audited: no geometry rows for this launch"]
 
 
@@ -83,24 +83,24 @@ def test_kv_audit_compares_per_rank_bytes_under_tensor_parallelism(stack, tp, lo
     (here 30 layers x 4 KV heads x 128 x 2 bytes = 30720 for the whole model)."""
     four_heads = geometry.Geometry(**{**SMOLLM2.__dict__, "kv_heads": 4})
     rows = frame(server("kv_bytes_per_token", logged, stack=stack, tp=tp), geometry_rows(four_heads, stack=stack, tp=tp))
-    audit = analysis.kv_audit(rows, [])
+    audit = analysis.kv_audit(rows)
     assert audit["flag"].tolist() == ["ok"] and audit["factor"].tolist() == pytest.approx([1.0])
 
 
 def test_kv_audit_replicates_kv_heads_when_tp_exceeds_them():
     """3 KV heads on TP4: each rank keeps one head (max(1, 3 // 4)), not three quarters of one."""
     rows = frame(server("kv_bytes_per_token", 30 * 1 * 128 * 2.0, stack="vllm", tp=4), geometry_rows(stack="vllm", tp=4))
-    assert analysis.kv_audit(rows, [])["factor"].tolist() == pytest.approx([1.0])
+    assert analysis.kv_audit(rows)["factor"].tolist() == pytest.approx([1.0])
 
 
-def test_measured_rows_never_take_geometry_from_configs_even_when_the_model_name_matches(geometries):
+def test_measured_rows_never_take_geometry_from_configs_even_when_the_model_name_matches():
     rows = frame(server("kv_bytes_per_token", 34816.0, model="Qwen3.8-27B-INT4", stack="sglang", kv_dtype="fp8"))
-    assert analysis.kv_audit(rows, geometries)["flag"].tolist() == ["not audited: no geometry rows for this launch"]
+    assert analysis.kv_audit(rows)["flag"].tolist() == ["not audited: no geometry rows for this launch"]
 
 
 def test_kv_audit_reads_llamacpp_mixed_k_and_v_types():
     rows = frame(server("kv_bytes_per_token", 30 * 3 * 64 * (34 / 32 + 2), kv_dtype="K q8_0 / V f16"), geometry_rows())
-    assert analysis.kv_audit(rows, [])["factor"].tolist() == pytest.approx([1.0])
+    assert analysis.kv_audit(rows)["factor"].tolist() == pytest.approx([1.0])
 
 
 def test_kv_audit_says_what_a_hybrid_model_cannot_compare():
@@ -110,7 +110,7 @@ def test_kv_audit_says_what_a_hybrid_model_cannot_compare():
                  geometry_rows(hybrid, stack="vllm", kv_dtype="fp8", spec_method="mtp"),
                  server("kv_bytes_per_token", 32768.0, stack="sglang", kv_dtype="fp8"),
                  geometry_rows(hybrid, stack="sglang", kv_dtype="fp8"))
-    audit = analysis.kv_audit(rows, []).set_index("stack")
+    audit = analysis.kv_audit(rows).set_index("stack")
     assert audit.loc["vllm", "flag"].startswith("not comparable: vLLM's hybrid allocator")
     assert pd.isna(audit.loc["vllm", "factor"])
     assert audit.loc["sglang", "flag"] == "ok" and "48 recurrent layers" in audit.loc["sglang", "expected_basis"]
@@ -120,20 +120,20 @@ def test_kv_audit_does_not_compare_a_pool_mixing_window_and_full_layers():
     gemma_like = geometry.Geometry(**{**SMOLLM2.__dict__, "attention_layers": 5, "swa_layers": 25, "sliding_window": 512})
     rows = frame(server("kv_bytes_per_token", 5000.0, stack="sglang"), geometry_rows(gemma_like, stack="sglang"),
                  server("kv_bytes_per_token", 5 * 3 * 128 * 2.0), geometry_rows(gemma_like))
-    audit = analysis.kv_audit(rows, []).set_index("stack")["flag"]
+    audit = analysis.kv_audit(rows).set_index("stack")["flag"]
     assert audit["sglang"].startswith("not comparable: the logged KV bytes cover sliding-window")
     assert audit["llamacpp"] == "ok"  # llama.cpp's first KV line is the full-attention pool alone
 
 
 def test_kv_audit_names_a_dtype_it_cannot_size():
     rows = frame(server("kv_bytes_per_token", 23040.0, stack="vllm", kv_dtype="auto"), geometry_rows(stack="vllm", kv_dtype="auto"))
-    assert analysis.kv_audit(rows, [])["flag"].tolist() == ["not audited: KV dtype auto has no known byte width"]
+    assert analysis.kv_audit(rows)["flag"].tolist() == ["not audited: KV dtype auto has no known byte width"]
 
 
 # -- roofline ----------------------------------------------------------------------------------------------------
 def test_roofline_reads_weights_from_the_engine_log_and_bandwidth_from_rows():
     rows = frame(measured(), server("model_mib", 98.87), server("host_mem_bandwidth_gbs", 10.0), geometry_rows())
-    roof = analysis.roofline(rows, [])
+    roof = analysis.roofline(rows)
     weights, kv = 98.87 * 2**20, 23040 * (60 + 24)
     assert roof["ceiling_tps"].iloc[0] == pytest.approx(10e9 / (weights + kv))
     assert roof["percent_of_ceiling"].iloc[0] == pytest.approx(100 * 60 / (10e9 / (weights + kv)))
@@ -143,7 +143,7 @@ def test_roofline_reads_weights_from_the_engine_log_and_bandwidth_from_rows():
 def test_roofline_falls_back_to_the_model_files_tensor_bytes_and_says_so():
     file_geometry = geometry.Geometry(**{**SMOLLM2.__dict__, "weight_bytes": 96576768})
     rows = frame(measured(), server("host_mem_bandwidth_gbs", 10.0), geometry_rows(file_geometry))
-    roof = analysis.roofline(rows, [])
+    roof = analysis.roofline(rows)
     assert roof["weight_mib_per_device"].iloc[0] == pytest.approx(96576768 / 2**20)
     assert roof["weights_from"].iloc[0].startswith("model file tensor bytes")
 
@@ -154,14 +154,16 @@ def test_roofline_divides_a_per_rank_log_figure_by_nothing_and_a_whole_model_fig
                  server("gpu_mem_bandwidth_gbs", 936.0, stack="vllm", **gpu), geometry_rows(stack="vllm", **gpu),
                  measured(stack="llamacpp", **gpu), server("model_mib", 18000.0, stack="llamacpp", **gpu),
                  server("gpu_mem_bandwidth_gbs", 936.0, stack="llamacpp", **gpu), geometry_rows(stack="llamacpp", **gpu))
-    roof = analysis.roofline(rows, []).set_index("stack")
+    roof = analysis.roofline(rows).set_index("stack")
     assert roof.loc["vllm", "weight_mib_per_device"] == roof.loc["llamacpp", "weight_mib_per_device"] == 9000.0
 
 
-def test_roofline_quant_names_match_exactly_never_by_substring(published_frame, geometries):
-    rows = frame(measured(source="published", model="Qwen3.8-27B", quant="BF16 (dequantized from Q4_1 GGUF)", kv_dtype="fp8"),
-                 server("gpu_mem_bandwidth_gbs", 936.0, source="published", model="Qwen3.8-27B"))
-    roof = analysis.roofline(rows, geometries)
+def test_roofline_quant_names_match_exactly_never_by_substring():
+    published = [measured(source="published", model="Qwen3.8-27B", quant="BF16 (dequantized from Q4_1 GGUF)", kv_dtype="fp8"),
+                 server("gpu_mem_bandwidth_gbs", 936.0, source="published", model="Qwen3.8-27B")]
+    # The model's geometry as the collect side writes it for published rows (configs/models)
+    rows = frame(published, geometry.published_geometry_rows(published, geometry.load_published_geometries(ROOT)))
+    roof = analysis.roofline(rows)
     assert roof["weight_mib_per_device"].iloc[0] == pytest.approx(27e9 * 2 / 2**20)  # 16 bits, not Q4_1's 5
     assert roof["weights_from"].iloc[0] == "parameters x 16 bits (bf16): no weight bytes reported"
     assert analysis.weight_format(pd.Series(["Q4_1", "AWQ W4A16", "q4_k_m-imatrix"])).map(analysis.BITS_PER_WEIGHT).tolist()[:2] == [5.0, 4.25]
@@ -175,13 +177,13 @@ def test_roofline_scales_by_the_cells_own_acceptance_and_says_it_ignores_draft_c
                  measured(variant="draft-n2", spec_method="draft", metric="accept_len", value=1.5, unit="ratio", workload="json"),
                  *launch, geometry_rows(variant="draft-n2", spec_method="draft"),
                  measured(), server("model_mib", 98.87), server("host_mem_bandwidth_gbs", 10.0), geometry_rows())
-    roof = analysis.roofline(rows, []).set_index("variant")
+    roof = analysis.roofline(rows).set_index("variant")
     assert roof.loc["draft-n2", "ceiling_tps"] == pytest.approx(roof.loc["nospec", "ceiling_tps"] * 2.5)
     assert "ignores the draft" in roof.loc["draft-n2", "speculative_basis"]
 
 
 def test_no_bandwidth_row_no_ceiling():
-    assert analysis.roofline(frame(measured(), server("model_mib", 98.87), geometry_rows()), []).empty
+    assert analysis.roofline(frame(measured(), server("model_mib", 98.87), geometry_rows())).empty
 
 
 # -- whole-cell lookups under a power-cap sweep (issue 12 point 9) ---------------------------------------------------
@@ -207,7 +209,7 @@ def test_roofline_acceptance_is_the_cells_own_not_a_median_across_caps():
     rows = pd.concat([cap_sweep(), frame(*[server(m, v, node="gpu", stack="vllm", variant=variant, spec_method=method)
                                            for variant, method in (("nospec", "none"), ("mtp-n2", "mtp"))
                                            for m, v in (("model_mib", 98.87), ("gpu_mem_bandwidth_gbs", 936.0))])])
-    roof = analysis.roofline(rows, [])
+    roof = analysis.roofline(rows)
     spec = roof[roof["variant"] == "mtp-n2"].set_index("power_cap_w")
     assert spec["accept_len"].to_dict() == {200.0: 3.0, 300.0: 2.0}
 
@@ -259,6 +261,6 @@ def test_compare_pairs_only_like_rows():
 
 def test_every_analysis_returns_an_empty_frame_when_it_has_nothing_to_say():
     tight = frame(measured(value_min=59.0, value_max=61.0))
-    assert analysis.spread_flags(tight).empty and analysis.kv_audit(tight, []).empty
+    assert analysis.spread_flags(tight).empty and analysis.kv_audit(tight).empty
     assert analysis.power_sweet_spots(tight).empty and analysis.spec_value_by_context(tight).empty
-    assert analysis.roofline(tight, []).empty
+    assert analysis.roofline(tight).empty

@@ -10,11 +10,14 @@ from stackbench.config import ConfigError
 
 
 def published_records(data_dir: Path, root: Path = Path(".")) -> list[dict]:
-    """The seeds' figures as rows, with the engine facts of their stack from its adapter, as measured rows."""
+    """The seeds' figures as rows, with the geometry of their model (configs/models) and the engine facts of
+    their stack (its adapter) as rows of their own launch, as measured rows carry them."""
     from stackbench.engines import engine_facts
-    from stackbench.results import published
+    from stackbench.results import geometry, published
 
-    return [{**record, **engine_facts(record["stack"])} for record in published.load_all(data_dir, root)]
+    records = published.load_all(data_dir, root)
+    records += geometry.published_geometry_rows(records, geometry.load_published_geometries(root))
+    return [{**record, **engine_facts(record["stack"])} for record in records]
 
 
 def _published(args) -> None:

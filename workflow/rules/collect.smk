@@ -2,13 +2,15 @@
 
 
 rule published_part:
+    # The seeds' figures, with the geometry of their model (configs/models) as rows of their own.
     input:
-        sorted(Path(PATHS["published"]).glob("*.yaml")),
+        published=sorted(Path(PATHS["published"]).glob("*.yaml")),
+        models=sorted(Path("configs/models").glob("*.yaml")),
     output:
         f"{PATHS['parts']}/published.parquet",
     params:
         cli=STACKBENCH,
-        data_dir=lambda wildcards, input: Path(input[0]).parent,
+        data_dir=lambda wildcards, input: Path(input.published[0]).parent,
     log:
         "logs/collect/published_part.log",
     shell:

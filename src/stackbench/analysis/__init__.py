@@ -14,13 +14,10 @@ results contract, joined on whole cells); each stands alone and is tested alone.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from stackbench.config import load_file
 from stackbench.results import geometry
 from stackbench.results.store import BASIS_COLUMNS
 
@@ -45,27 +42,6 @@ GEOMETRY_FIELDS = ["attention_layers", "swa_layers", "linear_layers", "mtp_layer
 
 
 # -- geometry --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PublishedGeometry:
-    """A configs/models file: the geometry of a model named by published rows, each figure with its source."""
-    name: str
-    match: tuple[str, ...]
-    figures: dict[str, float]
-    sources: dict[str, str]
-    from_audited_seed: tuple[str, ...]
-
-
-def load_geometries(root: Path = Path(".")) -> list[PublishedGeometry]:
-    out = []
-    for path in sorted((root / "configs/models").glob("*.yaml")):
-        doc = load_file(path, "model", root)
-        figures = doc["figures"]
-        out.append(PublishedGeometry(path.stem, tuple(doc["match"]), {k: f["value"] for k, f in figures.items()},
-                                     {k: f["source"] for k, f in figures.items()},
-                                     tuple(k for k, f in figures.items() if f["from_audited_seed"])))
-    return out
-
-
 def _launch_values(results: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
     """One row per launch (LAUNCH), one column per named metric (renamed), from its first row."""
     picked = results.loc[results["metric"].isin(list(metrics)) & results["value"].notna(), LAUNCH + ["metric", "value"]]
@@ -79,29 +55,16 @@ def _on_launch(rows: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
     return joined.drop(columns=LAUNCH).set_axis(rows.index)
 
 
-def _geometry_columns(rows: pd.DataFrame, results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.DataFrame:
-    """GEOMETRY_FIELDS, params_b, file_weight_mib and geometry_source for each row: measured rows from
-    their launch's geometry_* server rows, published rows from configs/models matched on the model name."""
-    measured = _on_launch(rows, _launch_values(results, {f"geometry_{f}": f for f in GEOMETRY_FIELDS + ["weight_mib"]}))
-    measured = measured.rename(columns={"weight_mib": "file_weight_mib"})
-    measured["params_b"] = np.nan
-    measured["geometry_source"] = np.where(measured["attention_layers"].notna(), "model file (geometry_* server rows)",
-                                           "no geometry rows for this launch")
-    names = rows["model"].fillna("").str.lower()
-    figures, sources = {}, {}
-    for name in names.unique():  # a handful of distinct model names, not rows
-        found = next((g for g in geometries if any(m in name for m in g.match)), None)
-        if found:
-            figures[name] = found.figures
-            sources[name] = (f"configs/models/{found.name}.yaml" + (
-                f" ({', '.join(found.from_audited_seed)}: no seed quotes them; only checkable against the seed itself)"
-                if found.from_audited_seed else ""))
-    published = pd.DataFrame.from_dict(figures, orient="index", dtype=float).reindex(columns=GEOMETRY_FIELDS + ["params_b"])
-    published = published.reindex(names.to_numpy()).set_axis(rows.index)
-    published["file_weight_mib"] = np.nan
-    published["geometry_source"] = names.map(sources).astype(object).fillna("no configs/models entry matches the model name")
-    is_published = rows["source"].eq("published")
-    out = measured.where(~is_published, published[measured.columns])
+def _geometry_columns(rows: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """GEOMETRY_FIELDS, params_b, file_weight_mib and geometry_source for each row, from its launch's
+    geometry_* rows: measured launches read them from the model's own files, published ones from the
+    configs/models entry their model name matches (written beside the seeds' figures by the collect side)."""
+    names = {f"geometry_{f}": f for f in GEOMETRY_FIELDS + ["params_b", "weight_mib"]}
+    out = _on_launch(rows, _launch_values(results, names)).rename(columns={"weight_mib": "file_weight_mib"})
+    notes = results.loc[results["metric"].eq("geometry_attention_layers"), LAUNCH + ["note"]].drop_duplicates(LAUNCH)
+    source = _on_launch(rows, notes)["note"]
+    out["geometry_source"] = source.where(out["attention_layers"].notna(), np.where(
+        rows["source"].eq("published"), "no configs/models entry matches the model name", "no geometry rows for this launch"))
     for field in ("swa_layers", "mtp_layers"):
         out[field] = out[field].astype(float).fillna(0)
     return out
@@ -140,7 +103,7 @@ def weight_format(quant: pd.Series) -> pd.Series:
     return quant.fillna("").str.lower().str.replace(r"\s*\(.*\)\s*$", "", regex=True).str.replace("-", "_").str.strip()
 
 
-def roofline(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.DataFrame:
+def roofline(results: pd.DataFrame) -> pd.DataFrame:
     """Bandwidth-bound decode ceiling per single-stream decode row, and the share of it achieved.
 
     ceiling = memory bandwidth per device / bytes one device reads per decoded token (its weights + its KV
@@ -160,7 +123,7 @@ def roofline(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
         return pd.DataFrame()
     facts = _on_launch(rows, _launch_values(results, {"model_mib": "model_mib", "load_gib": "load_gib",
                                                        "host_mem_bandwidth_gbs": "host_bw", "gpu_mem_bandwidth_gbs": "gpu_bw"}))
-    geo = _geometry_columns(rows, results, geometries)
+    geo = _geometry_columns(rows, results)
     tp = _tp(rows)
     per_rank_log = engine_fact(rows, "logged_per_rank")
 
@@ -217,7 +180,7 @@ def _cell_values(results: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 # -- KV-pool audit ----------------------------------------------------------------------------------------
-def kv_audit(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.DataFrame:
+def kv_audit(results: pd.DataFrame) -> pd.DataFrame:
     """Bytes per token implied by the engine's pool against what the model geometry predicts.
 
     Expected = (full-attention layers + MTP layers sharing the pool) x KV heads on one TP rank x
@@ -231,7 +194,7 @@ def kv_audit(results: pd.DataFrame, geometries: list[PublishedGeometry]) -> pd.D
     implied = results[(results["metric"] == "kv_bytes_per_token") & results["value"].notna()]
     if implied.empty:
         return pd.DataFrame()
-    geo = _geometry_columns(implied, results, geometries)
+    geo = _geometry_columns(implied, results)
     tp = _tp(implied)
     # How the engine logs its pool travels in the rows (results/store.py ENGINE_FACTS, from its adapter).
     engine = {c: engine_fact(implied, c) for c in

@@ -48,8 +48,10 @@ ANALYSIS_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "ttft_s", "accept_
                     *BANDWIDTH_METRICS)
 # First-token times read better in ms: the full tables show them so (column renamed with its unit).
 MILLISECONDS = {"ttft_s": ("ttft_ms", 1000), "ttfc_s": ("ttfc_ms", 1000)}
-# Bookkeeping columns the analysis functions never read: left in DuckDB, not converted to pandas.
+# Bookkeeping columns the analysis functions never read: left in DuckDB, not converted to pandas (a
+# geometry row's note, which says where the geometry came from, is the one note they read).
 NOT_ANALYSED = ("reason", "table_id", "table_title", "row_label", "col_label", "note", "unit")
+GEOMETRY_NOTE = "case when metric like 'geometry_%' then note end as note"
 CHART_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "accept_len")
 CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency",
                  "metric", "value", "value_min", "value_max", "status")
@@ -281,14 +283,14 @@ def derived_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, cave
     return table
 
 
-def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, spec_by_context: pd.DataFrame, geometries,
+def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, spec_by_context: pd.DataFrame,
                     table_dir: Path, background: Background) -> list[tables.Table]:
     # (frame, table id, title, how it is computed, caveats); an empty frame makes no table.
     sections = [
         (roofline, "analysis-roofline", "Decode against its bandwidth roofline",
          "memory bandwidth / bytes read per token (weights + KV at that context) x acceptance length",
          ["Each node's bandwidth comes from its results rows: measured on CPU nodes (numpy copy), the GPU's figure on GPU nodes."]),
-        (analysis.kv_audit(frame, geometries), "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
+        (analysis.kv_audit(frame), "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
          "engine-reported bytes per token against kv_layers x kv_heads x head_dim x 2 x dtype bytes", []),
         (analysis.power_sweet_spots(frame), "analysis-power-sweet-spot", "Throughput and tokens per joule against power cap",
          "sweet spot: the lowest cap within 5% of the best throughput of its sweep", []),
@@ -438,10 +440,10 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     background = Background()
     try:
         fulls_job = background.submit(full_tables, results.source, nodes, table_dir)
-        geometries = analysis.load_geometries(Path("."))
-        frame = results.frame(f"select * exclude ({', '.join(NOT_ANALYSED)}) from results where metric in {_in(ANALYSIS_METRICS)} "
+        frame = results.frame(f"select * exclude ({', '.join(NOT_ANALYSED)}), {GEOMETRY_NOTE} from results "
+                              f"where metric in {_in(ANALYSIS_METRICS)} "
                               "or metric like 'accept_rate_pos%' or metric like 'geometry_%'")
-        roofline = analysis.roofline(frame, geometries)
+        roofline = analysis.roofline(frame)
         percents = ceiling_percents(roofline)
         power_why = power_not_measured(results)
         candidates = headline_input(results)
@@ -449,7 +451,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n))
                                  for n in nodes if n in by_node) if t is not None]
         spec = analysis.spec_value_by_context(frame)
-        derived = analysis_tables(frame, roofline, spec, geometries, table_dir, background)
+        derived = analysis_tables(frame, roofline, spec, table_dir, background)
         seed = seed_tables(results.rows("source = 'published'"), published.load_layouts(published_dir))
         figures = _figures(results, spec, nodes)
         fulls = fulls_job.result()

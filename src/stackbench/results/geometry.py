@@ -223,3 +223,59 @@ def _safetensors_bytes(folder: Path) -> int | None:
                 raise GeometryError(f"{file}: not a safetensors file (header: {err})") from err
         total += sum(t["data_offsets"][1] - t["data_offsets"][0] for name, t in header.items() if name != "__metadata__")
     return total
+
+
+# -- the seeds' models (configs/models): geometry for published rows ----------------------------------------
+@dataclass(frozen=True)
+class PublishedGeometry:
+    """A configs/models file: the geometry of a model named by published rows, each figure with its source."""
+
+    name: str
+    match: tuple[str, ...]
+    figures: dict[str, float]
+    from_audited_seed: tuple[str, ...]
+
+    @property
+    def source(self) -> str:
+        return f"configs/models/{self.name}.yaml" + (
+            f" ({', '.join(self.from_audited_seed)}: no seed quotes them; only checkable against the seed itself)"
+            if self.from_audited_seed else "")
+
+
+def load_published_geometries(root: Path = Path(".")) -> list[PublishedGeometry]:
+    from stackbench.config import load_file
+
+    out = []
+    for path in sorted((root / "configs/models").glob("*.yaml")):
+        figures = load_file(path, "model", root)["figures"]
+        out.append(PublishedGeometry(path.stem, tuple(load_file(path, "model", root)["match"]),
+                                     {k: f["value"] for k, f in figures.items()},
+                                     tuple(k for k, f in figures.items() if f["from_audited_seed"])))
+    return out
+
+
+PUBLISHED_LAUNCH = ("source", "ref", "node", "stack", "variant")
+# What a figure's row says about that figure alone, not about the launch it belongs to.
+NOT_A_LAUNCH_FACT = ("concurrency", "request_rate", "power_cap_w", "value_min", "value_max", "ci_low", "ci_high",
+                     "table_id", "table_title", "row_label", "col_label", "prompt_tokens", "output_tokens", "reason")
+FIGURE_UNITS = {"params_b": "billion parameters", "kv_heads": "heads", "key_length": "elements", "value_length": "elements",
+                "sliding_window": "tokens"}
+
+
+def published_geometry_rows(records: list[dict], geometries: list[PublishedGeometry]) -> list[dict]:
+    """geometry_* rows for each published launch whose model name matches a configs/models entry, so the
+    analysis reads every launch's geometry from rows, measured or published, and never a config file."""
+    out, seen = [], set()
+    for record in records:
+        key = tuple(record.get(k) for k in PUBLISHED_LAUNCH)
+        name = str(record.get("model") or "").lower()
+        found = next((g for g in geometries if any(m in name for m in g.match)), None)
+        if found is None or key in seen:
+            continue
+        seen.add(key)
+        # The launch's own basis (the first figure's), as a measured launch's server rows carry it.
+        launch = {**record, **dict.fromkeys(NOT_A_LAUNCH_FACT), "workload": "server"}
+        out += [{**launch, "metric": f"geometry_{field}", "value": float(value), "stat": "single", "n": 1, "status": "ok",
+                 "unit": FIGURE_UNITS.get(field, "layers"), "note": found.source}
+                for field, value in found.figures.items()]
+    return out
