@@ -39,6 +39,11 @@ class Timing:
     broken_line_after: int | None = None  # send a non-JSON data line after this many decode chunks
     stall_after: int | None = None  # go silent (connection open) after this many decode chunks
     capacity: int = 0  # requests served at once; the rest wait for a free one (0: no limit)
+    word: str = "t"  # token i's text is "<word><i> ": another word gives other text at the same speed
+    loop_period: int = 0  # > 0: token i's text is "<word><i mod period> ", an output that loops
+
+    def token_text(self, index: int) -> str:
+        return f"{self.word}{index % self.loop_period if self.loop_period else index} "
 
     @property
     def output_tokens(self) -> int:
@@ -151,7 +156,7 @@ def _handler(timing: Timing, counters: Counters):
             wait_until(timing.ttft_s)
             emitted = 1
             reasoning_emitted = 1 if timing.reasoning_tokens else 0
-            send({"reasoning_content" if reasoning_emitted else "content": "t0 "}, usage=continuous)
+            send({"reasoning_content" if reasoning_emitted else "content": timing.token_text(0)}, usage=continuous)
             chunks = (timing.reasoning_tokens + timing.content_tokens) // timing.tokens_per_chunk
             for step in range(1, chunks + 1):
                 wait_until(timing.ttft_s + step * timing.interval_s)
@@ -162,7 +167,7 @@ def _handler(timing: Timing, counters: Counters):
                     time.sleep(30)
                     return
                 thinking = emitted - 1 < timing.reasoning_tokens
-                text = "".join(f"t{emitted + i} " for i in range(timing.tokens_per_chunk))
+                text = "".join(timing.token_text(emitted + i) for i in range(timing.tokens_per_chunk))
                 emitted += timing.tokens_per_chunk
                 reasoning_emitted += timing.tokens_per_chunk if thinking else 0
                 counters.step(timing.tokens_per_chunk - 1, timing.spec_tokens)

@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 # Identity of a cell: where the figure comes from and what was run.
@@ -85,6 +86,7 @@ BASIS_COLUMNS = [name for name, _ in BASIS]
 STATS = ("median", "mean", "single", "range", "peak", "p90", "p95", "p99")  # pNN: a percentile over requests or samples
 SOURCES = ("measured", "published")
 UNKNOWN = "unknown"
+PROBE_OUTPUTS = "probe_outputs.json"  # beside a launch's cells.parquet: its probe cells' greedy outputs
 
 
 def to_table(records: Iterable[dict] | pd.DataFrame) -> pa.Table:
@@ -133,6 +135,15 @@ def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike) -> 
         table = table.read_all()
     # Columns in contract order already; a cast checks their types without a trip through pandas.
     table = table.cast(RESULTS_SCHEMA)
+    # Greedy equivalence across launches needs both launches' outputs, so it is computed here (see probes).
+    from . import probes
+
+    docs = probes.read_outputs(parts)
+    if docs:
+        agreement = probes.agreement_rows(docs, table.filter(pc.field("workload").isin(
+            sorted({d["workload"] for d in docs}))).to_pandas())
+        if agreement:
+            table = pa.concat_tables([table, to_table(agreement)])
     atomic_write_parquet(table, out)
     return table.num_rows
 
