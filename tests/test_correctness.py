@@ -309,3 +309,8 @@ def test_output_len_ok():
     assert output_len_ok(512, None, 512)
     assert not output_len_ok(512, 512, None)
     assert not output_len_ok(512, None, None)
+
+
+def test_a_number_glued_to_a_word_is_not_that_number():
+    assert not grade("t8 t9 t10", {"number": 8})
+    assert grade("A spider has 8 legs.", {"number": 8})

@@ -95,8 +95,9 @@ def strip_reasoning(text: str) -> str:
     return _THINK_OPEN.sub("", text).strip()
 
 
-# A number as written: optional sign, thousands groups of three, optional decimals; not part of a longer number.
-_NUMBER = re.compile(r"(?<![\d.,])-?\d+(?:,\d{3})*(?:\.\d+)?(?![\d])")
+# A number as written: optional sign, thousands groups of three, optional decimals; not part of a longer number
+# nor of a word ("t8" is no 8).
+_NUMBER = re.compile(r"(?<![\w.,])-?\d+(?:,\d{3})*(?:\.\d+)?(?!\d)")
 
 
 def _has_number(text: str, target: object) -> bool:

