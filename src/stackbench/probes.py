@@ -39,10 +39,12 @@ def needle_prompt(needle: dict) -> str:
 
 
 def output_doc(record: RequestRecord) -> dict:
-    """What is kept of one greedy output: its text and streamed pieces (one token each where the engine
-    streams one token per chunk, which `pieces_are_tokens` says)."""
-    return {"text": record.content, "pieces": list(record.parts), "completion_tokens": record.completion_tokens,
-            "pieces_are_tokens": record.completion_tokens is not None and record.content_chunks == record.completion_tokens}
+    """What is kept of one greedy output: its text and streamed pieces, one token each where the engine
+    streams one token per chunk (`pieces_are_tokens`: as many pieces as the server counts tokens, or one
+    fewer, the end-of-sequence token it counts and streams no text for)."""
+    counted = record.completion_tokens
+    return {"text": record.content, "pieces": list(record.parts), "completion_tokens": counted,
+            "pieces_are_tokens": counted is not None and counted - record.content_chunks in (0, 1)}
 
 
 async def run(client: StreamClient, workload: Workload, final_hook=None) -> tuple[list[Figure], dict[str, dict], list[RequestRecord]]:

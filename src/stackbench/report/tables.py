@@ -234,12 +234,12 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
         return None
     ceiling_percent = ceiling_percent or {}
     verdicts = {} if correctness is None else {
-        (stack, variant): (outputs, flagged) for stack, variant, outputs, flagged in
-        correctness.loc[correctness["node"] == node, ["stack", "variant", "outputs", "flagged"]].itertuples(index=False)}
+        (stack, variant): (outputs, flagged, caveat) for stack, variant, outputs, flagged, caveat in
+        correctness.loc[correctness["node"] == node, ["stack", "variant", "outputs", "flagged", "caveat"]].itertuples(index=False)}
     keys = records[HEADLINE_KEYS].astype(object).where(records[HEADLINE_KEYS].notna(), "")
     records["row_key"] = [tuple(k) for k in keys.itertuples(index=False)]
     order = sorted(dict.fromkeys(records["row_key"]),
-                   key=lambda k: (k[0] != "measured", k[1], k[0] == "measured" and verdicts.get(k[2:], ("", False))[1],
+                   key=lambda k: (k[0] != "measured", k[1], k[0] == "measured" and verdicts.get(k[2:], ("", False, ""))[1],
                                   STACK_ORDER.get(k[2], 9), str(k[3])))
     records["row_no"] = records["row_key"].map({k: i + 1 for i, k in enumerate(order)})
     by_cell: dict[tuple, list[dict]] = {}
@@ -258,7 +258,7 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
         source, post, stack, variant = key
         cells = [f"published ({post})" if post else source, stack, variant]
         raw: list[float | None] = [None, None, None]
-        outputs, flagged = verdicts.get((stack, variant), ("", False)) if source == "measured" else ("", False)
+        outputs, flagged, why = verdicts.get((stack, variant), ("", False, "")) if source == "measured" else ("", False, "")
         for column in shown_columns:
             hits = by_cell.get((key, column.metric), [])
             value = _headline_value(hits)
@@ -282,8 +282,7 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
             cells.append(outputs or MISSING)
             raw.append(None)
         if flagged:
-            flagged_lines.append(f"{NOT_SAME_OUTPUT} {stack} / {variant}: {outputs}. Its speed figures are not of the "
-                                 "same output as the no-spec reference's; do not rank it on them.")
+            flagged_lines.append(f"{NOT_SAME_OUTPUT} {stack} / {variant}: {why}; do not rank it on the figures marked {NOT_SAME_OUTPUT}.")
         rows.append(cells)
         raw_rows.append(raw)
     refs = "; ".join(sorted(set(records["ref"])))
