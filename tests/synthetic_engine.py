@@ -7,7 +7,8 @@ every `interval_s` carrying `tokens_per_chunk` tokens, reasoning first (`delta.r
 then content; `usage` in a final chunk (and on every chunk when the request asks for vLLM's
 `stream_options.continuous_usage_stats`). With `capacity` set it serves at most that many requests at once
 (like an engine's slots): the others wait, unanswered, until one ends, so aggregate throughput stops
-rising at `capacity` concurrent requests. Each decode chunk is one verification step that accepted
+rising at `capacity` concurrent requests. Token i's text is "t<i> " (`word` changes the letter, `loop_period`
+makes the text repeat, for the correctness checks). Each decode chunk is one verification step that accepted
 `tokens_per_chunk - 1` of `spec_tokens` drafts, counted in vLLM-style `vllm:spec_decode_*` counters on
 /metrics. Also /health, /v1/models and /version.
 

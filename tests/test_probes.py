@@ -109,3 +109,20 @@ def test_identical_outputs_read_as_the_no_spec_reference_and_words_are_said_when
     assert by_metric["first_divergence_token"]["unit"] == "words" and "word by word" in by_metric["output_agreement"]["note"]
     verdict = analysis.correctness_by_variant(pd.DataFrame(rows).assign(status="ok", workload="probes", prompt_tokens=None))
     assert verdict.set_index("variant").loc["draft", "outputs"] == "= no-spec" and not verdict["flagged"].any()
+
+
+def test_a_variant_whose_cells_loop_reads_loops_in_the_headline_verdict():
+    rows = pd.DataFrame([{"node": "n", "stack": "llamacpp", "variant": "draft", "workload": w, "metric": "looping", "value": v,
+                          "unit": "ratio", "prompt_tokens": None, "source": "measured", "status": "ok"}
+                         for w, v in (("prose", 0.5), ("code", 0.0))])
+    verdict = analysis.correctness_by_variant(rows).set_index("variant").loc["draft"]
+    assert verdict["outputs"] == "loops: prose" and verdict["flagged"]
+    assert verdict["caveat"] == "outputs loop in prose: speed of degenerate, predictable text"
+
+
+def test_a_probe_workload_without_its_probes_is_refused_naming_the_file(tmp_path):
+    for name in ("configs", "workflow/schemas"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    (tmp_path / "configs/workloads/probes.yaml").write_text(yaml.safe_dump({"kind": "probe", "prompts": ["Hi."]}))
+    with pytest.raises(plan.ConfigError, match=r"configs/workloads/probes.yaml: probes: required with kind probe"):
+        plan.load_workload("probes", [1], tmp_path, "test")
