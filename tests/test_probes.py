@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -126,3 +128,29 @@ def test_a_probe_workload_without_its_probes_is_refused_naming_the_file(tmp_path
     (tmp_path / "configs/workloads/probes.yaml").write_text(yaml.safe_dump({"kind": "probe", "prompts": ["Hi."]}))
     with pytest.raises(plan.ConfigError, match=r"configs/workloads/probes.yaml: probes: required with kind probe"):
         plan.load_workload("probes", [1], tmp_path, "test")
+
+
+@pytest.mark.integration
+def test_the_real_llama_server_runs_the_probes_and_compares_the_draft_launch_with_no_spec(ci_repo):
+    """The CI node's two llama.cpp launches (no-spec, draft n=2) with the probes beside code, through Snakemake.
+    Its 2048-token context over 4 slots takes 512 tokens a request: the ~750-token needle is refused, and
+    the other probes still count."""
+    node_file = ci_repo / "configs/nodes/ci-cpu.yaml"
+    node = yaml.safe_load(node_file.read_text())
+    node_file.write_text(yaml.safe_dump({**node, "workloads": ["code", "probes"], "concurrency": [1]}))
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=ci_repo,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = store.read_results(ci_repo / "data/results.parquet")
+    probe = results[(results["workload"] == "probes") & (results["variant"] == "nospec")].set_index("metric")
+    assert 0 <= probe.loc["smoke_score", "value"] <= 1 and probe.loc["cache_consistent", "value"] in (0, 1)
+    assert pd.isna(probe.loc["needle_pass", "value"]) and "rejected" in probe.loc["needle_pass", "note"]
+    assert probe.loc["max_input_tokens", "value"] == 512  # what llama-server says a slot takes
+    agreement = results[results["metric"] == "output_agreement"]
+    assert list(agreement["variant"]) == ["draft-n2"] and 0 <= agreement["value"].iloc[0] <= 1
+    code = results[(results["workload"] == "code") & (results["metric"] == "output_len_ok")]
+    assert set(code["value"]) == {1.0}  # llama.cpp honours the fixed length (ignore_eos, n_predict)
+    headline = (ci_repo / "reports/tables/headline-ci-cpu.md").read_text()
+    assert "| outputs |" in headline
+    outputs = json.loads((ci_repo / "data/runs/ci-cpu/llamacpp--nospec" / store.PROBE_OUTPUTS).read_text())
+    assert outputs[0]["outputs"]["prompt-1"]["pieces_are_tokens"]  # llama.cpp streams one token per chunk

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import correctness, store
-from .client import RequestRecord, StreamClient
+from .client import RequestRecord, StreamClient, stated_limit
 from .plan import Workload
 from .summary import Figure, degeneration_figures
 
@@ -81,10 +81,19 @@ async def run(client: StreamClient, workload: Workload, final_hook=None) -> tupl
 
     needle = probes["needle"]
     found = await ask("needle", needle_prompt(needle), needle["output_tokens"])
+    where = f"passphrase at depth {needle['depth']:g} of ~{needle['chars']} characters"
+    if found.status == "rejected":
+        # Longer than the server takes per request: a result about the server, not a reason to drop the other probes.
+        records.remove(found)
+        limit = stated_limit(found.error)
+        figures.append(Figure("needle_pass", None, "ratio", "single", 0, note=f"not run: {where} rejected ({found.error}); "
+                              "lower probes.needle.chars to fit the server's context"))
+        if limit is not None:
+            figures.append(Figure("max_input_tokens", limit, "tokens", "single", 1, note="limit stated in the engine's rejection"))
+        return figures, outputs, records
     # needle_pass (our own): the passphrase, placed at `depth` of the haystack, is in the answer.
     figures.append(Figure("needle_pass", float(correctness.needle_found(found.content, needle["passphrase"])), "ratio",
-                          "single", 1, prompt_tokens=found.prompt_tokens,
-                          note=f"passphrase at depth {needle['depth']:g} of ~{needle['chars']} characters"))
+                          "single", 1, prompt_tokens=found.prompt_tokens, note=where))
     return figures, outputs, records
 
 
