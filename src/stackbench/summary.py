@@ -45,7 +45,6 @@ class Figure:
     prompt_tokens: int | None = None  # a figure about one request of its own (the needle), not the cell's median
 
 
-
 def confidence_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
     """Student's t interval of the mean over repeats: mean +- t(level, n-1) * s / sqrt(n); None below two."""
     if len(values) < 2:
@@ -192,7 +191,8 @@ def degeneration_figures(records: list[RequestRecord]) -> list[Figure]:
         return []
     loops = sum(correctness.is_looping(x) for x in ratios)
     words = "4-grams of whitespace-split words (no token ids from the chat endpoint)"
-    return [Figure("repetition_ratio", statistics.median(ratios), "ratio", "median", len(ratios), min(ratios), max(ratios),
+    # No min/max: over requests, not repeats, they would be read (and flagged) as a spread across repeats.
+    return [Figure("repetition_ratio", statistics.median(ratios), "ratio", "median", len(ratios),
                    note=f"repeated {words}, median over requests"),
             Figure("looping", loops / len(ratios), "ratio", "mean", len(ratios),
                    note=f"{loops} of {len(ratios)} outputs loop (repetition_ratio > {correctness.LOOP_THRESHOLD:g})")]
