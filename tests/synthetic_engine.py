@@ -7,7 +7,8 @@ every `interval_s` carrying `tokens_per_chunk` tokens, reasoning first (`delta.r
 then content; `usage` in a final chunk (and on every chunk when the request asks for vLLM's
 `stream_options.continuous_usage_stats`). With `capacity` set it serves at most that many requests at once
 (like an engine's slots): the others wait, unanswered, until one ends, so aggregate throughput stops
-rising at `capacity` concurrent requests. Each decode chunk is one verification step that accepted
+rising at `capacity` concurrent requests. Token i's text is "t<i> " (`word` changes the letter, `loop_period`
+makes the text repeat, for the correctness checks). Each decode chunk is one verification step that accepted
 `tokens_per_chunk - 1` of `spec_tokens` drafts, counted in vLLM-style `vllm:spec_decode_*` counters on
 /metrics. Also /health, /v1/models and /version.
 
@@ -39,6 +40,11 @@ class Timing:
     broken_line_after: int | None = None  # send a non-JSON data line after this many decode chunks
     stall_after: int | None = None  # go silent (connection open) after this many decode chunks
     capacity: int = 0  # requests served at once; the rest wait for a free one (0: no limit)
+    word: str = "t"  # token i's text is "<word><i> ": another word gives other text at the same speed
+    loop_period: int = 0  # > 0: token i's text is "<word><i mod period> ", an output that loops
+
+    def token_text(self, index: int) -> str:
+        return f"{self.word}{index % self.loop_period if self.loop_period else index} "
 
     @property
     def output_tokens(self) -> int:
@@ -151,7 +157,7 @@ def _handler(timing: Timing, counters: Counters):
             wait_until(timing.ttft_s)
             emitted = 1
             reasoning_emitted = 1 if timing.reasoning_tokens else 0
-            send({"reasoning_content" if reasoning_emitted else "content": "t0 "}, usage=continuous)
+            send({"reasoning_content" if reasoning_emitted else "content": timing.token_text(0)}, usage=continuous)
             chunks = (timing.reasoning_tokens + timing.content_tokens) // timing.tokens_per_chunk
             for step in range(1, chunks + 1):
                 wait_until(timing.ttft_s + step * timing.interval_s)
@@ -162,7 +168,7 @@ def _handler(timing: Timing, counters: Counters):
                     time.sleep(30)
                     return
                 thinking = emitted - 1 < timing.reasoning_tokens
-                text = "".join(f"t{emitted + i} " for i in range(timing.tokens_per_chunk))
+                text = "".join(timing.token_text(emitted + i) for i in range(timing.tokens_per_chunk))
                 emitted += timing.tokens_per_chunk
                 reasoning_emitted += timing.tokens_per_chunk if thinking else 0
                 counters.step(timing.tokens_per_chunk - 1, timing.spec_tokens)

@@ -195,3 +195,29 @@ def test_a_toy_engine_is_one_adapter_the_plan_runner_and_report_accept(engine_ur
     assert "| measured | toy | nospec |" in headline
     rows = store.read_results(results)
     assert set(rows["engine"]) == {"Toy engine"} and (rows.loc[rows["metric"] == "decode_tps", "value"] > 0).all()
+
+
+def measured_cell(tmp_path, timing: Timing, output_tokens: int) -> pd.DataFrame:
+    """One cell (one repeat) of the double's output against a workload asking `output_tokens`, by metric."""
+    with serving(timing) as url:
+        spec = external_spec(tmp_path, url, {"prompts": ["Write a Python hello world."], "output_tokens": output_tokens},
+                             repeats=1)
+        results = store.read_results(measure.LaunchRun(spec, tmp_path / "run").run())
+    return results[(results["workload"] == "code") & (results["status"] == "ok")].set_index("metric")
+
+
+def test_an_engine_returning_fewer_tokens_than_asked_marks_the_cell(tmp_path):
+    cell = measured_cell(tmp_path, TIMING, output_tokens=TIMING.output_tokens + 20)  # it always sends 61
+    assert cell.loc["output_len_ok", "value"] == 0  # no request got the length it asked for
+    assert cell.loc["output_len_ok", "unit"] == "ratio"
+    # Every speed figure of the cell says it measured another workload than it names.
+    assert "output length not as asked: 0 of 1 requests as asked" in cell.loc["decode_tps", "note"]
+    assert cell.loc["looping", "value"] == 0 and "loop" not in cell.loc["decode_tps", "note"].replace("closed loop", "")
+
+
+def test_a_looping_output_is_flagged_beside_its_speed(tmp_path):
+    looping = Timing(ttft_s=0.1, interval_s=0.01, tokens_per_chunk=1, reasoning_tokens=0, content_tokens=60, loop_period=5)
+    cell = measured_cell(tmp_path, looping, output_tokens=looping.output_tokens)
+    assert cell.loc["output_len_ok", "value"] == 1  # the length was right: only the loop is flagged
+    assert cell.loc["repetition_ratio", "value"] > 0.9 and cell.loc["looping", "value"] == 1
+    assert "outputs loop: 1 of 1 outputs loop" in cell.loc["decode_tps", "note"]

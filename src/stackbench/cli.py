@@ -28,10 +28,17 @@ def _published(args) -> None:
     print(f"published: {len(records)} figures -> {args.out}")
 
 
-def _collect(args) -> None:
+def collect_results(parts: list, out: Path) -> int:
+    """data/results.parquet from the parts, with the rows derived across launches: greedy agreement needs
+    both launches' outputs, so it is computed here, over every part (measure/probes.py)."""
+    from stackbench.measure import probes
     from stackbench.results import store
 
-    count = store.collect(args.parts, args.out)
+    return store.collect(parts, out, probes.agreement_across(parts, store.union_parts(parts)))
+
+
+def _collect(args) -> None:
+    count = collect_results(args.parts, args.out)
     print(f"collect: {count} rows -> {args.out}")
 
 

@@ -12,6 +12,7 @@ from stackbench.engines import prometheus
 from stackbench.engines.base import (
     SERVER_DECODE_TPS,
     SERVER_PREFILL_TPS,
+    SERVER_PROMPT_CACHED,
     SERVER_PROMPT_PROCESSED,
     KvAccounting,
     ServerFacts,
@@ -211,7 +212,7 @@ class LlamaCppAdapter:
         timings = final_chunk.get("timings") or {}
         # prompt_n: prompt tokens actually processed (cache_n were reused from the KV cache).
         canonical = {"prompt_n": SERVER_PROMPT_PROCESSED, "prompt_per_second": SERVER_PREFILL_TPS,
-                     "predicted_per_second": SERVER_DECODE_TPS}
+                     "predicted_per_second": SERVER_DECODE_TPS, "cache_n": SERVER_PROMPT_CACHED}
         keep = ("prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
                 "predicted_per_second", "cache_n", "draft_n", "draft_n_accepted")
         return {canonical.get(k, f"server_{k}"): timings[k] for k in keep if k in timings}

@@ -163,7 +163,13 @@ class LaunchRun:
     def _record(self, result: CellResult) -> None:
         rows = self.rows.cell_rows(result.cell, result.figures, result.status, result.reason, result.prompt_tokens,
                                    result.row_extra())
-        self.store.write(result.cell, rows, result.requests)
+        outputs = None
+        if result.outputs is not None:
+            launch = self.launch
+            outputs = {"ref": self.run_id, "node": self.node.name, "stack": launch.engine, "variant": launch.variant,
+                       "spec_method": launch.spec_method, "model": launch.model.name, "workload": result.cell.workload.name,
+                       "outputs": result.outputs}
+        self.store.write(result.cell, rows, result.requests, outputs)
 
     def knee_rows(self) -> list[dict]:
         """knee_concurrency per workload and cap swept over two or more concurrencies, from the stored

@@ -4,6 +4,8 @@ Layout under data/runs/<node>/<launch>/:
   launch.json                         the launch spec (written by the plan step)
   cells/<cell key>--<fingerprint>.parquet           contract rows of one cell (atomic write)
   cells/<cell key>--<fingerprint>.requests.parquet  the raw request records behind them
+  cells/<cell key>--<fingerprint>.outputs.json      a probe cell's greedy outputs, with the launch's identity
+  probe_outputs.json                  the current probe cells' outputs, a list (collect compares launches on them)
   server.parquet                      rows about the server itself (KV pool, weights, ready time, ...)
   cells.parquet                       everything above for this launch: the measure job's output
 
@@ -51,7 +53,14 @@ class CellStore:
     def todo(self) -> list[Cell]:
         return [c for c in self.spec.cells if not self.is_done(c)]
 
-    def write(self, cell: Cell, rows: list[dict], requests: list[dict]) -> None:
+    def outputs_path(self, cell: Cell) -> Path:
+        return self.path(cell).with_suffix(".outputs.json")
+
+    def write(self, cell: Cell, rows: list[dict], requests: list[dict], outputs: dict | None = None) -> None:
+        # A re-measured cell never keeps outputs of an earlier attempt.
+        self.outputs_path(cell).unlink(missing_ok=True)
+        if outputs is not None:
+            self.outputs_path(cell).write_text(json.dumps(outputs, ensure_ascii=False))
         if requests:
             store.atomic_write_parquet(pa.Table.from_pandas(pd.DataFrame(requests)), self.path(cell).with_suffix(".requests.parquet"))
         store.atomic_write_parquet(store.to_table(rows), self.path(cell))
@@ -84,6 +93,12 @@ class CellStore:
         server = self.server_rows()
         if server is not None:
             frames.append(server)
+        outputs = [json.loads(self.outputs_path(c).read_text()) for c in self.spec.cells if self.outputs_path(c).exists()]
+        probe_outputs = self.out_dir / store.PROBE_OUTPUTS
+        if outputs:
+            probe_outputs.write_text(json.dumps(outputs, ensure_ascii=False, indent=1))
+        else:
+            probe_outputs.unlink(missing_ok=True)
         out = self.out_dir / "cells.parquet"
         store.atomic_write_parquet(store.to_table(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), out)
         return out

@@ -32,6 +32,7 @@ class RequestRecord:
     stream: int
     turn: int
     t_submit: float
+    requested_tokens: int | None = None  # max_tokens asked (= min_tokens where the engine takes it)
     t_first_chunk: float | None = None  # first SSE data line of any kind (a role-only delta counts)
     t_first_token: float | None = None  # first delta carrying content or reasoning
     t_last_token: float | None = None
@@ -193,7 +194,7 @@ class StreamClient:
 
     async def chat(self, messages: list[dict], output_tokens: int, stream: int, turn: int,
                    final_hook=None) -> RequestRecord:
-        record = RequestRecord(stream=stream, turn=turn, t_submit=time.perf_counter())
+        record = RequestRecord(stream=stream, turn=turn, t_submit=time.perf_counter(), requested_tokens=output_tokens)
         try:
             await asyncio.wait_for(self._send(record, messages, output_tokens, final_hook), self.request_timeout_s)
         except aiohttp.ServerTimeoutError:  # a TimeoutError too, so it is caught before the request timeout

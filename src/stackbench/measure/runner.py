@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from stackbench.engines.base import SpecCounters, stated_limit
 from stackbench.engines.prometheus import MetricsFormatError
-from stackbench.measure import summary, telemetry, workloads
+from stackbench.measure import probes, summary, telemetry, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 
@@ -32,6 +32,18 @@ class CellResult:
     basis: dict = field(default_factory=dict)  # what the timings counted (summary.cell_basis)
     cap: telemetry.CapResult | None = None
     seconds: float = 0.0
+    outputs: dict | None = None  # a probe cell's greedy outputs by id, stored with the run
+
+    def correctness_notes(self) -> list[str]:
+        """Why this cell's speed figures do not mean what they say: it produced other lengths than asked (a
+        different workload), or its outputs loop (degenerate output decodes fast)."""
+        shares = {f.metric: f for f in self.figures if f.metric in ("output_len_ok", "looping")}
+        notes = []
+        if "output_len_ok" in shares and shares["output_len_ok"].value < 1:
+            notes.append(f"output length not as asked: {shares['output_len_ok'].note}")
+        if "looping" in shares and shares["looping"].value > 0:
+            notes.append(f"outputs loop: {shares['looping'].note}")
+        return notes
 
     def row_extra(self) -> dict:
         """Row fields beyond the launch basis: what was counted, the open-loop rate, the enforced cap; the note
@@ -39,7 +51,7 @@ class CellResult:
         cell's identity)."""
         extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
                  "request_rate": self.cell.rate}
-        notes = [load_note(self.cell)]
+        notes = [load_note(self.cell), *self.correctness_notes()]
         if self.cap is not None:
             extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
             if not self.cap.applied:
@@ -98,6 +110,10 @@ class CellRunner:
     def run(self, cell: Cell) -> CellResult:
         cap = self.apply_cap(cell)
         t0 = time.monotonic()
+        if cell.workload.kind == "probe":
+            result = asyncio.run(self._probe(cell))
+            result.cap, result.seconds = cap, time.monotonic() - t0
+            return result
         try:
             repeats, delta, reading = asyncio.run(self._measure(cell))
         except MetricsFormatError as err:
@@ -135,6 +151,20 @@ class CellRunner:
         delta = after.minus(before) if before is not None and after is not None else None
         return repeats, delta, reading
 
+    async def _probe(self, cell: Cell) -> CellResult:
+        """The correctness probes, once, without warm-up (the cache probe's first request must be cold) and
+        without the engine's fixed-length fields: answers end where the model ends them."""
+        measure = self.spec.measure
+        client = StreamClient(self.base_url, self.spec.launch.model.name, probes.THINKING_OFF,
+                              measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
+        try:
+            figures, outputs, records = await probes.run(client, cell.workload, self.adapter)
+        finally:
+            await client.aclose()
+        result = self._judge(cell, [records], None, None, figures)
+        result.outputs = outputs if result.status == "ok" else None
+        return result
+
     async def _send(self, client: StreamClient, cell: Cell, repeat: int) -> list[RequestRecord]:
         """One repeat: open-loop arrivals at the cell's rate, or `concurrency` streams sending
         `requests_per_stream` requests each."""
@@ -160,7 +190,7 @@ class CellRunner:
                               self.sampler.window(start + offset, end + offset)))
         return spans
 
-    def _judge(self, cell: Cell, repeats, delta, reading) -> CellResult:
+    def _judge(self, cell: Cell, repeats, delta, reading, probe_figures: list[summary.Figure] | None = None) -> CellResult:
         records = [r for rep in repeats for r in rep]
         requests = [{**r.to_row(), "repeat": i, "workload": cell.workload.name, "concurrency": cell.concurrency,
                      "request_rate": cell.rate} for i, rep in enumerate(repeats) for r in rep]
@@ -179,7 +209,13 @@ class CellRunner:
                 result.figures = [summary.Figure("max_input_tokens", limit, "tokens", "single", 1,
                                                  note="limit stated in the engine's rejection")]
             return result
-        result.figures = summary.cell_figures(repeats, delta) + summary.load_figures(repeats, cell.load, cell.concurrency)
+        if probe_figures is not None:
+            result.figures = probe_figures
+            return result
+        # One token per streamed chunk without speculation, unless the engine streams usage per chunk.
+        chunks_are_tokens = self.spec.launch.spec_method == "none" and not any(r.chunk_token_counts for r in records)
+        result.figures = (summary.cell_figures(repeats, delta) + summary.load_figures(repeats, cell.load, cell.concurrency)
+                          + summary.validity_figures(records, chunks_are_tokens) + summary.degeneration_figures(records))
         if reading is not None:
             result.figures += summary.telemetry_figures(reading, sum(r.tokens for r in records))
             result.figures += summary.steady_telemetry_figures(self.steady_spans(cell, repeats))

@@ -18,6 +18,7 @@ import numpy
 import scipy.stats
 
 from stackbench.engines.base import SERVER_DECODE_TPS, SERVER_PREFILL_TPS, SpecCounters
+from stackbench.measure import correctness
 from stackbench.measure.client import RequestRecord
 from stackbench.measure.telemetry import WindowReading, power_by_time
 from stackbench.plan import Load
@@ -41,6 +42,7 @@ class Figure:
     note: str | None = None
     ci_low: float | None = None  # 95% confidence interval of the mean over repeats (Student's t)
     ci_high: float | None = None
+    prompt_tokens: int | None = None  # a figure about one request of its own (the needle), not the cell's median
 
 
 def confidence_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
@@ -158,6 +160,42 @@ def cell_figures(repeats: list[list[RequestRecord]], counters: SpecCounters | No
                                   "inter-chunk latency, gap between text-carrying SSE chunks")
     figures += acceptance_figures(counters, len(repeats))
     return figures
+
+
+def validity_figures(records: list[RequestRecord], chunks_are_tokens: bool) -> list[Figure]:
+    """output_len_ok (our own): the share of requests whose server-reported completion_tokens equal the
+    max_tokens asked (min_tokens = max_tokens) and, where `chunks_are_tokens` (one token per streamed chunk:
+    no speculation, no usage streamed per chunk), whose client-side chunk count agrees within one
+    (correctness.output_len_ok). Below 1 the cell measured a different workload than it names."""
+    ok = [r for r in records if r.status == "ok" and r.requested_tokens is not None]
+    if not ok:
+        return []
+    passed = sum(correctness.output_len_ok(r.requested_tokens, r.content_chunks + r.reasoning_chunks if chunks_are_tokens else None,
+                                           r.completion_tokens) for r in ok)
+    compared = ("server's completion_tokens against max_tokens, the client's chunk count within one of it" if chunks_are_tokens
+                else "server's completion_tokens against max_tokens (chunks may carry several tokens: the client's count is not compared)")
+    return [Figure("output_len_ok", passed / len(ok), "ratio", "mean", len(ok), note=f"{passed} of {len(ok)} requests as asked; {compared}")]
+
+
+def output_text(record: RequestRecord) -> str:
+    return record.reasoning + record.content
+
+
+def degeneration_figures(records: list[RequestRecord]) -> list[Figure]:
+    """repetition_ratio (our own, correctness.repetition_ratio): the share of an output's word 4-grams that
+    repeat an earlier one, median over requests; `looping`: the share of requests above LOOP_THRESHOLD. The
+    chat endpoints return no token ids, so words (whitespace split) stand in for tokens."""
+    ratios = [correctness.repetition_ratio(output_text(r)) for r in records if r.status == "ok"]
+    ratios = [x for x in ratios if x is not None]
+    if not ratios:
+        return []
+    loops = sum(correctness.is_looping(x) for x in ratios)
+    words = "4-grams of whitespace-split words (no token ids from the chat endpoint)"
+    # No min/max: over requests, not repeats, they would be read (and flagged) as a spread across repeats.
+    return [Figure("repetition_ratio", statistics.median(ratios), "ratio", "median", len(ratios),
+                   note=f"repeated {words}, median over requests"),
+            Figure("looping", loops / len(ratios), "ratio", "mean", len(ratios),
+                   note=f"{loops} of {len(ratios)} outputs loop (repetition_ratio > {correctness.LOOP_THRESHOLD:g})")]
 
 
 def acceptance_figures(delta: SpecCounters | None, repeats: int) -> list[Figure]:

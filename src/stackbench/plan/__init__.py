@@ -79,12 +79,15 @@ class Workload:
     concurrency: tuple[int, ...]  # the file's own list, else the node's
     load: Load = Load()
     own_concurrency: bool = False  # the file names its list: a run's concurrency does not replace it
+    probes: dict | None = None  # kind probe: smoke questions, cache request, needle (workload.schema.yaml)
 
     @property
     def identity(self) -> dict:
         """The workload's part of a cell's fingerprint; its load enters the cell's on its own (see
-        launchspec.Cell.identity), so workloads without a load section keep their fingerprints."""
-        return {k: v for k, v in asdict(self).items() if k not in ("load", "own_concurrency")}
+        launchspec.Cell.identity), so workloads without a load section keep their fingerprints; `probes`
+        enters only where set, for the same reason."""
+        doc = {k: v for k, v in asdict(self).items() if k not in ("load", "own_concurrency", "probes")}
+        return doc if self.probes is None else {**doc, "probes": self.probes}
 
     def levels(self, launch: Launch) -> tuple[int, ...]:
         """The concurrency levels this workload runs at on a launch: its own list, else the run's, else the
@@ -162,6 +165,8 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         known = sorted(p.stem for p in (root / CONFIG_DIR / "workloads").glob("*.yaml"))
         raise ConfigError(f"{where}: unknown workload {name!r}; known: {', '.join(known)}")
     doc = load_file(path, "workload", root)
+    if (doc["kind"] == "probe") != (doc["probes"] is not None):
+        raise ConfigError(f"{path}: probes: required with kind probe and only there (kind is {doc['kind']!r})")
     return Workload(
         name=name,
         kind=doc["kind"],
@@ -173,6 +178,7 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         concurrency=tuple(doc["concurrency"] or node_concurrency),
         load=_load(doc, path),
         own_concurrency=bool(doc["concurrency"]),
+        probes=doc["probes"],
     )
 
 

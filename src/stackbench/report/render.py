@@ -233,6 +233,35 @@ def headline_input(results: Results) -> pd.DataFrame:
           and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.aggregate_concurrency))""")
 
 
+def correctness_input(results: Results) -> pd.DataFrame:
+    """The measured correctness rows only (probes, agreement, validity and loops of every cell): small."""
+    return results.frame("select node, stack, variant, workload, metric, value, unit, prompt_tokens, source, status "
+                         f"from results where source = 'measured' and metric in {_in(analysis.CORRECTNESS_METRICS)}")
+
+
+# The correctness section's columns: (title, column of analysis.correctness_by_variant).
+CORRECTNESS_COLUMNS = [("stack", "stack"), ("variant", "variant"), ("smoke score", "smoke_score"),
+                       ("needle pass", "needle_pass"), ("needle prompt tokens", "needle_prompt_tokens"),
+                       ("cache consistent", "cache_consistent"), ("output agreement", "output_agreement"),
+                       ("first divergence", "first_divergence_token"), ("output length ok (lowest)", "output_len_ok"),
+                       ("repetition ratio (highest)", "repetition_ratio"), ("outputs", "outputs")]
+
+
+def correctness_tables(by_variant: pd.DataFrame, nodes: list[str]) -> list[tables.Table]:
+    """Per node, the probes beside each variant: smoke, needle, cache consistency, agreement with no-spec."""
+    out = []
+    for node in nodes:
+        mine = by_variant[by_variant["node"] == node]
+        if mine.empty:
+            continue
+        frame = mine[[c for _, c in CORRECTNESS_COLUMNS]].set_axis([t for t, _ in CORRECTNESS_COLUMNS], axis=1)
+        out.append(tables.frame_table(
+            frame, f"correctness-{node}", f"Correctness beside speed on {node}", "probes workload and every measured cell",
+            ["smoke score: share of the smoke questions answered by their rule; needle pass and cache consistent: 1 or 0;"
+             " output agreement: mean common prefix with the no-spec launch's greedy output (1 = identical); blank: not measured."]))
+    return out
+
+
 def ceiling_percents(roofline: pd.DataFrame) -> dict[tuple, float]:
     """(node, stack, variant) -> median share of its decode ceiling over its measured workloads."""
     if roofline.empty:
@@ -447,9 +476,11 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         percents = ceiling_percents(roofline)
         power_why = power_not_measured(results)
         candidates = headline_input(results)
+        by_variant = analysis.correctness_by_variant(correctness_input(results))
         by_node = candidates.groupby("node", sort=False).indices  # each node's headline reads its own rows only
-        headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n))
+        headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant)
                                  for n in nodes if n in by_node) if t is not None]
+        correctness = correctness_tables(by_variant, nodes)
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background)
         seed = seed_tables(results.rows("source = 'published'"), published.load_layouts(published_dir))
@@ -458,7 +489,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         status = status_lines(results)
 
         written = []
-        for table in headlines + derived + seed:
+        for table in headlines + correctness + derived + seed:
             outputs = [(".md", to_markdown(table))] + ([(".csv", to_csv(table))] if table.complete else [])
             for suffix, text in outputs:
                 path = table_dir / f"{table.table_id}{suffix}"
@@ -469,6 +500,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
                  f"{counts.get('published', 0)} transcribed from the seed posts.")
         summary = ["# Stack comparison report", "", "## Headline: one row per stack variant, per node", "",
                    *[to_markdown(t) for t in headlines], intro, ""]
+        if correctness:
+            summary += ["## Correctness beside speed", "", *[to_markdown(t) for t in correctness]]
         if status:
             summary += ["## Cells without a figure", "", *[f"- {s}" for s in status], ""]
         summary += ["## Full tables", "", *[full_markdown(f) for f in fulls]]
@@ -479,7 +512,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         written.append(summary_path)
 
         html_path = out_dir / "index.html"
-        html_path.write_text(_page(intro, headlines, fulls, derived, seed, status, figures), encoding="utf-8")
+        html_path.write_text(_page(intro, headlines, correctness, fulls, derived, seed, status, figures), encoding="utf-8")
         written.append(html_path)
     finally:
         background.wait()  # every file is on disk (or the first error raised) before the report counts as written
@@ -506,7 +539,7 @@ def _json(value) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
 
 
-def _page(intro: str, headlines, fulls, derived, seed, status, figures) -> str:
+def _page(intro: str, headlines, correctness, fulls, derived, seed, status, figures) -> str:
     figure_html = "".join(
         f"<div class='chart' id='chart-{i}'></div><script>Plotly.newPlot('chart-{i}', "
         f"{_json(fig['data'])}, {_json(fig['layout'])}, {{responsive: true}})</script>" for i, fig in enumerate(figures))
@@ -522,6 +555,7 @@ def _page(intro: str, headlines, fulls, derived, seed, status, figures) -> str:
         + "".join(to_html(t, "headline") for t in headlines) +
         f"<p>{html.escape(intro)} Every table lists, under it, the basis fields that differ between its rows; "
         "figures marked †, ‡ or § are single figures, peaks or ranges.</p>"
+        + ("<h2>Correctness beside speed</h2>" + "".join(to_html(t) for t in correctness) if correctness else "") +
         f"{status_html}<h2>Full tables</h2>" + "".join(full_html(f) for f in fulls) +
         f"<h2>Charts</h2>{figure_html}"
         "<h2>Analysis</h2>" + "".join(to_html(t) for t in derived) +

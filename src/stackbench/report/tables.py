@@ -45,6 +45,8 @@ HEADLINE = [
 ]
 HEADLINE_METRICS = [c.metric for c in HEADLINE]
 CEILING_COLUMN = "% of decode ceiling"
+OUTPUTS_COLUMN = "outputs"
+NOT_SAME_OUTPUT = "≠"  # on the speed figures of a variant whose outputs differ from no-spec, loop, or ran other lengths
 HEADLINE_KEYS = ["source", "post", "stack", "variant"]
 # What format_cell reads from a record.
 CELL_FIELDS = ["source", "metric", "value", "value_min", "value_max", "stat", "status", "note", "concurrency"]
@@ -221,16 +223,23 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
 
 
 def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple, float] | None = None,
-                   power_why: str | None = None) -> Table | None:
-    """One row per stack variant on this node at its canonical cells; the seeds' own kind of table."""
+                   power_why: str | None = None, correctness: pd.DataFrame | None = None) -> Table | None:
+    """One row per stack variant on this node at its canonical cells; the seeds' own kind of table. With
+    `correctness` (analysis.correctness_by_variant) an outputs column says whether each measured variant's
+    outputs equal its no-spec reference; a flagged variant's speed figures carry a marker and a caveat, and
+    its row comes after the clean ones, so a fast wrong configuration never tops the table."""
     records = headline_records(results, node)
     if records.empty:
         return None
     ceiling_percent = ceiling_percent or {}
+    verdicts = {} if correctness is None else {
+        (stack, variant): (outputs, flagged, caveat) for stack, variant, outputs, flagged, caveat in
+        correctness.loc[correctness["node"] == node, ["stack", "variant", "outputs", "flagged", "caveat"]].itertuples(index=False)}
     keys = records[HEADLINE_KEYS].astype(object).where(records[HEADLINE_KEYS].notna(), "")
     records["row_key"] = [tuple(k) for k in keys.itertuples(index=False)]
     order = sorted(dict.fromkeys(records["row_key"]),
-                   key=lambda k: (k[0] != "measured", k[1], str(k[2]), str(k[3])))  # stacks by name
+                   key=lambda k: (k[0] != "measured", k[1], k[0] == "measured" and verdicts.get(k[2:], ("", False, ""))[1],
+                                  str(k[2]), str(k[3])))  # stacks by name
     records["row_no"] = records["row_key"].map({k: i + 1 for i, k in enumerate(order)})
     by_cell: dict[tuple, list[dict]] = {}
     fields = CELL_FIELDS + ["row_key"]
@@ -240,13 +249,15 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
         by_cell.setdefault((record["row_key"], record["metric"]), []).append(record)
     shown_columns = [c for c in HEADLINE if any((k, c.metric) in by_cell for k in order)]
     with_ceiling = any(ceiling_percent.get((node, *k)) is not None for k in order)
-    columns = ["source", "stack", "variant"] + [c.title for c in shown_columns] + ([CEILING_COLUMN] if with_ceiling else [])
+    columns = (["source", "stack", "variant"] + [c.title for c in shown_columns] + ([CEILING_COLUMN] if with_ceiling else [])
+               + ([OUTPUTS_COLUMN] if verdicts else []))
     several_workloads = False
-    rows, raw_rows = [], []
+    rows, raw_rows, flagged_lines = [], [], []
     for key in order:
         source, post, stack, variant = key
         cells = [f"published ({post})" if post else source, stack, variant]
         raw: list[float | None] = [None, None, None]
+        outputs, flagged, why = verdicts.get((stack, variant), ("", False, "")) if source == "measured" else ("", False, "")
         for column in shown_columns:
             hits = by_cell.get((key, column.metric), [])
             value = _headline_value(hits)
@@ -258,19 +269,26 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
                 text = " / ".join(dict.fromkeys(format_cell(h, column.scale) for h in hits))
             if column.cell == "highest" and hits and _present(hits[0]["concurrency"]):
                 text += f" @c{int(hits[0]['concurrency'])}"
+            if flagged and text and column.cell != "any":
+                text += NOT_SAME_OUTPUT
             cells.append(text or MISSING)
             raw.append(_scaled(value, column.scale))
         if with_ceiling:
             percent = ceiling_percent.get((node, stack, variant)) if source == "measured" else None
             cells.append(format_number(percent) if percent is not None else MISSING)
             raw.append(percent)
+        if verdicts:
+            cells.append(outputs or MISSING)
+            raw.append(None)
+        if flagged:
+            flagged_lines.append(f"{NOT_SAME_OUTPUT} {stack} / {variant}: {why}; do not rank it on the figures marked {NOT_SAME_OUTPUT}.")
         rows.append(cells)
         raw_rows.append(raw)
     refs = "; ".join(sorted(set(records["ref"])))
     table = Table(f"headline-{node}", f"Headline on {node}: one row per stack variant", refs, columns, rows, raw_rows)
     power = [f"power: not measured on this node: {power_why}."] if power_why else []
     table = _finish(table, records, ("source", "stack", "variant", "spec_method", "spec_tokens", "engine", "metric",
-                                     "workload", "concurrency", "prompt_tokens", "output_tokens"), power)
+                                     "workload", "concurrency", "prompt_tokens", "output_tokens"), flagged_lines + power)
     if several_workloads:
         table.legend.append("A measured cell with several workloads behind it shows their median; the full table below has each workload.")
     return table

@@ -94,6 +94,7 @@ BASIS_COLUMNS = [name for name, _ in BASIS]
 STATS = ("median", "mean", "single", "range", "peak", "p90", "p95", "p99")  # pNN: a percentile over requests or samples
 SOURCES = ("measured", "published")
 UNKNOWN = "unknown"
+PROBE_OUTPUTS = "probe_outputs.json"  # beside a launch's cells.parquet: its probe cells' greedy outputs
 
 
 def to_table(records: Iterable[dict] | pd.DataFrame) -> pa.Table:
@@ -125,8 +126,8 @@ def atomic_write_parquet(table: pa.Table, path: str | os.PathLike) -> Path:
     return path
 
 
-def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike) -> int:
-    """Union the per-source Parquet parts into the results contract through DuckDB; return the row count."""
+def union_parts(part_files: Iterable[str | os.PathLike]) -> pa.Table:
+    """The per-source Parquet parts as one results table, through DuckDB."""
     parts = [str(p) for p in part_files]
     if not parts:
         raise ValueError("collect: no input parts (neither published data nor measured runs)")
@@ -141,7 +142,16 @@ def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike) -> 
     if hasattr(table, "read_all"):  # newer DuckDB returns a record batch reader
         table = table.read_all()
     # Columns in contract order already; a cast checks their types without a trip through pandas.
-    table = table.cast(RESULTS_SCHEMA)
+    return table.cast(RESULTS_SCHEMA)
+
+
+def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike, derived: Iterable[dict] = ()) -> int:
+    """Union the parts, add the rows derived from more than one part (measure/probes.py: greedy agreement
+    between launches), write data/results.parquet; return the row count."""
+    table = union_parts(part_files)
+    derived = list(derived)
+    if derived:
+        table = pa.concat_tables([table, to_table(derived)])
     atomic_write_parquet(table, out)
     return table.num_rows
 

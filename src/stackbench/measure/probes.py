@@ -1,0 +1,165 @@
+"""Correctness probes (workload kind `probe`): a fast configuration that answers wrong must never top a table.
+
+One probe cell per launch sends, one request at a time, greedy and unsalted with thinking off: the smoke
+questions (graded by the rule in the workload file), the greedy prompt set, one request cold then hot, and
+a needle. Its figures are smoke_score, cache_consistent and needle_pass (all our own); every greedy output
+is kept (`outputs`) so that collect can compare a speculative launch with the no-spec launch of its stack
+and model (output_agreement, first_divergence_token).
+
+The comparison runs at collect, from the stored outputs of both launches, not in the speculative launch's
+measure job: that job would need the no-spec launch to have finished first, an ordering between measure
+jobs that Snakemake does not have (and under SLURM they run in parallel).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stackbench.engines.base import SERVER_PROMPT_CACHED, Adapter, stated_limit
+from stackbench.measure import correctness
+from stackbench.measure.client import RequestRecord, StreamClient
+from stackbench.measure.summary import Figure, degeneration_figures
+from stackbench.plan import Workload
+from stackbench.results import store
+
+# Thinking off: a reasoning template would otherwise spend the answer's tokens thinking. Engines without
+# such a template ignore the key (llama.cpp, vLLM and SGLang all accept chat_template_kwargs).
+THINKING_OFF = {"chat_template_kwargs": {"enable_thinking": False}}
+
+
+def needle_sentence(passphrase: str) -> str:
+    return f"The secret passphrase is {passphrase}."
+
+
+def needle_prompt(needle: dict) -> str:
+    haystack = correctness.needle_haystack(needle["filler"], needle["chars"], needle_sentence(needle["passphrase"]),
+                                           needle["depth"])
+    return f"{haystack}\n\n{needle['question']}"
+
+
+def output_doc(record: RequestRecord) -> dict:
+    """What is kept of one greedy output: its text and streamed pieces, one token each where the engine
+    streams one token per chunk (`pieces_are_tokens`: as many pieces as the server counts tokens, or one
+    fewer, the end-of-sequence token it counts and streams no text for)."""
+    counted = record.completion_tokens
+    return {"text": record.content, "pieces": list(record.parts), "completion_tokens": counted,
+            "pieces_are_tokens": counted is not None and counted - record.content_chunks in (0, 1)}
+
+
+async def run(client: StreamClient, workload: Workload, adapter: Adapter) -> tuple[list[Figure], dict[str, dict], list[RequestRecord]]:
+    """Send every probe once; returns its figures, the greedy outputs by id and the request records."""
+    probes = workload.probes
+    records: list[RequestRecord] = []
+    outputs: dict[str, dict] = {}
+
+    async def ask(output_id: str | None, text: str, output_tokens: int) -> RequestRecord:
+        record = await client.chat([{"role": "user", "content": text}], output_tokens, 0, len(records), adapter.server_timings)
+        records.append(record)
+        if output_id is not None and record.status == "ok":
+            outputs[output_id] = output_doc(record)
+        return record
+
+    figures: list[Figure] = []
+    smoke = probes["smoke"]
+    graded = [(q["id"], correctness.grade((await ask(f"smoke-{q['id']}", q["question"], smoke["output_tokens"])).content, q["rule"]))
+              for q in smoke["questions"]]
+    passed = [name for name, ok in graded if ok]
+    # smoke_score (our own): the share of smoke questions whose answer meets its rule; never fails the run.
+    figures.append(Figure("smoke_score", len(passed) / len(graded), "ratio", "mean", len(graded),
+                          note="passed: " + (", ".join(passed) or "none") + f" of {', '.join(n for n, _ in graded)}"))
+    greedy = [await ask(f"prompt-{i + 1}", prompt, workload.output_tokens) for i, prompt in enumerate(workload.prompts)]
+    figures += degeneration_figures(greedy)
+
+    cache = probes["cache"]
+    cold = await ask("cache-cold", cache["prompt"], cache["output_tokens"])
+    hot = await ask(None, cache["prompt"], cache["output_tokens"])
+    cached = hot.server.get(SERVER_PROMPT_CACHED, hot.cached_prompt_tokens)
+    # cache_consistent (our own; seed 004's cold-then-hot regression): the hot answer equals the cold one.
+    figures.append(Figure("cache_consistent", float(cold.content == hot.content), "ratio", "single", 1,
+                          note=f"same request cold then hot; hot prompt tokens from cache: {cached if cached is not None else 'not reported'}"))
+
+    needle = probes["needle"]
+    found = await ask("needle", needle_prompt(needle), needle["output_tokens"])
+    where = f"passphrase at depth {needle['depth']:g} of ~{needle['chars']} characters"
+    if found.status == "rejected":
+        # Longer than the server takes per request: a result about the server, not a reason to drop the other probes.
+        records.remove(found)
+        limit = stated_limit(adapter, found.error)
+        figures.append(Figure("needle_pass", None, "ratio", "single", 0, note=f"not run: {where} rejected ({found.error}); "
+                              "lower probes.needle.chars to fit the server's context"))
+        if limit is not None:
+            figures.append(Figure("max_input_tokens", limit, "tokens", "single", 1, note="limit stated in the engine's rejection"))
+        return figures, outputs, records
+    # needle_pass (our own): the passphrase, placed at `depth` of the haystack, is in the answer.
+    figures.append(Figure("needle_pass", float(correctness.needle_found(found.content, needle["passphrase"])), "ratio",
+                          "single", 1, prompt_tokens=found.prompt_tokens, note=where))
+    return figures, outputs, records
+
+
+# -- greedy equivalence across launches (collect) ----------------------------------------------------------
+
+def agreement(reference: dict, candidate: dict) -> tuple[correctness.Agreement, str, int]:
+    """Mean agreement over the prompts both launches answered, the unit compared and how many prompts: token
+    by token where both engines streamed one token per chunk for every prompt, else word by word."""
+    common = sorted(set(reference["outputs"]) & set(candidate["outputs"]))
+    if not common:
+        raise ValueError(f"{candidate['ref']} and {reference['ref']} share no probe output to compare")
+    pairs = [(reference["outputs"][k], candidate["outputs"][k]) for k in common]
+    if all(r["pieces_are_tokens"] and c["pieces_are_tokens"] for r, c in pairs):
+        return correctness.mean_agreement((r["pieces"], c["pieces"]) for r, c in pairs), "tokens", len(pairs)
+    return correctness.mean_agreement((r["text"].split(), c["text"].split()) for r, c in pairs), "words", len(pairs)
+
+
+def read_outputs(part_files) -> list[dict]:
+    """The probe outputs stored beside each measured part (data/runs/<node>/<launch>/cells.parquet)."""
+    docs = []
+    for part in part_files:
+        path = Path(part).parent / store.PROBE_OUTPUTS
+        if path.exists():
+            docs += json.loads(path.read_text())
+    return docs
+
+
+IDENTITY = ("node", "stack", "model", "workload")
+
+
+def agreement_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
+    """output_agreement and first_divergence_token per speculative launch against the no-spec launch of the
+    same node, stack, model and probe workload; the basis is the candidate's probe cell's, the ref names both
+    runs. Speculative decoding is meant to be lossless at temperature 0 (correctness.greedy_agreement)."""
+    rows = []
+    for candidate in (d for d in docs if d["spec_method"] != "none"):
+        references = [d for d in docs if d["spec_method"] == "none" and all(d[k] == candidate[k] for k in IDENTITY)]
+        if len(references) != 1:
+            continue  # no no-spec launch to compare with (or several, none of them the obvious one)
+        reference = references[0]
+        found, unit, prompts = agreement(reference, candidate)
+        basis = results[(results["ref"] == candidate["ref"]) & (results["workload"] == candidate["workload"])]
+        if basis.empty:
+            continue
+        base = {**basis.iloc[0].to_dict(), "ref": f"{candidate['ref']} vs {reference['ref']}", "value_min": None,
+                "value_max": None, "ci_low": None, "ci_high": None, "status": "ok", "reason": None,
+                "ttft_included": "no"}
+        how = f"greedy outputs of {prompts} probe prompts compared {unit.removesuffix('s')} by {unit.removesuffix('s')} " \
+              f"with {reference['variant']} ({reference['ref']})"
+        diverged = found.first_divergence_token
+        rows += [{**base, "metric": "output_agreement", "value": found.output_agreement, "unit": "ratio", "stat": "mean",
+                  "n": prompts, "note": f"mean common prefix / reference length; {how}"},
+                 {**base, "metric": "first_divergence_token", "value": diverged, "unit": unit, "stat": "single",
+                  "n": prompts, "note": (f"earliest divergence over the prompts; {how}" if diverged is not None
+                                         else f"identical: no divergence; {how}")}]
+    return rows
+
+
+def agreement_across(part_files, results: pa.Table) -> list[dict]:
+    """The agreement rows of every speculative launch among these parts (the collect step's derived rows)."""
+    docs = read_outputs(part_files)
+    if not docs:
+        return []
+    workloads = sorted({d["workload"] for d in docs})
+    return agreement_rows(docs, results.filter(pc.field("workload").isin(workloads)).to_pandas())
