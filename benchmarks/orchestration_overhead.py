@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from stackbench import plan  # noqa: E402
+from stackbench.plan import expand
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
         print(f"{doc['node'] + '/' + doc['launch']:42} {doc['launches']:>8} {parts['ready']:>8.1f} {parts['cell']:>8.1f} "
               f"{parts['teardown']:>10.1f} {share:>9.1%}")
     nodes = sorted({p.parts[-3] for p in runs})
-    _, planned = plan.load_plan(Path("."), {"nodes": nodes})
+    _, planned = expand.load_plan(Path("."), {"nodes": nodes})
     configs = {f"{n.name}/{l.name}" for n in planned for l in n.launches}
     measured = {f"{p.parts[-3]}/{p.parts[-2]}" for p in runs}
     print(f"\nmeasuring share of server wall time: {totals['cell'] / sum(totals.values()):.1%} "

@@ -13,7 +13,7 @@ import yaml
 
 from stackbench import plan
 from stackbench.engines import ADAPTERS
-from stackbench.plan import launchspec
+from stackbench.plan import expand, launchspec
 from stackbench.serve import hostlocks
 
 DOUBLE_SERVER = textwrap.dedent("""
@@ -93,8 +93,8 @@ def one_launch_spec(repo: Path, node_name: str, node_doc: dict, out_dir: Path) -
     config = yaml.safe_load((repo / "configs/config.yaml").read_text())
     config.update(nodes=[node_name], measure={"repeats": 1, "warmup_requests": 1})
     (repo / "configs/config.yaml").write_text(yaml.safe_dump(config))
-    cfg = plan.load_run_config(repo)
-    node = plan.load_node(node_name, cfg, repo)
+    cfg = expand.load_run_config(repo)
+    node = expand.load_node(node_name, cfg, repo)
     return launchspec.write(launchspec.build(cfg, node, node.launches[0]), out_dir / "launch.json")
 
 

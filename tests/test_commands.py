@@ -12,7 +12,7 @@ import yaml
 
 from stackbench import cli, plan
 from stackbench.config import ConfigError
-from stackbench.plan import launchspec
+from stackbench.plan import expand, launchspec
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = sorted(p.stem for p in (ROOT / "configs/nodes").glob("*.yaml"))
@@ -84,8 +84,8 @@ def test_tp2_dflash_gets_its_draft_model_and_eight_draft_tokens(repo, capsys):
 @pytest.mark.parametrize("node", NODES)
 def test_every_node_renders_one_command_per_launch(repo, capsys, node):
     printed = commands(capsys, "--node", node)
-    cfg = plan.load_run_config(repo)
-    assert list(printed) == [l.name for l in plan.load_node(node, cfg, repo).launches]
+    cfg = expand.load_run_config(repo)
+    assert list(printed) == [l.name for l in expand.load_node(node, cfg, repo).launches]
     for argv in printed.values():
         assert argv[0] == "external" or argv[argv.index("--port") + 1] == "<port>"
 
@@ -125,8 +125,8 @@ def edit_run(repo: Path, node: str, index: int, **changes) -> None:
 
 
 def launch_named(repo: Path, node: str, name: str) -> tuple[dict, plan.Node, plan.Launch]:
-    cfg = plan.load_run_config(repo, {"nodes": [node]})
-    loaded = plan.load_node(node, cfg, repo)
+    cfg = expand.load_run_config(repo, {"nodes": [node]})
+    loaded = expand.load_node(node, cfg, repo)
     return cfg, loaded, next(l for l in loaded.launches if l.name == name)
 
 
@@ -134,7 +134,7 @@ def test_dflash_without_a_draft_model_is_refused_at_plan_time(repo):
     edit_run(repo, "4xa6000-tp2", 1, draft_model=None)
     with pytest.raises(ConfigError, match=r"4xa6000-tp2.yaml: runs\[1\].draft_model: variant 'dflash-n8' speculates "
                                           r"with a draft model \(dflash\); name one"):
-        plan.load_plan(repo, {"nodes": ["4xa6000-tp2"]})
+        expand.load_plan(repo, {"nodes": ["4xa6000-tp2"]})
 
 
 def test_the_draft_model_is_in_the_launch_fingerprint_and_its_models(repo):
@@ -160,7 +160,7 @@ def test_a_runs_draft_model_skips_its_variants_that_take_none(repo):
 
 # -- a run's own context -----------------------------------------------------------------------------
 def test_a_runs_context_len_replaces_the_nodes_and_null_keeps_it(repo):
-    contexts = {l.name: l.context_len for l in plan.load_plan(repo, {"nodes": ["rtx5090"]})[1][0].launches}
+    contexts = {l.name: l.context_len for l in expand.load_plan(repo, {"nodes": ["rtx5090"]})[1][0].launches}
     assert contexts["sglang-eagle--eagle-3-1-4"] == contexts["sglang-nospec--nospec"] == 131072
     assert contexts["vllm-nvfp4-mtp--mtp-n2"] == contexts["llamacpp--nospec"] == 65536
 
@@ -168,4 +168,4 @@ def test_a_runs_context_len_replaces_the_nodes_and_null_keeps_it(repo):
 def test_a_runs_context_len_is_checked_by_the_schema(repo):
     edit_run(repo, "local-cpu", 0, context_len=128)
     with pytest.raises(ConfigError, match=r"local-cpu.yaml: runs\[0\].context_len: 128 is less than the minimum of 256"):
-        plan.load_plan(repo, {"nodes": ["local-cpu"]})
+        expand.load_plan(repo, {"nodes": ["local-cpu"]})

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench import plan
 from stackbench.config import ConfigError
+from stackbench.plan import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,13 +29,13 @@ def edit(path: Path, change) -> None:
 
 
 def test_defaults_come_from_the_schema(configs):
-    cfg, nodes = plan.load_plan(configs)
+    cfg, nodes = expand.load_plan(configs)
     assert cfg["measure"]["ready_timeout_s"] == 600 and cfg["paths"]["results"] == "data/results.parquet"
     assert nodes[0].raw["bind_host"] == "127.0.0.1"
 
 
 def test_the_default_plan_has_one_launch_per_server_configuration(configs):
-    _, nodes = plan.load_plan(configs)
+    _, nodes = expand.load_plan(configs)
     assert [l.name for l in nodes[0].launches] == ["llamacpp--nospec", "llamacpp--draft-n2", "llamacpp--draft-n4"]
     assert [l.spec_tokens for l in nodes[0].launches] == [None, 2, 4]
 
@@ -44,7 +44,7 @@ def test_wrong_type_names_file_and_field(configs):
     node = configs / "configs/nodes/local-cpu.yaml"
     edit(node, lambda d: d["hardware"]["gpu"].update(count="two"))
     with pytest.raises(ConfigError) as err:
-        plan.load_plan(configs)
+        expand.load_plan(configs)
     assert str(err.value) == f"{node}: hardware.gpu.count: expected integer, got 'two'"
 
 
@@ -52,30 +52,30 @@ def test_unknown_key_is_an_error_with_the_allowed_keys(configs):
     node = configs / "configs/nodes/local-cpu.yaml"
     edit(node, lambda d: d.update(contxt_len=8192))
     with pytest.raises(ConfigError, match=r"local-cpu.yaml: \(top level\): 'contxt_len' was unexpected; allowed: .*context_len"):
-        plan.load_plan(configs)
+        expand.load_plan(configs)
 
 
 def test_unknown_stack_and_workload_names_fail_before_any_job(configs):
     node = configs / "configs/nodes/local-cpu.yaml"
     edit(node, lambda d: d["runs"][0].update(stack="llamacpp-typo"))
     with pytest.raises(ConfigError, match=r"runs\[0\]\.stack: unknown stack 'llamacpp-typo'; known: llamacpp"):
-        plan.load_plan(configs)
+        expand.load_plan(configs)
     edit(node, lambda d: (d["runs"][0].update(stack="llamacpp"), d.update(workloads=["code", "poetry"])))
     with pytest.raises(ConfigError, match=r"workloads\[1\]: unknown workload 'poetry'"):
-        plan.load_plan(configs)
+        expand.load_plan(configs)
 
 
 def test_enum_errors_list_the_choices(configs):
     stack = configs / "configs/stacks/llamacpp.yaml"
     edit(stack, lambda d: d["variants"][0]["spec"].update(method="medusa"))
     with pytest.raises(ConfigError, match=r"llamacpp.yaml: variants\[0\]\.spec\.method: expected one of none, mtp, eagle"):
-        plan.load_plan(configs)
+        expand.load_plan(configs)
 
 
 def test_invalid_yaml_names_the_line(configs):
     (configs / "configs/workloads/code.yaml").write_text("prompts: [unclosed\n")
     with pytest.raises(ConfigError, match=r"code.yaml: line \d+: not valid YAML"):
-        plan.load_plan(configs)
+        expand.load_plan(configs)
 
 
 def test_snakemake_stops_with_one_line_before_planning(repo_copy):
@@ -92,14 +92,14 @@ def test_impossible_tp_size_fails_before_any_job(configs):
     edit(node, lambda d: d["runs"][1]["server_args"].update(tp_size=2))
     with pytest.raises(ConfigError, match=r"rtx5090.yaml: runs \(launch sglang-eagle--eagle-3-1-4\): "
                                           r"tp_size 2 needs 2 GPUs; hardware.gpu.count is 1"):
-        plan.load_plan(configs, {"nodes": ["rtx5090"]})
+        expand.load_plan(configs, {"nodes": ["rtx5090"]})
 
 
 def test_cap_outside_the_gpus_range_fails_before_any_job(configs):
     node = configs / "configs/nodes/2x3090-nvlink.yaml"
     edit(node, lambda d: (d["hardware"]["gpu"].update(power_limit_w=[100, 350]), d.update(power_caps_w=[180, 400])))
     with pytest.raises(ConfigError, match=r"power_caps_w\[1\]: 400 W is outside the GPU's range 100-350 W"):
-        plan.load_plan(configs, {"nodes": ["2x3090-nvlink"]})
+        expand.load_plan(configs, {"nodes": ["2x3090-nvlink"]})
 
 
 def test_api_key_comes_from_the_environment_and_is_never_stored(configs, monkeypatch):
@@ -109,7 +109,7 @@ def test_api_key_comes_from_the_environment_and_is_never_stored(configs, monkeyp
 
     edit(configs / "configs/nodes/rtx5090.yaml", lambda d: d.update(api_key_env="STACKBENCH_TEST_API_KEY"))
     monkeypatch.setenv("STACKBENCH_TEST_API_KEY", "sk-secret")
-    cfg, nodes = plan.load_plan(configs, {"nodes": ["rtx5090"]})
+    cfg, nodes = expand.load_plan(configs, {"nodes": ["rtx5090"]})
     spec = launchspec.build(cfg, nodes[0], nodes[0].launches[0])
     assert "sk-secret" not in spec.to_json()  # the launch spec names the variable, never its value
     key = measure.api_key(spec.node)

@@ -15,9 +15,9 @@ import yaml
 
 from conftest import interruptible
 from launch_helpers import server_pid
-from stackbench import measure, plan
+from stackbench import measure
 from stackbench.measure import runner
-from stackbench.plan import launchspec
+from stackbench.plan import expand, launchspec
 from stackbench.results import store
 from stackbench.serve.process import group_members
 
@@ -28,8 +28,8 @@ def launch_spec(repo: Path, launch: str) -> launchspec.LaunchSpec:
     cwd = os.getcwd()
     os.chdir(repo)
     try:
-        cfg, nodes = plan.load_plan(Path("."))
-        node, item = plan.find_launch(nodes, "ci-cpu", launch)
+        cfg, nodes = expand.load_plan(Path("."))
+        node, item = expand.find_launch(nodes, "ci-cpu", launch)
         return launchspec.build(cfg, node, item)
     finally:
         os.chdir(cwd)

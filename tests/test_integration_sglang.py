@@ -15,8 +15,8 @@ import pytest
 
 from conftest import report_one_node
 from launch_helpers import server_pid
-from stackbench import plan
 from stackbench.engines.sglang import SglangAdapter
+from stackbench.plan import expand
 from stackbench.serve.launchers import native_argv
 from stackbench.serve.process import ReadyTimeout, ServerProcess, free_port, group_members
 
@@ -35,9 +35,9 @@ def sglang_ready():
 
 def server(log: Path) -> ServerProcess:
     """The node's SGLang launch, started the way the native launcher starts it (from the repository root)."""
-    cfg = plan.load_run_config(ROOT)
+    cfg = expand.load_run_config(ROOT)
     cfg["nodes"] = [NODE]
-    _, nodes = plan.load_plan(ROOT, cfg)
+    _, nodes = expand.load_plan(ROOT, cfg)
     launch = nodes[0].launches[0]
     port = free_port()
     argv = native_argv(SglangAdapter(), launch, str(ROOT / ".envs/sglang-cpu/venv/bin/python"), "127.0.0.1", port, 2)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench import plan
 from stackbench.config import ConfigError, load_file
+from stackbench.plan import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,6 +60,6 @@ def test_the_plan_carries_the_container_cli_to_the_launch(tmp_path):
     doc = yaml.safe_load(node.read_text())
     doc["runs"][0]["launch"] = {"mode": "image", "image": "localhost/llama@sha256:ab", "container_cli": "podman"}
     node.write_text(yaml.safe_dump(doc))
-    _, nodes = plan.load_plan(tmp_path)
+    _, nodes = expand.load_plan(tmp_path)
     launch = nodes[0].launches[0]
     assert (launch.launch_mode, launch.launch_target, launch.container_cli) == ("image", "localhost/llama@sha256:ab", "podman")

@@ -11,7 +11,7 @@ import yaml
 from stackbench import plan
 from stackbench.config import ConfigError
 from stackbench.measure.cellstore import CellStore
-from stackbench.plan import launchspec
+from stackbench.plan import expand, launchspec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,8 +24,8 @@ def repo(tmp_path) -> Path:
 
 
 def spec_of(repo: Path, node: str = "local-cpu", index: int = 0, **given) -> launchspec.LaunchSpec:
-    cfg = plan.load_run_config(repo, {"nodes": [node], **given})
-    loaded = plan.load_node(node, cfg, repo)
+    cfg = expand.load_run_config(repo, {"nodes": [node], **given})
+    loaded = expand.load_node(node, cfg, repo)
     return launchspec.build(cfg, loaded, loaded.launches[index])
 
 
@@ -109,8 +109,8 @@ def test_failed_cells_are_todo_unless_kept(repo, tmp_path):
 
 
 def test_gpu_nodes_build_llamacpp_for_their_architecture(repo):
-    cfg = plan.load_run_config(repo, {"nodes": ["2x3090-nvlink"]})
-    envs = {l.env_name for l in plan.load_node("2x3090-nvlink", cfg, repo).launches if l.engine == "llamacpp"}
+    cfg = expand.load_run_config(repo, {"nodes": ["2x3090-nvlink"]})
+    envs = {l.env_name for l in expand.load_node("2x3090-nvlink", cfg, repo).launches if l.engine == "llamacpp"}
     assert envs == {"llamacpp-cuda-sm86"}
 
 
@@ -122,7 +122,7 @@ def test_reasoning_parser_on_some_runs_of_a_node_only_is_refused(repo):
     node.write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match=r"2x3090-nvlink.yaml: runs: a reasoning parser \(reasoning_parser\) is set on some "
                                           r"runs but not on sglang-nospec--nospec"):
-        plan.load_plan(repo, {"nodes": ["2x3090-nvlink"]})
+        expand.load_plan(repo, {"nodes": ["2x3090-nvlink"]})
 
 
 def test_the_fingerprint_covers_only_the_fields_it_names(repo):

@@ -13,7 +13,7 @@ from stackbench import plan
 from stackbench.config import ConfigError
 from stackbench.measure import summary, workloads
 from stackbench.measure.client import RequestRecord
-from stackbench.plan import Load, launchspec
+from stackbench.plan import Load, expand, launchspec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,8 +143,8 @@ def repo(tmp_path) -> Path:
 
 
 def spec_of(repo: Path) -> launchspec.LaunchSpec:
-    cfg = plan.load_run_config(repo, {"nodes": ["local-cpu"]})
-    node = plan.load_node("local-cpu", cfg, repo)
+    cfg = expand.load_run_config(repo, {"nodes": ["local-cpu"]})
+    node = expand.load_node("local-cpu", cfg, repo)
     return launchspec.build(cfg, node, node.launches[0])
 
 

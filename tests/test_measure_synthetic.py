@@ -16,7 +16,7 @@ import yaml
 
 from stackbench import measure, plan
 from stackbench.measure import summary
-from stackbench.plan import launchspec
+from stackbench.plan import expand, launchspec
 from stackbench.results import store
 from synthetic_engine import Timing
 
@@ -54,8 +54,8 @@ def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeat
         "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": ["code"],
         "models": {"served": {"hf_dir": "/not/ours", "quant": "NVFP4"}},
         "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))
-    cfg = plan.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1}})
-    node = plan.load_node("external-double", cfg, tmp_path)
+    cfg = expand.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1}})
+    node = expand.load_node("external-double", cfg, tmp_path)
     return launchspec.build(cfg, node, node.launches[0])
 
 
@@ -183,8 +183,8 @@ def test_a_toy_engine_is_one_adapter_the_plan_runner_and_report_accept(engine_ur
     node = yaml.safe_load(node_file.read_text())
     node["runs"][0]["stack"] = "toy"
     node_file.write_text(yaml.safe_dump(node))
-    cfg = plan.load_run_config(spec_dir, {"nodes": ["external-double"], "measure": {"repeats": 1, "warmup_requests": 0}})
-    loaded = plan.load_node("external-double", cfg, spec_dir)
+    cfg = expand.load_run_config(spec_dir, {"nodes": ["external-double"], "measure": {"repeats": 1, "warmup_requests": 0}})
+    loaded = expand.load_node("external-double", cfg, spec_dir)
     assert [(l.engine, l.name) for l in loaded.launches] == [("toy", "toy--nospec")]
     cells = measure.LaunchRun(launchspec.build(cfg, loaded, loaded.launches[0]), tmp_path / "run").run()
     results = tmp_path / "results.parquet"

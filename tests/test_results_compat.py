@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from stackbench import plan
-from stackbench.plan import launchspec
+from stackbench.plan import expand, launchspec
 from stackbench.results import store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +35,7 @@ def test_the_contract_keeps_every_column_it_had():
 
 
 def test_the_default_plan_still_has_every_cell_it_measured():
-    cfg, nodes = plan.load_plan(ROOT)
+    cfg, nodes = expand.load_plan(ROOT)
     planned = {cell_key(launch.variant, c.workload.name, c.concurrency, c.rate)
                for launch in nodes[0].launches for c in launchspec.cells_of(nodes[0], launch)}
     measured_cells = {cell for cell in BEFORE["cells"] if not cell.endswith("/launch")}

@@ -62,13 +62,12 @@ def _init_node(args) -> None:
 
 
 def _commands(args) -> None:
-    from stackbench import plan
     from stackbench.engines import adapter_for
-    from stackbench.plan import launchspec
+    from stackbench.plan import expand, launchspec
     from stackbench.serve import launchers
 
-    cfg = plan.load_run_config(Path("."))
-    node = plan.load_node(args.node, cfg)
+    cfg = expand.load_run_config(Path("."))
+    node = expand.load_node(args.node, cfg)
     launches = [l for l in node.launches if args.launch in (None, l.name)]
     if not launches:
         raise ConfigError(f"{node.file}: no launch {args.launch!r}; its launches: {', '.join(l.name for l in node.launches)}")
@@ -82,9 +81,9 @@ def _commands(args) -> None:
 
 
 def _validate(args) -> None:
-    from stackbench import plan
+    from stackbench.plan import expand
 
-    _, nodes = plan.load_plan(Path("."))
+    _, nodes = expand.load_plan(Path("."))
     for node in nodes:
         print(f"{node.file}: ok, {len(node.launches)} launches, {len(node.workloads)} workloads")
 
@@ -92,12 +91,11 @@ def _validate(args) -> None:
 def _plan_launch(args) -> None:
     import json
 
-    from stackbench import plan
-    from stackbench.plan import launchspec
+    from stackbench.plan import expand, launchspec
 
     settings = json.loads(args.settings) if args.settings else {}
-    cfg = plan.load_run_config(Path("."), {"nodes": [args.node], **settings})
-    node, launch = plan.find_launch([plan.load_node(args.node, cfg)], args.node, args.launch)
+    cfg = expand.load_run_config(Path("."), {"nodes": [args.node], **settings})
+    node, launch = expand.find_launch([expand.load_node(args.node, cfg)], args.node, args.launch)
     spec = launchspec.build(cfg, node, launch)
     launchspec.write(spec, Path(args.out))
     print(f"plan: {args.node}/{args.launch}: {len(spec.cells)} cells, fingerprint {spec.fingerprint} -> {args.out}")

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 from stackbench.provision import envs as _envs
-from stackbench import plan as _plan
+from stackbench.plan import expand as _expand
 from stackbench.config import ConfigError
 
 try:
-    CFG, NODES = _plan.load_plan(Path("."), config)
+    CFG, NODES = _expand.load_plan(Path("."), config)
 except ConfigError as _err:
     sys.exit(f"config error: {_err}")
 
@@ -32,7 +32,7 @@ def node_named(name):
 
 
 def launch_of(wildcards):
-    return _plan.find_launch(NODES, wildcards.node, wildcards.launch)[1]
+    return _expand.find_launch(NODES, wildcards.node, wildcards.launch)[1]
 
 
 def measured_parts():
@@ -55,7 +55,7 @@ def plan_inputs(wildcards):
     environment (its version and build) and the model files the pipeline makes (their sha256).
     configs/config.yaml is not among them: the node list does not change what a launch measures, and the
     measure settings come in as a param."""
-    node, launch = _plan.find_launch(NODES, wildcards.node, wildcards.launch)
+    node, launch = _expand.find_launch(NODES, wildcards.node, wildcards.launch)
     needed = {"node": node.file, "stack": f"configs/stacks/{launch.stack_config}.yaml",
               "workloads": [f"configs/workloads/{w}.yaml" for w in launch.workloads]}
     if launch.launch_mode == "native" and not launch.launch_target:

@@ -27,7 +27,7 @@ from stackbench.engines.base import (
     render_flags,
     slots_from,
 )
-from stackbench.plan import Launch
+from stackbench.plan.model import Launch
 
 # "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 123456, K size: 5.66 GB, V size: 5.66 GB"
 # older builds have no "dtype: ..," part; MLA pools print a single "KV size".

@@ -1,0 +1,286 @@
+"""Expand the configs into the experiment plan: one Launch per distinct server configuration.
+
+node x stack variant (x speculative depth) = one server launch; the client-side axes (workload,
+concurrency, power cap, repeat) loop inside it. Cross-file references (a node naming a stack, model or
+workload that does not exist) are checked here, before Snakemake plans any job.
+
+The cross-file checks (unknown names, TP above the GPU count, caps outside the GPU's range, runs not
+measured alike, flags the pipeline sets, streams over a server's slots) sit with the expansion they guard.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stackbench.config import ConfigError, load_file, load_schema, validate
+from stackbench.engines import ADAPTERS, adapter_for
+from stackbench.engines.base import FlagConflict
+from stackbench.plan.model import Launch, Load, Model, Node, Workload
+
+CONFIG_DIR = Path("configs")
+# Speculative methods that run a second model: a run's draft_model is passed to these (eagle and mtp use the
+# target's own head unless the run names one), and the first two cannot start without one (SGLang DFLASH:
+# "requires setting --speculative-draft-model-path"). ngram drafts from the prompt and takes no model.
+NEEDS_DRAFT_MODEL = ("draft", "dflash")
+TAKES_DRAFT_MODEL = (*NEEDS_DRAFT_MODEL, "dspark", "eagle", "mtp")
+PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the model's GGUF file>"
+
+
+def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
+    """The top-level config: read from configs/config.yaml, or as Snakemake merged it with --config."""
+    if given is None:
+        return load_file(root / CONFIG_DIR / "config.yaml", "config", root)
+    return validate(dict(given), load_schema("config", root), "configs/config.yaml (with --config overrides)")
+
+
+def load_workload(name: str, node_concurrency: list[int], root: Path, where: str) -> Workload:
+    path = root / CONFIG_DIR / "workloads" / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (root / CONFIG_DIR / "workloads").glob("*.yaml"))
+        raise ConfigError(f"{where}: unknown workload {name!r}; known: {', '.join(known)}")
+    doc = load_file(path, "workload", root)
+    if (doc["kind"] == "probe") != (doc["probes"] is not None):
+        raise ConfigError(f"{path}: probes: required with kind probe and only there (kind is {doc['kind']!r})")
+    return Workload(
+        name=name,
+        kind=doc["kind"],
+        prompts=tuple(doc["prompts"]),
+        output_tokens=doc["output_tokens"],
+        prompt_tokens=doc["prompt_tokens"],
+        turns=doc["turns"],
+        salt=doc["salt"],
+        concurrency=tuple(doc["concurrency"] or node_concurrency),
+        load=_load(doc, path),
+        own_concurrency=bool(doc["concurrency"]),
+        probes=doc["probes"],
+    )
+
+
+def _load(doc: dict, path: Path) -> Load:
+    """A workload file's load and slo sections, checked."""
+    load, slo = doc["load"], doc["slo"]
+    if load["rates"] and load["requests"] is None and load["duration_s"] is None:
+        raise ConfigError(f"{path}: load.rates: an open-loop run needs load.requests or load.duration_s")
+    for key in ("input_tokens", "output_tokens"):
+        if load[key] is not None and load[key][0] > load[key][1]:
+            raise ConfigError(f"{path}: load.{key}: low {load[key][0]} is above high {load[key][1]}")
+    return Load(**{**load, "rates": tuple(load["rates"]),
+                   **{k: tuple(load[k]) if load[k] else None for k in ("input_tokens", "output_tokens")}},
+                slo_ttft_s=slo["ttft_s"], slo_tpot_ms=slo["tpot_ms"], slo_min_attainment=slo["min_attainment"])
+
+
+def _model(node_name: str, doc: dict, key: str, where: str, models_dir: str) -> Model:
+    if key not in doc["models"]:
+        raise ConfigError(f"{where}: unknown model {key!r}; the node's models are: {', '.join(sorted(doc['models'])) or 'none'}")
+    spec = doc["models"][key]
+    if "prepare" in spec:
+        suffix = "" if spec["prepare"].endswith("-hf") else ".gguf"
+        path = f"{models_dir}/{key}{suffix}"
+    elif "gguf" in spec or "hf_dir" in spec:
+        path = spec.get("gguf") or spec["hf_dir"]
+    else:
+        raise ConfigError(f"{where}: models.{key}: give one of gguf, hf_dir or prepare")
+    return Model(name=key, path=path, quant=spec["quant"], prepare=spec.get("prepare"))
+
+
+def _expand_variants(stack_doc: dict) -> list[tuple[str, dict]]:
+    """One entry per server launch: a variant, or each point of its speculative sweep.
+
+    `sweep_tokens: [2, 4]` names the launches <name>-n2, <name>-n4; a `sweep` of settings names them by
+    their values in order, e.g. SGLang EAGLE steps/topk/draft tokens -> <name>-3-1-4.
+    """
+    out = []
+    for variant in stack_doc["variants"]:
+        spec = variant["spec"]
+        base_extra = spec.get("extra", {})
+        points = [{"tokens": n} for n in spec.get("sweep_tokens", [])] + spec.get("sweep", [])
+        if not points:
+            out.append((variant["name"], {**variant, "spec": {**spec, "extra": base_extra}}))
+        for point in points:
+            extra = {**base_extra, **point.get("extra", {})}
+            tokens = point.get("tokens", spec.get("tokens"))
+            suffix = f"n{tokens}" if not point.get("extra") else "-".join(str(v) for v in [tokens, *extra.values()])
+            out.append((f"{variant['name']}-{suffix}", {**variant, "spec": {**spec, "tokens": tokens, "extra": extra}}))
+    return out
+
+
+def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
+    path = root / CONFIG_DIR / "nodes" / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (root / CONFIG_DIR / "nodes").glob("*.yaml"))
+        raise ConfigError(f"configs/config.yaml: nodes: no node config {path} (known: {', '.join(known)})")
+    doc = load_file(path, "node", root)
+    where = str(path)
+    for key, spec in doc["models"].items():
+        for kind in ("gguf", "hf_dir"):
+            if spec.get(kind, "").startswith(PLACEHOLDER_START):
+                raise ConfigError(f"{where}: models.{key}.{kind}: {spec[kind]!r} is a placeholder; set the model's path")
+    # The node's workloads, then any a run names that the node does not: each file is read once.
+    named = {w: f"{where}: workloads[{i}]" for i, w in enumerate(doc["workloads"])}
+    for i, run in enumerate(doc["runs"]):
+        for j, w in enumerate(run["workloads"] or ()):
+            named.setdefault(w, f"{where}: runs[{i}].workloads[{j}]")
+    workloads = tuple(load_workload(w, doc["concurrency"], root, w_where) for w, w_where in named.items())
+    launches: list[Launch] = []
+    for i, run in enumerate(doc["runs"]):
+        run_where = f"{where}: runs[{i}]"
+        stack_path = root / CONFIG_DIR / "stacks" / f"{run['stack']}.yaml"
+        if not stack_path.exists():
+            known = sorted(p.stem for p in (root / CONFIG_DIR / "stacks").glob("*.yaml"))
+            raise ConfigError(f"{run_where}.stack: unknown stack {run['stack']!r}; known: {', '.join(known)}")
+        stack_doc = load_file(stack_path, "stack", root)
+        model = _model(name, doc, run["model"], f"{run_where}.model", cfg["paths"]["models"])
+        draft = _model(name, doc, run["draft_model"], f"{run_where}.draft_model", cfg["paths"]["models"]) if "draft_model" in run else None
+        variants = _expand_variants(stack_doc)
+        wanted = run.get("variants")
+        if wanted:
+            unknown = sorted(set(wanted) - {v for v, _ in variants})
+            if unknown:
+                raise ConfigError(f"{run_where}.variants: unknown variant(s) {', '.join(unknown)}; "
+                                  f"{run['stack']} has {', '.join(v for v, _ in variants)}")
+            variants = [(v, d) for v, d in variants if v in wanted]
+        launch = run["launch"]
+        run_launches = []
+        adapter = _adapter(stack_doc["engine"], f"{stack_path}: engine")
+        for variant_name, variant in variants:
+            spec = variant["spec"]
+            server_args = {**stack_doc["server_args"], **variant["server_args"], **run["server_args"]}
+            if spec["method"] in NEEDS_DRAFT_MODEL and draft is None:
+                raise ConfigError(f"{run_where}.draft_model: variant {variant_name!r} speculates with a draft model "
+                                  f"({spec['method']}); name one")
+            run_launches.append(Launch(
+                node=name,
+                stack_config=run["stack"],
+                engine=stack_doc["engine"],
+                variant=variant_name,
+                spec_method=spec["method"],
+                spec_engine_type=spec.get("engine_type"),
+                spec_tokens=spec["tokens"],
+                spec_extra=dict(spec["extra"]),
+                server_args=server_args,
+                tp=adapter.tp_size(server_args),
+                model=model,
+                draft_model=draft if spec["method"] in TAKES_DRAFT_MODEL else None,
+                launch_mode=launch["mode"],
+                launch_target=launch.get("binary") or launch.get("image") or launch.get("url"),
+                env_name=launch.get("env") or _default_env(adapter, doc, f"{run_where}.launch.env"),
+                container_cli=launch.get("container_cli", "docker"),
+                context_len=doc["context_len"] if run["context_len"] is None else run["context_len"],
+                bind_host=doc["bind_host"],
+                env=dict(doc["env"]),
+                workloads=tuple(run["workloads"] or doc["workloads"]),
+                concurrency=tuple(run["concurrency"] or ()),
+            ))
+        _check_flags(run_launches, adapter, where, i)
+        if not doc["allow_queueing"]:
+            _check_slots(run_launches, {w.name: w for w in workloads}, where, i)
+        launches += run_launches
+    _check_hardware(doc, launches, where)
+    _check_measured_alike(launches, where)
+    names = [l.name for l in launches]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"{where}: runs: launch {duplicates[0]!r} appears twice; each server configuration runs once")
+    gpu = doc["hardware"]["gpu"]
+    return Node(
+        name=name,
+        file=where,
+        gpu_model=gpu["model"],
+        gpu_count=gpu["count"],
+        gpu_devices=tuple(str(d) for d in gpu.get("devices") or ()),
+        gpu_memory_gib=gpu["memory_gib"],
+        bandwidth_gbs=gpu["bandwidth_gbs"],
+        cpu_threads=doc["hardware"]["cpu_threads"],
+        os=doc["os"],
+        power_caps_w=tuple(doc["power_caps_w"]),
+        api_key_env=doc["api_key_env"],
+        lock_dir=doc["hardware"]["lock_dir"],
+        allow_queueing=doc["allow_queueing"],
+        workloads=workloads,
+        launches=tuple(launches),
+        raw=doc,
+    )
+
+
+def _adapter(engine: str, where: str):
+    if engine not in ADAPTERS:
+        raise ConfigError(f"{where}: no adapter for engine {engine!r}; known: {', '.join(sorted(ADAPTERS))}")
+    return ADAPTERS[engine]
+
+
+def _default_env(adapter, doc: dict, where: str) -> str:
+    """The environment a native launch runs in (the engine's, or a build flavour for the node's GPUs)."""
+    try:
+        return adapter.default_env(doc["hardware"]["gpu"])
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def _check_measured_alike(launches: list[Launch], where: str) -> None:
+    """Runs on one node are measured alike: a reasoning parser makes an engine stream thinking apart
+    (delta.reasoning_content), which changes what is timed, so it is on for all of them or for none."""
+    flags = {l.name: adapter_for(l.engine).reasoning_parser_arg for l in launches}
+    parsers = {name: launch.server_args.get(flags[name]) for name, launch in ((l.name, l) for l in launches) if flags[name]}
+    if len({bool(p) for p in parsers.values()}) > 1:
+        without = sorted(name for name, p in parsers.items() if not p)
+        named = ", ".join(sorted({flag for flag in flags.values() if flag}))
+        raise ConfigError(f"{where}: runs: a reasoning parser ({named}) is set on some runs but not on "
+                          f"{', '.join(without)}; set it on every run of the node or on none")
+
+
+def _check_flags(launches: list[Launch], adapter, where: str, run: int) -> None:
+    """Render every launch's flags once now: a flag the pipeline sets itself (port, model, context) given
+    in server_args would be passed twice, so it stops here, naming the key."""
+    for launch in launches:
+        try:
+            adapter.engine_flags(launch, launch.bind_host, 0, None)
+        except FlagConflict as err:
+            raise ConfigError(f"{where}: runs[{run}] ({launch.name}): server_args.{err} (the run's, its stack's or "
+                              "its variant's)") from None
+
+
+def _check_slots(launches: list[Launch], workloads: dict[str, Workload], where: str, run: int) -> None:
+    """A cell with more streams than the server runs at once measures its queue, not the engine: refused
+    unless the node says queueing is intended (allow_queueing)."""
+    for launch in launches:
+        slots = adapter_for(launch.engine).concurrent_slots(launch)
+        if slots is None:
+            continue
+        highest = max(c for name in launch.workloads for c in workloads[name].levels(launch))
+        if highest > slots.count:
+            raise ConfigError(f"{where}: runs[{run}] ({launch.name}): concurrency {highest} exceeds the server's "
+                              f"{slots.count} concurrent requests ({slots.flag}); give the run its own list "
+                              f"(runs[{run}].concurrency), raise {slots.flag}, or set allow_queueing: true")
+
+
+def _check_hardware(doc: dict, launches: list[Launch], where: str) -> None:
+    """Impossible combinations fail here, before any job: a TP size above the GPU count, a cap outside
+    the GPU's accepted range."""
+    gpu = doc["hardware"]["gpu"]
+    for launch in launches:
+        if gpu["count"] and launch.tp > gpu["count"]:
+            raise ConfigError(f"{where}: runs (launch {launch.name}): tp_size {launch.tp} needs {launch.tp} GPUs; "
+                              f"hardware.gpu.count is {gpu['count']}")
+    limits = gpu["power_limit_w"]
+    for index, cap in enumerate(doc["power_caps_w"]):
+        if not gpu["count"]:
+            continue  # a CPU node records why no cap was applied
+        if limits and not limits[0] <= cap <= limits[1]:
+            raise ConfigError(f"{where}: power_caps_w[{index}]: {cap:g} W is outside the GPU's range "
+                              f"{limits[0]:g}-{limits[1]:g} W (hardware.gpu.power_limit_w)")
+
+
+def load_plan(root: Path = Path("."), given: dict | None = None) -> tuple[dict, list[Node]]:
+    cfg = load_run_config(root, given)
+    return cfg, [load_node(n, cfg, root) for n in cfg["nodes"]]
+
+
+def find_launch(nodes: list[Node], node: str, launch: str) -> tuple[Node, Launch]:
+    for candidate in nodes:
+        if candidate.name == node:
+            for item in candidate.launches:
+                if item.name == launch:
+                    return candidate, item
+    raise KeyError(f"no launch {launch!r} on node {node!r}")
+
+
