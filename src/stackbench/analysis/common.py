@@ -1,0 +1,88 @@
+"""What every analysis shares: the keys of a cell and of a launch, per-launch facts aligned to rows, the
+model geometry of each row's launch, and the byte widths of weight and KV formats."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+# A cell's full identity, and the identity of one server launch (its start-up facts are server rows).
+CELL = ["source", "ref", "node", "stack", "variant", "spec_method", "spec_tokens", "power_cap_w", "workload", "concurrency", "request_rate"]
+LAUNCH = ["source", "ref", "node", "stack", "variant"]
+RATE_METRICS = ["decode_tps", "aggregate_tps", "e2e_tps"]
+
+# Bytes per element of KV-cache dtypes as engines name them (llama.cpp block types: bytes per block / 32).
+KV_DTYPE_BYTES = {"f32": 4, "float32": 4, "f16": 2, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2,
+                  "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+                  "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
+# Bits per weight by exact weight-format name (the quant label before any parenthesised remark), used only
+# when no row reports weight bytes: GGUF types from llama.cpp's quantize table, group-128 INT4/AWQ with a
+# 16-bit scale and zero per group, NVFP4 with an FP8 scale per 16 values.
+BITS_PER_WEIGHT = {"q4_k_m": 4.85, "q4_1": 5.0, "q4_0": 4.5, "q5_k_m": 5.69, "q6_k": 6.56, "q8_0": 8.5,
+                   "awq": 4.25, "awq w4a16": 4.25, "int4": 4.25, "w4a16": 4.25, "nvfp4": 4.5, "fp8": 8.0,
+                   "bf16": 16.0, "fp16": 16.0, "f16": 16.0}
+GEOMETRY_FIELDS = ["attention_layers", "swa_layers", "linear_layers", "mtp_layers", "kv_heads", "key_length",
+                   "value_length", "sliding_window"]
+
+
+# -- geometry --------------------------------------------------------------------------------------------
+def launch_values(results: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
+    """One row per launch (LAUNCH), one column per named metric (renamed), from its first row."""
+    picked = results.loc[results["metric"].isin(list(metrics)) & results["value"].notna(), LAUNCH + ["metric", "value"]]
+    wide = picked.groupby(LAUNCH + ["metric"], dropna=False, sort=False)["value"].first().unstack("metric")
+    return wide.reindex(columns=list(metrics)).rename(columns=metrics).reset_index()
+
+
+def on_launch(rows: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
+    """`values` (keyed by LAUNCH) aligned to `rows`."""
+    joined = rows[LAUNCH].merge(values, on=LAUNCH, how="left")
+    return joined.drop(columns=LAUNCH).set_axis(rows.index)
+
+
+def geometry_columns(rows: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """GEOMETRY_FIELDS, params_b, file_weight_mib and geometry_source for each row, from its launch's
+    geometry_* rows: measured launches read them from the model's own files, published ones from the
+    configs/models entry their model name matches (written beside the seeds' figures by the collect side)."""
+    names = {f"geometry_{f}": f for f in GEOMETRY_FIELDS + ["params_b", "weight_mib"]}
+    out = on_launch(rows, launch_values(results, names)).rename(columns={"weight_mib": "file_weight_mib"})
+    notes = results.loc[results["metric"].eq("geometry_attention_layers"), LAUNCH + ["note"]].drop_duplicates(LAUNCH)
+    source = on_launch(rows, notes)["note"]
+    out["geometry_source"] = source.where(out["attention_layers"].notna(), np.where(
+        rows["source"].eq("published"), "no configs/models entry matches the model name", "no geometry rows for this launch"))
+    for field in ("swa_layers", "mtp_layers"):
+        out[field] = out[field].astype(float).fillna(0)
+    return out
+
+
+def kv_dtype_bytes(kv_dtype: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """Bytes per K and per V element: "f16", "fp8_e4m3", "torch.bfloat16" or llama.cpp's "K q8_0 / V f16"."""
+    pairs = {}
+    for text in kv_dtype.dropna().unique():
+        label = str(text).lower().replace("torch.", "")
+        split = re.fullmatch(r"k (\S+) / v (\S+)", label)
+        key, value = (split[1], split[2]) if split else (label, label)
+        pairs[text] = (KV_DTYPE_BYTES.get(key, np.nan), KV_DTYPE_BYTES.get(value, np.nan))
+    return (kv_dtype.map({t: p[0] for t, p in pairs.items()}).astype(float),
+            kv_dtype.map({t: p[1] for t, p in pairs.items()}).astype(float))
+
+
+def text_of(values: pd.Series, spec: str) -> pd.Series:
+    """Numbers formatted for a table cell; a string Series even when empty."""
+    return values.map(spec.format).astype(str)
+
+
+def engine_fact(rows: pd.DataFrame, column: str) -> pd.Series:
+    """A fact about the engine behind each row (results/store.py ENGINE_FACTS); false where unknown."""
+    return rows[column].astype("boolean").fillna(False).astype(bool)
+
+
+def tp_of(rows: pd.DataFrame) -> pd.Series:
+    return pd.to_numeric(rows["tp"], errors="coerce").fillna(1).clip(lower=1)
+
+
+def cell_values(results: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One value per cell (CELL) for `metric`; repeats of the very same cell are reduced by their median."""
+    picked = results.loc[(results["metric"] == metric) & results["value"].notna(), CELL + ["value"]]
+    return picked.groupby(CELL, dropna=False, sort=False)["value"].median().reset_index()

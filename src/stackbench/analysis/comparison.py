@@ -1,0 +1,50 @@
+"""Run-to-run comparison, compare-llama-bench style: only like rows are paired (every basis column but the
+one that is meant to vary)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from stackbench.results.store import BASIS_COLUMNS
+
+KEY_COLUMNS = ["node", "stack", "variant", "workload", "concurrency", "request_rate", "power_cap_w", "metric"]
+
+
+def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, vary: str = "engine_version") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Join two result sets only on like rows: every key and basis column equal except `vary`.
+
+    Returns (paired rows with their ratio, unpaired rows with the basis fields that kept them apart).
+    Rows are joined on one 64-bit hash of their like columns (null equals null), not on 25 string keys.
+    """
+    like = [c for c in KEY_COLUMNS + BASIS_COLUMNS if c != vary]
+    a, b = (_with_hashes(frame[frame["status"] == "ok"], like) for frame in (baseline, candidate))
+    shown = [c for c in ("node", "stack", "variant", "workload", "concurrency", "metric") if c != vary]
+    # Only the columns the table shows cross the merge: carrying all of them costs most of its time.
+    paired = a[shown + ["_like", vary, "value"]].merge(b[["_like", vary, "value"]], on="_like", suffixes=("_a", "_b"))
+    table = paired[shown].copy()
+    table[f"{vary} A"], table[f"{vary} B"] = paired[f"{vary}_a"].to_numpy(), paired[f"{vary}_b"].to_numpy()
+    table["A"], table["B"] = paired["value_a"].to_numpy(), paired["value_b"].to_numpy()
+    table["B/A"] = table["B"] / table["A"]
+    unpaired = [_unpaired(side, frame, other, vary) for side, frame, other in (("A", a, b), ("B", b, a))]
+    return table.reset_index(drop=True), pd.concat(unpaired, ignore_index=True)
+
+
+def _with_hashes(frame: pd.DataFrame, like: list[str]) -> pd.DataFrame:
+    return frame.assign(_like=pd.util.hash_pandas_object(frame[like], index=False).to_numpy(),
+                        _cell=pd.util.hash_pandas_object(frame[KEY_COLUMNS], index=False).to_numpy()).reset_index(drop=True)
+
+
+def _unpaired(side: str, frame: pd.DataFrame, other: pd.DataFrame, vary: str) -> pd.DataFrame:
+    """Rows of `frame` with no like row in `other`, each with the basis fields in which the rows of
+    `other` for the same cell differ from it."""
+    lonely = frame[~frame["_like"].isin(other["_like"])].reset_index(drop=True)
+    basis = [c for c in BASIS_COLUMNS if c != vary]
+    counterparts = other[["_cell"] + basis].drop_duplicates()
+    same_cell = lonely[["_cell"] + basis].reset_index(names="row").merge(counterparts, on="_cell", suffixes=("", "_other"))
+    differs = pd.DataFrame({c: ~((same_cell[c] == same_cell[f"{c}_other"]) | (same_cell[c].isna() & same_cell[f"{c}_other"].isna()))
+                            for c in basis}).groupby(same_cell["row"]).any()
+    names = differs.dot(pd.Index(basis) + ", ").str.rstrip(", ").reindex(lonely.index)
+    out = lonely[KEY_COLUMNS + ["value"]].copy()
+    out.insert(0, "side", side)
+    out["basis that differs"] = names.where(names.notna() & names.ne(""), "no counterpart cell")
+    return out

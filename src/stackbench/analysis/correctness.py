@@ -1,0 +1,62 @@
+"""Correctness beside speed, per variant: probes, greedy agreement with the no-spec launch, output lengths
+and loops, in words for the headline and as caveats."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from stackbench.analysis.common import text_of
+
+CORRECTNESS_METRICS = ["smoke_score", "needle_pass", "cache_consistent", "output_agreement", "first_divergence_token",
+                       "output_len_ok", "repetition_ratio", "looping"]
+VARIANT = ["node", "stack", "variant"]
+
+
+def _workloads_where(rows: pd.DataFrame, flagged: pd.Series) -> pd.Series:
+    """Per variant, the workloads of its flagged rows, comma-joined ('' where none)."""
+    hits = rows[flagged].drop_duplicates(VARIANT + ["workload"]).sort_values("workload")
+    return hits.groupby(VARIANT)["workload"].agg(", ".join)
+
+
+def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured variant: its probe figures, its greedy agreement with the no-spec launch, and the
+    workloads whose cells came out at other lengths than asked or looping; `outputs` says it in words for the
+    headline ("= no-spec", "differs at token 17 (agreement 0.41)", "loops: prose") and `flagged` marks a
+    variant whose speed figures are not of the reference's output (it differs, loops, or ran other lengths),
+    `caveat` says why."""
+    rows = results[(results["source"] == "measured") & (results["status"] == "ok")
+                   & results["metric"].isin(CORRECTNESS_METRICS)]
+    if rows.empty:
+        return pd.DataFrame(columns=[*VARIANT, "outputs", "flagged", "caveat"])
+    # Several probe cells (or launches) of one variant: the worst of them (the lowest share, the earliest
+    # divergence, the highest repetition).
+    worst = rows.groupby(VARIANT + ["metric"])["value"].agg(["min", "max"]).unstack("metric")
+    table = pd.DataFrame(index=worst.index)
+    for metric in ("smoke_score", "needle_pass", "cache_consistent", "output_agreement", "output_len_ok",
+                   "first_divergence_token", "repetition_ratio"):
+        side = worst["max" if metric == "repetition_ratio" else "min"]
+        table[metric] = side[metric] if metric in side else np.nan
+    needle = rows[rows["metric"] == "needle_pass"].groupby(VARIANT)["prompt_tokens"].max()
+    table["needle_prompt_tokens"] = needle.reindex(table.index)
+    units = rows[rows["metric"] == "first_divergence_token"].groupby(VARIANT)["unit"].first()
+    table["divergence_unit"] = units.reindex(table.index)
+    table["looping_in"] = _workloads_where(rows, (rows["metric"] == "looping") & (rows["value"] > 0)).reindex(table.index).fillna("")
+    table["length_off_in"] = _workloads_where(rows, (rows["metric"] == "output_len_ok") & (rows["value"] < 1)).reindex(table.index).fillna("")
+    differs = table["first_divergence_token"].notna()
+    unit = table["divergence_unit"].fillna("tokens").str.removesuffix("s")
+    where = ("at " + unit + " " + text_of(table["first_divergence_token"], "{:.0f}")
+             + " (agreement " + text_of(table["output_agreement"], "{:.2f}") + ")")
+    words = pd.Series(np.where(differs, "differs " + where, np.where(table["output_agreement"].notna(), "= no-spec", "")),
+                      index=table.index)
+    parts = [words, np.where(table["looping_in"] != "", "loops: " + table["looping_in"], ""),
+             np.where(table["length_off_in"] != "", "lengths not as asked: " + table["length_off_in"], "")]
+    table["outputs"] = ["; ".join(p for p in ps if p) for ps in zip(*parts)]
+    table["flagged"] = differs | (table["looping_in"] != "") | (table["length_off_in"] != "")
+    why = [np.where(differs, "greedy outputs differ from no-spec " + where + ": its speed is not of the same output", ""),
+           np.where(table["looping_in"] != "", "outputs loop in " + table["looping_in"]
+                    + ": speed of degenerate, predictable text", ""),
+           np.where(table["length_off_in"] != "", "output lengths not as asked in " + table["length_off_in"]
+                    + ": another workload than the one named", "")]
+    table["caveat"] = ["; ".join(p for p in ps if p) for ps in zip(*why)]
+    return table.reset_index()
