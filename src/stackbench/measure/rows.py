@@ -28,6 +28,13 @@ def engine_setup(facts: ServerFacts, setup_facts: tuple[str, ...]) -> str:
     return "; ".join(parts) or UNKNOWN
 
 
+def fact_unit(name: str) -> str:
+    """The unit of an engine fact, from its name's last word (the adapters name them so: draft_kv_cache_mib,
+    mem_free_after_pool_gb (SGLang's GB is GiB), mamba_cache_slots, kv_max_concurrency)."""
+    units = {"mib": "MiB", "gb": "GiB", "tokens": "tokens", "slots": "slots", "layers": "layers", "concurrency": "x"}
+    return units.get(name.rsplit("_", 1)[-1], "count")
+
+
 class RowMaker:
     def __init__(self, spec: LaunchSpec, run_id: str, adapter: Adapter, spread_flag_ratio: float):
         self.spec, self.run_id, self.spread_flag_ratio = spec, run_id, spread_flag_ratio
@@ -114,10 +121,15 @@ class RowMaker:
     def server_rows(self, facts: ServerFacts, ready_s: float | None, telemetry_why: str | None) -> list[dict]:
         """Rows about the server itself, from its start-up log, the model's files and this host."""
         from_log = "from the server's start-up log"
+        # Every number the adapter parsed becomes a row, so the analysis (KV audit: the memory left free
+        # after the pool) works on measured rows as on published ones.
         known = {"kv_pool_tokens": (facts.kv_pool_tokens, "tokens"), "kv_cache_mib": (facts.kv_cache_mib, "MiB"),
-                 "model_mib": (facts.model_mib, "MiB"), "server_slots": (facts.slots, "slots")}
-        known.update({k: (v, "tokens" if "tokens" in k else "MiB") for k, v in facts.extra.items()
-                      if k.startswith("draft_") and isinstance(v, (int, float))})
+                 "model_mib": (facts.model_mib, "MiB"), "server_slots": (facts.slots, "slots"),
+                 "weights_file_mib": (facts.weights_file_mib, "MiB"), "weights_bpw": (facts.weights_bpw, "bits/weight"),
+                 "offloaded_layers": (facts.offloaded_layers, "layers"), "model_layers": (facts.model_layers, "layers"),
+                 "server_context_tokens": (facts.n_ctx, "tokens")}
+        known.update({k: (v, fact_unit(k)) for k, v in facts.extra.items()
+                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
         rows = [self.fact_row(m, v, u, from_log) for m, (v, u) in known.items() if v is not None]
         rows += self.geometry_rows()
         if facts.kv_pool_tokens and facts.kv_cache_mib:

@@ -20,7 +20,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from stackbench.plan import Launch, Load, Model, Node, Workload
+from stackbench.plan.model import Launch, Load, Model, Node, Workload, from_json
 
 FORMAT = 1
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
@@ -170,22 +170,12 @@ def read(path: Path) -> LaunchSpec:
     doc = json.loads(Path(path).read_text())
     if doc.get("format") != FORMAT:
         raise ValueError(f"{path}: launch spec format {doc.get('format')!r}, expected {FORMAT}; re-run the plan step")
-    workloads = tuple(_workload(w) for w in doc["node"]["workloads"])
-    node = Node(**{**doc["node"], "workloads": workloads, "launches": (), "raw": {},
-                   "gpu_devices": tuple(doc["node"]["gpu_devices"]), "power_caps_w": tuple(doc["node"]["power_caps_w"])})
-    raw_launch = doc["launch"]
-    launch = Launch(**{**raw_launch, "model": Model(**raw_launch["model"]),
-                       "draft_model": Model(**raw_launch["draft_model"]) if raw_launch["draft_model"] else None,
-                       "workloads": tuple(raw_launch["workloads"]), "concurrency": tuple(raw_launch["concurrency"])})
-    by_name = {w.name: w for w in workloads}
+    node = from_json(Node, {**doc["node"], "launches": [], "raw": {}})  # a spec carries no launches or raw YAML
+    launch = from_json(Launch, doc["launch"])
+    by_name = {w.name: w for w in node.workloads}
     cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c["rate"]) for c in doc["cells"])
     spec = LaunchSpec(node=node, launch=launch, measure=doc["measure"], engine=doc["engine"], models=doc["models"],
                       cells=cells)
     if spec.fingerprint != doc["fingerprint"]:
         raise ValueError(f"{path}: fingerprint does not match its content (edited by hand?); re-run the plan step")
     return spec
-
-
-def _workload(doc: dict) -> Workload:
-    return Workload(**{**doc, "prompts": tuple(doc["prompts"]), "concurrency": tuple(doc["concurrency"]),
-                       "load": Load.from_doc(doc["load"])})

@@ -3,6 +3,9 @@ loads, and the models they run. plan/expand.py makes them from the config files.
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import asdict, dataclass, field
 
 
@@ -41,12 +44,6 @@ class Load:
         """What enters a cell's fingerprint: nothing for the defaults, so cells of workloads without a load
         section keep the fingerprints they were measured under."""
         return None if self == Load() else asdict(self)
-
-    @classmethod
-    def from_doc(cls, doc: dict) -> Load:
-        """From the spec's JSON (lists back to tuples)."""
-        tuples = {k: tuple(v) for k, v in doc.items() if isinstance(v, list)}
-        return cls(**{**doc, **tuples})
 
 
 @dataclass(frozen=True)
@@ -132,3 +129,21 @@ class Node:
         """The GPUs as the config names them (hardware.gpu.devices, else indices 0..count-1); the measure
         job names them by UUID where NVML sees them."""
         return self.gpu_devices or tuple(str(i) for i in range(self.gpu_count))
+
+
+def from_json(kind, value):
+    """A plan type back from its JSON form (what asdict and json.dumps made of it): dataclasses field by
+    field, lists as the tuples they were, so a field added to a type needs no reader of its own."""
+    if value is None:
+        return None
+    if typing.get_origin(kind) in (types.UnionType, typing.Union):
+        return from_json(next(arg for arg in typing.get_args(kind) if arg is not type(None)), value)
+    if dataclasses.is_dataclass(kind):
+        hints = typing.get_type_hints(kind)
+        return kind(**{f.name: from_json(hints[f.name], value[f.name]) for f in dataclasses.fields(kind) if f.name in value})
+    if typing.get_origin(kind) is tuple:
+        args = typing.get_args(kind)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(from_json(args[0], item) for item in value)
+        return tuple(from_json(arg, item) for arg, item in zip(args, value))
+    return value
