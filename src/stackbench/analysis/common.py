@@ -8,9 +8,11 @@ import re
 import numpy as np
 import pandas as pd
 
+from stackbench.results.store import IDENTITY_COLUMNS, LAUNCH_COLUMNS
+
 # A cell's full identity, and the identity of one server launch (its start-up facts are server rows).
-CELL = ["source", "ref", "node", "stack", "variant", "spec_method", "spec_tokens", "power_cap_w", "workload", "concurrency", "request_rate"]
-LAUNCH = ["source", "ref", "node", "stack", "variant"]
+CELL = IDENTITY_COLUMNS
+LAUNCH = LAUNCH_COLUMNS
 RATE_METRICS = ["decode_tps", "aggregate_tps", "e2e_tps"]
 
 # Bytes per element of KV-cache dtypes as engines name them (llama.cpp block types: bytes per block / 32).

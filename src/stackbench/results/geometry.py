@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from stackbench.results.store import LAUNCH_COLUMNS
+
 
 def kv_bytes_per_token(layers, kv_heads, key_length, value_length, key_bytes, value_bytes, tp=1):
     """K+V bytes one token costs in `layers` full-attention layers on ONE tensor-parallel rank (scalars or
@@ -254,7 +256,6 @@ def load_published_geometries(root: Path = Path(".")) -> list[PublishedGeometry]
     return out
 
 
-PUBLISHED_LAUNCH = ("source", "ref", "node", "stack", "variant")
 # What a figure's row says about that figure alone, not about the launch it belongs to.
 NOT_A_LAUNCH_FACT = ("concurrency", "request_rate", "power_cap_w", "value_min", "value_max", "ci_low", "ci_high",
                      "table_id", "table_title", "row_label", "col_label", "prompt_tokens", "output_tokens", "reason")
@@ -267,7 +268,7 @@ def published_geometry_rows(records: list[dict], geometries: list[PublishedGeome
     analysis reads every launch's geometry from rows, measured or published, and never a config file."""
     out, seen = [], set()
     for record in records:
-        key = tuple(record.get(k) for k in PUBLISHED_LAUNCH)
+        key = tuple(record.get(k) for k in LAUNCH_COLUMNS)
         name = str(record.get("model") or "").lower()
         found = next((g for g in geometries if any(m in name for m in g.match)), None)
         if found is None or key in seen:
