@@ -155,14 +155,24 @@ def test_a_counter_reset_falls_back_to_integrating_the_samples_and_says_so():
     assert reading.energy_j == pytest.approx(250.5 * 1.5, abs=0.01)  # trapezoids over the 4 samples 0.5 s apart
 
 
+def wait_for(condition, timeout_s: float = 10.0) -> bool:
+    """Until the sampler thread has done what the test waits for (its state, not a guess at its timing)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def test_an_nvml_error_in_the_sampler_thread_is_recorded_and_reaches_the_window():
     fake = FakeNvml(count=1)
     sampler = telemetry.Sampler(telemetry.NvmlGpus(fake), period_s=0.05)
     with sampler:
         window = sampler.open_window()
-        time.sleep(0.15)
+        assert wait_for(lambda: sampler.rows)  # sampled at least once while the GPU answered
         fake.fail_sampling = True
-        time.sleep(0.15)
+        assert wait_for(lambda: sampler.errors)  # the sampler thread met the error
         reading = sampler.close_window(window)
     assert reading.sampler_errors and reading.sampler_errors[0] == "NVML error while sampling: GPU is lost"
     assert reading.energy_source == "energy counter"  # the counter itself still reads
