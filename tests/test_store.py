@@ -52,3 +52,10 @@ def test_collect_unions_parts_readable_by_duckdb(tmp_path):
     out = tmp_path / "results.parquet"
     assert store.collect([a, b], out) == 2
     assert duckdb.sql(f"select count(*) from '{out}' where source='published'").fetchall() == [(1,)]
+
+
+def test_a_part_written_before_a_column_existed_conforms_to_the_contract(tmp_path):
+    older = pa.table({"source": ["measured"], "metric": ["decode_tps"], "value": [60.0]})
+    table = store.conform(older)
+    assert table.schema == store.RESULTS_SCHEMA and table.num_rows == 1
+    assert table.column("value").to_pylist() == [60.0] and table.column("logged_per_rank").to_pylist() == [None]

@@ -29,7 +29,6 @@ from stackbench.measure.cellstore import CellStore
 from stackbench.measure.rows import RowMaker
 from stackbench.measure.runner import CellResult, CellRunner
 from stackbench.plan import launchspec
-from stackbench.results import store
 from stackbench.serve import hostlocks
 from stackbench.serve.launchers import open_launcher
 from stackbench.serve.process import NotRunnable, ServerError
@@ -182,7 +181,7 @@ class LaunchRun:
         for (workload, cap), cells in sweeps.items():
             levels = {}
             for concurrency, cell in cells.items():
-                medians = store.read_results(self.store.path(cell)).query("stat == 'median'")
+                medians = self.store.table(cell).to_pandas().query("stat == 'median'")
                 levels[concurrency] = dict(zip(medians["metric"], medians["value"]))
             knee = summary.knee_figure(levels, next(iter(cells.values())).load)
             if knee is not None:

@@ -12,7 +12,8 @@ Layout under data/runs/<node>/<launch>/:
 A cell is reused only when its file carries the cell's current fingerprint (see launchspec). Failed and
 not-run cells are retried on the next run unless `keep_failed` is set; ok and rejected cells are results.
 The server rows are stored with the server fingerprint they were measured under and re-emitted when a
-rerun finds every cell cached and starts no server.
+rerun finds every cell cached and starts no server. The store keeps every cell it wrote or read once in
+memory, so status, todo, the knee and assemble never re-read its own files.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from stackbench.plan.launchspec import Cell, LaunchSpec
 from stackbench.results import store
@@ -34,16 +36,24 @@ class CellStore:
         self.spec, self.out_dir, self.keep_failed = spec, Path(out_dir), keep_failed
         self.cell_dir = self.out_dir / "cells"
         self.cell_dir.mkdir(parents=True, exist_ok=True)
+        self._tables: dict[Path, pa.Table] = {}  # each cell's rows, as written or as read once
 
     def path(self, cell: Cell) -> Path:
         return self.cell_dir / f"{cell.key}--{self.spec.cell_fingerprint(cell)}.parquet"
 
+    def table(self, cell: Cell) -> pa.Table | None:
+        """The cell's stored rows under its current fingerprint, or None when it has none."""
+        path = self.path(cell)
+        if path not in self._tables and path.exists():
+            self._tables[path] = store.conform(pq.read_table(path))  # a cell an earlier run measured: read once
+        return self._tables.get(path)
+
     def status(self, cell: Cell) -> str | None:
         """The stored cell's status (the worst of its rows), or None when it has no valid file."""
-        path = self.path(cell)
-        if not path.exists():
+        table = self.table(cell)
+        if table is None:
             return None
-        statuses = set(pd.read_parquet(path, columns=["status"])["status"])
+        statuses = set(table.column("status").to_pylist())
         return next((s for s in ("failed", "not_run", "rejected") if s in statuses), "ok")
 
     def is_done(self, cell: Cell) -> bool:
@@ -63,7 +73,9 @@ class CellStore:
             self.outputs_path(cell).write_text(json.dumps(outputs, ensure_ascii=False))
         if requests:
             store.atomic_write_parquet(pa.Table.from_pandas(pd.DataFrame(requests)), self.path(cell).with_suffix(".requests.parquet"))
-        store.atomic_write_parquet(store.to_table(rows), self.path(cell))
+        table = store.to_table(rows)
+        store.atomic_write_parquet(table, self.path(cell))
+        self._tables[self.path(cell)] = table
 
     def unfinished(self) -> list[Cell]:
         """Cells whose stored result is a failure (or missing): what the next run retries."""
@@ -78,21 +90,21 @@ class CellStore:
         store.atomic_write_parquet(store.to_table(rows), self._server_path)
         (self.out_dir / "server.json").write_text(json.dumps({"server_fingerprint": self.spec.server_fingerprint}))
 
-    def server_rows(self) -> pd.DataFrame | None:
+    def server_rows(self) -> pa.Table | None:
         """The stored server rows, if they were measured under the current server configuration."""
         marker = self.out_dir / "server.json"
         if not (self._server_path.exists() and marker.exists()):
             return None
         if json.loads(marker.read_text()).get("server_fingerprint") != self.spec.server_fingerprint:
             return None
-        return store.read_results(self._server_path)
+        return store.conform(pq.read_table(self._server_path))
 
     def assemble(self) -> Path:
         """cells.parquet: every current cell's rows plus the server rows, written atomically."""
-        frames = [store.read_results(self.path(c)) for c in self.spec.cells if self.path(c).exists()]
+        tables = [t for t in (self.table(c) for c in self.spec.cells) if t is not None]
         server = self.server_rows()
         if server is not None:
-            frames.append(server)
+            tables.append(server)
         outputs = [json.loads(self.outputs_path(c).read_text()) for c in self.spec.cells if self.outputs_path(c).exists()]
         probe_outputs = self.out_dir / store.PROBE_OUTPUTS
         if outputs:
@@ -100,5 +112,5 @@ class CellStore:
         else:
             probe_outputs.unlink(missing_ok=True)
         out = self.out_dir / "cells.parquet"
-        store.atomic_write_parquet(store.to_table(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), out)
+        store.atomic_write_parquet(pa.concat_tables(tables) if tables else store.to_table([]), out)
         return out

@@ -113,6 +113,15 @@ def to_table(records: Iterable[dict] | pd.DataFrame) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=RESULTS_SCHEMA)
 
 
+def conform(table: pa.Table) -> pa.Table:
+    """A stored table in the current contract: columns a file written before them lacks become nulls."""
+    if table.schema.names == COLUMNS:
+        return table.cast(RESULTS_SCHEMA)
+    columns = [table.column(f.name).cast(f.type) if f.name in table.schema.names else pa.nulls(table.num_rows, f.type)
+               for f in RESULTS_SCHEMA]
+    return pa.Table.from_arrays(columns, schema=RESULTS_SCHEMA)
+
+
 def atomic_write_parquet(table: pa.Table, path: str | os.PathLike) -> Path:
     """Write to a temporary file beside the target, then rename: a crash never leaves a half file."""
     path = Path(path)
