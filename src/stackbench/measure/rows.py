@@ -28,6 +28,9 @@ def engine_setup(facts: ServerFacts, setup_facts: tuple[str, ...]) -> str:
     return "; ".join(parts) or UNKNOWN
 
 
+NO_FIGURES = "cell_status"  # the row of a cell that produced no figure (failed, not run)
+
+
 def fact_unit(name: str) -> str:
     """The unit of an engine fact, from its name's last word (the adapters name them so: draft_kv_cache_mib,
     mem_free_after_pool_gb (SGLang's GB is GiB), mamba_cache_slots, kv_max_concurrency)."""
@@ -76,10 +79,11 @@ class RowMaker:
 
     def cell_rows(self, cell: Cell, figures: list[summary.Figure], status: str, reason: str | None,
                   prompt_tokens: int | None = None, extra: dict | None = None) -> list[dict]:
-        """One row per figure; a cell without figures still gets one row that says why."""
+        """One row per figure; a cell without figures still gets one row that says why, under the metric
+        NO_FIGURES (its status and reason; no value), never under a speed metric it did not measure."""
         base = {**self.basis(cell, prompt_tokens), **(extra or {}), "status": status, "reason": reason}
         if not figures:
-            return [{**base, "metric": "decode_tps", "unit": "tok/s", "stat": "single"}]
+            return [{**base, "metric": NO_FIGURES, "unit": "status", "stat": "single"}]
         rows = []
         for f in figures:
             note = f.note
