@@ -26,7 +26,7 @@ LAUNCH = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from nvml_double import FakeNvml
     from stackbench.serve import hostlocks
-    from stackbench.measure import telemetry
+    from stackbench.measure import powercap, telemetry
     name, indices = sys.argv[1], [int(i) for i in sys.argv[2].split(",")]
     lock_dir, nvml_state = Path(sys.argv[3]), Path(sys.argv[4])
     fake = FakeNvml(count=4, state_path=nvml_state)
@@ -35,7 +35,7 @@ LAUNCH = textwrap.dedent("""
     holder = hostlocks.Holder("box", name, __import__("os").getpid())
     with hostlocks.GpuLocks([i.uuid for i in gpus.info], lock_dir, holder, on_wait=lambda t: say("WAIT " + t), poll_s=0.05):
         say(f"LOCKED {{time.monotonic()}}")
-        with telemetry.PowerCapper(gpus, lock_dir, sleep=lambda s: None) as capper:
+        with powercap.PowerCapper(gpus, lock_dir, sleep=lambda s: None) as capper:
             capper.apply(200)
             say("CAPPED " + ",".join(str(fake.nvmlDeviceGetPowerManagementLimit(i)) for i in indices))
             sys.stdin.readline()  # the test says when this launch ends

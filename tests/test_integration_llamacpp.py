@@ -146,7 +146,7 @@ def test_power_cap_sweep_inside_one_launch_with_an_nvml_test_double(ci_repo, tmp
     fake = FakeNvml(count=1)
     run.nvml = fake
     monkeypatch.chdir(ci_repo)
-    monkeypatch.setattr(measure.telemetry.PowerCapper, "settle_s", 0.0)
+    monkeypatch.setattr(measure.powercap.PowerCapper, "settle_s", 0.0)
     results = store.read_results(run.run())
     cells = results[results["workload"] == "code"]
     assert sorted(cells["power_cap_w"].unique()) == [200.0, 250.0] and run.launches == 1

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import interruptible
 from nvml_double import FakeNvml
-from stackbench.measure import telemetry
+from stackbench.measure import powercap, telemetry
 
 
 def gpus(**kw):
@@ -180,7 +180,7 @@ def test_an_nvml_error_in_the_sampler_thread_is_recorded_and_reaches_the_window(
 
 # -- power caps --------------------------------------------------------------------------------------
 def capper_for(fake, tmp_path, **kw):
-    return telemetry.PowerCapper(telemetry.NvmlGpus(fake, **kw), state_dir=tmp_path, sleep=lambda s: None)
+    return powercap.PowerCapper(telemetry.NvmlGpus(fake, **kw), state_dir=tmp_path, sleep=lambda s: None)
 
 
 def state_of(tmp_path, uuid):
@@ -192,7 +192,7 @@ def test_sweep_sets_only_the_selected_gpus_reads_back_and_restores(tmp_path):
     capper = capper_for(fake, tmp_path, indices=[2, 3])
     with capper:
         for cap in (180, 220, 260):
-            assert capper.apply(cap) == telemetry.CapResult(cap, cap, applied=True)
+            assert capper.apply(cap) == powercap.CapResult(cap, cap, applied=True)
             assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in range(4)] == [300_000, 300_000] + [cap * 1000] * 2
         assert sorted(p.name for p in tmp_path.glob("*.powercap.json")) == \
             ["gpu-GPU-fake-2.powercap.json", "gpu-GPU-fake-3.powercap.json"]
@@ -220,7 +220,7 @@ def test_cap_outside_the_gpus_range_is_refused_before_any_change(tmp_path):
 
 def test_missing_permission_keeps_the_requested_cap_and_the_reason(tmp_path):
     result = capper_for(FakeNvml(count=1, deny_set=True), tmp_path).apply(200)
-    assert result == telemetry.CapResult(200, 300.0, applied=False,
+    assert result == powercap.CapResult(200, 300.0, applied=False,
                                          reason="cannot set the power limit of GPU GPU-fake-0: Insufficient Permissions")
 
 
@@ -273,10 +273,10 @@ CHILD = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from nvml_double import FakeNvml
     from stackbench import measure
-    from stackbench.measure import telemetry
+    from stackbench.measure import powercap, telemetry
     signal.signal(signal.SIGTERM, measure._raise_interrupted)
     fake = FakeNvml(count=2, state_path=Path({gpu!r}))
-    with telemetry.PowerCapper(telemetry.NvmlGpus(fake), state_dir=Path({state!r}), sleep=lambda s: None) as capper:
+    with powercap.PowerCapper(telemetry.NvmlGpus(fake), state_dir=Path({state!r}), sleep=lambda s: None) as capper:
         capper.apply(220)
         print("capped", flush=True)
         time.sleep(60)

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from stackbench.config import ConfigError
 from stackbench.engines import adapter_for, prometheus
 from stackbench.engines.base import ServerFacts
-from stackbench.measure import summary, telemetry
+from stackbench.measure import powercap, summary, telemetry
 from stackbench.measure.cellstore import CellStore
 from stackbench.measure.rows import RowMaker
 from stackbench.measure.runner import CellResult, CellRunner
@@ -241,7 +241,7 @@ class LaunchRun:
         if gpus is None:
             yield None, None
             return
-        with telemetry.Sampler(gpus) as sampler, telemetry.PowerCapper(gpus, self.lock_dir) as capper:
+        with telemetry.Sampler(gpus) as sampler, powercap.PowerCapper(gpus, self.lock_dir) as capper:
             self.leftovers += [f"restored GPU {uuid}'s power limit to {watts:g} W, left capped by a launch that died"
                                for uuid, watts in capper.leftovers_restored.items()]
             yield sampler, capper

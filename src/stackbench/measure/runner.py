@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from stackbench.engines.base import SpecCounters, stated_limit
 from stackbench.engines.prometheus import MetricsFormatError
-from stackbench.measure import probes, summary, telemetry, workloads
+from stackbench.measure import powercap, probes, summary, telemetry, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 
@@ -30,7 +30,7 @@ class CellResult:
     requests: list[dict] = field(default_factory=list)
     prompt_tokens: int | None = None
     basis: dict = field(default_factory=dict)  # what the timings counted (summary.cell_basis)
-    cap: telemetry.CapResult | None = None
+    cap: powercap.CapResult | None = None
     seconds: float = 0.0
     outputs: dict | None = None  # a probe cell's greedy outputs by id, stored with the run
 
@@ -84,15 +84,15 @@ class CellRunner:
         self.alive, self.progress = alive, progress
         self.warmed: set[tuple] = set()
 
-    def apply_cap(self, cell: Cell) -> telemetry.CapResult | None:
+    def apply_cap(self, cell: Cell) -> powercap.CapResult | None:
         if cell.power_cap_w is None:
             return None
         if self.capper is None:
-            return telemetry.CapResult(cell.power_cap_w, None, False, self.telemetry_why)
+            return powercap.CapResult(cell.power_cap_w, None, False, self.telemetry_why)
         try:
             return self.capper.apply(cell.power_cap_w)
         except (ValueError, telemetry.TelemetryUnavailable) as err:
-            return telemetry.CapResult(cell.power_cap_w, None, False, str(err))
+            return powercap.CapResult(cell.power_cap_w, None, False, str(err))
 
     def scrape(self) -> SpecCounters | None:
         """The speculative counters now; None when the server has none or cannot be reached. A reply that is

@@ -5,7 +5,7 @@
   before a server starts or a power limit is read. The kernel frees the lock when the holder dies, however
   it dies, so a stale lock file never blocks; the file's text only names the holder (node, launch, pid)
   for the message of a launch that waits.
-- Power-cap state is per GPU (`<gpu>.powercap.json`, see telemetry.PowerCapper), so a leftover of one
+- Power-cap state is per GPU (`<gpu>.powercap.json`, see powercap.PowerCapper), so a leftover of one
   GPU never blocks a launch on others.
 - A server we start leaves a record (pid, start time, command) in its run folder and beside the lock of
   every GPU it uses. A record whose process is still alive with the same start time and command is a
