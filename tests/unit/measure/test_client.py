@@ -1,0 +1,189 @@
+"""The load client against the synthetic engine (tests/synthetic_engine.py, a test double with timing
+known in advance): which delta counts as the first token, what usage it keeps, how tokens per chunk
+are learnt, and broken streams that become failed requests instead of crashes."""
+
+import asyncio
+
+import pytest
+from synthetic_engine import SyntheticEngine, Timing
+
+from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
+from stackbench.measure.workloads import Request
+
+CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+
+def one_request(timing: Timing, extras: dict | None = None, stall_timeout_s: float = 10) -> RequestRecord:
+    async def scenario(url):
+        client = StreamClient(url, "synthetic", extras or {}, stall_timeout_s=stall_timeout_s, request_timeout_s=30)
+        try:
+            return await client.chat([{"role": "user", "content": "hi"}], timing.output_tokens, 0, 0)
+        finally:
+            await client.aclose()
+
+    with SyntheticEngine(timing) as engine:
+        return asyncio.run(scenario(engine.base_url))
+
+
+def test_the_first_token_is_the_first_reasoning_delta_not_the_first_content():
+    timing = Timing(ttft_s=0.5, interval_s=0.05, reasoning_tokens=30, content_tokens=6)
+    record = one_request(timing)
+    assert record.status == "ok"
+    assert record.ttft_s == pytest.approx(0.5, abs=0.1)  # content starts 0.5 + 10 x 0.05 s = 1.0 s in
+    assert record.ttfc_s < 0.1  # the role-only chunk arrives at once
+    assert record.counted_text == "reasoning+content"
+    assert record.reasoning.startswith("t0 ") and record.content.startswith("t31 ")
+
+
+def test_usage_keeps_reasoning_and_cached_prompt_tokens():
+    timing = Timing(reasoning_tokens=12, content_tokens=6, interval_s=0.01, ttft_s=0.05)
+    record = one_request(timing)
+    assert (record.completion_tokens, record.reasoning_tokens) == (19, 13)
+    assert (record.prompt_tokens, record.cached_prompt_tokens) == (40, 8)
+    assert record.processed_prompt_tokens == 32  # prefill ran on the uncached tokens only
+    row = record.to_row()
+    assert row["counted_text"] == "reasoning+content" and row["reasoning_chars"] == len(record.reasoning)
+
+
+def test_llamacpp_prompt_n_is_the_processed_count():
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0, prompt_tokens=40, cached_prompt_tokens=None,
+                           server={"server_prompt_processed": 12})
+    assert record.processed_prompt_tokens == 12
+
+
+def test_per_token_itl_from_usage_streamed_per_chunk():
+    timing = Timing(interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=15, content_tokens=15)
+    record = one_request(timing, CONTINUOUS_USAGE)
+    assert record.chunk_token_counts[:3] == [1, 4, 7]
+    itl = record.per_token_itl_ms()
+    assert len(itl) == 30  # one entry per token after the first
+    assert sorted(itl)[15] == pytest.approx(10.0, rel=0.1)  # 30 ms gap / 3 tokens
+    assert sorted(record.inter_chunk_ms())[5] == pytest.approx(30.0, rel=0.1)
+
+
+def test_per_token_itl_from_the_final_count_spread_over_chunks():
+    timing = Timing(interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=15, content_tokens=15)
+    record = one_request(timing)
+    assert record.chunk_token_counts == []
+    # 31 tokens over 11 chunks: each 30 ms gap counts as 30 / (31 / 11) ms per token.
+    assert sorted(record.per_token_itl_ms())[5] == pytest.approx(30.0 * 11 / 31, rel=0.1)
+
+
+def test_tpot_follows_vllm_latency_minus_ttft_over_tokens_after_the_first():
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0, t_first_token=0.5, t_last_token=1.4, t_last_chunk=1.5,
+                           completion_tokens=11)
+    assert record.tpot_ms == pytest.approx(100.0)  # (1.5 - 0.5) s / 10 tokens
+    assert record.decode_tps == pytest.approx(10 / 0.9)
+
+
+def test_a_non_json_data_line_fails_the_request_with_the_reason():
+    record = one_request(Timing(ttft_s=0.02, interval_s=0.01, broken_line_after=2))
+    assert record.status == "failed"
+    assert record.error == "SSE data line is not a JSON object: '<html>upstream reset</html>'"
+    assert record.reasoning.startswith("t0 ")  # what arrived before is kept
+
+
+def test_the_reasoning_field_counts_as_a_first_token_too():
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0)
+    assert StreamClient._take(record, {"choices": [{"delta": {"reasoning": "x"}}]}, b"", 1.0, None)
+    assert record.counted_text == "reasoning" and record.t_first_token == 1.0
+
+
+def test_a_stream_that_stalls_times_out_and_keeps_what_arrived():
+    record = one_request(Timing(ttft_s=0.02, interval_s=0.01, stall_after=2), stall_timeout_s=0.5)
+    assert (record.status, record.error) == ("timeout", "stream stalled: nothing received for 0.5 s")
+    assert record.reasoning == "t0 t1 t2 t3 t4 t5 t6 "
+
+
+def test_a_server_that_is_not_there_fails_the_request():
+    async def scenario():
+        client = StreamClient("http://127.0.0.1:9", "m", {}, stall_timeout_s=1, request_timeout_s=5)
+        try:
+            return await client.chat([{"role": "user", "content": "hi"}], 4, 0, 0)
+        finally:
+            await client.aclose()
+
+    record = asyncio.run(scenario())
+    assert record.status == "failed" and record.error.startswith("ClientConnectorError: Cannot connect to host 127.0.0.1:9")
+
+
+def run_load(timing: Timing, scenario_of):
+    async def scenario(url):
+        client = StreamClient(url, "synthetic", {}, stall_timeout_s=10, request_timeout_s=30)
+        try:
+            return await scenario_of(client)
+        finally:
+            await client.aclose()
+
+    with SyntheticEngine(timing) as engine:
+        return asyncio.run(scenario(engine.base_url))
+
+
+def test_open_loop_sends_at_its_arrival_times_whatever_is_in_flight():
+    timing = Timing(ttft_s=0.05, interval_s=0.02, reasoning_tokens=0, content_tokens=30)  # 0.25 s per request
+    requests = [Request(("hi",), timing.output_tokens)] * 3
+    records = run_load(timing, lambda client: run_open_loop(client, requests, [0.0, 0.1, 0.4]))
+    submits = sorted(r.t_submit for r in records)
+    # The second goes out while the first still streams; each request is its own stream.
+    assert [b - submits[0] for b in submits[1:]] == pytest.approx([0.1, 0.4], abs=0.03)
+    assert sorted(r.stream for r in records) == [0, 1, 2] and all(r.status == "ok" for r in records)
+
+
+def test_closed_loop_streams_send_their_requests_back_to_back():
+    timing = Timing(ttft_s=0.05, interval_s=0.02, reasoning_tokens=0, content_tokens=15)
+    streams = [[Request(("hi",), timing.output_tokens)] * 2 for _ in range(2)]
+    records = run_load(timing, lambda client: run_streams(client, streams))
+    for stream in (0, 1):
+        first, second = [r for r in records if r.stream == stream]
+        assert first.t_end <= second.t_submit < first.t_end + 0.05
+    starts = sorted(r.t_submit for r in records)
+    assert starts[1] - starts[0] < 0.05 and starts[2] - starts[0] > 0.1  # together, then each waits its 0.15 s answer
+
+
+class DroppingServer:
+    """Fault injection (a test double, not an engine): a raw HTTP server that reads each request and closes
+    the connection without answering for the first `drops` connections, then answers with a one-token
+    SSE stream; as a llama-server does when a pooled keep-alive connection is closed under a new request."""
+
+    def __init__(self, drops: int):
+        self.drops, self.connections = drops, 0
+
+    async def handle(self, reader, writer):
+        self.connections += 1
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
+        await reader.readexactly(length)
+        if self.connections <= self.drops:
+            writer.close()
+            return
+        chunk = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
+                     b"Content-Length: " + str(len(chunk)).encode() + b"\r\n\r\n" + chunk)
+        await writer.drain()
+        writer.close()
+
+    def ask(self) -> RequestRecord:
+        async def scenario():
+            server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            client = StreamClient(f"http://127.0.0.1:{port}", "m", {}, stall_timeout_s=5, request_timeout_s=10)
+            try:
+                return await client.chat([{"role": "user", "content": "hi"}], 4, 0, 0)
+            finally:
+                await client.aclose()
+                server.close()
+
+        return asyncio.run(scenario())
+
+
+def test_a_connection_dropped_before_any_answer_is_sent_again():
+    record = DroppingServer(drops=1).ask()
+    assert record.status == "ok" and record.content == "hi" and record.resent == 1
+    assert record.to_row()["resent"] == 1
+
+
+def test_a_server_that_keeps_dropping_fails_the_request_after_the_resends():
+    server = DroppingServer(drops=10)
+    record = server.ask()
+    assert record.status == "failed" and record.error.startswith("ServerDisconnectedError")
+    assert record.resent == StreamClient.RESENDS and server.connections == StreamClient.RESENDS + 1

@@ -1,0 +1,207 @@
+"""The whole run loop (launch spec, external launcher, cell runner, rows) against the synthetic engine, a
+TEST DOUBLE whose timing is known in advance: reasoning streamed first, 3 tokens per chunk, vLLM
+speculative counters; for the load figures, a capacity of two requests at once. The figures must come back
+within a few percent of what it was built to emit."""
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from helpers import serving
+from paths import ROOT
+from synthetic_engine import Timing
+
+from stackbench import measure, plan
+from stackbench.measure import summary
+from stackbench.plan import expand, launchspec
+from stackbench.results import store
+
+TIMING = Timing(ttft_s=0.25, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=30, content_tokens=30, spec_tokens=3)
+
+
+@pytest.fixture
+def engine_url():
+    with serving(TIMING) as url:
+        yield url
+
+
+def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeats: int = 3) -> launchspec.LaunchSpec:
+    """A node that reaches the double as an external vLLM server; `workload` replaces configs/workloads/code.yaml."""
+    for name in ("configs", "workflow/schemas"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    if workload is not None:
+        (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(workload))
+    (tmp_path / "configs/nodes/external-double.yaml").write_text(yaml.safe_dump({
+        "description": "the synthetic engine (test double) reached as an external vLLM server",
+        "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": ["code"],
+        "models": {"served": {"hf_dir": "/not/ours", "quant": "NVFP4"}},
+        "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))
+    cfg = expand.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1}})
+    node = expand.load_node("external-double", cfg, tmp_path)
+    return launchspec.build(cfg, node, node.launches[0])
+
+
+def test_external_launch_measures_reasoning_multi_token_chunks_and_acceptance(engine_url, tmp_path):
+    spec = external_spec(tmp_path, engine_url, {"prompts": ["Write a Python hello world."], "output_tokens": 61})
+    results = store.read_results(measure.LaunchRun(spec, tmp_path / "run").run())
+    cell = results[(results["workload"] == "code") & (results["status"] == "ok")].set_index("metric")
+    value = cell["value"]
+
+    # First reasoning token, not first content (that would be 0.55 s later). The double sends a role-only
+    # chunk the moment it has the request, so TTFT - TTFC is its prefill time with the client's connect
+    # and send (tens of ms on this loaded 2-core machine) taken out.
+    assert value["ttft_s"] - value["ttfc_s"] == pytest.approx(TIMING.ttft_s, rel=0.1)  # sleeps overshoot under load
+    assert value["ttft_s"] < TIMING.ttft_s + 0.1
+    assert value["decode_tps"] == pytest.approx(TIMING.decode_tps, rel=0.05)  # all tokens over the whole decode span
+    assert value["itl_p50_ms"] == pytest.approx(TIMING.itl_ms, rel=0.05)  # per token: chunk gap / 3
+    assert value["icl_p50_ms"] == pytest.approx(TIMING.interval_s * 1000, rel=0.05)  # per chunk, by its own name
+    assert value["accept_len"] == pytest.approx(TIMING.accept_len, rel=0.02)  # 1 + accepted / drafts
+    assert value["tpot_ms"] == pytest.approx(TIMING.itl_ms, rel=0.05)
+    assert "fewer than" in cell.loc["tpot_ms", "note"]  # 3 requests: a rough percentile, and it says so
+    assert set(cell["counted_text"]) == {"content,reasoning"} or set(cell["counted_text"]) == {"reasoning+content"}
+    assert set(cell["launch_mode"]) == {"external"}
+    # The pipeline did not set the context, TP or quantization of a server it did not start.
+    assert set(cell["quant"]) == {"unknown"} and cell["engine_image"].iloc[0].startswith("external")
+
+
+# Two requests at once; each takes 0.2 s to its first token, then 10 chunks of 3 tokens 30 ms apart: one
+# stream decodes at 100 tok/s, so the engine's capacity is 200 tok/s of decode.
+CAPACITY = Timing(ttft_s=0.2, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=0, content_tokens=30, spec_tokens=3,
+                  capacity=2)
+LOAD_WORKLOAD = {"prompts": ["Say hi."], "output_tokens": 31, "concurrency": [1, 2, 3],
+                 "load": {"requests_per_stream": 2, "knee_fraction": 0.1, "rates": [4], "requests": 4},
+                 "slo": {"ttft_s": 0.35, "min_attainment": 0.9}}
+
+
+@pytest.fixture(scope="module")
+def load_run(tmp_path_factory) -> Path:
+    tmp_path = tmp_path_factory.mktemp("load")
+    with serving(CAPACITY) as url:
+        spec = external_spec(tmp_path, url, LOAD_WORKLOAD, repeats=2)
+        measure.LaunchRun(spec, tmp_path / "run").run()
+    return tmp_path / "run"
+
+
+@pytest.fixture(scope="module")
+def load_results(load_run):
+    return store.read_results(load_run / "cells.parquet")
+
+
+def figures(results, **where):
+    rows = results[(results["workload"] == "code") & (results["status"] == "ok")]
+    for column, value in where.items():
+        rows = rows[rows[column].isna()] if value is None else rows[rows[column] == value]
+    return rows.set_index("metric")
+
+
+def test_steady_window_holds_the_engine_decode_rate_and_keeps_ramp_and_tail_apart(load_results):
+    for streams in (1, 2):
+        cell = figures(load_results, concurrency=streams)["value"]
+        # All streams decoding, no prefill wait inside: streams x 100 tok/s.
+        assert cell["aggregate_tps_steady"] == pytest.approx(streams * CAPACITY.decode_tps, rel=0.06)
+        # The whole-repeat figure carries each request's 0.2 s before its first token.
+        assert cell["aggregate_tps"] < 0.8 * cell["aggregate_tps_steady"]
+        assert cell["aggregate_tps_ramp"] < cell["aggregate_tps_steady"]
+        assert cell["steady_window_s"] == pytest.approx(0.3, abs=0.05)  # one request's decode span
+
+
+def test_knee_is_the_engine_capacity(load_results):
+    # A third stream only waits for a slot: the steady aggregate stays at the capacity, 200 tok/s.
+    third = figures(load_results, concurrency=3)["value"]
+    assert third["aggregate_tps_steady"] == pytest.approx(2 * CAPACITY.decode_tps, rel=0.06)
+    knee = figures(load_results, metric="knee_concurrency", concurrency=None)
+    assert knee["value"].tolist() == [2]
+    assert "rose > 10% over the level below" in knee["note"].iloc[0]
+    # The SLO breaks at c=3 too; without one, the throughput rule alone finds the same knee.
+    levels = {c: figures(load_results, concurrency=c)["value"].to_dict() for c in (1, 2, 3)}
+    by_throughput = summary.knee_figure(levels, plan.Load(knee_fraction=0.1))
+    assert by_throughput.value == 2 and "from c=2 to c=3" in by_throughput.note
+
+
+def test_goodput_counts_the_requests_that_waited_for_a_slot_as_missing_the_slo(load_run, load_results):
+    for streams in (1, 2):
+        assert figures(load_results, concurrency=streams)["value"]["slo_attainment"] == 1.0
+    # Three streams, two slots: the first wave's third request waits a whole request (0.5 s) for a slot,
+    # beyond the 0.35 s TTFT limit. How many of the second wave wait depends on which request reaches a
+    # freed slot first (4/6 or 5/6 per repeat), so the figure is checked against the requests' own TTFTs.
+    requests = pd.read_parquet(next((load_run / "cells").glob("code--c3--*.requests.parquet")))
+    by_repeat = requests.groupby("repeat")
+    good = ((requests["status"] == "ok") & (requests["ttft_s"] <= 0.35)).groupby(requests["repeat"])
+    assert len(by_repeat) == 2 and (good.mean() < 1).all()
+    third = figures(load_results, concurrency=3)
+    assert third["value"]["slo_attainment"] == pytest.approx(good.mean().median())
+    # Goodput: the good requests over the repeat's duration, first submit to last end (vLLM's duration).
+    duration = by_repeat["t_end"].max() - by_repeat["t_submit"].min()
+    assert third["value"]["goodput_rps"] == pytest.approx((good.sum() / duration).median())
+    assert "TTFT <= 0.35 s" in third.loc["goodput_rps", "note"]
+
+
+def test_open_loop_cell_is_keyed_by_its_rate_and_says_how_it_was_driven(load_results):
+    cell = figures(load_results, request_rate=4.0)
+    assert cell["concurrency"].isna().all()
+    assert "open loop: poisson arrivals at 4 req/s, 4 requests per repeat" in cell.loc["request_rps", "note"]
+    assert {"request_rps", "goodput_rps", "slo_attainment", "aggregate_tps"} <= set(cell.index)
+    assert "aggregate_tps_steady" not in cell.index  # no fixed number of streams: no steady window
+    # Two repeats: every median carries its Student's t interval.
+    assert (cell.loc["aggregate_tps", "ci_low"] < cell.loc["aggregate_tps", "ci_high"])
+
+
+def test_a_toy_engine_is_one_adapter_the_plan_runner_and_report_accept(engine_url, tmp_path, monkeypatch):
+    """Adding an engine is its adapter (here a TEST DOUBLE: vLLM's formats under another name, since the
+    synthetic engine speaks them), a stack file and a node run; no other module changes."""
+    from stackbench.engines import ADAPTERS
+    from stackbench.engines.vllm import VllmAdapter
+    from stackbench.report import render
+
+    class ToyAdapter(VllmAdapter):
+        engine = "toy"
+        engine_label = "Toy engine"
+
+    monkeypatch.setitem(ADAPTERS, "toy", ToyAdapter())
+    spec_dir = tmp_path / "repo"
+    external_spec(spec_dir, engine_url, {"prompts": ["Say hi."], "output_tokens": 12}, repeats=1)  # the configs
+    (spec_dir / "configs/stacks/toy.yaml").write_text(yaml.safe_dump({"engine": "toy", "variants": [{"name": "nospec"}]}))
+    node_file = spec_dir / "configs/nodes/external-double.yaml"
+    node = yaml.safe_load(node_file.read_text())
+    node["runs"][0]["stack"] = "toy"
+    node_file.write_text(yaml.safe_dump(node))
+    cfg = expand.load_run_config(spec_dir, {"nodes": ["external-double"], "measure": {"repeats": 1, "warmup_requests": 0}})
+    loaded = expand.load_node("external-double", cfg, spec_dir)
+    assert [(l.engine, l.name) for l in loaded.launches] == [("toy", "toy--nospec")]
+    cells = measure.LaunchRun(launchspec.build(cfg, loaded, loaded.launches[0]), tmp_path / "run").run()
+    results = tmp_path / "results.parquet"
+    store.collect([cells], results)
+    monkeypatch.chdir(spec_dir)
+    render.write_report(results, tmp_path / "reports", ROOT / "data/published")
+    headline = (tmp_path / "reports/tables/headline-external-double.md").read_text()
+    assert "| measured | toy | nospec |" in headline
+    rows = store.read_results(results)
+    assert set(rows["engine"]) == {"Toy engine"} and (rows.loc[rows["metric"] == "decode_tps", "value"] > 0).all()
+
+
+def measured_cell(tmp_path, timing: Timing, output_tokens: int) -> pd.DataFrame:
+    """One cell (one repeat) of the double's output against a workload asking `output_tokens`, by metric."""
+    with serving(timing) as url:
+        spec = external_spec(tmp_path, url, {"prompts": ["Write a Python hello world."], "output_tokens": output_tokens},
+                             repeats=1)
+        results = store.read_results(measure.LaunchRun(spec, tmp_path / "run").run())
+    return results[(results["workload"] == "code") & (results["status"] == "ok")].set_index("metric")
+
+
+def test_an_engine_returning_fewer_tokens_than_asked_marks_the_cell(tmp_path):
+    cell = measured_cell(tmp_path, TIMING, output_tokens=TIMING.output_tokens + 20)  # it always sends 61
+    assert cell.loc["output_len_ok", "value"] == 0  # no request got the length it asked for
+    assert cell.loc["output_len_ok", "unit"] == "ratio"
+    # Every speed figure of the cell says it measured another workload than it names.
+    assert "output length not as asked: 0 of 1 requests as asked" in cell.loc["decode_tps", "note"]
+    assert cell.loc["looping", "value"] == 0 and "loop" not in cell.loc["decode_tps", "note"].replace("closed loop", "")
+
+
+def test_a_looping_output_is_flagged_beside_its_speed(tmp_path):
+    looping = Timing(ttft_s=0.1, interval_s=0.01, tokens_per_chunk=1, reasoning_tokens=0, content_tokens=60, loop_period=5)
+    cell = measured_cell(tmp_path, looping, output_tokens=looping.output_tokens)
+    assert cell.loc["output_len_ok", "value"] == 1  # the length was right: only the loop is flagged
+    assert cell.loc["repetition_ratio", "value"] > 0.9 and cell.loc["looping", "value"] == 1
+    assert "outputs loop: 1 of 1 outputs loop" in cell.loc["decode_tps", "note"]

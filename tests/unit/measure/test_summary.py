@@ -1,0 +1,101 @@
+"""Client + summary against the synthetic engine (tests/synthetic_engine.py, a test double whose
+timing is known in advance): TTFT, decode rate, per-token ITL, inter-chunk latency, TPOT and acceptance
+come out within a few percent of what it was built to emit; percentiles carry their sample count."""
+
+import asyncio
+
+import httpx
+import pytest
+from synthetic_engine import SyntheticEngine, Timing
+
+from stackbench.engines.vllm import VllmAdapter
+from stackbench.measure import summary, telemetry
+from stackbench.measure.client import RequestRecord, StreamClient, run_conversations
+
+TIMING = Timing(ttft_s=1.0, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=30, content_tokens=30, spec_tokens=3)
+CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+
+def measure_cell(timing: Timing, extras: dict, repeats: int = 3, streams: int = 2):
+    adapter = VllmAdapter()
+
+    async def cell(url):
+        client = StreamClient(url, "synthetic", extras, stall_timeout_s=10, request_timeout_s=60)
+        try:
+            return [await run_conversations(client, [["hi"]] * streams, timing.output_tokens) for _ in range(repeats)]
+        finally:
+            await client.aclose()
+
+    with SyntheticEngine(timing) as engine:
+        before = adapter.spec_counters(httpx.get(engine.base_url + "/metrics").text)
+        records = asyncio.run(cell(engine.base_url))
+        after = adapter.spec_counters(httpx.get(engine.base_url + "/metrics").text)
+    return records, {f.metric: f for f in summary.cell_figures(records, after.minus(before))}
+
+
+@pytest.fixture(scope="module")
+def streamed_usage():
+    return measure_cell(TIMING, CONTINUOUS_USAGE)
+
+
+def test_ttft_decode_rate_and_tpot_match_the_engine(streamed_usage):
+    records, figures = streamed_usage
+    assert figures["ttft_s"].value == pytest.approx(TIMING.ttft_s, rel=0.05)
+    assert figures["decode_tps"].value == pytest.approx(TIMING.decode_tps, rel=0.05)  # 100 tok/s
+    assert figures["tpot_ms"].value == pytest.approx(TIMING.itl_ms, rel=0.05)
+    assert figures["tpot_ms"].n == 6 and "fewer than 100" in figures["tpot_ms"].note
+
+
+def test_per_token_itl_and_inter_chunk_latency_are_told_apart(streamed_usage):
+    _, figures = streamed_usage
+    assert figures["itl_p50_ms"].value == pytest.approx(TIMING.itl_ms, rel=0.05)  # 10 ms per token
+    assert figures["icl_p50_ms"].value == pytest.approx(TIMING.interval_s * 1000, rel=0.05)  # 30 ms per chunk
+    assert figures["itl_p50_ms"].n == 6 * 60 and "usage streamed per chunk" in figures["itl_p50_ms"].note
+    assert figures["icl_p50_ms"].n == 6 * 20
+    assert figures["itl_p99_ms"].stat == "p99" and "fewer than" not in figures["itl_p99_ms"].note
+
+
+def test_acceptance_from_counter_deltas(streamed_usage):
+    _, figures = streamed_usage
+    assert figures["accept_len"].value == pytest.approx(TIMING.accept_len)  # 3 tokens per verification step
+    assert figures["accept_rate"].value == pytest.approx(2 / 3)
+    assert figures["accept_rate_pos1"].value == 1.0 and figures["accept_rate_pos2"].value == 1.0
+
+
+def test_the_basis_says_reasoning_was_counted(streamed_usage):
+    records, _ = streamed_usage
+    assert summary.cell_basis(records) == {"counted_text": "reasoning+content", "tokens_per_chunk": "usage streamed per chunk"}
+
+
+def test_without_streamed_usage_itl_spreads_the_final_count():
+    records, figures = measure_cell(TIMING, {}, repeats=1, streams=1)
+    # 61 tokens over 21 chunks: 30 ms / (61 / 21) per token, about 3% above the true 10 ms.
+    assert figures["itl_p50_ms"].value == pytest.approx(30 * 21 / 61, rel=0.05)
+    assert summary.cell_basis(records)["tokens_per_chunk"] == "final count spread over chunks"
+
+
+def test_percentiles_carry_their_count_and_say_when_it_is_small():
+    few = summary.percentile_figures("x", [1.0, 2.0, 3.0], "ms", "test")
+    assert [(f.metric, f.value, f.n) for f in few] == [("x_p50_ms", 2.0, 3), ("x_p90_ms", 2.8, 3), ("x_p99_ms", 2.98, 3)]
+    assert all("only 3 samples" in f.note for f in few)
+    many = summary.percentile_figures("x", [float(v) for v in range(200)], "ms", "test")
+    assert many[0].n == 200 and "fewer" not in many[0].note
+
+
+def test_prefill_rate_uses_processed_tokens():
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0, t_first_chunk=0.1, t_first_token=0.5, t_last_token=1.0,
+                           t_last_chunk=1.0, t_end=1.0, completion_tokens=10, prompt_tokens=100, cached_prompt_tokens=60)
+    record.content_chunks, record.chunk_times = 1, [0.5]
+    assert summary.repeat_figures([record])["prefill_tps"] == pytest.approx(40 / 0.5)
+
+
+def test_telemetry_figures_name_the_window_and_the_energy_source():
+    reading = telemetry.WindowReading(duration_s=10.0, energy_j=2000.0, energy_source="energy counter",
+                                      power_mean_w=200.0, power_p95_w=240.0, power_samples=20, vram_peak_mib=9000.0,
+                                      gpu_uuids=("GPU-a", "GPU-b"), sampler_errors=("NVML error while sampling: GPU is lost",))
+    figures = {f.metric: f for f in summary.telemetry_figures(reading, output_tokens=1000)}
+    assert figures["energy_j_per_token"].value == 2.0 and "energy from energy counter" in figures["energy_j_per_token"].note
+    assert (figures["power_w"].value, figures["power_w"].n, figures["power_p95_w"].stat) == (200.0, 20, "p95")
+    assert "sampler errors: NVML error while sampling: GPU is lost" in figures["power_w"].note
+    empty = telemetry.WindowReading(0.2, None, "x", None, None, 0, None, ("GPU-a",))
+    assert summary.telemetry_figures(empty, 10) == []

@@ -1,0 +1,121 @@
+"""Config files are validated against their schemas; every error is one line naming file and field."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from paths import ROOT
+
+from stackbench.config import ConfigError
+from stackbench.plan import expand
+
+
+@pytest.fixture
+def configs(tmp_path) -> Path:
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    shutil.copytree(ROOT / "workflow/schemas", tmp_path / "workflow/schemas")
+    return tmp_path
+
+
+def edit(path: Path, change) -> None:
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc))
+
+
+def test_defaults_come_from_the_schema(configs):
+    cfg, nodes = expand.load_plan(configs)
+    assert cfg["measure"]["ready_timeout_s"] == 600 and cfg["paths"]["results"] == "data/results.parquet"
+    assert nodes[0].raw["bind_host"] == "127.0.0.1"
+
+
+def test_the_default_plan_has_one_launch_per_server_configuration(configs):
+    _, nodes = expand.load_plan(configs)
+    assert [l.name for l in nodes[0].launches] == ["llamacpp--nospec", "llamacpp--draft-n2", "llamacpp--draft-n4"]
+    assert [l.spec_tokens for l in nodes[0].launches] == [None, 2, 4]
+
+
+def test_wrong_type_names_file_and_field(configs):
+    node = configs / "configs/nodes/local-cpu.yaml"
+    edit(node, lambda d: d["hardware"]["gpu"].update(count="two"))
+    with pytest.raises(ConfigError) as err:
+        expand.load_plan(configs)
+    assert str(err.value) == f"{node}: hardware.gpu.count: expected integer, got 'two'"
+
+
+def test_unknown_key_is_an_error_with_the_allowed_keys(configs):
+    node = configs / "configs/nodes/local-cpu.yaml"
+    edit(node, lambda d: d.update(contxt_len=8192))
+    with pytest.raises(ConfigError, match=r"local-cpu.yaml: \(top level\): 'contxt_len' was unexpected; allowed: .*context_len"):
+        expand.load_plan(configs)
+
+
+def test_unknown_stack_and_workload_names_fail_before_any_job(configs):
+    node = configs / "configs/nodes/local-cpu.yaml"
+    edit(node, lambda d: d["runs"][0].update(stack="llamacpp-typo"))
+    with pytest.raises(ConfigError, match=r"runs\[0\]\.stack: unknown stack 'llamacpp-typo'; known: llamacpp"):
+        expand.load_plan(configs)
+    edit(node, lambda d: (d["runs"][0].update(stack="llamacpp"), d.update(workloads=["code", "poetry"])))
+    with pytest.raises(ConfigError, match=r"workloads\[1\]: unknown workload 'poetry'"):
+        expand.load_plan(configs)
+
+
+def test_enum_errors_list_the_choices(configs):
+    stack = configs / "configs/stacks/llamacpp.yaml"
+    edit(stack, lambda d: d["variants"][0]["spec"].update(method="medusa"))
+    with pytest.raises(ConfigError, match=r"llamacpp.yaml: variants\[0\]\.spec\.method: expected one of none, mtp, eagle"):
+        expand.load_plan(configs)
+
+
+def test_invalid_yaml_names_the_line(configs):
+    (configs / "configs/workloads/code.yaml").write_text("prompts: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"code.yaml: line \d+: not valid YAML"):
+        expand.load_plan(configs)
+
+
+def test_snakemake_stops_with_one_line_before_planning(repo_copy):
+    edit(repo_copy / "configs/nodes/local-cpu.yaml", lambda d: d.update(power_caps_w=["high"]))
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "report"], cwd=repo_copy,
+                          capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "config error: configs/nodes/local-cpu.yaml: power_caps_w[0]: expected number, got 'high'" in done.stderr
+    assert "Job stats" not in done.stdout
+
+
+def test_impossible_tp_size_fails_before_any_job(configs):
+    node = configs / "configs/nodes/rtx5090.yaml"
+    edit(node, lambda d: d["runs"][1]["server_args"].update(tp_size=2))
+    with pytest.raises(ConfigError, match=r"rtx5090.yaml: runs \(launch sglang-eagle--eagle-3-1-4\): "
+                                          r"tp_size 2 needs 2 GPUs; hardware.gpu.count is 1"):
+        expand.load_plan(configs, {"nodes": ["rtx5090"]})
+
+
+def test_cap_outside_the_gpus_range_fails_before_any_job(configs):
+    node = configs / "configs/nodes/2x3090-nvlink.yaml"
+    edit(node, lambda d: (d["hardware"]["gpu"].update(power_limit_w=[100, 350]), d.update(power_caps_w=[180, 400])))
+    with pytest.raises(ConfigError, match=r"power_caps_w\[1\]: 400 W is outside the GPU's range 100-350 W"):
+        expand.load_plan(configs, {"nodes": ["2x3090-nvlink"]})
+
+
+def test_api_key_comes_from_the_environment_and_is_never_stored(configs, monkeypatch):
+    from stackbench import measure
+    from stackbench.measure.client import StreamClient
+    from stackbench.plan import launchspec
+
+    edit(configs / "configs/nodes/rtx5090.yaml", lambda d: d.update(api_key_env="STACKBENCH_TEST_API_KEY"))
+    monkeypatch.setenv("STACKBENCH_TEST_API_KEY", "sk-secret")
+    cfg, nodes = expand.load_plan(configs, {"nodes": ["rtx5090"]})
+    spec = launchspec.build(cfg, nodes[0], nodes[0].launches[0])
+    assert "sk-secret" not in spec.to_json()  # the launch spec names the variable, never its value
+    key = measure.api_key(spec.node)
+    assert key == "sk-secret"
+    client = StreamClient("http://127.0.0.1:1", "m", {}, 1, 1, api_key=key)
+    assert client.headers["Authorization"] == "Bearer sk-secret"
+    assert "sk-secret" not in json.dumps(client.body([{"role": "user", "content": "hi"}], 4))
+    monkeypatch.delenv("STACKBENCH_TEST_API_KEY")
+    with pytest.raises(ConfigError, match="rtx5090.yaml: api_key_env: STACKBENCH_TEST_API_KEY is not set"):
+        measure.api_key(spec.node)

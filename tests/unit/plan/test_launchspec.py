@@ -1,0 +1,191 @@
+"""The launch spec and its fingerprints: what re-measures a cell and what does not (no server needed)."""
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from paths import ROOT
+
+from stackbench import plan
+from stackbench.config import ConfigError
+from stackbench.measure.cellstore import CellStore
+from stackbench.plan import expand, launchspec
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    for name in ("configs", "workflow/schemas"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def spec_of(repo: Path, node: str = "local-cpu", index: int = 0, **given) -> launchspec.LaunchSpec:
+    cfg = expand.load_run_config(repo, {"nodes": [node], **given})
+    loaded = expand.load_node(node, cfg, repo)
+    return launchspec.build(cfg, loaded, loaded.launches[index])
+
+
+def fingerprints(spec: launchspec.LaunchSpec) -> dict[str, str]:
+    return {c.key: spec.cell_fingerprint(c) for c in spec.cells}
+
+
+def test_spec_round_trips_and_names_everything_the_measure_job_needs(repo, tmp_path):
+    spec = spec_of(repo)
+    path = launchspec.write(spec, tmp_path / "launch.json")
+    again = launchspec.read(path)
+    assert again == spec and again.fingerprint == spec.fingerprint
+    doc = json.loads(path.read_text())
+    assert {c["key"] for c in doc["cells"]} >= {"code--c1--nocap", "code--c2--nocap"}
+    assert doc["launch"]["env_name"] == "llamacpp" and doc["measure"]["repeats"] == 3
+
+
+def test_a_hand_edited_spec_is_refused(repo, tmp_path):
+    path = launchspec.write(spec_of(repo), tmp_path / "launch.json")
+    path.write_text(path.read_text().replace('"repeats": 3', '"repeats": 5'))
+    with pytest.raises(ValueError, match="fingerprint does not match"):
+        launchspec.read(path)
+
+
+def test_engine_version_and_model_file_change_every_cell_fingerprint(repo, tmp_path):
+    base = spec_of(repo)
+    upgraded = replace(base, engine={**base.engine, "version": "b99999"})
+    new_model = replace(base, models={"smollm2-135m-q4km": {"sha256": "0" * 64}})
+    for changed in (upgraded, new_model):
+        assert set(fingerprints(changed).values()).isdisjoint(fingerprints(base).values())
+
+
+def test_adding_a_workload_keeps_the_other_cells(repo):
+    before = fingerprints(spec_of(repo))
+    node = repo / "configs/nodes/local-cpu.yaml"
+    doc = yaml.safe_load(node.read_text())
+    doc["runs"][0]["workloads"] = doc["runs"][0]["workloads"][:2]  # the no-spec launch names its own
+    node.write_text(yaml.safe_dump(doc))
+    fewer = fingerprints(spec_of(repo))
+    assert len(fewer) < len(before) and fewer.items() <= before.items()  # the rest keep their fingerprints
+
+
+def test_a_run_may_measure_its_own_workloads(repo):
+    """local-cpu: the load sweep runs on the no-spec launch only; giving the draft run the same list adds
+    exactly those cells to its launches and leaves their server and other cells alone."""
+    nospec, draft = spec_of(repo, index=0), spec_of(repo, index=1)
+    assert draft.launch.name == "llamacpp--draft-n2"
+    load_cells = {"code-load--c1--nocap", "code-load--c4--nocap", "code-load--r2--nocap", "code-load--r4--nocap"}
+    assert load_cells <= {c.key for c in nospec.cells} and not load_cells & {c.key for c in draft.cells}
+    node = repo / "configs/nodes/local-cpu.yaml"
+    doc = yaml.safe_load(node.read_text())
+    doc["runs"][1]["workloads"] = doc["runs"][0]["workloads"]
+    node.write_text(yaml.safe_dump(doc))
+    loaded = spec_of(repo, index=1)
+    assert loaded.server_fingerprint == draft.server_fingerprint
+    assert set(fingerprints(loaded)) - set(fingerprints(draft)) == {c.key for c in nospec.cells if c.workload.name == "code-load"}
+    assert fingerprints(draft).items() <= fingerprints(loaded).items()
+    doc["runs"][1]["workloads"] = ["poetry"]
+    node.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"local-cpu.yaml: runs\[1\].workloads\[0\]: unknown workload 'poetry'"):
+        spec_of(repo)
+
+
+def test_node_list_and_run_only_settings_do_not_touch_a_launch(repo):
+    base = spec_of(repo)
+    assert spec_of(repo, measure={"keep_failed": True, "ready_timeout_s": 30}).cells == base.cells
+    assert fingerprints(spec_of(repo, measure={"keep_failed": True, "ready_timeout_s": 30})) == fingerprints(base)
+    assert fingerprints(spec_of(repo, measure={"repeats": 5})) != fingerprints(base)
+
+
+def test_failed_cells_are_todo_unless_kept(repo, tmp_path):
+    spec = spec_of(repo)
+    cells = CellStore(spec, tmp_path / "run")
+    ok, failed = spec.cells[0], spec.cells[1]
+    row = {"source": "measured", "metric": "decode_tps", "unit": "tok/s", "stat": "single"}
+    cells.write(ok, [{**row, "status": "ok", "value": 1.0}], [])
+    cells.write(failed, [{**row, "status": "failed", "reason": "out of memory"}], [])
+    assert ok not in cells.todo() and failed in cells.todo()
+    assert failed not in CellStore(spec, tmp_path / "run", keep_failed=True).todo()
+    assert cells.unfinished()[0] == failed
+
+
+def test_gpu_nodes_build_llamacpp_for_their_architecture(repo):
+    cfg = expand.load_run_config(repo, {"nodes": ["2x3090-nvlink"]})
+    envs = {l.env_name for l in expand.load_node("2x3090-nvlink", cfg, repo).launches if l.engine == "llamacpp"}
+    assert envs == {"llamacpp-cuda-sm86"}
+
+
+def test_reasoning_parser_on_some_runs_of_a_node_only_is_refused(repo):
+    node = repo / "configs/nodes/2x3090-nvlink.yaml"
+    doc = yaml.safe_load(node.read_text())
+    # a new dict for this run alone: the file's SGLang runs share theirs (a YAML anchor)
+    doc["runs"][1]["server_args"] = {k: v for k, v in doc["runs"][1]["server_args"].items() if k != "reasoning_parser"}
+    node.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"2x3090-nvlink.yaml: runs: a reasoning parser \(reasoning_parser\) is set on some "
+                                          r"runs but not on sglang-nospec--nospec"):
+        expand.load_plan(repo, {"nodes": ["2x3090-nvlink"]})
+
+
+def test_the_fingerprint_covers_only_the_fields_it_names(repo):
+    """An allow-list: a field added to Node or Launch moves no fingerprint until launchspec names it, and
+    correcting a roofline input (the GPU's bandwidth) re-measures nothing."""
+    import dataclasses
+
+    base = spec_of(repo)
+
+    @dataclasses.dataclass(frozen=True)
+    class NodeWithMore(plan.Node):
+        rack_position: str = "top"
+
+    @dataclasses.dataclass(frozen=True)
+    class LaunchWithMore(plan.Launch):
+        scheduler_note: str = "night"
+
+    fields = {f: getattr(base.node, f) for f in base.node.__dataclass_fields__}
+    grown = replace(base, node=NodeWithMore(**fields, rack_position="bottom"),
+                    launch=LaunchWithMore(**{f: getattr(base.launch, f) for f in base.launch.__dataclass_fields__}))
+    assert grown.server_fingerprint == base.server_fingerprint
+    assert replace(base, node=replace(base.node, bandwidth_gbs=936.0)).server_fingerprint == base.server_fingerprint
+    moved = {name: replace(base, node=replace(base.node, **{name: value})).server_fingerprint != base.server_fingerprint
+             for name, value in (("gpu_model", "NVIDIA RTX A6000"), ("cpu_threads", 16), ("os", "Windows 11"))}
+    assert moved == {"gpu_model": True, "cpu_threads": True, "os": True}
+    assert replace(base, launch=replace(base.launch, context_len=8192)).server_fingerprint != base.server_fingerprint
+    assert set(launchspec.SERVER_NODE_FIELDS) <= set(plan.Node.__dataclass_fields__)
+    assert set(launchspec.SERVER_LAUNCH_FIELDS) <= set(plan.Launch.__dataclass_fields__)
+
+
+def test_a_run_may_name_its_own_concurrency_and_keeps_a_workloads_own_list(repo):
+    node = repo / "configs/nodes/local-cpu.yaml"
+    doc = yaml.safe_load(node.read_text())
+    doc["runs"][1]["concurrency"] = [1]
+    node.write_text(yaml.safe_dump(doc))
+    draft = spec_of(repo, index=1)
+    assert {c.concurrency for c in draft.cells} == {1}
+    assert {c.concurrency for c in spec_of(repo, index=0).cells if c.workload.name == "code"} == {1, 2}
+    doc["runs"][0]["concurrency"] = [2]
+    node.write_text(yaml.safe_dump(doc))
+    nospec = spec_of(repo, index=0)
+    assert {c.concurrency for c in nospec.cells if c.workload.name == "code-load" and c.rate is None} == {1, 2, 3, 4}
+    assert {c.concurrency for c in nospec.cells if c.workload.name == "code"} == {2}
+
+
+def test_more_streams_than_the_server_runs_at_once_is_refused_at_plan_time(repo):
+    node = repo / "configs/nodes/local-cpu.yaml"
+    doc = yaml.safe_load(node.read_text())
+    doc["runs"][0]["server_args"] = {"parallel": 2}  # code-load sweeps to 4
+    node.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"/configs/nodes/local-cpu.yaml: runs\[0\] \(llamacpp--nospec\): concurrency 4 "
+                                          r"exceeds the server's 2 concurrent requests \(--parallel\); give the run its own "
+                                          r"list \(runs\[0\].concurrency\), raise --parallel, or set allow_queueing: true$"):
+        spec_of(repo)
+    doc["allow_queueing"] = True
+    node.write_text(yaml.safe_dump(doc))
+    assert {c.concurrency for c in spec_of(repo).cells} >= {4}
+
+
+def test_a_flag_the_pipeline_sets_in_a_stack_file_stops_the_plan_with_its_key(repo):
+    stack = repo / "configs/stacks/llamacpp.yaml"
+    doc = yaml.safe_load(stack.read_text())
+    doc["server_args"]["port"] = 8080
+    stack.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"local-cpu.yaml: runs\[0\] \(llamacpp--nospec\): server_args.port: set by the "
+                                          r"pipeline .*remove it from server_args \(the run's, its stack's or its variant's\)$"):
+        spec_of(repo)

@@ -1,0 +1,264 @@
+"""The report: `snakemake --cores 1 report` end to end in a temporary copy, the headline first, no leaked
+NaN/None/cnan, Snakemake's own --report, and the page in headless Chromium (DOM and screenshot)."""
+
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+import zlib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from paths import ROOT
+
+from stackbench.report import render
+from stackbench.results import published, store
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PLOTLY_SCRIPT = re.compile(r"<script type='text/javascript'>.*?</script>", re.S)
+SCRIPTS = re.compile(r"<script[^>]*>.*?</script>", re.S)
+LEAKS = re.compile(r"\bnan\b|\bNaN\b|\bNone\b|cnan|\bnull\b|\bundefined\b")
+
+
+def copy_repo(dest: Path) -> Path:
+    dest.mkdir()
+    for name in ("Snakefile", "workflow", "configs", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
+    shutil.copytree(ROOT / "data/published", dest / "data/published")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def published_report(tmp_path_factory) -> Path:
+    """The report target on published data only (no node selected), as a fresh clone would run it."""
+    dest = copy_repo(tmp_path_factory.mktemp("e2e") / "repo")
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report", "--config", "nodes=[]"],
+                          cwd=dest, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return dest
+
+
+def measured_rows() -> list[dict]:
+    """A hand-built measured run (test data, not a measurement): one CPU node, two variants, a server row
+    set per launch with no workload or concurrency, power not measured, one rejected cell."""
+    base = dict(source="measured", ref="test-run", node="test-cpu", stack="llamacpp", unit="tok/s", stat="median",
+                n=3, status="ok", os="Debian 13", engine="llama.cpp", engine_version="b11434", model="SmolLM2-135M",
+                quant="Q4_K_M", kv_dtype="f16", context_len=2048, temperature=0.0, ttft_included="no", gpu="none",
+                gpu_count=0, tp=1)
+    rows = []
+    for variant, spec, speed in (("nospec", "none", 68.123), ("draft-n2", "draft", 81.349)):
+        launch = dict(base, variant=variant, spec_method=spec, spec_tokens=2 if spec == "draft" else None)
+        for workload in ("code", "json"):
+            for concurrency in (1, 2):
+                cell = dict(launch, workload=workload, concurrency=concurrency, prompt_tokens=40, output_tokens=64)
+                rows += [dict(cell, metric="decode_tps", value=speed, value_min=speed * 0.97, value_max=speed * 1.02),
+                         dict(cell, metric="aggregate_tps", value=speed * concurrency * 0.9),
+                         dict(cell, metric="ttft_s", value=0.3942, value_min=0.2923, value_max=0.4234, unit="s")]
+        rows += [dict(launch, metric="kv_pool_tokens", value=4096, unit="tokens", stat="single"),
+                 dict(launch, metric="power_w", unit="W", stat="single", status="not_run",
+                      reason="GPU telemetry and power caps not applied: no GPU on this node"),
+                 dict(launch, metric="host_mem_bandwidth_gbs", value=9.8, unit="GB/s", stat="peak")]
+    rows.append(dict(base, variant="nospec", spec_method="none", workload="long", concurrency=1, metric="decode_tps",
+                     status="rejected", reason="HTTP 400: over the context"))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def mixed_report(tmp_path_factory) -> Path:
+    """write_report on published rows plus the hand-built measured run above."""
+    out = tmp_path_factory.mktemp("mixed")
+    records = published.load_all(ROOT / "data/published", ROOT) + measured_rows()
+    store.atomic_write_parquet(store.to_table(pd.DataFrame(records)), out / "results.parquet")
+    render.write_report(out / "results.parquet", out / "reports", ROOT / "data/published")
+    return out / "reports"
+
+
+def without_plotly_library(page: str) -> str:
+    return PLOTLY_SCRIPT.sub("", page, count=1)
+
+
+def test_report_target_writes_tables_and_html(published_report):
+    reports = published_report / "reports"
+    assert (reports / "index.html").exists() and (reports / "report.md").exists()
+    layouts = published.load_layouts(ROOT / "data/published")
+    for table_id in layouts:
+        assert (reports / "tables" / f"{table_id}.md").exists(), table_id
+        assert (reports / "tables" / f"{table_id}.csv").exists(), table_id
+    assert (reports / "tables" / "headline-rtx5090.md").exists()
+    assert (reports / "tables" / "cells-rtx5090.parquet").exists()
+    rows = store.read_results(published_report / "data/results.parquet")
+    assert (~rows["metric"].str.startswith("geometry_")).sum() == 179  # the seeds' figures, beside their model's geometry
+
+
+def test_the_headline_comes_first(mixed_report):
+    markdown = (mixed_report / "report.md").read_text(encoding="utf-8")
+    first_table = markdown.split("### ", 2)[1]
+    assert first_table.startswith("Headline on test-cpu")  # measured nodes first
+    page = without_plotly_library((mixed_report / "index.html").read_text(encoding="utf-8"))
+    body = page.split("<body>", 1)[1]
+    assert body.index("<table>") == body.index("<section class='headline' id='headline-test-cpu'>") + body[
+        body.index("<section class='headline' id='headline-test-cpu'>"):].index("<table>")
+    for node in ("test-cpu", "rtx5090", "2x3090-nvlink", "4xa6000", "unknown"):
+        assert f"id='headline-{node}'" in body
+
+
+def test_headline_rows_are_variants_at_canonical_cells(mixed_report):
+    text = (mixed_report / "tables/headline-test-cpu.md").read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if line.startswith("| measured")]
+    assert len(lines) == 2  # one row per variant, not per cell
+    draft = next(line for line in lines if "draft-n2" in line).split(" | ")
+    header = text.splitlines()[4].split(" | ")
+    got = dict(zip(header, draft))
+    assert got["decode tok/s"] == "81.3"  # three significant digits
+    assert got["aggregate tok/s"] == "146 @c2"  # highest concurrency, named
+    assert got["TTFT ms"] == "394"  # seconds shown in ms
+    assert "power: not measured on this node: GPU telemetry and power caps not applied: no GPU on this node." in text
+
+
+def test_power_not_measured_is_said_once_per_node_and_cells_without_figures_are_cells(mixed_report):
+    markdown = (mixed_report / "report.md").read_text(encoding="utf-8")
+    assert markdown.count("power caps not applied") == 1
+    status = markdown.split("## Cells without a figure", 1)[1].split("##", 1)[0]
+    assert [line for line in status.splitlines() if line.startswith("- ")] == [
+        "- test-cpu / llamacpp / nospec / long / c1: rejected: HTTP 400: over the context"]
+
+
+def test_no_nan_none_or_cnan_anywhere(mixed_report, published_report):
+    for reports in (mixed_report, published_report / "reports"):
+        for path in [reports / "report.md", reports / "index.html", *sorted((reports / "tables").glob("*.md"))]:
+            text = path.read_text(encoding="utf-8")
+            if path.suffix == ".html":
+                text = without_plotly_library(text)  # the plotly.js library itself names NaN
+                scripts = "".join(SCRIPTS.findall(text))
+                assert not re.search(r"\bNaN\b|cnan", scripts), f"{path.name}: NaN in chart or table data"
+                text = SCRIPTS.sub("", text)  # JSON null in chart and table data is how a gap is written there
+            found = LEAKS.findall(text)
+            assert found == [], f"{path.name}: {found[:5]}"
+
+
+def test_charts_are_drawn_per_node_and_name_their_sources(mixed_report):
+    page = without_plotly_library((mixed_report / "index.html").read_text(encoding="utf-8"))
+    assert "Aggregate throughput against concurrency on test-cpu" in page
+    assert "Single-stream throughput against GPU power cap on 2x3090-nvlink" in page
+    assert "published 002 §reply by Leon-Y: power sweep" in page  # the sweep's series names whose it is
+    # One copy of plotly.js however many charts.
+    assert page.count("Plotly.newPlot") >= 4 and (mixed_report / "index.html").read_text().count("plotly.js v") <= 2
+
+
+def test_full_tables_are_files_and_a_paginated_view(mixed_report):
+    cells = pd.read_parquet(mixed_report / "tables/cells-test-cpu.parquet")
+    assert len(cells) == 2 * 2 * 2 + 2  # cells plus one server row set per launch
+    header = (mixed_report / "tables/cells-test-cpu.csv").read_text().splitlines()[0]
+    assert header.startswith("source,ref,stack,variant") and "ttft_ms" in header and "ttft_s" not in header
+    assert cells["ttft_ms"].dropna().round(1).eq(394.2).all()
+    page = (mixed_report / "index.html").read_text(encoding="utf-8")
+    assert "stackbenchPager('cells-test-cpu')" in page
+
+
+def test_html_is_offline(published_report):
+    page = (published_report / "reports/index.html").read_text()
+    # plotly.js is inlined: no script or stylesheet is fetched from the network.
+    assert not re.search(r"<script[^>]+src=", page)
+    assert not re.search(r"<link[^>]+href=[\"']https?:", page)
+    assert "Plotly.newPlot" in page
+
+
+def test_snakemakes_own_report_holds_the_tables_and_page(published_report):
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report", "--config", "nodes=[]",
+                           "--report", "report.zip"], cwd=published_report, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = zipfile.ZipFile(published_report / "report.zip").namelist()
+    assert any(n.endswith("index.html") for n in names) and any(n.endswith("headline-rtx5090.csv") for n in names)
+
+
+def chromium(*args, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=8000", *args],
+        capture_output=True, text=True, timeout=120)
+
+
+def distinct_scanlines(png: bytes) -> int:
+    """Distinct raw scanlines of a PNG (8-bit RGB or RGBA, not interlaced): a blank page has a handful."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    at, data, width, channels = 8, b"", 0, 0
+    while at < len(png):
+        length, kind = struct.unpack(">I4s", png[at:at + 8])
+        chunk = png[at + 8:at + 8 + length]
+        if kind == b"IHDR":
+            width, _, depth, colour = struct.unpack(">IIBB", chunk[:10])
+            channels = {2: 3, 6: 4}[colour]
+            assert depth == 8
+        elif kind == b"IDAT":
+            data += chunk
+        at += 12 + length
+    raw = zlib.decompress(data)
+    stride = 1 + width * channels
+    return len({raw[i + 1:i + stride] for i in range(0, len(raw), stride)})
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_html_renders_in_headless_chromium_headline_first(mixed_report, tmp_path):
+    page = mixed_report / "index.html"
+    done = chromium("--dump-dom", page.as_uri(), tmp_path=tmp_path)
+    console_errors = [line for line in done.stderr.splitlines() if "CONSOLE" in line and ("Error" in line or "Uncaught" in line)]
+    assert console_errors == []
+    dom = done.stdout
+    first = dom[dom.index("<table>"):dom.index("</table>")]
+    assert "decode tok/s" in first and "draft-n2" in first and "81.3" in first  # the headline is the first table
+    assert dom.count('class="main-svg"') >= 2 * 4  # plotly drew the charts
+    assert "rows 1-10 of 10" in dom  # the paginated full table filled itself in
+    shot = tmp_path / "headline.png"
+    chromium("--window-size=1280,900", f"--screenshot={shot}", page.as_uri(), tmp_path=tmp_path)
+    assert distinct_scanlines(shot.read_bytes()) > 100
+
+
+def test_a_power_sweep_headline_reads_its_highest_cap_and_keeps_launch_figures():
+    """Hand-built rows (test data): a variant swept over two caps, its pool logged once per launch uncapped."""
+    from stackbench.report import tables
+
+    base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", variant="mtp-n2", status="ok",
+                stat="median", workload="code", note=None, value_min=None, value_max=None, spec_method="mtp")
+    rows = pd.DataFrame([dict(base, metric="decode_tps", concurrency=1, power_cap_w=cap, value=speed)
+                         for cap, speed in ((220.0, 116.0), (300.0, 170.0))]
+                        + [dict(base, metric="kv_pool_tokens", concurrency=None, power_cap_w=None, workload=None, value=184242.0)])
+    results = render.Results(rows)
+    table = tables.headline_table(render.headline_input(results), "test-gpu")
+    got = dict(zip(table.columns, table.rows[0]))
+    assert got["decode tok/s"] == "170" and got["KV pool tokens"] == "184242"
+
+
+def test_measured_variants_share_the_aggregate_concurrency():
+    """Hand-built rows (test data): nospec alone swept to c4 (a load workload on one launch), draft-n2 ran
+    c1-c2. Both aggregates are read at c2, the highest both ran; a published row keeps its own highest."""
+    from stackbench.report import tables
+
+    base = dict(source="measured", ref="test-run", node="test-cpu", stack="llamacpp", status="ok", stat="median",
+                workload="code", note=None, value_min=None, value_max=None, power_cap_w=None, metric="aggregate_tps")
+    rows = [dict(base, variant=variant, concurrency=c, value=100.0 * c + bonus)
+            for variant, top, bonus in (("nospec", 4, 0.0), ("draft-n2", 2, 5.0)) for c in range(1, top + 1)]
+    rows += [dict(base, source="published", ref="004_x.txt §a", variant="mtp-n2", concurrency=c, value=300.0 + c)
+             for c in (3, 4)]
+    table = tables.headline_table(render.headline_input(render.Results(pd.DataFrame(rows))), "test-cpu")
+    got = {row[table.columns.index("variant")]: row[table.columns.index("aggregate tok/s")] for row in table.rows}
+    assert got == {"nospec": "200 @c2", "draft-n2": "205 @c2", "mtp-n2": "304 @c4"}
+
+
+def test_a_failed_background_write_fails_the_report(tmp_path, monkeypatch):
+    """Fault injection: the analysis files are written on a worker thread; its error reaches the caller
+    instead of leaving a report with a missing file."""
+    records = published.load_all(ROOT / "data/published", ROOT) + measured_rows()
+    store.atomic_write_parquet(store.to_table(pd.DataFrame(records)), tmp_path / "results.parquet")
+
+    def disk_full(table, paths):
+        raise OSError(f"No space left on device: {paths[0][0].name}")
+
+    monkeypatch.setattr(render, "_copy_out", disk_full)
+    with pytest.raises(OSError, match="No space left on device: analysis-"):
+        render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")

@@ -1,0 +1,49 @@
+"""Every result the default produced before the stage packages (issue 23) is still produced: the contract's
+columns, and the default's cells as its plan expands them. The fixture was captured from a real run of the
+default (tests/fixtures/results/local-cpu-default-before-packages.json); `missing_from` also checks a
+results.parquet measured now, cell by cell and metric by metric (README: "How it is built")."""
+
+import json
+
+import pandas as pd
+from paths import ROOT
+
+from stackbench.plan import expand, launchspec
+from stackbench.results import store
+
+BEFORE = json.loads((ROOT / "tests/fixtures/results/local-cpu-default-before-packages.json").read_text())
+
+
+def cell_key(variant: str, workload: str, concurrency, rate) -> str:
+    load = f"c{int(concurrency)}" if pd.notna(concurrency) else (f"r{rate:g}" if pd.notna(rate) else "launch")
+    return f"{variant}/{workload}/{load}"
+
+
+def missing_from(results: pd.DataFrame) -> dict[str, list[str]]:
+    """Cells and metrics of the fixture that a measured results table lacks."""
+    measured = results[results["source"] == "measured"]
+    now: dict[str, set[str]] = {}
+    for row in measured[["variant", "workload", "concurrency", "request_rate", "metric"]].itertuples(index=False):
+        now.setdefault(cell_key(row.variant, row.workload, row.concurrency, row.request_rate), set()).add(row.metric)
+    return {cell: sorted(set(metrics) - now.get(cell, set())) for cell, metrics in BEFORE["cells"].items()
+            if set(metrics) - now.get(cell, set())}
+
+
+def test_the_contract_keeps_every_column_it_had():
+    assert set(BEFORE["columns"]) <= set(store.COLUMNS)
+
+
+def test_the_default_plan_still_has_every_cell_it_measured():
+    cfg, nodes = expand.load_plan(ROOT)
+    planned = {cell_key(launch.variant, c.workload.name, c.concurrency, c.rate)
+               for launch in nodes[0].launches for c in launchspec.cells_of(nodes[0], launch)}
+    measured_cells = {cell for cell in BEFORE["cells"] if not cell.endswith("/launch")}
+    assert measured_cells <= planned
+
+
+def test_the_comparison_names_what_a_results_table_lacks():
+    row = {"source": "measured", "variant": "nospec", "workload": "code", "concurrency": 1, "request_rate": None,
+           "metric": "decode_tps"}
+    missing = missing_from(pd.DataFrame([row]))
+    assert "ttft_s" in missing["nospec/code/c1"] and "decode_tps" not in missing["nospec/code/c1"]
+    assert "draft-n2/server/launch" in missing

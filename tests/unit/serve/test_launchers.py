@@ -1,0 +1,69 @@
+"""Native launcher: model checks, port retry on a bind failure, GPU scoping, identity, teardown. The
+server is a test double (tests/launch_helpers.py); real engines run in the integration tests."""
+
+import json
+
+import pytest
+from launch_helpers import PYTHON, DoubleAdapter, make_launch
+
+from stackbench.serve.launchers import open_launcher
+from stackbench.serve.process import NotRunnable, ServerExited, group_members
+
+
+def native(tmp_path, mode, gpu_devices=None, **launch_fields):
+    (tmp_path / "tiny.gguf").write_bytes(b"GGUF")
+    adapter = DoubleAdapter(tmp_path, mode)
+    launch = make_launch(**{"model_path": str(tmp_path / "tiny.gguf"), "node": "ci-cpu", "context_len": 2048, **launch_fields})
+    env_info = {"server": PYTHON, "version": "b11434"}
+    return open_launcher(launch, adapter, env_info, tmp_path / "run", threads=2, gpu_devices=gpu_devices), adapter
+
+
+def test_native_start_ready_identity_and_stop(tmp_path):
+    launcher, adapter = native(tmp_path, "serve", gpu_devices=["0", "GPU-8f2a"])
+    assert launcher.mode == "native"
+    try:
+        assert launcher.start(ready_timeout_s=20) < 20
+        assert launcher.alive() and launcher.base_url.startswith("http://127.0.0.1:")
+        assert launcher.argv[0] == PYTHON
+        assert json.loads(adapter.spawns()[0]) == {"CUDA_VISIBLE_DEVICES": "0,GPU-8f2a"}
+        assert launcher.identity() == {"launch_mode": "native", "engine_version": "b11434",
+                                       "engine_image": "none (native build)"}
+    finally:
+        pgid = launcher.pgid
+        launcher.stop()
+    assert group_members(pgid) == [] and not launcher.alive()
+    launcher.stop()  # idempotent
+
+
+def test_a_bind_failure_is_retried_on_a_fresh_port(tmp_path):
+    launcher, adapter = native(tmp_path, "bind-fails-once")
+    try:
+        launcher.start(ready_timeout_s=20)
+        assert len(adapter.spawns()) == 2
+        assert "couldn't bind" in (tmp_path / "run/server.log").read_text()  # the file keeps every attempt
+        assert "couldn't bind" not in launcher.log_text()  # the running server's own log
+    finally:
+        launcher.stop()
+
+
+def test_any_other_exit_is_not_retried(tmp_path):
+    launcher, adapter = native(tmp_path, "exit")
+    with pytest.raises(ServerExited, match="code 3 .*cannot load model"):
+        launcher.start(ready_timeout_s=20)
+    assert len(adapter.spawns()) == 1
+    assert group_members(launcher.pgid) == []
+
+
+def test_a_missing_model_file_is_not_runnable_and_names_the_node_field(tmp_path):
+    launcher, adapter = native(tmp_path, "serve", model_path=str(tmp_path / "absent.gguf"))
+    with pytest.raises(NotRunnable, match=r"absent.gguf \(models.qwen38 in configs/nodes/ci-cpu.yaml\)"):
+        launcher.start(ready_timeout_s=5)
+    assert adapter.spawns() == []
+    launcher.stop()
+
+
+def test_a_missing_engine_environment_is_not_runnable(tmp_path):
+    (tmp_path / "tiny.gguf").write_bytes(b"GGUF")
+    launcher = open_launcher(make_launch(model_path=str(tmp_path / "tiny.gguf")), DoubleAdapter(tmp_path, "serve"), {}, tmp_path, None, None)
+    with pytest.raises(NotRunnable, match="engine environment llamacpp not built"):
+        launcher.start(ready_timeout_s=5)
