@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import CI_NODE, MODELS
+from helpers import CI_NODE, MODELS, copy_repo
 from launch_helpers import LLAMACPP_READY, TEST_MODEL
 from paths import ROOT
 
@@ -26,13 +25,7 @@ def published_frame() -> pd.DataFrame:
 @pytest.fixture
 def repo_copy(tmp_path) -> Path:
     """A copy of the repository's workflow, configs and data (no runs, no environments) to run Snakemake in."""
-    dest = tmp_path / "repo"
-    dest.mkdir()
-    for name in ("Snakefile", "workflow", "configs", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
-    shutil.copytree(ROOT / "data/published", dest / "data/published")
-    return dest
+    return copy_repo(tmp_path / "repo")
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,16 @@ from paths import ROOT, SUPPORT
 from stackbench import measure
 from stackbench.plan import expand, launchspec
 from stackbench.results import store
+
+
+def copy_repo(dest: Path) -> Path:
+    """A copy of the repository's workflow, configs and published data (no runs, no environments)."""
+    dest.mkdir()
+    for name in ("Snakefile", "workflow", "configs", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
+    shutil.copytree(ROOT / "data/published", dest / "data/published")
+    return dest
 
 
 def interruptible() -> None:

@@ -257,6 +257,28 @@ def stated_limit(adapter: "Adapter", message: str | None) -> int | None:
     return int(match[1]) if match else None
 
 
+class PythonEngine:
+    """What the Python engines (SGLang, vLLM) do alike: one environment per engine and flavour, installed as
+    PyPI wheels, the version in their JSON replies under "version" and printed last by their image."""
+
+    engine: str
+
+    def requirements_name(self, env_name: str) -> str:
+        return env_name  # the GPU and CPU flavours pin different torch builds
+
+    def build_settings(self, env_name: str, requirements: Path) -> dict:
+        return {}
+
+    def default_env(self, gpu: dict) -> str:
+        return self.engine
+
+    def parse_version(self, reply: dict) -> str:
+        return str(reply.get("version", "unknown"))
+
+    def version_from_output(self, text: str) -> str:
+        return last_line(text)
+
+
 def python_engine_installed(distribution: str, python: Path, run) -> dict:
     """A Python engine starts as `python -m <module>`: its server binary is the environment's Python, its
     version the installed distribution's."""

@@ -18,11 +18,11 @@ import httpx
 from stackbench.engines import prometheus
 from stackbench.engines.base import (
     KvAccounting,
+    PythonEngine,
     ServerFacts,
     Slots,
     SpecCounters,
     get_json,
-    last_line,
     python_engine_installed,
     render_flags,
     slots_from,
@@ -53,7 +53,7 @@ ACCEPT_LEN_BASIS = ("1 + accepted / verify steps (vLLM's and llama.cpp's basis),
                     "verify steps from sglang:*_total deltas over the cell; SGLang's own figure counts the prefill token")
 
 
-class SglangAdapter:
+class SglangAdapter(PythonEngine):
     engine = "sglang"
     engine_label = "SGLang"
     health_path = "/health_generate"
@@ -74,26 +74,11 @@ class SglangAdapter:
     def tp_size(self, server_args: dict) -> int:
         return int(server_args.get("tp_size") or 1)
 
-    def requirements_name(self, env_name: str) -> str:
-        return env_name  # sglang (GPU) and sglang-cpu pin different torch builds
-
-    def build_settings(self, env_name: str, requirements: Path) -> dict:
-        return {}
-
     def remove_after_install(self, env_name: str) -> tuple[str, ...]:
         return ()
 
     def installed(self, env_name: str, python: Path, run) -> dict:
         return python_engine_installed("sglang", python, run)
-
-    def default_env(self, gpu: dict) -> str:
-        return self.engine
-
-    def parse_version(self, reply: dict) -> str:
-        return str(reply.get("version", "unknown"))
-
-    def version_from_output(self, text: str) -> str:
-        return last_line(text)
 
     def self_report(self, client: httpx.Client, base_url: str) -> dict:
         """/server_info (older servers: /get_server_info): the resolved server args, flattened, plus

