@@ -451,10 +451,30 @@ def full_html(full: FullTable) -> str:
             f"<script>stackbenchPager('{html.escape(full.table_id)}')</script>")
 
 
-def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, published.Layout]) -> list[tables.Table]:
-    """The seeds' tables in the order the posts and their layouts come (data/published), one per table id."""
+def method_input(results: Results, layouts: dict[str, published.Layout]) -> pd.DataFrame:
+    """The measured rows a seed table can show beside the post's (tables.seed_table picks them): rows of
+    the tables' method workloads and the launch-level rows of the launches that ran one, only the metrics
+    the posts' tables hold. Small: a few launches' cells."""
+    methods = sorted({m for layout in layouts.values() for m in layout.method})
+    if not methods:
+        return pd.DataFrame()
+    return results.frame("""
+        with ran as (select distinct ref, node, stack, variant from results
+                     where source = 'measured' and workload in (select unnest(?::varchar[])))
+        select r.* from results r join ran using (ref, node, stack, variant)
+        where r.source = 'measured' and r.status = 'ok'
+          and (r.workload in (select unnest(?::varchar[])) or r.workload is null)
+          and r.metric in (select distinct metric from results where source = 'published' and table_id is not null)""",
+                         [methods, methods])
+
+
+def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, published.Layout],
+                measured: pd.DataFrame | None = None) -> list[tables.Table]:
+    """The seeds' tables in the order the posts and their layouts come (data/published), one per table id,
+    each with the rows of any node measured with its post's method beside the post's."""
     present = set(published_rows["table_id"].dropna())
-    return [tables.seed_table(published_rows, table_id, layout) for table_id, layout in layouts.items() if table_id in present]
+    return [tables.seed_table(published_rows, table_id, layout, measured)
+            for table_id, layout in layouts.items() if table_id in present]
 
 
 def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published")) -> list[Path]:
@@ -483,7 +503,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         correctness = correctness_tables(by_variant, nodes)
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background)
-        seed = seed_tables(results.rows("source = 'published'"), published.load_layouts(published_dir))
+        layouts = published.load_layouts(published_dir)
+        seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
         figures = _figures(results, spec, nodes)
         fulls = fulls_job.result()
         status = status_lines(results)
