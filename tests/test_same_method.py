@@ -77,17 +77,20 @@ def table_lines(reports, table_id):
     return (reports / "tables" / f"{table_id}.md").read_text(encoding="utf-8").splitlines()
 
 
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
 def caveat_fields(lines: list[str]) -> set[str]:
     return {line[2:].split(":")[0] for line in lines if line.startswith("- ")}
 
 
 def test_a_node_measured_with_the_method_stands_beside_the_post(beside):
     lines = table_lines(beside, "s004-mtp-ab")
-    header = lines[4].split(" | ")
     mine = [line for line in lines if f"{NODE}, same method" in line]
     assert len(mine) == 2  # one row per measured launch
-    row = dict(zip(header, next(line for line in mine if "mtp-n2" in line).split(" | ")))
-    assert "407 prompt / 512 output tokens" in row["| MTP"]  # its exact length
+    row = dict(zip(cells(lines[4]), cells(next(line for line in mine if "mtp-n2" in line))))
+    assert "407 prompt / 512 output tokens" in row["MTP"]  # its exact length
     assert (row["c1"], row["c2"], row["c3"], row["c4"]) == ("90", "180", "270", "360")
     assert row["λ"] == "2.05" and row["KV tokens"] == "120000†"
     assert any("same method: measured with seed-004-short" in line for line in lines)  # the source line
@@ -110,8 +113,7 @@ def test_tables_without_a_method_get_no_measured_rows(beside):
 
 def test_the_headline_reads_the_method_and_says_so(beside):
     lines = table_lines(beside, f"headline-{NODE}")
-    header = lines[4].split(" | ")
-    row = dict(zip(header, next(line for line in lines if "mtp-n2" in line).split(" | ")))
+    row = dict(zip(cells(lines[4]), cells(next(line for line in lines if "mtp-n2" in line))))
     assert row["decode tok/s"] == "94"  # seed-004-short at c1, not the code workload's 300
     assert "seed-004-short" in lines[2]  # "Source: ..." names the method
 

@@ -14,6 +14,8 @@ import math
 
 import pandas as pd
 
+from stackbench.results import published
+
 Figure = dict
 
 RATE_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps")
@@ -26,8 +28,8 @@ def _with_source(rows: pd.DataFrame) -> pd.DataFrame:
     # Labels per distinct ref (a handful), then one vectorized lookup per row.
     labels = {}
     for source, ref in rows[["source", "ref"]].drop_duplicates().itertuples(index=False):
-        seed, _, section = ref.partition(" ")
-        labels[ref] = f"published {seed.split('_')[0]} {section}".strip() if source == "published" else "measured"
+        labels[ref] = (f"published {published.post_of(ref)} §{published.section_of(ref)}" if source == "published"
+                       else "measured")
     return rows.assign(series_source=rows["ref"].map(labels))
 
 

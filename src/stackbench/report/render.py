@@ -164,6 +164,12 @@ class Results:
     def rows(self, where: str, params: list | None = None) -> pd.DataFrame:
         return self.frame(f"select * from results where {where}", params)
 
+    def register_posts(self) -> None:
+        """The view `posts` (ref, post): each published ref's post by published.post_of, the one rule for
+        it, applied to the distinct refs (a handful) rather than re-written in SQL."""
+        refs = self.frame("select distinct ref from results where source = 'published'")["ref"]
+        self.con.register("posts", pd.DataFrame({"ref": refs, "post": published.posts_of(refs)}))
+
 
 def _sql_text(text: str) -> str:
     return text.replace("'", "''")
@@ -204,10 +210,22 @@ def headline_input(results: Results) -> pd.DataFrame:
     node ran, so a load sweep on one launch does not put its column at another level than the rest's; a
     published variant keeps its post's own highest."""
     launch_metrics = [c.metric for c in tables.HEADLINE if c.cell == "any"]
+    results.register_posts()
     return results.frame(f"""
-        with rows as (
-          select *, case when source = 'published' then split_part(ref, '_', 1) else '' end as post from results
+        with all_rows as (
+          select r.*, coalesce(p.post, '') as post from results r left join posts p using (ref)
           where status = 'ok' and stat <> 'peak' and metric in {_in(tables.HEADLINE_METRICS)}),
+        node_method as (
+          select node, workload from (
+            select node, workload, count(distinct (stack, variant)) as variants from all_rows
+            where source = 'measured' and workload is not null and regexp_matches(workload, ?) group by all)
+          qualify row_number() over (partition by node order by variants desc, workload) = 1),
+        ran_method as (select distinct node, stack, variant from all_rows join node_method using (node, workload)
+                       where source = 'measured'),
+        rows as (
+          select a.* from all_rows a left join node_method m on a.node = m.node
+            left join ran_method v on a.node = v.node and a.stack = v.stack and a.variant = v.variant
+          where a.source <> 'measured' or a.workload is null or v.node is null or a.workload = m.workload),
         aggregates as (
           select node, stack, variant, concurrency from rows
           where source = 'measured' and metric = 'aggregate_tps' and concurrency is not null),
@@ -230,7 +248,8 @@ def headline_input(results: Results) -> pd.DataFrame:
         select r.* exclude (post) from rows r join chosen v using (node, source, post, stack, variant)
         where ((r.metric in {_in(launch_metrics)} and r.power_cap_w is null)
                or case when v.uncapped then r.power_cap_w is null else r.power_cap_w = v.top_cap end)
-          and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.aggregate_concurrency))""")
+          and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.aggregate_concurrency))""",
+                         [published.METHOD_WORKLOAD_SQL])
 
 
 def correctness_input(results: Results) -> pd.DataFrame:

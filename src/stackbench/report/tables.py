@@ -253,10 +253,6 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
 
 
 # -- the headline -------------------------------------------------------------------------------------------
-def _post(ref: str, source: str) -> str:
-    return ref.split("_")[0] if source == "published" else ""
-
-
 def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
     """The records behind one node's headline: per variant, its canonical cells only.
 
@@ -269,7 +265,7 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
                    & (results["stat"] != "peak")].copy()
     if rows.empty:
         return rows
-    rows["post"] = [_post(r, s) for r, s in zip(rows["ref"], rows["source"])]
+    rows["post"] = published.posts_of(rows["ref"]).where(rows["source"] == "published", "")
     keys = HEADLINE_KEYS
     rule = rows["metric"].map({c.metric: c.cell for c in HEADLINE})
     # The cap is chosen among the cells' figures; a launch's own figures (pool, VRAM) logged without a cap hold at it.
@@ -351,6 +347,10 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
         rows.append(cells)
         raw_rows.append(raw)
     refs = "; ".join(sorted(set(records["ref"])))
+    methods = [w for w in dict.fromkeys(records.loc[records["source"] == "measured", "workload"].dropna())
+               if published.method_post(w)]
+    if methods:
+        refs += "; measured cells from " + ", ".join(f"{w} (post {published.method_post(w)}'s method)" for w in methods)
     table = Table(f"headline-{node}", f"Headline on {node}: one row per stack variant", refs, columns, rows, raw_rows)
     power = [f"power: not measured on this node: {power_why}."] if power_why else []
     table = _finish(table, records, ("source", "stack", "variant", "spec_method", "spec_tokens", "engine", "metric",
