@@ -120,8 +120,10 @@ def test_the_headline_reads_the_method_and_says_so(beside):
 
 def test_ladder_and_pareto_charts_are_drawn_for_such_a_node_only(beside, tmp_path):
     page = (beside / "index.html").read_text(encoding="utf-8")
-    assert f"Context ladder on {NODE}" in page and f"Throughput per stream against aggregate on {NODE}" in page
-    plain = write(tmp_path, [r for r in method_rows() if r["workload"] != "seed-004-short"], thinking=False)
+    assert f"Context ladder on {NODE}: seed-000-128k" in page
+    assert f"Throughput per stream against aggregate on {NODE}: seed-004-short" in page
+    assert "Context ladder on rtx5090" not in page and "against aggregate on rtx5090" not in page  # no such cells
+    plain = write(tmp_path, [r for r in method_rows() if r.get("workload") != "seed-004-short"], thinking=False)
     page = (plain / "index.html").read_text(encoding="utf-8")
     assert "Context ladder on" not in page and "Throughput per stream against aggregate on" not in page
 

@@ -559,8 +559,39 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     return written
 
 
+def _like_columns(results: Results) -> str:
+    present = set(results.frame("select * from results limit 0").columns)
+    return ", ".join(c for c in charts.LIKE_BASIS if c in present)
+
+
+def ladder_input(results: Results) -> pd.DataFrame:
+    """The context ladders' cells: measured prefill and decode rates at c1 of every launch that ran one
+    workload at charts.LADDER_MIN_LENGTHS or more prompt lengths. Few rows, however large the results."""
+    like = _like_columns(results)
+    return results.frame(f"""
+        with c1 as (select ref, node, stack, variant, workload, prompt_tokens, metric, value, {like} from results
+                    where source = 'measured' and status = 'ok' and concurrency = 1 and workload is not null
+                      and prompt_tokens is not null and value is not null and metric in (select unnest(?::varchar[]))),
+        ladders as (select ref, node, stack, variant, workload from c1 group by all
+                    having count(distinct prompt_tokens) >= ?)
+        select c1.* from c1 join ladders using (ref, node, stack, variant, workload)""",
+                         [list(charts.LADDER_METRICS), charts.LADDER_MIN_LENGTHS])
+
+
+def pareto_input(results: Results) -> pd.DataFrame:
+    """The Pareto charts' points: measured aggregate throughput per node, variant, workload, basis and
+    concurrency, the median over runs (DuckDB reduces them, so a large sweep comes back as its cells)."""
+    like = _like_columns(results)
+    return results.frame(f"""
+        select node, stack, variant, workload, {like}, concurrency, median(value) as value from results
+        where source = 'measured' and status = 'ok' and metric = 'aggregate_tps' and concurrency is not null
+          and workload is not null and value is not null
+        group by all""")
+
+
 def _figures(results: Results, spec: pd.DataFrame, nodes: list[str]) -> list:
     figures = []
+    ladders, paretos = ladder_input(results), pareto_input(results)
     # One narrow query, split by node on integer positions: a scan per node, or filtering a wide frame of
     # arrow-backed strings in pandas, costs more.
     charted = results.frame(f"select {', '.join(CHART_COLUMNS)} from results where "
@@ -570,7 +601,8 @@ def _figures(results: Results, spec: pd.DataFrame, nodes: list[str]) -> list:
         mine = charted.take(positions.get(node, [])).reset_index(drop=True)
         figures += [charts.rate_by_workload(mine, node), charts.concurrency_scaling(mine, node),
                     charts.power_sweep(mine, node), charts.per_position_acceptance(mine, node),
-                    charts.accept_len_by_depth(mine, node), charts.spec_speedup(spec, node)]
+                    charts.accept_len_by_depth(mine, node), charts.spec_speedup(spec, node),
+                    charts.context_ladder(ladders, node), charts.throughput_pareto(paretos, node)]
     return [f for f in figures if f is not None]
 
 
