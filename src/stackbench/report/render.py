@@ -414,26 +414,13 @@ def full_table(results: Results, node: str, table_dir: Path, page_rows: int, var
 
 def varying_basis(results: Results) -> dict[str, list[str]]:
     """Per node, the basis fields that differ between its rows, with their values: the full table's caveat.
-    One scan counts every node's distinct values; a second reads the values of the fields that differ."""
-    fields = [f for f in basis.WHY_IT_MATTERS if f not in FULL_KEYS + ["node", "metric"]]
+    DuckDB reduces the rows to each node's distinct basis combinations (a handful however many rows), and
+    basis.caveats, the one rule for what differs, reads those as one block per node."""
     present = set(results.frame("select * from results limit 0").columns)
-    fields = [f for f in fields if f in present]
-    counts = results.frame("select node, " + ", ".join(f"count(distinct coalesce(cast({f} as varchar), 'unknown')) as {f}"
-                                                       for f in fields) + " from results group by node").set_index("node")
-    differing = [f for f in fields if (counts[f] > 1).any()]
-    values = results.frame("select node, " + ", ".join(
-        f"list(distinct {f} order by {f}) filter (where {f} is not null) as \"v_{f}\", bool_or({f} is null) as \"null_{f}\""
-        for f in differing) + " from results group by node").set_index("node") if differing else None
-    out = {}
-    for node, count in counts.iterrows():
-        lines = []
-        for name in [f for f in differing if count[f] > 1]:
-            shown = list(values.at[node, f"v_{name}"]) + ([None] if values.at[node, f"null_{name}"] else [])
-            text = ", ".join(basis.format_value(v) for v in shown[:6])
-            lines.append(f"{basis.DISPLAY_NAMES.get(name, name)}: {text}{' …' if count[name] > 6 else ''} "
-                         f"(column {name} in the results says which row). Why it matters: {basis.WHY_IT_MATTERS[name]}.")
-        out[node] = lines
-    return out
+    fields = [f for f in basis.WHY_IT_MATTERS if f not in FULL_KEYS + ["node", "metric"] and f in present]
+    combos = results.frame(f"select distinct node, {', '.join(fields)} from results")
+    return {node: [c.text() for c in basis.caveats(group.assign(row_no=1), axes=FULL_KEYS + ["node", "metric"])]
+            for node, group in combos.groupby("node", sort=False)}
 
 
 def full_tables(source: Path | pd.DataFrame, nodes: list[str], table_dir: Path) -> list[FullTable]:
