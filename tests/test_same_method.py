@@ -132,3 +132,19 @@ def test_one_rule_says_which_post_a_ref_belongs_to():
     ref = published.ref_of("004_14e3323af99a7fa5.txt", "MTP n=2 和 n=3 A/B")
     assert published.post_of(ref) == "004" and published.section_of(ref) == "MTP n=2 和 n=3 A/B"
     assert published.post_of("run-20261201") == "" and published.method_post("seed-004-short") == "004"
+
+
+def test_a_method_that_is_not_a_method_workload_is_a_config_error(tmp_path):
+    from stackbench import config
+
+    text = (ROOT / "data/published/004_14e3323af99a7fa5.yaml").read_text(encoding="utf-8")
+    bad = tmp_path / "004_14e3323af99a7fa5.yaml"
+    bad.write_text(text.replace("method: seed-004-short", "method: short", 1), encoding="utf-8")
+    with pytest.raises(config.ConfigError, match="method"):
+        published.load_file(bad, ROOT)
+
+
+def test_the_method_default_comes_from_the_schema():
+    layouts = published.load_layouts(ROOT / "data/published")
+    assert published.METHOD_DEFAULT is None and layouts["s004-vram"].method == []
+    assert layouts["s004-mtp-ab"].method == ["seed-004-short"]
