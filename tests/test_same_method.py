@@ -148,3 +148,11 @@ def test_the_method_default_comes_from_the_schema():
     layouts = published.load_layouts(ROOT / "data/published")
     assert published.METHOD_DEFAULT is None and layouts["s004-vram"].method == []
     assert layouts["s004-mtp-ab"].method == ["seed-004-short"]
+
+
+def test_a_capped_sweep_shows_one_cap_beside_the_post(tmp_path):
+    """The method run at two caps on one launch: its row shows the uncapped cells, one figure per column."""
+    capped = [dict(r, power_cap_w=300.0, value=r["value"] / 2) for r in method_rows() if r.get("workload") == "seed-004-short"]
+    lines = table_lines(write(tmp_path, method_rows() + capped), "s004-mtp-ab")
+    row = dict(zip(cells(lines[4]), cells(next(line for line in lines if f"{NODE}, same method" in line))))
+    assert row["c1"] == "90" and row["c4"] == "360"

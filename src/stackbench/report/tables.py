@@ -149,6 +149,12 @@ def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dic
     launches = ran[LAUNCH_KEYS].drop_duplicates()
     mine = measured.merge(launches, on=LAUNCH_KEYS)
     mine = mine[mine["workload"].isin(layout.method) | mine["workload"].isna()]
+    # One power cap per launch, as the headline picks it (uncapped where it ran uncapped, else its highest):
+    # a post's column holds one figure, and a cap sweep's others are in the analysis section.
+    cells = mine["workload"].notna()
+    uncapped = (cells & mine["power_cap_w"].isna()).groupby([mine[k] for k in LAUNCH_KEYS]).transform("any")
+    top = mine["power_cap_w"].where(cells).groupby([mine[k] for k in LAUNCH_KEYS]).transform("max")
+    mine = mine[~cells | (uncapped & mine["power_cap_w"].isna()) | (~uncapped & (mine["power_cap_w"] == top))]
     picked = []
     for column, keys in column_keys.items():
         for metric, concurrency in keys:
@@ -156,7 +162,7 @@ def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dic
             if _present(concurrency):
                 hits = rows[rows["workload"].notna() & (rows["concurrency"] == concurrency)]
             else:
-                own = rows[rows["concurrency"].isna()]
+                own = rows[rows["workload"].isna()]  # the launch's own figure (pool, VRAM)
                 at_one = rows[rows["workload"].notna() & (rows["concurrency"] == 1)]
                 has_own = own[LAUNCH_KEYS].drop_duplicates().assign(has_own=True)
                 at_one = at_one.merge(has_own, on=LAUNCH_KEYS, how="left")
