@@ -7,11 +7,13 @@ import numpy as np
 import pandas as pd
 
 from stackbench.analysis.common import RATE_METRICS, text_of
+from stackbench.results import published
 
 
 def post_of(ref: pd.Series) -> pd.Series:
-    """The post or run a ref belongs to (its first word: a seed file, or a run id)."""
-    return ref.map({r: str(r).split(" ")[0] for r in ref.dropna().unique()})
+    """The post a ref belongs to (published.post_of), or the run itself for a measured ref."""
+    posts = published.posts_of(ref)
+    return posts.where(posts != "", ref)
 
 
 def spread_flags(results: pd.DataFrame, ratio: float = 1.25) -> pd.DataFrame:

@@ -14,9 +14,12 @@ import math
 
 import pandas as pd
 
+from stackbench.results import published
+
 Figure = dict
 
 RATE_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps")
+MEASURED_ONLY = pd.DataFrame({"source": ["measured"]})  # the frame _figure reads the sources from, for measured-only charts
 MIXED_SOURCES = "measured and published series differ in model and basis: read them side by side, not as one curve"
 
 
@@ -26,8 +29,8 @@ def _with_source(rows: pd.DataFrame) -> pd.DataFrame:
     # Labels per distinct ref (a handful), then one vectorized lookup per row.
     labels = {}
     for source, ref in rows[["source", "ref"]].drop_duplicates().itertuples(index=False):
-        seed, _, section = ref.partition(" ")
-        labels[ref] = f"published {seed.split('_')[0]} {section}".strip() if source == "published" else "measured"
+        labels[ref] = (f"published {published.post_of(ref)} §{published.section_of(ref)}" if source == "published"
+                       else "measured")
     return rows.assign(series_source=rows["ref"].map(labels))
 
 
@@ -161,3 +164,75 @@ def spec_speedup(spec: pd.DataFrame, node: str) -> Figure | None:
     return _figure(traces, f"Speculative speed-up over no-spec by prompt length on {node}", "prompt tokens", "speed-up (x)",
                    pd.DataFrame({"source": ["measured"]}),
                    shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1, "line": {"dash": "dot"}}])
+
+
+# -- one workload and basis per chart ------------------------------------------------------------------------
+# What must be equal between the series of the ladder and Pareto charts besides the node and the workload:
+# the request-side basis and the cap (the series themselves are stack variants, so engine and checkpoint are
+# what they compare). Columns a results table lacks are unknown, and equal.
+LIKE_BASIS = ("output_tokens", "temperature", "power_cap_w", "thinking", "reasoning_effort")
+LADDER_METRICS = ("prefill_tps", "decode_tps")
+LADDER_MIN_LENGTHS = 3  # a ladder: one launch at c1 over this many distinct prompt lengths of one workload
+
+
+def _one_like_group(rows: pd.DataFrame, like: list[str], series: list[str]) -> tuple[tuple, pd.DataFrame]:
+    """The (workload, basis) group a chart draws: a post's method workload first, then the one with the most
+    series, then by name; every other group is left out, so a chart never mixes workloads or bases."""
+    sizes = rows.groupby(like, dropna=False)[series].apply(lambda g: len(g.drop_duplicates())).rename("series").reset_index()
+    sizes["method"] = [published.method_post(w) != "" for w in sizes["workload"]]
+    best = sizes.sort_values(["method", "series", "workload"], ascending=[False, False, True], kind="stable").iloc[0]
+    key = tuple(best[c] for c in like)
+    mask = pd.Series(True, index=rows.index)
+    for column, value in zip(like, key):
+        mask &= rows[column].isna() if pd.isna(value) else rows[column].eq(value)
+    return key, rows[mask]
+
+
+def _like_text(like: list[str], key: tuple) -> str:
+    parts = [f"{c} {v:g}" if isinstance(v, float) else f"{c} {v}" for c, v in zip(like, key) if c != "workload" and not pd.isna(v)]
+    return ", ".join(parts)
+
+
+def context_ladder(rows: pd.DataFrame, node: str) -> Figure | None:
+    """Prefill and decode rate against prompt length (render.ladder_input: measured cells at c1 of launches
+    that ran one workload at LADDER_MIN_LENGTHS or more prompt lengths), one series per variant, the median
+    over runs at each length; the top panel prefill, the bottom decode."""
+    rows = rows[rows["node"] == node] if len(rows) else rows
+    if rows.empty:
+        return None
+    like = ["workload", *[c for c in LIKE_BASIS if c in rows.columns]]
+    key, rows = _one_like_group(rows, like, ["stack", "variant"])
+    points = rows.groupby(["stack", "variant", "metric", "prompt_tokens"])["value"].median().reset_index()
+    traces = []
+    for (stack, variant, metric), group in points.sort_values("prompt_tokens").groupby(["stack", "variant", "metric"]):
+        traces.append(_trace("lines+markers", group["prompt_tokens"], group["value"], f"measured / {stack} / {variant} / {metric}",
+                             yaxis="y" if metric == "prefill_tps" else "y2", xaxis="x" if metric == "prefill_tps" else "x2"))
+    if not traces:
+        return None
+    title = f"Context ladder on {node}: {key[0]}<br><sup>prefill (top) and decode (bottom) at c1; {_like_text(like, key)}</sup>"
+    return _figure(traces, title, "prompt tokens", "prefill tok/s", MEASURED_ONLY, height=560,
+                   xaxis={"title": {"text": ""}, "type": "log", "anchor": "y", "matches": "x2"},
+                   yaxis={"title": {"text": "prefill tok/s"}, "domain": [0.55, 1]},
+                   xaxis2={"title": {"text": "prompt tokens"}, "type": "log", "anchor": "y2"},
+                   yaxis2={"title": {"text": "decode tok/s"}, "domain": [0, 0.45]})
+
+
+def throughput_pareto(rows: pd.DataFrame, node: str) -> Figure | None:
+    """vLLM's benchmarks/sweep Pareto view: throughput per stream (aggregate / concurrency) against
+    aggregate throughput across concurrency, one line per variant, each point labelled with its concurrency
+    (render.pareto_input: measured aggregate_tps, the median over runs per cell)."""
+    rows = rows[rows["node"] == node] if len(rows) else rows
+    if rows.empty:
+        return None
+    like = ["workload", *[c for c in LIKE_BASIS if c in rows.columns]]
+    rows = rows[rows.groupby(["stack", "variant", *like], dropna=False)["concurrency"].transform("nunique") > 1]
+    if rows.empty:
+        return None
+    key, rows = _one_like_group(rows, like, ["stack", "variant"])
+    rows = rows.assign(per_stream=rows["value"] / rows["concurrency"])
+    traces = [_trace("lines+markers+text", group["value"], group["per_stream"], f"measured / {stack} / {variant}",
+                     text=[f"c{int(c)}" for c in group["concurrency"]], textposition="top center",
+                     hovertemplate="%{text}: %{x:.4g} tok/s total, %{y:.4g} tok/s per stream")
+              for (stack, variant), group in rows.sort_values("concurrency").groupby(["stack", "variant"])]
+    title = f"Throughput per stream against aggregate on {node}: {key[0]}<br><sup>{_like_text(like, key)}</sup>"
+    return _figure(traces, title, "aggregate tok/s", "tok/s per stream", MEASURED_ONLY)

@@ -164,6 +164,12 @@ class Results:
     def rows(self, where: str, params: list | None = None) -> pd.DataFrame:
         return self.frame(f"select * from results where {where}", params)
 
+    def register_posts(self) -> None:
+        """The view `posts` (ref, post): each published ref's post by published.post_of, the one rule for
+        it, applied to the distinct refs (a handful) rather than re-written in SQL."""
+        refs = self.frame("select distinct ref from results where source = 'published'")["ref"]
+        self.con.register("posts", pd.DataFrame({"ref": refs, "post": published.posts_of(refs)}))
+
 
 def _sql_text(text: str) -> str:
     return text.replace("'", "''")
@@ -204,10 +210,22 @@ def headline_input(results: Results) -> pd.DataFrame:
     node ran, so a load sweep on one launch does not put its column at another level than the rest's; a
     published variant keeps its post's own highest."""
     launch_metrics = [c.metric for c in tables.HEADLINE if c.cell == "any"]
+    results.register_posts()
     return results.frame(f"""
-        with rows as (
-          select *, case when source = 'published' then split_part(ref, '_', 1) else '' end as post from results
+        with all_rows as (
+          select r.*, coalesce(p.post, '') as post from results r left join posts p using (ref)
           where status = 'ok' and stat <> 'peak' and metric in {_in(tables.HEADLINE_METRICS)}),
+        node_method as (
+          select node, workload from (
+            select node, workload, count(distinct (stack, variant)) as variants from all_rows
+            where source = 'measured' and workload is not null and regexp_matches(workload, ?) group by all)
+          qualify row_number() over (partition by node order by variants desc, workload) = 1),
+        ran_method as (select distinct node, stack, variant from all_rows join node_method using (node, workload)
+                       where source = 'measured'),
+        rows as (
+          select a.* from all_rows a left join node_method m on a.node = m.node
+            left join ran_method v on a.node = v.node and a.stack = v.stack and a.variant = v.variant
+          where a.source <> 'measured' or a.workload is null or v.node is null or a.workload = m.workload),
         aggregates as (
           select node, stack, variant, concurrency from rows
           where source = 'measured' and metric = 'aggregate_tps' and concurrency is not null),
@@ -230,7 +248,8 @@ def headline_input(results: Results) -> pd.DataFrame:
         select r.* exclude (post) from rows r join chosen v using (node, source, post, stack, variant)
         where ((r.metric in {_in(launch_metrics)} and r.power_cap_w is null)
                or case when v.uncapped then r.power_cap_w is null else r.power_cap_w = v.top_cap end)
-          and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.aggregate_concurrency))""")
+          and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.aggregate_concurrency))""",
+                         [published.METHOD_WORKLOAD_SQL])
 
 
 def correctness_input(results: Results) -> pd.DataFrame:
@@ -395,26 +414,13 @@ def full_table(results: Results, node: str, table_dir: Path, page_rows: int, var
 
 def varying_basis(results: Results) -> dict[str, list[str]]:
     """Per node, the basis fields that differ between its rows, with their values: the full table's caveat.
-    One scan counts every node's distinct values; a second reads the values of the fields that differ."""
-    fields = [f for f in basis.WHY_IT_MATTERS if f not in FULL_KEYS + ["node", "metric"]]
+    DuckDB reduces the rows to each node's distinct basis combinations (a handful however many rows), and
+    basis.caveats, the one rule for what differs, reads those as one block per node."""
     present = set(results.frame("select * from results limit 0").columns)
-    fields = [f for f in fields if f in present]
-    counts = results.frame("select node, " + ", ".join(f"count(distinct coalesce(cast({f} as varchar), 'unknown')) as {f}"
-                                                       for f in fields) + " from results group by node").set_index("node")
-    differing = [f for f in fields if (counts[f] > 1).any()]
-    values = results.frame("select node, " + ", ".join(
-        f"list(distinct {f} order by {f}) filter (where {f} is not null) as \"v_{f}\", bool_or({f} is null) as \"null_{f}\""
-        for f in differing) + " from results group by node").set_index("node") if differing else None
-    out = {}
-    for node, count in counts.iterrows():
-        lines = []
-        for name in [f for f in differing if count[f] > 1]:
-            shown = list(values.at[node, f"v_{name}"]) + ([None] if values.at[node, f"null_{name}"] else [])
-            text = ", ".join(basis.format_value(v) for v in shown[:6])
-            lines.append(f"{basis.DISPLAY_NAMES.get(name, name)}: {text}{' …' if count[name] > 6 else ''} "
-                         f"(column {name} in the results says which row). Why it matters: {basis.WHY_IT_MATTERS[name]}.")
-        out[node] = lines
-    return out
+    fields = [f for f in basis.WHY_IT_MATTERS if f not in FULL_KEYS + ["node", "metric"] and f in present]
+    combos = results.frame(f"select distinct node, {', '.join(fields)} from results")
+    return {node: [c.text() for c in basis.caveats(group.assign(row_no=1), axes=FULL_KEYS + ["node", "metric"])]
+            for node, group in combos.groupby("node", sort=False)}
 
 
 def full_tables(source: Path | pd.DataFrame, nodes: list[str], table_dir: Path) -> list[FullTable]:
@@ -451,10 +457,30 @@ def full_html(full: FullTable) -> str:
             f"<script>stackbenchPager('{html.escape(full.table_id)}')</script>")
 
 
-def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, published.Layout]) -> list[tables.Table]:
-    """The seeds' tables in the order the posts and their layouts come (data/published), one per table id."""
+def method_input(results: Results, layouts: dict[str, published.Layout]) -> pd.DataFrame:
+    """The measured rows a seed table can show beside the post's (tables.seed_table picks them): rows of
+    the tables' method workloads and the launch-level rows of the launches that ran one, only the metrics
+    the posts' tables hold. Small: a few launches' cells."""
+    methods = sorted({m for layout in layouts.values() for m in layout.method})
+    if not methods:
+        return pd.DataFrame()
+    return results.frame("""
+        with ran as (select distinct ref, node, stack, variant from results
+                     where source = 'measured' and workload in (select unnest(?::varchar[])))
+        select r.* from results r join ran using (ref, node, stack, variant)
+        where r.source = 'measured' and r.status = 'ok'
+          and (r.workload in (select unnest(?::varchar[])) or r.workload is null)
+          and r.metric in (select distinct metric from results where source = 'published' and table_id is not null)""",
+                         [methods, methods])
+
+
+def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, published.Layout],
+                measured: pd.DataFrame | None = None) -> list[tables.Table]:
+    """The seeds' tables in the order the posts and their layouts come (data/published), one per table id,
+    each with the rows of any node measured with its post's method beside the post's."""
     present = set(published_rows["table_id"].dropna())
-    return [tables.seed_table(published_rows, table_id, layout) for table_id, layout in layouts.items() if table_id in present]
+    return [tables.seed_table(published_rows, table_id, layout, measured)
+            for table_id, layout in layouts.items() if table_id in present]
 
 
 def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published")) -> list[Path]:
@@ -483,7 +509,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         correctness = correctness_tables(by_variant, nodes)
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background)
-        seed = seed_tables(results.rows("source = 'published'"), published.load_layouts(published_dir))
+        layouts = published.load_layouts(published_dir)
+        seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
         figures = _figures(results, spec, nodes)
         fulls = fulls_job.result()
         status = status_lines(results)
@@ -519,8 +546,39 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     return written
 
 
+def _like_columns(results: Results) -> str:
+    present = set(results.frame("select * from results limit 0").columns)
+    return ", ".join(c for c in charts.LIKE_BASIS if c in present)
+
+
+def ladder_input(results: Results) -> pd.DataFrame:
+    """The context ladders' cells: measured prefill and decode rates at c1 of every launch that ran one
+    workload at charts.LADDER_MIN_LENGTHS or more prompt lengths. Few rows, however large the results."""
+    like = _like_columns(results)
+    return results.frame(f"""
+        with c1 as (select ref, node, stack, variant, workload, prompt_tokens, metric, value, {like} from results
+                    where source = 'measured' and status = 'ok' and concurrency = 1 and workload is not null
+                      and prompt_tokens is not null and value is not null and metric in (select unnest(?::varchar[]))),
+        ladders as (select ref, node, stack, variant, workload from c1 group by all
+                    having count(distinct prompt_tokens) >= ?)
+        select c1.* from c1 join ladders using (ref, node, stack, variant, workload)""",
+                         [list(charts.LADDER_METRICS), charts.LADDER_MIN_LENGTHS])
+
+
+def pareto_input(results: Results) -> pd.DataFrame:
+    """The Pareto charts' points: measured aggregate throughput per node, variant, workload, basis and
+    concurrency, the median over runs (DuckDB reduces them, so a large sweep comes back as its cells)."""
+    like = _like_columns(results)
+    return results.frame(f"""
+        select node, stack, variant, workload, {like}, concurrency, median(value) as value from results
+        where source = 'measured' and status = 'ok' and metric = 'aggregate_tps' and concurrency is not null
+          and workload is not null and value is not null
+        group by all""")
+
+
 def _figures(results: Results, spec: pd.DataFrame, nodes: list[str]) -> list:
     figures = []
+    ladders, paretos = ladder_input(results), pareto_input(results)
     # One narrow query, split by node on integer positions: a scan per node, or filtering a wide frame of
     # arrow-backed strings in pandas, costs more.
     charted = results.frame(f"select {', '.join(CHART_COLUMNS)} from results where "
@@ -530,7 +588,8 @@ def _figures(results: Results, spec: pd.DataFrame, nodes: list[str]) -> list:
         mine = charted.take(positions.get(node, [])).reset_index(drop=True)
         figures += [charts.rate_by_workload(mine, node), charts.concurrency_scaling(mine, node),
                     charts.power_sweep(mine, node), charts.per_position_acceptance(mine, node),
-                    charts.accept_len_by_depth(mine, node), charts.spec_speedup(spec, node)]
+                    charts.accept_len_by_depth(mine, node), charts.spec_speedup(spec, node),
+                    charts.context_ladder(ladders, node), charts.throughput_pareto(paretos, node)]
     return [f for f in figures if f is not None]
 
 

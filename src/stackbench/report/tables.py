@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from stackbench.results import basis
+from stackbench.results import basis, published
 from stackbench.results.published import Layout
 
 MISSING = "—"
@@ -134,9 +134,71 @@ def _finish(table: Table, records: pd.DataFrame, axes: tuple[str, ...], extra_ca
 SEED_AXES = ("variant", "workload", "concurrency", "metric", "spec_tokens", "spec_method", "power_cap_w")
 
 
-def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = None) -> Table:
+SAME_METHOD = "same method"
+LAUNCH_KEYS = ["ref", "node", "stack", "variant"]
+
+
+def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dict[str, set[tuple]]) -> pd.DataFrame:
+    """The measured records that stand beside a post's table: per launch that ran one of the table's method
+    workloads, the records matching a column's (metric, concurrency); a column the post gives without a
+    concurrency (a profile's acceptance, a launch's pool) takes the launch's own row, else the method's c1.
+    Each record gets its display row's label and its column."""
+    if measured is None or measured.empty or not layout.method:
+        return pd.DataFrame()
+    ran = measured[measured["workload"].isin(layout.method)]
+    launches = ran[LAUNCH_KEYS].drop_duplicates()
+    mine = measured.merge(launches, on=LAUNCH_KEYS)
+    mine = mine[mine["workload"].isin(layout.method) | mine["workload"].isna()]
+    # One power cap per launch, as the headline picks it (uncapped where it ran uncapped, else its highest):
+    # a post's column holds one figure, and a cap sweep's others are in the analysis section.
+    cells = mine["workload"].notna()
+    uncapped = (cells & mine["power_cap_w"].isna()).groupby([mine[k] for k in LAUNCH_KEYS]).transform("any")
+    top = mine["power_cap_w"].where(cells).groupby([mine[k] for k in LAUNCH_KEYS]).transform("max")
+    mine = mine[~cells | (uncapped & mine["power_cap_w"].isna()) | (~uncapped & (mine["power_cap_w"] == top))]
+    picked = []
+    for column, keys in column_keys.items():
+        for metric, concurrency in keys:
+            rows = mine[mine["metric"] == metric]
+            if _present(concurrency):
+                hits = rows[rows["workload"].notna() & (rows["concurrency"] == concurrency)]
+            else:
+                own = rows[rows["workload"].isna()]  # the launch's own figure (pool, VRAM)
+                at_one = rows[rows["workload"].notna() & (rows["concurrency"] == 1)]
+                has_own = own[LAUNCH_KEYS].drop_duplicates().assign(has_own=True)
+                at_one = at_one.merge(has_own, on=LAUNCH_KEYS, how="left")
+                hits = pd.concat([own, at_one[at_one["has_own"].isna()].drop(columns="has_own")])
+            picked.append(hits.assign(col_key=column))
+    rows = pd.concat(picked, ignore_index=True) if picked else pd.DataFrame()
+    if rows.empty:
+        return rows
+    labels = {}
+    for key, group in ran.groupby(LAUNCH_KEYS, dropna=False):
+        labels[key] = _method_label(key, group)
+    rows["row_label"] = [labels.get(tuple(k)) for k in rows[LAUNCH_KEYS].itertuples(index=False)]
+    return rows[rows["row_label"].notna()]
+
+
+def _method_label(key: tuple, cells: pd.DataFrame) -> str:
+    """'<node>, same method (<stack> / <variant>; 407 prompt / 512 output tokens)': the lengths measured, exact,
+    since the post's own may be approximate."""
+    _, node, stack, variant = key
+    lengths = []
+    for field_name, word in (("prompt_tokens", "prompt"), ("output_tokens", "output")):
+        values = sorted({int(v) for v in cells[field_name].dropna()}) if field_name in cells else []
+        if values:
+            lengths.append(f"{values[0]}" + (f"-{values[-1]}" if len(values) > 1 else "") + f" {word}")
+    what = f"{stack} / {variant}" + (f"; {' / '.join(lengths)} tokens" if lengths else "")
+    return f"{node}, {SAME_METHOD} ({what})"
+
+
+def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = None,
+               measured: pd.DataFrame | None = None) -> Table:
     """Regenerate one of the seeds' tables from the published rows, in its post's own layout: the post's
-    header row and row order, its text cells kept as text, its figures written as the post writes them."""
+    header row and row order, its text cells kept as text, its figures written as the post writes them.
+
+    With `measured` rows, every launch that ran the table's method workload (layout.method) gets a row of
+    its own after the post's, labelled "<node>, same method", its cells matched to the post's columns by
+    metric and concurrency; the caveats then name what still differs (hardware, engine version, ...)."""
     records = results[results["table_id"] == table_id].copy()
     if records.empty:
         raise KeyError(f"no published rows for table {table_id!r}")
@@ -150,6 +212,13 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
         columns = ["", *col_labels] + (["change"] if col_labels == ["before", "after"] else [])
     change = layout.change or ({"column": "change", "before": "before", "after": "after"} if "change" in columns else None)
     records["col_key"] = records["col_label"].fillna(columns[1])
+    column_keys: dict[str, set[tuple]] = {}
+    for column, metric, concurrency in records[["col_key", "metric", "concurrency"]].drop_duplicates().itertuples(index=False):
+        column_keys.setdefault(column, set()).add((metric, concurrency if _present(concurrency) else None))
+    beside = _method_rows(measured, layout, column_keys)
+    if len(beside):
+        row_labels += list(dict.fromkeys(beside["row_label"]))
+        records = pd.concat([records, beside], ignore_index=True)
     records["row_no"] = records["row_label"].map({label: i + 1 for i, label in enumerate(row_labels)})
     by_cell: dict[tuple, list[dict]] = {}
     for record in records.to_dict("records"):
@@ -182,15 +251,14 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
         rows.append(cells)
         raw_rows.append(raw)
     title = records["table_title"].iloc[0] or table_id
-    table = Table(table_id, title, "; ".join(dict.fromkeys(records["ref"])), columns, rows, raw_rows)
+    refs = list(dict.fromkeys(records.loc[records["source"] == "published", "ref"]))
+    if len(beside):
+        refs.append(f"{SAME_METHOD}: measured with {', '.join(layout.method)} (runs {', '.join(dict.fromkeys(beside['ref']))})")
+    table = Table(table_id, title, "; ".join(refs), columns, rows, raw_rows)
     return _finish(table, records, SEED_AXES, layout.caveats)
 
 
 # -- the headline -------------------------------------------------------------------------------------------
-def _post(ref: str, source: str) -> str:
-    return ref.split("_")[0] if source == "published" else ""
-
-
 def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
     """The records behind one node's headline: per variant, its canonical cells only.
 
@@ -203,7 +271,7 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
                    & (results["stat"] != "peak")].copy()
     if rows.empty:
         return rows
-    rows["post"] = [_post(r, s) for r, s in zip(rows["ref"], rows["source"])]
+    rows["post"] = published.posts_of(rows["ref"]).where(rows["source"] == "published", "")
     keys = HEADLINE_KEYS
     rule = rows["metric"].map({c.metric: c.cell for c in HEADLINE})
     # The cap is chosen among the cells' figures; a launch's own figures (pool, VRAM) logged without a cap hold at it.
@@ -285,6 +353,10 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
         rows.append(cells)
         raw_rows.append(raw)
     refs = "; ".join(sorted(set(records["ref"])))
+    methods = [w for w in dict.fromkeys(records.loc[records["source"] == "measured", "workload"].dropna())
+               if published.method_post(w)]
+    if methods:
+        refs += "; measured cells from " + ", ".join(f"{w} (post {published.method_post(w)}'s method)" for w in methods)
     table = Table(f"headline-{node}", f"Headline on {node}: one row per stack variant", refs, columns, rows, raw_rows)
     power = [f"power: not measured on this node: {power_why}."] if power_why else []
     table = _finish(table, records, ("source", "stack", "variant", "spec_method", "spec_tokens", "engine", "metric",

@@ -32,6 +32,8 @@ WHY_IT_MATTERS: dict[str, str] = {
     "workload": "content changes speculative acceptance: code and JSON are predictable, prose is not",
     "concurrency": "an aggregate over several streams is not the speed one stream sees",
     "temperature": "sampling at temperature > 0 lowers speculative acceptance compared with greedy decoding",
+    "thinking": "a reasoning model thinking first spends output tokens on its reasoning and answers later",
+    "reasoning_effort": "a higher reasoning effort makes longer reasoning before the answer",
     "ttft_included": "a rate with time-to-first-token inside is lower than the decode rate alone",
     "power_cap_w": "a power cap lowers clocks; speed falls steeply below the sweet spot",
     "spec_method": "a different speculative method",
@@ -64,6 +66,31 @@ DISPLAY_NAMES = {
 }
 
 
+# Lengths a post states as "about 400 tokens" are met by a measured length within this share of it: a
+# tokenizer and a salt per request never reproduce a post's prompt to the token. Inside it no caveat; the
+# exact lengths stay in the rows (a measured row shows its own).
+LENGTH_TOLERANCE = 0.10
+LENGTH_FIELDS = ("prompt_tokens", "output_tokens")
+
+
+def within_tolerance(a: float, b: float) -> bool:
+    """Two lengths alike: they differ by at most LENGTH_TOLERANCE of the larger."""
+    return abs(a - b) <= LENGTH_TOLERANCE * max(abs(a), abs(b))
+
+
+def _length_anchors(values) -> dict[str, str]:
+    """Displayed length -> the displayed length of its cluster's smallest member (ascending, each value joins
+    the cluster whose smallest member it is within tolerance of): alike lengths compare equal."""
+    numbers = sorted({float(v) for v in values if v != "unknown"})
+    anchors: dict[str, str] = {}
+    anchor = None
+    for number in numbers:
+        if anchor is None or not within_tolerance(anchor, number):
+            anchor = number
+        anchors[format_value(number)] = format_value(anchor)
+    return anchors
+
+
 @dataclass(frozen=True)
 class Caveat:
     field: str
@@ -71,12 +98,22 @@ class Caveat:
     why: str
 
     def text(self) -> str:
+        if len(self.values_by_row) == 1:
+            return self.whole_table_text()
         groups: dict[str, list[int]] = {}
         for row, values in sorted(self.values_by_row.items()):
             groups.setdefault(" / ".join(values), []).append(row)
         parts = [f"{_rows_phrase(rows)} {_at(value)}" for value, rows in groups.items()]
         name = DISPLAY_NAMES.get(self.field, self.field)
         return f"{name}: {', '.join(parts)}. Why it matters: {self.why}."
+
+    def whole_table_text(self, shown: int = 6) -> str:
+        """A table read as one block (a node's full table): the values it holds; the results column says
+        which row has which."""
+        values = [v for vs in self.values_by_row.values() for v in vs]
+        text = ", ".join(values[:shown]) + (" …" if len(values) > shown else "")
+        name = DISPLAY_NAMES.get(self.field, self.field)
+        return f"{name}: {text} (column {self.field} in the results says which row). Why it matters: {self.why}."
 
 
 def _at(value: str) -> str:
@@ -121,13 +158,32 @@ def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[st
             seen[name].setdefault(int(row), set()).add(format_value(value))
     found: list[Caveat] = []
     for name in fields:
-        values_by_row = {row: tuple(sorted(shown)) for row, shown in sorted(seen[name].items())}
-        # Rows that differ from each other, or one row mixing two stated values. A row whose figures state
-        # the field once and leave it unstated elsewhere (a launch's pool has no temperature) is not a mix.
-        mixed = any(len([v for v in shown if v != "unknown"]) > 1 for shown in values_by_row.values())
-        if len(set(values_by_row.values())) > 1 or mixed:
+        values_by_row = {row: tuple(sorted(shown, key=_value_order)) for row, shown in sorted(seen[name].items())}
+        if _differs(name, values_by_row):
             found.append(Caveat(name, values_by_row, WHY_IT_MATTERS[name]))
     return found
+
+
+def _value_order(value: str):
+    """Numbers by size, then text, then unknown last."""
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1 if value != "unknown" else 2, 0.0, value)
+
+
+def _differs(name: str, values_by_row: dict[int, tuple[str, ...]]) -> bool:
+    """Rows that differ from each other, or one row mixing two stated values. A row whose figures state the
+    field once and leave it unstated elsewhere (a launch's pool has no temperature) is not a mix, and reads
+    as its stated value beside other rows. Lengths compare within LENGTH_TOLERANCE."""
+    anchors = _length_anchors([v for vs in values_by_row.values() for v in vs]) if name in LENGTH_FIELDS else {}
+    compared = []
+    for values in values_by_row.values():
+        stated = {anchors.get(v, v) for v in values if v != "unknown"}
+        if len(stated) > 1:
+            return True
+        compared.append(frozenset(stated) or frozenset(["unknown"]))
+    return len(set(compared)) > 1
 
 
 WIDE_MARKER = "⚠"

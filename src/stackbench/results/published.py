@@ -8,9 +8,11 @@ figure as the post writes it) is provenance for the seed-text check, not a resul
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from stackbench import config
@@ -18,6 +20,41 @@ from stackbench.results.store import UNKNOWN
 
 TEXT_BASIS = ("node", "gpu", "os", "engine", "engine_version", "engine_image", "model", "quant", "kv_dtype",
               "ttft_included", "spec_method", "workload", "variant")
+
+
+# A published ref is "<seed file> §<section>"; the seed file starts with the post's number (004_...txt).
+REF_SECTION = " §"
+# Measured workloads that reproduce a post's method are named seed-<NNN>-<what> (configs/workloads).
+METHOD_WORKLOAD = re.compile(r"^seed-(\d{3})-")
+METHOD_WORKLOAD_SQL = "^seed-[0-9]{3}-"  # the same rule for DuckDB's regexp_matches
+
+
+def ref_of(seed: str, section: str) -> str:
+    return f"{seed}{REF_SECTION}{section}"
+
+
+def post_of(ref: str | None) -> str:
+    """The post a published ref belongs to ('004'), '' for any other ref (a measured run id)."""
+    if not isinstance(ref, str) or REF_SECTION not in ref:
+        return ""
+    seed = ref.split(REF_SECTION, 1)[0]
+    number = seed.split("_", 1)[0]
+    return number if number.isdigit() else ""
+
+
+def section_of(ref: str) -> str:
+    return ref.split(REF_SECTION, 1)[1] if isinstance(ref, str) and REF_SECTION in ref else ""
+
+
+def posts_of(refs: pd.Series) -> pd.Series:
+    """post_of over a column: one call per distinct ref (a handful), then a vectorized lookup."""
+    return refs.map({r: post_of(r) for r in refs.dropna().unique()}).fillna("")
+
+
+def method_post(workload: str | None) -> str:
+    """The post whose method a measured workload reproduces ('004' for seed-004-short), else ''."""
+    match = METHOD_WORKLOAD.match(workload) if isinstance(workload, str) else None
+    return match[1] if match else ""
 
 
 @dataclass
@@ -31,6 +68,9 @@ class Layout:
     templates: dict[str, str] = field(default_factory=dict)  # row label -> "{metric} MiB（余 {metric}）"
     formats: dict[str, dict] = field(default_factory=dict)  # metric -> {scale, suffix}
     caveats: list[str] = field(default_factory=list)
+    # The measured workloads that reproduce the post's method for this table's figures (seed-004-short):
+    # rows measured with them stand beside the post's, one per measured launch. Empty: none does.
+    method: list[str] = field(default_factory=list)
 
 
 def _check_sections(doc: dict, path: Path) -> None:
@@ -54,7 +94,7 @@ def load_file(path: Path, root: Path = Path(".")) -> list[dict]:
 
 
 def _finish(record: dict, seed: str, group: dict, where: str) -> dict:
-    record.update(source="published", ref=f"{seed} §{group['section']}", table_id=group["table_id"],
+    record.update(source="published", ref=ref_of(seed, group["section"]), table_id=group["table_id"],
                   table_title=group["title"])
     for field_name in ("metric", "unit", "row_label"):
         if field_name not in record:
@@ -117,9 +157,24 @@ def load_layouts(directory: Path) -> dict[str, Layout]:
                 layout.templates = spec.get("templates", {})
                 layout.formats = spec.get("formats", {})
             layout.caveats += [c for c in group.get("caveats", []) if c not in layout.caveats]
+            layout.method += [m for m in _methods(group.get("method", METHOD_DEFAULT)) if m not in layout.method]
     for table_id, layout in layouts.items():
         _check_layout(table_id, layout, directory)
     return layouts
+
+
+def _schema_default(name: str):
+    """A group field's default, as workflow/schemas/published.schema.yaml states it (load_layouts reads the
+    files without validating them again, so it reads the default from there)."""
+    schema = config.load_yaml(Path(__file__).resolve().parents[3] / config.SCHEMA_DIR / "published.schema.yaml")
+    return schema["properties"]["groups"]["items"]["properties"][name].get("default")
+
+
+METHOD_DEFAULT = _schema_default("method")
+
+
+def _methods(value) -> list[str]:
+    return [] if value is None else [value] if isinstance(value, str) else list(value)
 
 
 def _check_layout(table_id: str, layout: Layout, directory: Path) -> None:
@@ -133,6 +188,9 @@ def _check_layout(table_id: str, layout: Layout, directory: Path) -> None:
         for column in cells:
             if column not in columns:
                 raise config.ConfigError(f"{where}.text.{label}: column {column!r} is not in layout.columns")
+    for workload in layout.method:
+        if not METHOD_WORKLOAD.match(workload):
+            raise config.ConfigError(f"{where}: method {workload!r} is not a post's method workload (seed-<NNN>-<what>)")
     for field_name in ("column", "before", "after"):
         if layout.change and layout.change[field_name] not in columns:
             raise config.ConfigError(f"{where}.change.{field_name}: {layout.change[field_name]!r} is not in layout.columns")

@@ -1,0 +1,158 @@
+"""Your row beside theirs: a node measured with a post's method (a seed-<NNN>-<what> workload) appears in
+that post's regenerated tables, its headline reads that method's cells, and its ladder and Pareto charts are
+drawn. All rows here are hand-built test data, not measurements."""
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from conftest import ROOT
+from stackbench.cli import published_records
+from stackbench.report import render
+from stackbench.results import basis, published, store
+
+NODE = "test-gpu"
+
+
+def launch(variant: str = "mtp-n2", prompt: int = 407, **extra) -> dict:
+    return dict(source="measured", ref=f"run-{variant}", node=NODE, stack="vllm", variant=variant,
+                spec_method="mtp" if variant.startswith("mtp") else "none",
+                spec_tokens=int(variant[-1]) if variant.startswith("mtp") else None, status="ok", stat="median", n=3,
+                os="Debian 13", engine="vllm", engine_version="v0.11.0", model="lyf/Qwen3.8-27B-Heretic-ARA-NVFP4-MTP-VL",
+                quant="NVFP4 (compressed-tensors)", kv_dtype="fp8", context_len=65536, temperature=0.0,
+                ttft_included="no", gpu="RTX 4090 24GB", gpu_count=1, tp=1, _prompt=prompt, **extra)
+
+
+def method_rows(variant: str = "mtp-n2", prompt: int = 407) -> list[dict]:
+    """seed-004-short on one launch: ~400 prompt tokens measured as `prompt`, 512 output, c1-c4, greedy."""
+    base = launch(variant, prompt)
+    prompt = base.pop("_prompt")
+    rows = []
+    for c in (1, 2, 3, 4):
+        cell = dict(base, workload="seed-004-short", concurrency=c, prompt_tokens=prompt, output_tokens=512)
+        rows += [dict(cell, metric="aggregate_tps", value=90.0 * c, unit="tok/s"),
+                 dict(cell, metric="decode_tps", value=95.0 - c, unit="tok/s")]
+    rows += [dict(base, workload="seed-004-short", concurrency=1, prompt_tokens=prompt, output_tokens=512,
+                  metric="accept_len", value=2.05, unit="ratio"),
+             dict(base, metric="kv_pool_tokens", value=120000, unit="tokens", stat="single")]
+    # Another workload on the same launch: the headline must not read it once the method ran.
+    rows.append(dict(base, workload="code", concurrency=1, prompt_tokens=40, output_tokens=64, metric="decode_tps",
+                     value=300.0, unit="tok/s"))
+    return rows
+
+
+def ladder_rows(variant: str = "mtp-n2") -> list[dict]:
+    """One launch at c1 over four prompt lengths of one workload: a context ladder."""
+    base = launch(variant)
+    base.pop("_prompt")
+    rows = []
+    for prompt in (1000, 8000, 32000, 128000):
+        cell = dict(base, workload="seed-000-128k", concurrency=1, prompt_tokens=prompt, output_tokens=256)
+        rows += [dict(cell, metric="prefill_tps", value=2000.0 - prompt / 100, unit="tok/s"),
+                 dict(cell, metric="decode_tps", value=90.0 - prompt / 2000, unit="tok/s")]
+    return rows
+
+
+def write(tmp_path, measured: list[dict], thinking: bool = True):
+    """Published rows plus `measured` in a results file. The `thinking` column (being added to the contract
+    elsewhere) is appended here: 'off' on seed 004's rows and the measured ones, as both state it."""
+    table = store.to_table(pd.DataFrame(published_records(ROOT / "data/published", ROOT) + measured))
+    if thinking:
+        frame = table.select(["source", "ref"]).to_pandas()
+        off = (frame["source"] == "measured") | frame["ref"].map(published.post_of).eq("004")
+        table = table.append_column("thinking", pa.array(["off" if o else None for o in off], pa.string()))
+    path = tmp_path / "results.parquet"
+    store.atomic_write_parquet(table, path)
+    out = tmp_path / "reports"
+    render.write_report(path, out, ROOT / "data/published")
+    return out
+
+
+@pytest.fixture(scope="module")
+def beside(tmp_path_factory):
+    return write(tmp_path_factory.mktemp("beside"), method_rows() + method_rows("nospec") + ladder_rows())
+
+
+def table_lines(reports, table_id):
+    return (reports / "tables" / f"{table_id}.md").read_text(encoding="utf-8").splitlines()
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def caveat_fields(lines: list[str]) -> set[str]:
+    return {line[2:].split(":")[0] for line in lines if line.startswith("- ")}
+
+
+def test_a_node_measured_with_the_method_stands_beside_the_post(beside):
+    lines = table_lines(beside, "s004-mtp-ab")
+    mine = [line for line in lines if f"{NODE}, same method" in line]
+    assert len(mine) == 2  # one row per measured launch
+    row = dict(zip(cells(lines[4]), cells(next(line for line in mine if "mtp-n2" in line))))
+    assert "407 prompt / 512 output tokens" in row["MTP"]  # its exact length
+    assert (row["c1"], row["c2"], row["c3"], row["c4"]) == ("90", "180", "270", "360")
+    assert row["λ"] == "2.05" and row["KV tokens"] == "120000†"
+    assert any("same method: measured with seed-004-short" in line for line in lines)  # the source line
+    fields = caveat_fields(lines)
+    assert {"gpu", "engine version"} <= fields
+    for same in ("prompt tokens", "output tokens", "temperature", "thinking", "concurrency"):
+        assert same not in fields, (same, fields)
+
+
+def test_a_length_outside_the_tolerance_is_a_caveat(tmp_path):
+    far = round(400 * (1 + basis.LENGTH_TOLERANCE) + 20)
+    lines = table_lines(write(tmp_path, method_rows(prompt=far)), "s004-mtp-ab")
+    caveats = [line for line in lines if line.startswith("- prompt tokens:")]
+    assert caveats and f"at {far}" in caveats[0] and "at 400" in caveats[0]
+
+
+def test_tables_without_a_method_get_no_measured_rows(beside):
+    assert not any("same method" in line for line in table_lines(beside, "s004-vram"))
+
+
+def test_the_headline_reads_the_method_and_says_so(beside):
+    lines = table_lines(beside, f"headline-{NODE}")
+    row = dict(zip(cells(lines[4]), cells(next(line for line in lines if line.startswith("| measured | vllm | mtp-n2")))))
+    assert row["decode tok/s"] == "94"  # seed-004-short at c1, not the code workload's 300
+    assert "seed-004-short" in lines[2]  # "Source: ..." names the method
+
+
+def test_ladder_and_pareto_charts_are_drawn_for_such_a_node_only(beside, tmp_path):
+    page = (beside / "index.html").read_text(encoding="utf-8")
+    assert f"Context ladder on {NODE}: seed-000-128k" in page
+    assert f"Throughput per stream against aggregate on {NODE}: seed-004-short" in page
+    assert "Context ladder on rtx5090" not in page and "against aggregate on rtx5090" not in page  # no such cells
+    plain = write(tmp_path, [r for r in method_rows() if r.get("workload") != "seed-004-short"], thinking=False)
+    page = (plain / "index.html").read_text(encoding="utf-8")
+    assert "Context ladder on" not in page and "Throughput per stream against aggregate on" not in page
+
+
+def test_one_rule_says_which_post_a_ref_belongs_to():
+    ref = published.ref_of("004_14e3323af99a7fa5.txt", "MTP n=2 和 n=3 A/B")
+    assert published.post_of(ref) == "004" and published.section_of(ref) == "MTP n=2 和 n=3 A/B"
+    assert published.post_of("run-20261201") == "" and published.method_post("seed-004-short") == "004"
+
+
+def test_a_method_that_is_not_a_method_workload_is_a_config_error(tmp_path):
+    from stackbench import config
+
+    text = (ROOT / "data/published/004_14e3323af99a7fa5.yaml").read_text(encoding="utf-8")
+    bad = tmp_path / "004_14e3323af99a7fa5.yaml"
+    bad.write_text(text.replace("method: seed-004-short", "method: short", 1), encoding="utf-8")
+    with pytest.raises(config.ConfigError, match="method"):
+        published.load_file(bad, ROOT)
+
+
+def test_the_method_default_comes_from_the_schema():
+    layouts = published.load_layouts(ROOT / "data/published")
+    assert published.METHOD_DEFAULT is None and layouts["s004-vram"].method == []
+    assert layouts["s004-mtp-ab"].method == ["seed-004-short"]
+
+
+def test_a_capped_sweep_shows_one_cap_beside_the_post(tmp_path):
+    """The method run at two caps on one launch: its row shows the uncapped cells, one figure per column."""
+    capped = [dict(r, power_cap_w=300.0, value=r["value"] / 2) for r in method_rows() if r.get("workload") == "seed-004-short"]
+    lines = table_lines(write(tmp_path, method_rows() + capped), "s004-mtp-ab")
+    row = dict(zip(cells(lines[4]), cells(next(line for line in lines if f"{NODE}, same method" in line))))
+    assert row["c1"] == "90" and row["c4"] == "360"
