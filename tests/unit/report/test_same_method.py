@@ -5,8 +5,8 @@ drawn. All rows here are hand-built test data, not measurements."""
 import pandas as pd
 import pyarrow as pa
 import pytest
+from paths import ROOT
 
-from conftest import ROOT
 from stackbench.cli import published_records
 from stackbench.report import render
 from stackbench.results import basis, published, store
