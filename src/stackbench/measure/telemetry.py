@@ -272,13 +272,20 @@ class Sampler:
         """End the window now. Energy is the counters' difference between the window's start and end; where
         a counter went backwards (driver reload, reset) or could not be read, the power samples inside
         the window are integrated instead (trapezoids) and `energy_source` says so. Power mean and p95
-        come from the samples inside the window only."""
+        come from the samples inside the window only (one taken at its end when it was shorter than the
+        sampling period)."""
         end = self.clock()
         try:
             now_mj = self.gpus.energy_mj()
         except self.gpus.nvml.NVMLError as err:
             now_mj, window.why_no_counter = None, f"energy counter unreadable ({err})"
         inside = self.window(window.start, end)
+        if not inside:  # a window shorter than the sampling period: one sample, at its end
+            try:
+                self.take()
+                inside = self.window(window.start, self.clock())
+            except self.gpus.nvml.NVMLError as err:
+                self.errors.append((self.clock(), f"NVML error while sampling: {err}"))
         totals = power_by_time(inside)
         energy_j, source = None, "energy counter"
         if window.energy_mj is not None and now_mj is not None:

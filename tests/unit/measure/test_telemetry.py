@@ -296,3 +296,13 @@ def test_restore_on_sigint_and_sigterm(tmp_path, signum):
     limits = FakeNvml(count=2, state_path=gpu)
     assert [limits.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [300_000, 300_000]
     assert not list(state.glob("*.powercap.json"))
+
+
+def test_a_window_shorter_than_the_sampling_period_still_has_a_power_sample():
+    fake = FakeNvml(count=1)
+    sampler = telemetry.Sampler(telemetry.NvmlGpus(fake), period_s=3600)  # the thread samples once, at start
+    with sampler:
+        assert wait_for(lambda: sampler.rows)
+        window = sampler.open_window()
+        reading = sampler.close_window(window)
+    assert reading.power_samples == 1 and reading.power_mean_w == 250.5
