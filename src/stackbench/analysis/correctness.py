@@ -60,3 +60,34 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
                     + ": another workload than the one named", "")]
     table["caveat"] = ["; ".join(p for p in ps if p) for ps in zip(*why)]
     return table.reset_index()
+
+
+CROSS_STACK_METRICS = ["cross_stack_agreement", "cross_stack_divergence"]
+MATRIX_CORNER = "reference ↓ / compared →"
+
+
+def cross_stack_matrices(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Per weights family (table_title of the cross_stack_* rows), a matrix of greedy agreement between its
+    no-spec launches: rows the reference (the share is over its output length), columns the launch compared
+    with it, both labelled node / stack / quant; a cell reads "1 (identical)" or "0.65, differs at token 20".
+    Only the few agreement rows are read, never the whole results table."""
+    rows = rows[rows["metric"].isin(CROSS_STACK_METRICS) & (rows["source"] == "measured")]
+    out = []
+    for family, mine in rows.groupby("table_title", sort=True):
+        cells = mine.pivot_table(index=["row_label", "col_label"], columns="metric", values="value", aggfunc="first",
+                                 dropna=False)
+        units = mine[mine["metric"] == "cross_stack_divergence"].groupby(["row_label", "col_label"])["unit"].first()
+        labels = sorted(set(mine["row_label"]) | set(mine["col_label"]))
+        matrix = pd.DataFrame(index=labels, columns=labels, dtype=object).fillna("")
+        for (reference, candidate), values in cells.iterrows():
+            share = values.get("cross_stack_agreement")
+            diverged = values.get("cross_stack_divergence")
+            if pd.isna(share):
+                continue
+            unit = str(units.get((reference, candidate), "tokens")).removesuffix("s")
+            matrix.loc[reference, candidate] = (f"{share:.2f}, differs at {unit} {diverged:.0f}" if pd.notna(diverged)
+                                                else f"{share:.2f} (identical)")
+        for label in labels:
+            matrix.loc[label, label] = "—"
+        out.append((family, matrix.rename_axis(MATRIX_CORNER).reset_index()))
+    return out

@@ -18,6 +18,7 @@ memory, so status, todo, the knee and assemble never re-read its own files.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -99,13 +100,23 @@ class CellStore:
             return None
         return store.conform(pq.read_table(self._server_path))
 
+    def _stamped(self, cell: Cell) -> dict:
+        """A probe cell's outputs with what collect pairs launches across stacks on: the weights family the
+        node states now (it moves no fingerprint, so a cell measured before it was stated is stamped too),
+        the quantization as the cell's rows say it, and a digest of the probe set (same prompts and lengths)."""
+        doc = json.loads(self.outputs_path(cell).read_text())
+        quant = store.read_results(self.path(cell))["quant"].dropna() if self.path(cell).exists() else []
+        probe_set = hashlib.sha256(json.dumps(cell.workload.identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return {**doc, "weights": self.spec.launch.model.weights, "quant": quant.iloc[0] if len(quant) else store.UNKNOWN,
+                "probe_set": probe_set}
+
     def assemble(self) -> Path:
         """cells.parquet: every current cell's rows plus the server rows, written atomically."""
         tables = [t for t in (self.table(c) for c in self.spec.cells) if t is not None]
         server = self.server_rows()
         if server is not None:
             tables.append(server)
-        outputs = [json.loads(self.outputs_path(c).read_text()) for c in self.spec.cells if self.outputs_path(c).exists()]
+        outputs = [self._stamped(c) for c in self.spec.cells if self.outputs_path(c).exists()]
         probe_outputs = self.out_dir / store.PROBE_OUTPUTS
         if outputs:
             probe_outputs.write_text(json.dumps(outputs, ensure_ascii=False, indent=1))

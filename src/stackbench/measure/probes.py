@@ -4,7 +4,9 @@ One probe cell per launch sends, one request at a time, greedy and unsalted with
 questions (graded by the rule in the workload file), the greedy prompt set, one request cold then hot, and
 a needle. Its figures are smoke_score, cache_consistent and needle_pass (all our own); every greedy output
 is kept (`outputs`) so that collect can compare a speculative launch with the no-spec launch of its stack
-and model (output_agreement, first_divergence_token).
+and model (output_agreement, first_divergence_token), and every no-spec launch with the others whose node
+files state the same weights family, across stacks, nodes and quantizations (cross_stack_agreement,
+cross_stack_divergence: the report's matrix per family).
 
 The comparison runs at collect, from the stored outputs of both launches, not in the speculative launch's
 measure job: that job would need the no-spec launch to have finished first, an ordering between measure
@@ -126,6 +128,8 @@ def read_outputs(part_files) -> list[dict]:
 
 
 IDENTITY = ("node", "stack", "model", "workload")
+# The table_id of the cross-stack agreement rows: one matrix per weights family (table_title).
+CROSS_STACK_TABLE = "agreement-across-stacks"
 
 
 def agreement_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
@@ -156,10 +160,61 @@ def agreement_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def _label(doc: dict) -> str:
+    return f"{doc['node']} / {doc['stack']} / {doc.get('quant') or store.UNKNOWN}"
+
+
+def _comparable(a: dict, b: dict) -> bool:
+    """Two no-spec launches of the same stated weights family on the same probe set (a doc stored before the
+    probe-set digest existed pairs on the workload name alone)."""
+    return (a["ref"] != b["ref"] and a.get("weights") is not None and a.get("weights") == b.get("weights")
+            and a["workload"] == b["workload"]
+            and (a.get("probe_set") is None or b.get("probe_set") is None or a["probe_set"] == b["probe_set"]))
+
+
+def cross_stack_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
+    """cross_stack_agreement and cross_stack_divergence for every ordered pair of no-spec launches, across
+    nodes and stacks, whose models state the same weights family (models.<key>.weights; never guessed from
+    names). The candidate's probe cell gives the basis (node, stack, variant, quant); the matrix position is
+    table_id/table_title (the family) and row_label (the reference, whose output length the share is over) /
+    col_label (the candidate), so the report reads the matrix from these rows alone. Not the speculative
+    metrics' names: those are read per variant as "differs from its no-spec launch"."""
+    nospec = [d for d in docs if d["spec_method"] == "none" and d.get("weights") is not None]
+    labels = {d["ref"]: _label(d) for d in nospec}
+    taken = [labels[d["ref"]] for d in nospec]
+    for d in nospec:  # two no-spec launches of one node, stack and quant (two stack files): the variant tells them apart
+        if taken.count(labels[d["ref"]]) > 1:
+            labels[d["ref"]] = f"{d['node']} / {d['stack']} / {d['variant']} / {d.get('quant') or store.UNKNOWN}"
+    rows = []
+    for reference in nospec:
+        for candidate in (d for d in nospec if _comparable(reference, d)):
+            basis = results[(results["ref"] == candidate["ref"]) & (results["workload"] == candidate["workload"])]
+            if basis.empty:
+                continue
+            found, unit, prompts = agreement(reference, candidate)
+            family = reference["weights"]
+            base = {**basis.iloc[0].to_dict(), "ref": f"{candidate['ref']} vs {reference['ref']}", "value_min": None,
+                    "value_max": None, "ci_low": None, "ci_high": None, "status": "ok", "reason": None,
+                    "ttft_included": "no", "table_id": CROSS_STACK_TABLE, "table_title": family,
+                    "row_label": labels[reference["ref"]], "col_label": labels[candidate["ref"]]}
+            one = unit.removesuffix("s")
+            how = (f"greedy outputs of {prompts} probe prompts of {family} compared {one} by {one} with "
+                   f"{labels[reference['ref']]} ({reference['ref']})")
+            diverged = found.first_divergence_token
+            rows += [{**base, "metric": "cross_stack_agreement", "value": found.output_agreement, "unit": "ratio",
+                      "stat": "mean", "n": prompts, "note": f"mean common prefix / reference length; {how}"},
+                     {**base, "metric": "cross_stack_divergence", "value": diverged, "unit": unit, "stat": "single",
+                      "n": prompts, "note": (f"earliest divergence over the prompts; {how}" if diverged is not None
+                                             else f"identical: no divergence; {how}")}]
+    return rows
+
+
 def agreement_across(part_files, results: pa.Table) -> list[dict]:
-    """The agreement rows of every speculative launch among these parts (the collect step's derived rows)."""
+    """The derived rows of the collect step: each speculative launch against its no-spec launch, and every
+    pair of no-spec launches of the same weights family across stacks and nodes."""
     docs = read_outputs(part_files)
     if not docs:
         return []
     workloads = sorted({d["workload"] for d in docs})
-    return agreement_rows(docs, results.filter(pc.field("workload").isin(workloads)).to_pandas())
+    probe_rows = results.filter(pc.field("workload").isin(workloads)).to_pandas()
+    return agreement_rows(docs, probe_rows) + cross_stack_rows(docs, probe_rows)

@@ -80,7 +80,7 @@ def _model(node_name: str, doc: dict, key: str, where: str, models_dir: str) -> 
         path = spec.get("gguf") or spec["hf_dir"]
     else:
         raise ConfigError(f"{where}: models.{key}: give one of gguf, hf_dir or prepare")
-    return Model(name=key, path=path, quant=spec["quant"], prepare=spec.get("prepare"))
+    return Model(name=key, path=path, quant=spec["quant"], prepare=spec.get("prepare"), weights=spec.get("weights"))
 
 
 def _expand_variants(stack_doc: dict) -> list[tuple[str, dict]]:

@@ -108,7 +108,10 @@ class LaunchSpec:
 
 
 def _plain(value):
-    """A field as asdict renders it (dataclasses to dicts), for the digest."""
+    """A field as asdict renders it (dataclasses to dicts), for the digest; a model as its identity (without
+    its weights family, see Model.identity)."""
+    if isinstance(value, Model):
+        return value.identity
     return asdict(value) if hasattr(value, "__dataclass_fields__") else value
 
 

@@ -15,6 +15,16 @@ class Model:
     path: str  # a GGUF file or a Hugging Face directory
     quant: str
     prepare: str | None  # recipe the pipeline uses to make it, None if the node supplies the file
+    # The checkpoint family these files are a quantization or copy of, as the node states it (never guessed
+    # from names): collect compares the greedy outputs of launches that name the same one across stacks.
+    weights: str | None = None
+
+    @property
+    def identity(self) -> dict:
+        """The model's part of a launch fingerprint: `weights` is left out, since it is a statement about
+        the files for pairing launches, not something the server's figures depend on; stating it re-measures
+        nothing."""
+        return {k: v for k, v in asdict(self).items() if k != "weights"}
 
 
 @dataclass(frozen=True)

@@ -369,6 +369,29 @@ def comparison_tables(frame: pd.DataFrame, table_dir: Path, background: Backgrou
     return [derived_table(paired, "compare-nospec-vs-speculative", title, how, caveats, table_dir, background)]
 
 
+def cross_stack_input(results: Results) -> pd.DataFrame:
+    """The cross-stack agreement rows only: a handful per weights family."""
+    return results.frame("select source, table_title, row_label, col_label, metric, value, unit from results "
+                         f"where source = 'measured' and metric in {_in(analysis.CROSS_STACK_METRICS)}")
+
+
+def cross_stack_tables(rows: pd.DataFrame, table_dir: Path, background: Background) -> list[tables.Table]:
+    """Per weights family, the matrix of greedy agreement between its no-spec launches across stacks, nodes
+    and quantizations (analysis.cross_stack_matrices), as an analysis table (Markdown, HTML, CSV)."""
+    out = []
+    for family, matrix in analysis.cross_stack_matrices(rows):
+        slug = "".join(c if c.isalnum() or c in "-." else "-" for c in family).strip("-").lower()
+        table = derived_table(
+            matrix, f"agreement-across-stacks-{slug}", f"Greedy agreement across stacks: {family}",
+            "probes workload, greedy, thinking off, the same prompts on every launch; no-spec launches measured here "
+            "whose node files state this weights family (models.<key>.weights)", [], table_dir, background)
+        table.legend.append("Cell: mean common prefix of the compared launch's greedy output with the reference's, over "
+                            "the reference's length (1 = identical), and the earliest token (or word, where an engine "
+                            "did not stream one token per chunk) where they differ; blank: not compared.")
+        out.append(table)
+    return out
+
+
 def write_comparison(baseline: Path, candidate: Path, vary: str, out: Path) -> Path:
     """Compare two result sets (two builds, two dates, two configs) on like rows only."""
     paired, unpaired = analysis.compare(read_results(baseline), read_results(candidate), vary=vary)
@@ -509,6 +532,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         correctness = correctness_tables(by_variant, nodes)
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background)
+        derived += cross_stack_tables(cross_stack_input(results), table_dir, background)
         layouts = published.load_layouts(published_dir)
         seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
         figures = _figures(results, spec, nodes)

@@ -71,7 +71,10 @@ BASIS = [
 EXTRA = [
     ("status", pa.string()),  # ok | rejected | failed | not_run
     ("reason", pa.string()),
-    ("table_id", pa.string()),  # published rows: which seed table the figure belongs to
+    # Published rows: the seed table and the cell the figure belongs to. Measured cross_stack_* rows
+    # (measure/probes.py cross_stack_rows): the matrix and its cell, table_title the weights family, row_label
+    # the reference launch, col_label the candidate, so the report draws the matrix from those rows alone.
+    ("table_id", pa.string()),
     ("table_title", pa.string()),
     ("row_label", pa.string()),
     ("col_label", pa.string()),

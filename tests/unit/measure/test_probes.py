@@ -160,3 +160,92 @@ def test_the_real_llama_server_runs_the_probes_and_compares_the_draft_launch_wit
     assert "| outputs |" in headline
     outputs = json.loads((ci_repo / "data/runs/ci-cpu/llamacpp--nospec" / store.PROBE_OUTPUTS).read_text())
     assert outputs[0]["outputs"]["prompt-1"]["pieces_are_tokens"]  # llama.cpp streams one token per chunk
+
+
+# -- greedy agreement across stacks: launches that state the same weights family ----------------------------
+FAMILY = "SmolLM2-135M-Instruct"
+
+
+def probes_node(tmp_path: Path, name: str, url: str, weights: str | None) -> str:
+    """A node reaching one double as an external no-spec server, running the probes only."""
+    (tmp_path / f"configs/nodes/{name}.yaml").write_text(yaml.safe_dump({
+        "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": ["probes"],
+        "models": {"served": {"hf_dir": "/not/ours", "quant": "BF16", "weights": weights}},
+        "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))
+    return name
+
+
+@pytest.fixture(scope="module")
+def across(tmp_path_factory) -> Path:
+    """Four nodes, each one no-spec launch: `ref-node` and `same-node` answer alike, `other-node` differs from
+    token 20 on, all three state the same weights; `alien-node` answers like ref-node but states other weights."""
+    tmp_path = tmp_path_factory.mktemp("across")
+    for name in ("configs", "workflow/schemas"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    with serving(REFERENCE) as ref_url, serving(REFERENCE) as same_url, serving(DIFFERENT) as other_url:
+        names = [probes_node(tmp_path, "ref-node", ref_url, FAMILY), probes_node(tmp_path, "same-node", same_url, FAMILY),
+                 probes_node(tmp_path, "other-node", other_url, FAMILY), probes_node(tmp_path, "alien-node", ref_url, "Other-1B")]
+        cfg = expand.load_run_config(tmp_path, {"nodes": names, "measure": {"repeats": 1, "warmup_requests": 0}})
+        parts = []
+        for name in names:
+            node = expand.load_node(name, cfg, tmp_path)
+            parts.append(measure.LaunchRun(launchspec.build(cfg, node, node.launches[0]), tmp_path / "runs" / name).run())
+    collect_results(parts, tmp_path / "results.parquet")
+    render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")
+    return tmp_path
+
+
+def test_probe_outputs_carry_the_weights_family_quant_and_probe_set(across):
+    (doc,) = json.loads((across / "runs/ref-node" / store.PROBE_OUTPUTS).read_text())
+    assert doc["weights"] == FAMILY and doc["quant"] == "unknown"  # external: the pipeline did not set the quant
+    (alien,) = json.loads((across / "runs/alien-node" / store.PROBE_OUTPUTS).read_text())
+    assert alien["weights"] == "Other-1B" and alien["probe_set"] == doc["probe_set"]
+
+
+def test_launches_of_the_same_weights_are_compared_across_nodes_and_others_never(across):
+    results = store.read_results(across / "results.parquet")
+    cross = results[results["metric"].isin(["cross_stack_agreement", "cross_stack_divergence"])]
+    pairs = {(r.row_label.split(" / ")[0], r.col_label.split(" / ")[0]) for r in cross.itertuples()}
+    three = {"ref-node", "same-node", "other-node"}
+    assert pairs == {(a, b) for a in three for b in three if a != b}  # alien-node: other weights, never compared
+    assert set(cross["table_title"]) == {FAMILY}
+    by = cross.set_index(["row_label", "col_label", "metric"]).sort_index()
+    same = by.loc[("ref-node / vllm / unknown", "same-node / vllm / unknown")]
+    assert same.loc["cross_stack_agreement", "value"] == 1 and pd.isna(same.loc["cross_stack_divergence", "value"])
+    other = by.loc[("ref-node / vllm / unknown", "other-node / vllm / unknown")]
+    assert other.loc["cross_stack_agreement", "value"] == pytest.approx(20 / REFERENCE.output_tokens)
+    assert other.loc["cross_stack_divergence", "value"] == 20 and other.loc["cross_stack_divergence", "unit"] == "tokens"
+    assert other.loc["cross_stack_agreement", "ref"].startswith("other-node/") and " vs ref-node/" in other.loc["cross_stack_agreement", "ref"]
+    assert other.loc["cross_stack_agreement", "node"] == "other-node"  # the compared launch's basis
+    # No-spec launches are no speculative candidates: the per-variant verdict stays silent.
+    assert results[results["metric"].isin(["output_agreement", "first_divergence_token"])].empty
+    assert "differs at" not in (across / "reports/tables/correctness-other-node.md").read_text()
+
+
+def test_the_report_shows_the_matrix_per_weights_family(across):
+    md = (across / "reports/tables/agreement-across-stacks-smollm2-135m-instruct.md").read_text()
+    assert "### Greedy agreement across stacks: SmolLM2-135M-Instruct" in md
+    rows = {line.split(" | ")[0].removeprefix("| "): line.split(" | ")[1:] for line in md.splitlines()
+            if line.startswith("| ") and " / vllm / " in line.split(" | ")[0]}
+    header = next(line for line in md.splitlines() if line.startswith("| reference"))
+    columns = [c.strip(" |") for c in header.split(" | ")[1:]]
+    cell = {(r, c): v.strip(" |") for r, values in rows.items() for c, v in zip(columns, values)}
+    assert cell[("ref-node / vllm / unknown", "same-node / vllm / unknown")] == "1.00 (identical)"
+    assert cell[("ref-node / vllm / unknown", "other-node / vllm / unknown")] == "0.65, differs at token 20"
+    assert cell[("other-node / vllm / unknown", "other-node / vllm / unknown")] == "—"
+    assert not any("alien-node" in c for c in columns)
+    csv = (across / "reports/tables/agreement-across-stacks-smollm2-135m-instruct.csv").read_text()
+    assert "0.65, differs at token 20" in csv
+    page = (across / "reports/index.html").read_text()
+    assert "Greedy agreement across stacks: SmolLM2-135M-Instruct" in page
+    assert "Greedy agreement across stacks" in (across / "reports/report.md").read_text()
+
+
+def test_launches_without_a_stated_family_or_with_speculation_are_not_compared_across_stacks():
+    outputs = {"p": output("a b c", True)}
+    docs = [{**doc("nospec", "none", outputs), "ref": "x/nospec@1", "node": "x", "weights": None},
+            {**doc("nospec", "none", outputs), "ref": "y/nospec@1", "node": "y", "weights": None},
+            {**doc("draft", "draft", outputs), "ref": "z/draft@1", "node": "z", "weights": "F"},
+            {**doc("nospec", "none", outputs), "ref": "w/nospec@1", "node": "w", "weights": "F"}]
+    basis = pd.DataFrame([{"ref": d["ref"], "workload": "probes", "node": d["node"], "source": "measured"} for d in docs])
+    assert probes.cross_stack_rows(docs, basis) == []

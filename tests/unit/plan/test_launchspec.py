@@ -189,3 +189,33 @@ def test_a_flag_the_pipeline_sets_in_a_stack_file_stops_the_plan_with_its_key(re
     with pytest.raises(ConfigError, match=r"local-cpu.yaml: runs\[0\] \(llamacpp--nospec\): server_args.port: set by the "
                                           r"pipeline .*remove it from server_args \(the run's, its stack's or its variant's\)$"):
         spec_of(repo)
+
+
+def test_stating_the_weights_family_moves_no_fingerprint(repo):
+    """models.<key>.weights pairs launches at collect; the server's figures do not depend on it, so every
+    node's launches keep the fingerprints they had before it was stated (and the spec still names it)."""
+    names = sorted(p.stem for p in (repo / "configs/nodes").glob("*.yaml"))
+
+    def all_fingerprints() -> dict[str, tuple]:
+        out = {}
+        for name in names:
+            for index in range(len(expand.load_node(name, expand.load_run_config(repo, {"nodes": [name]}), repo).launches)):
+                spec = spec_of(repo, node=name, index=index)
+                out[f"{name}/{spec.launch.name}"] = (spec.fingerprint, spec.server_fingerprint, spec.launch.model.weights)
+        return out
+
+    stated = all_fingerprints()
+    assert stated["local-cpu/llamacpp--nospec"][2] == "SmolLM2-135M-Instruct"
+    assert stated["local-cpu-vllm/vllm-cpu--nospec"][2] == "SmolLM2-135M-Instruct"
+    for name in names:
+        path = repo / f"configs/nodes/{name}.yaml"
+        doc = yaml.safe_load(path.read_text())
+        for model in doc["models"].values():
+            model.pop("weights", None)
+        path.write_text(yaml.safe_dump(doc))
+    unstated = all_fingerprints()
+    assert {k: v[:2] for k, v in unstated.items()} == {k: v[:2] for k, v in stated.items()}
+    assert {v[2] for v in unstated.values()} == {None}
+    named = replace(spec_of(repo), launch=replace(spec_of(repo).launch, model=replace(spec_of(repo).launch.model, weights="F")))
+    assert named.fingerprint == spec_of(repo).fingerprint
+    assert launchspec.read(launchspec.write(named, repo / "launch.json")).launch.model.weights == "F"  # the spec carries it

