@@ -41,6 +41,8 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
     doc = load_file(path, "workload", root)
     if (doc["kind"] == "probe") != (doc["probes"] is not None):
         raise ConfigError(f"{path}: probes: required with kind probe and only there (kind is {doc['kind']!r})")
+    if (doc["kind"] == "ladder") != bool(doc["ladder"]):
+        raise ConfigError(f"{path}: ladder: a list of prompt lengths, required with kind ladder and only there (kind is {doc['kind']!r})")
     return Workload(
         name=name,
         kind=doc["kind"],
@@ -53,6 +55,10 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         load=_load(doc, path),
         own_concurrency=bool(doc["concurrency"]),
         probes=doc["probes"],
+        thinking=doc["thinking"],
+        reasoning_effort=doc["reasoning_effort"],
+        prompt_tokens_target=doc["prompt_tokens_target"],
+        ladder=tuple(doc["ladder"]),
     )
 
 
