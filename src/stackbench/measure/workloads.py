@@ -95,6 +95,8 @@ def conversations(workload: Workload, count: int, repeat: int, prompt_tokens: li
     for index in range(count):
         if workload.kind == "multi-turn":
             turns = list(workload.prompts[: workload.turns])
+            if sizing is not None:
+                turns[0] = sizing.prompt(turns[0])  # the long shared prefix; later turns reuse it from cache
         else:
             prompt = workload.prompts[(repeat * count + index) % len(workload.prompts)]
             if sizing is not None:
