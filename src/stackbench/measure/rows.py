@@ -68,7 +68,8 @@ class RowMaker:
                 "concurrency": cell.concurrency if cell else None,
                 "prompt_tokens": prompt_tokens, "output_tokens": cell.workload.output_tokens if cell else None,
                 "thinking": thinking_basis(cell.workload.thinking) if cell else None,
-                "reasoning_effort": cell.workload.reasoning_effort if cell else None}
+                "reasoning_effort": cell.workload.reasoning_effort if cell else None,
+                "method_scale": cell.workload.method_scale if cell else None}
 
     def cell_rows(self, cell: Cell, figures: list[summary.Figure], status: str, reason: str | None,
                   prompt_tokens: int | None = None, extra: dict | None = None) -> list[dict]:

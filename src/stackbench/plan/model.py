@@ -50,7 +50,7 @@ class Load:
 
 
 # Workload fields added after cells were measured: in a cell's fingerprint only where set.
-OPTIONAL_IDENTITY = ("probes", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder")
+OPTIONAL_IDENTITY = ("probes", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale")
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,7 @@ class Workload:
     reasoning_effort: str | None = None  # the request's reasoning_effort (low | medium | high); None: not sent
     prompt_tokens_target: int | None = None  # prompts sized to about this many of the served model's tokens
     ladder: tuple[int, ...] = ()  # kind ladder: one cell per prompt length (tokens of the served model)
+    method_scale: str | None = None  # the node runs this method reduced ("output 64 of 512"); None: as written
 
     @property
     def identity(self) -> dict:
