@@ -60,6 +60,12 @@ class FakeClient:
         self.status, self.reply, self.prompt_tokens = status, reply, prompt_tokens
         self.chats = 0
 
+    def without_extras(self):
+        return self
+
+    async def aclose(self):
+        pass
+
     async def post_json(self, path, body):
         return self.status, self.reply
 

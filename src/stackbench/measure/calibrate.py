@@ -31,7 +31,11 @@ async def chars_per_token(client: StreamClient, adapter: Adapter, text: str) -> 
     if count:
         return len(text) / count, None
     why = "reply not in the engine's format" if status == 200 else f"HTTP {status}" if status else "no answer"
-    record = await client.chat([{"role": "user", "content": text}], 1, 0, 0)
+    plain = client.without_extras()
+    try:
+        record = await plain.chat([{"role": "user", "content": text}], 1, 0, 0)
+    finally:
+        await plain.aclose()
     if record.status != "ok" or not record.prompt_tokens:
         raise CalibrationError(f"prompt sizing: {adapter.tokenize_path} gave {why} and the calibration request "
                                f"{record.error or 'reported no usage.prompt_tokens'}")

@@ -174,8 +174,14 @@ class StreamClient:
         self.model = model
         self.extras = extras
         self.stall_timeout_s, self.request_timeout_s = stall_timeout_s, request_timeout_s
+        self.api_key = api_key
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.session: aiohttp.ClientSession | None = None
+
+    def without_extras(self) -> StreamClient:
+        """The same server and limits without the engine's fixed-length fields and the workload's (a
+        calibration request of one token: min_tokens above max_tokens would be refused)."""
+        return StreamClient(self.base_url, self.model, {}, self.stall_timeout_s, self.request_timeout_s, self.api_key)
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
