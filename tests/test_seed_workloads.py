@@ -8,6 +8,8 @@ import pytest
 import yaml
 
 from stackbench.config import ConfigError
+from stackbench import plan
+from stackbench.measure import probes, workloads
 from stackbench.plan import expand, launchspec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,3 +77,18 @@ def test_a_ladder_spec_survives_the_launch_spec_file(tmp_path):
     spec = launchspec.build(cfg, node, node.launches[0])
     again = launchspec.read(launchspec.write(spec, tmp_path / "launch.json"))
     assert again.fingerprint == spec.fingerprint and again.cells == spec.cells
+
+
+def workload(**fields) -> plan.Workload:
+    return plan.Workload(name="w", kind="single", prompts=("p",), output_tokens=8, prompt_tokens=None, turns=1,
+                         salt=True, concurrency=(1,), **fields)
+
+
+def test_thinking_and_effort_are_request_fields_and_enter_the_fingerprint_only_when_set():
+    assert workloads.request_fields(workload()) == {}
+    assert workloads.request_fields(workload(thinking=True, reasoning_effort="medium")) == {
+        "chat_template_kwargs": {"enable_thinking": True}, "reasoning_effort": "medium"}
+    assert workloads.request_fields(workload(thinking=False)) == probes.THINKING_OFF  # one definition
+    assert set(workload(thinking=False).identity) - set(workload().identity) == {"thinking"}
+    assert not {"thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale"} & set(workload().identity)
+    assert [workloads.thinking_basis(t) for t in (True, False, None)] == ["on", "off", "server default"]
