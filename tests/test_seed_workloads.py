@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbench.config import ConfigError
 from stackbench import plan
+from stackbench.config import ConfigError
 from stackbench.measure import probes, workloads
 from stackbench.plan import expand, launchspec
 
