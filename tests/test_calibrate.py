@@ -56,8 +56,10 @@ class FakeClient:
 
     model = "served"
 
-    def __init__(self, status: int | None, reply, prompt_tokens: int | None = None):
-        self.status, self.reply, self.prompt_tokens = status, reply, prompt_tokens
+    TEMPLATE = 30  # the chat template's own tokens, in every usage.prompt_tokens
+
+    def __init__(self, status: int | None, reply, text_tokens: int | None = None):
+        self.status, self.reply, self.text_tokens = status, reply, text_tokens
         self.chats = 0
 
     def without_extras(self):
@@ -71,8 +73,10 @@ class FakeClient:
 
     async def chat(self, messages, output_tokens, stream, turn, final_hook=None):
         self.chats += 1
-        record = RequestRecord(stream=stream, turn=turn, t_submit=0.0, prompt_tokens=self.prompt_tokens)
-        if self.prompt_tokens is None:
+        copies = messages[0]["content"].count(TEXT)
+        counted = None if self.text_tokens is None else self.TEMPLATE + copies * self.text_tokens
+        record = RequestRecord(stream=stream, turn=turn, t_submit=0.0, prompt_tokens=counted)
+        if counted is None:
             record.status, record.error = "failed", "HTTP 500: boom"
         return record
 
@@ -92,11 +96,11 @@ def test_calibration_reads_chars_per_token_from_the_tokenize_endpoint_once():
     assert len(first.prompt(TEXT).split()) == pytest.approx(400 * len(TEXT.split()) / 12, abs=11)
 
 
-def test_without_the_endpoint_one_calibration_request_sizes_the_prompt_and_the_note_says_so():
-    client = FakeClient(404, {"error": "no route"}, prompt_tokens=24)
+def test_without_the_endpoint_two_calibration_requests_size_the_prompt_without_the_template():
+    client = FakeClient(404, {"error": "no route"}, text_tokens=12)
     sizing = size(client)
-    assert client.chats == 1 and sizing.chars_per_token[TEXT] == pytest.approx(len(TEXT) / 24)
-    assert "calibration request" in sizing.how and "HTTP 404" in sizing.how
+    assert client.chats == 2 and sizing.chars_per_token[TEXT] == pytest.approx((len(TEXT) + 1) / 12)
+    assert "calibration requests" in sizing.how and "HTTP 404" in sizing.how
 
 
 def test_neither_endpoint_nor_usage_fails_with_why():

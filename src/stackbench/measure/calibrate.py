@@ -4,8 +4,8 @@ Each prompt text is measured once with the engine's tokenize endpoint (the adapt
 reply), giving its characters per token on this model; a prompt of N tokens is then that text repeated and
 cut to N x chars-per-token characters (workloads.Sizing). The calibration only sizes the text: the rows'
 prompt_tokens is the server's usage.prompt_tokens, the chat template and salt included. A server without
-the endpoint (an external one) is asked one calibration request instead, whose usage.prompt_tokens counts
-the template too; the rows' note says which was used.
+the endpoint (an external one) is sent two calibration requests instead, the text once and twice: the
+difference of their usage.prompt_tokens is the text's own length; the rows' note says which was used.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from stackbench.measure.client import StreamClient
 from stackbench.measure.workloads import Sizing
 
 BY_TOKENIZE = "prompts sized with the engine's {path} (plain text, chat template not counted)"
-BY_USAGE = ("prompts sized from usage.prompt_tokens of one calibration request per prompt ({path}: {why}); "
-            "that count includes the chat template, so prompts come out slightly short")
+BY_USAGE = ("prompts sized from usage.prompt_tokens of two calibration requests per prompt, its text once and "
+            "twice ({path}: {why})")
 
 
 class CalibrationError(RuntimeError):
@@ -31,15 +31,18 @@ async def chars_per_token(client: StreamClient, adapter: Adapter, text: str) -> 
     if count:
         return len(text) / count, None
     why = "reply not in the engine's format" if status == 200 else f"HTTP {status}" if status else "no answer"
+    # Without the endpoint: usage.prompt_tokens of the text once and twice (as Sizing repeats it); the
+    # difference is the text's own tokens, the chat template's cancelling out.
     plain = client.without_extras()
     try:
-        record = await plain.chat([{"role": "user", "content": text}], 1, 0, 0)
+        counted = [await plain.chat([{"role": "user", "content": " ".join([text] * copies)}], 1, 0, 0) for copies in (1, 2)]
     finally:
         await plain.aclose()
-    if record.status != "ok" or not record.prompt_tokens:
+    failed = next((r for r in counted if r.status != "ok" or not r.prompt_tokens), None)
+    if failed is not None:
         raise CalibrationError(f"prompt sizing: {adapter.tokenize_path} gave {why} and the calibration request "
-                               f"{record.error or 'reported no usage.prompt_tokens'}")
-    return len(text) / record.prompt_tokens, why
+                               f"{failed.error or 'reported no usage.prompt_tokens'}")
+    return (len(text) + 1) / max(1, counted[1].prompt_tokens - counted[0].prompt_tokens), why
 
 
 async def sizing(client: StreamClient, adapter: Adapter, texts: tuple[str, ...], tokens: int,
