@@ -45,6 +45,7 @@ class Timing:
     word: str = "t"  # token i's text is "<word><i> ": another word gives other text at the same speed
     loop_period: int = 0  # > 0: token i's text is "<word><i mod period> ", an output that loops
     bodies_file: str = ""  # append each chat request's body here (JSON lines)
+    tokenize: int = 1  # 0: no /tokenize route (404), like an external server without one
 
     def token_text(self, index: int) -> str:
         return f"{self.word}{index % self.loop_period if self.loop_period else index} "
@@ -129,8 +130,11 @@ def _handler(timing: Timing, counters: Counters):
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if self.path == "/tokenize":
+            if self.path == "/tokenize" and timing.tokenize:
                 self._reply(200, json.dumps({"count": len(body["prompt"].split()), "max_model_len": 4096}))
+                return
+            if self.path != "/v1/chat/completions":
+                self._reply(404, json.dumps({"error": {"message": f"no route {self.path}"}}))
                 return
             if timing.bodies_file:
                 with open(timing.bodies_file, "a") as out:

@@ -232,12 +232,15 @@ SEED004 = Timing(ttft_s=0.02, interval_s=0.002, tokens_per_chunk=7, reasoning_to
                  prompt_tokens=0)
 
 
-def test_seed_004_short_sends_the_posts_requests_and_its_rows_carry_that_basis(tmp_path):
+@pytest.mark.parametrize("tokenize", [1, 0], ids=["tokenize-endpoint", "calibration-requests"])
+def test_seed_004_short_sends_the_posts_requests_and_its_rows_carry_that_basis(tmp_path, tokenize):
     bodies = tmp_path / "bodies.jsonl"
-    with serving(replace(SEED004, bodies_file=str(bodies))) as url:
+    with serving(replace(SEED004, bodies_file=str(bodies), tokenize=tokenize)) as url:
         spec = external_spec(tmp_path, url, workloads=("seed-004-short",))
         results = store.read_results(measure.LaunchRun(spec, tmp_path / "run").run())
     sent = [json.loads(line) for line in bodies.read_text().splitlines()]
+    calibration, sent = sent[:2 - 2 * tokenize], sent[2 - 2 * tokenize:]  # without the endpoint: the text once and twice
+    assert all("min_tokens" not in body and body["max_tokens"] == 1 for body in calibration)
     assert len(sent) == 1 + 3 * (1 + 2 + 3 + 4)  # one warm-up, then 3 rounds at each concurrency 1-4
     for body in sent:
         assert body["temperature"] == 0.0 and body["max_tokens"] == body["min_tokens"] == 512
@@ -250,4 +253,5 @@ def test_seed_004_short_sends_the_posts_requests_and_its_rows_carry_that_basis(t
     assert set(rows["thinking"]) == {"off"} and rows["reasoning_effort"].isna().all()
     assert set(rows["temperature"]) == {0.0} and set(rows["output_tokens"]) == {512}
     assert all(abs(n - 400) <= 40 for n in rows["prompt_tokens"])
-    assert rows["note"].str.contains("sized with the engine's /tokenize").all()
+    how = "sized with the engine's /tokenize" if tokenize else "two calibration requests per prompt.*HTTP 404"
+    assert rows["note"].str.contains(how).all()
