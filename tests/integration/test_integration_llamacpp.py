@@ -2,6 +2,7 @@
 SmolLM2-135M Q4_K_M on this CPU. The engine environment and the models are made by the workflow's own
 rules the first time (about 15 minutes on 2 cores), then reused."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,13 +13,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import MODELS, interruptible
 from helpers import ci_launch_run as launch_run
 from helpers import ci_measure_argv as measure_argv
-from helpers import interruptible
 from launch_helpers import server_pid
+from paths import ROOT
 
 from stackbench import measure
 from stackbench.measure import runner
+from stackbench.plan import expand, launchspec
 from stackbench.results import store
 from stackbench.serve.process import group_members
 
@@ -184,3 +187,47 @@ def test_a_rerun_stops_the_server_an_older_build_left_behind_and_measures(ci_rep
     assert run_json["leftovers"][0].startswith(f"stopped a leftover server of ci-cpu/llamacpp--nospec (pid {pgid}:")
     results = store.read_results(out / "cells.parquet")
     assert set(results.loc[results["workload"] != "server", "status"]) == {"ok"}
+
+
+@pytest.fixture
+def cpu_default_repo(repo_copy, request) -> Path:
+    """A repository copy with the built engine and models linked in, building them through the workflow
+    (engine_ready) only where they are missing, and its config at the default's measure settings."""
+    if not all((ROOT / path).exists() for path in (".envs/llamacpp/ready.json", *MODELS)):
+        request.getfixturevalue("engine_ready")
+    (repo_copy / "data").mkdir(exist_ok=True)
+    os.symlink(ROOT / ".envs", repo_copy / ".envs")
+    os.symlink(ROOT / "data/models", repo_copy / "data/models")
+    return repo_copy
+
+
+def test_the_cpu_defaults_ladder_records_each_length_and_the_one_over_the_limit_as_rejected(cpu_default_repo, tmp_path):
+    """local-cpu's no-spec launch measuring ladder-cpu alone, at the default's repeats: four lengths within
+    the 1024 tokens one request holds (4096 over 4 slots), each with its exact prompt_tokens, TTFT, prefill
+    and decode rates; 2000 rejected with the limit llama-server states."""
+    cwd = os.getcwd()
+    os.chdir(cpu_default_repo)
+    try:
+        cfg, nodes = expand.load_plan(Path("."), {"nodes": ["local-cpu"]})
+        node, launch = expand.find_launch(nodes, "local-cpu", "llamacpp--nospec")
+        launch = dataclasses.replace(launch, workloads=("ladder-cpu",))
+        spec = launchspec.build(cfg, node, launch)
+    finally:
+        os.chdir(cwd)
+    run = measure.LaunchRun(spec, tmp_path / "run")
+    results = store.read_results(run.run())
+    seconds = sum(event["seconds"] for event in run.timeline if event["event"] == "cell")
+    print(f"ladder-cpu cells: {seconds:.1f} s")  # what the ladder adds to the default's run
+    ladder = results[results["workload"] == "ladder-cpu"]
+    ok = ladder[ladder["status"] == "ok"]
+    ttft = ok[ok["metric"] == "ttft_s"].sort_values("prompt_tokens")
+    assert len(ttft) == 4
+    for (target, measured) in zip([128, 256, 512, 900], ttft["prompt_tokens"]):
+        assert target <= measured <= target + 60  # the text is sized to the target; the template and salt add their own
+    for metric in ("prefill_tps", "decode_tps"):
+        assert (ok[ok["metric"] == metric]["value"] > 0).sum() == 4, metric
+    rejected = ladder[ladder["status"] == "rejected"]
+    limit = rejected[rejected["metric"] == "max_input_tokens"]
+    assert limit["value"].tolist() == [1024.0]
+    assert "over the 1024 tokens one request may hold" in limit["note"].iloc[0]
+    assert ok["note"].str.contains("sized with the engine's /tokenize").all()

@@ -8,7 +8,9 @@ then content; `usage` in a final chunk (and on every chunk when the request asks
 `stream_options.continuous_usage_stats`). With `capacity` set it serves at most that many requests at once
 (like an engine's slots): the others wait, unanswered, until one ends, so aggregate throughput stops
 rising at `capacity` concurrent requests. Token i's text is "t<i> " (`word` changes the letter, `loop_period`
-makes the text repeat, for the correctness checks). Each decode chunk is one verification step that accepted
+makes the text repeat, for the correctness checks). With `prompt_tokens` 0 a prompt's tokens are its
+whitespace-separated words, in usage and on vLLM's `POST /tokenize` (`{"count": n}`); `bodies_file` appends
+every chat request's JSON body to that file, one a line. Each decode chunk is one verification step that accepted
 `tokens_per_chunk - 1` of `spec_tokens` drafts, counted in vLLM-style `vllm:spec_decode_*` counters on
 /metrics. Also /health, /v1/models and /version.
 
@@ -35,13 +37,15 @@ class Timing:
     reasoning_tokens: int = 30  # decode tokens of thinking before the content (the prefill token thinks too)
     content_tokens: int = 30
     spec_tokens: int = 3  # drafts proposed per verification step
-    prompt_tokens: int = 40
+    prompt_tokens: int = 40  # 0: the words of the request's messages
     cached_prompt_tokens: int = 8
     broken_line_after: int | None = None  # send a non-JSON data line after this many decode chunks
     stall_after: int | None = None  # go silent (connection open) after this many decode chunks
     capacity: int = 0  # requests served at once; the rest wait for a free one (0: no limit)
     word: str = "t"  # token i's text is "<word><i> ": another word gives other text at the same speed
     loop_period: int = 0  # > 0: token i's text is "<word><i mod period> ", an output that loops
+    bodies_file: str = ""  # append each chat request's body here (JSON lines)
+    tokenize: int = 1  # 0: no /tokenize route (404), like an external server without one
 
     def token_text(self, index: int) -> str:
         return f"{self.word}{index % self.loop_period if self.loop_period else index} "
@@ -126,6 +130,15 @@ def _handler(timing: Timing, counters: Counters):
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/tokenize" and timing.tokenize:
+                self._reply(200, json.dumps({"count": len(body["prompt"].split()), "max_model_len": 4096}))
+                return
+            if self.path != "/v1/chat/completions":
+                self._reply(404, json.dumps({"error": {"message": f"no route {self.path}"}}))
+                return
+            if timing.bodies_file:
+                with open(timing.bodies_file, "a") as out:
+                    out.write(json.dumps(body) + "\n")
             with slots:  # a request without a free slot waits here, before any byte of its answer
                 self._stream(body)
 
@@ -136,14 +149,15 @@ def _handler(timing: Timing, counters: Counters):
             self.end_headers()
             start = time.perf_counter()
             emitted = reasoning_emitted = 0
+            prompt_tokens = timing.prompt_tokens or sum(len(m["content"].split()) for m in body["messages"])
 
             def send(delta: dict | None, usage: bool) -> None:
                 chunk = {"id": "synthetic", "object": "chat.completion.chunk", "model": "synthetic",
                          "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": None}]}
                 if usage:
                     chunk["usage"] = {
-                        "prompt_tokens": timing.prompt_tokens, "completion_tokens": emitted,
-                        "total_tokens": timing.prompt_tokens + emitted,
+                        "prompt_tokens": prompt_tokens, "completion_tokens": emitted,
+                        "total_tokens": prompt_tokens + emitted,
                         "prompt_tokens_details": {"cached_tokens": timing.cached_prompt_tokens},
                         "completion_tokens_details": {"reasoning_tokens": reasoning_emitted}}
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")

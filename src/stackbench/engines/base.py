@@ -139,6 +139,17 @@ class Adapter(Protocol):
     reasoning_parser_arg: str | None  # the server argument that streams thinking apart; None: not a flag here
     setup_facts: tuple[str, ...]  # ServerFacts.extra keys that describe how the server was set up (rows' note)
     kv_accounting: KvAccounting
+    tokenize_path: str  # POST: the engine's own tokenizer on plain text (no chat template), to size prompts
+
+    def tokenize_body(self, model: str, text: str) -> dict:
+        """The JSON body asking `tokenize_path` for the tokens of `text` (as served model `model`)."""
+
+    def token_count(self, reply: dict) -> int | None:
+        """How many tokens the tokenize reply holds; None when the reply is not the engine's format."""
+
+    def request_context(self, launch: Launch) -> int:
+        """The longest prompt plus output one request may hold as launched (the context, or its share per
+        slot where slots do not share one pool)."""
 
     def tp_size(self, server_args: dict) -> int:
         """The tensor-parallel size these server arguments ask for (1 when unset)."""
@@ -249,6 +260,18 @@ def render_flags(*groups: dict) -> list[str]:
         else:
             out += [flag, str(value)]
     return out
+
+
+def prompt_tokenize_body(model: str, text: str) -> dict:
+    """vLLM's and SGLang's /tokenize completion form (both name the fields alike): the served model and a
+    plain prompt, special tokens off (no BOS counted, as for a passage inside a chat prompt)."""
+    return {"model": model, "prompt": text, "add_special_tokens": False}
+
+
+def reply_count(reply: dict) -> int | None:
+    """vLLM's TokenizeResponse and SGLang's reply carry the length as `count` (an int for one prompt)."""
+    count = reply.get("count")
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def stated_limit(adapter: "Adapter", message: str | None) -> int | None:

@@ -155,6 +155,25 @@ class LlamaCppAdapter:
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         return slots_from(launch, "parallel")
 
+    def request_context(self, launch: Launch) -> int:
+        """An explicit --parallel without --kv-unified splits --ctx-size evenly among the slots
+        (tools/server: n_ctx_slot = n_ctx / n_parallel)."""
+        slots = self.concurrent_slots(launch)
+        if slots is None or launch.server_args.get("kv_unified"):
+            return launch.context_len
+        return launch.context_len // slots.count
+
+    tokenize_path = "/tokenize"
+
+    def tokenize_body(self, model: str, text: str) -> dict:
+        # add_special false (its default): no BOS counted, as for a passage inside a chat prompt.
+        return {"content": text, "add_special": False}
+
+    def token_count(self, reply: dict) -> int | None:
+        """{"tokens": [ids]} (server-context.cpp, handle_tokenize)."""
+        tokens = reply.get("tokens")
+        return len(tokens) if isinstance(tokens, list) else None
+
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         # Fixed output length: llama-server honours ignore_eos; n_predict mirrors max_tokens.
         return {"ignore_eos": True, "n_predict": output_tokens, "cache_prompt": True}

@@ -169,12 +169,19 @@ class StreamClient:
 
     def __init__(self, base_url: str, model: str, extras: dict, stall_timeout_s: float, request_timeout_s: float,
                  api_key: str | None = None):
+        self.base_url = base_url
         self.url = base_url + "/v1/chat/completions"
         self.model = model
         self.extras = extras
         self.stall_timeout_s, self.request_timeout_s = stall_timeout_s, request_timeout_s
+        self.api_key = api_key
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.session: aiohttp.ClientSession | None = None
+
+    def without_extras(self) -> StreamClient:
+        """The same server and limits without the engine's fixed-length fields and the workload's (a
+        calibration request of one token: min_tokens above max_tokens would be refused)."""
+        return StreamClient(self.base_url, self.model, {}, self.stall_timeout_s, self.request_timeout_s, self.api_key)
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
@@ -186,6 +193,19 @@ class StreamClient:
     async def aclose(self) -> None:
         if self.session is not None:
             await self.session.close()
+
+    async def post_json(self, path: str, body: dict) -> tuple[int | None, object]:
+        """POST a JSON body to another endpoint of the server (tokenize): its status and parsed reply (None
+        when no server answered, or the reply is not JSON)."""
+        try:
+            async with self._session().post(self.base_url + path, data=orjson.dumps(body), headers=JSON_HEADERS) as response:
+                text = await response.read()
+                try:
+                    return response.status, orjson.loads(text)
+                except ValueError:
+                    return response.status, None
+        except (aiohttp.ClientError, TimeoutError):
+            return None, None
 
     def body(self, messages: list[dict], output_tokens: int) -> dict:
         return {"model": self.model, "messages": messages, "stream": True,

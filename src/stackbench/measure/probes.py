@@ -23,15 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stackbench.engines.base import SERVER_PROMPT_CACHED, Adapter, stated_limit
-from stackbench.measure import correctness
+from stackbench.measure import correctness, workloads
 from stackbench.measure.client import RequestRecord, StreamClient
 from stackbench.measure.summary import Figure, degeneration_figures
 from stackbench.plan import Workload
 from stackbench.results import store
 
-# Thinking off: a reasoning template would otherwise spend the answer's tokens thinking. Engines without
-# such a template ignore the key (llama.cpp, vLLM and SGLang all accept chat_template_kwargs).
-THINKING_OFF = {"chat_template_kwargs": {"enable_thinking": False}}
+# Thinking off: a reasoning template would otherwise spend the answer's tokens thinking.
+THINKING_OFF = workloads.thinking_fields(False)
 
 
 def needle_sentence(passphrase: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from stackbench.engines.base import Adapter, ServerFacts, kv_accounting_columns
 from stackbench.measure import host, summary
+from stackbench.measure.workloads import thinking_basis
 from stackbench.plan.launchspec import Cell, LaunchSpec
 from stackbench.results import basis as caveats
 from stackbench.results import geometry
@@ -75,7 +76,10 @@ class RowMaker:
                 "power_cap_w": cell.power_cap_w if cell else None,
                 "workload": cell.workload.name if cell else "server",
                 "concurrency": cell.concurrency if cell else None,
-                "prompt_tokens": prompt_tokens, "output_tokens": cell.workload.output_tokens if cell else None}
+                "prompt_tokens": prompt_tokens, "output_tokens": cell.workload.output_tokens if cell else None,
+                "thinking": thinking_basis(cell.workload.thinking) if cell else None,
+                "reasoning_effort": cell.workload.reasoning_effort if cell else None,
+                "method_scale": cell.workload.method_scale if cell else None}
 
     def cell_rows(self, cell: Cell, figures: list[summary.Figure], status: str, reason: str | None,
                   prompt_tokens: int | None = None, extra: dict | None = None) -> list[dict]:

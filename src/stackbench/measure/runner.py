@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from stackbench.engines.base import SpecCounters, stated_limit
 from stackbench.engines.prometheus import MetricsFormatError
-from stackbench.measure import powercap, probes, summary, telemetry, workloads
+from stackbench.measure import calibrate, powercap, probes, summary, telemetry, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 
@@ -33,6 +33,7 @@ class CellResult:
     cap: powercap.CapResult | None = None
     seconds: float = 0.0
     outputs: dict | None = None  # a probe cell's greedy outputs by id, stored with the run
+    sizing_note: str | None = None  # how its prompts were sized to a length in tokens (calibrate)
 
     def correctness_notes(self) -> list[str]:
         """Why this cell's speed figures do not mean what they say: it produced other lengths than asked (a
@@ -51,7 +52,7 @@ class CellResult:
         cell's identity)."""
         extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
                  "request_rate": self.cell.rate}
-        notes = [load_note(self.cell), *self.correctness_notes()]
+        notes = [load_note(self.cell), self.sizing_note, *self.correctness_notes()]
         if self.cap is not None:
             extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
             if not self.cap.applied:
@@ -83,6 +84,7 @@ class CellRunner:
         self.sampler, self.capper, self.telemetry_why = sampler, capper, telemetry_why
         self.alive, self.progress = alive, progress
         self.warmed: set[tuple] = set()
+        self.chars_per_token: dict[str, tuple[float, str | None]] = {}  # calibrated once per launch (calibrate)
 
     def apply_cap(self, cell: Cell) -> powercap.CapResult | None:
         if cell.power_cap_w is None:
@@ -115,24 +117,42 @@ class CellRunner:
             result.cap, result.seconds = cap, time.monotonic() - t0
             return result
         try:
-            repeats, delta, reading = asyncio.run(self._measure(cell))
+            repeats, delta, reading, sizing = asyncio.run(self._measure(cell))
         except MetricsFormatError as err:
             result = CellResult(cell, "failed", f"/metrics unreadable: {err}")
+        except calibrate.CalibrationError as err:
+            result = CellResult(cell, "failed", str(err))
         else:
             result = self._judge(cell, repeats, delta, reading)
+            result.sizing_note = self.sizing_note(cell, sizing)
         result.cap, result.seconds = cap, time.monotonic() - t0
         return result
 
+    def sizing_note(self, cell: Cell, sizing: workloads.Sizing | None) -> str | None:
+        """How the cell's prompts were sized and, for a length over what one request may hold as launched,
+        that it was sent anyway so the server states its limit."""
+        if sizing is None:
+            return None
+        limit = self.adapter.request_context(self.spec.launch)
+        over = sizing.tokens + cell.workload.output_tokens > limit
+        return f"prompt length ~{sizing.tokens} tokens: {sizing.how}" + (
+            f"; prompt + output over the {limit} tokens one request may hold as launched" if over else "")
+
     async def _measure(self, cell: Cell):
         measure = self.spec.measure
-        client = StreamClient(self.base_url, self.spec.launch.model.name,
-                              self.adapter.request_extras(self.spec.launch, cell.workload.output_tokens),
+        extras = {**self.adapter.request_extras(self.spec.launch, cell.workload.output_tokens),
+                  **workloads.request_fields(cell.workload)}
+        client = StreamClient(self.base_url, self.spec.launch.model.name, extras,
                               measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
         try:
+            sizing = None
+            if cell.prompt_tokens_target is not None:
+                sizing = await calibrate.sizing(client, self.adapter, cell.workload.prompts, cell.prompt_tokens_target,
+                                                self.chars_per_token)
             # Warm up once per workload and cap; the warm-up is never counted nor in the window.
             if (cell.workload.name, cell.power_cap_w) not in self.warmed:
                 for _ in range(measure["warmup_requests"]):
-                    await run_streams(client, [workloads.requests(cell.workload, cell.load, 1, 0)])
+                    await run_streams(client, [workloads.requests(cell.workload, cell.load, 1, 0, sizing)])
                 self.warmed.add((cell.workload.name, cell.power_cap_w))
             before = self.scrape()
             window = self.sampler.open_window() if self.sampler is not None else None
@@ -140,7 +160,7 @@ class CellRunner:
             for repeat in range(measure["repeats"]):
                 if self.progress:
                     self.progress(f"{cell.key} repeat {repeat + 1}/{measure['repeats']}")
-                records = await self._send(client, cell, repeat)
+                records = await self._send(client, cell, repeat, sizing)
                 repeats.append(records)
                 if any(r.status in ("failed", "timeout") for r in records) and not self.alive():
                     break
@@ -149,7 +169,7 @@ class CellRunner:
         finally:
             await client.aclose()
         delta = after.minus(before) if before is not None and after is not None else None
-        return repeats, delta, reading
+        return repeats, delta, reading, sizing
 
     async def _probe(self, cell: Cell) -> CellResult:
         """The correctness probes, once, without warm-up (the cache probe's first request must be cold) and
@@ -165,14 +185,14 @@ class CellRunner:
         result.outputs = outputs if result.status == "ok" else None
         return result
 
-    async def _send(self, client: StreamClient, cell: Cell, repeat: int) -> list[RequestRecord]:
+    async def _send(self, client: StreamClient, cell: Cell, repeat: int, sizing: workloads.Sizing | None) -> list[RequestRecord]:
         """One repeat: open-loop arrivals at the cell's rate, or `concurrency` streams sending
         `requests_per_stream` requests each."""
         load, hook = cell.load, self.adapter.server_timings
         if cell.rate is not None:
             offsets = workloads.arrival_offsets(load, cell.rate, repeat)
-            return await run_open_loop(client, workloads.requests(cell.workload, load, len(offsets), repeat), offsets, hook)
-        requests = workloads.requests(cell.workload, load, cell.concurrency * load.requests_per_stream, repeat)
+            return await run_open_loop(client, workloads.requests(cell.workload, load, len(offsets), repeat, sizing), offsets, hook)
+        requests = workloads.requests(cell.workload, load, cell.concurrency * load.requests_per_stream, repeat, sizing)
         return await run_streams(client, [requests[s::cell.concurrency] for s in range(cell.concurrency)], hook)
 
     def steady_spans(self, cell: Cell, repeats: list[list[RequestRecord]]) -> list[tuple[float, float, float, list[dict]]]:

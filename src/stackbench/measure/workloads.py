@@ -9,7 +9,7 @@ cell whose requests arrive at that rate (Poisson, constant or gamma, as vLLM `be
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy
 
@@ -38,25 +38,70 @@ SALT_WORDS = ("apple", "river", "stone", "cloud", "green", "table", "music", "li
               "ticket", "valley")
 
 
+def thinking_fields(thinking: bool | None) -> dict:
+    """Thinking on or off for one request, as the chat templates of reasoning models read it (Qwen3's
+    enable_thinking; llama.cpp, vLLM and SGLang all pass chat_template_kwargs to the template, and templates
+    without the key ignore it); None sends nothing: the server's default."""
+    return {} if thinking is None else {"chat_template_kwargs": {"enable_thinking": thinking}}
+
+
+def request_fields(workload: Workload) -> dict:
+    """The request body fields a workload sets on every request: thinking and reasoning effort."""
+    fields = thinking_fields(workload.thinking)
+    if workload.reasoning_effort is not None:
+        fields["reasoning_effort"] = workload.reasoning_effort  # OpenAI chat API; vLLM and SGLang take it
+    return fields
+
+
+def thinking_basis(thinking: bool | None) -> str:
+    """The rows' `thinking` basis column."""
+    return {True: "on", False: "off", None: "server default"}[thinking]
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Prompts built to about `tokens` tokens of the served model: each prompt text's characters per token
+    as measured on the launch (calibrate.chars_per_token), and how they were measured (the rows' note)."""
+
+    tokens: int
+    chars_per_token: dict[str, float] = field(default_factory=dict)
+    how: str = ""
+
+    def prompt(self, text: str) -> str:
+        """The text repeated, then cut at a word boundary, to about `tokens` tokens."""
+        target = max(1, round(self.tokens * self.chars_per_token[text]))
+        copies = -(-target // len(text))
+        built = " ".join([text] * copies)
+        if len(built) <= target:
+            return built
+        cut = built[:target]
+        return cut.rsplit(" ", 1)[0] if " " in cut else cut
+
+
 def salt() -> str:
     return "[run " + " ".join(secrets.choice(SALT_WORDS) for _ in range(4)) + "] "
 
 
-def conversations(workload: Workload, count: int, repeat: int,
-                  prompt_tokens: list[int] | None = None) -> list[list[str]]:
+def conversations(workload: Workload, count: int, repeat: int, prompt_tokens: list[int] | None = None,
+                  sizing: Sizing | None = None) -> list[list[str]]:
     """For each of `count` conversations, the user turns it sends (one turn unless the workload is multi-turn).
 
     Conversations and repeats rotate through the prompt list, so a cell sees every prompt; a random salt at
     the start of each conversation keeps prefix caches from helping across requests. `prompt_tokens` sizes
-    each conversation's prompt (synthetic lengths) by repeating its text, as long-prefill does.
+    each conversation's prompt (synthetic lengths) by repeating its text, as long-prefill does; `sizing`
+    builds every prompt to a length in the served model's tokens (prompt_tokens_target, ladder points).
     """
     out = []
     for index in range(count):
         if workload.kind == "multi-turn":
             turns = list(workload.prompts[: workload.turns])
+            if sizing is not None:
+                turns[0] = sizing.prompt(turns[0])  # the long shared prefix; later turns reuse it from cache
         else:
             prompt = workload.prompts[(repeat * count + index) % len(workload.prompts)]
-            if prompt_tokens is not None:
+            if sizing is not None:
+                prompt = sizing.prompt(prompt)
+            elif prompt_tokens is not None:
                 prompt = long_prompt(prompt, prompt_tokens[index])
             elif workload.kind == "long-prefill":
                 prompt = long_prompt(prompt, workload.prompt_tokens or 1024)
@@ -67,14 +112,15 @@ def conversations(workload: Workload, count: int, repeat: int,
     return out
 
 
-def requests(workload: Workload, load: Load, count: int, repeat: int) -> list[Request]:
+def requests(workload: Workload, load: Load, count: int, repeat: int, sizing: Sizing | None = None) -> list[Request]:
     """`count` requests of one repeat; synthetic lengths are drawn from a generator seeded with
     (seed, repeat), so every run of a repeat asks for the same lengths."""
     rng = numpy.random.default_rng([load.seed, repeat])
     draw = (lambda bounds: [int(n) for n in rng.integers(bounds[0], bounds[1], count, endpoint=True)])
     prompt_tokens = draw(load.input_tokens) if load.input_tokens else None
     outputs = draw(load.output_tokens) if load.output_tokens else [workload.output_tokens] * count
-    return [Request(tuple(turns), out) for turns, out in zip(conversations(workload, count, repeat, prompt_tokens), outputs)]
+    built = conversations(workload, count, repeat, prompt_tokens, sizing)
+    return [Request(tuple(turns), out) for turns, out in zip(built, outputs)]
 
 
 def arrival_offsets(load: Load, rate: float, repeat: int) -> list[float]:

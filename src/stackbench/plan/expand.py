@@ -10,6 +10,7 @@ measured alike, flags the pipeline sets, streams over a server's slots) sit with
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, validate
@@ -41,6 +42,8 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
     doc = load_file(path, "workload", root)
     if (doc["kind"] == "probe") != (doc["probes"] is not None):
         raise ConfigError(f"{path}: probes: required with kind probe and only there (kind is {doc['kind']!r})")
+    if (doc["kind"] == "ladder") != bool(doc["ladder"]):
+        raise ConfigError(f"{path}: ladder: a list of prompt lengths, required with kind ladder and only there (kind is {doc['kind']!r})")
     return Workload(
         name=name,
         kind=doc["kind"],
@@ -53,7 +56,26 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         load=_load(doc, path),
         own_concurrency=bool(doc["concurrency"]),
         probes=doc["probes"],
+        thinking=doc["thinking"],
+        reasoning_effort=doc["reasoning_effort"],
+        prompt_tokens_target=doc["prompt_tokens_target"],
+        ladder=tuple(doc["ladder"]),
     )
+
+
+# How a scaled field reads in method_scale: "output 64 of 512".
+SCALE_WORDS = {"output_tokens": "output", "prompt_tokens_target": "prompt"}
+
+
+def _scaled(workload: Workload, scale: dict, where: str) -> Workload:
+    """A workload as the node's `scale` reduces it, named in its method_scale; as written where not scaled."""
+    changes = scale.get(workload.name)
+    if not changes:
+        return workload
+    if "prompt_tokens_target" in changes and workload.prompt_tokens_target is None:
+        raise ConfigError(f"{where}: scale.{workload.name}.prompt_tokens_target: the workload sets none to scale")
+    said = ", ".join(f"{SCALE_WORDS[k]} {v} of {getattr(workload, k)}" for k, v in changes.items())
+    return dataclasses.replace(workload, **changes, method_scale=said)
 
 
 def _load(doc: dict, path: Path) -> Load:
@@ -120,7 +142,11 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     for i, run in enumerate(doc["runs"]):
         for j, w in enumerate(run["workloads"] or ()):
             named.setdefault(w, f"{where}: runs[{i}].workloads[{j}]")
-    workloads = tuple(load_workload(w, doc["concurrency"], root, w_where) for w, w_where in named.items())
+    workloads = tuple(_scaled(load_workload(w, doc["concurrency"], root, w_where), doc["scale"], where)
+                      for w, w_where in named.items())
+    unknown = sorted(set(doc["scale"]) - set(named))
+    if unknown:
+        raise ConfigError(f"{where}: scale.{unknown[0]}: not a workload of this node ({', '.join(named)})")
     launches: list[Launch] = []
     for i, run in enumerate(doc["runs"]):
         run_where = f"{where}: runs[{i}]"

@@ -43,6 +43,12 @@ class Cell:
     concurrency: int | None
     power_cap_w: float | None  # the requested cap: it stays the cell's identity even when not applied
     rate: float | None = None
+    ladder_tokens: int | None = None  # a ladder workload's point: the prompt length of this cell
+
+    @property
+    def prompt_tokens_target(self) -> int | None:
+        """The prompt length this cell sizes its prompts to (served model's tokens); None: the text as written."""
+        return self.ladder_tokens or self.workload.prompt_tokens_target
 
     @property
     def load(self) -> Load:
@@ -52,7 +58,8 @@ class Cell:
     def key(self) -> str:
         cap = "nocap" if self.power_cap_w is None else f"{self.power_cap_w:g}W"
         load = f"c{self.concurrency}" if self.rate is None else f"r{self.rate:g}"
-        return f"{self.workload.name}--{load}--{cap}"
+        point = "" if self.ladder_tokens is None else f"p{self.ladder_tokens}--"
+        return f"{self.workload.name}--{point}{load}--{cap}"
 
     @property
     def identity(self) -> dict:
@@ -61,6 +68,8 @@ class Cell:
         doc = {"workload": self.workload.identity, "concurrency": self.concurrency, "cap": self.power_cap_w}
         if self.rate is not None:
             doc["rate"] = self.rate
+        if self.ladder_tokens is not None:
+            doc["ladder_tokens"] = self.ladder_tokens
         if self.load.identity is not None:
             doc["load"] = self.load.identity
         return doc
@@ -102,7 +111,7 @@ class LaunchSpec:
                            "node": node, "launch": asdict(self.launch), "measure": self.measure, "engine": self.engine,
                            "models": self.models,
                            "cells": [{"key": c.key, "workload": c.workload.name, "concurrency": c.concurrency,
-                                      "rate": c.rate, "power_cap_w": c.power_cap_w,
+                                      "rate": c.rate, "power_cap_w": c.power_cap_w, "ladder_tokens": c.ladder_tokens,
                                       "fingerprint": self.cell_fingerprint(c)}
                                      for c in self.cells]}, indent=1, default=str)
 
@@ -116,14 +125,14 @@ def _plain(value):
 
 
 def cells_of(node: Node, launch: Launch) -> tuple[Cell, ...]:
-    """Per cap and each of the launch's workloads: a closed-loop cell per concurrency, then an open-loop
-    cell per request rate. Power-cap sweeps thus run the same load at every cap."""
+    """Per cap and each of the launch's workloads: a closed-loop cell per concurrency (per prompt length of
+    a ladder), then an open-loop cell per request rate. Power-cap sweeps thus run the same load at every cap."""
     caps = list(node.power_caps_w) or [None]
     by_name = {w.name: w for w in node.workloads}
     cells = []
     for cap in caps:
         for w in (by_name[name] for name in launch.workloads):
-            cells += [Cell(w, c, cap) for c in w.levels(launch)]
+            cells += [Cell(w, c, cap, ladder_tokens=n) for n in (w.ladder or (None,)) for c in w.levels(launch)]
             cells += [Cell(w, None, cap, rate=rate) for rate in w.load.rates]
     return tuple(cells)
 
@@ -176,7 +185,8 @@ def read(path: Path) -> LaunchSpec:
     node = from_json(Node, {**doc["node"], "launches": [], "raw": {}})  # a spec carries no launches or raw YAML
     launch = from_json(Launch, doc["launch"])
     by_name = {w.name: w for w in node.workloads}
-    cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c["rate"]) for c in doc["cells"])
+    cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c["rate"], c["ladder_tokens"])
+                  for c in doc["cells"])
     spec = LaunchSpec(node=node, launch=launch, measure=doc["measure"], engine=doc["engine"], models=doc["models"],
                       cells=cells)
     if spec.fingerprint != doc["fingerprint"]:

@@ -56,6 +56,10 @@ class Load:
         return None if self == Load() else asdict(self)
 
 
+# Workload fields added after cells were measured: in a cell's fingerprint only where set.
+OPTIONAL_IDENTITY = ("probes", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale")
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -69,14 +73,19 @@ class Workload:
     load: Load = Load()
     own_concurrency: bool = False  # the file names its list: a run's concurrency does not replace it
     probes: dict | None = None  # kind probe: smoke questions, cache request, needle (workload.schema.yaml)
+    thinking: bool | None = None  # chat_template_kwargs.enable_thinking per request; None: the server's default
+    reasoning_effort: str | None = None  # the request's reasoning_effort (low | medium | high); None: not sent
+    prompt_tokens_target: int | None = None  # prompts sized to about this many of the served model's tokens
+    ladder: tuple[int, ...] = ()  # kind ladder: one cell per prompt length (tokens of the served model)
+    method_scale: str | None = None  # the node runs this method reduced ("output 64 of 512"); None: as written
 
     @property
     def identity(self) -> dict:
         """The workload's part of a cell's fingerprint; its load enters the cell's on its own (see
-        launchspec.Cell.identity), so workloads without a load section keep their fingerprints; `probes`
-        enters only where set, for the same reason."""
-        doc = {k: v for k, v in asdict(self).items() if k not in ("load", "own_concurrency", "probes")}
-        return doc if self.probes is None else {**doc, "probes": self.probes}
+        launchspec.Cell.identity), so workloads without a load section keep their fingerprints; the
+        optional fields enter only where set, for the same reason."""
+        doc = {k: v for k, v in asdict(self).items() if k not in ("load", "own_concurrency", *OPTIONAL_IDENTITY)}
+        return {**doc, **{k: getattr(self, k) for k in OPTIONAL_IDENTITY if getattr(self, k) not in (None, ())}}
 
     def levels(self, launch: Launch) -> tuple[int, ...]:
         """The concurrency levels this workload runs at on a launch: its own list, else the run's, else the

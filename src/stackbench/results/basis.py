@@ -32,8 +32,9 @@ WHY_IT_MATTERS: dict[str, str] = {
     "workload": "content changes speculative acceptance: code and JSON are predictable, prose is not",
     "concurrency": "an aggregate over several streams is not the speed one stream sees",
     "temperature": "sampling at temperature > 0 lowers speculative acceptance compared with greedy decoding",
-    "thinking": "a reasoning model thinking first spends output tokens on its reasoning and answers later",
-    "reasoning_effort": "a higher reasoning effort makes longer reasoning before the answer",
+    "thinking": "with thinking on, a reasoning model spends its output on reasoning tokens; its template, content and acceptance differ",
+    "reasoning_effort": "a higher reasoning effort makes longer, differently shaped outputs; per-token speed and latency move with it",
+    "method_scale": "a post's method run at a reduced scale (shorter outputs or prompts) is not the post's figure; fixed overheads weigh more",
     "ttft_included": "a rate with time-to-first-token inside is lower than the decode rate alone",
     "power_cap_w": "a power cap lowers clocks; speed falls steeply below the sweet spot",
     "spec_method": "a different speculative method",
@@ -63,6 +64,8 @@ DISPLAY_NAMES = {
     "engine_image": "engine image",
     "spec_method": "speculative method",
     "spec_tokens": "speculative depth",
+    "reasoning_effort": "reasoning effort",
+    "method_scale": "method scale",
 }
 
 

@@ -19,7 +19,7 @@ from stackbench import config
 from stackbench.results.store import UNKNOWN
 
 TEXT_BASIS = ("node", "gpu", "os", "engine", "engine_version", "engine_image", "model", "quant", "kv_dtype",
-              "ttft_included", "spec_method", "workload", "variant")
+              "ttft_included", "spec_method", "workload", "variant", "thinking")
 
 
 # A published ref is "<seed file> §<section>"; the seed file starts with the post's number (004_...txt).

@@ -65,6 +65,9 @@ BASIS = [
     ("engine_setup", pa.string()),  # measured: what the server log says it runs on (backend, offload, attention, ...)
     ("launch_mode", pa.string()),  # native | image | external (external: the basis comes from the server's reports)
     ("counted_text", pa.string()),  # which streamed text the token timings count: content, or content+reasoning
+    ("thinking", pa.string()),  # on | off (chat_template_kwargs.enable_thinking sent) | server default | unknown
+    ("reasoning_effort", pa.string()),  # low | medium | high as sent; null: not sent
+    ("method_scale", pa.string()),  # a post's method run reduced on this node ("output 64 of 512"); null: as written
 ]
 
 # Bookkeeping that lets tables be regenerated and failures be shown.

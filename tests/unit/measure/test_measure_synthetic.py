@@ -3,7 +3,9 @@ TEST DOUBLE whose timing is known in advance: reasoning streamed first, 3 tokens
 speculative counters; for the load figures, a capacity of two requests at once. The figures must come back
 within a few percent of what it was built to emit."""
 
+import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -27,15 +29,17 @@ def engine_url():
         yield url
 
 
-def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeats: int = 3) -> launchspec.LaunchSpec:
-    """A node that reaches the double as an external vLLM server; `workload` replaces configs/workloads/code.yaml."""
+def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeats: int = 3,
+                  workloads: tuple[str, ...] = ("code",)) -> launchspec.LaunchSpec:
+    """A node that reaches the double as an external vLLM server, measuring `workloads`; `workload` replaces
+    configs/workloads/code.yaml."""
     for name in ("configs", "workflow/schemas"):
         shutil.copytree(ROOT / name, tmp_path / name)
     if workload is not None:
         (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(workload))
     (tmp_path / "configs/nodes/external-double.yaml").write_text(yaml.safe_dump({
         "description": "the synthetic engine (test double) reached as an external vLLM server",
-        "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": ["code"],
+        "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": list(workloads),
         "models": {"served": {"hf_dir": "/not/ours", "quant": "NVFP4"}},
         "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))
     cfg = expand.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1}})
@@ -205,3 +209,34 @@ def test_a_looping_output_is_flagged_beside_its_speed(tmp_path):
     assert cell.loc["output_len_ok", "value"] == 1  # the length was right: only the loop is flagged
     assert cell.loc["repetition_ratio", "value"] > 0.9 and cell.loc["looping", "value"] == 1
     assert "outputs loop: 1 of 1 outputs loop" in cell.loc["decode_tps", "note"]
+
+
+# Seed 004's short profile: 512 tokens per request (the prefill's and 73 chunks of 7), prompt tokens counted
+# as words by the double, on its vLLM-style /tokenize too.
+SEED004 = Timing(ttft_s=0.02, interval_s=0.002, tokens_per_chunk=7, reasoning_tokens=0, content_tokens=511,
+                 prompt_tokens=0)
+
+
+@pytest.mark.parametrize("tokenize", [1, 0], ids=["tokenize-endpoint", "calibration-requests"])
+def test_seed_004_short_sends_the_posts_requests_and_its_rows_carry_that_basis(tmp_path, tokenize):
+    bodies = tmp_path / "bodies.jsonl"
+    with serving(replace(SEED004, bodies_file=str(bodies), tokenize=tokenize)) as url:
+        spec = external_spec(tmp_path, url, workloads=("seed-004-short",))
+        results = store.read_results(measure.LaunchRun(spec, tmp_path / "run").run())
+    sent = [json.loads(line) for line in bodies.read_text().splitlines()]
+    calibration, sent = sent[:2 - 2 * tokenize], sent[2 - 2 * tokenize:]  # without the endpoint: the text once and twice
+    assert all("min_tokens" not in body and body["max_tokens"] == 1 for body in calibration)
+    assert len(sent) == 1 + 3 * (1 + 2 + 3 + 4)  # one warm-up, then 3 rounds at each concurrency 1-4
+    for body in sent:
+        assert body["temperature"] == 0.0 and body["max_tokens"] == body["min_tokens"] == 512
+        assert body["chat_template_kwargs"] == {"enable_thinking": False}
+        assert body["messages"][0]["content"].startswith("[run ")
+        assert len(body["messages"][0]["content"].split()) == pytest.approx(400, rel=0.1)
+    assert len({b["messages"][0]["content"] for b in sent}) == len(sent)  # a fresh salt every request
+    rows = results[(results["workload"] == "seed-004-short") & (results["metric"] == "aggregate_tps")]
+    assert sorted(rows["concurrency"]) == [1, 2, 3, 4] and set(rows["status"]) == {"ok"} and set(rows["n"]) == {3}
+    assert set(rows["thinking"]) == {"off"} and rows["reasoning_effort"].isna().all()
+    assert set(rows["temperature"]) == {0.0} and set(rows["output_tokens"]) == {512}
+    assert all(abs(n - 400) <= 40 for n in rows["prompt_tokens"])
+    how = "sized with the engine's /tokenize" if tokenize else "two calibration requests per prompt.*HTTP 404"
+    assert rows["note"].str.contains(how).all()
