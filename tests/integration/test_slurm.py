@@ -9,7 +9,8 @@ import pytest
 import yaml
 from paths import ROOT
 
-from stackbench.results import published, store
+from stackbench.cli import published_records
+from stackbench.results import store
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
@@ -43,4 +44,4 @@ def test_measure_jobs_run_through_the_slurm_executor(slurm_cluster, ci_repo):
     assert set(cells["variant"]) == {"nospec", "draft-n2"} and set(cells["status"]) == {"ok"}
     assert {"decode_tps", "prefill_tps", "ttft_s"} <= set(cells["metric"])
     # One table for published and measured rows: every published figure is there beside the measured ones.
-    assert (results["source"] == "published").sum() == len(published.load_all(ci_repo / "data/published", ci_repo))
+    assert (results["source"] == "published").sum() == len(published_records(ci_repo / "data/published", ci_repo))

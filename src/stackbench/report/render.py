@@ -7,34 +7,41 @@ and the charts read a few thousand rows however many the results hold. The full 
 as CSV and Parquet and, in the page, as a paginated, filterable table. plotly.js is inlined once (these
 machines have no internet, so no CDN).
 
-Longer than 250 lines: the page, the Markdown and the files are written from the same tables in one
-pass; the HTML page template is most of the length.
+The queries are report/queries.py, the page and the text forms report/page.py; this module runs them in
+one pass and writes the files.
 """
 
 from __future__ import annotations
 
-import csv
-import html
-import io
-import json
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pandas as pd
-import plotly.offline
 import pyarrow as pa
 
 from stackbench import analysis
 from stackbench.report import charts, tables
+from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
+from stackbench.report.queries import (
+    Results,
+    correctness_input,
+    cross_stack_input,
+    headline_input,
+    ladder_input,
+    method_input,
+    pareto_input,
+    power_not_measured,
+    sql_in,
+    sql_text,
+    status_lines,
+)
 from stackbench.results import basis, published
 from stackbench.results.store import read_results
 
 # Rows of the full tables embedded in the page, shared among the nodes (at least 200 each) so the page stays
 # under 10 MB however many nodes there are; all rows are in each node's CSV and Parquet files.
 PAGE_ROWS_TOTAL = 4000
-MARKDOWN_ROWS_PER_NODE = 200
 # Rows of a derived (analysis) table shown in the page and report.md; all of them are in its CSV and Parquet.
 DERIVED_ROWS_SHOWN = 200
 # Each node's memory bandwidth, written into its rows by the measuring side (CPU: measured; GPU: node config);
@@ -55,207 +62,6 @@ GEOMETRY_NOTE = "case when metric like 'geometry_%' then note end as note"
 CHART_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "accept_len")
 CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency",
                  "metric", "value", "value_min", "value_max", "status")
-
-
-def to_markdown(table: tables.Table) -> str:
-    def line(cells):
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-    out = [f"### {table.title}", "", f"Source: {table.ref}", "", line(table.columns),
-           line(["---"] * len(table.columns))]
-    out += [line(row) for row in table.rows]
-    if table.legend:
-        out += ["", *[f"{item}  " for item in table.legend]]
-    if table.caveats:
-        out += ["", "**Basis differs between rows:**", "", *[f"- {c}" for c in table.caveats]]
-    return "\n".join(out) + "\n"
-
-
-def to_csv(table: tables.Table) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(table.columns)
-    for cells, raw in zip(table.rows, table.raw_rows):
-        writer.writerow([cell if number is None else number for cell, number in zip(cells, raw)])
-    return buffer.getvalue()
-
-
-def _notes_html(table: tables.Table) -> str:
-    notes = ""
-    if table.legend:
-        notes += "<p class='legend'>" + "<br>".join(html.escape(x) for x in table.legend) + "</p>"
-    if table.caveats:
-        notes += "<div class='caveats'><b>Basis differs between rows:</b><ul>" + "".join(
-            f"<li>{html.escape(c)}</li>" for c in table.caveats) + "</ul></div>"
-    return notes
-
-
-def to_html(table: tables.Table, css_class: str = "table") -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
-    return (f"<section class='{css_class}' id='{html.escape(table.table_id)}'><h3>{html.escape(table.title)}</h3>"
-            f"<p class='ref'>Source: {html.escape(table.ref)}</p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{_notes_html(table)}</section>")
-
-
-STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
-table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
-th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
-th:first-child,td:first-child{text-align:left}
-.headline table{font-size:1em}.headline th{background:#f3f6fa}
-.headline td:nth-child(-n+3),.headline th:nth-child(-n+3){text-align:left}
-.caveats{background:#fff8e1;border-left:4px solid #f0b400;padding:.3em 1em;font-size:.88em}
-.legend,.ref{font-size:.85em;color:#555}
-.status{background:#eef5ff;border-left:4px solid #3b82f6;padding:.3em 1em}
-.pager{font-size:.85em;margin:.3em 0}.pager input{width:18em}
-"""
-
-# A paginated, filterable view over rows embedded as JSON: a million-row table never becomes a million-row DOM.
-PAGER_JS = """
-function stackbenchPager(id){
-  const box=document.getElementById(id), data=JSON.parse(box.querySelector('script').textContent);
-  const body=box.querySelector('tbody'), info=box.querySelector('.info'), size=50; let page=0, shown=data.rows;
-  function fmt(v){if(v===null)return '\\u2014'; if(typeof v!=='number')return v;
-    if(Number.isInteger(v)||Math.abs(v)>=100)return String(Math.round(v)); return String(Number(v.toPrecision(3)));}
-  function draw(){body.innerHTML=''; for(const r of shown.slice(page*size,(page+1)*size)){const tr=document.createElement('tr');
-    for(const v of r){const td=document.createElement('td'); td.textContent=fmt(v); tr.appendChild(td);} body.appendChild(tr);}
-    info.textContent=`rows ${shown.length?page*size+1:0}-${Math.min((page+1)*size,shown.length)} of ${shown.length}`;}
-  box.querySelector('.filter').addEventListener('input',e=>{const q=e.target.value.toLowerCase();
-    shown=data.rows.filter(r=>r.join(' ').toLowerCase().includes(q)); page=0; draw();});
-  box.querySelector('.prev').addEventListener('click',()=>{if(page>0){page--;draw();}});
-  box.querySelector('.next').addEventListener('click',()=>{if((page+1)*size<shown.length){page++;draw();}});
-  draw();
-}
-"""
-
-
-@dataclass
-class FullTable:
-    """One node's full per-cell table: written whole to CSV and Parquet, shown paginated in the page."""
-
-    node: str
-    columns: list[str]
-    rows: list[list]  # the first rows, for the page and report.md
-    total: int
-    csv_path: Path
-    parquet_path: Path
-    varying: list[str]  # basis fields whose values differ between the table's rows
-
-    @property
-    def table_id(self) -> str:
-        return f"cells-{self.node}"
-
-
-class Results:
-    """The results table behind a DuckDB view: selections and aggregates come back as small frames."""
-
-    def __init__(self, source: Path | pd.DataFrame):
-        self.source = source
-        self.con = duckdb.connect()
-        if isinstance(source, pd.DataFrame):
-            self.con.register("results", source)
-        else:
-            self.con.execute(f"create view results as select * from read_parquet('{_sql_text(str(source))}')")
-
-    def frame(self, sql: str, params: list | None = None) -> pd.DataFrame:
-        return self.con.sql(sql, params=params).to_arrow_table().to_pandas()  # plain object strings: arrow-backed ones are slow element by element
-
-    def rows(self, where: str, params: list | None = None) -> pd.DataFrame:
-        return self.frame(f"select * from results where {where}", params)
-
-    def register_posts(self) -> None:
-        """The view `posts` (ref, post): each published ref's post by published.post_of, the one rule for
-        it, applied to the distinct refs (a handful) rather than re-written in SQL."""
-        refs = self.frame("select distinct ref from results where source = 'published'")["ref"]
-        self.con.register("posts", pd.DataFrame({"ref": refs, "post": published.posts_of(refs)}))
-
-
-def _sql_text(text: str) -> str:
-    return text.replace("'", "''")
-
-
-def _in(values) -> str:
-    return "(" + ", ".join(f"'{_sql_text(v)}'" for v in values) + ")"
-
-
-def power_not_measured(results: Results) -> dict[str, str]:
-    """Per node, why power was not measured (said once per node, not once per launch or cell)."""
-    frame = results.frame("select node, string_agg(distinct reason, '; ') as why from results "
-                          "where metric = 'power_w' and status = 'not_run' and source = 'measured' group by node")
-    return dict(zip(frame["node"], frame["why"]))
-
-
-def status_lines(results: Results) -> list[str]:
-    """Cells that did not produce a figure, and why: failures are results, never silently dropped. Launch-level
-    rows (no workload) are not cells; power that was not measured is said once per node under its headline."""
-    frame = results.frame(
-        "select distinct node, stack, variant, workload, concurrency, status, reason from results "
-        "where source = 'measured' and status <> 'ok' and workload is not null and metric <> 'power_w' "
-        "order by node, stack, variant, workload, concurrency")
-    lines = []
-    for row in frame.itertuples(index=False):
-        concurrency = f"c{int(row.concurrency)}" if pd.notna(row.concurrency) else "concurrency not set"
-        lines.append(f"{row.node} / {row.stack} / {row.variant} / {row.workload} / {concurrency}: {row.status}: {row.reason}")
-    return lines
-
-
-def headline_input(results: Results) -> pd.DataFrame:
-    """Only the rows a headline can show (tables.headline_records makes the final choice): its metrics at
-    concurrency 1 (or unset) and each variant's aggregate at one higher concurrency, at the variant's
-    canonical power cap (uncapped where it ran uncapped, else its highest), peaks left out. A launch's own
-    figures (pool, VRAM) logged without a cap hold at that cap.
-
-    The aggregate's concurrency: for measured variants, the highest that every measured variant of the
-    node ran, so a load sweep on one launch does not put its column at another level than the rest's; a
-    published variant keeps its post's own highest."""
-    launch_metrics = [c.metric for c in tables.HEADLINE if c.cell == "any"]
-    results.register_posts()
-    return results.frame(f"""
-        with all_rows as (
-          select r.*, coalesce(p.post, '') as post from results r left join posts p using (ref)
-          where status = 'ok' and stat <> 'peak' and metric in {_in(tables.HEADLINE_METRICS)}),
-        node_method as (
-          select node, workload from (
-            select node, workload, count(distinct (stack, variant)) as variants from all_rows
-            where source = 'measured' and workload is not null and regexp_matches(workload, ?) group by all)
-          qualify row_number() over (partition by node order by variants desc, workload) = 1),
-        ran_method as (select distinct node, stack, variant from all_rows join node_method using (node, workload)
-                       where source = 'measured'),
-        rows as (
-          select a.* from all_rows a left join node_method m on a.node = m.node
-            left join ran_method v on a.node = v.node and a.stack = v.stack and a.variant = v.variant
-          where a.source <> 'measured' or a.workload is null or v.node is null or a.workload = m.workload),
-        aggregates as (
-          select node, stack, variant, concurrency from rows
-          where source = 'measured' and metric = 'aggregate_tps' and concurrency is not null),
-        common as (
-          select node, max(l.concurrency) as concurrency
-          from (select node, concurrency, count(distinct (stack, variant)) as variants from aggregates group by all) l
-          join (select node, count(distinct (stack, variant)) as variants from aggregates group by node) n
-            using (node, variants)
-          group by node),
-        variant as (
-          select node, source, post, stack, variant,
-                 coalesce(bool_or(power_cap_w is null) filter (where metric not in {_in(launch_metrics)}), true) as uncapped,
-                 max(power_cap_w) filter (where metric not in {_in(launch_metrics)}) as top_cap,
-                 max(case when metric = 'aggregate_tps' then concurrency end) as top_concurrency
-          from rows group by all),
-        chosen as (
-          select v.*, case when v.source = 'measured' then coalesce(c.concurrency, v.top_concurrency)
-                           else v.top_concurrency end as aggregate_concurrency
-          from variant v left join common c using (node))
-        select r.* exclude (post) from rows r join chosen v using (node, source, post, stack, variant)
-        where ((r.metric in {_in(launch_metrics)} and r.power_cap_w is null)
-               or case when v.uncapped then r.power_cap_w is null else r.power_cap_w = v.top_cap end)
-          and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.aggregate_concurrency))""",
-                         [published.METHOD_WORKLOAD_SQL])
-
-
-def correctness_input(results: Results) -> pd.DataFrame:
-    """The measured correctness rows only (probes, agreement, validity and loops of every cell): small."""
-    return results.frame("select node, stack, variant, workload, metric, value, unit, prompt_tokens, source, status "
-                         f"from results where source = 'measured' and metric in {_in(analysis.CORRECTNESS_METRICS)}")
 
 
 # The correctness section's columns: (title, column of analysis.correctness_by_variant).
@@ -315,7 +121,7 @@ def _copy_out(table: pa.Table, paths: list[tuple[Path, str]]) -> None:
     con = duckdb.connect()
     con.register("derived", table)
     for path, options in paths:
-        con.execute(f"copy derived to '{_sql_text(str(path))}' ({options})")
+        con.execute(f"copy derived to '{sql_text(str(path))}' ({options})")
 
 
 def derived_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, caveats: list[str], table_dir: Path,
@@ -369,12 +175,6 @@ def comparison_tables(frame: pd.DataFrame, table_dir: Path, background: Backgrou
     return [derived_table(paired, "compare-nospec-vs-speculative", title, how, caveats, table_dir, background)]
 
 
-def cross_stack_input(results: Results) -> pd.DataFrame:
-    """The cross-stack agreement rows only: a handful per weights family."""
-    return results.frame("select source, table_title, row_label, col_label, metric, value, unit from results "
-                         f"where source = 'measured' and metric in {_in(analysis.CROSS_STACK_METRICS)}")
-
-
 def cross_stack_tables(rows: pd.DataFrame, table_dir: Path, background: Background) -> list[tables.Table]:
     """Per weights family, the matrix of greedy agreement between its no-spec launches across stacks, nodes
     and quantizations (analysis.cross_stack_matrices), as an analysis table (Markdown, HTML, CSV)."""
@@ -407,8 +207,8 @@ def pivot_cells(results: Results) -> None:
     concurrency) and one column per metric (the median of its rows; seconds shown as ms), pivoted once by
     DuckDB into the table `cells`."""
     keys = ", ".join(["node"] + FULL_KEYS)
-    renamed = " ".join(f"when '{_sql_text(m)}' then '{_sql_text(name)}'" for m, (name, _) in MILLISECONDS.items())
-    scaled = " ".join(f"when '{_sql_text(m)}' then {factor}" for m, (_, factor) in MILLISECONDS.items())
+    renamed = " ".join(f"when '{sql_text(m)}' then '{sql_text(name)}'" for m, (name, _) in MILLISECONDS.items())
+    scaled = " ".join(f"when '{sql_text(m)}' then {factor}" for m, (_, factor) in MILLISECONDS.items())
     results.con.execute(f"""create or replace temp table cells as pivot (
         select {keys}, case metric {renamed} else metric end as metric, value * case metric {scaled} else 1 end as value
         from results where status = 'ok' and value is not null and not isnan(value))
@@ -425,12 +225,12 @@ def full_table(results: Results, node: str, table_dir: Path, page_rows: int, var
                             + " from cells where node = ?", [node]).iloc[0]
     metrics = [c for c, n in present.items() if n > 0]
     query = (f"select {', '.join(FULL_KEYS)}, {', '.join(chr(34) + m + chr(34) for m in metrics)} from cells "
-             f"where node = '{_sql_text(node)}' order by source, stack, variant, spec_tokens, power_cap_w, workload, concurrency, ref")
+             f"where node = '{sql_text(node)}' order by source, stack, variant, spec_tokens, power_cap_w, workload, concurrency, ref")
     csv_path, parquet_path = table_dir / f"cells-{node}.csv", table_dir / f"cells-{node}.parquet"
-    results.con.execute(f"copy ({query}) to '{_sql_text(str(parquet_path))}' (format parquet)")
-    results.con.execute(f"copy (select * from read_parquet('{_sql_text(str(parquet_path))}')) to '{_sql_text(str(csv_path))}' (header)")
-    total = results.frame(f"select count(*) as n from read_parquet('{_sql_text(str(parquet_path))}')")["n"].iloc[0]
-    head = results.con.sql(f"select * from read_parquet('{_sql_text(str(parquet_path))}') limit {page_rows}")
+    results.con.execute(f"copy ({query}) to '{sql_text(str(parquet_path))}' (format parquet)")
+    results.con.execute(f"copy (select * from read_parquet('{sql_text(str(parquet_path))}')) to '{sql_text(str(csv_path))}' (header)")
+    total = results.frame(f"select count(*) as n from read_parquet('{sql_text(str(parquet_path))}')")["n"].iloc[0]
+    head = results.con.sql(f"select * from read_parquet('{sql_text(str(parquet_path))}') limit {page_rows}")
     return FullTable(node, head.columns, [list(row) for row in head.fetchall()], int(total), csv_path, parquet_path,
                      varying)
 
@@ -455,48 +255,6 @@ def full_tables(source: Path | pd.DataFrame, nodes: list[str], table_dir: Path) 
     return [f for f in (full_table(results, n, table_dir, page_rows, varying.get(n, [])) for n in nodes) if f is not None]
 
 
-def full_markdown(full: FullTable) -> str:
-    table = tables.Table(full.table_id, f"All cells on {full.node}", f"{full.csv_path.name}, {full.parquet_path.name}",
-                         full.columns, [[tables.format_number(v) if isinstance(v, (int, float)) else (tables.MISSING if v is None else str(v))
-                                         for v in row] for row in full.rows[:MARKDOWN_ROWS_PER_NODE]], [], caveats=full.varying)
-    text = to_markdown(table)
-    if full.total > MARKDOWN_ROWS_PER_NODE:
-        text += f"\nFirst {MARKDOWN_ROWS_PER_NODE} of {full.total} rows; all of them are in {full.csv_path.name} and {full.parquet_path.name}.\n"
-    return text
-
-
-def full_html(full: FullTable) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in full.columns)
-    data = _json({"rows": full.rows})
-    more = (f" The page holds the first {len(full.rows)} of {full.total} rows." if full.total > len(full.rows) else "")
-    caveats = ("<div class='caveats'><b>Basis differs between rows:</b><ul>" + "".join(
-        f"<li>{html.escape(c)}</li>" for c in full.varying) + "</ul></div>") if full.varying else ""
-    return (f"<section class='full' id='{html.escape(full.table_id)}'><h3>All cells on {html.escape(full.node)}</h3>"
-            f"<p class='ref'>Every row: {html.escape(full.csv_path.name)}, {html.escape(full.parquet_path.name)}.{more}</p>"
-            "<div class='pager'><input class='filter' placeholder='filter rows'> <button class='prev'>previous</button> "
-            "<button class='next'>next</button> <span class='info'></span></div>"
-            f"<table><thead><tr>{head}</tr></thead><tbody></tbody></table>{caveats}"
-            f"<script type='application/json'>{data}</script></section>"
-            f"<script>stackbenchPager('{html.escape(full.table_id)}')</script>")
-
-
-def method_input(results: Results, layouts: dict[str, published.Layout]) -> pd.DataFrame:
-    """The measured rows a seed table can show beside the post's (tables.seed_table picks them): rows of
-    the tables' method workloads and the launch-level rows of the launches that ran one, only the metrics
-    the posts' tables hold. Small: a few launches' cells."""
-    methods = sorted({m for layout in layouts.values() for m in layout.method})
-    if not methods:
-        return pd.DataFrame()
-    return results.frame("""
-        with ran as (select distinct ref, node, stack, variant from results
-                     where source = 'measured' and workload in (select unnest(?::varchar[])))
-        select r.* from results r join ran using (ref, node, stack, variant)
-        where r.source = 'measured' and r.status = 'ok'
-          and (r.workload in (select unnest(?::varchar[])) or r.workload is null)
-          and r.metric in (select distinct metric from results where source = 'published' and table_id is not null)""",
-                         [methods, methods])
-
-
 def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, published.Layout],
                 measured: pd.DataFrame | None = None) -> list[tables.Table]:
     """The seeds' tables in the order the posts and their layouts come (data/published), one per table id,
@@ -519,7 +277,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     try:
         fulls_job = background.submit(full_tables, results.source, nodes, table_dir)
         frame = results.frame(f"select * exclude ({', '.join(NOT_ANALYSED)}), {GEOMETRY_NOTE} from results "
-                              f"where metric in {_in(ANALYSIS_METRICS)} "
+                              f"where metric in {sql_in(ANALYSIS_METRICS)} "
                               "or metric like 'accept_rate_pos%' or metric like 'geometry_%'")
         roofline = analysis.roofline(frame)
         percents = ceiling_percents(roofline)
@@ -563,41 +321,11 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         written.append(summary_path)
 
         html_path = out_dir / "index.html"
-        html_path.write_text(_page(intro, headlines, correctness, fulls, derived, seed, status, figures), encoding="utf-8")
+        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived, seed, status, figures), encoding="utf-8")
         written.append(html_path)
     finally:
         background.wait()  # every file is on disk (or the first error raised) before the report counts as written
     return written
-
-
-def _like_columns(results: Results) -> str:
-    present = set(results.frame("select * from results limit 0").columns)
-    return ", ".join(c for c in charts.LIKE_BASIS if c in present)
-
-
-def ladder_input(results: Results) -> pd.DataFrame:
-    """The context ladders' cells: measured prefill and decode rates at c1 of every launch that ran one
-    workload at charts.LADDER_MIN_LENGTHS or more prompt lengths. Few rows, however large the results."""
-    like = _like_columns(results)
-    return results.frame(f"""
-        with c1 as (select ref, node, stack, variant, workload, prompt_tokens, metric, value, {like} from results
-                    where source = 'measured' and status = 'ok' and concurrency = 1 and workload is not null
-                      and prompt_tokens is not null and value is not null and metric in (select unnest(?::varchar[]))),
-        ladders as (select ref, node, stack, variant, workload from c1 group by all
-                    having count(distinct prompt_tokens) >= ?)
-        select c1.* from c1 join ladders using (ref, node, stack, variant, workload)""",
-                         [list(charts.LADDER_METRICS), charts.LADDER_MIN_LENGTHS])
-
-
-def pareto_input(results: Results) -> pd.DataFrame:
-    """The Pareto charts' points: measured aggregate throughput per node, variant, workload, basis and
-    concurrency, the median over runs (DuckDB reduces them, so a large sweep comes back as its cells)."""
-    like = _like_columns(results)
-    return results.frame(f"""
-        select node, stack, variant, workload, {like}, concurrency, median(value) as value from results
-        where source = 'measured' and status = 'ok' and metric = 'aggregate_tps' and concurrency is not null
-          and workload is not null and value is not null
-        group by all""")
 
 
 def _figures(results: Results, spec: pd.DataFrame, nodes: list[str]) -> list:
@@ -606,7 +334,7 @@ def _figures(results: Results, spec: pd.DataFrame, nodes: list[str]) -> list:
     # One narrow query, split by node on integer positions: a scan per node, or filtering a wide frame of
     # arrow-backed strings in pandas, costs more.
     charted = results.frame(f"select {', '.join(CHART_COLUMNS)} from results where "
-                            f"metric in {_in(CHART_METRICS)} or metric like 'accept_rate_pos%'")
+                            f"metric in {sql_in(CHART_METRICS)} or metric like 'accept_rate_pos%'")
     positions = charted.groupby("node", sort=False).indices
     for node in nodes:
         mine = charted.take(positions.get(node, [])).reset_index(drop=True)
@@ -617,31 +345,3 @@ def _figures(results: Results, spec: pd.DataFrame, nodes: list[str]) -> list:
     return [f for f in figures if f is not None]
 
 
-def _json(value) -> str:
-    # allow_nan=False: a NaN would make the page's JSON invalid; charts write gaps as null.
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
-
-
-def _page(intro: str, headlines, correctness, fulls, derived, seed, status, figures) -> str:
-    figure_html = "".join(
-        f"<div class='chart' id='chart-{i}'></div><script>Plotly.newPlot('chart-{i}', "
-        f"{_json(fig['data'])}, {_json(fig['layout'])}, {{responsive: true}})</script>" for i, fig in enumerate(figures))
-    status_html = ""
-    if status:
-        status_html = "<div class='status'><h2>Cells without a figure</h2><ul>" + "".join(
-            f"<li>{html.escape(s)}</li>" for s in status) + "</ul></div>"
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stack comparison report</title>"
-        f"<style>{STYLE}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
-        f"<script>{PAGER_JS}</script></head><body>"
-        "<h1>Stack comparison report</h1><h2>Headline: one row per stack variant, per node</h2>"
-        + "".join(to_html(t, "headline") for t in headlines) +
-        f"<p>{html.escape(intro)} Every table lists, under it, the basis fields that differ between its rows; "
-        "figures marked †, ‡ or § are single figures, peaks or ranges.</p>"
-        + ("<h2>Correctness beside speed</h2>" + "".join(to_html(t) for t in correctness) if correctness else "") +
-        f"{status_html}<h2>Full tables</h2>" + "".join(full_html(f) for f in fulls) +
-        f"<h2>Charts</h2>{figure_html}"
-        "<h2>Analysis</h2>" + "".join(to_html(t) for t in derived) +
-        "<h2>The seeds' tables, regenerated from data in each post's own layout</h2>" + "".join(to_html(t) for t in seed) +
-        "</body></html>"
-    )

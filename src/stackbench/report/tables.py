@@ -4,9 +4,7 @@ A Table keeps, per display row, the result records behind it, so the caveat gene
 basis of every cell and not a summary of it. Three kinds: the per-node headline (one row per stack
 variant at the node's canonical cells), the seeds' tables in each post's own layout, and derived
 (analysis) tables.
-
-Longer than 250 lines because every table kind (headline, seed layouts, full cells, derived) shares one
-formatter and one caveat path; splitting them would split that shared path.
+Every kind goes through the one formatter (format_cell) and the one caveat path (results/basis.py).
 """
 
 from __future__ import annotations

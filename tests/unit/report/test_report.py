@@ -15,7 +15,7 @@ import pytest
 from helpers import copy_repo
 from paths import ROOT
 
-from stackbench.report import render
+from stackbench.report import queries, render
 from stackbench.results import published, store
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -220,8 +220,8 @@ def test_a_power_sweep_headline_reads_its_highest_cap_and_keeps_launch_figures()
     rows = pd.DataFrame([dict(base, metric="decode_tps", concurrency=1, power_cap_w=cap, value=speed)
                          for cap, speed in ((220.0, 116.0), (300.0, 170.0))]
                         + [dict(base, metric="kv_pool_tokens", concurrency=None, power_cap_w=None, workload=None, value=184242.0)])
-    results = render.Results(rows)
-    table = tables.headline_table(render.headline_input(results), "test-gpu")
+    results = queries.Results(rows)
+    table = tables.headline_table(queries.headline_input(results), "test-gpu")
     got = dict(zip(table.columns, table.rows[0]))
     assert got["decode tok/s"] == "170" and got["KV pool tokens"] == "184242"
 
@@ -237,7 +237,7 @@ def test_measured_variants_share_the_aggregate_concurrency():
             for variant, top, bonus in (("nospec", 4, 0.0), ("draft-n2", 2, 5.0)) for c in range(1, top + 1)]
     rows += [dict(base, source="published", ref="004_x.txt §a", variant="mtp-n2", concurrency=c, value=300.0 + c)
              for c in (3, 4)]
-    table = tables.headline_table(render.headline_input(render.Results(pd.DataFrame(rows))), "test-cpu")
+    table = tables.headline_table(queries.headline_input(queries.Results(pd.DataFrame(rows))), "test-cpu")
     got = {row[table.columns.index("variant")]: row[table.columns.index("aggregate tok/s")] for row in table.rows}
     assert got == {"nospec": "200 @c2", "draft-n2": "205 @c2", "mtp-n2": "304 @c4"}
 

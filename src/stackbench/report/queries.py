@@ -1,0 +1,177 @@
+"""The report's DuckDB queries over data/results.parquet (bound parameters): the few thousand rows the
+headline, the correctness section, the charts and the same-method rows read, however many the results hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from stackbench import analysis
+from stackbench.report import charts, tables
+from stackbench.results import published
+
+
+class Results:
+    """The results table behind a DuckDB view: selections and aggregates come back as small frames."""
+
+    def __init__(self, source: Path | pd.DataFrame):
+        self.source = source
+        self.con = duckdb.connect()
+        if isinstance(source, pd.DataFrame):
+            self.con.register("results", source)
+        else:
+            self.con.execute(f"create view results as select * from read_parquet('{sql_text(str(source))}')")
+
+    def frame(self, sql: str, params: list | None = None) -> pd.DataFrame:
+        return self.con.sql(sql, params=params).to_arrow_table().to_pandas()  # plain object strings: arrow-backed ones are slow element by element
+
+    def rows(self, where: str, params: list | None = None) -> pd.DataFrame:
+        return self.frame(f"select * from results where {where}", params)
+
+    def register_posts(self) -> None:
+        """The view `posts` (ref, post): each published ref's post by published.post_of, the one rule for
+        it, applied to the distinct refs (a handful) rather than re-written in SQL."""
+        refs = self.frame("select distinct ref from results where source = 'published'")["ref"]
+        self.con.register("posts", pd.DataFrame({"ref": refs, "post": published.posts_of(refs)}))
+
+
+def sql_text(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def sql_in(values) -> str:
+    return "(" + ", ".join(f"'{sql_text(v)}'" for v in values) + ")"
+
+
+def power_not_measured(results: Results) -> dict[str, str]:
+    """Per node, why power was not measured (said once per node, not once per launch or cell)."""
+    frame = results.frame("select node, string_agg(distinct reason, '; ') as why from results "
+                          "where metric = 'power_w' and status = 'not_run' and source = 'measured' group by node")
+    return dict(zip(frame["node"], frame["why"]))
+
+
+def status_lines(results: Results) -> list[str]:
+    """Cells that did not produce a figure, and why: failures are results, never silently dropped. Launch-level
+    rows (no workload) are not cells; power that was not measured is said once per node under its headline."""
+    frame = results.frame(
+        "select distinct node, stack, variant, workload, concurrency, status, reason from results "
+        "where source = 'measured' and status <> 'ok' and workload is not null and metric <> 'power_w' "
+        "order by node, stack, variant, workload, concurrency")
+    lines = []
+    for row in frame.itertuples(index=False):
+        concurrency = f"c{int(row.concurrency)}" if pd.notna(row.concurrency) else "concurrency not set"
+        lines.append(f"{row.node} / {row.stack} / {row.variant} / {row.workload} / {concurrency}: {row.status}: {row.reason}")
+    return lines
+
+
+def headline_input(results: Results) -> pd.DataFrame:
+    """Only the rows a headline can show (tables.headline_records makes the final choice): its metrics at
+    concurrency 1 (or unset) and each variant's aggregate at one higher concurrency, at the variant's
+    canonical power cap (uncapped where it ran uncapped, else its highest), peaks left out. A launch's own
+    figures (pool, VRAM) logged without a cap hold at that cap.
+
+    The aggregate's concurrency: for measured variants, the highest that every measured variant of the
+    node ran, so a load sweep on one launch does not put its column at another level than the rest's; a
+    published variant keeps its post's own highest."""
+    launch_metrics = [c.metric for c in tables.HEADLINE if c.cell == "any"]
+    results.register_posts()
+    return results.frame(f"""
+        with all_rows as (
+          select r.*, coalesce(p.post, '') as post from results r left join posts p using (ref)
+          where status = 'ok' and stat <> 'peak' and metric in {sql_in(tables.HEADLINE_METRICS)}),
+        node_method as (
+          select node, workload from (
+            select node, workload, count(distinct (stack, variant)) as variants from all_rows
+            where source = 'measured' and workload is not null and regexp_matches(workload, ?) group by all)
+          qualify row_number() over (partition by node order by variants desc, workload) = 1),
+        ran_method as (select distinct node, stack, variant from all_rows join node_method using (node, workload)
+                       where source = 'measured'),
+        rows as (
+          select a.* from all_rows a left join node_method m on a.node = m.node
+            left join ran_method v on a.node = v.node and a.stack = v.stack and a.variant = v.variant
+          where a.source <> 'measured' or a.workload is null or v.node is null or a.workload = m.workload),
+        aggregates as (
+          select node, stack, variant, concurrency from rows
+          where source = 'measured' and metric = 'aggregate_tps' and concurrency is not null),
+        common as (
+          select node, max(l.concurrency) as concurrency
+          from (select node, concurrency, count(distinct (stack, variant)) as variants from aggregates group by all) l
+          join (select node, count(distinct (stack, variant)) as variants from aggregates group by node) n
+            using (node, variants)
+          group by node),
+        variant as (
+          select node, source, post, stack, variant,
+                 coalesce(bool_or(power_cap_w is null) filter (where metric not in {sql_in(launch_metrics)}), true) as uncapped,
+                 max(power_cap_w) filter (where metric not in {sql_in(launch_metrics)}) as top_cap,
+                 max(case when metric = 'aggregate_tps' then concurrency end) as top_concurrency
+          from rows group by all),
+        chosen as (
+          select v.*, case when v.source = 'measured' then coalesce(c.concurrency, v.top_concurrency)
+                           else v.top_concurrency end as aggregate_concurrency
+          from variant v left join common c using (node))
+        select r.* exclude (post) from rows r join chosen v using (node, source, post, stack, variant)
+        where ((r.metric in {sql_in(launch_metrics)} and r.power_cap_w is null)
+               or case when v.uncapped then r.power_cap_w is null else r.power_cap_w = v.top_cap end)
+          and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.aggregate_concurrency))""",
+                         [published.METHOD_WORKLOAD_SQL])
+
+
+def correctness_input(results: Results) -> pd.DataFrame:
+    """The measured correctness rows only (probes, agreement, validity and loops of every cell): small."""
+    return results.frame("select node, stack, variant, workload, metric, value, unit, prompt_tokens, source, status "
+                         f"from results where source = 'measured' and metric in {sql_in(analysis.CORRECTNESS_METRICS)}")
+
+
+def cross_stack_input(results: Results) -> pd.DataFrame:
+    """The cross-stack agreement rows only: a handful per weights family."""
+    return results.frame("select source, table_title, row_label, col_label, metric, value, unit from results "
+                         f"where source = 'measured' and metric in {sql_in(analysis.CROSS_STACK_METRICS)}")
+
+
+def method_input(results: Results, layouts: dict[str, published.Layout]) -> pd.DataFrame:
+    """The measured rows a seed table can show beside the post's (tables.seed_table picks them): rows of
+    the tables' method workloads and the launch-level rows of the launches that ran one, only the metrics
+    the posts' tables hold. Small: a few launches' cells."""
+    methods = sorted({m for layout in layouts.values() for m in layout.method})
+    if not methods:
+        return pd.DataFrame()
+    return results.frame("""
+        with ran as (select distinct ref, node, stack, variant from results
+                     where source = 'measured' and workload in (select unnest(?::varchar[])))
+        select r.* from results r join ran using (ref, node, stack, variant)
+        where r.source = 'measured' and r.status = 'ok'
+          and (r.workload in (select unnest(?::varchar[])) or r.workload is null)
+          and r.metric in (select distinct metric from results where source = 'published' and table_id is not null)""",
+                         [methods, methods])
+
+
+def like_columns(results: Results) -> str:
+    present = set(results.frame("select * from results limit 0").columns)
+    return ", ".join(c for c in charts.LIKE_BASIS if c in present)
+
+
+def ladder_input(results: Results) -> pd.DataFrame:
+    """The context ladders' cells: measured prefill and decode rates at c1 of every launch that ran one
+    workload at charts.LADDER_MIN_LENGTHS or more prompt lengths. Few rows, however large the results."""
+    like = like_columns(results)
+    return results.frame(f"""
+        with c1 as (select ref, node, stack, variant, workload, prompt_tokens, metric, value, {like} from results
+                    where source = 'measured' and status = 'ok' and concurrency = 1 and workload is not null
+                      and prompt_tokens is not null and value is not null and metric in (select unnest(?::varchar[]))),
+        ladders as (select ref, node, stack, variant, workload from c1 group by all
+                    having count(distinct prompt_tokens) >= ?)
+        select c1.* from c1 join ladders using (ref, node, stack, variant, workload)""",
+                         [list(charts.LADDER_METRICS), charts.LADDER_MIN_LENGTHS])
+
+
+def pareto_input(results: Results) -> pd.DataFrame:
+    """The Pareto charts' points: measured aggregate throughput per node, variant, workload, basis and
+    concurrency, the median over runs (DuckDB reduces them, so a large sweep comes back as its cells)."""
+    like = like_columns(results)
+    return results.frame(f"""
+        select node, stack, variant, workload, {like}, concurrency, median(value) as value from results
+        where source = 'measured' and status = 'ok' and metric = 'aggregate_tps' and concurrency is not null
+          and workload is not null and value is not null
+        group by all""")
