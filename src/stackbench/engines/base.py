@@ -301,6 +301,18 @@ class PythonEngine:
     def version_from_output(self, text: str) -> str:
         return last_line(text)
 
+    # Their OpenAI-style /tokenize: {"model", "prompt"} in, {"tokens", "count", ...} out.
+    tokenize_path = "/tokenize"
+
+    def tokenize_body(self, model: str, text: str) -> dict:
+        return prompt_tokenize_body(model, text)
+
+    def token_count(self, reply: dict) -> int | None:
+        return reply_count(reply)
+
+    def request_context(self, launch: Launch) -> int:
+        return launch.context_len  # one KV pool shared by every running request
+
 
 def python_engine_installed(distribution: str, python: Path, run) -> dict:
     """A Python engine starts as `python -m <module>`: its server binary is the environment's Python, its

@@ -23,10 +23,8 @@ from stackbench.engines.base import (
     Slots,
     SpecCounters,
     get_json,
-    prompt_tokenize_body,
     python_engine_installed,
     render_flags,
-    reply_count,
     slots_from,
 )
 from stackbench.plan.model import Launch
@@ -114,17 +112,6 @@ class SglangAdapter(PythonEngine):
 
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         return slots_from(launch, "max_running_requests")
-
-    tokenize_path = "/tokenize"
-
-    def tokenize_body(self, model: str, text: str) -> dict:
-        return prompt_tokenize_body(model, text)
-
-    def token_count(self, reply: dict) -> int | None:
-        return reply_count(reply)
-
-    def request_context(self, launch: Launch) -> int:
-        return launch.context_len  # one KV pool shared by every running request
 
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         extras = {"ignore_eos": True, "min_tokens": output_tokens}

@@ -16,10 +16,8 @@ from stackbench.engines.base import (
     SpecCounters,
     counters_from_metrics,
     get_json,
-    prompt_tokenize_body,
     python_engine_installed,
     render_flags,
-    reply_count,
     slots_from,
 )
 from stackbench.plan.model import Launch
@@ -100,17 +98,6 @@ class VllmAdapter(PythonEngine):
 
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         return slots_from(launch, "max_num_seqs")
-
-    tokenize_path = "/tokenize"
-
-    def tokenize_body(self, model: str, text: str) -> dict:
-        return prompt_tokenize_body(model, text)
-
-    def token_count(self, reply: dict) -> int | None:
-        return reply_count(reply)
-
-    def request_context(self, launch: Launch) -> int:
-        return launch.context_len  # one KV pool shared by every running request
 
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         # continuous_usage_stats puts the running completion_tokens on every chunk, so the client knows
