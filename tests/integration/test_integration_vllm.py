@@ -3,21 +3,12 @@ converted from the GGUF. The environment and the converted model are made by the
 (about 5 minutes the first time); each vLLM launch compiles for about 2 minutes before it is ready."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 from helpers import report_one_node
 from paths import ROOT
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def vllm_ready():
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--config", "nodes=[local-cpu-vllm]", "--",
-                           "data/models/smollm2-135m-hf"], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def test_vllm_on_cpu_measures_kv_pool_decode_prefill_and_ngram_acceptance(vllm_ready, repo_copy):
