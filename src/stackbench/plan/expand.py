@@ -199,7 +199,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
             ))
         _check_flags(run_launches, adapter, where, i)
         if not doc["allow_queueing"]:
-            _check_slots(run_launches, {w.name: w for w in workloads}, where, i)
+            _check_slots(run_launches, adapter, {w.name: w for w in workloads}, where, i)
         launches += run_launches
     _check_hardware(doc, launches, where)
     _check_measured_alike(launches, where)
@@ -265,11 +265,11 @@ def _check_flags(launches: list[Launch], adapter, where: str, run: int) -> None:
                               "its variant's)") from None
 
 
-def _check_slots(launches: list[Launch], workloads: dict[str, Workload], where: str, run: int) -> None:
+def _check_slots(launches: list[Launch], adapter, workloads: dict[str, Workload], where: str, run: int) -> None:
     """A cell with more streams than the server runs at once measures its queue, not the engine: refused
     unless the node says queueing is intended (allow_queueing)."""
     for launch in launches:
-        slots = adapter_for(launch.engine).concurrent_slots(launch)
+        slots = adapter.concurrent_slots(launch)
         if slots is None:
             continue
         highest = max(c for name in launch.workloads for c in workloads[name].levels(launch))
