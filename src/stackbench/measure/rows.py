@@ -98,7 +98,7 @@ class RowMaker:
             if extra and extra.get("note"):
                 note = "; ".join(n for n in (note, extra["note"]) if n)
             rows.append({**base, "metric": f.metric, "value": f.value, "value_min": f.value_min, "value_max": f.value_max,
-                         "unit": f.unit, "stat": f.stat, "n": f.n, "ci_low": f.ci_low, "ci_high": f.ci_high,
+                         "unit": f.unit, "stat": f.stat, "n": f.n, "ci_low": f.ci_low, "ci_high": f.ci_high, "mad": f.mad,
                          "ttft_included": f.ttft_included, "note": note,
                          **({"prompt_tokens": f.prompt_tokens} if f.prompt_tokens is not None else {})})
         return rows

@@ -43,6 +43,7 @@ class Figure:
     ci_low: float | None = None  # 95% confidence interval of the mean over repeats (Student's t)
     ci_high: float | None = None
     prompt_tokens: int | None = None  # a figure about one request of its own (the needle), not the cell's median
+    mad: float | None = None  # median absolute deviation over repeats (analysis.decide's robust score reads it)
 
 
 def confidence_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
@@ -65,8 +66,9 @@ def _median_figure(metric: str, per_repeat: list[float], unit: str, ttft_include
     note = None
     if ci and max(median - ci[0], ci[1] - median) > CI_FLAG_FRACTION * abs(median):
         note = f"95% interval wider than +-{CI_FLAG_FRACTION:.0%} of its value ({len(values)} repeats)"
+    mad = statistics.median(abs(v - median) for v in values) if len(values) > 1 else None
     return Figure(metric, median, unit, "median", len(values), min(values), max(values), ttft_included, note,
-                  *(ci or (None, None)))
+                  *(ci or (None, None)), mad=mad)
 
 
 def percentile_figures(name: str, values: list[float], unit: str, what: str, median_metric: str | None = None) -> list[Figure]:

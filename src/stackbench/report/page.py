@@ -138,7 +138,7 @@ def _json(value) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
 
 
-def page_html(intro: str, headlines, correctness, fulls, derived, seed, status, figures) -> str:
+def page_html(intro: str, headlines, correctness, fulls, derived, seed, status, figures, decided) -> str:
     figure_html = "".join(
         f"<div class='chart' id='chart-{i}'></div><script>Plotly.newPlot('chart-{i}', "
         f"{_json(fig['data'])}, {_json(fig['layout'])}, {{responsive: true}})</script>" for i, fig in enumerate(figures))
@@ -154,6 +154,7 @@ def page_html(intro: str, headlines, correctness, fulls, derived, seed, status, 
         + "".join(to_html(t, "headline") for t in headlines) +
         f"<p>{html.escape(intro)} Every table lists, under it, the basis fields that differ between its rows; "
         "figures marked †, ‡ or § are single figures, peaks or ranges.</p>"
+        + ("<h2>What to run</h2>" + "".join(to_html(t) for t in decided) if decided else "")
         + ("<h2>Correctness beside speed</h2>" + "".join(to_html(t) for t in correctness) if correctness else "") +
         f"{status_html}<h2>Full tables</h2>" + "".join(full_html(f) for f in fulls) +
         f"<h2>Charts</h2>{figure_html}"

@@ -124,6 +124,13 @@ def correctness_input(results: Results) -> pd.DataFrame:
                          f"from results where source = 'measured' and metric in {sql_in(analysis.CORRECTNESS_METRICS)}")
 
 
+def decide_input(results: Results) -> pd.DataFrame:
+    """What analysis.decide reads: the judged rates (with their MAD and interval), loops, pools and the
+    cells without a figure, measured rows only."""
+    return results.frame("select * exclude (note) from results "
+                         f"where source = 'measured' and metric in {sql_in(analysis.DECIDE_METRICS)}")
+
+
 def cross_stack_input(results: Results) -> pd.DataFrame:
     """The cross-stack agreement rows only: a handful per weights family."""
     return results.frame("select source, table_title, row_label, col_label, metric, value, unit from results "

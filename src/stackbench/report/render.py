@@ -21,12 +21,13 @@ import pandas as pd
 import pyarrow as pa
 
 from stackbench import analysis
-from stackbench.report import charts, tables
+from stackbench.report import charts, decisions, tables
 from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
 from stackbench.report.queries import (
     Results,
     correctness_input,
     cross_stack_input,
+    decide_input,
     headline_input,
     ladder_input,
     method_input,
@@ -288,9 +289,11 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant)
                                  for n in nodes if n in by_node) if t is not None]
         correctness = correctness_tables(by_variant, nodes)
+        agreement = cross_stack_input(results)
+        decided = decisions.what_to_run_tables(analysis.what_to_run(decide_input(results), by_variant), nodes, agreement)
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background)
-        derived += cross_stack_tables(cross_stack_input(results), table_dir, background)
+        derived += cross_stack_tables(agreement, table_dir, background)
         layouts = published.load_layouts(published_dir)
         seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
         figures = _figures(results, spec, nodes)
@@ -298,7 +301,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         status = status_lines(results)
 
         written = []
-        for table in headlines + correctness + derived + seed:
+        for table in headlines + decided + correctness + derived + seed:
             outputs = [(".md", to_markdown(table))] + ([(".csv", to_csv(table))] if table.complete else [])
             for suffix, text in outputs:
                 path = table_dir / f"{table.table_id}{suffix}"
@@ -309,6 +312,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
                  f"{counts.get('published', 0)} transcribed from the seed posts.")
         summary = ["# Stack comparison report", "", "## Headline: one row per stack variant, per node", "",
                    *[to_markdown(t) for t in headlines], intro, ""]
+        if decided:
+            summary += ["## What to run", "", *[to_markdown(t) for t in decided]]
         if correctness:
             summary += ["## Correctness beside speed", "", *[to_markdown(t) for t in correctness]]
         if status:
@@ -321,7 +326,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         written.append(summary_path)
 
         html_path = out_dir / "index.html"
-        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived, seed, status, figures), encoding="utf-8")
+        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived, seed, status, figures, decided), encoding="utf-8")
         written.append(html_path)
     finally:
         background.wait()  # every file is on disk (or the first error raised) before the report counts as written

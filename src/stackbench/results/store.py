@@ -39,6 +39,7 @@ FIGURE = [
     ("value_max", pa.float64()),
     ("ci_low", pa.float64()),  # 95% confidence interval of the mean over repeats (Student's t); null below 2 repeats
     ("ci_high", pa.float64()),
+    ("mad", pa.float64()),  # median absolute deviation over repeats, median(|x - median|), unscaled; null below 2 repeats
     ("unit", pa.string()),
     ("stat", pa.string()),  # median | mean | single | range | peak | p90 | p95 | p99
     ("n", pa.int64()),

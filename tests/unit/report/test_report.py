@@ -15,6 +15,7 @@ import pytest
 from helpers import copy_repo
 from paths import ROOT
 
+from stackbench.analysis import decide
 from stackbench.report import queries, render
 from stackbench.results import published, store
 
@@ -254,3 +255,16 @@ def test_a_failed_background_write_fails_the_report(tmp_path, monkeypatch):
     monkeypatch.setattr(render, "_copy_out", disk_full)
     with pytest.raises(OSError, match="No space left on device: analysis-"):
         render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")
+
+
+def test_what_to_run_comes_per_node_and_concurrency_with_its_rule_under_it(mixed_report):
+    markdown = (mixed_report / "report.md").read_text(encoding="utf-8")
+    section = markdown.split("## What to run", 1)[1].split("\n## ", 1)[0]
+    assert "### What to run on test-cpu" in section
+    assert decide.RULE in section
+    table = (mixed_report / "tables" / "what-to-run-test-cpu.csv").read_text(encoding="utf-8")
+    # The hand-built run states no interval: draft-n2's +19% is not enough to leave no-spec, and it is the runner-up.
+    rows = [line for line in table.splitlines() if line.startswith("llamacpp,")]
+    assert len(rows) == 4  # code and json, c1 and c2
+    assert all(",no-spec," in row and "draft-n2" in row for row in rows)
+    assert "<h2>What to run</h2>" in (mixed_report / "index.html").read_text(encoding="utf-8")

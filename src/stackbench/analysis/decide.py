@@ -1,0 +1,156 @@
+"""What to run: per node, stack, power cap, workload and concurrency, the variant to run, its gain over the
+stack's no-spec with an interval, the runner-up, and the price of the choice in KV pool and contexts held.
+
+The score follows vLLM benchmarks/sweep/tune_speculative_k.py: each cell's median penalised by its spread,
+median - 1.4826 x MAD x MAD_PENALTY (1.4826 x MAD estimates a normal standard deviation); cells with failed
+requests or a relative MAD above MAX_REL_MAD are excluded and named; a smaller depth (no-spec is depth 0) is
+preferred when its score is within DEPTH_MARGIN of the best. Only variants whose greedy outputs agree with
+no-spec (analysis.correctness: no divergence, lengths as asked, the headline's rule) and that loop no more
+than their reference cell are candidates. A variant is chosen over no-spec only when its gain's interval
+clears zero: the lower end, variant's 95% interval low over no-spec's high, above 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from stackbench.analysis.common import LAUNCH
+from stackbench.analysis.speculative import SPEC_PAIR
+
+SCALED_MAD = 1.4826
+MAD_PENALTY = 1.0
+MAX_REL_MAD = 0.1
+DEPTH_MARGIN = 0.01
+NO_SPEC = "no-spec"
+# The figure a cell is judged on: the per-stream decode rate of a single stream, the aggregate of several.
+SINGLE_STREAM_METRIC, CONCURRENT_METRIC = "decode_tps", "aggregate_tps"
+DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status")
+RULE = (f"score = median - {SCALED_MAD} x MAD x {MAD_PENALTY:g} over repeats (vLLM tune_speculative_k.py) of decode tok/s "
+        f"at c1, aggregate tok/s above; excluded (named): cells with failed requests, relative MAD > {MAX_REL_MAD:g}, "
+        "variants whose greedy outputs differ from no-spec or ran other lengths, cells that loop more than no-spec's; "
+        f"a smaller depth (no-spec = 0) is preferred within {DEPTH_MARGIN:.0%} of the best score; a variant is run only "
+        "when its gain's interval (its 95% low over no-spec's 95% high, to its high over no-spec's low) clears zero, "
+        "else no-spec. Price: KV pool tokens and contexts held (pool / context length) beside no-spec's.")
+CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens", "metric", "run",
+                  "gain", "gain_low", "gain_high", "runner_up", "runner_up_gain", "why", "kv_pool_tokens",
+                  "kv_pool_tokens_nospec", "contexts_held", "contexts_held_nospec", "excluded"]
+GROUP = [c for c in SPEC_PAIR if c != "prompt_tokens"] + ["prompt_tokens"]
+
+
+def _cells(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured closed-loop cell: its judged figure with median, interval, MAD and depth."""
+    measured = results[(results["source"] == "measured") & results["concurrency"].notna()]
+    metric = np.where(measured["concurrency"] == 1, SINGLE_STREAM_METRIC, CONCURRENT_METRIC)
+    cells = measured[(measured["metric"] == metric) & (measured["status"] == "ok") & measured["value"].notna()]
+    cells = cells.drop_duplicates(GROUP + ["variant"]).copy()
+    cells["depth"] = np.where(cells["spec_method"] == "none", 0, cells["spec_tokens"].astype(float).fillna(0))
+    cells["score"] = cells["value"] - SCALED_MAD * cells["mad"].astype(float).fillna(0) * MAD_PENALTY
+    cells["rel_mad"] = cells["mad"].astype(float) / cells["value"]
+    return cells.reset_index(drop=True)
+
+
+def _exclusions(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.DataFrame) -> pd.Series:
+    """Why each cell may not be chosen ('' where it may)."""
+    why = pd.Series("", index=cells.index, dtype=object)
+    wide = cells["rel_mad"] > MAX_REL_MAD
+    why[wide] = "relative MAD " + cells.loc[wide, "rel_mad"].map("{:.2f}".format).astype(str) + f" > {MAX_REL_MAD:g}"
+    if not correctness.empty:
+        verdict = cells[["node", "stack", "variant"]].merge(correctness, on=["node", "stack", "variant"], how="left")
+        differs = verdict["first_divergence_token"].notna().to_numpy() & (cells["spec_method"] != "none").to_numpy()
+        lengths = verdict["length_off_in"].fillna("").ne("").to_numpy()
+        why[differs] = "greedy outputs differ from no-spec"
+        why[lengths & ~differs] = "lengths not as asked in " + verdict.loc[lengths & ~differs, "length_off_in"].set_axis(
+            cells.index[lengths & ~differs])
+    looping = results[(results["metric"] == "looping") & results["value"].notna()].drop_duplicates(GROUP + ["variant"])
+    loops = cells[GROUP + ["variant"]].merge(looping[GROUP + ["variant", "value"]], on=GROUP + ["variant"], how="left")["value"]
+    reference = looping[looping["spec_method"] == "none"][GROUP + ["value"]]
+    ref_loops = cells[GROUP].merge(reference, on=GROUP, how="left")["value"].fillna(0)
+    more = (loops.fillna(0) > ref_loops).to_numpy() & (why == "").to_numpy()
+    why[more] = "loops in " + loops[more].map("{:.0%}".format).astype(str).to_numpy() + " of requests, no-spec " + ref_loops[more].map(
+        "{:.0%}".format).astype(str).to_numpy()
+    return why
+
+
+def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:
+    """Cells that produced no figure (failed requests, rejections), named by group and variant."""
+    bad = results[(results["source"] == "measured") & (results["metric"] == "cell_status")
+                  & results["status"].isin(["failed", "rejected", "not_run"]) & results["concurrency"].notna()]
+    bad = bad.drop_duplicates(GROUP + ["variant"])
+    return bad.assign(why=bad["status"] + ": " + bad["reason"].fillna("no reason given"))[GROUP + ["variant", "why"]]
+
+
+def _launch_price(results: pd.DataFrame) -> pd.DataFrame:
+    """Per launch, its KV pool tokens and how many full contexts that pool holds."""
+    pools = results[(results["metric"] == "kv_pool_tokens") & results["value"].notna() & results["concurrency"].isna()]
+    pools = pools.drop_duplicates(LAUNCH)
+    context = pd.to_numeric(pools["context_len"], errors="coerce")
+    return pd.DataFrame({**{c: pools[c] for c in LAUNCH}, "kv_pool_tokens": pools["value"],
+                         "contexts_held": pools["value"] / context})
+
+
+def _first(frame: pd.DataFrame, order: list[str], ascending: list[bool]) -> pd.DataFrame:
+    return frame.sort_values(GROUP + order, ascending=[True] * len(GROUP) + ascending, kind="stable",
+                             na_position="last").drop_duplicates(GROUP)
+
+
+def _percent(values: pd.Series) -> pd.Series:
+    return values.map(lambda x: f"{x:+.1%}" if pd.notna(x) else "?").astype(str)
+
+
+def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFrame:
+    """One row per (node, stack, model, cap, workload, concurrency, lengths): CHOICE_COLUMNS. `results` holds
+    the DECIDE_METRICS rows (with mad, ci_low, ci_high), `correctness` is analysis.correctness_by_variant."""
+    cells = _cells(results)
+    if cells.empty:
+        return pd.DataFrame(columns=CHOICE_COLUMNS)
+    cells["excluded_why"] = _exclusions(cells, results, correctness)
+    named = cells.loc[cells["excluded_why"] != "", GROUP + ["variant", "excluded_why"]].rename(columns={"excluded_why": "why"})
+    named = pd.concat([named, _failed_cells(results)], ignore_index=True)
+    excluded = (named["variant"] + " (" + named["why"] + ")").groupby([named[c] for c in GROUP], dropna=False).agg("; ".join)
+    candidates = cells[cells["excluded_why"] == ""].copy()
+    best = candidates.groupby(GROUP, dropna=False)["score"].transform("max")
+    candidates["within"] = candidates["score"] >= best * (1 - DEPTH_MARGIN)
+    pick = _first(candidates, ["within", "depth", "score"], [False, True, False])
+    rest = candidates.merge(pick[GROUP + ["variant"]].assign(picked=True), on=GROUP + ["variant"], how="left")
+    runner = _first(rest[rest["picked"].isna()], ["score"], [False])
+    reference = cells[cells["spec_method"] == "none"].drop_duplicates(GROUP)
+
+    keys = cells[GROUP].drop_duplicates()
+    out = keys.merge(pick, on=GROUP, how="left").merge(
+        runner[GROUP + ["variant", "value", "spec_method"]].rename(columns=lambda c: c if c in GROUP else f"runner_{c}"),
+        on=GROUP, how="left").merge(
+        reference[GROUP + ["variant", "value", "ci_low", "ci_high"]].rename(columns=lambda c: c if c in GROUP else f"ref_{c}"),
+        on=GROUP, how="left")
+    has_ref = out["ref_value"].notna()
+    picked_spec = out["variant"].notna() & (out["spec_method"] != "none")
+    gain = out["value"] / out["ref_value"] - 1
+    low, high = out["ci_low"] / out["ref_ci_high"] - 1, out["ci_high"] / out["ref_ci_low"] - 1
+    clears = picked_spec & has_ref & (low > 0)
+    falls_back = picked_spec & has_ref & ~clears
+    run = np.select([out["variant"].isna(), ~has_ref | clears, falls_back], ["none eligible", out["variant"], NO_SPEC], NO_SPEC)
+    # Who else: when a variant's gain did not clear, that variant; else the next score down.
+    runner_up = np.where(falls_back, out["variant"], np.where(out["runner_spec_method"] == "none", NO_SPEC, out["runner_variant"]))
+    runner_value = np.where(falls_back, out["value"], out["runner_value"])
+    no_interval = out["ci_low"].isna() | out["ref_ci_high"].isna()
+    why = np.select(
+        [out["variant"].isna(), ~has_ref, clears, falls_back & no_interval, falls_back, out["spec_method"] == "none"],
+        ["every cell excluded", "no no-spec launch here: variants ranked without a reference",
+         "gain's interval clears zero", "no 95% interval (fewer than 2 repeats, or none stated): no-spec kept",
+         out["variant"].astype(str) + " " + _percent(gain) + " (" + _percent(low) + " to " + _percent(high)
+         + "): its interval does not clear zero, no-spec kept", "no-spec scores best (or within the depth margin)"], "")
+    price = _launch_price(results)
+    run_variant = np.where(run == NO_SPEC, out["ref_variant"], out["variant"])
+    chosen = out[["source", "ref", "node", "stack"]].assign(variant=run_variant).merge(price, on=LAUNCH, how="left")
+    nospec = out[["source", "ref", "node", "stack"]].assign(variant=out["ref_variant"]).merge(price, on=LAUNCH, how="left")
+    table = pd.DataFrame({
+        **{c: out[c] for c in ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens"]},
+        "metric": out["metric"], "run": run,
+        "gain": gain.where(clears), "gain_low": low.where(clears), "gain_high": high.where(clears),
+        "runner_up": runner_up, "runner_up_gain": (pd.Series(runner_value, index=out.index) / out["ref_value"] - 1),
+        "why": why,
+        "kv_pool_tokens": chosen["kv_pool_tokens"].to_numpy(), "kv_pool_tokens_nospec": nospec["kv_pool_tokens"].to_numpy(),
+        "contexts_held": chosen["contexts_held"].to_numpy(), "contexts_held_nospec": nospec["contexts_held"].to_numpy(),
+        "excluded": out[GROUP].merge(excluded.rename("excluded").reset_index(), on=GROUP, how="left")["excluded"].fillna("").to_numpy(),
+    })
+    return table.sort_values(["node", "stack", "model", "power_cap_w", "workload", "concurrency"], kind="stable").reset_index(drop=True)

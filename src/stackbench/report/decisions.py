@@ -1,0 +1,73 @@
+"""The report's "What to run" tables (analysis.decide): per node one row per stack, cap, workload and
+concurrency with the choice, its gain, the runner-up and the price; across stacks the choices side by side
+with the greedy agreement between the stacks' no-spec launches beside them (shown, not gating: different
+quantizations answer differently by design). The score's rule is written under every table."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from stackbench.analysis import decide
+from stackbench.report import tables
+
+
+def _percent(value) -> str:
+    return f"{value:+.1%}" if pd.notna(value) else ""
+
+
+def _against(value, reference, spec: str) -> str:
+    """'3000 (no-spec 4096)'; the reference alone is not repeated where the choice is no-spec's own launch."""
+    if pd.isna(value):
+        return ""
+    text = spec.format(value)
+    return text if pd.isna(reference) or reference == value else f"{text} (no-spec {spec.format(reference)})"
+
+
+def _display(choices: pd.DataFrame) -> pd.DataFrame:
+    gain = [f"{_percent(g)} ({_percent(lo)} to {_percent(hi)})" if pd.notna(g) else ""
+            for g, lo, hi in zip(choices["gain"], choices["gain_low"], choices["gain_high"])]
+    runner = [f"{r} ({_percent(g)})" if isinstance(r, str) and pd.notna(g) else (r if isinstance(r, str) else "")
+              for r, g in zip(choices["runner_up"], choices["runner_up_gain"])]
+    return pd.DataFrame({
+        "stack": choices["stack"], "model": choices["model"], "power cap W": choices["power_cap_w"],
+        "workload": choices["workload"], "concurrency": choices["concurrency"], "judged on": choices["metric"],
+        "run": choices["run"], "gain over no-spec (interval)": gain, "runner-up (gain)": runner, "why": choices["why"],
+        "KV pool tokens": [_against(v, r, "{:.0f}") for v, r in zip(choices["kv_pool_tokens"], choices["kv_pool_tokens_nospec"])],
+        "contexts held": [_against(v, r, "{:.2f}x") for v, r in zip(choices["contexts_held"], choices["contexts_held_nospec"])],
+        "excluded": choices["excluded"]})
+
+
+def what_to_run_tables(choices: pd.DataFrame, nodes: list[str], agreement: pd.DataFrame) -> list[tables.Table]:
+    """Per node its choices; then, where two or more stacks were decided, the choices side by side.
+    `agreement` holds the cross_stack_agreement rows (report.queries.cross_stack_input)."""
+    out = []
+    for node in nodes:
+        mine = choices[choices["node"] == node]
+        if mine.empty:
+            continue
+        table = tables.frame_table(_display(mine), f"what-to-run-{node}", f"What to run on {node}",
+                                   "analysis.decide over every measured closed-loop cell")
+        table.legend.append(decide.RULE)
+        out.append(table)
+    return out + across_stacks(choices, agreement)
+
+
+def across_stacks(choices: pd.DataFrame, agreement: pd.DataFrame) -> list[tables.Table]:
+    """Each node / stack's choice per workload, concurrency and cap, side by side, where two or more ran;
+    under it the greedy agreement of every pair of the stacks' no-spec launches."""
+    labelled = choices.assign(launch=choices["node"] + " / " + choices["stack"])
+    if labelled["launch"].nunique() < 2:
+        return []
+    keys = ["workload", "concurrency", "power_cap_w"]
+    wide = labelled.pivot_table(index=keys, columns="launch", values="run", aggfunc="first", dropna=False).reset_index()
+    picks = wide.drop(columns=keys)
+    wide["same choice"] = picks.nunique(axis=1, dropna=True).map({1: "yes"}).fillna("no").where(picks.notna().sum(axis=1) > 1, "")
+    table = tables.frame_table(wide.rename(columns={"power_cap_w": "power cap W"}), "what-to-run-across-stacks",
+                               "What to run, each stack's choice side by side", "analysis.decide per node and stack")
+    table.legend.append("Not gating: each stack is judged against its own no-spec; stacks with other quantizations "
+                        "answer differently by design (their greedy agreement is in the agreement-across-stacks tables).")
+    pairs = agreement[agreement["metric"] == "cross_stack_agreement"] if len(agreement) else agreement
+    for row in pairs.itertuples(index=False):
+        table.legend.append(f"Greedy agreement, {row.row_label} (reference) against {row.col_label}: {row.value:.2f}")
+    table.legend.append(decide.RULE)
+    return [table]

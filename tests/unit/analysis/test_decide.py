@@ -1,0 +1,107 @@
+"""What to run: rows of known spread, correctness gate, depth margin, the no-spec fallback, no reference."""
+
+import pandas as pd
+from test_analysis import frame, measured, server
+
+from stackbench.analysis import decide
+
+
+def cell(variant, median, mad, ci, depth=None, concurrency=1, workload="code", **extra):
+    """One cell's judged figure: its median, MAD over repeats and 95% interval half-width."""
+    method = "none" if variant == "nospec" else "draft"
+    metric = "decode_tps" if concurrency == 1 else "aggregate_tps"
+    return measured(variant=variant, spec_method=method, spec_tokens=depth, concurrency=concurrency, workload=workload,
+                    metric=metric, value=median, mad=mad, ci_low=median - ci, ci_high=median + ci, **extra)
+
+
+def pool(variant, tokens, depth=None):
+    return server("kv_pool_tokens", tokens, variant=variant, spec_method="none" if variant == "nospec" else "draft",
+                  spec_tokens=depth, context_len=4096)
+
+
+def agreement(variant, diverges_at=None):
+    """correctness_by_variant's columns the gate reads."""
+    return {"node": "cpu", "stack": "llamacpp", "variant": variant, "first_divergence_token": diverges_at, "length_off_in": ""}
+
+
+def choose(*rows, correctness=()):
+    return decide.what_to_run(frame(*rows), pd.DataFrame(list(correctness),
+                                                         columns=["node", "stack", "variant", "first_divergence_token", "length_off_in"]))
+
+
+def test_picks_the_variant_whose_robust_score_is_best_and_names_the_runner_up():
+    table = choose(cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 90, 1, 2, 4),
+                   pool("nospec", 4096), pool("draft-n4", 3000, 4),
+                   correctness=[agreement("draft-n2"), agreement("draft-n4")])
+    row = table.iloc[0]
+    assert row["run"] == "draft-n4" and row["runner_up"] == "draft-n2"
+    assert abs(row["gain"] - 0.5) < 1e-9 and row["gain_low"] > 0 and abs(row["gain_low"] - (88 / 61 - 1)) < 1e-9
+    assert row["kv_pool_tokens"] == 3000 and row["kv_pool_tokens_nospec"] == 4096
+    assert abs(row["contexts_held"] - 3000 / 4096) < 1e-9
+
+
+def test_a_wide_spread_loses_to_a_steady_cell_and_a_too_wide_one_is_excluded_by_name():
+    # n4's median is higher, but 1.4826 x MAD 6 takes it below n2 (score 91.1 vs 88.5); n8's MAD is 12% of it.
+    table = choose(cell("nospec", 60, 0.5, 1), cell("draft-n2", 90, 1, 2, 2), cell("draft-n4", 95, 6, 3, 4),
+                   cell("draft-n8", 120, 14.4, 3, 8),
+                   correctness=[agreement("draft-n2"), agreement("draft-n4"), agreement("draft-n8")])
+    row = table.iloc[0]
+    assert row["run"] == "draft-n2" and row["runner_up"] == "draft-n4"
+    assert "draft-n8 (relative MAD 0.12 > 0.1)" in row["excluded"]
+
+
+def test_a_variant_whose_outputs_differ_is_never_chosen():
+    table = choose(cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 120, 1, 2, 4),
+                   correctness=[agreement("draft-n2"), agreement("draft-n4", diverges_at=17)])
+    row = table.iloc[0]
+    assert row["run"] == "draft-n2"
+    assert "draft-n4 (greedy outputs differ from no-spec)" in row["excluded"]
+
+
+def test_a_variant_that_loops_more_than_no_spec_is_excluded_but_equal_looping_is_not():
+    rows = [cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 120, 1, 2, 4),
+            measured(metric="looping", value=0.25), measured(variant="draft-n2", spec_method="draft", spec_tokens=2,
+                                                             metric="looping", value=0.25),
+            measured(variant="draft-n4", spec_method="draft", spec_tokens=4, metric="looping", value=0.5)]
+    row = choose(*rows, correctness=[agreement("draft-n2"), agreement("draft-n4")]).iloc[0]
+    assert row["run"] == "draft-n2"
+    assert "draft-n4 (loops in 50% of requests, no-spec 25%)" in row["excluded"]
+
+
+def test_the_smaller_depth_is_preferred_within_the_margin():
+    table = choose(cell("nospec", 60, 0, 1), cell("draft-n2", 99.5, 0, 2, 2), cell("draft-n4", 100, 0, 2, 4),
+                   correctness=[agreement("draft-n2"), agreement("draft-n4")])
+    assert table.iloc[0]["run"] == "draft-n2" and table.iloc[0]["runner_up"] == "draft-n4"
+    outside = choose(cell("nospec", 60, 0, 1), cell("draft-n2", 98, 0, 2, 2), cell("draft-n4", 100, 0, 2, 4),
+                     correctness=[agreement("draft-n2"), agreement("draft-n4")])
+    assert outside.iloc[0]["run"] == "draft-n4"
+
+
+def test_no_spec_when_no_gain_clears_its_interval():
+    # +5% on the median, but the intervals overlap: 63-4 over 60+3 is below 1.
+    row = choose(cell("nospec", 60, 1, 3), cell("draft-n2", 63, 1, 4, 2), correctness=[agreement("draft-n2")]).iloc[0]
+    assert row["run"] == "no-spec" and row["runner_up"] == "draft-n2"
+    assert pd.isna(row["gain"]) and "does not clear zero" in row["why"] and "+5.0%" in row["why"]
+
+
+def test_each_concurrency_is_decided_on_its_own_figure():
+    table = choose(cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2),
+                   cell("nospec", 100, 1, 2, concurrency=2), cell("draft-n2", 90, 1, 2, 2, concurrency=2),
+                   correctness=[agreement("draft-n2")])
+    by_c = table.set_index("concurrency")
+    assert by_c.loc[1, "run"] == "draft-n2" and by_c.loc[1, "metric"] == "decode_tps"
+    assert by_c.loc[2, "run"] == "no-spec" and by_c.loc[2, "metric"] == "aggregate_tps"
+
+
+def test_a_node_without_no_spec_ranks_its_variants_and_says_so():
+    row = choose(cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 90, 1, 2, 4)).iloc[0]
+    assert row["run"] == "draft-n4" and row["runner_up"] == "draft-n2"
+    assert "no no-spec launch" in row["why"] and pd.isna(row["gain"])
+
+
+def test_a_failed_cell_is_named_among_the_excluded():
+    failed = measured(variant="draft-n4", spec_method="draft", spec_tokens=4, metric="cell_status", value=None,
+                      status="failed", reason="timeout after 60 s")
+    row = choose(cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), failed,
+                 correctness=[agreement("draft-n2")]).iloc[0]
+    assert row["run"] == "draft-n2" and "draft-n4 (failed: timeout after 60 s)" in row["excluded"]
