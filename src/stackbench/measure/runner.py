@@ -238,5 +238,7 @@ class CellRunner:
                           + summary.validity_figures(records, chunks_are_tokens) + summary.degeneration_figures(records))
         if reading is not None:
             result.figures += summary.telemetry_figures(reading, sum(r.tokens for r in records))
-            result.figures += summary.steady_telemetry_figures(self.steady_spans(cell, repeats))
+            ok = [r for r in records if r.status == "ok"]
+            result.figures += summary.steady_telemetry_figures(self.steady_spans(cell, repeats),
+                                                               sum(r.tokens for r in ok) / len(ok) if ok else None)
         return result

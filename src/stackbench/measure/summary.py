@@ -342,10 +342,12 @@ def load_figures(repeats: list[list[RequestRecord]], load: Load, concurrency: in
     return figures
 
 
-def steady_telemetry_figures(spans: list[tuple[float, float, float, list[dict]]]) -> list[Figure]:
+def steady_telemetry_figures(spans: list[tuple[float, float, float, list[dict]]],
+                             tokens_per_response: float | None = None) -> list[Figure]:
     """Power and energy per token over the steady windows only. `spans` holds, per repeat, (start, end,
     output tokens inside, NVML samples inside). The energy counters are read only at the cell's edges, so
-    energy here is the mean of the 0.5 s power samples inside each window times its length."""
+    energy here is the mean of the 0.5 s power samples inside each window times its length. With
+    `tokens_per_response` (the cell's mean output tokens per response), energy per response too."""
     energy = seconds = tokens = 0.0
     samples: list[float] = []
     windows = 0
@@ -359,8 +361,23 @@ def steady_telemetry_figures(spans: list[tuple[float, float, float, list[dict]]]
         return []
     note = (f"steady windows only ({seconds:.1f} s in {windows} repeats): mean of the NVML power samples "
             "inside them x their length (energy counters are read only at the cell's edges)")
-    return [Figure("power_w_steady", statistics.fmean(samples), "W", "mean", len(samples), note=note),
-            Figure("energy_j_per_token_steady", energy / tokens, "J/token", "mean", int(tokens), note=note)]
+    figures = [Figure("power_w_steady", statistics.fmean(samples), "W", "mean", len(samples), note=note),
+               Figure("energy_j_per_token_steady", energy / tokens, "J/token", "mean", int(tokens), note=note)]
+    return figures + steady_response_energy(energy, tokens, tokens_per_response, note)
+
+
+# -- energy per response (ML.ENERGY reports it beside energy per token) ------------------------------------
+
+def steady_response_energy(energy_j: float, tokens: float, tokens_per_response: float | None, note: str) -> list[Figure]:
+    """energy_j_per_response_steady: NVML power (nvmlDeviceGetPowerUsage samples inside the steady windows)
+    x the windows' length, over the responses' worth of output tokens that arrived in them (tokens inside /
+    the cell's mean output tokens per response): responses straddle the window's edges, so they are counted
+    by their tokens, as ML.ENERGY's energy per response is J/token x the mean response length."""
+    if not tokens_per_response:
+        return []
+    responses = tokens / tokens_per_response
+    return [Figure("energy_j_per_response_steady", energy_j / responses, "J/response", "mean", int(tokens),
+                   note=f"{note}; over {responses:.1f} responses' worth of tokens ({tokens_per_response:.0f} tokens each)")]
 
 
 def knee_figure(levels: dict[int, dict[str, float]], load: Load) -> Figure | None:

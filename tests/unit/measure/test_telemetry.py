@@ -15,7 +15,7 @@ from helpers import interruptible
 from nvml_double import FakeNvml
 from paths import SUPPORT
 
-from stackbench.measure import powercap, telemetry
+from stackbench.measure import powercap, summary, telemetry
 
 
 def gpus(**kw):
@@ -306,3 +306,20 @@ def test_a_window_shorter_than_the_sampling_period_still_has_a_power_sample():
         window = sampler.open_window()
         reading = sampler.close_window(window)
     assert reading.power_samples == 1 and reading.power_mean_w == 250.5
+
+
+def test_energy_per_response_over_the_steady_window_is_power_times_window_over_responses():
+    # Two simulated GPUs at 250.5 W each for a 4 s steady window; 300 tokens arrived in it, 60 per response.
+    clock = Clock()
+    sampler = telemetry.Sampler(telemetry.NvmlGpus(FakeNvml(count=2, clock=clock)), clock=clock)
+    start = clock.now
+    for _ in range(8):
+        clock.now += 0.5
+        sampler.take()
+    figures = {f.metric: f for f in summary.steady_telemetry_figures([(start, clock.now, 300, sampler.window(start, clock.now))],
+                                                                     tokens_per_response=60)}
+    assert figures["energy_j_per_response_steady"].value == pytest.approx(2 * 250.5 * 4.0 / (300 / 60))
+    assert figures["energy_j_per_response_steady"].unit == "J/response"
+    assert figures["energy_j_per_token_steady"].value == pytest.approx(2 * 250.5 * 4.0 / 300)
+    assert "energy_j_per_response_steady" not in {f.metric for f in summary.steady_telemetry_figures(
+        [(start, clock.now, 300, sampler.window(start, clock.now))])}
