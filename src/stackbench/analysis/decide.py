@@ -38,12 +38,17 @@ CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurre
 GROUP = [c for c in SPEC_PAIR if c != "prompt_tokens"] + ["prompt_tokens"]
 
 
-def _cells(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per measured closed-loop cell: its judged figure with median, interval, MAD and depth."""
+def judged(results: pd.DataFrame) -> pd.DataFrame:
+    """The row each measured closed-loop cell is judged on: decode rate at c1, aggregate above."""
     measured = results[(results["source"] == "measured") & results["concurrency"].notna()]
     metric = np.where(measured["concurrency"] == 1, SINGLE_STREAM_METRIC, CONCURRENT_METRIC)
     cells = measured[(measured["metric"] == metric) & (measured["status"] == "ok") & measured["value"].notna()]
-    cells = cells.drop_duplicates(GROUP + ["variant"]).copy()
+    return cells.drop_duplicates(GROUP + ["variant"]).reset_index(drop=True)
+
+
+def _cells(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured closed-loop cell: its judged figure with median, interval, MAD and depth."""
+    cells = judged(results)
     cells["depth"] = np.where(cells["spec_method"] == "none", 0, cells["spec_tokens"].astype(float).fillna(0))
     cells["score"] = cells["value"] - SCALED_MAD * cells["mad"].astype(float).fillna(0) * MAD_PENALTY
     cells["rel_mad"] = cells["mad"].astype(float) / cells["value"]

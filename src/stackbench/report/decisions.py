@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from stackbench import analysis
 from stackbench.analysis import decide
 from stackbench.report import tables
 
@@ -71,3 +72,19 @@ def across_stacks(choices: pd.DataFrame, agreement: pd.DataFrame) -> list[tables
         table.legend.append(f"Greedy agreement, {row.row_label} (reference) against {row.col_label}: {row.value:.2f}")
     table.legend.append(decide.RULE)
     return [table]
+
+
+def energy_tables(cells: pd.DataFrame) -> list[tables.Table]:
+    """Fewest joules per concurrency, the cap floor of every cap sweep, and depth x cap where both are swept;
+    `cells` is analysis.energy_cells. A table with nothing to say is left out."""
+    sections = [
+        (analysis.fewest_joules(cells), "what-to-run-energy", "What to run for energy: fewest joules per token and per response",
+         "J/token over the steady window where measured, else the whole window; J/response over the steady window "
+         "(energy_j_per_response_steady); variants the correctness rule flags left out"),
+        (analysis.cap_floors(cells), "what-to-run-cap-floor", "The power cap below which speed falls faster than power",
+         "per cap sweep, walking down from the highest cap: the first step down that loses a larger share of the "
+         "judged rate than of measured power (power_w, else the cap)"),
+        (analysis.depth_by_cap(cells), "what-to-run-depth-by-cap", "Speculative depth x power cap (depth 0 = no-spec)",
+         "judged rate (decode at c1, aggregate above) and J/token of each cell, where one stack swept both"),
+    ]
+    return [tables.frame_table(frame, table_id, title, ref) for frame, table_id, title, ref in sections if len(frame)]

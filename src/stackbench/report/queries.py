@@ -125,10 +125,10 @@ def correctness_input(results: Results) -> pd.DataFrame:
 
 
 def decide_input(results: Results) -> pd.DataFrame:
-    """What analysis.decide reads: the judged rates (with their MAD and interval), loops, pools and the
-    cells without a figure, measured rows only."""
+    """What analysis.decide and analysis.energy read: the judged rates (with their MAD and interval), loops,
+    pools, power and energy, and the cells without a figure, measured rows only."""
     return results.frame("select * exclude (note) from results "
-                         f"where source = 'measured' and metric in {sql_in(analysis.DECIDE_METRICS)}")
+                         f"where source = 'measured' and metric in {sql_in(analysis.DECIDE_METRICS + analysis.ENERGY_METRICS)}")
 
 
 def cross_stack_input(results: Results) -> pd.DataFrame:

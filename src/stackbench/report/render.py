@@ -290,7 +290,9 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
                                  for n in nodes if n in by_node) if t is not None]
         correctness = correctness_tables(by_variant, nodes)
         agreement = cross_stack_input(results)
-        decided = decisions.what_to_run_tables(analysis.what_to_run(decide_input(results), by_variant), nodes, agreement)
+        decide_rows = decide_input(results)
+        decided = decisions.what_to_run_tables(analysis.what_to_run(decide_rows, by_variant), nodes, agreement)
+        decided += decisions.energy_tables(analysis.energy_cells(decide_rows, by_variant))
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background)
         derived += cross_stack_tables(agreement, table_dir, background)

@@ -268,3 +268,28 @@ def test_what_to_run_comes_per_node_and_concurrency_with_its_rule_under_it(mixed
     assert len(rows) == 4  # code and json, c1 and c2
     assert all(",no-spec," in row and "draft-n2" in row for row in rows)
     assert "<h2>What to run</h2>" in (mixed_report / "index.html").read_text(encoding="utf-8")
+
+
+def test_a_depth_and_cap_sweep_gets_its_energy_tables():
+    """Hand-built rows (test data): no-spec and draft-n2 each at 300 and 400 W on a GPU node."""
+    from stackbench import analysis
+    from stackbench.report import decisions
+
+    base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", status="ok", stat="median",
+                workload="code", concurrency=1)
+    rows = []
+    for variant, depth, bonus in (("nospec", None, 0.0), ("draft-n2", 2, 30.0)):
+        for cap, speed, watts in ((400.0, 100.0, 390.0), (300.0, 90.0, 300.0)):
+            cell = dict(base, variant=variant, spec_method="none" if depth is None else "draft", spec_tokens=depth,
+                        power_cap_w=cap)
+            rows += [dict(cell, metric="decode_tps", value=speed + bonus), dict(cell, metric="power_w", value=watts),
+                     dict(cell, metric="energy_j_per_token_steady", value=watts / (speed + bonus)),
+                     dict(cell, metric="energy_j_per_response_steady", value=64 * watts / (speed + bonus))]
+    results = queries.Results(store.to_table(rows).to_pandas())
+    cells = analysis.energy_cells(queries.decide_input(results), pd.DataFrame(columns=["node", "stack", "variant", "flagged"]))
+    made = {t.table_id: t for t in decisions.energy_tables(cells)}
+    assert set(made) == {"what-to-run-energy", "what-to-run-cap-floor", "what-to-run-depth-by-cap"}
+    depth = made["what-to-run-depth-by-cap"]
+    assert depth.columns[-2:] == ["400 W", "300 W"] and [row[4] for row in depth.rows] == ["0", "2"]
+    fewest = dict(zip(made["what-to-run-energy"].columns, made["what-to-run-energy"].rows[0]))
+    assert fewest["fewest J/token"] == "vllm / draft-n2 @ 300 W"

@@ -1,0 +1,54 @@
+"""What to run for energy: fewest J/token and J/response per concurrency, the cap below which speed falls
+faster than power, and the depth x cap table (rows built by hand: test data, not measurements)."""
+
+import pandas as pd
+from test_analysis import frame, measured
+
+from stackbench.analysis import energy
+
+
+def cap_cell(variant, cap, rate, watts, j_token, j_response=None, depth=None, concurrency=1):
+    method = "none" if variant == "nospec" else "draft"
+    cell = dict(variant=variant, spec_method=method, spec_tokens=depth, power_cap_w=cap, concurrency=concurrency)
+    rows = [measured(**cell, metric="decode_tps" if concurrency == 1 else "aggregate_tps", value=rate),
+            measured(**cell, metric="power_w", value=watts, unit="W"),
+            measured(**cell, metric="energy_j_per_token_steady", value=j_token, unit="J/token")]
+    if j_response is not None:
+        rows.append(measured(**cell, metric="energy_j_per_response_steady", value=j_response, unit="J/response"))
+    return rows
+
+
+NO_FLAGS = pd.DataFrame(columns=["node", "stack", "variant", "flagged"])
+
+
+def test_the_cap_floor_is_where_speed_starts_falling_faster_than_power():
+    # 400 -> 300 W: speed -5%, power -24%; 300 -> 200 W: speed -40%, power -31%: below 300 W it does not pay.
+    cells = energy.energy_cells(frame(cap_cell("nospec", 400, 100, 395, 4.0), cap_cell("nospec", 300, 95, 300, 3.2),
+                                      cap_cell("nospec", 200, 57, 207, 3.6)), NO_FLAGS)
+    floor = energy.cap_floors(cells).iloc[0]
+    assert floor["cap_floor_w"] == 300 and "from 300 W to 200 W speed falls 40.0%" in floor["why"]
+
+
+def test_a_sweep_that_never_pays_less_says_it_is_a_lower_bound():
+    cells = energy.energy_cells(frame(cap_cell("nospec", 400, 100, 395, 4.0), cap_cell("nospec", 300, 95, 300, 3.2)), NO_FLAGS)
+    floor = energy.cap_floors(cells).iloc[0]
+    assert floor["cap_floor_w"] == 300 and floor["why"].startswith("lower bound")
+
+
+def test_fewest_joules_per_token_and_per_response_are_named_per_concurrency_without_flagged_variants():
+    rows = frame(cap_cell("nospec", 400, 100, 395, 4.0, 240), cap_cell("nospec", 300, 95, 300, 3.2, 200),
+                 cap_cell("draft-n2", 300, 130, 310, 2.5, 150, depth=2), cap_cell("draft-n4", 300, 160, 320, 2.0, 120, depth=4))
+    flags = pd.DataFrame([{"node": "cpu", "stack": "llamacpp", "variant": "draft-n4", "flagged": True}])
+    best = energy.fewest_joules(energy.energy_cells(rows, flags)).iloc[0]
+    assert best["fewest J/token"] == "llamacpp / draft-n2 @ 300 W" and best["J/token"] == 2.5
+    assert best["fewest J/response"] == "llamacpp / draft-n2 @ 300 W" and best["J/response"] == 150
+
+
+def test_depth_by_cap_renders_where_both_are_swept_and_not_otherwise():
+    rows = frame(cap_cell("nospec", 400, 100, 395, 4.0), cap_cell("nospec", 300, 95, 300, 3.2),
+                 cap_cell("draft-n2", 400, 140, 400, 2.9, depth=2), cap_cell("draft-n2", 300, 120, 305, 2.6, depth=2))
+    table = energy.depth_by_cap(energy.energy_cells(rows, NO_FLAGS))
+    assert list(table.columns) == ["node", "stack", "workload", "concurrency", "depth", "400 W", "300 W"]
+    assert table.set_index("depth").loc[2, "300 W"] == "120 tok/s, 2.6 J/token"
+    only_caps = frame(cap_cell("nospec", 400, 100, 395, 4.0), cap_cell("nospec", 300, 95, 300, 3.2))
+    assert energy.depth_by_cap(energy.energy_cells(only_caps, NO_FLAGS)).empty
