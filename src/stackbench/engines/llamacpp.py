@@ -14,6 +14,8 @@ from stackbench.engines.base import (
     SERVER_PREFILL_TPS,
     SERVER_PROMPT_CACHED,
     SERVER_PROMPT_PROCESSED,
+    SERVER_SPEC_ACCEPTED,
+    SERVER_SPEC_DRAFTED,
     KvAccounting,
     ServerFacts,
     Slots,
@@ -229,9 +231,11 @@ class LlamaCppAdapter:
     def server_timings(self, final_chunk: dict) -> dict:
         """llama.cpp puts `timings` on the last streamed chunk."""
         timings = final_chunk.get("timings") or {}
-        # prompt_n: prompt tokens actually processed (cache_n were reused from the KV cache).
+        # prompt_n: prompt tokens actually processed (cache_n were reused from the KV cache); draft_n: tokens
+        # the draft proposed for this request, draft_n_accepted: those the target kept (tools/server).
         canonical = {"prompt_n": SERVER_PROMPT_PROCESSED, "prompt_per_second": SERVER_PREFILL_TPS,
-                     "predicted_per_second": SERVER_DECODE_TPS, "cache_n": SERVER_PROMPT_CACHED}
+                     "predicted_per_second": SERVER_DECODE_TPS, "cache_n": SERVER_PROMPT_CACHED,
+                     "draft_n": SERVER_SPEC_DRAFTED, "draft_n_accepted": SERVER_SPEC_ACCEPTED}
         keep = ("prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
                 "predicted_per_second", "cache_n", "draft_n", "draft_n_accepted")
         return {canonical.get(k, f"server_{k}"): timings[k] for k in keep if k in timings}

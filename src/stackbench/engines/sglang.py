@@ -17,6 +17,8 @@ import httpx
 
 from stackbench.engines import prometheus
 from stackbench.engines.base import (
+    SERVER_SPEC_ACCEPTED,
+    SERVER_SPEC_DRAFTED,
     KvAccounting,
     PythonEngine,
     ServerFacts,
@@ -206,9 +208,14 @@ class SglangAdapter(PythonEngine):
             details = details[0] if details else None
         if not details:
             return {}
-        keep = ("spec_accept_length", "spec_accept_rate", "spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts")
+        keep = ("spec_accept_length", "spec_accept_rate", "spec_verify_ct")
         timings = {f"server_{k}": details[k] for k in keep if k in details}
         completion = (final_chunk.get("usage") or {}).get("completion_tokens")
         if completion and details.get("spec_verify_ct"):
             timings["server_spec_accept_len_vllm_basis"] = (completion - 1) / details["spec_verify_ct"]
+        # The request's drafted and accepted tokens, where SGLang counts them (spec_num_proposed_drafts,
+        # spec_num_correct_drafts); spec_verify_ct alone gives accept length, not a share of drafts.
+        if "spec_num_proposed_drafts" in details and "spec_num_correct_drafts" in details:
+            timings[SERVER_SPEC_DRAFTED] = details["spec_num_proposed_drafts"]
+            timings[SERVER_SPEC_ACCEPTED] = details["spec_num_correct_drafts"]
         return timings

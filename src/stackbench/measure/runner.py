@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from stackbench.engines.base import SpecCounters, stated_limit
 from stackbench.engines.prometheus import MetricsFormatError
-from stackbench.measure import calibrate, powercap, probes, summary, telemetry, workloads
+from stackbench.measure import acceptance, calibrate, powercap, probes, summary, telemetry, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 
@@ -235,7 +235,8 @@ class CellRunner:
         # One token per streamed chunk without speculation, unless the engine streams usage per chunk.
         chunks_are_tokens = self.spec.launch.spec_method == "none" and not any(r.chunk_token_counts for r in records)
         result.figures = (summary.cell_figures(repeats, delta) + summary.load_figures(repeats, cell.load, cell.concurrency)
-                          + summary.validity_figures(records, chunks_are_tokens) + summary.degeneration_figures(records))
+                          + summary.validity_figures(records, chunks_are_tokens) + summary.degeneration_figures(records)
+                          + acceptance.request_acceptance_figures(records))
         if reading is not None:
             result.figures += summary.telemetry_figures(reading, sum(r.tokens for r in records))
             ok = [r for r in records if r.status == "ok"]

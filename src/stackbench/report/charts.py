@@ -141,6 +141,25 @@ def per_position_acceptance(rows: pd.DataFrame, node: str) -> Figure | None:
                    barmode="group", yaxis={"title": {"text": "accepted fraction"}, "range": [0, 1]})
 
 
+REQUEST_BINS = "request_accept_rate_bin"  # measure/acceptance.py: requests per tenth of accepted / drafted
+
+
+def request_acceptance_histogram(rows: pd.DataFrame, node: str) -> Figure | None:
+    """Requests by their own acceptance (accepted / drafted, tenths), one bar series per speculative cell
+    (stack / variant / workload / concurrency), measured rows only: the spread a pooled ratio hides."""
+    rows = rows[rows["metric"].str.startswith(REQUEST_BINS) & (rows["source"] == "measured") & rows["value"].notna()]
+    if rows.empty:
+        return None
+    rows = _with_source(rows)
+    rows["low"] = rows["metric"].str.removeprefix(REQUEST_BINS).astype(int) / 10
+    rows["load"] = "c" + rows["concurrency"].map("{:.0f}".format).astype(str)
+    keys = ["series_source", "stack", "variant", "workload", "load"]
+    traces = [_trace("bar", group["low"] + 0.05, group["value"], _name(key))
+              for key, group in rows.sort_values("low").groupby(keys, dropna=False)]
+    return _figure(traces, f"Requests by their acceptance (accepted / drafted) on {node}", "accepted / drafted (bin centre)",
+                   "requests", rows, barmode="group", xaxis={"title": {"text": "accepted / drafted (bin centre)"}, "range": [0, 1]})
+
+
 def accept_len_by_depth(rows: pd.DataFrame, node: str) -> Figure | None:
     """Acceptance length against speculative depth, per workload (median over concurrencies), measured rows only."""
     rows = rows[(rows["metric"] == "accept_len") & rows["spec_tokens"].notna() & (rows["source"] == "measured")]

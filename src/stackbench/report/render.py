@@ -53,7 +53,7 @@ FULL_KEYS = ["source", "ref", "stack", "variant", "spec_tokens", "power_cap_w", 
 # bytes, bandwidth, the model's geometry_* figures).
 ANALYSIS_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "ttft_s", "accept_len", "kv_bytes_per_token", "kv_pool_tokens",
                     "kv_cache_mib", "vram_free_mib", "mem_free_after_pool_gb", "energy_j_per_token", "model_mib", "load_gib",
-                    *BANDWIDTH_METRICS)
+                    *BANDWIDTH_METRICS, *analysis.ACCEPTANCE_METRICS)
 # First-token times read better in ms: the full tables show them so (column renamed with its unit).
 MILLISECONDS = {"ttft_s": ("ttft_ms", 1000), "ttfc_s": ("ttfc_ms", 1000)}
 # Bookkeeping columns the analysis functions never read: left in DuckDB, not converted to pandas (a
@@ -151,6 +151,10 @@ def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, spec_by_context
          "sweet spot: the lowest cap within 5% of the best throughput of its sweep", []),
         (analysis.spread_flags(frame), "analysis-spread", "Wide spreads and peaks: read the range, not one number",
          "rate figures whose repeats or published range span more than x1.25, and peaks", []),
+        (analysis.acceptance_by_workload(frame), "analysis-request-acceptance", "Acceptance per request, by content class",
+         "per-request accepted / drafted (llama.cpp timings.draft_n*, SGLang spec_tokens_details): token-weighted = sum "
+         "accepted / sum drafted; request-weighted = mean of each request's ratio; p10, median, p90 over requests; beside "
+         "the cell's rate pooled from /metrics counters", []),
         (spec_by_context, "analysis-spec-by-context",
          "Speculative speed-up over no-spec, by workload and prompt length", "measured single-stream decode rate, same node and stack", []),
     ]
@@ -341,13 +345,14 @@ def _figures(results: Results, spec: pd.DataFrame, nodes: list[str]) -> list:
     # One narrow query, split by node on integer positions: a scan per node, or filtering a wide frame of
     # arrow-backed strings in pandas, costs more.
     charted = results.frame(f"select {', '.join(CHART_COLUMNS)} from results where "
-                            f"metric in {sql_in(CHART_METRICS)} or metric like 'accept_rate_pos%'")
+                            f"metric in {sql_in(CHART_METRICS)} or metric like 'accept_rate_pos%' "
+                            f"or metric like '{charts.REQUEST_BINS}%'")
     positions = charted.groupby("node", sort=False).indices
     for node in nodes:
         mine = charted.take(positions.get(node, [])).reset_index(drop=True)
         figures += [charts.rate_by_workload(mine, node), charts.concurrency_scaling(mine, node),
                     charts.power_sweep(mine, node), charts.per_position_acceptance(mine, node),
-                    charts.accept_len_by_depth(mine, node), charts.spec_speedup(spec, node),
+                    charts.request_acceptance_histogram(mine, node), charts.accept_len_by_depth(mine, node), charts.spec_speedup(spec, node),
                     charts.context_ladder(ladders, node), charts.throughput_pareto(paretos, node)]
     return [f for f in figures if f is not None]
 

@@ -125,8 +125,8 @@ def test_sglang_per_request_spec_details_and_extras():
     chunk = json.loads((FIXTURES / "sglang/final-chunk-gpu-spec-from-source.json").read_text())
     # SGLang's own 512 / 152 = 3.37; on vLLM's basis (512 - 1) / 152 = 3.36.
     assert sglang.server_timings(chunk) == {"server_spec_accept_length": 3.37, "server_spec_accept_rate": 0.79,
-                                            "server_spec_verify_ct": 152, "server_spec_num_correct_drafts": 359,
-                                            "server_spec_num_proposed_drafts": 456,
+                                            "server_spec_verify_ct": 152, "server_spec_accepted_tokens": 359,
+                                            "server_spec_drafted_tokens": 456,
                                             "server_spec_accept_len_vllm_basis": pytest.approx(511 / 152)}
     spec = launch("sglang", spec_method="mtp", spec_tokens=3)
     assert sglang.request_extras(spec, 64) == {"ignore_eos": True, "min_tokens": 64, "return_spec_tokens_details": True}
