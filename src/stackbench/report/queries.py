@@ -10,6 +10,7 @@ import pandas as pd
 
 from stackbench import analysis
 from stackbench.report import charts, tables
+from stackbench.report.layouts import Layout
 from stackbench.results import published
 
 
@@ -127,7 +128,9 @@ def correctness_input(results: Results) -> pd.DataFrame:
 def decide_input(results: Results) -> pd.DataFrame:
     """What analysis.decide and analysis.energy read: the judged rates (with their MAD and interval), loops,
     pools, power and energy, and the cells without a figure, measured rows only."""
-    return results.frame("select * exclude (note) from results "
+    present = set(results.frame("select * from results limit 0").columns)
+    mad = "" if "mad" in present else ", null::double as mad"  # results collected before repeats' MAD was stored
+    return results.frame(f"select * exclude (note){mad} from results "
                          f"where source = 'measured' and metric in {sql_in(analysis.DECIDE_METRICS + analysis.ENERGY_METRICS)}")
 
 
@@ -137,7 +140,7 @@ def cross_stack_input(results: Results) -> pd.DataFrame:
                          f"where source = 'measured' and metric in {sql_in(analysis.CROSS_STACK_METRICS)}")
 
 
-def method_input(results: Results, layouts: dict[str, published.Layout]) -> pd.DataFrame:
+def method_input(results: Results, layouts: dict[str, Layout]) -> pd.DataFrame:
     """The measured rows a seed table can show beside the post's (tables.seed_table picks them): rows of
     the tables' method workloads and the launch-level rows of the launches that ran one, only the metrics
     the posts' tables hold. Small: a few launches' cells."""
