@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import random
 import threading
 import time
 from dataclasses import dataclass, fields
@@ -46,6 +47,7 @@ class Timing:
     loop_period: int = 0  # > 0: token i's text is "<word><i mod period> ", an output that loops
     bodies_file: str = ""  # append each chat request's body here (JSON lines)
     tokenize: int = 1  # 0: no /tokenize route (404), like an external server without one
+    jitter: float = 0.0  # > 0: each request's chunk interval is interval_s x (1 +- jitter), drawn uniformly (seed 0): a noisy engine
 
     def token_text(self, index: int) -> str:
         return f"{self.word}{index % self.loop_period if self.loop_period else index} "
@@ -101,6 +103,7 @@ class Counters:
 
 def _handler(timing: Timing, counters: Counters):
     slots = threading.BoundedSemaphore(timing.capacity) if timing.capacity else contextlib.nullcontext()
+    draws, draws_lock = random.Random(0), threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"  # the body ends when the connection closes: no chunked framing
@@ -148,6 +151,8 @@ def _handler(timing: Timing, counters: Counters):
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
             start = time.perf_counter()
+            with draws_lock:
+                interval = timing.interval_s * (1 + timing.jitter * (2 * draws.random() - 1))
             emitted = reasoning_emitted = 0
             prompt_tokens = timing.prompt_tokens or sum(len(m["content"].split()) for m in body["messages"])
 
@@ -174,7 +179,7 @@ def _handler(timing: Timing, counters: Counters):
             send({"reasoning_content" if reasoning_emitted else "content": timing.token_text(0)}, usage=continuous)
             chunks = (timing.reasoning_tokens + timing.content_tokens) // timing.tokens_per_chunk
             for step in range(1, chunks + 1):
-                wait_until(timing.ttft_s + step * timing.interval_s)
+                wait_until(timing.ttft_s + step * interval)
                 if step - 1 == timing.broken_line_after:
                     self.wfile.write(b"data: <html>upstream reset</html>\n\n")
                     return

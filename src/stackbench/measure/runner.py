@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from stackbench.engines.base import SpecCounters, stated_limit
 from stackbench.engines.prometheus import MetricsFormatError
 from stackbench.host import powercap, telemetry
-from stackbench.measure import acceptance, calibrate, probes, summary, workloads
+from stackbench.measure import acceptance, calibrate, precision, probes, summary, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 
@@ -35,6 +35,7 @@ class CellResult:
     seconds: float = 0.0
     outputs: dict | None = None  # a probe cell's greedy outputs by id, stored with the run
     sizing_note: str | None = None  # how its prompts were sized to a length in tokens (calibrate)
+    precision_note: str | None = None  # under measure.target_rel_ci: how many repeats, and whether it was reached
 
     def correctness_notes(self) -> list[str]:
         """Why this cell's speed figures do not mean what they say: it produced other lengths than asked (a
@@ -53,7 +54,7 @@ class CellResult:
         cell's identity)."""
         extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
                  "request_rate": self.cell.rate}
-        notes = [load_note(self.cell), self.sizing_note, *self.correctness_notes()]
+        notes = [load_note(self.cell), self.sizing_note, self.precision_note, *self.correctness_notes()]
         if self.cap is not None:
             extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
             if not self.cap.applied:
@@ -126,6 +127,7 @@ class CellRunner:
         else:
             result = self._judge(cell, repeats, delta, reading)
             result.sizing_note = self.sizing_note(cell, sizing)
+            result.precision_note = precision.precision_note(repeats, cell.concurrency, self.spec.measure)
         result.cap, result.seconds = cap, time.monotonic() - t0
         return result
 
@@ -158,12 +160,15 @@ class CellRunner:
             before = self.scrape()
             window = self.sampler.open_window() if self.sampler is not None else None
             repeats: list[list[RequestRecord]] = []
-            for repeat in range(measure["repeats"]):
+            most = precision.most_repeats(measure)
+            while len(repeats) < most:
                 if self.progress:
-                    self.progress(f"{cell.key} repeat {repeat + 1}/{measure['repeats']}")
-                records = await self._send(client, cell, repeat, sizing)
+                    self.progress(f"{cell.key} repeat {len(repeats) + 1}/{most}")
+                records = await self._send(client, cell, len(repeats), sizing)
                 repeats.append(records)
                 if any(r.status in ("failed", "timeout") for r in records) and not self.alive():
+                    break
+                if precision.precise_enough(repeats, cell.concurrency, measure):
                     break
             reading = self.sampler.close_window(window) if window is not None else None
             after = self.scrape()

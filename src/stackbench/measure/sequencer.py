@@ -25,7 +25,7 @@ from stackbench.config import ConfigError
 from stackbench.engines import adapter_for, prometheus
 from stackbench.engines.base import ServerFacts
 from stackbench.host import locks, powercap, telemetry
-from stackbench.measure import summary
+from stackbench.measure import precision, summary
 from stackbench.measure.cellstore import CellStore
 from stackbench.measure.rows import RowMaker
 from stackbench.measure.runner import CellResult, CellRunner
@@ -170,6 +170,27 @@ class LaunchRun:
                        "outputs": result.outputs}
         self.store.write(result.cell, rows, result.requests, outputs)
 
+    def _saturated_below(self, cell: launchspec.Cell) -> str | None:
+        """Under measure.stop_saturated, why a closed-loop cell is not measured: its sweep (same workload and
+        cap) is over-saturated at a lower concurrency (precision.saturated on the stored cells' medians), or
+        a lower level was skipped already."""
+        if not self.spec.measure.get("stop_saturated") or cell.rate is not None:
+            return None
+        below = [c for c in self.spec.cells if c.rate is None and c.workload.name == cell.workload.name
+                 and c.power_cap_w == cell.power_cap_w and c.concurrency < cell.concurrency]
+        levels = {}
+        for lower in sorted(below, key=lambda c: c.concurrency):
+            status = self.store.status(lower)
+            if status == "skipped":
+                return self.store.table(lower).column("reason")[0].as_py()
+            if status == "ok":
+                medians = self.store.table(lower).to_pandas().query("stat == 'median'")
+                levels[lower.concurrency] = dict(zip(medians["metric"], medians["value"]))
+            why = precision.saturated(levels, cell.load.knee_fraction)
+            if why:
+                return f"{why}: the sweep stops there (measure.stop_saturated)"
+        return None
+
     def knee_rows(self) -> list[dict]:
         """knee_concurrency per workload and cap swept over two or more concurrencies, from the stored
         cells' medians (cached cells included): a launch-level row with concurrency null."""
@@ -226,7 +247,11 @@ class LaunchRun:
                 with self._telemetry(gpus) as (self.sampler, self.capper):
                     runner = None
                     for cell in todo:
-                        runner = self._run_cell(cell, runner)
+                        why = self._saturated_below(cell)
+                        if why:
+                            self._record(CellResult(cell, "skipped", why))
+                        else:
+                            runner = self._run_cell(cell, runner)
                         self._bar.update(1)
         finally:
             self._stop_server()

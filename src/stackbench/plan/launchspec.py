@@ -31,7 +31,10 @@ SERVER_LAUNCH_FIELDS = ("node", "stack_config", "engine", "variant", "spec_metho
                         "spec_extra", "server_args", "model", "draft_model", "launch_mode", "launch_target", "env_name",
                         "container_cli", "context_len", "bind_host", "env")
 # Measure settings that change how a run is driven, not what a cell's figures mean.
-NOT_IN_CELL_IDENTITY = ("keep_failed", "ready_timeout_s")
+NOT_IN_CELL_IDENTITY = ("keep_failed", "ready_timeout_s", "stop_saturated")
+# Repeats to a precision: part of a cell's identity only while a target is set, so cells measured before
+# the setting existed keep their fingerprints.
+PRECISION_SETTINGS = ("target_rel_ci", "max_repeats")
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,9 @@ class LaunchSpec:
                              "models": self.models})
 
     def cell_fingerprint(self, cell: Cell) -> str:
+        unset = PRECISION_SETTINGS if self.measure.get("target_rel_ci") is None else ()
         return self._digest({"server": self.server_fingerprint, **cell.identity,
-                             "measure": {k: v for k, v in self.measure.items() if k not in NOT_IN_CELL_IDENTITY}})
+                             "measure": {k: v for k, v in self.measure.items() if k not in NOT_IN_CELL_IDENTITY + unset}})
 
     @property
     def fingerprint(self) -> str:

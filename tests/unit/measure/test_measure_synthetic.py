@@ -30,9 +30,9 @@ def engine_url():
 
 
 def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeats: int = 3,
-                  workloads: tuple[str, ...] = ("code",)) -> launchspec.LaunchSpec:
+                  workloads: tuple[str, ...] = ("code",), measure: dict | None = None) -> launchspec.LaunchSpec:
     """A node that reaches the double as an external vLLM server, measuring `workloads`; `workload` replaces
-    configs/workloads/code.yaml."""
+    configs/workloads/code.yaml; `measure` adds measure settings."""
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     if workload is not None:
         (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(workload))
@@ -41,7 +41,8 @@ def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeat
         "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": list(workloads),
         "models": {"served": {"hf_dir": "/not/ours", "quant": "NVFP4"}},
         "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))
-    cfg = expand.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1}})
+    cfg = expand.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1,
+                                                                           **(measure or {})}})
     node = expand.load_node("external-double", cfg, tmp_path)
     return launchspec.build(cfg, node, node.launches[0])
 

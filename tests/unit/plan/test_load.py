@@ -154,11 +154,12 @@ def test_closed_loop_cells_without_load_settings_keep_their_fingerprints(repo):
     spec = spec_of(repo)
     prose = next(c for c in spec.cells if c.workload.name == "prose")
     assert prose.load == Load() and prose.key == "prose--c1--nocap"
-    # The cell fingerprint as it was computed before loads existed.
+    # The cell fingerprint as it was computed before loads (and repeats to a precision) existed.
     before = hashlib.sha256(json.dumps({
         "server": spec.server_fingerprint, "workload": {k: getattr(prose.workload, k) for k in CELL_WORKLOAD_FIELDS},
         "concurrency": 1, "cap": None,
-        "measure": {k: v for k, v in spec.measure.items() if k not in launchspec.NOT_IN_CELL_IDENTITY}},
+        "measure": {k: v for k, v in spec.measure.items()
+                    if k not in launchspec.NOT_IN_CELL_IDENTITY + launchspec.PRECISION_SETTINGS}},
         sort_keys=True, default=str).encode()).hexdigest()[:16]
     assert spec.cell_fingerprint(prose) == before
 

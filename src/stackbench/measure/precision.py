@@ -1,0 +1,68 @@
+"""Repeats to a stated precision and the over-saturated concurrency sweep, as guidellm stops a benchmark once
+a figure is known to a margin and detects over-saturation from the slopes of concurrency and TTFT.
+
+With `measure.target_rel_ci` set, a cell is repeated until the 95% Student's t interval (summary.
+confidence_interval) of its headline figure, the per-request decode rate of a single stream or the aggregate
+output throughput of a concurrent (or open-loop) cell, is within that share of the repeats' median on either
+side, never fewer than `repeats` nor more than `max_repeats` repeats; its rows' `n` says how many ran.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from stackbench.measure import summary
+from stackbench.measure.client import RequestRecord
+
+
+def headline_metric(concurrency: int | None) -> str:
+    return "decode_tps" if concurrency == 1 else "aggregate_tps"
+
+
+def most_repeats(measure: dict) -> int:
+    if measure.get("target_rel_ci") is None:
+        return measure["repeats"]
+    return max(measure["repeats"], measure["max_repeats"])
+
+
+def precise_enough(repeats: list[list[RequestRecord]], concurrency: int | None, measure: dict) -> bool:
+    """True once `repeats` holds the minimum and, under a target, the headline's interval is within it."""
+    if len(repeats) < measure["repeats"]:
+        return False
+    target = measure.get("target_rel_ci")
+    if target is None:
+        return True
+    metric = headline_metric(concurrency)
+    values = [v for v in (summary.repeat_figures(records).get(metric) for records in repeats) if v is not None]
+    interval = summary.confidence_interval(values)
+    if interval is None:
+        return False
+    median = statistics.median(values)
+    return max(median - interval[0], interval[1] - median) <= target * abs(median)
+
+
+def precision_note(repeats: list[list[RequestRecord]], concurrency: int | None, measure: dict) -> str | None:
+    """What the repeat count says about the target: reached, or not within the most repeats allowed."""
+    target = measure.get("target_rel_ci")
+    if target is None:
+        return None
+    what = f"95% interval of {headline_metric(concurrency)} within +-{target:.0%} of its median"
+    if precise_enough(repeats, concurrency, measure):
+        return f"repeated {len(repeats)} times: {what}"
+    return f"repeated {len(repeats)} times (measure.max_repeats): {what} not reached"
+
+
+def saturated(levels: dict[int, dict[str, float]], knee_fraction: float) -> str | None:
+    """Why a concurrency sweep is over-saturated at its highest level so far, or None: the aggregate rose by
+    no more than `knee_fraction` (flat or falling) over the level below while TTFT rose by more than that
+    (requests queue instead of being served). `levels` maps concurrency to its cell's median figures."""
+    order = sorted(c for c, figures in levels.items() if "aggregate_tps" in figures and "ttft_s" in figures)
+    if len(order) < 2:
+        return None
+    lower, higher = levels[order[-2]], levels[order[-1]]
+    rise = higher["aggregate_tps"] / lower["aggregate_tps"] - 1
+    climb = higher["ttft_s"] / lower["ttft_s"] - 1
+    if rise <= knee_fraction and climb > knee_fraction:
+        return (f"over-saturated at c={order[-1]}: aggregate_tps {rise:+.0%} over c={order[-2]} (no more than "
+                f"{knee_fraction:.0%}) while ttft_s rose {climb:+.0%}")
+    return None

@@ -1,0 +1,57 @@
+"""Repeats to a stated precision and the over-saturated sweep, against the synthetic engine (a TEST DOUBLE
+whose timing is known in advance): a noisy engine gets more repeats than a steady one, both rows say how
+many; a saturating engine's concurrency sweep stops with the reason."""
+
+from helpers import serving
+from synthetic_engine import Timing
+from test_measure_synthetic import external_spec
+
+from stackbench.measure import precision, sequencer
+from stackbench.results import store
+
+STEADY = Timing(ttft_s=0.1, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=0, content_tokens=30)
+NOISY = Timing(ttft_s=0.1, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=0, content_tokens=30, jitter=0.5)
+PRECISE = {"target_rel_ci": 0.05, "max_repeats": 5}
+
+
+def decode_row(tmp_path, timing):
+    with serving(timing) as url:
+        spec = external_spec(tmp_path, url, {"prompts": ["Say hi."], "output_tokens": 31}, repeats=3, measure=PRECISE)
+        results = store.read_results(sequencer.LaunchRun(spec, tmp_path / "run").run())
+    return results[(results["workload"] == "code") & (results["metric"] == "decode_tps")].iloc[0]
+
+
+def test_a_noisy_engine_gets_more_repeats_than_a_steady_one_and_the_rows_say_how_many(tmp_path):
+    steady, noisy = decode_row(tmp_path / "steady", STEADY), decode_row(tmp_path / "noisy", NOISY)
+    assert steady["n"] == 3 and "repeated 3 times: 95% interval of decode_tps within +-5%" in steady["note"]
+    assert noisy["n"] == 5 and "repeated 5 times (measure.max_repeats)" in noisy["note"] and "not reached" in noisy["note"]
+
+
+def test_without_a_target_the_fingerprint_ignores_the_precision_settings(tmp_path):
+    plain = external_spec(tmp_path / "a", "http://127.0.0.1:9", repeats=3)
+    capped = external_spec(tmp_path / "b", "http://127.0.0.1:9", repeats=3, measure={"max_repeats": 7, "stop_saturated": True})
+    targeted = external_spec(tmp_path / "c", "http://127.0.0.1:9", repeats=3, measure=PRECISE)
+    cell = plain.cells[0]
+    assert plain.cell_fingerprint(cell) == capped.cell_fingerprint(capped.cells[0]) != targeted.cell_fingerprint(targeted.cells[0])
+
+
+def test_a_saturating_engines_sweep_stops_with_the_reason(tmp_path):
+    # One slot: a second stream only queues, so the aggregate stays flat while TTFT climbs.
+    workload = {"prompts": ["Say hi."], "output_tokens": 31, "concurrency": [1, 2, 3, 4]}
+    with serving(Timing(ttft_s=0.1, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=0, content_tokens=30, capacity=1)) as url:
+        spec = external_spec(tmp_path, url, workload, repeats=1, measure={"stop_saturated": True})
+        results = store.read_results(sequencer.LaunchRun(spec, tmp_path / "run").run())
+    cells = results[results["workload"] == "code"]
+    status = cells.groupby("concurrency")["status"].agg(lambda s: sorted(set(s)))
+    assert status[1] == ["ok"] and status[2] == ["ok"] and status[3] == ["skipped"] and status[4] == ["skipped"]
+    skipped = cells[(cells["concurrency"] == 4)].iloc[0]
+    assert skipped["metric"] == "cell_status" and skipped["reason"].startswith("over-saturated at c=2: aggregate_tps")
+    assert "ttft_s rose" in skipped["reason"] and "measure.stop_saturated" in skipped["reason"]
+
+
+def test_saturation_needs_flat_throughput_and_climbing_ttft():
+    rising = {1: {"aggregate_tps": 100, "ttft_s": 0.2}, 2: {"aggregate_tps": 190, "ttft_s": 0.4}}
+    flat_fast = {1: {"aggregate_tps": 100, "ttft_s": 0.2}, 2: {"aggregate_tps": 104, "ttft_s": 0.21}}
+    queued = {1: {"aggregate_tps": 100, "ttft_s": 0.2}, 2: {"aggregate_tps": 98, "ttft_s": 0.45}}
+    assert precision.saturated(rising, 0.1) is None and precision.saturated(flat_fast, 0.1) is None
+    assert precision.saturated(queued, 0.1).startswith("over-saturated at c=2: aggregate_tps -2%")
