@@ -105,3 +105,20 @@ def test_a_failed_cell_is_named_among_the_excluded():
     row = choose(cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), failed,
                  correctness=[agreement("draft-n2")]).iloc[0]
     assert row["run"] == "draft-n2" and "draft-n4 (failed: timeout after 60 s)" in row["excluded"]
+
+
+def test_across_stacks_each_choice_stands_side_by_side_with_agreement_shown_not_gating():
+    from stackbench.report import decisions
+
+    rows = [cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2),
+            cell("nospec", 30, 0.5, 1, node="cpu2", stack="vllm"), cell("draft-n2", 31, 1, 2, 2, node="cpu2", stack="vllm")]
+    correctness = [agreement("draft-n2"), {**agreement("draft-n2"), "node": "cpu2", "stack": "vllm"}]
+    choices = choose(*rows, correctness=correctness)
+    # vLLM's draft scores 31 - 1.48 = 29.5 against no-spec's 29.3: within 1%, so the smaller depth (no-spec).
+    assert choices.set_index("stack").loc["vllm", "run"] == "no-spec"
+    pairs = pd.DataFrame([{"metric": "cross_stack_agreement", "row_label": "cpu / llamacpp / Q4_K_M",
+                           "col_label": "cpu2 / vllm / BF16", "value": 0.62}])
+    table = decisions.across_stacks(choices, pairs)[0]
+    assert table.columns == ["workload", "concurrency", "power cap W", "cpu / llamacpp", "cpu2 / vllm", "same choice"]
+    assert table.rows == [["code", "1", "", "draft-n2", "no-spec", "no"]]
+    assert "Greedy agreement, cpu / llamacpp / Q4_K_M (reference) against cpu2 / vllm / BF16: 0.62" in table.legend
