@@ -10,7 +10,7 @@ from typing import Protocol
 
 import httpx
 
-from stackbench.plan.model import Launch
+from stackbench.config.model import Launch
 
 # The engine's own per-request figures under one name for every engine (Adapter.server_timings).
 SERVER_PROMPT_PROCESSED = "server_prompt_processed"  # prompt tokens the engine computed (cache hits excluded)

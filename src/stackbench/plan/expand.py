@@ -14,9 +14,9 @@ import dataclasses
 from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, validate
+from stackbench.config.model import Launch, Load, Model, Node, Workload
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict
-from stackbench.plan.model import Launch, Load, Model, Node, Workload
 
 CONFIG_DIR = Path("configs")
 # Speculative methods that run a second model: a run's draft_model is passed to these (eagle and mtp use the

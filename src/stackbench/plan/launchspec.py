@@ -20,7 +20,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from stackbench.plan.model import Launch, Load, Model, Node, Workload, from_json
+from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
 
 FORMAT = 1
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no

@@ -1,5 +1,6 @@
-"""The plan's types: a node, its launches (one per distinct server configuration), their workloads and
-loads, and the models they run. plan/expand.py makes them from the config files."""
+"""The plan's types, typed configs at the bottom of the package (engines, serve and measure read them): a
+node, its launches (one per distinct server configuration), their workloads and loads, and the models they
+run. plan/expand.py makes them from the config files."""
 
 from __future__ import annotations
 
