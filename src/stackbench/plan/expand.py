@@ -15,16 +15,12 @@ from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, validate
 from stackbench.config.model import Launch, Load, Model, Node, Slurm, Workload
+from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict
 from stackbench.models import recipes
 
 CONFIG_DIR = Path("configs")
-# Speculative methods that run a second model: a run's draft_model is passed to these (eagle and mtp use the
-# target's own head unless the run names one), and the first two cannot start without one (SGLang DFLASH:
-# "requires setting --speculative-draft-model-path"). ngram drafts from the prompt and takes no model.
-NEEDS_DRAFT_MODEL = ("draft", "dflash")
-TAKES_DRAFT_MODEL = (*NEEDS_DRAFT_MODEL, "dspark", "eagle", "mtp")
 PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the model's GGUF file>"
 
 
