@@ -14,11 +14,11 @@ the speculative launch's measure job.
 
 from __future__ import annotations
 
+from stackbench.config.model import Workload
 from stackbench.engines.base import SERVER_PROMPT_CACHED, Adapter, stated_limit
 from stackbench.measure import correctness, workloads
 from stackbench.measure.client import RequestRecord, StreamClient
 from stackbench.measure.summary import Figure, degeneration_figures
-from stackbench.plan import Workload
 
 # Thinking off: a reasoning template would otherwise spend the answer's tokens thinking.
 THINKING_OFF = workloads.thinking_fields(False)

@@ -15,7 +15,7 @@ from helpers import serving
 from paths import ROOT
 from synthetic_engine import Timing
 
-from stackbench import plan
+from stackbench.config.model import Load
 from stackbench.measure import sequencer, summary
 from stackbench.plan import expand, launchspec
 from stackbench.results import store
@@ -120,7 +120,7 @@ def test_knee_is_the_engine_capacity(load_results):
     assert "rose > 10% over the level below" in knee["note"].iloc[0]
     # The SLO breaks at c=3 too; without one, the throughput rule alone finds the same knee.
     levels = {c: figures(load_results, concurrency=c)["value"].to_dict() for c in (1, 2, 3)}
-    by_throughput = summary.knee_figure(levels, plan.Load(knee_fraction=0.1))
+    by_throughput = summary.knee_figure(levels, Load(knee_fraction=0.1))
     assert by_throughput.value == 2 and "from c=2 to c=3" in by_throughput.note
 
 

@@ -17,9 +17,10 @@ from helpers import serving
 from paths import ROOT
 from synthetic_engine import Timing
 
-from stackbench import analysis, plan
+from stackbench import analysis
 from stackbench.cli import collect_results
 from stackbench.config import ConfigError
+from stackbench.config.model import Node
 from stackbench.measure import sequencer
 from stackbench.plan import expand, launchspec
 from stackbench.report import render
@@ -31,7 +32,7 @@ DIFFERENT = Timing(ttft_s=0.05, interval_s=0.01, tokens_per_chunk=1, reasoning_t
 NODE = "two-doubles"
 
 
-def two_engine_node(tmp_path: Path, reference_url: str, candidate_url: str) -> plan.Node:
+def two_engine_node(tmp_path: Path, reference_url: str, candidate_url: str) -> Node:
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(
         {"prompts": ["Write a Python hello world."], "output_tokens": REFERENCE.output_tokens}))

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from paths import ROOT
 
-from stackbench import plan
 from stackbench.config import ConfigError
+from stackbench.config.model import Workload
 from stackbench.measure import probes, workloads
 from stackbench.plan import expand, launchspec
 
@@ -78,8 +78,8 @@ def test_a_ladder_spec_survives_the_launch_spec_file(tmp_path):
     assert again.fingerprint == spec.fingerprint and again.cells == spec.cells
 
 
-def workload(**fields) -> plan.Workload:
-    return plan.Workload(name="w", kind="single", prompts=("p",), output_tokens=8, prompt_tokens=None, turns=1,
+def workload(**fields) -> Workload:
+    return Workload(name="w", kind="single", prompts=("p",), output_tokens=8, prompt_tokens=None, turns=1,
                          salt=True, concurrency=(1,), **fields)
 
 

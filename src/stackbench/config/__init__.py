@@ -1,5 +1,5 @@
 """Config loading: YAML files validated against the JSON schemas shipped in the package (src/stackbench/schemas,
-found by schema_path), defaults filled in.
+found by schema_path), defaults filled in; the typed configs the plan is made of are config/model.py.
 
 Every error is one line that names the file, the field and what was expected, so a person can fix it
 without reading a traceback. Validation runs before Snakemake plans any job.
