@@ -35,7 +35,8 @@ RULE = (f"score = median - {SCALED_MAD} x MAD x {MAD_PENALTY:g} over repeats (vL
 CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens", "metric", "run",
                   "gain", "gain_low", "gain_high", "runner_up", "runner_up_gain", "why", "kv_pool_tokens",
                   "kv_pool_tokens_nospec", "contexts_held", "contexts_held_nospec", "excluded"]
-GROUP = [c for c in SPEC_PAIR if c != "prompt_tokens"] + ["prompt_tokens"]
+# A cell's peers: the same in everything but the launch (each launch's rows carry a ref of their own).
+GROUP = [c for c in SPEC_PAIR if c not in ("source", "ref")]
 
 
 def judged(results: pd.DataFrame) -> pd.DataFrame:
@@ -125,7 +126,8 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFram
     out = keys.merge(pick, on=GROUP, how="left").merge(
         runner[GROUP + ["variant", "value", "spec_method"]].rename(columns=lambda c: c if c in GROUP else f"runner_{c}"),
         on=GROUP, how="left").merge(
-        reference[GROUP + ["variant", "value", "ci_low", "ci_high"]].rename(columns=lambda c: c if c in GROUP else f"ref_{c}"),
+        reference[GROUP + ["source", "ref", "variant", "value", "ci_low", "ci_high"]].rename(
+            columns=lambda c: c if c in GROUP else f"ref_{c}"),
         on=GROUP, how="left")
     has_ref = out["ref_value"].notna()
     picked_spec = out["variant"].notna() & (out["spec_method"] != "none")
@@ -145,12 +147,16 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFram
          out["variant"].astype(str) + " " + _percent(gain) + " (" + _percent(low) + " to " + _percent(high)
          + "): its interval does not clear zero, no-spec kept", "no-spec scores best (or within the depth margin)"], "")
     price = _launch_price(results)
-    run_variant = np.where(run == NO_SPEC, out["ref_variant"], out["variant"])
-    chosen = out[["source", "ref", "node", "stack"]].assign(variant=run_variant).merge(price, on=LAUNCH, how="left")
-    nospec = out[["source", "ref", "node", "stack"]].assign(variant=out["ref_variant"]).merge(price, on=LAUNCH, how="left")
+    runs_reference = run == NO_SPEC
+    chosen = pd.DataFrame({"source": np.where(runs_reference, out["ref_source"], out["source"]),
+                           "ref": np.where(runs_reference, out["ref_ref"], out["ref"]), "node": out["node"],
+                           "stack": out["stack"], "variant": np.where(runs_reference, out["ref_variant"], out["variant"])})
+    chosen = chosen.merge(price, on=LAUNCH, how="left")
+    nospec = pd.DataFrame({"source": out["ref_source"], "ref": out["ref_ref"], "node": out["node"], "stack": out["stack"],
+                           "variant": out["ref_variant"]}).merge(price, on=LAUNCH, how="left")
     table = pd.DataFrame({
         **{c: out[c] for c in ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens"]},
-        "metric": out["metric"], "run": run,
+        "metric": np.where(out["concurrency"] == 1, SINGLE_STREAM_METRIC, CONCURRENT_METRIC), "run": run,
         "gain": gain.where(clears), "gain_low": low.where(clears), "gain_high": high.where(clears),
         "runner_up": runner_up, "runner_up_gain": (pd.Series(runner_value, index=out.index) / out["ref_value"] - 1),
         "why": why,

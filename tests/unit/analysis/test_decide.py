@@ -10,12 +10,13 @@ def cell(variant, median, mad, ci, depth=None, concurrency=1, workload="code", *
     """One cell's judged figure: its median, MAD over repeats and 95% interval half-width."""
     method = "none" if variant == "nospec" else "draft"
     metric = "decode_tps" if concurrency == 1 else "aggregate_tps"
-    return measured(variant=variant, spec_method=method, spec_tokens=depth, concurrency=concurrency, workload=workload,
-                    metric=metric, value=median, mad=mad, ci_low=median - ci, ci_high=median + ci, **extra)
+    # Each launch's rows carry a ref of their own, as measured runs write them (<node>/<launch>/...).
+    return measured(ref=f"run1/{variant}", variant=variant, spec_method=method, spec_tokens=depth, concurrency=concurrency,
+                    workload=workload, metric=metric, value=median, mad=mad, ci_low=median - ci, ci_high=median + ci, **extra)
 
 
 def pool(variant, tokens, depth=None):
-    return server("kv_pool_tokens", tokens, variant=variant, spec_method="none" if variant == "nospec" else "draft",
+    return server("kv_pool_tokens", tokens, ref=f"run1/{variant}", variant=variant, spec_method="none" if variant == "nospec" else "draft",
                   spec_tokens=depth, context_len=4096)
 
 
@@ -60,9 +61,9 @@ def test_a_variant_whose_outputs_differ_is_never_chosen():
 
 def test_a_variant_that_loops_more_than_no_spec_is_excluded_but_equal_looping_is_not():
     rows = [cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 120, 1, 2, 4),
-            measured(metric="looping", value=0.25), measured(variant="draft-n2", spec_method="draft", spec_tokens=2,
-                                                             metric="looping", value=0.25),
-            measured(variant="draft-n4", spec_method="draft", spec_tokens=4, metric="looping", value=0.5)]
+            measured(ref="run1/nospec", metric="looping", value=0.25),
+            measured(ref="run1/draft-n2", variant="draft-n2", spec_method="draft", spec_tokens=2, metric="looping", value=0.25),
+            measured(ref="run1/draft-n4", variant="draft-n4", spec_method="draft", spec_tokens=4, metric="looping", value=0.5)]
     row = choose(*rows, correctness=[agreement("draft-n2"), agreement("draft-n4")]).iloc[0]
     assert row["run"] == "draft-n2"
     assert "draft-n4 (loops in 50% of requests, no-spec 25%)" in row["excluded"]
@@ -100,7 +101,7 @@ def test_a_node_without_no_spec_ranks_its_variants_and_says_so():
 
 
 def test_a_failed_cell_is_named_among_the_excluded():
-    failed = measured(variant="draft-n4", spec_method="draft", spec_tokens=4, metric="cell_status", value=None,
+    failed = measured(ref="run1/draft-n4", variant="draft-n4", spec_method="draft", spec_tokens=4, metric="cell_status", value=None,
                       status="failed", reason="timeout after 60 s")
     row = choose(cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), failed,
                  correctness=[agreement("draft-n2")]).iloc[0]
