@@ -15,13 +15,13 @@ import pytest
 import yaml
 from helpers import serving
 from paths import ROOT
-from synthetic_engine import Timing
 
 from stackbench import analysis, measure, plan
 from stackbench.cli import collect_results
 from stackbench.config import ConfigError
 from stackbench.measure import probes
 from stackbench.plan import expand, launchspec
+from stackbench.rehearsal.standin import Timing
 from stackbench.report import render
 from stackbench.results import store
 
