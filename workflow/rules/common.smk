@@ -19,6 +19,7 @@ except ConfigError as _err:
 STACKBENCH = f"{sys.executable} -m stackbench.cli"
 PATHS = CFG["paths"]
 RUNS = PATHS["runs"]
+REHEARSAL = CFG["rehearsal"]["node"]  # the node rehearsed (stand-in engines, simulated GPUs), or None
 
 
 wildcard_constraints:
@@ -58,7 +59,7 @@ def plan_inputs(wildcards):
     node, launch = _expand.find_launch(NODES, wildcards.node, wildcards.launch)
     needed = {"node": node.file, "stack": f"configs/stacks/{launch.stack_config}.yaml",
               "workloads": [f"configs/workloads/{w}.yaml" for w in launch.workloads]}
-    if launch.launch_mode == "native" and not launch.launch_target:
+    if launch.launch_mode == "native" and not launch.launch_target and not REHEARSAL:  # a rehearsal starts stand-ins
         needed["env"] = f"{PATHS['envs']}/{launch.env_name}/ready.json"
     # The pipeline's own model files come with their sha256 record. A node's own model path is an input
     # only while it exists: a missing one fails that launch at start with its reason instead of stopping
@@ -75,7 +76,7 @@ def plan_inputs(wildcards):
 
 def launch_settings(wildcards):
     """The slice of the top-level config that changes what a launch measures (a param of the plan)."""
-    return json.dumps({"measure": CFG["measure"], "paths": PATHS}, sort_keys=True)
+    return json.dumps({"measure": CFG["measure"], "paths": PATHS, "rehearsal": CFG["rehearsal"]}, sort_keys=True)
 
 
 def model_recipe(wildcards):

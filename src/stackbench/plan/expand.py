@@ -17,6 +17,7 @@ from stackbench.config import ConfigError, load_file, load_schema, validate
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict
 from stackbench.plan.model import Launch, Load, Model, Node, Workload
+from stackbench.rehearsal import plan as rehearsal_plan
 
 CONFIG_DIR = Path("configs")
 # Speculative methods that run a second model: a run's draft_model is passed to these (eagle and mtp use the
@@ -30,8 +31,8 @@ PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the
 def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
     """The top-level config: read from configs/config.yaml, or as Snakemake merged it with --config."""
     if given is None:
-        return load_file(root / CONFIG_DIR / "config.yaml", "config", root)
-    return validate(dict(given), load_schema("config", root), "configs/config.yaml (with --config overrides)")
+        return rehearsal_plan.apply(load_file(root / CONFIG_DIR / "config.yaml", "config", root))
+    return rehearsal_plan.apply(validate(dict(given), load_schema("config", root), "configs/config.yaml (with --config overrides)"))
 
 
 def load_workload(name: str, node_concurrency: list[int], root: Path, where: str) -> Workload:

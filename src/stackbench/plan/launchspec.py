@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stackbench.plan.model import Launch, Load, Model, Node, Workload, from_json
+from stackbench.rehearsal import plan as rehearsal_plan
 
 FORMAT = 1
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
@@ -83,6 +84,7 @@ class LaunchSpec:
     engine: dict  # the environment's ready.json (native pipeline builds), else what the config names
     models: dict  # model name -> identity of its files
     cells: tuple[Cell, ...]
+    rehearsal: dict | None = None  # a rehearsal's settings (stackbench.rehearsal.plan); None: a real run
 
     def _digest(self, doc: dict) -> str:
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -92,8 +94,8 @@ class LaunchSpec:
         node = {key: _plain(getattr(self.node, key)) for key in SERVER_NODE_FIELDS}
         launch = {key: _plain(getattr(self.launch, key)) for key in SERVER_LAUNCH_FIELDS}
         engine = {k: v for k, v in self.engine.items() if k not in ("python", "server", "quantize", "bench")}
-        return self._digest({"format": FORMAT, "launch": launch, "node": node, "engine": engine,
-                             "models": self.models})
+        doc = {"format": FORMAT, "launch": launch, "node": node, "engine": engine, "models": self.models}
+        return self._digest({**doc, "rehearsal": self.rehearsal} if self.rehearsal else doc)
 
     def cell_fingerprint(self, cell: Cell) -> str:
         return self._digest({"server": self.server_fingerprint, **cell.identity,
@@ -109,7 +111,7 @@ class LaunchSpec:
         node.pop("raw", None)
         return json.dumps({"format": FORMAT, "fingerprint": self.fingerprint, "server_fingerprint": self.server_fingerprint,
                            "node": node, "launch": asdict(self.launch), "measure": self.measure, "engine": self.engine,
-                           "models": self.models,
+                           "models": self.models, "rehearsal": self.rehearsal,
                            "cells": [{"key": c.key, "workload": c.workload.name, "concurrency": c.concurrency,
                                       "rate": c.rate, "power_cap_w": c.power_cap_w, "ladder_tokens": c.ladder_tokens,
                                       "fingerprint": self.cell_fingerprint(c)}
@@ -165,9 +167,12 @@ def engine_identity(launch: Launch, envs_dir: Path) -> dict:
 def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     models = {m.name: model_identity(m) for m in (launch.model, launch.draft_model) if m is not None}
     bare = Node(**{**{f: getattr(node, f) for f in node.__dataclass_fields__}, "launches": (), "raw": {}})
-    return LaunchSpec(node=bare, launch=launch, measure=dict(cfg["measure"]),
-                      engine=engine_identity(launch, Path(cfg["paths"]["envs"])), models=models,
-                      cells=cells_of(node, launch))
+    engine = engine_identity(launch, Path(cfg["paths"]["envs"]))
+    rehearsal = {**cfg["rehearsal"], "envs_dir": cfg["paths"]["envs"]} if rehearsal_plan.node_of(cfg) else None
+    if rehearsal:
+        engine = rehearsal_plan.engine_identity(launch.engine, engine)
+    return LaunchSpec(node=bare, launch=launch, measure=dict(cfg["measure"]), engine=engine, models=models,
+                      cells=cells_of(node, launch), rehearsal=rehearsal)
 
 
 def write(spec: LaunchSpec, out: Path) -> Path:
@@ -188,7 +193,7 @@ def read(path: Path) -> LaunchSpec:
     cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c["rate"], c["ladder_tokens"])
                   for c in doc["cells"])
     spec = LaunchSpec(node=node, launch=launch, measure=doc["measure"], engine=doc["engine"], models=doc["models"],
-                      cells=cells)
+                      cells=cells, rehearsal=doc.get("rehearsal"))
     if spec.fingerprint != doc["fingerprint"]:
         raise ValueError(f"{path}: fingerprint does not match its content (edited by hand?); re-run the plan step")
     return spec

@@ -139,6 +139,7 @@ class NvmlDouble:
         self._integrate()
         state = self._load()
         state["limits_mw"][h] = mw
+        state.setdefault("sets", []).append([h, mw])  # every set, so a test sees which GPUs a run touched
         self._save(state)
         self.set_calls.append((h, mw))
 

@@ -95,7 +95,8 @@ ROOFLINE_SHARE = 0.7
 CAP_EXPONENT = 0.5
 # Prefill runs this many times the single-stream decode rate (compute-bound and batched). A shape.
 PREFILL_PER_DECODE = 40.0
-# The stand-in never sends chunks closer than this (real seconds): a fast-forwarded decode coalesces steps.
+# Where chunks carry several tokens, the stand-in sends them no closer than this (real seconds): a
+# fast-forwarded decode coalesces steps.
 MIN_CHUNK_S = 0.004
 
 
@@ -358,6 +359,9 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
             ttft = pace.ttft_s(prompt_tokens - cached) if pace else timing.ttft_s
             interval = pace.interval_s() if pace else timing.interval_s
             tools = bool(body.get("tools"))
+            # Fast-forwarded steps share a chunk only where the engine's chunks carry several tokens anyway
+            # (speculation, or usage on every chunk); otherwise one token per chunk, as the engine streams.
+            coalesce = pace is not None and (continuous or timing.accept_rate > 0)
 
             def send(delta: dict | None, usage: bool, final: bool = False) -> None:
                 chunk = {"id": NAME, "object": "chat.completion.chunk", "model": facts.get("served_model_name", "synthetic"),
@@ -415,7 +419,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 reasoning_emitted += tokens if thinking else 0
                 steps, correct, proposed = step, correct + accepted, proposed + timing.spec_tokens
                 counters.step(accepted, timing.spec_tokens)
-                if due - last_sent >= MIN_CHUNK_S or emitted >= output or not pace:
+                if due - last_sent >= MIN_CHUNK_S or emitted >= output or not coalesce:
                     wait_until(due)
                     last_sent = due
                     for kind in ("reasoning_content", "content"):
