@@ -249,7 +249,9 @@ class LaunchRun:
         if gpus is None:
             yield None, None
             return
-        with telemetry.Sampler(gpus) as sampler, powercap.PowerCapper(gpus, self.lock_dir) as capper:
+        # A rehearsal's clocks settle as much faster as its time runs (stackbench.rehearsal).
+        settle = {"settle_s": powercap.PowerCapper.settle_s / self.spec.rehearsal["time_scale"]} if self.spec.rehearsal else {}
+        with telemetry.Sampler(gpus) as sampler, powercap.PowerCapper(gpus, self.lock_dir, **settle) as capper:
             self.leftovers += [f"restored GPU {uuid}'s power limit to {watts:g} W, left capped by a launch that died"
                                for uuid, watts in capper.leftovers_restored.items()]
             yield sampler, capper

@@ -12,6 +12,7 @@ energy counter integrates that power.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -87,9 +88,11 @@ class NvmlDouble:
         return json.loads(self.state_path.read_text()) if self.state_path else self._state
 
     def _save(self, state):
-        if self.state_path:
+        if self.state_path:  # atomically: the sampler thread and the stand-in read it meanwhile
             self.state_path.parent.mkdir(parents=True, exist_ok=True)
-            self.state_path.write_text(json.dumps(state))
+            tmp = self.state_path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, self.state_path)
         else:
             self._state = state
 
@@ -139,7 +142,7 @@ class NvmlDouble:
         self._integrate()
         state = self._load()
         state["limits_mw"][h] = mw
-        state.setdefault("sets", []).append([h, mw])  # every set, so a test sees which GPUs a run touched
+        state["touched"] = sorted({*state.get("touched", []), h})  # the GPUs ever set, so a test sees a run's scope
         self._save(state)
         self.set_calls.append((h, mw))
 

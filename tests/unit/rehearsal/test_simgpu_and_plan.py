@@ -37,7 +37,7 @@ def test_a_set_cap_reads_back_power_is_min_of_cap_and_demand_energy_integrates_i
         host.nvmlDeviceSetPowerManagementLimit(0, 50_000)
     # The limits and every set live in the state file, for the next process (a SIGKILLed job's successor).
     again = simgpu.NvmlDouble(count=3, state_path=tmp_path / "gpus.json", demand_mw=270_000)
-    assert again.nvmlDeviceGetPowerManagementLimit(0) == 200_000 and again._load()["sets"] == [[0, 200_000]]
+    assert again.nvmlDeviceGetPowerManagementLimit(0) == 200_000 and again._load()["touched"] == [0]
 
 
 def test_caps_on_the_simulated_host_are_restored_by_the_capper(tmp_path):
@@ -46,7 +46,7 @@ def test_caps_on_the_simulated_host_are_restored_by_the_capper(tmp_path):
     with powercap.PowerCapper(gpus, tmp_path / "locks", sleep=lambda s: None) as capper:
         assert capper.apply(200).enforced_w == 200
     assert [host.nvmlDeviceGetPowerManagementLimit(i) for i in range(host.count)] == [350_000] * 4
-    assert {h for h, _ in host._load()["sets"]} == {0, 1}  # never the host's other GPUs
+    assert host._load()["touched"] == [0, 1]  # never the host's other GPUs
 
 
 def test_a_rehearsal_moves_every_output_and_runs_cells_once():
