@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 
+from stackbench.config.model import Launch
 from stackbench.engines import prometheus
 from stackbench.engines.base import (
     SERVER_DECODE_TPS,
@@ -23,7 +24,6 @@ from stackbench.engines.base import (
     render_flags,
     slots_from,
 )
-from stackbench.plan.model import Launch
 
 # One cache: "llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16): ..., V (f16): ..."
 # Older releases: prefix "llama_kv_cache_unified:", and "1 seqs", "1/ 1 seqs" or no seqs at all. After
@@ -74,6 +74,8 @@ class LlamaCppAdapter:
     metrics_path = "/metrics"  # with --metrics
     context_limit = re.compile(r"available context size \((\d+) tokens\)")
     reasoning_parser_arg = None  # llama-server splits reasoning by its chat template (--reasoning-format)
+    gpu_memory_share = None  # the KV cache holds --ctx-size tokens, whatever the memory
+    kv_dtype_arg, default_kv_dtype = "cache_type_k", "f16"
     setup_facts = ()
     # The KV size line and the file size cover the whole model; a draft model logs a cache of its own;
     # the non-window pool is printed alone (the SWA cache has its own line).

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 
+from stackbench.config.model import Launch
 from stackbench.engines import prometheus
 from stackbench.engines.base import (
     KvAccounting,
@@ -20,7 +21,6 @@ from stackbench.engines.base import (
     render_flags,
     slots_from,
 )
-from stackbench.plan.model import Launch
 
 # 0.33: "CPU KV cache size: 93,184 tokens, Maximum concurrency for 4,096 tokens per request: 22.75x"
 # older: "GPU KV cache size: 93,184 tokens" and, on its own line, "Maximum concurrency for ... : 22.75x"
@@ -52,6 +52,8 @@ class VllmAdapter(PythonEngine):
     metrics_path = "/metrics"
     context_limit = re.compile(r"maximum context length is (\d+) tokens")
     reasoning_parser_arg = "reasoning_parser"
+    gpu_memory_share = ("gpu_memory_utilization", 0.9)  # EngineArgs default
+    kv_dtype_arg, default_kv_dtype = "kv_cache_dtype", "bfloat16"  # "auto": the model's dtype
     setup_facts = ()
     # Workers log their own GPU's KV; the MTP layer's attention joins the KV cache groups; the hybrid
     # allocator pools KV, window KV and recurrent state in one memory pool.

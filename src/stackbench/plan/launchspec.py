@@ -20,7 +20,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from stackbench.plan.model import Launch, Load, Model, Node, Workload, from_json
+from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
 from stackbench.rehearsal import plan as rehearsal_plan
 
 FORMAT = 1

@@ -15,21 +15,15 @@ import json
 import sys
 from pathlib import Path
 
-from stackbench.analysis.common import BITS_PER_WEIGHT
-from stackbench.plan.model import Launch, Node
+from stackbench.config.model import Launch, Node
+from stackbench.models import geometry
+from stackbench.models.formats import BITS_PER_WEIGHT, KV_DTYPE_BYTES
 from stackbench.rehearsal import plan as rehearsal_plan
 from stackbench.rehearsal import simgpu, standin
-from stackbench.results import geometry
 from stackbench.serve import launchers
 from stackbench.serve.process import NotRunnable, ProcessLauncher
 
 GIB = 2**30
-# The engines' own defaults for the share of GPU memory they take (weights + KV pool), where a launch
-# sets none: SGLang's mem_fraction_static is sized per GPU at start-up (0.88 is its ServerArgs fallback),
-# vLLM's gpu_memory_utilization defaults to 0.9. llama.cpp sizes its KV cache from --ctx-size instead.
-MEMORY_SHARE = {"sglang": ("mem_fraction_static", 0.88), "vllm": ("gpu_memory_utilization", 0.9)}
-KV_FLAGS = {"sglang": "kv_cache_dtype", "vllm": "kv_cache_dtype", "llamacpp": "cache_type_k"}
-REASONING_FLAGS = ("reasoning_parser", "reasoning_format")
 REASONING_TOKENS = 64  # a stand-in with a reasoning parser thinks this many tokens first (at most half the output)
 
 
@@ -61,7 +55,7 @@ def model_figures(launch: Launch, root: Path = Path(".")) -> dict:
 def bits_per_weight(quant: str) -> float:
     label = quant.split("(")[0].strip().lower().replace("-", "_")
     if label not in BITS_PER_WEIGHT:
-        raise NotRunnable(f"rehearsal: no bits per weight known for quant {quant!r} (analysis/common.py BITS_PER_WEIGHT)")
+        raise NotRunnable(f"rehearsal: no bits per weight known for quant {quant!r} (models/formats.py BITS_PER_WEIGHT)")
     return BITS_PER_WEIGHT[label]
 
 
@@ -73,22 +67,24 @@ def engine_facts(node: Node, launch: Launch, adapter) -> dict:
     bpw = bits_per_weight(launch.model.quant)
     weight_bytes = figures.get("weight_bytes") or figures["params_b"] * 1e9 * bpw / 8
     devices = max(node.gpu_count, 1)
-    tp = launch.tp if launch.engine != "llamacpp" else 1  # llama.cpp splits layers: one GPU reads at a time
-    kv_dtype = str(launch.server_args.get(KV_FLAGS[launch.engine]) or ("f16" if launch.engine == "llamacpp" else "bfloat16"))
-    kv_bytes = 1 if "fp8" in kv_dtype or kv_dtype in ("q8_0",) else 2
+    tp = launch.tp  # 1 where the engine splits layers: one GPU reads at a time
+    kv_dtype = str(launch.server_args.get(adapter.kv_dtype_arg) or adapter.default_kv_dtype)
+    if kv_dtype not in KV_DTYPE_BYTES:
+        raise NotRunnable(f"rehearsal: no byte width known for KV dtype {kv_dtype!r} (models/formats.py KV_DTYPE_BYTES)")
+    kv_bytes = KV_DTYPE_BYTES[kv_dtype]
     layers = int(figures.get("attention_layers") or figures.get("layers"))
     per_token = geometry.kv_bytes_per_token(layers, figures["kv_heads"], figures["key_length"], figures["value_length"],
                                             kv_bytes, kv_bytes, tp)
     slots = adapter.concurrent_slots(launch)
     slot_count = slots.count if slots else 1
     memory_gib = node.gpu_memory_gib or 0.0
-    weights_gib_per_gpu = weight_bytes / GIB / (tp if launch.engine != "llamacpp" else devices)
-    if launch.engine == "llamacpp":
-        streams = 1 if launch.server_args.get("kv_unified") or not slots else slot_count
+    weights_gib_per_gpu = weight_bytes / GIB / (tp if tp > 1 else devices)
+    if adapter.gpu_memory_share is None:  # a pool of the context, split into a stream per slot unless unified
+        streams = 1 if adapter.request_context(launch) == launch.context_len else slot_count
         pool_tokens = launch.context_len
         kv_gib = pool_tokens * per_token / GIB
     else:
-        flag, default = MEMORY_SHARE[launch.engine]
+        flag, default = adapter.gpu_memory_share
         kv_gib = memory_gib * float(launch.server_args.get(flag) or default) - weights_gib_per_gpu
         pool_tokens = int(kv_gib * GIB / per_token)
         streams = 1
@@ -100,9 +96,9 @@ def engine_facts(node: Node, launch: Launch, adapter) -> dict:
             "kv_cache_gib": kv_gib, "kv_cache_mib": kv_gib * 1024, "kv_pool_tokens": pool_tokens, "kv_dtype": kv_dtype,
             "attention_layers": layers, "layers": int(figures.get("layers") or layers), "slots": slot_count,
             "streams": streams, "context_len": launch.context_len,
-            "ctx_per_slot": adapter.request_context(launch) if hasattr(adapter, "request_context") else launch.context_len,
+            "ctx_per_slot": adapter.request_context(launch),
             "attention_backend": launch.server_args.get("attention_backend"),
-            "reasoning_tokens": REASONING_TOKENS if any(launch.server_args.get(k) for k in REASONING_FLAGS) else 0,
+            "reasoning_tokens": REASONING_TOKENS if adapter.reasoning_parser_arg and launch.server_args.get(adapter.reasoning_parser_arg) else 0,
             "spec_tokens": launch.spec_tokens if launch.spec_method != "none" else 0,
             "roofline_decode_tps": standin.roofline_decode_tps(node.bandwidth_gbs or 0.0, weight_bytes, tp)}
 

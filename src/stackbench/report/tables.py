@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from stackbench.report.layouts import Layout
 from stackbench.results import basis, published
-from stackbench.results.published import Layout
 
 MISSING = "—"
 

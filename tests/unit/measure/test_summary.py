@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from stackbench.engines.vllm import VllmAdapter
-from stackbench.measure import summary, telemetry
+from stackbench.host import telemetry
+from stackbench.measure import summary
 from stackbench.measure.client import RequestRecord, StreamClient, run_conversations
 from stackbench.rehearsal.standin import StandinEngine, Timing
 

@@ -5,7 +5,7 @@ import pytest
 from paths import ROOT
 
 from stackbench.config import ConfigError
-from stackbench.measure import powercap, telemetry
+from stackbench.host import powercap, telemetry
 from stackbench.plan import expand, launchspec
 from stackbench.rehearsal import plan as rehearsal_plan
 from stackbench.rehearsal import simgpu
