@@ -72,6 +72,13 @@ def test_every_launch_ready_every_cell_named(rehearsed, node):
         assert launch["ready"], f"{launch['launch']} not ready: {launch['reason']}"  # the seed nodes are meant to run
         statuses = set(launch["cells"].values())
         assert statuses <= CELL_STATUSES, f"{launch['launch']}: cells without a named status: {launch['cells']}"
+    # Probes ran wherever a launch lists a probe workload (the seed nodes list none yet: issue 29 adds them).
+    for run_dir in (result["repo"] / f"data/rehearsal/{node}/runs/{node}").iterdir():
+        spec = json.loads((run_dir / "launch.json").read_text())
+        probes = [c["key"] for c in spec["cells"] if c["workload"] in [w["name"] for w in spec["node"]["workloads"]
+                                                                         if w["kind"] == "probe"]]
+        launch = next(x for x in launches if x["launch"] == run_dir.name)
+        assert all(launch["cells"][key] == "ok" for key in probes), launch
     assert result["summary"]["expected_real_hours"] > 0
     assert f"rehearsal of {node}" in result["stdout"] and "the real run: about" in result["stdout"]
 
@@ -127,7 +134,10 @@ def test_caps_only_on_the_launch_gpus_read_back_and_restored(rehearsed, node):
     capped = results[(results["source"] == "measured") & results["power_cap_w"].notna() & (results["status"] == "ok")]
     if spec.get("power_caps_w"):
         assert state["touched"] == list(range(gpu["count"]))
-        assert not capped.empty and (capped["power_cap_enforced_w"] == capped["power_cap_w"]).all()
+        # The cells' rows carry the cap as read back (launch-level rows such as the knee name only the cap).
+        read_back = capped.dropna(subset=["power_cap_enforced_w"])
+        assert (read_back["power_cap_enforced_w"] == read_back["power_cap_w"]).all()
+        assert set(read_back["power_cap_w"]) == set(spec["power_caps_w"])
     else:
         assert capped.empty and not state.get("touched")
 
@@ -160,7 +170,8 @@ def test_caps_restored_after_sigkill_mid_cap_and_rerun(tmp_path):
     else:
         first.kill()
         pytest.fail("no cap was ever applied")
-    measure_job = next(pid for pid in _pids() if "stackbench.cli measure" in _cmdline(pid) and str(repo) in _cmdline(pid, cwd=True))
+    measure_job = next(pid for pid in _pids() if _cmdline(pid).split(" ")[1:4] == ["-m", "stackbench.cli", "measure"]
+                       and _cwd(pid) == str(repo))
     os.kill(measure_job, signal.SIGKILL)
     first.wait(timeout=300)
     assert min(json.loads(state_file.read_text())["limits_mw"]) < board_mw  # left capped by the killed job
@@ -178,9 +189,15 @@ def _pids() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
 
-def _cmdline(pid: int, cwd: bool = False) -> str:
+def _cmdline(pid: int) -> str:
     try:
-        text = (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-        return text + (" " + os.readlink(f"/proc/{pid}/cwd") if cwd else "")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return ""
