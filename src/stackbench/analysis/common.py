@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 
 from stackbench.models.formats import BITS_PER_WEIGHT, KV_DTYPE_BYTES  # noqa: F401  (re-exported to the analyses)
+from stackbench.results import metrics
 from stackbench.results.store import IDENTITY_COLUMNS, LAUNCH_COLUMNS
 
 # A cell's full identity, and the identity of one server launch (its start-up facts are server rows).
 CELL = IDENTITY_COLUMNS
 LAUNCH = LAUNCH_COLUMNS
-RATE_METRICS = ["decode_tps", "aggregate_tps", "e2e_tps"]
+RATE_METRICS = list(metrics.names(rate=True))
 
 GEOMETRY_FIELDS = ["attention_layers", "swa_layers", "linear_layers", "mtp_layers", "kv_heads", "key_length",
                    "value_length", "sliding_window"]

@@ -126,6 +126,19 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class Slurm:
+    """Where the node's measure jobs go under the SLURM profile (node.schema.yaml `slurm` documents each)."""
+
+    partition: str | None = None
+    constraint: str | None = None
+    gpu_model: str | None = None
+    runtime_min: int = 240
+    cpus: int | None = None
+    mem_mb: int | None = None
+    slurm_extra: str | None = None
+
+
+@dataclass(frozen=True)
 class Node:
     name: str
     file: str
@@ -142,7 +155,8 @@ class Node:
     allow_queueing: bool  # cells may exceed a server's concurrent slots
     workloads: tuple[Workload, ...]
     launches: tuple[Launch, ...]
-    raw: dict = field(repr=False, compare=False)
+    prepared_models: tuple[Model, ...] = ()  # the node's models the pipeline makes (a `prepare` recipe), used or not
+    slurm: Slurm = Slurm()
 
     @property
     def configured_gpus(self) -> tuple[str, ...]:

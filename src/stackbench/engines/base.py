@@ -146,6 +146,7 @@ class Adapter(Protocol):
     kv_dtype_arg: str
     default_kv_dtype: str
     tokenize_path: str  # POST: the engine's own tokenizer on plain text (no chat template), to size prompts
+    tools: dict[str, str]  # model-recipe tools its environments provide (models/recipes.py): tool -> environment
 
     def tokenize_body(self, model: str, text: str) -> dict:
         """The JSON body asking `tokenize_path` for the tokens of `text` (as served model `model`)."""
@@ -166,6 +167,9 @@ class Adapter(Protocol):
 
     def build_settings(self, env_name: str, requirements: Path) -> dict:
         """Environment variables for installing it (build flags, caches); raises ValueError on an unknown flavour."""
+
+    def build_inputs(self, env_name: str) -> dict[str, str]:
+        """Files besides its requirements that building this environment reads (a change rebuilds it)."""
 
     def remove_after_install(self, env_name: str) -> tuple[str, ...]:
         """Packages the install pulls in that break the engine and are removed again."""
@@ -296,6 +300,9 @@ class PythonEngine:
         return env_name  # the GPU and CPU flavours pin different torch builds
 
     def build_settings(self, env_name: str, requirements: Path) -> dict:
+        return {}
+
+    def build_inputs(self, env_name: str) -> dict[str, str]:
         return {}
 
     def default_env(self, gpu: dict) -> str:

@@ -73,6 +73,7 @@ class SglangAdapter(PythonEngine):
     # TP rank 0 logs its own GPU's KV; cell_size is scaled by 1 + draft layers / KV layers (the MTP head
     # shares the pool); the sliding-window pool is sized apart but logged over one K/V size with the rest.
     kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=False, log_mixes_window=True)
+    tools: dict[str, str] = {}
 
     def tp_size(self, server_args: dict) -> int:
         return int(server_args.get("tp_size") or 1)

@@ -58,6 +58,8 @@ class VllmAdapter(PythonEngine):
     # Workers log their own GPU's KV; the MTP layer's attention joins the KV cache groups; the hybrid
     # allocator pools KV, window KV and recurrent state in one memory pool.
     kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=True, log_mixes_window=True)
+    # The CPU environment's torch and transformers dequantize a GGUF into a Hugging Face copy (gguf_to_hf.py).
+    tools = {"hf-convert": "vllm-cpu"}
 
     def tp_size(self, server_args: dict) -> int:
         return int(server_args.get("tensor_parallel_size") or 1)

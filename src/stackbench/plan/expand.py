@@ -14,17 +14,14 @@ import dataclasses
 from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, validate
-from stackbench.config.model import Launch, Load, Model, Node, Workload
+from stackbench.config.model import Launch, Load, Model, Node, Slurm, Workload
+from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict
+from stackbench.models import recipes
 from stackbench.rehearsal import plan as rehearsal_plan
 
 CONFIG_DIR = Path("configs")
-# Speculative methods that run a second model: a run's draft_model is passed to these (eagle and mtp use the
-# target's own head unless the run names one), and the first two cannot start without one (SGLang DFLASH:
-# "requires setting --speculative-draft-model-path"). ngram drafts from the prompt and takes no model.
-NEEDS_DRAFT_MODEL = ("draft", "dflash")
-TAKES_DRAFT_MODEL = (*NEEDS_DRAFT_MODEL, "dspark", "eagle", "mtp")
 PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the model's GGUF file>"
 
 
@@ -97,8 +94,7 @@ def _model(node_name: str, doc: dict, key: str, where: str, models_dir: str) -> 
         raise ConfigError(f"{where}: unknown model {key!r}; the node's models are: {', '.join(sorted(doc['models'])) or 'none'}")
     spec = doc["models"][key]
     if "prepare" in spec:
-        suffix = "" if spec["prepare"].endswith("-hf") else ".gguf"
-        path = f"{models_dir}/{key}{suffix}"
+        path = recipes.model_path(models_dir, key, spec["prepare"])
     elif "gguf" in spec or "hf_dir" in spec:
         path = spec.get("gguf") or spec["hf_dir"]
     else:
@@ -225,8 +221,19 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         allow_queueing=doc["allow_queueing"],
         workloads=workloads,
         launches=tuple(launches),
-        raw=doc,
+        prepared_models=tuple(_model(name, doc, key, f"{where}: models.{key}", cfg["paths"]["models"])
+                              for key, spec in doc["models"].items() if "prepare" in spec),
+        slurm=Slurm(**doc["slurm"]),
     )
+
+
+def prepared_model(nodes: list[Node], key: str) -> Model:
+    """The model the pipeline makes under this name (the first node that names it with a recipe)."""
+    for node in nodes:
+        for model in node.prepared_models:
+            if model.name == key:
+                return model
+    raise ConfigError(f"no node config prepares a model named {key!r}")
 
 
 def _adapter(engine: str, where: str):

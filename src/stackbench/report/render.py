@@ -38,7 +38,7 @@ from stackbench.report.queries import (
     sql_text,
     status_lines,
 )
-from stackbench.results import basis
+from stackbench.results import basis, metrics
 from stackbench.results.store import read_results
 
 # Rows of the full tables embedded in the page, shared among the nodes (at least 200 each) so the page stays
@@ -46,22 +46,16 @@ from stackbench.results.store import read_results
 PAGE_ROWS_TOTAL = 4000
 # Rows of a derived (analysis) table shown in the page and report.md; all of them are in its CSV and Parquet.
 DERIVED_ROWS_SHOWN = 200
-# Each node's memory bandwidth, written into its rows by the measuring side (CPU: measured; GPU: node config);
-# analysis.roofline reads it from there.
-BANDWIDTH_METRICS = ("host_mem_bandwidth_gbs", "gpu_mem_bandwidth_gbs")
 FULL_KEYS = ["source", "ref", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency"]
-# What the analysis functions read: rates, acceptance, energy, and each launch's server rows (pool, weight
-# bytes, bandwidth, the model's geometry_* figures).
-ANALYSIS_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "ttft_s", "accept_len", "kv_bytes_per_token", "kv_pool_tokens",
-                    "kv_cache_mib", "vram_free_mib", "mem_free_after_pool_gb", "energy_j_per_token", "model_mib", "load_gib",
-                    *BANDWIDTH_METRICS)
+# What the analysis functions read (the metric registry's `analysed`), besides the model's geometry_* figures.
+ANALYSIS_METRICS = metrics.names(analysed=True)
 # First-token times read better in ms: the full tables show them so (column renamed with its unit).
 MILLISECONDS = {"ttft_s": ("ttft_ms", 1000), "ttfc_s": ("ttfc_ms", 1000)}
 # Bookkeeping columns the analysis functions never read: left in DuckDB, not converted to pandas (a
 # geometry row's note, which says where the geometry came from, is the one note they read).
 NOT_ANALYSED = ("reason", "table_id", "table_title", "row_label", "col_label", "note", "unit")
 GEOMETRY_NOTE = "case when metric like 'geometry_%' then note end as note"
-CHART_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "accept_len")
+CHART_METRICS = metrics.names(charted=True)
 CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency",
                  "metric", "value", "value_min", "value_max", "status")
 

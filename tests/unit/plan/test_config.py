@@ -29,7 +29,7 @@ def edit(path: Path, change) -> None:
 def test_defaults_come_from_the_schema(configs):
     cfg, nodes = expand.load_plan(configs)
     assert cfg["measure"]["ready_timeout_s"] == 600 and cfg["paths"]["results"] == "data/results.parquet"
-    assert nodes[0].raw["bind_host"] == "127.0.0.1"
+    assert {launch.bind_host for launch in nodes[0].launches} == {"127.0.0.1"}
 
 
 def test_the_default_plan_has_one_launch_per_server_configuration(configs):
