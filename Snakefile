@@ -14,6 +14,7 @@ include: "workflow/rules/setup.smk"
 include: "workflow/rules/measure.smk"
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/rehearse.smk"
 
 
 # Everything but the measure jobs runs on the submitting host (under SLURM too): environments, models,
@@ -28,6 +29,7 @@ localrules:
     published_part,
     collect,
     report,
+    rehearse,
 
 
 rule all:

@@ -107,6 +107,16 @@ def _measure(args) -> None:
     sequencer.main(Path(args.spec), Path(args.out_dir))
 
 
+def _rehearse(args) -> None:
+    import json
+
+    from stackbench.rehearsal import run
+
+    settings = json.loads(args.settings)
+    if run.rehearse(args.nodes, settings["rehearsal"], settings["measure"]["repeats"]):
+        sys.exit(1)
+
+
 def _build_env(args) -> None:
     from stackbench.provision import envs
 
@@ -184,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", required=True, help="the launch spec written by plan-launch")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=_measure)
+
+    p = sub.add_parser("rehearse", help="rehearse nodes: the report target with stand-in engines and simulated GPUs")
+    p.add_argument("nodes", nargs="+")
+    p.add_argument("--settings", required=True, help="the config's rehearsal and measure sections, as JSON")
+    p.set_defaults(func=_rehearse)
 
     p = sub.add_parser("build-env", help="make an engine's own environment from envs/<engine>.txt")
     p.add_argument("engine")

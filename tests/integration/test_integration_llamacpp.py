@@ -118,8 +118,8 @@ def test_sigint_leaves_no_server_and_a_rerun_measures_only_missing_cells(ci_repo
 
 
 def test_power_cap_sweep_inside_one_launch_with_an_nvml_test_double(ci_repo, tmp_path, monkeypatch):
-    """The real llama-server on CPU, with NVML replaced by a test double (tests/nvml_double.py)."""
-    from nvml_double import FakeNvml
+    """The real llama-server on CPU, with NVML replaced by a test double (stackbench.rehearsal.simgpu)."""
+    from stackbench.rehearsal.simgpu import NvmlDouble
 
     node = yaml.safe_load((ci_repo / "configs/nodes/ci-cpu.yaml").read_text())
     node.update(power_caps_w=[200, 250], workloads=["code"], concurrency=[1])
@@ -127,7 +127,7 @@ def test_power_cap_sweep_inside_one_launch_with_an_nvml_test_double(ci_repo, tmp
     node["runs"][0]["launch"] = {"mode": "native", "env": "llamacpp"}  # the CPU build: the GPU is a test double
     (ci_repo / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(node))
     run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
-    fake = FakeNvml(count=1)
+    fake = NvmlDouble(count=1)
     run.nvml = fake
     monkeypatch.chdir(ci_repo)
     monkeypatch.setattr(powercap.PowerCapper, "settle_s", 0.0)

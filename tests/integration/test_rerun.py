@@ -1,7 +1,7 @@
 """Reruns through the real workflow: one plan step per launch, one fingerprint for Snakemake and the cell
 store, failed cells retried, server rows kept, one launch at a time per node.
 
-The engine here is the synthetic engine (tests/synthetic_engine.py), a TEST DOUBLE with known timing,
+The engine here is the synthetic engine (stackbench.rehearsal.standin), a TEST DOUBLE with known timing,
 installed as if it were the pipeline-built llama-server: `.envs/llamacpp/ready.json` names a small script
 that serves it. Every other piece (Snakemake rules, plan, launcher, runner, store) is the real one.
 """
@@ -23,11 +23,10 @@ from stackbench.results import store
 pytestmark = pytest.mark.integration  # whole workflow runs: minutes, so outside the fast lane
 
 ENGINE_SCRIPT = f"""#!{sys.executable}
-# TEST DOUBLE standing in for llama-server: serves tests/synthetic_engine.py on the --host/--port it is
+# TEST DOUBLE standing in for llama-server: serves stackbench.rehearsal.standin on the --host/--port it is
 # given and ignores every other flag.
 import argparse, os, sys
-sys.path.insert(0, {str(SUPPORT)!r})
-from synthetic_engine import SyntheticEngine, Timing
+from stackbench.rehearsal.standin import StandinEngine, Timing
 parser = argparse.ArgumentParser()
 parser.add_argument("--host", default="127.0.0.1")
 parser.add_argument("--port", type=int, default=0)
@@ -35,7 +34,7 @@ args, _ = parser.parse_known_args()
 timing = Timing(ttft_s=0.05, interval_s=float(os.environ.get("ENGINE_DOUBLE_INTERVAL_S", "0.01")),
                 reasoning_tokens=0, content_tokens=12)
 print("engine test double listening", flush=True)
-with SyntheticEngine(timing, args.port) as engine:
+with StandinEngine(timing, args.port) as engine:
     engine.thread.join()
 """
 
@@ -44,7 +43,7 @@ def node(name: str, draft_path: str, variants=("nospec", "draft-n2")) -> dict:
     return {"description": f"{name}: the synthetic engine test double as llama-server",
             "hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": 1}, "context_len": 2048,
             "concurrency": [1], "workloads": ["code"],
-            "models": {"target": {"gguf": str(SUPPORT / "synthetic_engine.py"), "quant": "Q4_K_M"},
+            "models": {"target": {"gguf": str(SUPPORT / "helpers.py"), "quant": "Q4_K_M"},
                        "draft": {"gguf": draft_path, "quant": "Q4_1"}},
             "runs": [{"stack": "llamacpp", "model": "target", "draft_model": "draft", "variants": list(variants)}]}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import gguf
 import pandas as pd
 import yaml
-from paths import ROOT, SUPPORT
+from paths import ROOT
 
 from stackbench.measure import sequencer
 from stackbench.plan import expand, launchspec
@@ -115,7 +115,7 @@ def planned(stdout: str, rule: str) -> list[str]:
 def serving(timing):
     """The test double in its own process, so its timing does not share a GIL with the client's; yields its URL."""
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in asdict(timing).items() if v is not None]
-    proc = subprocess.Popen([sys.executable, str(SUPPORT / "synthetic_engine.py"), "--port", "0", *flags],
+    proc = subprocess.Popen([sys.executable, "-m", "stackbench.rehearsal.standin", "--port", "0", *flags],
                             stdout=subprocess.PIPE, text=True)
     try:
         yield proc.stdout.readline().strip()

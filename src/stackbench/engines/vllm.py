@@ -52,6 +52,8 @@ class VllmAdapter(PythonEngine):
     metrics_path = "/metrics"
     context_limit = re.compile(r"maximum context length is (\d+) tokens")
     reasoning_parser_arg = "reasoning_parser"
+    gpu_memory_share = ("gpu_memory_utilization", 0.9)  # EngineArgs default
+    kv_dtype_arg, default_kv_dtype = "kv_cache_dtype", "bfloat16"  # "auto": the model's dtype
     setup_facts = ()
     # Workers log their own GPU's KV; the MTP layer's attention joins the KV cache groups; the hybrid
     # allocator pools KV, window KV and recurrent state in one memory pool.

@@ -30,6 +30,8 @@ from stackbench.measure.cellstore import CellStore
 from stackbench.measure.rows import RowMaker
 from stackbench.measure.runner import CellResult, CellRunner
 from stackbench.plan import launchspec
+from stackbench.rehearsal import launcher as rehearsal_launcher
+from stackbench.rehearsal import plan as rehearsal_plan
 from stackbench.serve.launchers import open_launcher
 from stackbench.serve.process import NotRunnable, ServerError
 
@@ -66,7 +68,9 @@ class LaunchRun:
         self.started = datetime.now(UTC)
         self.run_id = f"{self.node.name}/{self.launch.name}@{self.started.strftime('%Y%m%dT%H%M%SZ')}"
         self.rows = RowMaker(spec, self.run_id, self.adapter, spec.measure["spread_flag_ratio"])
-        self.nvml = None  # tests inject a test double of pynvml here
+        self.nvml = None  # tests inject a test double of pynvml here; a rehearsal its simulated host
+        if spec.rehearsal:
+            self.nvml = rehearsal_launcher.simulated_host(self.node)
         self.server = None
         self.facts = ServerFacts()
         self.start_error: ServerError | None = None
@@ -76,14 +80,18 @@ class LaunchRun:
         self.telemetry_why: str | None = None
         self.sampler = self.capper = None
         self.gpu_ids: list[str] | None = None
-        self.lock_dir = locks.lock_dir(self.node.lock_dir)
+        self.lock_dir = rehearsal_plan.lock_dir(self.node.name) if spec.rehearsal else locks.lock_dir(self.node.lock_dir)
         self.leftovers: list[str] = []  # servers and caps a launch that died hard left behind, put right here
         self._bar = None
 
     # -- server ------------------------------------------------------------------------------------
     def _start_server(self) -> CellRunner:
         env_info = engine_environment(self.spec)
-        self.server = open_launcher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads, self.gpu_ids)
+        if self.spec.rehearsal:  # the stand-in behind the real command (stackbench.rehearsal)
+            self.server = rehearsal_launcher.StandinLauncher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads,
+                                                             self.gpu_ids, self.node, self.spec.rehearsal)
+        else:
+            self.server = open_launcher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads, self.gpu_ids)
         self.server.record_paths += self._gpu_records()
         try:
             seconds = self.server.start(self.spec.measure["ready_timeout_s"])
@@ -266,7 +274,9 @@ class LaunchRun:
         if gpus is None:
             yield None, None
             return
-        with telemetry.Sampler(gpus) as sampler, powercap.PowerCapper(gpus, self.lock_dir) as capper:
+        # A rehearsal's clocks settle as much faster as its time runs (stackbench.rehearsal).
+        settle = {"settle_s": powercap.PowerCapper.settle_s / self.spec.rehearsal["time_scale"]} if self.spec.rehearsal else {}
+        with telemetry.Sampler(gpus) as sampler, powercap.PowerCapper(gpus, self.lock_dir, **settle) as capper:
             self.leftovers += [f"restored GPU {uuid}'s power limit to {watts:g} W, left capped by a launch that died"
                                for uuid, watts in capper.leftovers_restored.items()]
             yield sampler, capper

@@ -19,6 +19,7 @@ from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict
 from stackbench.models import recipes
+from stackbench.rehearsal import plan as rehearsal_plan
 
 CONFIG_DIR = Path("configs")
 PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the model's GGUF file>"
@@ -27,8 +28,8 @@ PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the
 def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
     """The top-level config: read from configs/config.yaml, or as Snakemake merged it with --config."""
     if given is None:
-        return load_file(root / CONFIG_DIR / "config.yaml", "config")
-    return validate(dict(given), load_schema("config"), "configs/config.yaml (with --config overrides)")
+        return rehearsal_plan.apply(load_file(root / CONFIG_DIR / "config.yaml", "config"))
+    return rehearsal_plan.apply(validate(dict(given), load_schema("config"), "configs/config.yaml (with --config overrides)"))
 
 
 def load_workload(name: str, node_concurrency: list[int], root: Path, where: str) -> Workload:

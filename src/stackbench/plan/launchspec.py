@@ -23,6 +23,7 @@ from pathlib import Path
 
 from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
 from stackbench.models.recipes import RECIPES
+from stackbench.rehearsal import plan as rehearsal_plan
 
 FORMAT = 1
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
@@ -93,6 +94,7 @@ class LaunchSpec:
     engine: dict  # the environment's ready.json (native pipeline builds), else what the config names
     models: dict  # model name -> identity of its files
     cells: tuple[Cell, ...]
+    rehearsal: dict | None = None  # a rehearsal's settings (stackbench.rehearsal.plan); None: a real run
 
     def _digest(self, doc: dict) -> str:
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -102,8 +104,8 @@ class LaunchSpec:
         node = {key: _plain(getattr(self.node, key)) for key in SERVER_NODE_FIELDS}
         launch = {key: _plain(getattr(self.launch, key)) for key in SERVER_LAUNCH_FIELDS}
         engine = {k: v for k, v in self.engine.items() if k not in ("python", "server", "quantize", "bench")}
-        return self._digest({"format": FORMAT, "launch": launch, "node": node, "engine": engine,
-                             "models": self.models})
+        doc = {"format": FORMAT, "launch": launch, "node": node, "engine": engine, "models": self.models}
+        return self._digest({**doc, "rehearsal": self.rehearsal} if self.rehearsal else doc)
 
     def cell_fingerprint(self, cell: Cell) -> str:
         unset = PRECISION_SETTINGS if self.measure.get("target_rel_ci") is None else ()
@@ -119,7 +121,7 @@ class LaunchSpec:
         node = {k: v for k, v in asdict(self.node).items() if k not in NODE_WORKFLOW_FIELDS}
         return json.dumps({"format": FORMAT, "fingerprint": self.fingerprint, "server_fingerprint": self.server_fingerprint,
                            "node": node, "launch": asdict(self.launch), "measure": self.measure, "engine": self.engine,
-                           "models": self.models,
+                           "models": self.models, "rehearsal": self.rehearsal,
                            "cells": [{"key": c.key, "workload": c.workload.name, "concurrency": c.concurrency,
                                       "rate": c.rate, "power_cap_w": c.power_cap_w, "ladder_tokens": c.ladder_tokens,
                                       "fingerprint": self.cell_fingerprint(c)}
@@ -180,14 +182,14 @@ def engine_identity(launch: Launch, envs_dir: Path) -> dict:
     return {"mode": launch.launch_mode, "target": launch.launch_target}
 
 
-def inputs(node: Node, launch: Launch, paths: dict) -> dict:
+def inputs(node: Node, launch: Launch, paths: dict, rehearsal: bool = False) -> dict:
     """What a launch spec is made from (rule plan_launch's inputs): the node's, stack's and workloads'
     config files, the engine environment (its version and build) and the model files the pipeline makes
     (their sha256). configs/config.yaml is not among them: the node list does not change what a launch
-    measures, and the measure settings come in as a param."""
+    measures, and the measure settings come in as a param. A rehearsal starts stand-ins: no environment."""
     needed = {"node": node.file, "stack": f"configs/stacks/{launch.stack_config}.yaml",
               "workloads": [f"configs/workloads/{w}.yaml" for w in launch.workloads]}
-    ready = env_ready(launch, paths["envs"])
+    ready = None if rehearsal else env_ready(launch, paths["envs"])
     if ready is not None:
         needed["env"] = str(ready)
     # The pipeline's own model files come with their sha256 record (a Hugging Face folder is its own
@@ -207,9 +209,12 @@ def inputs(node: Node, launch: Launch, paths: dict) -> dict:
 def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     models = {m.name: model_identity(m) for m in (launch.model, launch.draft_model) if m is not None}
     bare = dataclasses.replace(node, launches=(), **{f: Node.__dataclass_fields__[f].default for f in NODE_WORKFLOW_FIELDS})
-    return LaunchSpec(node=bare, launch=launch, measure=dict(cfg["measure"]),
-                      engine=engine_identity(launch, Path(cfg["paths"]["envs"])), models=models,
-                      cells=cells_of(node, launch))
+    engine = engine_identity(launch, Path(cfg["paths"]["envs"]))
+    rehearsal = {**cfg["rehearsal"], "envs_dir": cfg["paths"]["envs"]} if rehearsal_plan.node_of(cfg) else None
+    if rehearsal:
+        engine = rehearsal_plan.engine_identity(launch.engine, engine)
+    return LaunchSpec(node=bare, launch=launch, measure=dict(cfg["measure"]), engine=engine, models=models,
+                      cells=cells_of(node, launch), rehearsal=rehearsal)
 
 
 def write(spec: LaunchSpec, out: Path) -> Path:
@@ -230,7 +235,7 @@ def read(path: Path) -> LaunchSpec:
     cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c["rate"], c["ladder_tokens"])
                   for c in doc["cells"])
     spec = LaunchSpec(node=node, launch=launch, measure=doc["measure"], engine=doc["engine"], models=doc["models"],
-                      cells=cells)
+                      cells=cells, rehearsal=doc.get("rehearsal"))
     if spec.fingerprint != doc["fingerprint"]:
         raise ValueError(f"{path}: fingerprint does not match its content (edited by hand?); re-run the plan step")
     return spec

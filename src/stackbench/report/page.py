@@ -28,6 +28,7 @@ class FullTable:
     csv_path: Path
     parquet_path: Path
     varying: list[str]  # basis fields whose values differ between the table's rows
+    title_prefix: str = ""  # a rehearsal's "REHEARSAL ...: " (render.REHEARSAL_TITLE)
 
     @property
     def table_id(self) -> str:
@@ -109,7 +110,7 @@ function stackbenchPager(id){
 
 
 def full_markdown(full: FullTable) -> str:
-    table = tables.Table(full.table_id, f"All cells on {full.node}", f"{full.csv_path.name}, {full.parquet_path.name}",
+    table = tables.Table(full.table_id, f"{full.title_prefix}All cells on {full.node}", f"{full.csv_path.name}, {full.parquet_path.name}",
                          full.columns, [[tables.format_number(v) if isinstance(v, (int, float)) else (tables.MISSING if v is None else str(v))
                                          for v in row] for row in full.rows[:MARKDOWN_ROWS_PER_NODE]], [], caveats=full.varying)
     text = to_markdown(table)
@@ -124,7 +125,7 @@ def full_html(full: FullTable) -> str:
     more = (f" The page holds the first {len(full.rows)} of {full.total} rows." if full.total > len(full.rows) else "")
     caveats = ("<div class='caveats'><b>Basis differs between rows:</b><ul>" + "".join(
         f"<li>{html.escape(c)}</li>" for c in full.varying) + "</ul></div>") if full.varying else ""
-    return (f"<section class='full' id='{html.escape(full.table_id)}'><h3>All cells on {html.escape(full.node)}</h3>"
+    return (f"<section class='full' id='{html.escape(full.table_id)}'><h3>{html.escape(full.title_prefix)}All cells on {html.escape(full.node)}</h3>"
             f"<p class='ref'>Every row: {html.escape(full.csv_path.name)}, {html.escape(full.parquet_path.name)}.{more}</p>"
             "<div class='pager'><input class='filter' placeholder='filter rows'> <button class='prev'>previous</button> "
             "<button class='next'>next</button> <span class='info'></span></div>"
@@ -138,7 +139,8 @@ def _json(value) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
 
 
-def page_html(intro: str, headlines, correctness, fulls, derived, seed, status, figures, decided) -> str:
+def page_html(intro: str, headlines, correctness, fulls, derived, seed, status, figures, decided,
+              heading: str = "Stack comparison report") -> str:
     figure_html = "".join(
         f"<div class='chart' id='chart-{i}'></div><script>Plotly.newPlot('chart-{i}', "
         f"{_json(fig['data'])}, {_json(fig['layout'])}, {{responsive: true}})</script>" for i, fig in enumerate(figures))
@@ -150,7 +152,7 @@ def page_html(intro: str, headlines, correctness, fulls, derived, seed, status, 
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stack comparison report</title>"
         f"<style>{STYLE}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
         f"<script>{PAGER_JS}</script></head><body>"
-        "<h1>Stack comparison report</h1><h2>Headline: one row per stack variant, per node</h2>"
+        f"<h1>{html.escape(heading)}</h1><h2>Headline: one row per stack variant, per node</h2>"
         + "".join(to_html(t, "headline") for t in headlines) +
         f"<p>{html.escape(intro)} Every table lists, under it, the basis fields that differ between its rows; "
         "figures marked †, ‡ or § are single figures, peaks or ranges.</p>"

@@ -13,6 +13,7 @@ one pass and writes the files.
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -264,6 +265,15 @@ def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, Layout],
             for table_id, layout in layouts.items() if table_id in present]
 
 
+# A rehearsal's rows name their stand-in in engine_image (stackbench.rehearsal.launcher); its report says so
+# in every table's title.
+REHEARSAL_TITLE = "REHEARSAL (stand-in engines, simulated GPUs; not measurements): "
+
+
+def rehearsed(results: Results) -> bool:
+    return bool(results.frame("select count(*) as n from results where engine_image like 'REHEARSAL%'")["n"].iloc[0])
+
+
 def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published")) -> list[Path]:
     results = Results(results_path)
     counts = results.frame("select source, count(*) as n from results group by source").set_index("source")["n"].to_dict()
@@ -300,6 +310,13 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         figures = _figures(results, spec, nodes)
         fulls = fulls_job.result()
         status = status_lines(results)
+        heading = "Stack comparison report"
+        if rehearsed(results):
+            headlines, decided, correctness, derived, seed = (
+                [dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in group]
+                for group in (headlines, decided, correctness, derived, seed))
+            fulls = [dataclasses.replace(f, title_prefix=REHEARSAL_TITLE) for f in fulls]
+            heading = REHEARSAL_TITLE + heading
 
         written = []
         for table in headlines + decided + correctness + derived + seed:
@@ -311,7 +328,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         written += [p for f in fulls for p in (f.csv_path, f.parquet_path)]
         intro = (f"{sum(counts.values())} figures: {counts.get('measured', 0)} measured here, "
                  f"{counts.get('published', 0)} transcribed from the seed posts.")
-        summary = ["# Stack comparison report", "", "## Headline: one row per stack variant, per node", "",
+        summary = [f"# {heading}", "", "## Headline: one row per stack variant, per node", "",
                    *[to_markdown(t) for t in headlines], intro, ""]
         if decided:
             summary += ["## What to run", "", *[to_markdown(t) for t in decided]]
@@ -327,7 +344,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         written.append(summary_path)
 
         html_path = out_dir / "index.html"
-        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived, seed, status, figures, decided), encoding="utf-8")
+        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived, seed, status, figures, decided, heading),
+                             encoding="utf-8")
         written.append(html_path)
     finally:
         background.wait()  # every file is on disk (or the first error raised) before the report counts as written

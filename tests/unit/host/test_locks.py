@@ -1,7 +1,7 @@
 """One host, several launches: GPU locks between processes, per-GPU cap state, leftover servers.
 
 Launches are child processes running the same composition LaunchRun uses (GpuLocks, then PowerCapper on
-the NVML test double, tests/nvml_double.py, whose GPU state lives in a file so every process sees the
+the NVML test double, stackbench.rehearsal.simgpu, whose GPU state lives in a file so every process sees the
 same GPUs). Synchronisation is by handshake on the children's stdin and stdout, never by sleeping.
 """
 
@@ -14,21 +14,21 @@ from pathlib import Path
 
 import psutil
 import pytest
-from nvml_double import FakeNvml
 from paths import SUPPORT
 
 from stackbench.host import locks
+from stackbench.rehearsal.simgpu import NvmlDouble
 
 LAUNCH = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     sys.path.insert(0, {tests!r})
-    from nvml_double import FakeNvml
+    from stackbench.rehearsal.simgpu import NvmlDouble
     from stackbench.host import locks
     from stackbench.host import powercap, telemetry
     name, indices = sys.argv[1], [int(i) for i in sys.argv[2].split(",")]
     lock_dir, nvml_state = Path(sys.argv[3]), Path(sys.argv[4])
-    fake = FakeNvml(count=4, state_path=nvml_state)
+    fake = NvmlDouble(count=4, state_path=nvml_state)
     gpus = telemetry.NvmlGpus(fake, indices=indices)
     say = lambda text: print(text, flush=True)
     holder = locks.Holder("box", name, __import__("os").getpid())
@@ -64,14 +64,14 @@ def finish(proc: subprocess.Popen) -> float:
 
 
 def limits(nvml_state: Path) -> list[int]:
-    fake = FakeNvml(count=4, state_path=nvml_state)
+    fake = NvmlDouble(count=4, state_path=nvml_state)
     return [fake.nvmlDeviceGetPowerManagementLimit(i) for i in range(4)]
 
 
 def test_launches_on_overlapping_gpus_never_overlap_and_every_limit_ends_at_its_original(tmp_path):
     """Seed 001's box as two node files: tp4 on GPUs 0-3, tp2 on GPUs 2-3, started together."""
     nvml_state = tmp_path / "gpus.json"
-    FakeNvml(count=4, state_path=nvml_state)
+    NvmlDouble(count=4, state_path=nvml_state)
     tp2 = start_launch(tmp_path, "tp2", "2,3", nvml_state)
     assert said(tp2)[0] == "LOCKED"
     assert said(tp2) == ("CAPPED", "200000,200000")

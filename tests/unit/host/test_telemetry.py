@@ -1,4 +1,4 @@
-"""Telemetry and power caps against a test double of NVML (tests/nvml_double.py): units, windows,
+"""Telemetry and power caps against a test double of NVML (stackbench.rehearsal.simgpu): units, windows,
 GPU selection, energy windows, the sweep, restore on every exit path, constraint errors and missing
 permissions. Every test injects the test double, so each checks the same behaviour on a CPU machine
 and on a GPU machine; the real NVML is read only by scripts/gpu-check.sh."""
@@ -12,15 +12,15 @@ import time
 
 import pytest
 from helpers import interruptible
-from nvml_double import FakeNvml
 from paths import SUPPORT
 
 from stackbench.host import powercap, telemetry
 from stackbench.measure import summary
+from stackbench.rehearsal.simgpu import NvmlDouble
 
 
 def gpus(**kw):
-    return telemetry.NvmlGpus(FakeNvml(**kw))
+    return telemetry.NvmlGpus(NvmlDouble(**kw))
 
 
 class Clock:
@@ -35,7 +35,7 @@ class Clock:
 
 def test_units_are_converted_from_milliwatts_and_millijoules():
     clock = Clock()
-    fake = FakeNvml(count=1, clock=clock)
+    fake = NvmlDouble(count=1, clock=clock)
     clock.now += 2.0
     row = telemetry.NvmlGpus(fake).sample()[0]
     assert row["power_w"] == 250.5 and row["memory_used_mib"] == 20 * 1024
@@ -51,7 +51,7 @@ def test_constraints_are_read_in_watts():
 
 # -- which GPUs ------------------------------------------------------------------------------------
 def selected(devices=None, count=2, environ=None, **kw):
-    chosen = telemetry.select_gpus(devices, count, FakeNvml(count=4, **kw), environ or {})
+    chosen = telemetry.select_gpus(devices, count, NvmlDouble(count=4, **kw), environ or {})
     return [i.index for i in chosen.info], chosen.source
 
 
@@ -91,8 +91,8 @@ def test_default_is_the_first_count_and_a_wrong_count_or_missing_gpu_is_named():
 
 def test_no_gpu_or_no_driver_gives_a_reason():
     assert telemetry.open_gpus(0) == (None, "no GPU on this node")
-    assert telemetry.open_gpus(1, FakeNvml(no_driver=True), environ={}) == (None, "NVML unavailable: Driver Not Loaded")
-    found, why = telemetry.open_gpus(2, FakeNvml(count=4), environ={})
+    assert telemetry.open_gpus(1, NvmlDouble(no_driver=True), environ={}) == (None, "NVML unavailable: Driver Not Loaded")
+    found, why = telemetry.open_gpus(2, NvmlDouble(count=4), environ={})
     assert why is None and [i.uuid for i in found.info] == ["GPU-fake-0", "GPU-fake-1"]
 
 
@@ -121,7 +121,7 @@ def window_over(fake, clock, steps, between=None):
 
 def test_energy_is_the_counter_difference_at_the_windows_own_edges():
     clock = Clock()
-    fake = FakeNvml(count=2, clock=clock)
+    fake = NvmlDouble(count=2, clock=clock)
     reading = window_over(fake, clock, steps=4)
     assert reading.duration_s == pytest.approx(2.2)
     assert reading.energy_j == pytest.approx(2 * 250.5 * 2.2, abs=0.01)  # both GPUs, edge to edge, not sample to sample
@@ -132,7 +132,7 @@ def test_energy_is_the_counter_difference_at_the_windows_own_edges():
 
 def test_power_mean_and_p95_only_from_samples_inside_the_window():
     clock = Clock()
-    fake = FakeNvml(count=1, clock=clock)
+    fake = NvmlDouble(count=1, clock=clock)
     fake.power_mw = [900_000]  # the sample before the window is at 900 W
 
     def ramp(step):
@@ -145,7 +145,7 @@ def test_power_mean_and_p95_only_from_samples_inside_the_window():
 
 def test_a_counter_reset_falls_back_to_integrating_the_samples_and_says_so():
     clock = Clock()
-    fake = FakeNvml(count=1, clock=clock)
+    fake = NvmlDouble(count=1, clock=clock)
 
     def reset(step):
         if step == 2:
@@ -167,7 +167,7 @@ def wait_for(condition, timeout_s: float = 10.0) -> bool:
 
 
 def test_an_nvml_error_in_the_sampler_thread_is_recorded_and_reaches_the_window():
-    fake = FakeNvml(count=1)
+    fake = NvmlDouble(count=1)
     sampler = telemetry.Sampler(telemetry.NvmlGpus(fake), period_s=0.05)
     with sampler:
         window = sampler.open_window()
@@ -189,7 +189,7 @@ def state_of(tmp_path, uuid):
 
 
 def test_sweep_sets_only_the_selected_gpus_reads_back_and_restores(tmp_path):
-    fake = FakeNvml(count=4)
+    fake = NvmlDouble(count=4)
     capper = capper_for(fake, tmp_path, indices=[2, 3])
     with capper:
         for cap in (180, 220, 260):
@@ -204,7 +204,7 @@ def test_sweep_sets_only_the_selected_gpus_reads_back_and_restores(tmp_path):
 
 
 def test_restore_after_an_exception(tmp_path):
-    fake = FakeNvml(count=1)
+    fake = NvmlDouble(count=1)
     with pytest.raises(RuntimeError, match="cell crashed"):
         with capper_for(fake, tmp_path) as capper:
             capper.apply(200)
@@ -213,20 +213,20 @@ def test_restore_after_an_exception(tmp_path):
 
 
 def test_cap_outside_the_gpus_range_is_refused_before_any_change(tmp_path):
-    fake = FakeNvml(count=1)
+    fake = NvmlDouble(count=1)
     with pytest.raises(ValueError, match=r"power cap 400 W is outside GPU 0 \(NVIDIA GeForce RTX 3090\)'s range 100-350 W"):
         capper_for(fake, tmp_path).apply(400)
     assert fake.set_calls == []
 
 
 def test_missing_permission_keeps_the_requested_cap_and_the_reason(tmp_path):
-    result = capper_for(FakeNvml(count=1, deny_set=True), tmp_path).apply(200)
+    result = capper_for(NvmlDouble(count=1, deny_set=True), tmp_path).apply(200)
     assert result == powercap.CapResult(200, 300.0, applied=False,
                                          reason="cannot set the power limit of GPU GPU-fake-0: Insufficient Permissions")
 
 
 def test_a_cap_that_does_not_take_is_restored_before_it_is_reported(tmp_path):
-    fake = FakeNvml(count=2, enforce=False)
+    fake = NvmlDouble(count=2, enforce=False)
     result = capper_for(fake, tmp_path).apply(200)
     assert not result.applied and result.requested_w == 200 and result.enforced_w == 350.0
     assert result.reason == "power cap 200 W did not take: enforced [350.0, 350.0] W"
@@ -235,7 +235,7 @@ def test_a_cap_that_does_not_take_is_restored_before_it_is_reported(tmp_path):
 
 
 def test_a_leftover_state_is_restored_by_the_next_launch_taking_that_gpu(tmp_path):
-    fake = FakeNvml(count=2, state_path=tmp_path / "gpu.json", limit_mw=180_000)  # a run died with the caps at 180 W
+    fake = NvmlDouble(count=2, state_path=tmp_path / "gpu.json", limit_mw=180_000)  # a run died with the caps at 180 W
     state_of(tmp_path, "GPU-fake-1").write_text('{"uuid": "GPU-fake-1", "limit_w": 300.0, "pid": 1}')
     with capper_for(fake, tmp_path, indices=[1]) as capper:
         assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [180_000, 300_000]
@@ -244,7 +244,7 @@ def test_a_leftover_state_is_restored_by_the_next_launch_taking_that_gpu(tmp_pat
 
 
 def test_a_leftover_on_another_gpu_neither_blocks_nor_is_touched(tmp_path):
-    fake = FakeNvml(count=2, state_path=tmp_path / "gpu.json", limit_mw=180_000)
+    fake = NvmlDouble(count=2, state_path=tmp_path / "gpu.json", limit_mw=180_000)
     state_of(tmp_path, "GPU-fake-1").write_text('{"uuid": "GPU-fake-1", "limit_w": 300.0, "pid": 1}')
     with capper_for(fake, tmp_path, indices=[0]) as capper:
         assert capper.apply(200).applied
@@ -254,7 +254,7 @@ def test_a_leftover_on_another_gpu_neither_blocks_nor_is_touched(tmp_path):
 
 def test_a_state_already_recorded_is_the_original_not_the_limit_now(tmp_path):
     """The original of a capped GPU is the recorded one: a launch never takes another's cap for it."""
-    fake = FakeNvml(count=1, state_path=tmp_path / "gpu.json", limit_mw=200_000)
+    fake = NvmlDouble(count=1, state_path=tmp_path / "gpu.json", limit_mw=200_000)
     capper = capper_for(fake, tmp_path)
     state_of(tmp_path, "GPU-fake-0").write_text('{"uuid": "GPU-fake-0", "limit_w": 350.0, "pid": 1}')
     capper.apply(250)
@@ -265,18 +265,18 @@ def test_a_state_already_recorded_is_the_original_not_the_limit_now(tmp_path):
 def test_a_malformed_state_is_named_with_what_to_do(tmp_path):
     state_of(tmp_path, "GPU-fake-0").write_text('{"uuid": "GPU-other", "limit_w": 350.0}')
     with pytest.raises(telemetry.TelemetryUnavailable, match="not a power-cap state of GPU GPU-fake-0.*remove the file"):
-        capper_for(FakeNvml(count=1), tmp_path).restore_leftover()
+        capper_for(NvmlDouble(count=1), tmp_path).restore_leftover()
 
 
 CHILD = textwrap.dedent("""
     import signal, sys, time
     from pathlib import Path
     sys.path.insert(0, {tests!r})
-    from nvml_double import FakeNvml
+    from stackbench.rehearsal.simgpu import NvmlDouble
     from stackbench.measure import sequencer
     from stackbench.host import powercap, telemetry
     signal.signal(signal.SIGTERM, sequencer._raise_interrupted)
-    fake = FakeNvml(count=2, state_path=Path({gpu!r}))
+    fake = NvmlDouble(count=2, state_path=Path({gpu!r}))
     with powercap.PowerCapper(telemetry.NvmlGpus(fake), state_dir=Path({state!r}), sleep=lambda s: None) as capper:
         capper.apply(220)
         print("capped", flush=True)
@@ -291,16 +291,16 @@ def test_restore_on_sigint_and_sigterm(tmp_path, signum):
     script.write_text(CHILD.format(tests=str(SUPPORT), gpu=str(gpu), state=str(state)))
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, preexec_fn=interruptible)
     assert child.stdout.readline().strip() == "capped"
-    assert FakeNvml(count=2, state_path=gpu).nvmlDeviceGetPowerManagementLimit(0) == 220_000
+    assert NvmlDouble(count=2, state_path=gpu).nvmlDeviceGetPowerManagementLimit(0) == 220_000
     child.send_signal(signum)
     child.wait(timeout=20)
-    limits = FakeNvml(count=2, state_path=gpu)
+    limits = NvmlDouble(count=2, state_path=gpu)
     assert [limits.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [300_000, 300_000]
     assert not list(state.glob("*.powercap.json"))
 
 
 def test_a_window_shorter_than_the_sampling_period_still_has_a_power_sample():
-    fake = FakeNvml(count=1)
+    fake = NvmlDouble(count=1)
     sampler = telemetry.Sampler(telemetry.NvmlGpus(fake), period_s=3600)  # the thread samples once, at start
     with sampler:
         assert wait_for(lambda: sampler.rows)
@@ -312,7 +312,7 @@ def test_a_window_shorter_than_the_sampling_period_still_has_a_power_sample():
 def test_energy_per_response_over_the_steady_window_is_power_times_window_over_responses():
     # Two simulated GPUs at 250.5 W each for a 4 s steady window; 300 tokens arrived in it, 60 per response.
     clock = Clock()
-    sampler = telemetry.Sampler(telemetry.NvmlGpus(FakeNvml(count=2, clock=clock)), clock=clock)
+    sampler = telemetry.Sampler(telemetry.NvmlGpus(NvmlDouble(count=2, clock=clock)), clock=clock)
     start = clock.now
     for _ in range(8):
         clock.now += 0.5

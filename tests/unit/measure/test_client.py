@@ -1,14 +1,14 @@
-"""The load client against the synthetic engine (tests/synthetic_engine.py, a test double with timing
+"""The load client against the synthetic engine (stackbench.rehearsal.standin, a test double with timing
 known in advance): which delta counts as the first token, what usage it keeps, how tokens per chunk
 are learnt, and broken streams that become failed requests instead of crashes."""
 
 import asyncio
 
 import pytest
-from synthetic_engine import SyntheticEngine, Timing
 
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.measure.workloads import Request
+from stackbench.rehearsal.standin import StandinEngine, Timing
 
 CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
@@ -21,7 +21,7 @@ def one_request(timing: Timing, extras: dict | None = None, stall_timeout_s: flo
         finally:
             await client.aclose()
 
-    with SyntheticEngine(timing) as engine:
+    with StandinEngine(timing) as engine:
         return asyncio.run(scenario(engine.base_url))
 
 
@@ -115,7 +115,7 @@ def run_load(timing: Timing, scenario_of):
         finally:
             await client.aclose()
 
-    with SyntheticEngine(timing) as engine:
+    with StandinEngine(timing) as engine:
         return asyncio.run(scenario(engine.base_url))
 
 

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from helpers import serving
 from paths import ROOT
-from synthetic_engine import Timing
 
 from stackbench.config.model import Load
 from stackbench.measure import sequencer, summary
 from stackbench.plan import expand, launchspec
+from stackbench.rehearsal.standin import Timing
 from stackbench.results import store
 
 TIMING = Timing(ttft_s=0.25, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=30, content_tokens=30, spec_tokens=3)

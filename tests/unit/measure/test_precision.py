@@ -3,10 +3,10 @@ whose timing is known in advance): a noisy engine gets more repeats than a stead
 many; a saturating engine's concurrency sweep stops with the reason."""
 
 from helpers import serving
-from synthetic_engine import Timing
 from test_measure_synthetic import external_spec
 
 from stackbench.measure import precision, sequencer
+from stackbench.rehearsal.standin import Timing
 from stackbench.results import store
 
 STEADY = Timing(ttft_s=0.1, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=0, content_tokens=30)

@@ -15,7 +15,6 @@ import pytest
 import yaml
 from helpers import serving
 from paths import ROOT
-from synthetic_engine import Timing
 
 from stackbench import analysis
 from stackbench.cli import collect_results
@@ -23,6 +22,7 @@ from stackbench.config import ConfigError
 from stackbench.config.model import Node
 from stackbench.measure import sequencer
 from stackbench.plan import expand, launchspec
+from stackbench.rehearsal.standin import Timing
 from stackbench.report import render
 from stackbench.results import agreement, store
 

@@ -1,4 +1,4 @@
-"""Client + summary against the synthetic engine (tests/synthetic_engine.py, a test double whose
+"""Client + summary against the synthetic engine (stackbench.rehearsal.standin, a test double whose
 timing is known in advance): TTFT, decode rate, per-token ITL, inter-chunk latency, TPOT and acceptance
 come out within a few percent of what it was built to emit; percentiles carry their sample count."""
 
@@ -6,12 +6,12 @@ import asyncio
 
 import httpx
 import pytest
-from synthetic_engine import SyntheticEngine, Timing
 
 from stackbench.engines.vllm import VllmAdapter
 from stackbench.host import telemetry
 from stackbench.measure import summary
 from stackbench.measure.client import RequestRecord, StreamClient, run_conversations
+from stackbench.rehearsal.standin import StandinEngine, Timing
 
 TIMING = Timing(ttft_s=1.0, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=30, content_tokens=30, spec_tokens=3)
 CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
@@ -27,7 +27,7 @@ def measure_cell(timing: Timing, extras: dict, repeats: int = 3, streams: int = 
         finally:
             await client.aclose()
 
-    with SyntheticEngine(timing) as engine:
+    with StandinEngine(timing) as engine:
         before = adapter.spec_counters(httpx.get(engine.base_url + "/metrics").text)
         records = asyncio.run(cell(engine.base_url))
         after = adapter.spec_counters(httpx.get(engine.base_url + "/metrics").text)

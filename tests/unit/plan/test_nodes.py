@@ -70,13 +70,12 @@ def fill_in_model_paths(path, paths: dict[str, str]) -> None:
 
 
 def test_init_node_writes_a_config_that_plans_once_its_model_path_is_set(repo_copy):
-    from nvml_double import FakeNvml
-
     from stackbench.config import ConfigError
     from stackbench.provision import nodeinit
+    from stackbench.rehearsal.simgpu import NvmlDouble
 
     # A machine without GPUs, on any host: the NVML test double sees none.
-    path = nodeinit.write_node("this-box", repo_copy, nvml=FakeNvml(count=0))
+    path = nodeinit.write_node("this-box", repo_copy, nvml=NvmlDouble(count=0))
     assert "stackbench init-node this-box" in path.read_text()
     with pytest.raises(ConfigError, match=r"this-box.yaml: models.my-model-gguf.gguf: \"<path to the model's GGUF file>\" "
                                           r"is a placeholder; set the model's path"):
@@ -87,12 +86,11 @@ def test_init_node_writes_a_config_that_plans_once_its_model_path_is_set(repo_co
 
 
 def test_init_node_on_gpus_writes_the_posts_four_way_comparison(repo_copy, monkeypatch, capsys):
-    from nvml_double import FakeNvml
-
     from stackbench import cli
     from stackbench.provision import nodeinit
+    from stackbench.rehearsal.simgpu import NvmlDouble
 
-    path = nodeinit.write_node("gpu-box", repo_copy, nvml=FakeNvml(count=2))
+    path = nodeinit.write_node("gpu-box", repo_copy, nvml=NvmlDouble(count=2))
     doc = yaml.safe_load(path.read_text())
     # 384-bit bus x 9751 MHz x 2 / 8 / 1000: the RTX 3090's 936 GB/s
     assert doc["hardware"]["gpu"] == {"model": "NVIDIA GeForce RTX 3090", "count": 2, "memory_gib": 24.0, "bandwidth_gbs": 936,
@@ -115,11 +113,10 @@ def test_init_node_on_gpus_writes_the_posts_four_way_comparison(repo_copy, monke
 
 
 def test_init_node_leaves_bandwidth_null_where_nvml_does_not_report_it(repo_copy):
-    from nvml_double import FakeNvml
-
     from stackbench.provision import nodeinit
+    from stackbench.rehearsal.simgpu import NvmlDouble
 
-    path = nodeinit.write_node("old-driver", repo_copy, nvml=FakeNvml(count=1, bus_width_supported=False))
+    path = nodeinit.write_node("old-driver", repo_copy, nvml=NvmlDouble(count=1, bus_width_supported=False))
     assert yaml.safe_load(path.read_text())["hardware"]["gpu"]["bandwidth_gbs"] is None
 
 

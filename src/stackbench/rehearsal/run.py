@@ -1,0 +1,101 @@
+"""`stackbench rehearse <node>...` (what `snakemake --cores 1 rehearse` runs): per node, the workflow's
+`report` target as a rehearsal (rehearsal.node set: stand-in engines, simulated GPUs, its own paths and
+lock folder), then a summary: every launch ready or why not, the cells without a figure, and the real
+run's expected length.
+
+The expected length is the rehearsal's own cell times (paced by the roofline and the power-cap curve,
+rehearsal/standin.py) times its time scale, times the real run's repeats (a rehearsal runs each cell
+once); ready times and warm-up requests are left out, so it is a lower bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from stackbench.rehearsal import plan as rehearsal_plan
+
+
+def snakemake_argv(node: str, settings: dict, cores: int = 1) -> list[str]:
+    """The inner workflow run, its config beside the rehearsal's files (JSON is YAML; --config would take
+    nested numbers as strings). --nolock: the outer `snakemake rehearse` holds the folder's lock, and the
+    rehearsal writes only under its own paths."""
+    given = rehearsal_plan.DATA / node / "config.yaml"
+    given.parent.mkdir(parents=True, exist_ok=True)
+    given.write_text(json.dumps({"nodes": [node], "rehearsal": {**settings, "node": node}}))
+    return [sys.executable, "-m", "snakemake", "report", "--cores", str(cores), "--nolock", "--configfile", str(given)]
+
+
+def launch_summary(run_dir: Path) -> dict:
+    """One launch of a rehearsal: ready or why not, its cells' statuses and seconds."""
+    run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+    spec = json.loads((run_dir / "launch.json").read_text())
+    statuses = {}
+    for cell in spec["cells"]:
+        stored = run_dir / "cells" / f"{cell['key']}--{cell['fingerprint']}.parquet"
+        found = set(pq.read_table(stored, columns=["status"]).column("status").to_pylist()) if stored.exists() else {"missing"}
+        statuses[cell["key"]] = next((s for s in ("missing", "failed", "not_run", "rejected") if s in found), "ok")
+    timeline = run.get("timeline", [])
+    ready = any(event["event"] == "ready" for event in timeline)
+    reason = None
+    if not ready:
+        reason = next((r for r in _cell_reasons(run_dir) if r), "never started")
+    return {"launch": spec["launch"]["stack_config"] + "--" + spec["launch"]["variant"], "ready": ready, "reason": reason,
+            "cells": statuses, "cell_seconds": sum(e["seconds"] for e in timeline if e["event"] == "cell"),
+            "draft_model": (spec["launch"].get("draft_model") or {}).get("path")}
+
+
+def _cell_reasons(run_dir: Path) -> list[str]:
+    import pandas as pd
+
+    part = run_dir / "cells.parquet"
+    if not part.exists():
+        return []
+    rows = pd.read_parquet(part, columns=["status", "reason"])
+    return [r for r in rows.loc[rows["status"] != "ok", "reason"].dropna().unique()]
+
+
+def summarize(node: str, seconds: float, time_scale: float, real_repeats: int) -> dict:
+    runs = Path(rehearsal_plan.paths(node)["runs"]) / node
+    launches = [launch_summary(d) for d in sorted(runs.iterdir()) if (d / "launch.json").exists()] if runs.exists() else []
+    rehearsed_cell_s = sum(launch["cell_seconds"] for launch in launches)
+    return {"node": node, "rehearsal_seconds": round(seconds, 1), "time_scale": time_scale, "launches": launches,
+            "expected_real_hours": round(rehearsed_cell_s * time_scale * real_repeats / 3600, 2),
+            "expected_basis": f"rehearsal cell time x time scale {time_scale:g} x {real_repeats} repeats; "
+                              "ready times and warm-up requests not counted"}
+
+
+def report_lines(summary: dict) -> list[str]:
+    lines = [f"rehearsal of {summary['node']}: {summary['rehearsal_seconds']:.0f} s here, stand-in engines and simulated GPUs"]
+    for launch in summary["launches"]:
+        counts: dict[str, int] = {}
+        for status in launch["cells"].values():
+            counts[status] = counts.get(status, 0) + 1
+        state = "ready" if launch["ready"] else f"NOT READY: {launch['reason']}"
+        draft = f", draft {launch['draft_model']}" if launch["draft_model"] else ""
+        lines.append(f"  {launch['launch']}: {state}{draft}; cells " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    lines.append(f"  the real run: about {summary['expected_real_hours']:g} GPU-node hours ({summary['expected_basis']})")
+    lines.append(f"  report: {rehearsal_plan.paths(summary['node'])['reports']}/index.html")
+    return lines
+
+
+def rehearse(nodes: list[str], settings: dict, real_repeats: int) -> int:
+    """Rehearse each node in turn; the exit code is the first failing workflow's (0 when all ran)."""
+    code = 0
+    for node in nodes:
+        env = {**os.environ, "STACKBENCH_LOCK_DIR": str(rehearsal_plan.lock_dir(node).absolute())}
+        started = time.monotonic()
+        done = subprocess.run(snakemake_argv(node, settings), env=env)
+        summary = summarize(node, time.monotonic() - started, settings["time_scale"], real_repeats)
+        out = rehearsal_plan.DATA / node / "rehearsal.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({**summary, "workflow_exit_code": done.returncode}, indent=1))
+        print("\n".join(report_lines(summary)), flush=True)
+        code = code or done.returncode
+    return code

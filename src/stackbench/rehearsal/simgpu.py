@@ -1,0 +1,198 @@
+"""TEST DOUBLE of the pynvml module (not NVML): simulated GPUs whose state lives in a dict, or in a JSON
+file so that a process killed by a signal leaves behind what a real GPU keeps (its power limit).
+
+Two uses, one double. Unit tests build it with knobs for the cases a real driver shows: mixed models and
+PCI bus ids (enumeration vs CUDA order), NVML errors while sampling, a missing driver, a refused set, a cap
+the GPU does not enforce, a memory bus width it does not report. A rehearsal builds a simulated host for
+a node (`simulated_host`): the node's GPU model and memory, its power-limit range, and more GPUs than the
+node uses, so that GPU scope is tested; there a set cap reads back, power = min(cap, demand) and the
+energy counter integrates that power.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+# Board power (NVML's default limit) per GPU model, from NVIDIA's product pages: what a simulated GPU's
+# limit range is made of. The lowest settable limit differs per board and driver; the double takes
+# MIN_LIMIT_SHARE of the board power, which is no GPU's figure (a rehearsal only checks that caps inside
+# the range are applied, read back and restored).
+BOARD_POWER_W = {"NVIDIA GeForce RTX 5090": 575.0, "NVIDIA GeForce RTX 4090": 450.0,
+                 "NVIDIA GeForce RTX 3090": 350.0, "NVIDIA RTX A6000": 300.0, "NVIDIA H100 80GB HBM3": 700.0}
+MIN_LIMIT_SHARE = 1 / 3
+# Under load the simulated GPU asks for this share of its board power; it draws min(cap, demand).
+DEMAND_SHARE = 0.9
+EXTRA_GPUS = 2  # a simulated host has this many GPUs more than the node uses
+UUID_PREFIX = "GPU-simulated-"
+
+
+class NVMLError(Exception):
+    pass
+
+
+class NvmlDouble:
+    """The calls NvmlGpus and PowerCapper make, over `count` simulated GPUs."""
+
+    NVMLError = NVMLError
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self, count=2, state_path: Path | None = None, limit_mw=300_000, deny_set=False,
+                 names: list[str] | None = None, bus_ids: list[str] | None = None, no_driver=False,
+                 enforce=True, clock=time.monotonic, bus_width_supported=True, min_mw=100_000, max_mw=350_000,
+                 default_mw=350_000, memory_gib=24.0, demand_mw: int | None = None, uuid_prefix="GPU-fake-"):
+        self.state_path = Path(state_path) if state_path else None
+        self.deny_set, self.no_driver, self.enforce = deny_set, no_driver, enforce
+        self.bus_width_supported = bus_width_supported
+        self.min_mw, self.max_mw, self.default_mw = min_mw, max_mw, default_mw
+        self.memory_gib, self.demand_mw, self.uuid_prefix = memory_gib, demand_mw, uuid_prefix
+        self.set_calls: list[tuple[int, int]] = []
+        self.names = names or ["NVIDIA GeForce RTX 3090"] * count
+        self.bus_ids = bus_ids or [f"00000000:{0x41 + i:02X}:00.0" for i in range(count)]
+        self._power_mw = [250_500] * count  # the unit tests' fixed draw, where no demand is simulated
+        # Energy counter: an offset plus the integral of the power since creation (mW x s = mJ).
+        self.clock, self.t0 = clock, clock()
+        self.energy_offset_mj = [1_000_000] * count
+        self._energy_mj, self._energy_at = [0.0] * count, [self.t0] * count
+        self.fail_sampling = False
+        if self.state_path is None or not self.state_path.exists():
+            self._save({"limits_mw": [limit_mw] * count})
+        self.count = count
+
+    @property
+    def power_mw(self) -> list[int]:
+        """Each GPU's draw: a fixed figure, or min(its cap, the demand) on a simulated host."""
+        if self.demand_mw is None:
+            return self._power_mw
+        return [min(limit, self.demand_mw) for limit in self._enforced()]
+
+    @power_mw.setter
+    def power_mw(self, values: list[int]) -> None:
+        self._power_mw = values
+
+    def _enforced(self) -> list[int]:
+        return [limit if self.enforce else self.default_mw for limit in self._load()["limits_mw"]]
+
+    def _integrate(self) -> None:
+        now = self.clock()
+        for h, power in enumerate(self.power_mw):
+            self._energy_mj[h] += power * (now - self._energy_at[h])
+            self._energy_at[h] = now
+
+    def _load(self):
+        return json.loads(self.state_path.read_text()) if self.state_path else self._state
+
+    def _save(self, state):
+        if self.state_path:  # atomically: the sampler thread and the stand-in read it meanwhile
+            self.state_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.state_path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, self.state_path)
+        else:
+            self._state = state
+
+    def index_of(self, uuid: str) -> int:
+        return int(uuid.removeprefix(self.uuid_prefix))
+
+    # the calls NvmlGpus makes ------------------------------------------------------------------------
+    def nvmlInit(self):
+        if self.no_driver:
+            raise NVMLError("Driver Not Loaded")
+
+    def nvmlDeviceGetCount(self):
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"{self.uuid_prefix}{h}".encode()
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(busId=self.bus_ids[h].encode())
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return (8, 6)  # an RTX 3090
+
+    def nvmlDeviceGetName(self, h):
+        return self.names[h].encode()
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, h):
+        return self.min_mw, self.max_mw
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+        return self.default_mw
+
+    def nvmlDeviceGetPowerManagementLimit(self, h):
+        return self._load()["limits_mw"][h]
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return self._enforced()[h]
+
+    def nvmlDeviceSetPowerManagementLimit(self, h, mw):
+        if self.deny_set:
+            raise NVMLError("Insufficient Permissions")
+        if self.demand_mw is not None and not self.min_mw <= mw <= self.max_mw:
+            raise NVMLError("Invalid Argument")  # what NVML answers for a limit outside the constraints
+        self._integrate()
+        state = self._load()
+        state["limits_mw"][h] = mw
+        state["touched"] = sorted({*state.get("touched", []), h})  # the GPUs ever set, so a test sees a run's scope
+        self._save(state)
+        self.set_calls.append((h, mw))
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        if self.fail_sampling:
+            raise NVMLError("GPU is lost")
+        return self.power_mw[h]
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        if self.demand_mw is None:
+            return int(self.energy_offset_mj[h] + self.power_mw[h] * (self.clock() - self.t0))
+        self._integrate()
+        return int(self.energy_offset_mj[h] + self._energy_mj[h])
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        total = int(self.memory_gib * 2**30)
+        return SimpleNamespace(used=int(total * 20 / 24), total=total)
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return 1695
+
+    def nvmlDeviceGetMaxClockInfo(self, h, kind):
+        return {self.NVML_CLOCK_MEM: 9751, self.NVML_CLOCK_SM: 2100}[kind]  # an RTX 3090's memory and SM clocks
+
+    def nvmlDeviceGetMemoryBusWidth(self, h):
+        if not self.bus_width_supported:
+            raise NVMLError("Not Supported")
+        return 384
+
+    def nvmlDeviceGetTemperature(self, h, kind):
+        return 64
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return SimpleNamespace(gpu=97, memory=80)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return 0x4  # SW power cap
+
+
+def board_power_w(gpu_model: str) -> float:
+    if gpu_model not in BOARD_POWER_W:
+        raise ValueError(f"no board power known for {gpu_model!r} (rehearsal/simgpu.py BOARD_POWER_W)")
+    return BOARD_POWER_W[gpu_model]
+
+
+def simulated_host(gpu_model: str, gpu_count: int, memory_gib: float | None, state_path: Path) -> NvmlDouble:
+    """A host of the node's GPUs and EXTRA_GPUS more, every limit at its board power until a cap is set;
+    the limits live in `state_path`, so a SIGKILLed measure job leaves them as a real GPU would."""
+    board_mw = int(board_power_w(gpu_model) * 1000)
+    count = gpu_count + EXTRA_GPUS
+    return NvmlDouble(count=count, state_path=state_path, limit_mw=board_mw, names=[gpu_model] * count,
+                      min_mw=int(board_mw * MIN_LIMIT_SHARE), max_mw=board_mw, default_mw=board_mw,
+                      memory_gib=memory_gib or 24.0, demand_mw=int(board_mw * DEMAND_SHARE), uuid_prefix=UUID_PREFIX)

@@ -1,0 +1,203 @@
+"""Rehearsals of the seed nodes (`snakemake --cores 1 rehearse --config nodes=[<node>]`, stand-in engines
+and simulated GPUs, stackbench.rehearsal) and what they prove, read from their output: every launch ready
+or refused with its reason, every cell with a figure or a named status, caps on the launch's GPUs only,
+read back and restored (also after a SIGKILL mid-cap), a headline row per stack and variant, and the argv
+each stand-in received equal to `stackbench commands` after the README's normalisation.
+
+CI runs them at the config's time scale (rehearsal.time_scale) and, for the SIGKILL case, a node cut to
+one launch and one workload; each rehearsal's wall time is printed (pytest -s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from helpers import copy_repo
+from paths import ROOT
+
+from stackbench.rehearsal import simgpu
+
+pytestmark = pytest.mark.integration
+
+SEED_NODES = ["rtx5090", "2x3090-nvlink", "4xa6000-tp2", "4xa6000-tp4"]
+CELL_STATUSES = {"ok", "failed", "not_run", "rejected"}  # named; "missing" is a cell silently lost
+
+
+def rehearse(repo: Path, node: str, timeout_s: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "rehearse", "--config", f"nodes=[{node}]"],
+                          cwd=repo, capture_output=True, text=True, timeout=timeout_s)
+
+
+@pytest.fixture(scope="module")
+def rehearsed(tmp_path_factory):
+    """Each seed node rehearsed once, in its own repository copy with a results table that must not change."""
+    done: dict[str, dict] = {}
+
+    def get(node: str) -> dict:
+        if node not in done:
+            repo = copy_repo(tmp_path_factory.mktemp(node) / "repo")
+            os.symlink(ROOT / ".envs", repo / ".envs")
+            sentinel = repo / "data/results.parquet"
+            sentinel.write_bytes(b"the real run's results: a rehearsal never touches them")
+            started = time.monotonic()
+            run = rehearse(repo, node)
+            seconds = time.monotonic() - started
+            print(f"rehearsal of {node}: {seconds:.0f} s")
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            assert sentinel.read_bytes() == b"the real run's results: a rehearsal never touches them"
+            assert not (repo / "reports").exists() or not [p for p in (repo / "reports").iterdir() if p.name != "rehearsal"]
+            summary = json.loads((repo / f"data/rehearsal/{node}/rehearsal.json").read_text())
+            done[node] = {"repo": repo, "summary": summary, "seconds": seconds, "stdout": run.stdout}
+        return done[node]
+
+    return get
+
+
+@pytest.mark.parametrize("node", SEED_NODES)
+def test_every_launch_ready_every_cell_named(rehearsed, node):
+    result = rehearsed(node)
+    launches = result["summary"]["launches"]
+    assert launches, "no launch rehearsed"
+    for launch in launches:
+        assert launch["ready"] or launch["reason"], launch
+        assert launch["ready"], f"{launch['launch']} not ready: {launch['reason']}"  # the seed nodes are meant to run
+        statuses = set(launch["cells"].values())
+        assert statuses <= CELL_STATUSES, f"{launch['launch']}: cells without a named status: {launch['cells']}"
+    # Probes ran wherever a launch lists a probe workload (the seed nodes list none yet: issue 29 adds them).
+    for run_dir in (result["repo"] / f"data/rehearsal/{node}/runs/{node}").iterdir():
+        spec = json.loads((run_dir / "launch.json").read_text())
+        probes = [c["key"] for c in spec["cells"] if c["workload"] in [w["name"] for w in spec["node"]["workloads"]
+                                                                         if w["kind"] == "probe"]]
+        launch = next(x for x in launches if x["launch"] == run_dir.name)
+        assert all(launch["cells"][key] == "ok" for key in probes), launch
+    assert result["summary"]["expected_real_hours"] > 0
+    assert f"rehearsal of {node}" in result["stdout"] and "the real run: about" in result["stdout"]
+
+
+@pytest.mark.parametrize("node", SEED_NODES)
+def test_headline_row_per_stack_and_variant_and_every_title_a_rehearsal(rehearsed, node):
+    repo = rehearsed(node)["repo"]
+    results = pd.read_parquet(repo / f"data/rehearsal/{node}/results.parquet")
+    measured = results[results["source"] == "measured"]
+    assert measured["engine_image"].str.startswith("REHEARSAL").all()
+    assert measured["engine_version"].str.startswith("stackbench-standin").all()
+    report = (repo / f"reports/rehearsal/{node}/report.md").read_text()
+    titles = [line for line in report.splitlines() if line.startswith("### ") or line.startswith("# ")]
+    assert titles and all("REHEARSAL (stand-in engines, simulated GPUs" in t for t in titles)
+    headline = next((repo / f"reports/rehearsal/{node}/tables").glob(f"headline-{node}.csv"))
+    rows = pd.read_csv(headline)
+    shown = set(zip(rows.loc[rows["source"] == "measured", "stack"], rows.loc[rows["source"] == "measured", "variant"]))
+    assert shown == set(zip(measured["stack"], measured["variant"]))
+
+
+@pytest.mark.parametrize("node", SEED_NODES)
+def test_stand_in_received_the_commands_of_stackbench_commands(rehearsed, node):
+    """Normalisation (README "Rehearse before you rent"): the executable (native) or the container CLI's
+    own flags up to the image (image mode; its entrypoint stays) are the launcher's, not the engine's;
+    `<port>` is the port chosen at start. GPU indices against UUIDs appear only in what is dropped
+    (CUDA_VISIBLE_DEVICES, docker --gpus)."""
+    repo = rehearsed(node)["repo"]
+    listed = subprocess.run([sys.executable, "-m", "stackbench.cli", "commands", "--node", node], cwd=repo,
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    for line in listed:
+        launch, command = line.split(" ", 1)
+        expected = shlex.split(command)
+        if expected[0] in ("docker", "podman"):
+            at = expected.index("--entrypoint")  # --entrypoint <entrypoint> <image> <the container's command>
+            expected = [expected[at + 1], *expected[at + 3:]]
+        else:
+            expected = expected[1:]
+        received = json.loads((repo / f"data/rehearsal/{node}/runs/{node}/{launch}/standin_argv.json").read_text())["argv"]
+        port = received[received.index("--port") + 1]
+        assert received == [port if a == "<port>" else a for a in expected], launch
+
+
+@pytest.mark.parametrize("node", SEED_NODES)
+def test_caps_only_on_the_launch_gpus_read_back_and_restored(rehearsed, node):
+    repo = rehearsed(node)["repo"]
+    spec = yaml.safe_load((repo / f"configs/nodes/{node}.yaml").read_text())
+    gpu = spec["hardware"]["gpu"]
+    state = json.loads((repo / f"data/rehearsal/{node}/locks/simulated-gpus.json").read_text())
+    board_mw = int(simgpu.board_power_w(gpu["model"]) * 1000)
+    assert state["limits_mw"] == [board_mw] * (gpu["count"] + simgpu.EXTRA_GPUS)  # every limit restored
+    assert set(state.get("touched", [])) <= set(range(gpu["count"]))  # never the host's other GPUs
+    results = pd.read_parquet(repo / f"data/rehearsal/{node}/results.parquet")
+    capped = results[(results["source"] == "measured") & results["power_cap_w"].notna() & (results["status"] == "ok")]
+    if spec.get("power_caps_w"):
+        assert state["touched"] == list(range(gpu["count"]))
+        # The cells' rows carry the cap as read back (launch-level rows such as the knee name only the cap).
+        read_back = capped.dropna(subset=["power_cap_enforced_w"])
+        assert (read_back["power_cap_enforced_w"] == read_back["power_cap_w"]).all()
+        assert set(read_back["power_cap_w"]) == set(spec["power_caps_w"])
+    else:
+        assert capped.empty and not state.get("touched")
+
+
+def test_dflash_launch_ready_with_its_draft_path(rehearsed):
+    launches = {launch["launch"]: launch for launch in rehearsed("4xa6000-tp2")["summary"]["launches"]}
+    dflash = next(launch for name, launch in launches.items() if "dflash" in name)
+    assert dflash["ready"] and dflash["draft_model"] == "/draft/Qwen3.8-27B-DFlash2"
+
+
+def test_caps_restored_after_sigkill_mid_cap_and_rerun(tmp_path):
+    """The measure job SIGKILLed while its GPUs are capped leaves them capped, as a real GPU would stay;
+    the rehearsal run again restores them before measuring, and finishes every cell."""
+    repo = copy_repo(tmp_path / "repo")
+    os.symlink(ROOT / ".envs", repo / ".envs")
+    node_file = repo / "configs/nodes/2x3090-nvlink.yaml"
+    node = yaml.safe_load(node_file.read_text())
+    node.update(workloads=["code"], concurrency=[1], runs=node["runs"][:1])
+    node["runs"][0].pop("workloads", None)
+    node_file.write_text(yaml.safe_dump(node))
+    state_file = repo / "data/rehearsal/2x3090-nvlink/locks/simulated-gpus.json"
+    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "rehearse", "--config", "nodes=[2x3090-nvlink]"],
+                             cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    board_mw = int(simgpu.board_power_w(node["hardware"]["gpu"]["model"]) * 1000)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if state_file.exists() and min(json.loads(state_file.read_text())["limits_mw"]) < board_mw:
+            break
+        time.sleep(0.05)
+    else:
+        first.kill()
+        pytest.fail("no cap was ever applied")
+    measure_job = next(pid for pid in _pids() if _cmdline(pid).split(" ")[1:4] == ["-m", "stackbench.cli", "measure"]
+                       and _cwd(pid) == str(repo))
+    os.kill(measure_job, signal.SIGKILL)
+    first.wait(timeout=300)
+    assert min(json.loads(state_file.read_text())["limits_mw"]) < board_mw  # left capped by the killed job
+    again = rehearse(repo, "2x3090-nvlink")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert json.loads(state_file.read_text())["limits_mw"] == [board_mw] * (2 + simgpu.EXTRA_GPUS)
+    summary = json.loads((repo / "data/rehearsal/2x3090-nvlink/rehearsal.json").read_text())
+    assert all(set(launch["cells"].values()) == {"ok"} for launch in summary["launches"])
+    runs = repo / "data/rehearsal/2x3090-nvlink/runs/2x3090-nvlink"
+    leftovers = [item for run in runs.glob("*/run.json") for item in json.loads(run.read_text())["leftovers"]]
+    assert any("power limit" in item for item in leftovers)
+
+
+def _pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""

@@ -1,0 +1,76 @@
+"""The simulated host (stackbench.rehearsal.simgpu, an NVML TEST DOUBLE) as telemetry and power caps see
+it, and what makes a run a rehearsal (stackbench.rehearsal.plan)."""
+
+import pytest
+from paths import ROOT
+
+from stackbench.config import ConfigError
+from stackbench.host import powercap, telemetry
+from stackbench.plan import expand, launchspec
+from stackbench.rehearsal import plan as rehearsal_plan
+from stackbench.rehearsal import simgpu
+
+
+def test_a_simulated_host_has_more_gpus_than_the_node_and_the_models_range(tmp_path):
+    host = simgpu.simulated_host("NVIDIA RTX A6000", 2, 48, tmp_path / "gpus.json")
+    gpus, why = telemetry.open_gpus(2, host)
+    assert why is None and host.count == 2 + simgpu.EXTRA_GPUS
+    assert [g.uuid for g in gpus.info] == ["GPU-simulated-0", "GPU-simulated-1"]
+    assert {g.name for g in gpus.info} == {"NVIDIA RTX A6000"}
+    assert (gpus.info[0].min_limit_w, gpus.info[0].max_limit_w, gpus.info[0].default_limit_w) == (100.0, 300.0, 300.0)
+    assert host.nvmlDeviceGetMemoryInfo(0).total == 48 * 2**30
+
+
+def test_a_set_cap_reads_back_power_is_min_of_cap_and_demand_energy_integrates_it(tmp_path):
+    now = [0.0]
+    host = simgpu.NvmlDouble(count=3, state_path=tmp_path / "gpus.json", limit_mw=300_000, min_mw=100_000,
+                             max_mw=300_000, default_mw=300_000, demand_mw=270_000, clock=lambda: now[0])
+    assert host.nvmlDeviceGetPowerUsage(0) == 270_000  # uncapped: the demand
+    start = host.nvmlDeviceGetTotalEnergyConsumption(0)
+    now[0] = 10.0
+    host.nvmlDeviceSetPowerManagementLimit(0, 200_000)
+    assert host.nvmlDeviceGetEnforcedPowerLimit(0) == 200_000 and host.nvmlDeviceGetPowerUsage(0) == 200_000
+    assert host.nvmlDeviceGetPowerUsage(1) == 270_000  # another GPU keeps its limit
+    now[0] = 20.0
+    assert host.nvmlDeviceGetTotalEnergyConsumption(0) - start == 270_000 * 10 + 200_000 * 10  # mJ
+    with pytest.raises(simgpu.NVMLError, match="Invalid Argument"):
+        host.nvmlDeviceSetPowerManagementLimit(0, 50_000)
+    # The limits and every set live in the state file, for the next process (a SIGKILLed job's successor).
+    again = simgpu.NvmlDouble(count=3, state_path=tmp_path / "gpus.json", demand_mw=270_000)
+    assert again.nvmlDeviceGetPowerManagementLimit(0) == 200_000 and again._load()["touched"] == [0]
+
+
+def test_caps_on_the_simulated_host_are_restored_by_the_capper(tmp_path):
+    host = simgpu.simulated_host("NVIDIA GeForce RTX 3090", 2, 24, tmp_path / "gpus.json")
+    gpus, _ = telemetry.open_gpus(2, host)
+    with powercap.PowerCapper(gpus, tmp_path / "locks", sleep=lambda s: None) as capper:
+        assert capper.apply(200).enforced_w == 200
+    assert [host.nvmlDeviceGetPowerManagementLimit(i) for i in range(host.count)] == [350_000] * 4
+    assert host._load()["touched"] == [0, 1]  # never the host's other GPUs
+
+
+def test_a_rehearsal_moves_every_output_and_runs_cells_once():
+    cfg = expand.load_run_config(ROOT, {"nodes": ["rtx5090"], "rehearsal": {"node": "rtx5090"}})
+    assert cfg["paths"]["results"] == "data/rehearsal/rtx5090/results.parquet"
+    assert cfg["paths"]["runs"].startswith("data/rehearsal/rtx5090/") and cfg["paths"]["parts"].startswith("data/rehearsal/rtx5090/")
+    assert cfg["paths"]["reports"] == "reports/rehearsal/rtx5090"
+    assert cfg["paths"]["published"] == "data/published"  # inputs stay
+    assert (cfg["measure"]["repeats"], cfg["measure"]["warmup_requests"]) == (1, 0)
+    assert rehearsal_plan.apply(cfg) == cfg
+    real = expand.load_run_config(ROOT, {"nodes": ["rtx5090"]})
+    assert real["paths"]["results"] == "data/results.parquet"
+    with pytest.raises(ConfigError, match="rehearsal.node"):
+        expand.load_run_config(ROOT, {"nodes": ["rtx5090", "4xa6000-tp4"], "rehearsal": {"node": "rtx5090"}})
+
+
+def test_the_stand_in_is_in_every_fingerprint(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    specs = []
+    for given in ({"nodes": ["rtx5090"]}, {"nodes": ["rtx5090"], "rehearsal": {"node": "rtx5090"}}):
+        cfg, nodes = expand.load_plan(ROOT, given)
+        node, launch = expand.find_launch(nodes, "rtx5090", "llamacpp--nospec")
+        specs.append(launchspec.build(cfg, node, launch))
+    real, rehearsal = specs
+    assert rehearsal.engine["stand_in"].startswith("stackbench-standin")
+    assert real.server_fingerprint != rehearsal.server_fingerprint
+    assert not {real.cell_fingerprint(c) for c in real.cells} & {rehearsal.cell_fingerprint(c) for c in rehearsal.cells}
