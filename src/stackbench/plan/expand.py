@@ -207,6 +207,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(f"{where}: runs: launch {duplicates[0]!r} appears twice; each server configuration runs once")
+    chosen = _chosen_stacks(doc, cfg["stacks"], where)
+    launches = [l for l in launches if l.stack_config in chosen]
     gpu = doc["hardware"]["gpu"]
     return Node(
         name=name,
@@ -226,6 +228,20 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         launches=tuple(launches),
         raw=doc,
     )
+
+
+def _chosen_stacks(doc: dict, asked: list[str] | str | None, where: str) -> set[str]:
+    """The stacks this run measures on the node: the command line's (--config stacks=...), else the node's
+    default_stacks; `all` is every stack its runs name. The whole node file is checked whichever are chosen."""
+    have = list(dict.fromkeys(run["stack"] for run in doc["runs"]))
+    field, wanted = ("configs/config.yaml (or --config): stacks", asked) if asked is not None else \
+        (f"{where}: default_stacks", doc["default_stacks"])
+    if wanted == "all":
+        return set(have)
+    missing = [name for name in wanted if name not in have]
+    if missing:
+        raise ConfigError(f"{field}: {missing[0]!r} is not a stack of {where}; its stacks: {', '.join(have)}")
+    return set(wanted)
 
 
 def _adapter(engine: str, where: str):
