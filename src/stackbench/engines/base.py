@@ -175,6 +175,11 @@ class Adapter(Protocol):
     def native_command(self, binary: str) -> list[str]:
         """What starts the engine natively: the server binary, or its Python with `-m <module>`."""
 
+    def native_env(self, launch: Launch, threads: int | None) -> dict[str, str]:
+        """Environment variables the engine itself needs for this native launch (a backend switch, a library
+        to preload), on top of the node's and run's `env`; they reach no other engine's server and no
+        fingerprint, since the launch's own fields decide them."""
+
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         """The engine's own arguments for this launch, after the native command or the image's entrypoint
         (`port` may be the placeholder `<port>` when a command is only printed)."""

@@ -134,6 +134,9 @@ class LlamaCppAdapter:
     def native_command(self, binary: str) -> list[str]:
         return [binary]
 
+    def native_env(self, launch: Launch, threads: int | None) -> dict[str, str]:
+        return {}  # threads are a flag (--threads)
+
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         # log_verbosity renders as --log-verbosity (common/arg.cpp: "-lv", "--verbosity", "--log-verbosity")
         args = dict(launch.server_args)

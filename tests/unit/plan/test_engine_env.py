@@ -1,0 +1,60 @@
+"""What an engine needs in its environment (SGLang's CPU engine, its sgl_kernel stand-in) comes from its
+adapter per launch: it reaches no other engine's server and no launch's fingerprint, and one run's own
+`env` reaches that run's launches only."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+from paths import ROOT
+
+from stackbench import cli
+from stackbench.engines import adapter_for
+from stackbench.plan import expand, launchspec
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    for name in ("configs", "workflow/schemas"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def local_cpu(repo: Path) -> dict:
+    _, nodes = expand.load_plan(repo, {"nodes": ["local-cpu"], "stacks": "all"})
+    return {l.name: l for l in nodes[0].launches}
+
+
+def test_only_sglang_on_cpu_gets_its_cpu_engine_and_the_stand_in(repo):
+    launches = local_cpu(repo)
+    needs = {name: adapter_for(l.engine).native_env(l, 2) for name, l in launches.items()}
+    sglang = needs.pop("sglang-cpu--nospec")
+    assert sglang["SGLANG_USE_CPU_ENGINE"] == "1"
+    assert (Path(sglang["PYTHONPATH"]) / "sgl_kernel/__init__.py").is_file()  # the package's own stand-in
+    assert not any("SGLANG_USE_CPU_ENGINE" in env or "PYTHONPATH" in env for env in needs.values())
+    # SGLang on a GPU uses its own kernels: no stand-in there.
+    _, gpu = expand.load_plan(repo, {"nodes": ["rtx5090"], "stacks": ["sglang-nospec"]})
+    assert adapter_for("sglang").native_env(gpu[0].launches[0], 16) == {}
+
+
+def test_a_runs_env_reaches_its_launches_only_and_moves_no_other_fingerprint(repo):
+    launches = local_cpu(repo)
+    assert {name: l.env for name, l in launches.items()} == {
+        "llamacpp--nospec": {}, "llamacpp--draft-n2": {}, "llamacpp--draft-n4": {},
+        "vllm-cpu--nospec": {"VLLM_CPU_KVCACHE_SPACE": "2"}, "vllm-cpu--ngram-n3": {"VLLM_CPU_KVCACHE_SPACE": "2"},
+        "sglang-cpu--nospec": {}}
+    cfg = expand.load_run_config(repo, {"nodes": ["local-cpu"], "stacks": "all"})
+    node = expand.load_node("local-cpu", cfg, repo)
+    before = {l.name: launchspec.build(cfg, node, l).fingerprint for l in node.launches}
+    path = repo / "configs/nodes/local-cpu.yaml"
+    path.write_text(path.read_text().replace('VLLM_CPU_KVCACHE_SPACE: "2"', 'VLLM_CPU_KVCACHE_SPACE: "3"'))
+    node = expand.load_node("local-cpu", cfg, repo)
+    after = {l.name: launchspec.build(cfg, node, l).fingerprint for l in node.launches}
+    assert {n for n in before if before[n] != after[n]} == {"vllm-cpu--nospec", "vllm-cpu--ngram-n3"}
+
+
+def test_the_printed_command_starts_with_what_the_engine_needs(repo, capsys):
+    assert cli.main(["commands", "--node", "local-cpu", "--launch", "sglang-cpu--nospec"]) == 0
+    line = capsys.readouterr().out.split(" ", 1)[1]
+    assert line.startswith("SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=") and " -m sglang.launch_server " in line
