@@ -12,10 +12,10 @@ import httpx
 import yaml
 from paths import ROOT
 
-from stackbench import plan
+from stackbench.config.model import Launch, Model
 from stackbench.engines import ADAPTERS
+from stackbench.host import locks
 from stackbench.plan import expand, launchspec
-from stackbench.serve import hostlocks
 
 DOUBLE_SERVER = textwrap.dedent("""
     import http.server, json, os, sys
@@ -36,18 +36,18 @@ DOUBLE_SERVER = textwrap.dedent("""
 """)
 
 
-def make_launch(engine: str = "llamacpp", model_path: str = "/models/q", **overrides) -> plan.Launch:
+def make_launch(engine: str = "llamacpp", model_path: str = "/models/q", **overrides) -> Launch:
     """The one Launch builder of the tests: a launch as the plan makes it (its TP size read by the engine's
     adapter), for tests that need one without config files. Defaults: seed 000's context, one model."""
     fields = dict(node="n", stack_config=engine, engine=engine, variant="nospec", spec_method="none",
                   spec_engine_type=None, spec_tokens=None, spec_extra={}, server_args={},
-                  model=plan.Model(name="qwen38", path=model_path, quant="Q4_K_M", prepare=None), draft_model=None,
+                  model=Model(name="qwen38", path=model_path, quant="Q4_K_M", prepare=None), draft_model=None,
                   launch_mode="native", launch_target=None, env_name=engine, context_len=131072,
                   bind_host="127.0.0.1", container_cli="docker")
     fields.update(overrides)
     if "tp" not in overrides and engine in ADAPTERS:
         fields["tp"] = ADAPTERS[engine].tp_size(fields["server_args"])
-    return plan.Launch(**fields)
+    return Launch(**fields)
 
 
 class DoubleAdapter:
@@ -119,5 +119,5 @@ def one_model_node(launch: dict, server_args: dict | None = None) -> dict:
 
 
 def server_pid(run_dir: Path) -> int:
-    """The pid (and process group) of the server a launch started, from its record (hostlocks.ServerRecord)."""
-    return json.loads(hostlocks.run_record(run_dir).read_text())["pid"]
+    """The pid (and process group) of the server a launch started, from its record (locks.ServerRecord)."""
+    return json.loads(locks.run_record(run_dir).read_text())["pid"]

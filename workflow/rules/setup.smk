@@ -7,8 +7,7 @@ rule engine_env:
     # One environment per engine and build flavour (SGLang and vLLM pin different torch versions; a CUDA
     # llama.cpp never shares a folder with the portable CPU build); envs/<engine>.txt pins it.
     input:
-        requirements=requirements_of,
-        targets="envs/llamacpp-targets.cmake",
+        unpack(env_inputs),
     output:
         f"{PATHS['envs']}/{{engine}}/ready.json",
     params:
@@ -33,10 +32,11 @@ rule smollm2_source:
 
 
 rule prepare_model:
+    # A model file by its recipe (models/recipes.py): a GGUF with its sha256 record.
     input:
         unpack(recipe_inputs),
     output:
-        gguf=f"{PATHS['models']}/{{model}}.gguf",
+        model=f"{PATHS['models']}/{{model}}.gguf",
         sha256=f"{PATHS['models']}/{{model}}.gguf.sha256.json",
     wildcard_constraints:
         model=r"[^/]+",
@@ -47,24 +47,15 @@ rule prepare_model:
     log:
         "logs/models/{model}.log",
     shell:
-        "{params.cli} prepare-model {params.recipe:q} --source {input.source:q} --out {output.gguf:q} "
+        "{params.cli} prepare-model {params.recipe:q} --source {input.source:q} --out {output.model:q} "
         "{params.tools} > {log:q} 2>&1"
 
 
-rule prepare_hf_model:
-    # A Hugging Face copy of the GGUF for engines that cannot read GGUF (vLLM and SGLang on CPU).
-    input:
-        unpack(recipe_inputs),
+# A Hugging Face copy of the GGUF for engines that cannot read GGUF (vLLM and SGLang on CPU): a folder
+# named as the model (the recipe decides where a model lands, plan/expand.py; a name without a dot never
+# ends in .gguf, so the two rules never compete for one file).
+use rule prepare_model as prepare_hf_model with:
     output:
-        directory(f"{PATHS['models']}/{{model}}"),
+        model=directory(f"{PATHS['models']}/{{model}}"),
     wildcard_constraints:
-        model=r"[^./]+-hf",
-    params:
-        cli=STACKBENCH,
-        recipe=model_recipe,
-        tools=recipe_tools,
-    log:
-        "logs/models/{model}.log",
-    shell:
-        "{params.cli} prepare-model {params.recipe:q} --source {input.source:q} --out {output:q} "
-        "{params.tools} > {log:q} 2>&1"
+        model=r"[^./]+",

@@ -8,12 +8,13 @@ import re
 import numpy as np
 import pandas as pd
 
+from stackbench.results import metrics
 from stackbench.results.store import IDENTITY_COLUMNS, LAUNCH_COLUMNS
 
 # A cell's full identity, and the identity of one server launch (its start-up facts are server rows).
 CELL = IDENTITY_COLUMNS
 LAUNCH = LAUNCH_COLUMNS
-RATE_METRICS = ["decode_tps", "aggregate_tps", "e2e_tps"]
+RATE_METRICS = list(metrics.names(rate=True))
 
 # Bytes per element of KV-cache dtypes as engines name them (llama.cpp block types: bytes per block / 32).
 KV_DTYPE_BYTES = {"f32": 4, "float32": 4, "f16": 2, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2,

@@ -20,6 +20,14 @@ def adapter_for_env(env_name: str) -> Adapter:
     return adapter_for(env_name.split("-", 1)[0])
 
 
+def env_with_tool(tool: str) -> str:
+    """The engine environment that provides a model recipe's tool (models/recipes.py), as its adapter says."""
+    for adapter in ADAPTERS.values():
+        if tool in adapter.tools:
+            return adapter.tools[tool]
+    raise KeyError(f"no engine provides the tool {tool!r}")
+
+
 def engine_facts(stack: str) -> dict:
     """The columns a row of this stack carries about its engine (results/store.py ENGINE_FACTS); none for a
     stack no adapter knows (a published row may name one)."""

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import httpx
 
-from stackbench.plan.model import Launch
+from stackbench.config.model import Launch
 
 # The engine's own per-request figures under one name for every engine (Adapter.server_timings).
 SERVER_PROMPT_PROCESSED = "server_prompt_processed"  # prompt tokens the engine computed (cache hits excluded)
@@ -140,6 +140,7 @@ class Adapter(Protocol):
     setup_facts: tuple[str, ...]  # ServerFacts.extra keys that describe how the server was set up (rows' note)
     kv_accounting: KvAccounting
     tokenize_path: str  # POST: the engine's own tokenizer on plain text (no chat template), to size prompts
+    tools: dict[str, str]  # model-recipe tools its environments provide (models/recipes.py): tool -> environment
 
     def tokenize_body(self, model: str, text: str) -> dict:
         """The JSON body asking `tokenize_path` for the tokens of `text` (as served model `model`)."""
@@ -160,6 +161,9 @@ class Adapter(Protocol):
 
     def build_settings(self, env_name: str, requirements: Path) -> dict:
         """Environment variables for installing it (build flags, caches); raises ValueError on an unknown flavour."""
+
+    def build_inputs(self, env_name: str) -> dict[str, str]:
+        """Files besides its requirements that building this environment reads (a change rebuilds it)."""
 
     def remove_after_install(self, env_name: str) -> tuple[str, ...]:
         """Packages the install pulls in that break the engine and are removed again."""
@@ -295,6 +299,9 @@ class PythonEngine:
         return env_name  # the GPU and CPU flavours pin different torch builds
 
     def build_settings(self, env_name: str, requirements: Path) -> dict:
+        return {}
+
+    def build_inputs(self, env_name: str) -> dict[str, str]:
         return {}
 
     def default_env(self, gpu: dict) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 
+from stackbench.config.model import Launch
 from stackbench.engines import prometheus
 from stackbench.engines.base import (
     SERVER_DECODE_TPS,
@@ -23,7 +24,6 @@ from stackbench.engines.base import (
     render_flags,
     slots_from,
 )
-from stackbench.plan.model import Launch
 
 # One cache: "llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16): ..., V (f16): ..."
 # Older releases: prefix "llama_kv_cache_unified:", and "1 seqs", "1/ 1 seqs" or no seqs at all. After
@@ -58,6 +58,9 @@ FLAVOUR = re.compile(r"llamacpp(?:-cuda-sm(?P<archs>\d+(?:-sm\d+)*))?")
 PORTABLE = ("-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
             "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF")
 
+# The CMake include that limits the build to the programs the pipeline runs (build_settings).
+TARGETS = Path("envs/llamacpp-targets.cmake")
+
 SPEC_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp", "eagle": "draft-eagle3",
               "dflash": "draft-dflash", "dspark": "draft-dspark"}
 
@@ -78,6 +81,7 @@ class LlamaCppAdapter:
     # The KV size line and the file size cover the whole model; a draft model logs a cache of its own;
     # the non-window pool is printed alone (the SWA cache has its own line).
     kv_accounting = KvAccounting(per_rank=False, pool_holds_draft=False, pool_holds_state=False, log_mixes_window=False)
+    tools = {"quantize": "llamacpp"}  # llama-quantize of the portable build (ready.json `quantize`)
 
     def tp_size(self, server_args: dict) -> int:
         return 1  # llama.cpp splits layers (--split-mode layer), not tensors across ranks
@@ -98,10 +102,13 @@ class LlamaCppAdapter:
         """The flavour's CMake arguments, its own pip cache (pip keys built wheels by the sdist alone, so
         flavours sharing a cache would swap builds), and only the three programs the pipeline runs
         (envs/llamacpp-targets.cmake)."""
-        targets = (requirements.parent / "llamacpp-targets.cmake").resolve()
+        targets = (requirements.parent / TARGETS.name).resolve()
         cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "stackbench" / f"pip-{env_name}"
         return {"CMAKE_ARGS": self.cmake_args(env_name) + f" -DCMAKE_PROJECT_INCLUDE={targets}",
                 "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2), "PIP_CACHE_DIR": str(cache)}
+
+    def build_inputs(self, env_name: str) -> dict[str, str]:
+        return {"targets": str(TARGETS)}
 
     def remove_after_install(self, env_name: str) -> tuple[str, ...]:
         return ()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from stackbench.config.model import Launch
 from stackbench.engines import prometheus
 from stackbench.engines.base import (
     KvAccounting,
@@ -27,7 +28,6 @@ from stackbench.engines.base import (
     render_flags,
     slots_from,
 )
-from stackbench.plan.model import Launch
 
 # The sgl_kernel stand-in's folder, found from the installed package (no import: engines never import provision).
 CPU_OPS_STAND_IN = Path(__file__).resolve().parents[1] / "provision" / "sglang_cpu_ops"
@@ -73,6 +73,7 @@ class SglangAdapter(PythonEngine):
     # TP rank 0 logs its own GPU's KV; cell_size is scaled by 1 + draft layers / KV layers (the MTP head
     # shares the pool); the sliding-window pool is sized apart but logged over one K/V size with the rest.
     kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=False, log_mixes_window=True)
+    tools: dict[str, str] = {}
 
     def tp_size(self, server_args: dict) -> int:
         return int(server_args.get("tp_size") or 1)

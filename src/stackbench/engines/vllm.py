@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 
+from stackbench.config.model import Launch
 from stackbench.engines import prometheus
 from stackbench.engines.base import (
     KvAccounting,
@@ -20,7 +21,6 @@ from stackbench.engines.base import (
     render_flags,
     slots_from,
 )
-from stackbench.plan.model import Launch
 
 # 0.33: "CPU KV cache size: 93,184 tokens, Maximum concurrency for 4,096 tokens per request: 22.75x"
 # older: "GPU KV cache size: 93,184 tokens" and, on its own line, "Maximum concurrency for ... : 22.75x"
@@ -56,6 +56,8 @@ class VllmAdapter(PythonEngine):
     # Workers log their own GPU's KV; the MTP layer's attention joins the KV cache groups; the hybrid
     # allocator pools KV, window KV and recurrent state in one memory pool.
     kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=True, log_mixes_window=True)
+    # The CPU environment's torch and transformers dequantize a GGUF into a Hugging Face copy (gguf_to_hf.py).
+    tools = {"hf-convert": "vllm-cpu"}
 
     def tp_size(self, server_args: dict) -> int:
         return int(server_args.get("tensor_parallel_size") or 1)

@@ -17,11 +17,12 @@ from dataclasses import dataclass, replace
 import numpy
 import scipy.stats
 
+from stackbench.config.model import Load
 from stackbench.engines.base import SERVER_DECODE_TPS, SERVER_PREFILL_TPS, SpecCounters
+from stackbench.host.telemetry import WindowReading, power_by_time
 from stackbench.measure import correctness
 from stackbench.measure.client import RequestRecord
-from stackbench.measure.telemetry import WindowReading, power_by_time
-from stackbench.plan import Load
+from stackbench.results import metrics
 
 # A percentile from fewer samples than this says so in its note.
 FEW_SAMPLES = 100
@@ -116,10 +117,9 @@ def repeat_figures(records: list[RequestRecord]) -> dict[str, float | None]:
     }
 
 
-UNITS = {"decode_tps": "tok/s", "aggregate_tps": "tok/s", "e2e_tps": "tok/s", "ttft_s": "s", "ttfc_s": "s",
-         "ttft_first_turn_s": "s", "ttft_later_turns_s": "s", "prefill_tps": "tok/s",
-         "server_decode_tps": "tok/s", "server_prefill_tps": "tok/s"}
-TTFT_INSIDE = {"aggregate_tps", "e2e_tps"}
+# The per-cell figures and their units, as the metric registry states them.
+UNITS = metrics.units("cell")
+TTFT_INSIDE = set(metrics.names(group="cell", ttft_included="yes"))
 
 
 def tokens_per_chunk_source(records: list[RequestRecord]) -> str:
@@ -310,8 +310,7 @@ def load_repeat_figures(records: list[RequestRecord], load: Load, concurrency: i
     return out
 
 
-LOAD_UNITS = {"request_rps": "req/s", "goodput_rps": "req/s", "slo_attainment": "ratio", "aggregate_tps_steady": "tok/s",
-              "steady_window_s": "s", "aggregate_tps_ramp": "tok/s", "aggregate_tps_tail": "tok/s"}
+LOAD_UNITS = metrics.units("load")
 LOAD_NOTES = {
     "aggregate_tps_steady": "output tokens that arrived while all streams were busy (c-th first token to the (N-c)-th "
                             "request's end, as ML.ENERGY) / that span; ramp and tail excluded",

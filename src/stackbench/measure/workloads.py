@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from stackbench.plan import Load, Workload
+from stackbench.config.model import Load, Workload
 
 CHARS_PER_TOKEN = 4  # rough, only to size long prompts; the real count comes back from the server
 

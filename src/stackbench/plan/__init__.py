@@ -1,6 +1,3 @@
-"""The plan stage: configs expanded into nodes and launches (expand), the launch spec with its
-fingerprints (launchspec), and the types both use (model)."""
-
-from stackbench.plan.model import Launch, Load, Model, Node, Workload
-
-__all__ = ["Launch", "Load", "Model", "Node", "Workload"]
+"""The plan stage: configs expanded into nodes and launches (expand), asking each engine's adapter about
+its flags and slots, and the launch spec with its fingerprints (launchspec). The types both use are the
+configs' own (config/model.py), below the engines."""

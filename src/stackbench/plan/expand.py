@@ -14,24 +14,21 @@ import dataclasses
 from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, validate
+from stackbench.config.model import Launch, Load, Model, Node, Slurm, Workload
+from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict
-from stackbench.plan.model import Launch, Load, Model, Node, Workload
+from stackbench.models import recipes
 
 CONFIG_DIR = Path("configs")
-# Speculative methods that run a second model: a run's draft_model is passed to these (eagle and mtp use the
-# target's own head unless the run names one), and the first two cannot start without one (SGLang DFLASH:
-# "requires setting --speculative-draft-model-path"). ngram drafts from the prompt and takes no model.
-NEEDS_DRAFT_MODEL = ("draft", "dflash")
-TAKES_DRAFT_MODEL = (*NEEDS_DRAFT_MODEL, "dspark", "eagle", "mtp")
 PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the model's GGUF file>"
 
 
 def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
     """The top-level config: read from configs/config.yaml, or as Snakemake merged it with --config."""
     if given is None:
-        return load_file(root / CONFIG_DIR / "config.yaml", "config", root)
-    return validate(dict(given), load_schema("config", root), "configs/config.yaml (with --config overrides)")
+        return load_file(root / CONFIG_DIR / "config.yaml", "config")
+    return validate(dict(given), load_schema("config"), "configs/config.yaml (with --config overrides)")
 
 
 def load_workload(name: str, node_concurrency: list[int], root: Path, where: str) -> Workload:
@@ -39,7 +36,7 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
     if not path.exists():
         known = sorted(p.stem for p in (root / CONFIG_DIR / "workloads").glob("*.yaml"))
         raise ConfigError(f"{where}: unknown workload {name!r}; known: {', '.join(known)}")
-    doc = load_file(path, "workload", root)
+    doc = load_file(path, "workload")
     if (doc["kind"] == "probe") != (doc["probes"] is not None):
         raise ConfigError(f"{path}: probes: required with kind probe and only there (kind is {doc['kind']!r})")
     if (doc["kind"] == "ladder") != bool(doc["ladder"]):
@@ -96,8 +93,7 @@ def _model(node_name: str, doc: dict, key: str, where: str, models_dir: str) -> 
         raise ConfigError(f"{where}: unknown model {key!r}; the node's models are: {', '.join(sorted(doc['models'])) or 'none'}")
     spec = doc["models"][key]
     if "prepare" in spec:
-        suffix = "" if spec["prepare"].endswith("-hf") else ".gguf"
-        path = f"{models_dir}/{key}{suffix}"
+        path = recipes.model_path(models_dir, key, spec["prepare"])
     elif "gguf" in spec or "hf_dir" in spec:
         path = spec.get("gguf") or spec["hf_dir"]
     else:
@@ -131,7 +127,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     if not path.exists():
         known = sorted(p.stem for p in (root / CONFIG_DIR / "nodes").glob("*.yaml"))
         raise ConfigError(f"configs/config.yaml: nodes: no node config {path} (known: {', '.join(known)})")
-    doc = load_file(path, "node", root)
+    doc = load_file(path, "node")
     where = str(path)
     for key, spec in doc["models"].items():
         for kind in ("gguf", "hf_dir"):
@@ -154,7 +150,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         if not stack_path.exists():
             known = sorted(p.stem for p in (root / CONFIG_DIR / "stacks").glob("*.yaml"))
             raise ConfigError(f"{run_where}.stack: unknown stack {run['stack']!r}; known: {', '.join(known)}")
-        stack_doc = load_file(stack_path, "stack", root)
+        stack_doc = load_file(stack_path, "stack")
         model = _model(name, doc, run["model"], f"{run_where}.model", cfg["paths"]["models"])
         draft = _model(name, doc, run["draft_model"], f"{run_where}.draft_model", cfg["paths"]["models"]) if "draft_model" in run else None
         variants = _expand_variants(stack_doc)
@@ -226,7 +222,9 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         allow_queueing=doc["allow_queueing"],
         workloads=workloads,
         launches=tuple(launches),
-        raw=doc,
+        prepared_models=tuple(_model(name, doc, key, f"{where}: models.{key}", cfg["paths"]["models"])
+                              for key, spec in doc["models"].items() if "prepare" in spec),
+        slurm=Slurm(**doc["slurm"]),
     )
 
 
@@ -242,6 +240,15 @@ def _chosen_stacks(doc: dict, asked: list[str] | str | None, where: str) -> set[
     if missing:
         raise ConfigError(f"{field}: {missing[0]!r} is not a stack of {where}; its stacks: {', '.join(have)}")
     return set(wanted)
+
+
+def prepared_model(nodes: list[Node], key: str) -> Model:
+    """The model the pipeline makes under this name (the first node that names it with a recipe)."""
+    for node in nodes:
+        for model in node.prepared_models:
+            if model.name == key:
+                return model
+    raise ConfigError(f"no node config prepares a model named {key!r}")
 
 
 def _adapter(engine: str, where: str):

@@ -14,13 +14,15 @@ only the new cells.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from stackbench.plan.model import Launch, Load, Model, Node, Workload, from_json
+from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
+from stackbench.models.recipes import RECIPES
 
 FORMAT = 1
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
@@ -75,9 +77,14 @@ class Cell:
         return doc
 
 
+# What only the workflow asks of a node (which models it makes, where SLURM sends its jobs): not a
+# launch's, so not in its spec.
+NODE_WORKFLOW_FIELDS = ("prepared_models", "slurm")
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
-    node: Node  # hardware facts and workloads; `launches` is empty here, `raw` is not carried
+    node: Node  # hardware facts and workloads; `launches` is empty here, NODE_WORKFLOW_FIELDS are not carried
     launch: Launch
     measure: dict
     engine: dict  # the environment's ready.json (native pipeline builds), else what the config names
@@ -105,8 +112,7 @@ class LaunchSpec:
         return self._digest({"server": self.server_fingerprint, "cells": [self.cell_fingerprint(c) for c in self.cells]})
 
     def to_json(self) -> str:
-        node = asdict(self.node)
-        node.pop("raw", None)
+        node = {k: v for k, v in asdict(self.node).items() if k not in NODE_WORKFLOW_FIELDS}
         return json.dumps({"format": FORMAT, "fingerprint": self.fingerprint, "server_fingerprint": self.server_fingerprint,
                            "node": node, "launch": asdict(self.launch), "measure": self.measure, "engine": self.engine,
                            "models": self.models,
@@ -151,20 +157,52 @@ def model_identity(model: Model) -> dict:
                                            p.stat().st_mtime_ns] for p in files]}
 
 
+def env_ready(launch: Launch, envs_dir: Path | str) -> Path | None:
+    """The ready.json of the pipeline-built environment the launch runs in; None when the node names a
+    binary, an image or a URL instead."""
+    if launch.launch_mode == "native" and not launch.launch_target:
+        return Path(envs_dir) / launch.env_name / "ready.json"
+    return None
+
+
 def engine_identity(launch: Launch, envs_dir: Path) -> dict:
     """What the launch runs: the pipeline-built environment's ready.json, or the binary, image or URL the
     node names (their versions are read from the running server)."""
-    if launch.launch_mode == "native" and not launch.launch_target:
-        ready = Path(envs_dir) / launch.env_name / "ready.json"
+    ready = env_ready(launch, envs_dir)
+    if ready is not None:
         if ready.exists():
             return json.loads(ready.read_text())
         return {"env": launch.env_name, "missing": str(ready)}
     return {"mode": launch.launch_mode, "target": launch.launch_target}
 
 
+def inputs(node: Node, launch: Launch, paths: dict) -> dict:
+    """What a launch spec is made from (rule plan_launch's inputs): the node's, stack's and workloads'
+    config files, the engine environment (its version and build) and the model files the pipeline makes
+    (their sha256). configs/config.yaml is not among them: the node list does not change what a launch
+    measures, and the measure settings come in as a param."""
+    needed = {"node": node.file, "stack": f"configs/stacks/{launch.stack_config}.yaml",
+              "workloads": [f"configs/workloads/{w}.yaml" for w in launch.workloads]}
+    ready = env_ready(launch, paths["envs"])
+    if ready is not None:
+        needed["env"] = str(ready)
+    # The pipeline's own model files come with their sha256 record (a Hugging Face folder is its own
+    # record). A node's own model path is an input only while it exists: a missing one fails that launch
+    # at start with its reason instead of stopping the whole plan, and once it appears (or changes) the
+    # launch is planned again.
+    for key, model in (("model", launch.model), ("draft", launch.draft_model)):
+        if model is None:
+            continue
+        if model.prepare:
+            needed[key] = model.path if RECIPES[model.prepare].hf else f"{model.path}.sha256.json"
+        elif Path(model.path).exists():
+            needed[key] = model.path
+    return needed
+
+
 def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     models = {m.name: model_identity(m) for m in (launch.model, launch.draft_model) if m is not None}
-    bare = Node(**{**{f: getattr(node, f) for f in node.__dataclass_fields__}, "launches": (), "raw": {}})
+    bare = dataclasses.replace(node, launches=(), **{f: Node.__dataclass_fields__[f].default for f in NODE_WORKFLOW_FIELDS})
     return LaunchSpec(node=bare, launch=launch, measure=dict(cfg["measure"]),
                       engine=engine_identity(launch, Path(cfg["paths"]["envs"])), models=models,
                       cells=cells_of(node, launch))
@@ -182,7 +220,7 @@ def read(path: Path) -> LaunchSpec:
     doc = json.loads(Path(path).read_text())
     if doc.get("format") != FORMAT:
         raise ValueError(f"{path}: launch spec format {doc.get('format')!r}, expected {FORMAT}; re-run the plan step")
-    node = from_json(Node, {**doc["node"], "launches": [], "raw": {}})  # a spec carries no launches or raw YAML
+    node = from_json(Node, {**doc["node"], "launches": []})  # a spec carries no launches
     launch = from_json(Launch, doc["launch"])
     by_name = {w.name: w for w in node.workloads}
     cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c["rate"], c["ladder_tokens"])

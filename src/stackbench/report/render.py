@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from stackbench import analysis
 from stackbench.report import charts, tables
+from stackbench.report.layouts import Layout, load_layouts
 from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
 from stackbench.report.queries import (
     Results,
@@ -36,7 +37,7 @@ from stackbench.report.queries import (
     sql_text,
     status_lines,
 )
-from stackbench.results import basis, published
+from stackbench.results import basis, metrics
 from stackbench.results.store import read_results
 
 # Rows of the full tables embedded in the page, shared among the nodes (at least 200 each) so the page stays
@@ -44,22 +45,16 @@ from stackbench.results.store import read_results
 PAGE_ROWS_TOTAL = 4000
 # Rows of a derived (analysis) table shown in the page and report.md; all of them are in its CSV and Parquet.
 DERIVED_ROWS_SHOWN = 200
-# Each node's memory bandwidth, written into its rows by the measuring side (CPU: measured; GPU: node config);
-# analysis.roofline reads it from there.
-BANDWIDTH_METRICS = ("host_mem_bandwidth_gbs", "gpu_mem_bandwidth_gbs")
 FULL_KEYS = ["source", "ref", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency"]
-# What the analysis functions read: rates, acceptance, energy, and each launch's server rows (pool, weight
-# bytes, bandwidth, the model's geometry_* figures).
-ANALYSIS_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "ttft_s", "accept_len", "kv_bytes_per_token", "kv_pool_tokens",
-                    "kv_cache_mib", "vram_free_mib", "mem_free_after_pool_gb", "energy_j_per_token", "model_mib", "load_gib",
-                    *BANDWIDTH_METRICS)
+# What the analysis functions read (the metric registry's `analysed`), besides the model's geometry_* figures.
+ANALYSIS_METRICS = metrics.names(analysed=True)
 # First-token times read better in ms: the full tables show them so (column renamed with its unit).
 MILLISECONDS = {"ttft_s": ("ttft_ms", 1000), "ttfc_s": ("ttfc_ms", 1000)}
 # Bookkeeping columns the analysis functions never read: left in DuckDB, not converted to pandas (a
 # geometry row's note, which says where the geometry came from, is the one note they read).
 NOT_ANALYSED = ("reason", "table_id", "table_title", "row_label", "col_label", "note", "unit")
 GEOMETRY_NOTE = "case when metric like 'geometry_%' then note end as note"
-CHART_METRICS = ("decode_tps", "aggregate_tps", "e2e_tps", "accept_len")
+CHART_METRICS = metrics.names(charted=True)
 CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency",
                  "metric", "value", "value_min", "value_max", "status")
 
@@ -255,7 +250,7 @@ def full_tables(source: Path | pd.DataFrame, nodes: list[str], table_dir: Path) 
     return [f for f in (full_table(results, n, table_dir, page_rows, varying.get(n, [])) for n in nodes) if f is not None]
 
 
-def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, published.Layout],
+def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, Layout],
                 measured: pd.DataFrame | None = None) -> list[tables.Table]:
     """The seeds' tables in the order the posts and their layouts come (data/published), one per table id,
     each with the rows of any node measured with its post's method beside the post's."""
@@ -291,7 +286,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background)
         derived += cross_stack_tables(cross_stack_input(results), table_dir, background)
-        layouts = published.load_layouts(published_dir)
+        layouts = load_layouts(published_dir)
         seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
         figures = _figures(results, spec, nodes)
         fulls = fulls_job.result()

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from stackbench.results import basis, published
-from stackbench.results.published import Layout
+from stackbench.report.layouts import Layout
+from stackbench.results import basis, metrics, published
 
 MISSING = "—"
 
@@ -29,18 +29,8 @@ class HeadlineColumn:
     scale: float = 1.0  # display unit: TTFT is stored in s, read in ms
 
 
-# The figures a seed post puts in its own comparison table, in that order.
-HEADLINE = [
-    HeadlineColumn("decode tok/s", "decode_tps", "single"),
-    HeadlineColumn("aggregate tok/s", "aggregate_tps", "highest"),
-    HeadlineColumn("TTFT ms", "ttft_s", "single", 1000.0),
-    HeadlineColumn("prefill tok/s", "prefill_tps", "single"),
-    HeadlineColumn("accept len", "accept_len", "single-or-unset"),
-    HeadlineColumn("KV pool tokens", "kv_pool_tokens", "any"),
-    HeadlineColumn("VRAM MiB", "vram_mib", "any"),
-    HeadlineColumn("power W", "power_w", "single-or-unset"),
-    HeadlineColumn("J/token", "energy_j_per_token", "single-or-unset"),
-]
+# The figures a seed post puts in its own comparison table, in the metric registry's order.
+HEADLINE = [HeadlineColumn(m.headline.title, m.name, m.headline.cell, m.headline.scale) for m in metrics.HEADLINE]
 HEADLINE_METRICS = [c.metric for c in HEADLINE]
 CEILING_COLUMN = "% of decode ceiling"
 OUTPUTS_COLUMN = "outputs"

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from stackbench import plan
+from stackbench.config.model import Launch
 from stackbench.serve.process import NotRunnable, ProcessLauncher
 
 log = logging.getLogger("stackbench.serve.container")
@@ -54,7 +54,7 @@ def gpu_flags(cli: str, devices: list[str] | None) -> list[str]:
     return ["--gpus", f'"device={",".join(devices)}"']
 
 
-def container_name(launch: plan.Launch) -> str:
+def container_name(launch: Launch) -> str:
     """One name per launch, so a container left by a hard death is found and removed at the next start."""
     return re.sub(r"[^A-Za-z0-9_.-]", "-", f"stackbench-{launch.node}-{launch.name}")
 
@@ -66,7 +66,7 @@ class ImageLauncher(ProcessLauncher):
 
     mode = "image"
 
-    def __init__(self, launch: plan.Launch, adapter, out_dir: Path, threads: int | None,
+    def __init__(self, launch: Launch, adapter, out_dir: Path, threads: int | None,
                  gpu_devices: list[str] | None, cli: str = "docker"):
         super().__init__(launch, adapter, out_dir, threads)
         self.cli, self.image, self.gpu_devices = cli, launch.launch_target, gpu_devices
@@ -147,14 +147,14 @@ def _last_line(done: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else f"exit code {done.returncode}"
 
 
-def _with_real_model_paths(launch: plan.Launch) -> plan.Launch:
+def _with_real_model_paths(launch: Launch) -> Launch:
     """Model paths made absolute with symlinks resolved: the container sees the same path we mount."""
     def real(model):
         return dataclasses.replace(model, path=str(Path(model.path).resolve())) if model else None
     return dataclasses.replace(launch, model=real(launch.model), draft_model=real(launch.draft_model))
 
 
-def _model_folders(launch: plan.Launch) -> list[str]:
+def _model_folders(launch: Launch) -> list[str]:
     """A GGUF file's folder, or a Hugging Face model folder itself (also while absent, as
     `stackbench commands` shows it on a machine without the files)."""
     folders = set()

@@ -19,14 +19,14 @@ from typing import Protocol
 
 import httpx
 
-from stackbench import plan
+from stackbench.config.model import Launch
 from stackbench.serve.container import ImageLauncher
 from stackbench.serve.process import NotRunnable, ProcessLauncher, ReadyTimeout
 
 log = logging.getLogger("stackbench.serve.launchers")
 
 
-def native_argv(adapter, launch: plan.Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
+def native_argv(adapter, launch: Launch, binary: str, host: str, port: int | str, threads: int | None) -> list[str]:
     """The native server command: the engine's own start command and its flags for this launch."""
     return [*adapter.native_command(binary), *adapter.engine_flags(launch, host, port, threads)]
 
@@ -37,7 +37,7 @@ class Launcher(Protocol):
     mode: str  # "native" | "image" | "external"
     base_url: str  # set once started
     argv: list[str]  # what was run ([] for external)
-    record_paths: list[Path]  # where a started server's record goes (hostlocks.ServerRecord); unused for external
+    record_paths: list[Path]  # where a started server's record goes (locks.ServerRecord); unused for external
 
     def start(self, ready_timeout_s: float) -> float:
         """Start and wait until ready (a bind failure retries on a fresh port); return seconds to ready.
@@ -55,7 +55,7 @@ class Launcher(Protocol):
         context_len, tp, quant as the server reports them)."""
 
 
-def open_launcher(launch: plan.Launch, adapter, env_info: dict, out_dir: Path,
+def open_launcher(launch: Launch, adapter, env_info: dict, out_dir: Path,
                   threads: int | None, gpu_devices: list[str] | None) -> Launcher:
     """The launcher for the launch's mode. `gpu_devices` (indices or UUIDs) limit the server to the
     launch's GPUs; None or empty: no GPU flags (a CPU node)."""
@@ -69,7 +69,7 @@ def open_launcher(launch: plan.Launch, adapter, env_info: dict, out_dir: Path,
 PORT_PLACEHOLDER = "<port>"  # chosen free at each start
 
 
-def server_command(launch: plan.Launch, adapter, env_info: dict, threads: int | None,
+def server_command(launch: Launch, adapter, env_info: dict, threads: int | None,
                    gpu_devices: list[str] | None) -> str:
     """The command line a launch's measure job runs, shell-quoted, built by the launcher's own server_argv
     without starting anything, after the variables the engine needs natively (NAME=value, as a shell takes
@@ -87,7 +87,7 @@ class NativeLauncher(ProcessLauncher):
 
     mode = "native"
 
-    def __init__(self, launch: plan.Launch, adapter, env_info: dict, out_dir: Path, threads: int | None,
+    def __init__(self, launch: Launch, adapter, env_info: dict, out_dir: Path, threads: int | None,
                  gpu_devices: list[str] | None):
         super().__init__(launch, adapter, out_dir, threads)
         self.env_info = env_info
@@ -119,7 +119,7 @@ class ExternalLauncher:
 
     mode = "external"
 
-    def __init__(self, launch: plan.Launch, adapter, probe_timeout_s: float = 5.0):
+    def __init__(self, launch: Launch, adapter, probe_timeout_s: float = 5.0):
         self.launch, self.adapter = launch, adapter
         self.base_url = launch.launch_target.rstrip("/")
         self.argv: list[str] = []

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import httpx
 
-from stackbench import plan
-from stackbench.serve.hostlocks import ServerRecord, run_record
+from stackbench.config.model import Launch
+from stackbench.host.locks import ServerRecord, run_record
 
 
 class ServerError(RuntimeError):
@@ -204,7 +204,7 @@ BIND_FAILURE = re.compile(r"couldn't bind|address already in use", re.IGNORECASE
 PORT_ATTEMPTS = 3
 
 
-def _check_model_files(launch: plan.Launch) -> None:
+def _check_model_files(launch: Launch) -> None:
     for model in (launch.model, launch.draft_model):
         if model is not None and not Path(model.path).exists():
             raise NotRunnable(f"model file missing: {model.path} (models.{model.name} in configs/nodes/{launch.node}.yaml)")
@@ -213,7 +213,7 @@ def _check_model_files(launch: plan.Launch) -> None:
 class ProcessLauncher:
     """A server we start as a process group (native binary, or a container CLI in the foreground)."""
 
-    def __init__(self, launch: plan.Launch, adapter, out_dir: Path, threads: int | None):
+    def __init__(self, launch: Launch, adapter, out_dir: Path, threads: int | None):
         self.launch, self.adapter, self.out_dir, self.threads = launch, adapter, out_dir, threads
         self.base_url = ""
         self.argv: list[str] = []

@@ -7,10 +7,10 @@ import pytest
 from launch_helpers import make_launch
 from paths import FIXTURES
 
+from stackbench.config.model import Model
 from stackbench.engines import prometheus
 from stackbench.engines.base import FlagConflict
 from stackbench.engines.llamacpp import LlamaCppAdapter
-from stackbench.plan import Model
 from stackbench.serve.launchers import native_argv
 
 FIXTURES = FIXTURES / "llamacpp"

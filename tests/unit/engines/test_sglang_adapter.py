@@ -9,9 +9,9 @@ import pytest
 from launch_helpers import make_launch as launch
 from paths import FIXTURES
 
+from stackbench.config.model import Model
 from stackbench.engines.base import stated_limit
 from stackbench.engines.sglang import SglangAdapter
-from stackbench.plan import Model
 from stackbench.serve.launchers import native_argv
 
 FIXTURES = FIXTURES

@@ -15,8 +15,7 @@ from stackbench.plan import expand, launchspec
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch) -> Path:
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

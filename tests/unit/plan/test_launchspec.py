@@ -9,16 +9,15 @@ import pytest
 import yaml
 from paths import ROOT
 
-from stackbench import plan
 from stackbench.config import ConfigError
+from stackbench.config.model import Launch, Node
 from stackbench.measure.cellstore import CellStore
 from stackbench.plan import expand, launchspec
 
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     return tmp_path
 
 
@@ -133,11 +132,11 @@ def test_the_fingerprint_covers_only_the_fields_it_names(repo):
     base = spec_of(repo)
 
     @dataclasses.dataclass(frozen=True)
-    class NodeWithMore(plan.Node):
+    class NodeWithMore(Node):
         rack_position: str = "top"
 
     @dataclasses.dataclass(frozen=True)
-    class LaunchWithMore(plan.Launch):
+    class LaunchWithMore(Launch):
         scheduler_note: str = "night"
 
     fields = {f: getattr(base.node, f) for f in base.node.__dataclass_fields__}
@@ -149,8 +148,8 @@ def test_the_fingerprint_covers_only_the_fields_it_names(repo):
              for name, value in (("gpu_model", "NVIDIA RTX A6000"), ("cpu_threads", 16), ("os", "Windows 11"))}
     assert moved == {"gpu_model": True, "cpu_threads": True, "os": True}
     assert replace(base, launch=replace(base.launch, context_len=8192)).server_fingerprint != base.server_fingerprint
-    assert set(launchspec.SERVER_NODE_FIELDS) <= set(plan.Node.__dataclass_fields__)
-    assert set(launchspec.SERVER_LAUNCH_FIELDS) <= set(plan.Launch.__dataclass_fields__)
+    assert set(launchspec.SERVER_NODE_FIELDS) <= set(Node.__dataclass_fields__)
+    assert set(launchspec.SERVER_LAUNCH_FIELDS) <= set(Launch.__dataclass_fields__)
 
 
 def test_a_run_may_name_its_own_concurrency_and_keeps_a_workloads_own_list(repo):

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from paths import ROOT
 
-from stackbench import plan
 from stackbench.config import ConfigError
+from stackbench.config.model import Load, Workload
 from stackbench.measure import summary, workloads
 from stackbench.measure.client import RequestRecord
-from stackbench.plan import Load, expand, launchspec
+from stackbench.plan import expand, launchspec
 
 
 def record(stream: int, submit: float, first: float, last: float, tokens: int, chunks: int) -> RequestRecord:
@@ -124,7 +124,7 @@ def test_arrivals_constant_poisson_and_gamma():
 
 
 def test_synthetic_lengths_are_drawn_from_the_seed():
-    code = plan.Workload("code", "single", ("Write code.",), 48, None, 1, False, (1,))
+    code = Workload("code", "single", ("Write code.",), 48, None, 1, False, (1,))
     load = Load(input_tokens=(100, 200), output_tokens=(10, 20), seed=3)
     first = workloads.requests(code, load, 50, 0)
     assert first == workloads.requests(code, load, 50, 0)
@@ -136,8 +136,7 @@ def test_synthetic_lengths_are_drawn_from_the_seed():
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     return tmp_path
 
 

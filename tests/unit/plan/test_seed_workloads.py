@@ -8,8 +8,8 @@ import pytest
 import yaml
 from paths import ROOT
 
-from stackbench import plan
 from stackbench.config import ConfigError
+from stackbench.config.model import Workload
 from stackbench.measure import probes, workloads
 from stackbench.plan import expand, launchspec
 
@@ -25,8 +25,7 @@ def test_a_seed_workload_cites_its_post_and_names_what_the_post_leaves_unstated(
 
 
 def repo(tmp_path: Path, node: dict, workloads: dict | None = None) -> Path:
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     for name, doc in (workloads or {}).items():
         (tmp_path / f"configs/workloads/{name}.yaml").write_text(yaml.safe_dump(doc))
     (tmp_path / "configs/nodes/n.yaml").write_text(yaml.safe_dump({
@@ -79,8 +78,8 @@ def test_a_ladder_spec_survives_the_launch_spec_file(tmp_path):
     assert again.fingerprint == spec.fingerprint and again.cells == spec.cells
 
 
-def workload(**fields) -> plan.Workload:
-    return plan.Workload(name="w", kind="single", prompts=("p",), output_tokens=8, prompt_tokens=None, turns=1,
+def workload(**fields) -> Workload:
+    return Workload(name="w", kind="single", prompts=("p",), output_tokens=8, prompt_tokens=None, turns=1,
                          salt=True, concurrency=(1,), **fields)
 
 

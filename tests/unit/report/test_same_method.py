@@ -9,6 +9,7 @@ from paths import ROOT
 
 from stackbench.cli import published_records
 from stackbench.report import render
+from stackbench.report.layouts import METHOD_DEFAULT, load_layouts
 from stackbench.results import basis, published, store
 
 NODE = "test-gpu"
@@ -145,8 +146,8 @@ def test_a_method_that_is_not_a_method_workload_is_a_config_error(tmp_path):
 
 
 def test_the_method_default_comes_from_the_schema():
-    layouts = published.load_layouts(ROOT / "data/published")
-    assert published.METHOD_DEFAULT is None and layouts["s004-vram"].method == []
+    layouts = load_layouts(ROOT / "data/published")
+    assert METHOD_DEFAULT is None and layouts["s004-vram"].method == []
     assert layouts["s004-mtp-ab"].method == ["seed-004-short"]
 
 

@@ -11,8 +11,9 @@ import pytest
 import yaml
 from paths import ROOT
 
-from stackbench import cli, plan
+from stackbench import cli
 from stackbench.config import ConfigError
+from stackbench.config.model import Launch, Node
 from stackbench.plan import expand, launchspec
 
 NODES = sorted(p.stem for p in (ROOT / "configs/nodes").glob("*.yaml"))
@@ -21,8 +22,7 @@ NODES = sorted(p.stem for p in (ROOT / "configs/nodes").glob("*.yaml"))
 @pytest.fixture
 def repo(tmp_path, monkeypatch) -> Path:
     """A copy of the configs and schemas as the working directory: no engine environment is built there."""
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -125,7 +125,7 @@ def edit_run(repo: Path, node: str, index: int, **changes) -> None:
     path.write_text(yaml.safe_dump(doc))
 
 
-def launch_named(repo: Path, node: str, name: str) -> tuple[dict, plan.Node, plan.Launch]:
+def launch_named(repo: Path, node: str, name: str) -> tuple[dict, Node, Launch]:
     cfg = expand.load_run_config(repo, {"nodes": [node]})
     loaded = expand.load_node(node, cfg, repo)
     return cfg, loaded, next(l for l in loaded.launches if l.name == name)

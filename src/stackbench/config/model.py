@@ -1,0 +1,183 @@
+"""The plan's types, typed configs at the bottom of the package (engines, serve and measure read them): a
+node, its launches (one per distinct server configuration), their workloads and loads, and the models they
+run. plan/expand.py makes them from the config files."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    path: str  # a GGUF file or a Hugging Face directory
+    quant: str
+    prepare: str | None  # recipe the pipeline uses to make it, None if the node supplies the file
+    # The checkpoint family these files are a quantization or copy of, as the node states it (never guessed
+    # from names): collect compares the greedy outputs of launches that name the same one across stacks.
+    weights: str | None = None
+
+    @property
+    def identity(self) -> dict:
+        """The model's part of a launch fingerprint: `weights` is left out, since it is a statement about
+        the files for pairing launches, not something the server's figures depend on; stating it re-measures
+        nothing."""
+        return {k: v for k, v in asdict(self).items() if k != "weights"}
+
+
+@dataclass(frozen=True)
+class Load:
+    """A workload's load and SLO settings (src/stackbench/schemas/workload.schema.yaml documents each)."""
+
+    requests_per_stream: int = 1
+    knee_fraction: float = 0.10
+    rates: tuple[float, ...] = ()
+    arrival: str = "poisson"  # poisson | constant | gamma
+    burstiness: float = 1.0
+    requests: int | None = None
+    duration_s: float | None = None
+    seed: int = 0
+    input_tokens: tuple[int, int] | None = None  # synthetic prompt lengths, uniform in [low, high]
+    output_tokens: tuple[int, int] | None = None  # synthetic output lengths (max_tokens), uniform in [low, high]
+    slo_ttft_s: float | None = None
+    slo_tpot_ms: float | None = None
+    slo_min_attainment: float = 0.9
+
+    @property
+    def has_slo(self) -> bool:
+        return self.slo_ttft_s is not None or self.slo_tpot_ms is not None
+
+    @property
+    def identity(self) -> dict | None:
+        """What enters a cell's fingerprint: nothing for the defaults, so cells of workloads without a load
+        section keep the fingerprints they were measured under."""
+        return None if self == Load() else asdict(self)
+
+
+# Workload fields added after cells were measured: in a cell's fingerprint only where set.
+OPTIONAL_IDENTITY = ("probes", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale")
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str
+    prompts: tuple[str, ...]
+    output_tokens: int
+    prompt_tokens: int | None
+    turns: int
+    salt: bool
+    concurrency: tuple[int, ...]  # the file's own list, else the node's
+    load: Load = Load()
+    own_concurrency: bool = False  # the file names its list: a run's concurrency does not replace it
+    probes: dict | None = None  # kind probe: smoke questions, cache request, needle (workload.schema.yaml)
+    thinking: bool | None = None  # chat_template_kwargs.enable_thinking per request; None: the server's default
+    reasoning_effort: str | None = None  # the request's reasoning_effort (low | medium | high); None: not sent
+    prompt_tokens_target: int | None = None  # prompts sized to about this many of the served model's tokens
+    ladder: tuple[int, ...] = ()  # kind ladder: one cell per prompt length (tokens of the served model)
+    method_scale: str | None = None  # the node runs this method reduced ("output 64 of 512"); None: as written
+
+    @property
+    def identity(self) -> dict:
+        """The workload's part of a cell's fingerprint; its load enters the cell's on its own (see
+        launchspec.Cell.identity), so workloads without a load section keep their fingerprints; the
+        optional fields enter only where set, for the same reason."""
+        doc = {k: v for k, v in asdict(self).items() if k not in ("load", "own_concurrency", *OPTIONAL_IDENTITY)}
+        return {**doc, **{k: getattr(self, k) for k in OPTIONAL_IDENTITY if getattr(self, k) not in (None, ())}}
+
+    def levels(self, launch: Launch) -> tuple[int, ...]:
+        """The concurrency levels this workload runs at on a launch: its own list, else the run's, else the
+        node's."""
+        return self.concurrency if self.own_concurrency or not launch.concurrency else launch.concurrency
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One server launch: everything that needs a restart to change."""
+
+    node: str
+    stack_config: str
+    engine: str
+    variant: str
+    spec_method: str
+    spec_engine_type: str | None
+    spec_tokens: int | None
+    spec_extra: dict  # engine-specific speculative settings (SGLang eagle_topk, vLLM prompt_lookup_max, ...)
+    server_args: dict
+    model: Model
+    draft_model: Model | None
+    launch_mode: str
+    launch_target: str | None  # binary, image or URL, by mode
+    env_name: str  # native mode: the environment made from envs/<env_name>.txt
+    container_cli: str  # image mode: docker or podman
+    context_len: int
+    bind_host: str
+    env: dict = field(default_factory=dict)
+    tp: int = 1  # tensor-parallel size, as the engine reads it from server_args (its adapter's tp_size)
+    workloads: tuple[str, ...] = ()  # the workloads this launch measures (the run's, else the node's)
+    concurrency: tuple[int, ...] = ()  # the run's concurrency levels; empty: each workload's (see Workload.levels)
+
+    @property
+    def name(self) -> str:
+        return f"{self.stack_config}--{self.variant}"
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """Where the node's measure jobs go under the SLURM profile (node.schema.yaml `slurm` documents each)."""
+
+    partition: str | None = None
+    constraint: str | None = None
+    gpu_model: str | None = None
+    runtime_min: int = 240
+    cpus: int | None = None
+    mem_mb: int | None = None
+    slurm_extra: str | None = None
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    file: str
+    gpu_model: str
+    gpu_count: int
+    gpu_devices: tuple[str, ...]  # the GPUs this node's launches use (indices or UUIDs); empty = the first count
+    gpu_memory_gib: float | None
+    bandwidth_gbs: float | None
+    cpu_threads: int | None
+    os: str
+    power_caps_w: tuple[float, ...]
+    api_key_env: str | None
+    lock_dir: str | None  # host-wide GPU locks and records (hostlocks); null: the default folder
+    allow_queueing: bool  # cells may exceed a server's concurrent slots
+    workloads: tuple[Workload, ...]
+    launches: tuple[Launch, ...]
+    prepared_models: tuple[Model, ...] = ()  # the node's models the pipeline makes (a `prepare` recipe), used or not
+    slurm: Slurm = Slurm()
+
+    @property
+    def configured_gpus(self) -> tuple[str, ...]:
+        """The GPUs as the config names them (hardware.gpu.devices, else indices 0..count-1); the measure
+        job names them by UUID where NVML sees them."""
+        return self.gpu_devices or tuple(str(i) for i in range(self.gpu_count))
+
+
+def from_json(kind, value):
+    """A plan type back from its JSON form (what asdict and json.dumps made of it): dataclasses field by
+    field, lists as the tuples they were, so a field added to a type needs no reader of its own."""
+    if value is None:
+        return None
+    if typing.get_origin(kind) in (types.UnionType, typing.Union):
+        return from_json(next(arg for arg in typing.get_args(kind) if arg is not type(None)), value)
+    if dataclasses.is_dataclass(kind):
+        hints = typing.get_type_hints(kind)
+        return kind(**{f.name: from_json(hints[f.name], value[f.name]) for f in dataclasses.fields(kind) if f.name in value})
+    if typing.get_origin(kind) is tuple:
+        args = typing.get_args(kind)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(from_json(args[0], item) for item in value)
+        return tuple(from_json(arg, item) for arg, item in zip(args, value))
+    return value

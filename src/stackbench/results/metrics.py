@@ -1,0 +1,110 @@
+"""The metric registry: one entry per metric the summary computes per cell or the report and analyses read,
+with its unit, the statistic its row carries, the upstream definition it follows and which direction is
+better. measure/summary.py takes its figures' units from here, the analyses and charts their rate metrics,
+the report what it loads and charts, and the headline its columns (a metric with `headline` set is shown
+there, in this table's order).
+
+Metrics that only one probe or fact step writes (smoke_score, geometry_*, ...) name their unit where they
+are made; a test holds every entry here to the rows the summary writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Headline:
+    title: str
+    cell: str  # "single": concurrency 1; "single-or-unset": 1 or not stated; "highest": the variant's highest; "any"
+    scale: float = 1.0  # display unit: TTFT is stored in s, read in ms
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    stat: str  # the statistic the row carries
+    definition: str  # what it measures, after which upstream definition
+    better: str | None  # "higher", "lower", or None for a fact of the setup
+    group: str = "fact"  # "cell": the summary's per-cell figure over the client's requests; "load": an open- or
+    # closed-loop load figure (both medians over repeats with a 95% interval); "fact": written elsewhere
+    ttft_included: str = "no"  # the row's ttft_included: whether the time to first token is inside the figure
+    rate: bool = False  # an output-token rate (spread, power sweet spot, power chart)
+    analysed: bool = False  # an analysis reads it: the report loads its rows into pandas
+    charted: bool = False  # the report's charts read it
+    headline: Headline | None = None
+
+
+def _entries(*metrics: Metric) -> dict[str, Metric]:
+    return {m.name: m for m in metrics}
+
+
+METRICS = _entries(
+    # -- per cell, from the client's requests (summary.repeat_figures), median over repeats ---------------
+    Metric("decode_tps", "tok/s", "median", "(output tokens - 1) / (last token - first token) per request, mean over "
+           "the repeat's requests: vLLM benchmarks/serve.py's per-request decode rate, TTFT excluded", "higher", "cell",
+           rate=True, analysed=True, charted=True, headline=Headline("decode tok/s", "single")),
+    Metric("aggregate_tps", "tok/s", "median", "all output tokens / repeat wall time: vLLM benchmarks/serve.py "
+           "\"Output token throughput\"", "higher", "cell", "yes", rate=True, analysed=True, charted=True,
+           headline=Headline("aggregate tok/s", "highest")),
+    Metric("e2e_tps", "tok/s", "median", "output tokens / (last token - submit) per request, mean over requests",
+           "higher", "cell", "yes", rate=True, analysed=True, charted=True),
+    Metric("ttft_s", "s", "median", "submit to first token per request, mean over requests: vLLM benchmarks/serve.py "
+           "TTFT", "lower", "cell", analysed=True, headline=Headline("TTFT ms", "single", 1000.0)),
+    Metric("ttfc_s", "s", "median", "submit to the first SSE data line, whatever it carries", "lower", "cell"),
+    Metric("ttft_first_turn_s", "s", "median", "TTFT of a conversation's first turns", "lower", "cell"),
+    Metric("ttft_later_turns_s", "s", "median", "TTFT of its later turns (prefix reuse)", "lower", "cell"),
+    Metric("prefill_tps", "tok/s", "median", "prompt tokens the engine processed (cached excluded) / client TTFT: "
+           "the client-side counterpart of llama.cpp timings.prompt_per_second", "higher", "cell",
+           headline=Headline("prefill tok/s", "single")),
+    Metric("server_decode_tps", "tok/s", "median", "the engine's own per-request decode rate (llama.cpp "
+           "timings.predicted_per_second)", "higher", "cell"),
+    Metric("server_prefill_tps", "tok/s", "median", "the engine's own per-request prefill rate (llama.cpp "
+           "timings.prompt_per_second)", "higher", "cell"),
+    # -- load figures (summary.load_repeat_figures): later requests' prefills fall inside every one ----------
+    Metric("request_rps", "req/s", "median", "completed requests / benchmark duration (first submit to last end): "
+           "vLLM benchmarks/serve.py \"Request throughput (req/s)\"", "higher", "load", "yes"),
+    Metric("goodput_rps", "req/s", "median", "requests within every SLO of the workload / benchmark duration: vLLM "
+           "benchmarks/serve.py \"Request goodput (req/s)\"", "higher", "load", "yes"),
+    Metric("slo_attainment", "ratio", "median", "share of the repeat's requests within the workload's SLO", "higher",
+           "load", "yes"),
+    Metric("aggregate_tps_steady", "tok/s", "median", "output tokens while all streams were busy / that span "
+           "(ML.ENERGY's steady window)", "higher", "load", "yes"),
+    Metric("steady_window_s", "s", "median", "the steady window's length", None, "load", "yes"),
+    Metric("aggregate_tps_ramp", "tok/s", "median", "output tokens before the steady window / its span", "higher", "load", "yes"),
+    Metric("aggregate_tps_tail", "tok/s", "median", "output tokens after the steady window / its span", "higher", "load", "yes"),
+    # -- written by other steps, read by the report -------------------------------------------------------
+    Metric("accept_len", "ratio", "mean", "1 + accepted / drafts from the engine's /metrics spec-decode counter "
+           "deltas, pooled over the cell", "higher", analysed=True, charted=True, headline=Headline("accept len", "single-or-unset")),
+    Metric("kv_pool_tokens", "tokens", "single", "the KV pool's size in tokens, from the server's start-up log",
+           "higher", analysed=True, headline=Headline("KV pool tokens", "any")),
+    Metric("vram_mib", "MiB", "peak", "NVML nvmlDeviceGetMemoryInfo used, peak over the measured window, summed over the launch's GPUs", "lower",
+           headline=Headline("VRAM MiB", "any")),
+    Metric("power_w", "W", "mean", "NVML nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer) "
+           "sampled every 0.5 s in the measured window, summed over the launch's GPUs", "lower",
+           headline=Headline("power W", "single-or-unset")),
+    Metric("energy_j_per_token", "J/token", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption at the measured window's "
+           "edges / its output tokens (reasoning included)", "lower", analysed=True, headline=Headline("J/token", "single-or-unset")),
+    Metric("kv_bytes_per_token", "B", "single", "KV cache MiB / pool tokens, both from the start-up log", None, analysed=True),
+    Metric("kv_cache_mib", "MiB", "single", "the KV cache's size, from the start-up log", None, analysed=True),
+    Metric("vram_free_mib", "MiB", "single", "GPU memory left free after loading, as the post states it", None, analysed=True),
+    Metric("mem_free_after_pool_gb", "GB", "single", "memory left after the KV pool, as the post states it", None, analysed=True),
+    Metric("model_mib", "MiB", "single", "the weights' size in memory, from the start-up log", None, analysed=True),
+    Metric("load_gib", "GiB", "single", "the loaded model's size, as the post states it", None, analysed=True),
+    Metric("host_mem_bandwidth_gbs", "GB/s", "peak", "best of 5 numpy copies of 256 MiB (bytes read + written): the "
+           "CPU decode roofline", None, analysed=True),
+    Metric("gpu_mem_bandwidth_gbs", "GB/s", "single", "the GPU's memory bandwidth, from the node config", None, analysed=True),
+)
+
+
+def names(**flags) -> tuple[str, ...]:
+    """The metrics whose fields equal the given ones (group="cell", rate=True), in the registry's order."""
+    return tuple(m.name for m in METRICS.values() if all(getattr(m, k) == v for k, v in flags.items()))
+
+
+def units(group: str) -> dict[str, str]:
+    return {m.name: m.unit for m in METRICS.values() if m.group == group}
+
+
+HEADLINE = tuple(m for m in METRICS.values() if m.headline is not None)

@@ -1,0 +1,308 @@
+"""Telemetry and power caps against a test double of NVML (tests/nvml_double.py): units, windows,
+GPU selection, energy windows, the sweep, restore on every exit path, constraint errors and missing
+permissions. Every test injects the test double, so each checks the same behaviour on a CPU machine
+and on a GPU machine; the real NVML is read only by scripts/gpu-check.sh."""
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from helpers import interruptible
+from nvml_double import FakeNvml
+from paths import SUPPORT
+
+from stackbench.host import powercap, telemetry
+
+
+def gpus(**kw):
+    return telemetry.NvmlGpus(FakeNvml(**kw))
+
+
+class Clock:
+    """A hand-driven clock shared by the NVML test double and the sampler."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_units_are_converted_from_milliwatts_and_millijoules():
+    clock = Clock()
+    fake = FakeNvml(count=1, clock=clock)
+    clock.now += 2.0
+    row = telemetry.NvmlGpus(fake).sample()[0]
+    assert row["power_w"] == 250.5 and row["memory_used_mib"] == 20 * 1024
+    assert row["energy_j"] == pytest.approx(1000 + 2 * 250.5) and row["enforced_limit_w"] == 300.0
+    assert row["gpu_uuid"] == "GPU-fake-0" and row["throttle_reasons"] == 0x4
+
+
+def test_constraints_are_read_in_watts():
+    info = gpus(count=1).info[0]
+    assert (info.min_limit_w, info.max_limit_w, info.default_limit_w) == (100, 350, 350)
+    assert info.pci_bus_id == "00000000:41:00.0"
+
+
+# -- which GPUs ------------------------------------------------------------------------------------
+def selected(devices=None, count=2, environ=None, **kw):
+    chosen = telemetry.select_gpus(devices, count, FakeNvml(count=4, **kw), environ or {})
+    return [i.index for i in chosen.info], chosen.source
+
+
+def test_node_config_devices_by_index_or_uuid_win_over_the_environment():
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_GPUS": "0,1"}
+    assert selected([2, 3], environ=env) == ([2, 3], "hardware.gpu.devices")
+    assert selected(["GPU-fake-3", "GPU-fake-1"], environ=env) == ([3, 1], "hardware.gpu.devices")
+
+
+def test_scheduler_allocation_before_cuda_visible_devices_which_slurm_renumbers():
+    env = {"SLURM_JOB_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert selected(environ=env) == ([2, 3], "SLURM_JOB_GPUS")
+    assert selected(environ={**env, "SLURM_STEP_GPUS": "1,3"}) == ([1, 3], "SLURM_STEP_GPUS")
+
+
+def test_cuda_visible_devices_maps_through_the_pci_bus_order():
+    # NVML enumerates 0..3 on buses 41, 42, 43, 44; reverse the buses so CUDA's PCI order differs.
+    buses = [f"00000000:{b:02X}:00.0" for b in (0x44, 0x43, 0x42, 0x41)]
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert selected(environ=env, bus_ids=buses) == ([3, 2], "CUDA_VISIBLE_DEVICES")
+    assert selected(environ={"CUDA_VISIBLE_DEVICES": "GPU-fake-2,GPU-fake-0"}) == ([2, 0], "CUDA_VISIBLE_DEVICES")
+
+
+def test_cuda_indices_on_mixed_gpus_without_pci_order_are_refused():
+    names = ["NVIDIA RTX A6000", "NVIDIA GeForce RTX 3090"] * 2
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES: index 1 cannot be mapped.*name them by UUID"):
+        selected(environ={"CUDA_VISIBLE_DEVICES": "1,2"}, names=names)
+
+
+def test_default_is_the_first_count_and_a_wrong_count_or_missing_gpu_is_named():
+    assert selected(count=2) == ([0, 1], "the first 2")
+    with pytest.raises(ValueError, match="SLURM_JOB_GPUS selects 3 GPUs but the node has hardware.gpu.count 2"):
+        selected(environ={"SLURM_JOB_GPUS": "0,1,2"})
+    with pytest.raises(ValueError, match=r"hardware.gpu.devices: '7' names no GPU here"):
+        selected([7, 1])
+
+
+def test_no_gpu_or_no_driver_gives_a_reason():
+    assert telemetry.open_gpus(0) == (None, "no GPU on this node")
+    assert telemetry.open_gpus(1, FakeNvml(no_driver=True), environ={}) == (None, "NVML unavailable: Driver Not Loaded")
+    found, why = telemetry.open_gpus(2, FakeNvml(count=4), environ={})
+    assert why is None and [i.uuid for i in found.info] == ["GPU-fake-0", "GPU-fake-1"]
+
+
+# -- sampling and energy windows -------------------------------------------------------------------
+def test_sampler_samples_every_half_second():
+    sampler = telemetry.Sampler(gpus(count=1))
+    with sampler:
+        time.sleep(1.2)
+    assert 2 <= len(sampler.rows) <= 4
+
+
+def window_over(fake, clock, steps, between=None):
+    """Open a window, take a sample every 0.5 s for `steps` steps (calling `between(step)` first), close it."""
+    sampler = telemetry.Sampler(telemetry.NvmlGpus(fake), clock=clock)
+    sampler.take()  # a sample before the window: must not count
+    clock.now += 0.3
+    window = sampler.open_window()
+    for step in range(steps):
+        clock.now += 0.5
+        if between:
+            between(step)
+        sampler.take()
+    clock.now += 0.2
+    return sampler.close_window(window)
+
+
+def test_energy_is_the_counter_difference_at_the_windows_own_edges():
+    clock = Clock()
+    fake = FakeNvml(count=2, clock=clock)
+    reading = window_over(fake, clock, steps=4)
+    assert reading.duration_s == pytest.approx(2.2)
+    assert reading.energy_j == pytest.approx(2 * 250.5 * 2.2, abs=0.01)  # both GPUs, edge to edge, not sample to sample
+    assert reading.energy_source == "energy counter"
+    assert reading.power_samples == 4 and reading.power_mean_w == pytest.approx(501.0)
+    assert reading.gpu_uuids == ("GPU-fake-0", "GPU-fake-1") and reading.vram_peak_mib == 2 * 20 * 1024
+
+
+def test_power_mean_and_p95_only_from_samples_inside_the_window():
+    clock = Clock()
+    fake = FakeNvml(count=1, clock=clock)
+    fake.power_mw = [900_000]  # the sample before the window is at 900 W
+
+    def ramp(step):
+        fake.power_mw = [(100 + 100 * step) * 1000]
+
+    reading = window_over(fake, clock, steps=5, between=ramp)  # 100, 200, 300, 400, 500 W
+    assert reading.power_mean_w == pytest.approx(300.0)
+    assert reading.power_p95_w == pytest.approx(480.0)  # numpy linear percentile of the five
+
+
+def test_a_counter_reset_falls_back_to_integrating_the_samples_and_says_so():
+    clock = Clock()
+    fake = FakeNvml(count=1, clock=clock)
+
+    def reset(step):
+        if step == 2:
+            fake.energy_offset_mj = [-10_000_000]  # driver reloaded: the counter starts again
+
+    reading = window_over(fake, clock, steps=4, between=reset)
+    assert reading.energy_source == "integrated 0.5 s power samples: energy counter went backwards (reset)"
+    assert reading.energy_j == pytest.approx(250.5 * 1.5, abs=0.01)  # trapezoids over the 4 samples 0.5 s apart
+
+
+def wait_for(condition, timeout_s: float = 10.0) -> bool:
+    """Until the sampler thread has done what the test waits for (its state, not a guess at its timing)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_an_nvml_error_in_the_sampler_thread_is_recorded_and_reaches_the_window():
+    fake = FakeNvml(count=1)
+    sampler = telemetry.Sampler(telemetry.NvmlGpus(fake), period_s=0.05)
+    with sampler:
+        window = sampler.open_window()
+        assert wait_for(lambda: sampler.rows)  # sampled at least once while the GPU answered
+        fake.fail_sampling = True
+        assert wait_for(lambda: sampler.errors)  # the sampler thread met the error
+        reading = sampler.close_window(window)
+    assert reading.sampler_errors and reading.sampler_errors[0] == "NVML error while sampling: GPU is lost"
+    assert reading.energy_source == "energy counter"  # the counter itself still reads
+
+
+# -- power caps --------------------------------------------------------------------------------------
+def capper_for(fake, tmp_path, **kw):
+    return powercap.PowerCapper(telemetry.NvmlGpus(fake, **kw), state_dir=tmp_path, sleep=lambda s: None)
+
+
+def state_of(tmp_path, uuid):
+    return tmp_path / f"gpu-{uuid}.powercap.json"
+
+
+def test_sweep_sets_only_the_selected_gpus_reads_back_and_restores(tmp_path):
+    fake = FakeNvml(count=4)
+    capper = capper_for(fake, tmp_path, indices=[2, 3])
+    with capper:
+        for cap in (180, 220, 260):
+            assert capper.apply(cap) == powercap.CapResult(cap, cap, applied=True)
+            assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in range(4)] == [300_000, 300_000] + [cap * 1000] * 2
+        assert sorted(p.name for p in tmp_path.glob("*.powercap.json")) == \
+            ["gpu-GPU-fake-2.powercap.json", "gpu-GPU-fake-3.powercap.json"]
+        assert json.loads(state_of(tmp_path, "GPU-fake-2").read_text())["limit_w"] == 300.0
+    assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in range(4)] == [300_000] * 4
+    assert {h for h, _ in fake.set_calls} == {2, 3}
+    assert not list(tmp_path.glob("*.powercap.json"))
+
+
+def test_restore_after_an_exception(tmp_path):
+    fake = FakeNvml(count=1)
+    with pytest.raises(RuntimeError, match="cell crashed"):
+        with capper_for(fake, tmp_path) as capper:
+            capper.apply(200)
+            raise RuntimeError("cell crashed")
+    assert fake.nvmlDeviceGetPowerManagementLimit(0) == 300_000
+
+
+def test_cap_outside_the_gpus_range_is_refused_before_any_change(tmp_path):
+    fake = FakeNvml(count=1)
+    with pytest.raises(ValueError, match=r"power cap 400 W is outside GPU 0 \(NVIDIA GeForce RTX 3090\)'s range 100-350 W"):
+        capper_for(fake, tmp_path).apply(400)
+    assert fake.set_calls == []
+
+
+def test_missing_permission_keeps_the_requested_cap_and_the_reason(tmp_path):
+    result = capper_for(FakeNvml(count=1, deny_set=True), tmp_path).apply(200)
+    assert result == powercap.CapResult(200, 300.0, applied=False,
+                                         reason="cannot set the power limit of GPU GPU-fake-0: Insufficient Permissions")
+
+
+def test_a_cap_that_does_not_take_is_restored_before_it_is_reported(tmp_path):
+    fake = FakeNvml(count=2, enforce=False)
+    result = capper_for(fake, tmp_path).apply(200)
+    assert not result.applied and result.requested_w == 200 and result.enforced_w == 350.0
+    assert result.reason == "power cap 200 W did not take: enforced [350.0, 350.0] W"
+    assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [300_000, 300_000]
+    assert not list(tmp_path.glob("*.powercap.json"))
+
+
+def test_a_leftover_state_is_restored_by_the_next_launch_taking_that_gpu(tmp_path):
+    fake = FakeNvml(count=2, state_path=tmp_path / "gpu.json", limit_mw=180_000)  # a run died with the caps at 180 W
+    state_of(tmp_path, "GPU-fake-1").write_text('{"uuid": "GPU-fake-1", "limit_w": 300.0, "pid": 1}')
+    with capper_for(fake, tmp_path, indices=[1]) as capper:
+        assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [180_000, 300_000]
+        assert capper.leftovers_restored == {"GPU-fake-1": 300.0}
+    assert not state_of(tmp_path, "GPU-fake-1").exists()
+
+
+def test_a_leftover_on_another_gpu_neither_blocks_nor_is_touched(tmp_path):
+    fake = FakeNvml(count=2, state_path=tmp_path / "gpu.json", limit_mw=180_000)
+    state_of(tmp_path, "GPU-fake-1").write_text('{"uuid": "GPU-fake-1", "limit_w": 300.0, "pid": 1}')
+    with capper_for(fake, tmp_path, indices=[0]) as capper:
+        assert capper.apply(200).applied
+    assert [fake.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [180_000, 180_000]  # GPU 0's original
+    assert state_of(tmp_path, "GPU-fake-1").exists() and not state_of(tmp_path, "GPU-fake-0").exists()
+
+
+def test_a_state_already_recorded_is_the_original_not_the_limit_now(tmp_path):
+    """The original of a capped GPU is the recorded one: a launch never takes another's cap for it."""
+    fake = FakeNvml(count=1, state_path=tmp_path / "gpu.json", limit_mw=200_000)
+    capper = capper_for(fake, tmp_path)
+    state_of(tmp_path, "GPU-fake-0").write_text('{"uuid": "GPU-fake-0", "limit_w": 350.0, "pid": 1}')
+    capper.apply(250)
+    capper.restore()
+    assert fake.nvmlDeviceGetPowerManagementLimit(0) == 350_000
+
+
+def test_a_malformed_state_is_named_with_what_to_do(tmp_path):
+    state_of(tmp_path, "GPU-fake-0").write_text('{"uuid": "GPU-other", "limit_w": 350.0}')
+    with pytest.raises(telemetry.TelemetryUnavailable, match="not a power-cap state of GPU GPU-fake-0.*remove the file"):
+        capper_for(FakeNvml(count=1), tmp_path).restore_leftover()
+
+
+CHILD = textwrap.dedent("""
+    import signal, sys, time
+    from pathlib import Path
+    sys.path.insert(0, {tests!r})
+    from nvml_double import FakeNvml
+    from stackbench.measure import sequencer
+    from stackbench.host import powercap, telemetry
+    signal.signal(signal.SIGTERM, sequencer._raise_interrupted)
+    fake = FakeNvml(count=2, state_path=Path({gpu!r}))
+    with powercap.PowerCapper(telemetry.NvmlGpus(fake), state_dir=Path({state!r}), sleep=lambda s: None) as capper:
+        capper.apply(220)
+        print("capped", flush=True)
+        time.sleep(60)
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_restore_on_sigint_and_sigterm(tmp_path, signum):
+    gpu, state = tmp_path / "gpu.json", tmp_path / "states"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.format(tests=str(SUPPORT), gpu=str(gpu), state=str(state)))
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, preexec_fn=interruptible)
+    assert child.stdout.readline().strip() == "capped"
+    assert FakeNvml(count=2, state_path=gpu).nvmlDeviceGetPowerManagementLimit(0) == 220_000
+    child.send_signal(signum)
+    child.wait(timeout=20)
+    limits = FakeNvml(count=2, state_path=gpu)
+    assert [limits.nvmlDeviceGetPowerManagementLimit(i) for i in (0, 1)] == [300_000, 300_000]
+    assert not list(state.glob("*.powercap.json"))
+
+
+def test_a_window_shorter_than_the_sampling_period_still_has_a_power_sample():
+    fake = FakeNvml(count=1)
+    sampler = telemetry.Sampler(telemetry.NvmlGpus(fake), period_s=3600)  # the thread samples once, at start
+    with sampler:
+        assert wait_for(lambda: sampler.rows)
+        window = sampler.open_window()
+        reading = sampler.close_window(window)
+    assert reading.power_samples == 1 and reading.power_mean_w == 250.5
