@@ -138,6 +138,7 @@ class Adapter(Protocol):
     context_limit: re.Pattern  # the engine's HTTP 400 for an over-long prompt; group 1 is the limit it states
     reasoning_parser_arg: str | None  # the server argument that streams thinking apart; None: not a flag here
     setup_facts: tuple[str, ...]  # ServerFacts.extra keys that describe how the server was set up (rows' note)
+    setup_env: tuple[str, ...]  # native_env variables that describe how it was set up (rows' engine_setup)
     kv_accounting: KvAccounting
     tokenize_path: str  # POST: the engine's own tokenizer on plain text (no chat template), to size prompts
     tools: dict[str, str]  # model-recipe tools its environments provide (models/recipes.py): tool -> environment

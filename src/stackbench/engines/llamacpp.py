@@ -78,6 +78,7 @@ class LlamaCppAdapter:
     context_limit = re.compile(r"available context size \((\d+) tokens\)")
     reasoning_parser_arg = None  # llama-server splits reasoning by its chat template (--reasoning-format)
     setup_facts = ()
+    setup_env = ()
     # The KV size line and the file size cover the whole model; a draft model logs a cache of its own;
     # the non-window pool is printed alone (the SWA cache has its own line).
     kv_accounting = KvAccounting(per_rank=False, pool_holds_draft=False, pool_holds_state=False, log_mixes_window=False)

@@ -70,6 +70,7 @@ class SglangAdapter(PythonEngine):
     reasoning_parser_arg = "reasoning_parser"
     # The attention and sampling backends and the project's sgl_kernel stand-in (CPU) say how it ran.
     setup_facts = ("attention_backend", "sampling_backend", "sgl_kernel")
+    setup_env = ()
     # TP rank 0 logs its own GPU's KV; cell_size is scaled by 1 + draft layers / KV layers (the MTP head
     # shares the pool); the sliding-window pool is sized apart but logged over one K/V size with the rest.
     kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=False, log_mixes_window=True)

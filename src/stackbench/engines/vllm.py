@@ -53,6 +53,7 @@ class VllmAdapter(PythonEngine):
     context_limit = re.compile(r"maximum context length is (\d+) tokens")
     reasoning_parser_arg = "reasoning_parser"
     setup_facts = ()
+    setup_env = ("VLLM_CPU_OMP_THREADS_BIND",)
     # Workers log their own GPU's KV; the MTP layer's attention joins the KV cache groups; the hybrid
     # allocator pools KV, window KV and recurrent state in one memory pool.
     kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=True, log_mixes_window=True)
@@ -82,7 +83,12 @@ class VllmAdapter(PythonEngine):
         return [binary, "-m", "vllm.entrypoints.openai.api_server"]
 
     def native_env(self, launch: Launch, threads: int | None) -> dict[str, str]:
-        return {}
+        """On CPU, the OpenMP threads bound to the node's cpu_threads cores, as llama.cpp's --threads: left
+        to itself ('auto') vLLM reserves a core for the serving framework (VLLM_CPU_NUM_OF_RESERVED_CPU, 1),
+        which on a 2-core node leaves one core to compute on (vLLM's CPU docs: VLLM_CPU_OMP_THREADS_BIND)."""
+        if launch.env_name != "vllm-cpu" or not threads:
+            return {}
+        return {"VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}"}
 
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         # The native module reads the model from --model only (0.32 parses a positional one but never uses
