@@ -73,7 +73,7 @@ def llamacpp_env(request) -> dict:
 
 @pytest.fixture(autouse=True)
 def host_lock_dir(tmp_path, monkeypatch) -> Path:
-    """Each test's own folder for the host-wide GPU locks and records (hostlocks), never the machine's."""
+    """Each test's own folder for the host-wide GPU locks and records (host/locks.py), never the machine's."""
     folder = tmp_path / "host-locks"
     monkeypatch.setenv("STACKBENCH_LOCK_DIR", str(folder))
     return folder

@@ -151,7 +151,7 @@ class Node:
     os: str
     power_caps_w: tuple[float, ...]
     api_key_env: str | None
-    lock_dir: str | None  # host-wide GPU locks and records (hostlocks); null: the default folder
+    lock_dir: str | None  # host-wide GPU locks and records (host/locks.py); null: the default folder
     allow_queueing: bool  # cells may exceed a server's concurrent slots
     workloads: tuple[Workload, ...]
     launches: tuple[Launch, ...]

@@ -55,7 +55,7 @@ def _die_with(parent_pid: int):
     dies, however it dies (OOM killer, SIGKILL, a lost session). It fires when the starting *thread* ends,
     so servers are started from the measure job's main thread. An engine's own worker processes follow
     their leader (SGLang's kill_itself_when_parent_died, vLLM's engine-core death pipe); whatever is
-    left of the group is stopped at the next start from the server's record (hostlocks)."""
+    left of the group is stopped at the next start from the server's record (host/locks.py)."""
 
     def set_pdeathsig() -> None:
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
