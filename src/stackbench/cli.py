@@ -66,7 +66,7 @@ def _commands(args) -> None:
     from stackbench.plan import expand, launchspec
     from stackbench.serve import launchers
 
-    cfg = expand.load_run_config(Path("."))
+    cfg = {**expand.load_run_config(Path(".")), "stacks": "all"}  # a named node's every launch, selected or not
     node = expand.load_node(args.node, cfg)
     launches = [l for l in node.launches if args.launch in (None, l.name)]
     if not launches:
@@ -94,7 +94,8 @@ def _plan_launch(args) -> None:
     from stackbench.plan import expand, launchspec
 
     settings = json.loads(args.settings) if args.settings else {}
-    cfg = expand.load_run_config(Path("."), {"nodes": [args.node], **settings})
+    # The launch is named: it is planned whichever stacks the run selects.
+    cfg = expand.load_run_config(Path("."), {"nodes": [args.node], "stacks": "all", **settings})
     node, launch = expand.find_launch([expand.load_node(args.node, cfg)], args.node, args.launch)
     spec = launchspec.build(cfg, node, launch)
     launchspec.write(spec, Path(args.out))

@@ -1,7 +1,7 @@
-"""Integration test, in the lane that runs the opt-in vLLM CPU node: the probes on llama.cpp (local-cpu,
-SmolLM2-135M Q4_K_M) and on vLLM (local-cpu-vllm, its BF16 Hugging Face copy), through the workflow's
-report target, and the greedy agreement matrix between them. Both node files state the same weights
-family, so collect compares the two no-spec launches. The llama.cpp and vllm-cpu environments and both
+"""Integration test, in the lane that runs vLLM on CPU: the probes on local-cpu's llama.cpp (SmolLM2-135M
+Q4_K_M) and vLLM (its BF16 Hugging Face copy) runs, through the workflow's report target, and the greedy
+agreement matrix between them. Both models state the same weights family, so collect compares the two
+no-spec launches. The llama.cpp and vllm-cpu environments and both
 model files are built through the workflow's own rules first (a no-op when they exist)."""
 
 import os
@@ -20,22 +20,24 @@ FAMILY = "SmolLM2-135M-Instruct"
 MEASURING_RULES = ["published_part", "plan_launch", "measure", "collect", "report"]
 
 
-def probes_only(repo: Path, node_name: str) -> None:
-    """The node's no-spec launch alone, measuring the probes only."""
-    path = repo / f"configs/nodes/{node_name}.yaml"
+def probes_only(repo: Path, stacks: tuple[str, ...]) -> None:
+    """local-cpu's no-spec launch of each stack, measuring the probes only."""
+    path = repo / "configs/nodes/local-cpu.yaml"
     node = yaml.safe_load(path.read_text())
-    first = {**node["runs"][0], "variants": ["nospec"], "workloads": None}
-    path.write_text(yaml.safe_dump({**node, "workloads": ["probes"], "concurrency": [1], "runs": [first]}))
+    first = {}
+    for run in node["runs"]:
+        first.setdefault(run["stack"], {**run, "variants": ["nospec"], "workloads": None})
+    runs = [first[stack] for stack in stacks]
+    path.write_text(yaml.safe_dump({**node, "workloads": ["probes"], "concurrency": [1], "runs": runs}))
 
 
 def test_llamacpp_q4km_and_vllm_bf16_render_a_greedy_agreement_matrix(engine_ready, vllm_ready, repo_copy):
     os.symlink(ROOT / ".envs", repo_copy / ".envs")
     (repo_copy / "data/models").parent.mkdir(exist_ok=True)
     os.symlink(ROOT / "data/models", repo_copy / "data/models")
-    for name in ("local-cpu", "local-cpu-vllm"):
-        probes_only(repo_copy, name)
+    probes_only(repo_copy, ("llamacpp", "vllm-cpu"))
     config = yaml.safe_load((repo_copy / "configs/config.yaml").read_text())
-    config.update(nodes=["local-cpu", "local-cpu-vllm"], measure={"repeats": 1, "warmup_requests": 1})
+    config.update(nodes=["local-cpu"], stacks="all", measure={"repeats": 1, "warmup_requests": 1})
     (repo_copy / "configs/config.yaml").write_text(yaml.safe_dump(config))
     # Only the measuring and report rules: the copy's envs/*.txt are newer than the linked, shared
     # environments and models, which Snakemake would otherwise rebuild in place (through the links).
@@ -46,15 +48,16 @@ def test_llamacpp_q4km_and_vllm_bf16_render_a_greedy_agreement_matrix(engine_rea
     results = store.read_results(repo_copy / "data/results.parquet")
     cross = results[results["metric"] == "cross_stack_agreement"]
     assert set(cross["table_title"]) == {FAMILY}
-    pairs = {(r.row_label.split(" / ")[0], r.col_label.split(" / ")[0]) for r in cross.itertuples()}
-    assert pairs == {("local-cpu", "local-cpu-vllm"), ("local-cpu-vllm", "local-cpu")}
+    pairs = {(r.row_label.split(" / ")[:2], r.col_label.split(" / ")[:2]) for r in cross.itertuples()}
+    assert {(tuple(a), tuple(b)) for a, b in pairs} == {(("local-cpu", "llamacpp"), ("local-cpu", "vllm")),
+                                                        (("local-cpu", "vllm"), ("local-cpu", "llamacpp"))}
     assert cross["value"].between(0, 1).all() and set(cross["status"]) == {"ok"}
     divergence = results[results["metric"] == "cross_stack_divergence"]
     assert set(divergence["unit"]) <= {"tokens", "words"} and len(divergence) == 2
-    llama_side = cross[cross["row_label"].str.startswith("local-cpu / ")]
+    llama_side = cross[cross["row_label"].str.startswith("local-cpu / llamacpp / ")]
     assert llama_side["row_label"].iloc[0].endswith("/ Q4_K_M")  # the quantization each side ran
     matrix = (repo_copy / "reports/tables/agreement-across-stacks-smollm2-135m-instruct.md").read_text()
     assert f"Greedy agreement across stacks: {FAMILY}" in matrix
-    assert "local-cpu / " in matrix and "local-cpu-vllm / " in matrix
+    assert "local-cpu / llamacpp / " in matrix and "local-cpu / vllm / " in matrix
     assert (repo_copy / "reports/tables/agreement-across-stacks-smollm2-135m-instruct.csv").exists()
     assert f"Greedy agreement across stacks: {FAMILY}" in (repo_copy / "reports/index.html").read_text()

@@ -202,9 +202,9 @@ def cpu_default_repo(repo_copy, request) -> Path:
 
 
 def test_the_cpu_defaults_ladder_records_each_length_and_the_one_over_the_limit_as_rejected(cpu_default_repo, tmp_path):
-    """local-cpu's no-spec launch measuring ladder-cpu alone, at the default's repeats: four lengths within
-    the 1024 tokens one request holds (4096 over 4 slots), each with its exact prompt_tokens, TTFT, prefill
-    and decode rates; 2000 rejected with the limit llama-server states."""
+    """local-cpu's no-spec launch measuring ladder-cpu alone, at the default's repeats: four lengths up to
+    3500 within the 4096 tokens one request holds (--kv-unified), each with its exact prompt_tokens, TTFT,
+    prefill and decode rates; 6000 rejected with the limit llama-server states."""
     cwd = os.getcwd()
     os.chdir(cpu_default_repo)
     try:
@@ -222,12 +222,12 @@ def test_the_cpu_defaults_ladder_records_each_length_and_the_one_over_the_limit_
     ok = ladder[ladder["status"] == "ok"]
     ttft = ok[ok["metric"] == "ttft_s"].sort_values("prompt_tokens")
     assert len(ttft) == 4
-    for (target, measured) in zip([128, 256, 512, 900], ttft["prompt_tokens"]):
+    for (target, measured) in zip([512, 1024, 2048, 3500], ttft["prompt_tokens"]):
         assert target <= measured <= target + 60  # the text is sized to the target; the template and salt add their own
     for metric in ("prefill_tps", "decode_tps"):
         assert (ok[ok["metric"] == metric]["value"] > 0).sum() == 4, metric
     rejected = ladder[ladder["status"] == "rejected"]
     limit = rejected[rejected["metric"] == "max_input_tokens"]
-    assert limit["value"].tolist() == [1024.0]
-    assert "over the 1024 tokens one request may hold" in limit["note"].iloc[0]
+    assert limit["value"].tolist() == [4096.0]
+    assert "over the 4096 tokens one request may hold" in limit["note"].iloc[0]
     assert ok["note"].str.contains("sized with the engine's /tokenize").all()

@@ -22,34 +22,33 @@ from stackbench.serve.launchers import native_argv
 from stackbench.serve.process import ReadyTimeout, ServerProcess, free_port, group_members
 
 pytestmark = pytest.mark.integration
-NODE = "local-cpu-sglang"
+NODE = "local-cpu"
 
 
 @pytest.fixture(scope="session")
 def sglang_ready():
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--config", f"nodes=[{NODE}]", "--",
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--",
                            ".envs/sglang-cpu/ready.json", "data/models/smollm2-135m-hf"], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def server(log: Path) -> ServerProcess:
-    """The node's SGLang launch, started the way the native launcher starts it (from the repository root)."""
-    cfg = expand.load_run_config(ROOT)
-    cfg["nodes"] = [NODE]
-    _, nodes = expand.load_plan(ROOT, cfg)
+    """The node's SGLang launch, started the way the native launcher starts it (its adapter's environment)."""
+    _, nodes = expand.load_plan(ROOT, {"nodes": [NODE], "stacks": ["sglang-cpu"]})
     launch = nodes[0].launches[0]
     port = free_port()
-    argv = native_argv(SglangAdapter(), launch, str(ROOT / ".envs/sglang-cpu/venv/bin/python"), "127.0.0.1", port, 2)
-    return ServerProcess(argv, log, f"http://127.0.0.1:{port}", SglangAdapter.health_path, env=launch.env)
+    adapter = SglangAdapter()
+    argv = native_argv(adapter, launch, str(ROOT / ".envs/sglang-cpu/venv/bin/python"), "127.0.0.1", port, 2)
+    return ServerProcess(argv, log, f"http://127.0.0.1:{port}", adapter.health_path,
+                         env={**adapter.native_env(launch, 2), **launch.env})
 
 
 def test_sglang_on_cpu_measures_decode_prefill_ttft_kv_pool_and_says_what_it_is(sglang_ready, repo_copy):
-    for name in (".envs", "src"):  # the node's PYTHONPATH names the stand-in relative to the repository
-        os.symlink(ROOT / name, repo_copy / name)
+    os.symlink(ROOT / ".envs", repo_copy / ".envs")
     (repo_copy / "data/models").parent.mkdir(exist_ok=True)
     os.symlink(ROOT / "data/models", repo_copy / "data/models")
-    results = report_one_node(repo_copy, NODE, output_tokens=24)
+    results = report_one_node(repo_copy, NODE, output_tokens=24, stacks=["sglang-cpu"])
     measured = results[(results["source"] == "measured") & (results["stack"] == "sglang")]
     cells = measured[measured["workload"] != "server"]
     assert set(cells["status"]) == {"ok"}, cells[["variant", "status", "reason"]].drop_duplicates().to_string()

@@ -15,7 +15,7 @@ def test_vllm_on_cpu_measures_kv_pool_decode_prefill_and_ngram_acceptance(vllm_r
     os.symlink(ROOT / ".envs", repo_copy / ".envs")
     (repo_copy / "data/models").parent.mkdir(exist_ok=True)
     os.symlink(ROOT / "data/models", repo_copy / "data/models")
-    results = report_one_node(repo_copy, "local-cpu-vllm", output_tokens=32)
+    results = report_one_node(repo_copy, "local-cpu", output_tokens=32, stacks=["vllm-cpu"])
     measured = results[(results["source"] == "measured") & (results["stack"] == "vllm")]
     cells = measured[measured["workload"] != "server"]
     assert set(cells["status"]) == {"ok"}, cells[["variant", "status", "reason"]].drop_duplicates().to_string()
@@ -30,5 +30,5 @@ def test_vllm_on_cpu_measures_kv_pool_decode_prefill_and_ngram_acceptance(vllm_r
     assert ("nospec", "accept_len") not in by.index
     row = measured.iloc[0]
     assert row["engine"] == "vLLM" and row["engine_version"] == "0.32.0" and row["spec_method"] in ("none", "ngram")
-    log = (repo_copy / "data/runs/local-cpu-vllm/vllm-cpu--nospec/server.log").read_text()
+    log = (repo_copy / "data/runs/local-cpu/vllm-cpu--nospec/server.log").read_text()
     assert "CPU KV cache size:" in log

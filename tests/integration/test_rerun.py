@@ -194,3 +194,32 @@ def test_a_deleted_run_folder_is_measured_again_and_its_old_rows_are_gone(double
     assert set(again.loc[again["variant"] == "draft-n2", "ref"]) == set(first.loc[first["variant"] == "draft-n2", "ref"])
     report = (double_repo / "reports/report.md").read_text()
     assert not any(ref in report for ref in old_ref)
+
+
+def test_a_nodes_finished_launches_stay_in_the_results_whichever_stacks_a_later_run_selects(double_repo):
+    """Two stacks on one node: measured together, then the other one alone; the first stack's rows stay
+    (nothing re-measured) until its run folder is deleted."""
+    (double_repo / "configs/stacks/llamacpp-twin.yaml").write_text((double_repo / "configs/stacks/llamacpp.yaml").read_text())
+    path = double_repo / "configs/nodes/node-a.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["runs"] = [{**doc["runs"][0], "variants": ["nospec"]}, {**doc["runs"][0], "stack": "llamacpp-twin", "variants": ["nospec"]}]
+    path.write_text(yaml.safe_dump(doc))
+
+    def run(*args: str, stacks: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args, "report", "--config",
+                               "nodes=[node-a]", f"stacks={stacks}"], cwd=double_repo, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    run(stacks="all")
+    refs = set(measured(double_repo)["ref"])  # <node>/<launch>@<start>
+    assert {ref.split("@")[0] for ref in refs} == {"node-a/llamacpp--nospec", "node-a/llamacpp-twin--nospec"}
+    twin_refs = {ref for ref in refs if ref.startswith("node-a/llamacpp-twin--nospec@")}
+    assert jobs_of(run("-n", stacks="[llamacpp]").stdout, "measure") == []  # the finished launch is not re-measured
+    run(stacks="[llamacpp]")
+    assert set(measured(double_repo)["ref"]) == refs  # the twin's rows are kept though it was not selected
+    subprocess.run(["rm", "-rf", str(double_repo / "data/runs/node-a/llamacpp-twin--nospec")], check=True)
+    done = run(stacks="[llamacpp]")
+    assert "localrule measure:" not in done.stderr  # the unselected launch is not measured again ...
+    assert set(measured(double_repo)["ref"]) == refs - twin_refs  # ... and its rows are gone with its folder

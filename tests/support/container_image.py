@@ -11,6 +11,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from test_tools import installed_for_tests
+
 IMAGE_NAME = "localhost/stackbench-llamacpp-test"
 LDD_LINE = re.compile(r"^\s*(?:(?P<name>\S+) => )?(?P<path>/\S+) \(0x[0-9a-f]+\)$")
 
@@ -49,7 +51,7 @@ def build_llamacpp_image(cli: str, llama_server: Path, work: Path) -> str:
 
 def container_engine_problem(cli: str) -> str | None:
     """Why no container can run here (the reason a test is skipped with), or None when one can."""
-    if shutil.which(cli) is None:
+    if installed_for_tests(cli) is None:
         return f"{cli} is not installed (setup.sh installs podman when run as root on Debian)"
     probe = subprocess.run([cli, "info"], capture_output=True, text=True)
     if probe.returncode != 0:

@@ -55,18 +55,20 @@ CI_NODE = {
 }
 
 
-def report_one_node(repo: Path, node_name: str, output_tokens: int) -> pd.DataFrame:
-    """Run the workflow's report target on one node of a repository copy, with a single short extraction
-    workload at concurrency 1 and two repeats; return the results table."""
+def report_one_node(repo: Path, node_name: str, output_tokens: int, stacks: list[str] | None = None) -> pd.DataFrame:
+    """Run the workflow's report target on one node of a repository copy (its `stacks`, else its default
+    ones), with a single short extraction workload at concurrency 1 and two repeats; return the results table."""
     node_file = repo / f"configs/nodes/{node_name}.yaml"
     node = yaml.safe_load(node_file.read_text())
     node.update(workloads=["extraction"], concurrency=[1])
+    for run in node["runs"]:
+        run["workloads"] = None
     node_file.write_text(yaml.safe_dump(node))
     (repo / "configs/workloads/extraction.yaml").write_text(yaml.safe_dump({
         "prompts": ["Copy this list exactly, twice: alpha beta gamma delta epsilon zeta eta theta iota kappa."],
         "output_tokens": output_tokens}))
     config = yaml.safe_load((repo / "configs/config.yaml").read_text())
-    config.update(nodes=[node_name], measure={"repeats": 2, "warmup_requests": 1})
+    config.update(nodes=[node_name], stacks=stacks, measure={"repeats": 2, "warmup_requests": 1})
     (repo / "configs/config.yaml").write_text(yaml.safe_dump(config))
     done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=repo,
                           capture_output=True, text=True, timeout=1500)

@@ -20,7 +20,9 @@ from stackbench.plan import expand, launchspec
 DOUBLE_SERVER = textwrap.dedent("""
     import http.server, json, os, sys
     mode, port, env_out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    open(env_out, "a").write(json.dumps({"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
+    seen = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    seen.update({k: v for k, v in os.environ.items() if k == "DOUBLE_ENGINE_NEEDS"})
+    open(env_out, "a").write(json.dumps(seen) + "\\n")
     if mode == "bind-fails-once" and not os.path.exists(env_out + ".failed"):
         open(env_out + ".failed", "w").close()
         print("error: couldn't bind HTTP server socket, hostname: 127.0.0.1, port:", port, flush=True); sys.exit(1)
@@ -55,16 +57,20 @@ class DoubleAdapter:
     engine_label = "test double"
     health_path = "/health"
 
-    def __init__(self, tmp_path: Path, mode: str):
+    def __init__(self, tmp_path: Path, mode: str, needs: dict | None = None):
         self.script = tmp_path / "double_server.py"
         self.script.write_text(DOUBLE_SERVER)
         self.mode, self.env_out = mode, tmp_path / "spawns.jsonl"
+        self.needs = needs or {}  # what native_env answers (the double server records DOUBLE_ENGINE_NEEDS)
 
     def native_command(self, binary):
         return [binary, str(self.script)]
 
     def engine_flags(self, launch, host, port, threads):
         return [self.mode, str(port), str(self.env_out)]
+
+    def native_env(self, launch, threads):
+        return dict(self.needs)
 
     def spawns(self) -> list[str]:
         return self.env_out.read_text().splitlines() if self.env_out.exists() else []

@@ -26,7 +26,8 @@ rule collect:
     params:
         cli=STACKBENCH,
         gone=parts_gone(),
+        kept=kept_parts(),
     log:
         "logs/collect/collect.log",
     shell:
-        "{params.cli} collect {input:q} --out {output:q} > {log:q} 2>&1"
+        "{params.cli} collect {input:q} {params.kept:q} --out {output:q} > {log:q} 2>&1"

@@ -38,6 +38,17 @@ def measured_parts():
     return [f"{RUNS}/{node.name}/{launch.name}/cells.parquet" for node in NODES for launch in node.launches]
 
 
+def kept_parts():
+    """Parts on disk of the selected nodes' launches that this run does not plan (another `stacks=`
+    selection, or a launch since dropped from the node file): collect keeps their rows, as measured, until
+    their run folder is deleted. A param, not an input, so no rule is asked to remake them; a deleted one
+    changes the list, which makes collect rerun without it."""
+    planned = set(measured_parts())
+    on_disk = (f"{RUNS}/{node.name}/{part.parent.name}/cells.parquet" for node in NODES
+               for part in Path(RUNS, node.name).glob("*/cells.parquet"))
+    return sorted(part for part in on_disk if part not in planned)
+
+
 def parts_gone():
     """Launch parts deleted since the last collect (`rm -rf data/runs/<node>/<launch>` to measure it again).
     Snakemake does not rebuild a missing intermediate file whose consumer is up to date, so results.parquet

@@ -140,6 +140,7 @@ class Adapter(Protocol):
     context_limit: re.Pattern  # the engine's HTTP 400 for an over-long prompt; group 1 is the limit it states
     reasoning_parser_arg: str | None  # the server argument that streams thinking apart; None: not a flag here
     setup_facts: tuple[str, ...]  # ServerFacts.extra keys that describe how the server was set up (rows' note)
+    setup_env: tuple[str, ...]  # native_env variables that describe how it was set up (rows' engine_setup)
     kv_accounting: KvAccounting
     # The server argument for the share of GPU memory taken by weights + KV pool, and the engine's default
     # for it; None: the KV cache is sized from the context instead. With kv_dtype_arg and default_kv_dtype,
@@ -186,6 +187,11 @@ class Adapter(Protocol):
 
     def native_command(self, binary: str) -> list[str]:
         """What starts the engine natively: the server binary, or its Python with `-m <module>`."""
+
+    def native_env(self, launch: Launch, threads: int | None) -> dict[str, str]:
+        """Environment variables the engine itself needs for this native launch (a backend switch, a library
+        to preload), on top of the node's and run's `env`; they reach no other engine's server and no
+        fingerprint, since the launch's own fields decide them."""
 
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         """The engine's own arguments for this launch, after the native command or the image's entrypoint

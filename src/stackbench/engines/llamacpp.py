@@ -82,6 +82,7 @@ class LlamaCppAdapter:
     gpu_memory_share = None  # the KV cache holds --ctx-size tokens, whatever the memory
     kv_dtype_arg, default_kv_dtype = "cache_type_k", "f16"
     setup_facts = ()
+    setup_env = ()
     # The KV size line and the file size cover the whole model; a draft model logs a cache of its own;
     # the non-window pool is printed alone (the SWA cache has its own line).
     kv_accounting = KvAccounting(per_rank=False, pool_holds_draft=False, pool_holds_state=False, log_mixes_window=False)
@@ -144,6 +145,9 @@ class LlamaCppAdapter:
 
     def native_command(self, binary: str) -> list[str]:
         return [binary]
+
+    def native_env(self, launch: Launch, threads: int | None) -> dict[str, str]:
+        return {}  # threads are a flag (--threads)
 
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         # log_verbosity renders as --log-verbosity (common/arg.cpp: "-lv", "--verbosity", "--log-verbosity")

@@ -1,7 +1,7 @@
 """SGLang's server (formats of 0.5.23 and older 0.4/0.5 builds; research/server_metrics.md section B).
 
 The log lines, /metrics and /server_info it reads are tested on captures from SGLang 0.5.23's CPU engine
-served on this machine (node local-cpu-sglang); the speculative formats exist only on GPU and are
+served on this machine (node local-cpu, stack sglang-cpu); the speculative formats exist only on GPU and are
 tested on fixtures named *-gpu-*.
 
 Units: SGLang prints sizes as "GB" but divides bytes by 1 << 30 (mem_cache/memory_pool.py `GB = 1024 *
@@ -30,6 +30,9 @@ from stackbench.engines.base import (
     render_flags,
     slots_from,
 )
+
+# The sgl_kernel stand-in's folder, found from the installed package (no import: engines never import provision).
+CPU_OPS_STAND_IN = Path(__file__).resolve().parents[1] / "provision" / "sglang_cpu_ops"
 
 # "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 123456, K size: 5.66 GB, V size: 5.66 GB"
 # older builds have no "dtype: ..," part; MLA pools print a single "KV size".
@@ -72,6 +75,7 @@ class SglangAdapter(PythonEngine):
     kv_dtype_arg, default_kv_dtype = "kv_cache_dtype", "bfloat16"  # "auto": the model's dtype
     # The attention and sampling backends and the project's sgl_kernel stand-in (CPU) say how it ran.
     setup_facts = ("attention_backend", "sampling_backend", "sgl_kernel")
+    setup_env = ()
     # TP rank 0 logs its own GPU's KV; cell_size is scaled by 1 + draft layers / KV layers (the MTP head
     # shares the pool); the sliding-window pool is sized apart but logged over one K/V size with the rest.
     kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=False, log_mixes_window=True)
@@ -97,6 +101,14 @@ class SglangAdapter(PythonEngine):
 
     def native_command(self, binary: str) -> list[str]:
         return [binary, "-m", "sglang.launch_server"]
+
+    def native_env(self, launch: Launch, threads: int | None) -> dict[str, str]:
+        """On CPU (--device cpu): SGLang's CPU engine, and stackbench's import-only sgl_kernel stand-in ahead
+        of PyPI's CUDA-only sgl_kernel (provision/sglang_cpu_ops says why)."""
+        if launch.server_args.get("device") != "cpu":
+            return {}
+        # Without SGLANG_USE_CPU_ENGINE rotary embedding imports vLLM's CUDA ops.
+        return {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": str(CPU_OPS_STAND_IN)}
 
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         own = {"model_path": launch.model.path, "served_model_name": launch.model.name, "host": host, "port": port,

@@ -55,6 +55,7 @@ class VllmAdapter(PythonEngine):
     gpu_memory_share = ("gpu_memory_utilization", 0.9)  # EngineArgs default
     kv_dtype_arg, default_kv_dtype = "kv_cache_dtype", "bfloat16"  # "auto": the model's dtype
     setup_facts = ()
+    setup_env = ("VLLM_CPU_OMP_THREADS_BIND",)
     # Workers log their own GPU's KV; the MTP layer's attention joins the KV cache groups; the hybrid
     # allocator pools KV, window KV and recurrent state in one memory pool.
     kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=True, log_mixes_window=True)
@@ -82,6 +83,14 @@ class VllmAdapter(PythonEngine):
     def native_command(self, binary: str) -> list[str]:
         # The distribution is named vllm-cpu on CPU, so its `vllm` console script fails: start the module.
         return [binary, "-m", "vllm.entrypoints.openai.api_server"]
+
+    def native_env(self, launch: Launch, threads: int | None) -> dict[str, str]:
+        """On CPU, the OpenMP threads bound to the node's cpu_threads cores, as llama.cpp's --threads: left
+        to itself ('auto') vLLM reserves a core for the serving framework (VLLM_CPU_NUM_OF_RESERVED_CPU, 1),
+        which on a 2-core node leaves one core to compute on (vLLM's CPU docs: VLLM_CPU_OMP_THREADS_BIND)."""
+        if launch.env_name != "vllm-cpu" or not threads:
+            return {}
+        return {"VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}"}
 
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         # The native module reads the model from --model only (0.32 parses a positional one but never uses

@@ -21,12 +21,14 @@ from stackbench.results import basis as caveats
 UNKNOWN = "unknown"
 
 
-def engine_setup(facts: ServerFacts, setup_facts: tuple[str, ...]) -> str:
-    """What a server's log says it runs on: its backend and offload, and the facts its adapter names."""
+def engine_setup(facts: ServerFacts, setup_facts: tuple[str, ...], setup_env: dict[str, str] | None = None) -> str:
+    """What a server's log says it runs on: its backend and offload, the facts its adapter names, and the
+    setup variables its adapter set (e.g. vLLM's VLLM_CPU_OMP_THREADS_BIND)."""
     parts = [f"backend {facts.backend}"] if facts.backend else []
     if facts.offloaded_layers is not None:
         parts.append(f"{facts.offloaded_layers}/{facts.model_layers if facts.model_layers is not None else '?'} layers offloaded")
     parts += [f"{key.replace('_', ' ')} {facts.extra[key]}" for key in setup_facts if facts.extra.get(key)]
+    parts += [f"{key}={value}" for key, value in (setup_env or {}).items()]
     return "; ".join(parts) or UNKNOWN
 
 
@@ -67,7 +69,7 @@ class RowMaker:
             self.launch_basis["kv_dtype"] = facts.kv_dtype
         if facts.n_ctx:
             self.launch_basis["context_len"] = facts.n_ctx
-        self.launch_basis["engine_setup"] = engine_setup(facts, self.adapter.setup_facts)
+        self.launch_basis["engine_setup"] = engine_setup(facts, self.adapter.setup_facts, self.spec.engine.get("setup_env"))
         for key in ("engine_version", "engine_image", "context_len", "tp", "quant"):
             if identity.get(key) not in (None, ""):
                 self.launch_basis[key] = identity[key]

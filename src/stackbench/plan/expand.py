@@ -190,7 +190,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 container_cli=launch.get("container_cli", "docker"),
                 context_len=doc["context_len"] if run["context_len"] is None else run["context_len"],
                 bind_host=doc["bind_host"],
-                env=dict(doc["env"]),
+                env={**doc["env"], **run["env"]},
                 workloads=tuple(run["workloads"] or doc["workloads"]),
                 concurrency=tuple(run["concurrency"] or ()),
             ))
@@ -204,6 +204,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(f"{where}: runs: launch {duplicates[0]!r} appears twice; each server configuration runs once")
+    chosen = _chosen_stacks(doc, cfg["stacks"], where)
+    launches = [l for l in launches if l.stack_config in chosen]
     gpu = doc["hardware"]["gpu"]
     return Node(
         name=name,
@@ -225,6 +227,20 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                               for key, spec in doc["models"].items() if "prepare" in spec),
         slurm=Slurm(**doc["slurm"]),
     )
+
+
+def _chosen_stacks(doc: dict, asked: list[str] | str | None, where: str) -> set[str]:
+    """The stacks this run measures on the node: the command line's (--config stacks=...), else the node's
+    default_stacks; `all` is every stack its runs name. The whole node file is checked whichever are chosen."""
+    have = list(dict.fromkeys(run["stack"] for run in doc["runs"]))
+    field, wanted = ("configs/config.yaml (or --config): stacks", asked) if asked is not None else \
+        (f"{where}: default_stacks", doc["default_stacks"])
+    if wanted == "all":
+        return set(have)
+    missing = [name for name in wanted if name not in have]
+    if missing:
+        raise ConfigError(f"{field}: {missing[0]!r} is not a stack of {where}; its stacks: {', '.join(have)}")
+    return set(wanted)
 
 
 def prepared_model(nodes: list[Node], key: str) -> Model:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
+from stackbench.engines import adapter_for
 from stackbench.models.recipes import RECIPES
 from stackbench.rehearsal import plan as rehearsal_plan
 
@@ -206,6 +207,17 @@ def inputs(node: Node, launch: Launch, paths: dict, rehearsal: bool = False) -> 
     return needed
 
 
+def setup_env(node: Node, launch: Launch) -> dict[str, str]:
+    """The variables the engine's adapter sets for a native launch that change its figures (its setup_env,
+    e.g. vLLM's OpenMP thread binding): part of the engine's identity, so of the server fingerprint, and of
+    the rows' engine_setup. Paths (SGLang's stand-in on PYTHONPATH) stay out, so no checkout moves one."""
+    if launch.launch_mode != "native":
+        return {}
+    adapter = adapter_for(launch.engine)
+    needed = adapter.native_env(launch, node.cpu_threads)
+    return {key: needed[key] for key in adapter.setup_env if key in needed}
+
+
 def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     models = {m.name: model_identity(m) for m in (launch.model, launch.draft_model) if m is not None}
     bare = dataclasses.replace(node, launches=(), **{f: Node.__dataclass_fields__[f].default for f in NODE_WORKFLOW_FIELDS})
@@ -213,7 +225,9 @@ def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     rehearsal = {**cfg["rehearsal"], "envs_dir": cfg["paths"]["envs"]} if rehearsal_plan.node_of(cfg) else None
     if rehearsal:
         engine = rehearsal_plan.engine_identity(launch.engine, engine)
-    return LaunchSpec(node=bare, launch=launch, measure=dict(cfg["measure"]), engine=engine, models=models,
+    bound = setup_env(node, launch)
+    return LaunchSpec(node=bare, launch=launch, measure=dict(cfg["measure"]),
+                      engine={**engine, "setup_env": bound} if bound else engine, models=models,
                       cells=cells_of(node, launch), rehearsal=rehearsal)
 
 

@@ -72,11 +72,14 @@ PORT_PLACEHOLDER = "<port>"  # chosen free at each start
 def server_command(launch: Launch, adapter, env_info: dict, threads: int | None,
                    gpu_devices: list[str] | None) -> str:
     """The command line a launch's measure job runs, shell-quoted, built by the launcher's own server_argv
-    without starting anything; an external launch is `external <url>`."""
+    without starting anything, after the variables the engine needs natively (NAME=value, as a shell takes
+    them); an external launch is `external <url>`. The node's and run's env are not printed (they may hold
+    secrets)."""
     if launch.launch_mode == "external":
         return f"external {launch.launch_target}"
     launcher = open_launcher(launch, adapter, env_info, Path("."), threads, gpu_devices)
-    return shlex.join(launcher.server_argv(launch.bind_host, PORT_PLACEHOLDER))
+    needed = adapter.native_env(launch, threads) if launch.launch_mode == "native" else {}
+    return shlex.join([*(f"{k}={v}" for k, v in needed.items()), *launcher.server_argv(launch.bind_host, PORT_PLACEHOLDER)])
 
 
 class NativeLauncher(ProcessLauncher):
@@ -101,7 +104,7 @@ class NativeLauncher(ProcessLauncher):
         return native_argv(self.adapter, self.launch, self.binary, host, port, self.threads)
 
     def _env(self) -> dict:
-        env = super()._env()
+        env = {**self.adapter.native_env(self.launch, self.threads), **super()._env()}
         if self.gpu_devices:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_devices)
         return env

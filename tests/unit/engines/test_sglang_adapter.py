@@ -1,6 +1,6 @@
 """SGLang adapter: launch argv and parsers for every log line and metric the pipeline reads, old and new
 forms. Fixtures named *-cpu-real* are captured from SGLang 0.5.23's CPU engine on this machine (node
-local-cpu-sglang); the speculative formats exist only on GPU, so their fixtures (*-gpu-*-from-source*)
+local-cpu with stacks=[sglang-cpu]); the speculative formats exist only on GPU, so their fixtures (*-gpu-*-from-source*)
 are written from SGLang's source as quoted in research/server_metrics.md, as is the 0.4 log."""
 
 import json

@@ -199,14 +199,15 @@ def test_stating_the_weights_family_moves_no_fingerprint(repo):
     def all_fingerprints() -> dict[str, tuple]:
         out = {}
         for name in names:
-            for index in range(len(expand.load_node(name, expand.load_run_config(repo, {"nodes": [name]}), repo).launches)):
-                spec = spec_of(repo, node=name, index=index)
+            every = expand.load_run_config(repo, {"nodes": [name], "stacks": "all"})
+            for index in range(len(expand.load_node(name, every, repo).launches)):
+                spec = spec_of(repo, node=name, index=index, stacks="all")
                 out[f"{name}/{spec.launch.name}"] = (spec.fingerprint, spec.server_fingerprint, spec.launch.model.weights)
         return out
 
     stated = all_fingerprints()
     assert stated["local-cpu/llamacpp--nospec"][2] == "SmolLM2-135M-Instruct"
-    assert stated["local-cpu-vllm/vllm-cpu--nospec"][2] == "SmolLM2-135M-Instruct"
+    assert stated["local-cpu/vllm-cpu--nospec"][2] == "SmolLM2-135M-Instruct"
     for name in names:
         path = repo / f"configs/nodes/{name}.yaml"
         doc = yaml.safe_load(path.read_text())

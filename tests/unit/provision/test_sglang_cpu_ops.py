@@ -46,7 +46,7 @@ def cpu_startup_imports(package: Path) -> set[str]:
 
 
 @pytest.mark.skipif(SGLANG_SOURCE is None, reason="the sglang-cpu environment is not built (the workflow makes it "
-                    "for the local-cpu-sglang node: snakemake --cores 1 .envs/sglang-cpu/ready.json)")
+                    "for local-cpu's sglang-cpu stack: snakemake --cores 1 .envs/sglang-cpu/ready.json)")
 def test_provides_exactly_what_the_installed_sglang_imports_on_cpu(stand_in):
     assert set(stand_in.STARTUP_IMPORTS) == cpu_startup_imports(SGLANG_SOURCE)
 

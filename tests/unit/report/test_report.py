@@ -2,7 +2,6 @@
 NaN/None/cnan, Snakemake's own --report, and the page in headless Chromium (DOM and screenshot)."""
 
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -14,13 +13,13 @@ import pandas as pd
 import pytest
 from helpers import copy_repo
 from paths import ROOT
+from test_tools import installed_for_tests
 
 from stackbench.analysis import decide
 from stackbench.report import queries, render
 from stackbench.report.layouts import load_layouts
 from stackbench.results import published, store
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PLOTLY_SCRIPT = re.compile(r"<script type='text/javascript'>.*?</script>", re.S)
 SCRIPTS = re.compile(r"<script[^>]*>.*?</script>", re.S)
 LEAKS = re.compile(r"\bnan\b|\bNaN\b|\bNone\b|cnan|\bnull\b|\bundefined\b")
@@ -169,9 +168,17 @@ def test_snakemakes_own_report_holds_the_tables_and_page(published_report):
     assert any(n.endswith("index.html") for n in names) and any(n.endswith("headline-rtx5090.csv") for n in names)
 
 
-def chromium(*args, tmp_path: Path) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def chromium_binary() -> str:
+    found = installed_for_tests("chromium", "chromium-browser")
+    if found is None:
+        pytest.skip("Debian's chromium is not installed (setup.sh installs it when run as root)")
+    return found
+
+
+def chromium(binary: str, *args, tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=8000", *args],
         capture_output=True, text=True, timeout=120)
@@ -197,10 +204,9 @@ def distinct_scanlines(png: bytes) -> int:
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
-def test_html_renders_in_headless_chromium_headline_first(mixed_report, tmp_path):
+def test_html_renders_in_headless_chromium_headline_first(mixed_report, tmp_path, chromium_binary):
     page = mixed_report / "index.html"
-    done = chromium("--dump-dom", page.as_uri(), tmp_path=tmp_path)
+    done = chromium(chromium_binary, "--dump-dom", page.as_uri(), tmp_path=tmp_path)
     console_errors = [line for line in done.stderr.splitlines() if "CONSOLE" in line and ("Error" in line or "Uncaught" in line)]
     assert console_errors == []
     dom = done.stdout
@@ -209,7 +215,7 @@ def test_html_renders_in_headless_chromium_headline_first(mixed_report, tmp_path
     assert dom.count('class="main-svg"') >= 2 * 4  # plotly drew the charts
     assert "rows 1-10 of 10" in dom  # the paginated full table filled itself in
     shot = tmp_path / "headline.png"
-    chromium("--window-size=1280,900", f"--screenshot={shot}", page.as_uri(), tmp_path=tmp_path)
+    chromium(chromium_binary, "--window-size=1280,900", f"--screenshot={shot}", page.as_uri(), tmp_path=tmp_path)
     assert distinct_scanlines(shot.read_bytes()) > 100
 
 

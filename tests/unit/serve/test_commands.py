@@ -84,7 +84,7 @@ def test_tp2_dflash_gets_its_draft_model_and_eight_draft_tokens(repo, capsys):
 @pytest.mark.parametrize("node", NODES)
 def test_every_node_renders_one_command_per_launch(repo, capsys, node):
     printed = commands(capsys, "--node", node)
-    cfg = expand.load_run_config(repo)
+    cfg = expand.load_run_config(repo, {"stacks": "all"})  # a named node's every launch, whatever its default_stacks
     assert list(printed) == [l.name for l in expand.load_node(node, cfg, repo).launches]
     for argv in printed.values():
         assert argv[0] == "external" or argv[argv.index("--port") + 1] == "<port>"
@@ -93,7 +93,8 @@ def test_every_node_renders_one_command_per_launch(repo, capsys, node):
 def test_an_unknown_launch_is_one_line_naming_the_nodes_launches(repo, capsys):
     assert cli.main(["commands", "--node", "local-cpu", "--launch", "nope"]) == 2
     assert capsys.readouterr().err.strip() == ("config error: configs/nodes/local-cpu.yaml: no launch 'nope'; its launches: "
-                                               "llamacpp--nospec, llamacpp--draft-n2, llamacpp--draft-n4")
+                                               "llamacpp--nospec, llamacpp--draft-n2, llamacpp--draft-n4, "
+                                               "vllm-cpu--nospec, vllm-cpu--ngram-n3, sglang-cpu--nospec")
 
 
 def test_an_external_launch_prints_its_url(repo, capsys):

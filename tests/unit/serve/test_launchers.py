@@ -10,9 +10,9 @@ from stackbench.serve.launchers import open_launcher
 from stackbench.serve.process import NotRunnable, ServerExited, group_members
 
 
-def native(tmp_path, mode, gpu_devices=None, **launch_fields):
+def native(tmp_path, mode, gpu_devices=None, needs=None, **launch_fields):
     (tmp_path / "tiny.gguf").write_bytes(b"GGUF")
-    adapter = DoubleAdapter(tmp_path, mode)
+    adapter = DoubleAdapter(tmp_path, mode, needs)
     launch = make_launch(**{"model_path": str(tmp_path / "tiny.gguf"), "node": "ci-cpu", "context_len": 2048, **launch_fields})
     env_info = {"server": PYTHON, "version": "b11434"}
     return open_launcher(launch, adapter, env_info, tmp_path / "run", threads=2, gpu_devices=gpu_devices), adapter
@@ -33,6 +33,16 @@ def test_native_start_ready_identity_and_stop(tmp_path):
         launcher.stop()
     assert group_members(pgid) == [] and not launcher.alive()
     launcher.stop()  # idempotent
+
+
+@pytest.mark.parametrize(("run_env", "seen"), [({}, "adapter's"), ({"DOUBLE_ENGINE_NEEDS": "run's"}, "run's")])
+def test_the_server_gets_what_its_adapter_needs_under_the_nodes_and_runs_env(tmp_path, run_env, seen):
+    launcher, adapter = native(tmp_path, "serve", needs={"DOUBLE_ENGINE_NEEDS": "adapter's"}, env=run_env)
+    try:
+        launcher.start(ready_timeout_s=20)
+        assert json.loads(adapter.spawns()[0]) == {"CUDA_VISIBLE_DEVICES": None, "DOUBLE_ENGINE_NEEDS": seen}
+    finally:
+        launcher.stop()
 
 
 def test_a_bind_failure_is_retried_on_a_fresh_port(tmp_path):

@@ -1,6 +1,6 @@
 """Import-only stand-in for SGLang's `sgl_kernel`, so that SGLang 0.5.23's CPU engine starts on a CPU
-without SGLang's CPU kernels (node configs/nodes/local-cpu-sglang.yaml puts this folder first on the
-server's PYTHONPATH).
+without SGLang's CPU kernels (SGLang's adapter, engines/sglang.py native_env, puts this folder on the
+PYTHONPATH of a --device cpu server).
 
 PyPI's sgl_kernel is the CUDA build (it fails to import without libcuda.so.1) and its CPU build is not on
 PyPI, yet the CPU engine imports the ops below at start-up, whether or not it will use them. Without

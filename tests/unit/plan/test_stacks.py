@@ -1,0 +1,110 @@
+"""Which stacks a run measures: `--config stacks=...` on any node, else the node's default_stacks."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import copy_repo, planned
+from paths import ROOT
+
+from stackbench.config import ConfigError
+from stackbench.plan import expand, launchspec
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    return tmp_path
+
+
+def launches(repo: Path, **given) -> dict[str, list[str]]:
+    _, nodes = expand.load_plan(repo, given)
+    return {node.name: [l.name for l in node.launches] for node in nodes}
+
+
+def edit_node(repo: Path, name: str, change) -> Path:
+    path = repo / f"configs/nodes/{name}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_naming_one_stack_plans_only_its_launches(repo):
+    assert launches(repo, nodes=["rtx5090"], stacks=["vllm-nvfp4-mtp"]) == {
+        "rtx5090": ["vllm-nvfp4-mtp--nospec", "vllm-nvfp4-mtp--mtp-n2", "vllm-nvfp4-mtp--mtp-n3"]}
+    assert launches(repo, nodes=["rtx5090"], stacks=["llamacpp", "sglang-nospec"]) == {
+        "rtx5090": ["sglang-nospec--nospec", "llamacpp--nospec"]}
+
+
+def test_without_a_selection_each_node_runs_its_default_stacks(repo):
+    # rtx5090 names none, so the schema's default (all) plans every run; local-cpu names llama.cpp only.
+    assert len(launches(repo, nodes=["rtx5090"])["rtx5090"]) == 6
+    assert launches(repo, nodes=["rtx5090"], stacks="all") == launches(repo, nodes=["rtx5090"])
+    assert {name.split("--")[0] for name in launches(repo, nodes=["local-cpu"])["local-cpu"]} == {"llamacpp"}
+
+
+def test_a_stack_the_node_does_not_have_is_one_line_naming_the_node_file_and_its_stacks(repo):
+    with pytest.raises(ConfigError) as err:
+        expand.load_plan(repo, {"nodes": ["rtx5090"], "stacks": ["vllm-cpu"]})
+    assert str(err.value) == (f"configs/config.yaml (or --config): stacks: 'vllm-cpu' is not a stack of "
+                              f"{repo}/configs/nodes/rtx5090.yaml; its stacks: vllm-nvfp4-mtp, sglang-eagle, "
+                              "sglang-nospec, llamacpp")
+
+
+def test_a_default_stack_the_runs_do_not_name_is_an_error_in_the_node_file(repo):
+    path = edit_node(repo, "rtx5090", lambda d: d.update(default_stacks=["sglang-eagle", "sglang-dflash"]))
+    with pytest.raises(ConfigError, match=rf"^{path}: default_stacks: 'sglang-dflash' is not a stack of {path}; its stacks: "):
+        expand.load_plan(repo, {"nodes": ["rtx5090"]})
+
+
+def test_runs_of_stacks_not_selected_are_still_checked(repo):
+    """The node file is checked as a whole, so a mistake in a run that is not measured today stops the plan
+    now, not on the day that stack is selected."""
+    edit_node(repo, "rtx5090", lambda d: d["runs"][0].update(variants=["nospec", "mtp-n9"]))
+    with pytest.raises(ConfigError, match=r"runs\[0\]\.variants: unknown variant\(s\) mtp-n9"):
+        expand.load_plan(repo, {"nodes": ["rtx5090"], "stacks": ["llamacpp"]})
+
+
+def test_the_selection_moves_no_fingerprint(repo):
+    def spec(stacks):
+        cfg = expand.load_run_config(repo, {"nodes": ["rtx5090"], "stacks": stacks})
+        node = expand.load_node("rtx5090", cfg, repo)
+        launch = next(l for l in node.launches if l.name == "llamacpp--nospec")
+        return launchspec.build(cfg, node, launch)
+
+    alone, together = spec(["llamacpp"]), spec("all")
+    assert alone.fingerprint == together.fingerprint
+    assert [c.key for c in alone.cells] == [c.key for c in together.cells]
+
+
+def test_the_workflow_plans_the_command_lines_selection(tmp_path):
+    repo = copy_repo(tmp_path / "repo")
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "report", "--config",
+                           "nodes=[rtx5090]", "stacks=[vllm-nvfp4-mtp]"], cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert planned(done.stdout, "measure") == ["vllm-nvfp4-mtp--mtp-n2", "vllm-nvfp4-mtp--mtp-n3", "vllm-nvfp4-mtp--nospec"]
+    wrong = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "report", "--config",
+                            "nodes=[rtx5090]", "stacks=[vllm-cpu]"], cwd=repo, capture_output=True, text=True)
+    assert wrong.returncode != 0
+    assert ("config error: configs/config.yaml (or --config): stacks: 'vllm-cpu' is not a stack of "
+            "configs/nodes/rtx5090.yaml; its stacks: vllm-nvfp4-mtp, sglang-eagle, sglang-nospec, llamacpp\n") in wrong.stderr
+
+
+def test_collect_is_given_the_parts_on_disk_of_launches_not_selected(tmp_path):
+    """A vLLM part measured under stacks=all goes to collect on a plain (llama.cpp-only) run; a part of
+    another node does not (the integration test test_rerun.py measures the whole round trip)."""
+    repo = copy_repo(tmp_path / "repo")
+    for part in ("local-cpu/vllm-cpu--nospec", "rtx5090/llamacpp--nospec"):
+        (repo / "data/runs" / part).mkdir(parents=True)
+        (repo / "data/runs" / part / "cells.parquet").write_bytes(b"")
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", "report"], cwd=repo,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    command = next(line for line in done.stdout.splitlines() if " collect " in line)
+    assert "data/runs/local-cpu/vllm-cpu--nospec/cells.parquet" in command
+    assert "data/runs/local-cpu/llamacpp--nospec/cells.parquet" in command and "rtx5090" not in command
+    assert planned(done.stdout, "measure") == ["llamacpp--draft-n2", "llamacpp--draft-n4", "llamacpp--nospec"]
