@@ -8,8 +8,8 @@ import pandas as pd
 
 from stackbench.analysis.common import text_of
 
-CORRECTNESS_METRICS = ["smoke_score", "needle_pass", "cache_consistent", "output_agreement", "first_divergence_token",
-                       "output_len_ok", "repetition_ratio", "looping"]
+CORRECTNESS_METRICS = ["smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement",
+                       "first_divergence_token", "output_len_ok", "repetition_ratio", "looping"]
 VARIANT = ["node", "stack", "variant"]
 
 
@@ -33,7 +33,7 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     # divergence, the highest repetition).
     worst = rows.groupby(VARIANT + ["metric"])["value"].agg(["min", "max"]).unstack("metric")
     table = pd.DataFrame(index=worst.index)
-    for metric in ("smoke_score", "needle_pass", "cache_consistent", "output_agreement", "output_len_ok",
+    for metric in ("smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement", "output_len_ok",
                    "first_divergence_token", "repetition_ratio"):
         side = worst["max" if metric == "repetition_ratio" else "min"]
         table[metric] = side[metric] if metric in side else np.nan

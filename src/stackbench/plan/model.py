@@ -118,6 +118,7 @@ class Launch:
     tp: int = 1  # tensor-parallel size, as the engine reads it from server_args (its adapter's tp_size)
     workloads: tuple[str, ...] = ()  # the workloads this launch measures (the run's, else the node's)
     concurrency: tuple[int, ...] = ()  # the run's concurrency levels; empty: each workload's (see Workload.levels)
+    probes_off: str | None = None  # why this launch runs no probe set (the node or run set probes: null)
 
     @property
     def name(self) -> str:

@@ -52,6 +52,14 @@ def power_not_measured(results: Results) -> dict[str, str]:
     return dict(zip(frame["node"], frame["why"]))
 
 
+def probes_off(results: Results) -> dict[str, str]:
+    """Per node, the launches whose correctness probes were turned off, and where (plan.probeset)."""
+    frame = results.frame("select node, string_agg(distinct stack || ' / ' || variant, ', ') as launches, "
+                          "string_agg(distinct reason, '; ') as why from results where metric = 'smoke_score' "
+                          "and status = 'not_run' and workload = 'server' and source = 'measured' group by node")
+    return {node: f"{launches}: {why}" for node, launches, why in frame.itertuples(index=False)}
+
+
 def status_lines(results: Results) -> list[str]:
     """Cells that did not produce a figure, and why: failures are results, never silently dropped. Launch-level
     rows (no workload) are not cells; power that was not measured is said once per node under its headline."""

@@ -32,6 +32,7 @@ from stackbench.report.queries import (
     method_input,
     pareto_input,
     power_not_measured,
+    probes_off,
     sql_in,
     sql_text,
     status_lines,
@@ -67,7 +68,8 @@ CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "po
 # The correctness section's columns: (title, column of analysis.correctness_by_variant).
 CORRECTNESS_COLUMNS = [("stack", "stack"), ("variant", "variant"), ("smoke score", "smoke_score"),
                        ("needle pass", "needle_pass"), ("needle prompt tokens", "needle_prompt_tokens"),
-                       ("cache consistent", "cache_consistent"), ("output agreement", "output_agreement"),
+                       ("cache consistent", "cache_consistent"), ("regressions passed", "regression_score"),
+                       ("output agreement", "output_agreement"),
                        ("first divergence", "first_divergence_token"), ("output length ok (lowest)", "output_len_ok"),
                        ("repetition ratio (highest)", "repetition_ratio"), ("outputs", "outputs")]
 
@@ -287,6 +289,9 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         by_node = candidates.groupby("node", sort=False).indices  # each node's headline reads its own rows only
         headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant)
                                  for n in nodes if n in by_node) if t is not None]
+        for node, why in probes_off(results).items():
+            for table in (t for t in headlines if t.table_id == f"headline-{node}"):
+                table.legend.append(f"correctness: not checked on {why}.")
         correctness = correctness_tables(by_variant, nodes)
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background)

@@ -249,3 +249,34 @@ def test_launches_without_a_stated_family_or_with_speculation_are_not_compared_a
             {**doc("nospec", "none", outputs), "ref": "w/nospec@1", "node": "w", "weights": "F"}]
     basis = pd.DataFrame([{"ref": d["ref"], "workload": "probes", "node": d["node"], "source": "measured"} for d in docs])
     assert probes.cross_stack_rows(docs, basis) == []
+
+
+def test_seed_004s_probe_set_runs_its_six_regressions_and_three_smoke_questions():
+    """Against the double (answers "t0 t1 ..." whatever is asked, the same each time): every regression that
+    compares an answer with itself passes, every one graded by content fails, and the score counts six checks."""
+    import asyncio
+
+    from stackbench.engines import adapter_for
+    from stackbench.measure.client import StreamClient
+
+    workload = expand.load_workload("probes-seed-004", [1], ROOT, "test")
+
+    async def ask_all(url):
+        client = StreamClient(url, "synthetic", probes.THINKING_OFF, 30, 60)
+        try:
+            return await probes.run(client, workload, adapter_for("vllm"))
+        finally:
+            await client.aclose()
+
+    with serving(REFERENCE) as url:
+        figures, outputs, records = asyncio.run(ask_all(url))
+    by_metric = {f.metric: f for f in figures}
+    assert by_metric["smoke_score"].n == 3 and "sunzi" in by_metric["smoke_score"].note
+    assert by_metric["needle_hot_consistent"].value == 1 and by_metric["needle_hot_consistent"].n == 2
+    assert by_metric["needle_tail_pass"].value == 0 and by_metric["recall_score"].value == 0
+    assert by_metric["recall_consistent"].value == 1
+    # 30 tokens of "t<i> " are far fewer than the 600 characters asked: the long-generation regression fails.
+    assert by_metric["cache_consistent"].value == 0
+    score = by_metric["regression_score"]
+    assert score.n == 6 and score.value == pytest.approx(2 / 6)  # the two hot needle runs pass
+    assert {"needle-tail", "recall-passphrase"} <= set(outputs)
