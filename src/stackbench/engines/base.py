@@ -118,6 +118,14 @@ class Slots:
     flag: str
 
 
+def streams_token_per_chunk(adapter: "Adapter", launch: Launch) -> bool:
+    """Whether the launch streams one token per chunk, so the client's chunk count is a token count: no
+    speculation (a verify step streams every token it accepted in one chunk) and a stream interval of 1
+    (SGLang's and vLLM's --stream-interval, 1 by default), read from the launch's command."""
+    interval = launch.server_args.get(adapter.stream_interval_arg) if adapter.stream_interval_arg else None
+    return launch.spec_method == "none" and int(interval or 1) == 1
+
+
 def slots_from(launch: Launch, key: str) -> Slots | None:
     """The server argument `key` as Slots; None when the run leaves it to the engine's default."""
     value = launch.server_args.get(key)
@@ -137,6 +145,7 @@ class Adapter(Protocol):
     metrics_path: str  # GET answers the Prometheus exposition (speculative counters, pool gauges)
     context_limit: re.Pattern  # the engine's HTTP 400 for an over-long prompt; group 1 is the limit it states
     reasoning_parser_arg: str | None  # the server argument that streams thinking apart; None: not a flag here
+    stream_interval_arg: str | None  # the server argument streaming a chunk every N tokens; None: one token a chunk
     setup_facts: tuple[str, ...]  # ServerFacts.extra keys that describe how the server was set up (rows' note)
     kv_accounting: KvAccounting
     tokenize_path: str  # POST: the engine's own tokenizer on plain text (no chat template), to size prompts

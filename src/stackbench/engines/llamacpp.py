@@ -74,6 +74,7 @@ class LlamaCppAdapter:
     metrics_path = "/metrics"  # with --metrics
     context_limit = re.compile(r"available context size \((\d+) tokens\)")
     reasoning_parser_arg = None  # llama-server splits reasoning by its chat template (--reasoning-format)
+    stream_interval_arg = None  # llama-server streams each token as it is sampled
     setup_facts = ()
     # The KV size line and the file size cover the whole model; a draft model logs a cache of its own;
     # the non-window pool is printed alone (the SWA cache has its own line).

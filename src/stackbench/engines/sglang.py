@@ -65,6 +65,7 @@ class SglangAdapter(PythonEngine):
     # "maximum allowed length (N tokens)"; 0.5.23's tokenizer: "longer than the model's context length (N tokens)"
     context_limit = re.compile(r"(?:maximum allowed length|longer than the model's context length) \((\d+) tokens\)")
     reasoning_parser_arg = "reasoning_parser"
+    stream_interval_arg = "stream_interval"
     # The attention and sampling backends and the project's sgl_kernel stand-in (CPU) say how it ran.
     setup_facts = ("attention_backend", "sampling_backend", "sgl_kernel")
     # TP rank 0 logs its own GPU's KV; cell_size is scaled by 1 + draft layers / KV layers (the MTP head

@@ -52,6 +52,7 @@ class VllmAdapter(PythonEngine):
     metrics_path = "/metrics"
     context_limit = re.compile(r"maximum context length is (\d+) tokens")
     reasoning_parser_arg = "reasoning_parser"
+    stream_interval_arg = "stream_interval"
     setup_facts = ()
     # Workers log their own GPU's KV; the MTP layer's attention joins the KV cache groups; the hybrid
     # allocator pools KV, window KV and recurrent state in one memory pool.

@@ -81,6 +81,15 @@ def mean_agreement(pairs: Iterable[tuple[Sequence, Sequence]]) -> Agreement:
     return Agreement(sum(r.output_agreement for r in results) / len(results), min(divergences) if divergences else None)
 
 
+def charged_loops(pairs: Mapping[str, tuple[str, str]], threshold: float = LOOP_THRESHOLD) -> list[str]:
+    """The prompts (ids of `pairs`: id -> (reference text, candidate text), greedy outputs of the same prompt)
+    where the candidate's output loops and the reference's does not. An output identical to the reference's
+    is never charged, whatever it repeats: a model that loops on a prompt loops without speculation too."""
+    return [key for key, (reference, candidate) in pairs.items()
+            if candidate != reference and is_looping(repetition_ratio(candidate), threshold)
+            and not is_looping(repetition_ratio(reference), threshold)]
+
+
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"^.*</think>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>.*$", re.DOTALL | re.IGNORECASE)

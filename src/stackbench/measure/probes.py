@@ -216,11 +216,18 @@ def agreement_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
         how = f"greedy outputs of {prompts} probe prompts compared {unit.removesuffix('s')} by {unit.removesuffix('s')} " \
               f"with {reference['variant']} ({reference['ref']})"
         diverged = found.first_divergence_token
+        common = sorted(set(reference["outputs"]) & set(candidate["outputs"]))
+        charged = correctness.charged_loops({k: (reference["outputs"][k]["text"], candidate["outputs"][k]["text"]) for k in common})
         rows += [{**base, "metric": "output_agreement", "value": found.output_agreement, "unit": "ratio", "stat": "mean",
                   "n": prompts, "note": f"mean common prefix / reference length; {how}"},
                  {**base, "metric": "first_divergence_token", "value": diverged, "unit": unit, "stat": "single",
                   "n": prompts, "note": (f"earliest divergence over the prompts; {how}" if diverged is not None
-                                         else f"identical: no divergence; {how}")}]
+                                         else f"identical: no divergence; {how}")},
+                 # loops_charged (our own): the share of probe prompts whose greedy output loops where the
+                 # reference's on the same prompt does not (correctness.charged_loops): the one loop verdict.
+                 {**base, "metric": "loops_charged", "value": len(charged) / len(common), "unit": "ratio", "stat": "mean",
+                  "n": len(common), "note": (f"loops where {reference['variant']} does not on {', '.join(charged)}" if charged
+                                             else f"no output loops where {reference['variant']}'s does not") + f"; {how}"}]
     return rows
 
 

@@ -14,7 +14,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from stackbench.engines.base import SpecCounters, stated_limit
+from stackbench.engines.base import SpecCounters, stated_limit, streams_token_per_chunk
 from stackbench.engines.prometheus import MetricsFormatError
 from stackbench.measure import calibrate, powercap, probes, summary, telemetry, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
@@ -232,8 +232,10 @@ class CellRunner:
         if probe_figures is not None:
             result.figures = probe_figures
             return result
-        # One token per streamed chunk without speculation, unless the engine streams usage per chunk.
-        chunks_are_tokens = self.spec.launch.spec_method == "none" and not any(r.chunk_token_counts for r in records)
+        # Chunks count as tokens only where the launch streams one token per chunk (no speculation, stream
+        # interval 1) and the engine streams no usage per chunk; else the server's count alone is trusted.
+        chunks_are_tokens = (streams_token_per_chunk(self.adapter, self.spec.launch)
+                             and not any(r.chunk_token_counts for r in records))
         result.figures = (summary.cell_figures(repeats, delta) + summary.load_figures(repeats, cell.load, cell.concurrency)
                           + summary.validity_figures(records, chunks_are_tokens) + summary.degeneration_figures(records))
         if reading is not None:

@@ -71,7 +71,8 @@ CORRECTNESS_COLUMNS = [("stack", "stack"), ("variant", "variant"), ("smoke score
                        ("cache consistent", "cache_consistent"), ("regressions passed", "regression_score"),
                        ("output agreement", "output_agreement"),
                        ("first divergence", "first_divergence_token"), ("output length ok (lowest)", "output_len_ok"),
-                       ("repetition ratio (highest)", "repetition_ratio"), ("outputs", "outputs")]
+                       ("repetition ratio (highest)", "repetition_ratio"), ("loop share (highest cell)", "looping"),
+                       ("cells with loops", "looping_in"), ("outputs", "outputs")]
 
 
 def correctness_tables(by_variant: pd.DataFrame, nodes: list[str]) -> list[tables.Table]:
@@ -85,7 +86,10 @@ def correctness_tables(by_variant: pd.DataFrame, nodes: list[str]) -> list[table
         out.append(tables.frame_table(
             frame, f"correctness-{node}", f"Correctness beside speed on {node}", "probes workload and every measured cell",
             ["smoke score: share of the smoke questions answered by their rule; needle pass and cache consistent: 1 or 0;"
-             " output agreement: mean common prefix with the no-spec launch's greedy output (1 = identical); blank: not measured."]))
+             " output agreement: mean common prefix with the no-spec launch's greedy output (1 = identical); blank: not measured.",
+             "verdicts: loops are charged only on the probes' greedy outputs, prompt by prompt, where a variant's output loops "
+             "and no-spec's on the same prompt does not (identical outputs never); a cell's loop share is reported for "
+             f"every variant alike, never a verdict; {analysis.correctness.TOLERANCE}."]))
     return out
 
 

@@ -82,8 +82,8 @@ def test_a_variant_answering_differently_at_the_same_speed_is_flagged(measured):
     assert "differs" not in rows["nospec"] and "≠" not in rows["nospec"]
     decode_column = headline.splitlines()[4].split(" | ").index("decode tok/s")  # same speed, but marked
     assert rows["ngram-n3"].split(" | ")[decode_column].endswith("≠")
-    assert ("≠ vllm / ngram-n3: greedy outputs differ from no-spec at token 20 (agreement 0.65): its speed is not of"
-            " the same output") in headline
+    assert ("≠ vllm / ngram-n3: greedy outputs differ from no-spec at token 20 (agreement 0.65), beyond the tolerance "
+            "(first divergence before 16 or agreement under 0.8): its speed is not of the same output") in headline
     assert headline.index(rows["nospec"]) < headline.index(rows["ngram-n3"])  # the flagged variant never tops it
 
 
@@ -119,13 +119,48 @@ def test_identical_outputs_read_as_the_no_spec_reference_and_words_are_said_when
     assert verdict.set_index("variant").loc["draft", "outputs"] == "= no-spec" and not verdict["flagged"].any()
 
 
-def test_a_variant_whose_cells_loop_reads_loops_in_the_headline_verdict():
-    rows = pd.DataFrame([{"node": "n", "stack": "llamacpp", "variant": "draft", "workload": w, "metric": "looping", "value": v,
+def test_a_cells_loop_share_is_reported_for_every_variant_alike_and_is_no_verdict():
+    """Seed run: one of three sampled extraction requests of draft-n2 crossed the loop threshold, no-spec's not;
+    its greedy probe outputs are no-spec's, word for word. Reported, not charged."""
+    rows = pd.DataFrame([{"node": "n", "stack": "llamacpp", "variant": variant, "workload": w, "metric": metric, "value": v,
                           "unit": "ratio", "prompt_tokens": None, "source": "measured", "status": "ok"}
-                         for w, v in (("prose", 0.5), ("code", 0.0))])
-    verdict = analysis.correctness_by_variant(rows).set_index("variant").loc["draft"]
-    assert verdict["outputs"] == "loops: prose" and verdict["flagged"]
-    assert verdict["caveat"] == "outputs loop in prose: speed of degenerate, predictable text"
+                         for variant, w, metric, v in (("draft-n2", "extraction", "looping", 1 / 3), ("draft-n2", "code", "looping", 0.0),
+                                                       ("nospec", "extraction", "looping", 0.0),
+                                                       ("draft-n2", "probes", "output_agreement", 1.0),
+                                                       ("draft-n2", "probes", "loops_charged", 0.0))])
+    verdict = analysis.correctness_by_variant(rows).set_index("variant")
+    assert not verdict["flagged"].any()
+    assert verdict.loc["draft-n2", "outputs"] == "= no-spec"
+    assert verdict.loc["draft-n2", "looping"] == pytest.approx(1 / 3) and verdict.loc["draft-n2", "looping_in"] == "extraction"
+    assert verdict.loc["nospec", "looping"] == 0
+
+
+def test_a_variant_looping_where_its_reference_does_not_on_the_same_prompt_is_charged():
+    looped = "again and again " * 20
+    basis = pd.DataFrame([{"ref": "n/draft@1", "workload": "probes", "node": "n", "stack": "llamacpp", "variant": "draft",
+                           "spec_method": "draft", "source": "measured", "metric": "smoke_score"}])
+    reference = {"p1": output("the sky is blue because air scatters short waves more than long ones", True),
+                 "p2": output(looped.strip(), True)}
+    candidate = {"p1": output(looped.strip(), True), "p2": output(looped.strip(), True)}
+    rows = probes.agreement_rows([doc("nospec", "none", reference), doc("draft", "draft", candidate)], basis)
+    charged = next(r for r in rows if r["metric"] == "loops_charged")
+    # p2 loops in both, word for word: never charged; p1 loops only with speculation.
+    assert charged["value"] == 0.5 and "on p1;" in charged["note"]
+    verdict = analysis.correctness_by_variant(pd.DataFrame(rows).assign(status="ok", prompt_tokens=None)).set_index("variant")
+    assert verdict.loc["draft", "flagged"]
+    assert "loop where no-spec's on the same prompts do not (0.50 of probe prompts)" in verdict.loc["draft", "caveat"]
+
+
+def test_a_late_greedy_flip_is_reported_within_tolerance_and_an_early_one_is_charged():
+    def verdict(agreement, divergence):
+        rows = pd.DataFrame([{"node": "n", "stack": "vllm", "variant": "mtp", "workload": "probes", "metric": m, "value": v,
+                              "unit": "tokens", "prompt_tokens": None, "source": "measured", "status": "ok"}
+                             for m, v in (("output_agreement", agreement), ("first_divergence_token", divergence))])
+        return analysis.correctness_by_variant(rows).iloc[0]
+
+    late = verdict(0.93, 40)
+    assert not late["flagged"] and late["outputs"] == "differs late at token 40 (agreement 0.93), within tolerance"
+    assert verdict(0.95, 3)["flagged"] and verdict(0.6, 30)["flagged"]
 
 
 def test_a_probe_workload_without_its_probes_is_refused_naming_the_file(tmp_path):
