@@ -145,13 +145,14 @@ def method_input(results: Results, layouts: dict[str, published.Layout]) -> pd.D
     methods = sorted({m for layout in layouts.values() for m in layout.method})
     if not methods:
         return pd.DataFrame()
-    return results.frame("""
+    return results.frame(f"""
         with ran as (select distinct ref, node, stack, variant from results
                      where source = 'measured' and workload in (select unnest(?::varchar[])))
         select r.* from results r join ran using (ref, node, stack, variant)
         where r.source = 'measured' and r.status = 'ok'
           and (r.workload in (select unnest(?::varchar[])) or r.workload is null)
-          and r.metric in (select distinct metric from results where source = 'published' and table_id is not null)""",
+          and (r.metric in (select distinct metric from results where source = 'published' and table_id is not null)
+               or r.metric in {sql_in(published.AGGREGATE_METRICS.values())})""",
                          [methods, methods])
 
 

@@ -156,7 +156,8 @@ def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dic
     picked = []
     for column, keys in column_keys.items():
         for metric, concurrency in keys:
-            rows = mine[mine["metric"] == metric]
+            # The post's aggregate as the post formed it; the row shown under the post's metric, its own named.
+            rows = mine[mine["metric"] == published.measured_metric(layout, metric)].assign(metric=metric)
             if _present(concurrency):
                 hits = rows[rows["workload"].notna() & (rows["concurrency"] == concurrency)]
             else:
@@ -253,7 +254,11 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
     if len(beside):
         refs.append(f"{SAME_METHOD}: measured with {', '.join(layout.method)} (runs {', '.join(dict.fromkeys(beside['ref']))})")
     table = Table(table_id, title, "; ".join(refs), columns, rows, raw_rows)
-    return _finish(table, records, SEED_AXES, layout.caveats)
+    caveats = list(layout.caveats)
+    if len(beside) and layout.aggregate != "wall" and "aggregate_tps" in set(records["metric"]):
+        caveats.append(f"aggregate: the post's is the sum of its streams' decode rates, TTFT excluded; the {SAME_METHOD} "
+                       f"rows show {published.measured_metric(layout, 'aggregate_tps')}, formed the same way.")
+    return _finish(table, records, SEED_AXES, caveats)
 
 
 # -- the headline -------------------------------------------------------------------------------------------

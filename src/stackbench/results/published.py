@@ -71,6 +71,7 @@ class Layout:
     # The measured workloads that reproduce the post's method for this table's figures (seed-004-short):
     # rows measured with them stand beside the post's, one per measured launch. Empty: none does.
     method: list[str] = field(default_factory=list)
+    aggregate: str = "wall"  # how the post formed aggregate_tps: wall, or decode_sum (AGGREGATE_METRICS)
 
 
 def _check_sections(doc: dict, path: Path) -> None:
@@ -158,9 +159,20 @@ def load_layouts(directory: Path) -> dict[str, Layout]:
                 layout.formats = spec.get("formats", {})
             layout.caveats += [c for c in group.get("caveats", []) if c not in layout.caveats]
             layout.method += [m for m in _methods(group.get("method", METHOD_DEFAULT)) if m not in layout.method]
+            layout.aggregate = group.get("aggregate", layout.aggregate)
     for table_id, layout in layouts.items():
         _check_layout(table_id, layout, directory)
     return layouts
+
+
+# The measured metric a post's aggregate_tps matches, by how the post formed it (groups[].aggregate).
+AGGREGATE_METRICS = {"wall": "aggregate_tps", "decode_sum": "aggregate_decode_tps"}
+
+
+def measured_metric(layout: Layout, metric: str) -> str:
+    """The measured metric that stands in a post's column of `metric`: its own, but for an aggregate the
+    one formed as the post formed it."""
+    return AGGREGATE_METRICS[layout.aggregate] if metric == "aggregate_tps" else metric
 
 
 def _schema_default(name: str):

@@ -156,3 +156,23 @@ def test_a_capped_sweep_shows_one_cap_beside_the_post(tmp_path):
     lines = table_lines(write(tmp_path, method_rows() + capped), "s004-mtp-ab")
     row = dict(zip(cells(lines[4]), cells(next(line for line in lines if f"{NODE}, same method" in line))))
     assert row["c1"] == "90" and row["c4"] == "360"
+
+
+def test_an_aggregate_the_post_formed_from_decode_rates_is_matched_with_the_measured_decode_sum():
+    """s000-fix-ab's 双流聚合 is 90.9 + 79.2 (aggregate: decode_sum): the same-method row shows the measured
+    aggregate_decode_tps, never the wall aggregate, and says so."""
+    from stackbench.report import tables
+
+    records = pd.DataFrame(published_records(ROOT / "data/published", ROOT))
+    layout = published.load_layouts(ROOT / "data/published")["s000-fix-ab"]
+    assert layout.aggregate == "decode_sum"
+    layout.method = ["seed-000-short-code"]
+    base = launch("nospec")
+    base.pop("_prompt")
+    cell = dict(base, workload="seed-000-short-code", concurrency=2, prompt_tokens=30, output_tokens=512, unit="tok/s")
+    measured = store.to_table(pd.DataFrame([dict(cell, metric="aggregate_tps", value=150.0),
+                                            dict(cell, metric="aggregate_decode_tps", value=171.0)])).to_pandas()
+    table = tables.seed_table(records, "s000-fix-ab", layout, measured)
+    (row,) = [r for r in table.rows if "same method" in r[0]]
+    assert "171" in row[1:] and "150" not in row[1:]
+    assert any("sum of its streams' decode rates" in c for c in table.caveats)
