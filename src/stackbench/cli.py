@@ -13,7 +13,8 @@ def published_records(data_dir: Path, root: Path = Path(".")) -> list[dict]:
     """The seeds' figures as rows, with the geometry of their model (configs/models) and the engine facts of
     their stack (its adapter) as rows of their own launch, as measured rows carry them."""
     from stackbench.engines import engine_facts
-    from stackbench.results import geometry, published
+    from stackbench.models import geometry
+    from stackbench.results import published
 
     records = published.load_all(data_dir, root)
     records += geometry.published_geometry_rows(records, geometry.load_published_geometries(root))
@@ -30,11 +31,10 @@ def _published(args) -> None:
 
 def collect_results(parts: list, out: Path) -> int:
     """data/results.parquet from the parts, with the rows derived across launches: greedy agreement needs
-    both launches' outputs, so it is computed here, over every part (measure/probes.py)."""
-    from stackbench.measure import probes
-    from stackbench.results import store
+    both launches' outputs, so it is computed here, over every part (results/agreement.py)."""
+    from stackbench.results import agreement, store
 
-    return store.collect(parts, out, probes.agreement_across(parts, store.union_parts(parts)))
+    return store.collect(parts, out, agreement.agreement_across(parts, store.union_parts(parts)))
 
 
 def _collect(args) -> None:
@@ -102,9 +102,9 @@ def _plan_launch(args) -> None:
 
 
 def _measure(args) -> None:
-    from stackbench import measure
+    from stackbench.measure import sequencer
 
-    measure.main(Path(args.spec), Path(args.out_dir))
+    sequencer.main(Path(args.spec), Path(args.out_dir))
 
 
 def _build_env(args) -> None:

@@ -1,4 +1,5 @@
-"""Config loading: YAML files validated against the JSON schemas in workflow/schemas, defaults filled in.
+"""Config loading: YAML files validated against the JSON schemas shipped in the package (src/stackbench/schemas,
+found by schema_path), defaults filled in.
 
 Every error is one line that names the file, the field and what was expected, so a person can fix it
 without reading a traceback. Validation runs before Snakemake plans any job.
@@ -6,14 +7,13 @@ without reading a traceback. Validation runs before Snakemake plans any job.
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 from jsonschema import Draft202012Validator, validators
-
-SCHEMA_DIR = Path("workflow/schemas")
 
 
 class ConfigError(ValueError):
@@ -61,9 +61,13 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
-def load_schema(name: str, root: Path = Path(".")) -> dict:
-    path = root / SCHEMA_DIR / f"{name}.schema.yaml"
-    with open(path, encoding="utf-8") as handle:
+def schema_path(name: str) -> Path:
+    """The one place a schema is found: package data, wherever the package is installed."""
+    return Path(str(resources.files("stackbench") / "schemas" / f"{name}.schema.yaml"))
+
+
+def load_schema(name: str) -> dict:
+    with open(schema_path(name), encoding="utf-8") as handle:
         return yaml.safe_load(handle)
 
 
@@ -88,8 +92,8 @@ def load_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: {at}: not valid YAML: {getattr(err, 'problem', err)}") from None
 
 
-def load_file(path: Path, schema_name: str, root: Path = Path(".")) -> dict:
+def load_file(path: Path, schema_name: str) -> dict:
     data = load_yaml(path)
     if data is None:
         data = {}
-    return validate(data, load_schema(schema_name, root), str(path))
+    return validate(data, load_schema(schema_name), str(path))

@@ -19,8 +19,8 @@ from helpers import ci_measure_argv as measure_argv
 from launch_helpers import server_pid
 from paths import ROOT
 
-from stackbench import measure
-from stackbench.measure import runner
+from stackbench.host import powercap
+from stackbench.measure import runner, sequencer
 from stackbench.plan import expand, launchspec
 from stackbench.results import store
 from stackbench.serve.process import group_members
@@ -130,7 +130,7 @@ def test_power_cap_sweep_inside_one_launch_with_an_nvml_test_double(ci_repo, tmp
     fake = FakeNvml(count=1)
     run.nvml = fake
     monkeypatch.chdir(ci_repo)
-    monkeypatch.setattr(measure.powercap.PowerCapper, "settle_s", 0.0)
+    monkeypatch.setattr(powercap.PowerCapper, "settle_s", 0.0)
     results = store.read_results(run.run())
     cells = results[results["workload"] == "code"]
     assert sorted(cells["power_cap_w"].unique()) == [200.0, 250.0] and run.launches == 1
@@ -214,7 +214,7 @@ def test_the_cpu_defaults_ladder_records_each_length_and_the_one_over_the_limit_
         spec = launchspec.build(cfg, node, launch)
     finally:
         os.chdir(cwd)
-    run = measure.LaunchRun(spec, tmp_path / "run")
+    run = sequencer.LaunchRun(spec, tmp_path / "run")
     results = store.read_results(run.run())
     seconds = sum(event["seconds"] for event in run.timeline if event["event"] == "cell")
     print(f"ladder-cpu cells: {seconds:.1f} s")  # what the ladder adds to the default's run

@@ -18,7 +18,7 @@ import pandas as pd
 import yaml
 from paths import ROOT, SUPPORT
 
-from stackbench import measure
+from stackbench.measure import sequencer
 from stackbench.plan import expand, launchspec
 from stackbench.results import store
 
@@ -136,8 +136,8 @@ def ci_launch_spec(repo: Path, launch: str) -> launchspec.LaunchSpec:
         os.chdir(cwd)
 
 
-def ci_launch_run(repo: Path, launch: str, out: Path) -> measure.LaunchRun:
-    return measure.LaunchRun(ci_launch_spec(repo, launch), out)
+def ci_launch_run(repo: Path, launch: str, out: Path) -> sequencer.LaunchRun:
+    return sequencer.LaunchRun(ci_launch_spec(repo, launch), out)
 
 
 def ci_measure_argv(repo: Path, launch: str, out: Path) -> list[str]:

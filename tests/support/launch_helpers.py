@@ -14,8 +14,8 @@ from paths import ROOT
 
 from stackbench import plan
 from stackbench.engines import ADAPTERS
+from stackbench.host import locks
 from stackbench.plan import expand, launchspec
-from stackbench.serve import hostlocks
 
 DOUBLE_SERVER = textwrap.dedent("""
     import http.server, json, os, sys
@@ -113,5 +113,5 @@ def one_model_node(launch: dict, server_args: dict | None = None) -> dict:
 
 
 def server_pid(run_dir: Path) -> int:
-    """The pid (and process group) of the server a launch started, from its record (hostlocks.ServerRecord)."""
-    return json.loads(hostlocks.run_record(run_dir).read_text())["pid"]
+    """The pid (and process group) of the server a launch started, from its record (locks.ServerRecord)."""
+    return json.loads(locks.run_record(run_dir).read_text())["pid"]

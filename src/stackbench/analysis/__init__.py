@@ -5,7 +5,7 @@ Pure, vectorized functions over the results table (pandas groupby/merge; no per-
 the same on measured and published rows and on a million rows. Every lookup joins on the whole cell
 (CELL) or the whole launch (LAUNCH), so a power-cap or concurrency sweep never mixes its cells.
 Measured rows carry their model's geometry as server rows read from the model's own files
-(stackbench.results.geometry); published rows from configs/models, written as rows of their own at collect.
+(stackbench.models.geometry); published rows from configs/models, written as rows of their own at collect.
 
 One module per analysis; this package exposes their functions.
 """

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from stackbench.analysis.common import LAUNCH, engine_fact, geometry_columns, kv_dtype_bytes, on_launch, text_of, tp_of
-from stackbench.results import geometry
+from stackbench.models import geometry
 
 AUDIT_TOLERANCE = 1.2  # implied/expected bytes per token outside [1/1.2, 1.2] is flagged
 

@@ -18,7 +18,7 @@ from stackbench.analysis.common import (
     text_of,
     tp_of,
 )
-from stackbench.results import geometry
+from stackbench.models import geometry
 
 
 def weight_format(quant: pd.Series) -> pd.Series:

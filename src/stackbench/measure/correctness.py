@@ -2,8 +2,6 @@
 
 - repetition_ratio / is_looping: a long greedy output that falls into a loop is trivially predictable; a seed post
   saw ~100 -> 408 tok/s at ~98 % acceptance. Degenerate output, not a fast engine: flag it, do not rank it.
-- greedy_agreement / mean_agreement: greedy output with speculative decoding must equal the output without it. A
-  borrowed MTP head collapses acceptance (speed); a broken verify path changes the output (this check).
 - grade: smoke questions with rules from the workload file; a wrong loader silently drops weights and the
   server still answers, fast and wrong.
 - needle_haystack / needle_found: a context-length figure counts only if the model still reads that far.
@@ -13,8 +11,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from itertools import cycle
 
@@ -45,49 +42,6 @@ def repetition_ratio(tokens: Sequence | str, n: int = 4) -> float | None:
 
 def is_looping(ratio: float | None, threshold: float = LOOP_THRESHOLD) -> bool:
     return ratio is not None and ratio > threshold
-
-
-@dataclass(frozen=True)
-class Agreement:
-    output_agreement: float  # common prefix / len(reference), 0..1
-    first_divergence_token: int | None  # None when identical
-
-
-def greedy_agreement(reference: Sequence, candidate: Sequence) -> Agreement:
-    """Compare greedy output with speculative decoding (candidate) against the same run without it (reference).
-
-    Speculative decoding is meant to be lossless: vLLM's docs ("Lossless guarantees of Speculative Decoding")
-    state that it preserves the target model's output distribution up to hardware numerics, and at temperature 0
-    SGLang's verify step keeps a drafted token only where it equals the target's argmax. So agreement < 1 is a
-    finding; numerics (batch shape, kernels) can flip a near-tie, and the divergence index says how late.
-    """
-    common = 0
-    for a, b in zip(reference, candidate):
-        if a != b:
-            break
-        common += 1
-    identical = common == len(reference) == len(candidate)
-    share = common / len(reference) if reference else float(not candidate)
-    # When one is a prefix of the other, they diverge at the shorter length: common is that length.
-    return Agreement(share, None if identical else common)
-
-
-def mean_agreement(pairs: Iterable[tuple[Sequence, Sequence]]) -> Agreement:
-    """Mean output_agreement over prompts; the earliest divergence over the prompts that diverged."""
-    results = [greedy_agreement(ref, cand) for ref, cand in pairs]
-    if not results:
-        raise ValueError("mean_agreement needs at least one (reference, candidate) pair")
-    divergences = [r.first_divergence_token for r in results if r.first_divergence_token is not None]
-    return Agreement(sum(r.output_agreement for r in results) / len(results), min(divergences) if divergences else None)
-
-
-def charged_loops(pairs: Mapping[str, tuple[str, str]], threshold: float = LOOP_THRESHOLD) -> list[str]:
-    """The prompts (ids of `pairs`: id -> (reference text, candidate text), greedy outputs of the same prompt)
-    where the candidate's output loops and the reference's does not. An output identical to the reference's
-    is never charged, whatever it repeats: a model that loops on a prompt loops without speculation too."""
-    return [key for key, (reference, candidate) in pairs.items()
-            if candidate != reference and is_looping(repetition_ratio(candidate), threshold)
-            and not is_looping(repetition_ratio(reference), threshold)]
 
 
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)

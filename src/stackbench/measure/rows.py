@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackbench.engines.base import Adapter, ServerFacts, kv_accounting_columns
-from stackbench.measure import host, summary
+from stackbench.host.facts import cpu_name, host_memory_bandwidth_gbs, host_os
+from stackbench.measure import summary
 from stackbench.measure.workloads import thinking_basis
+from stackbench.models import geometry
 from stackbench.plan.launchspec import Cell, LaunchSpec
 from stackbench.results import basis as caveats
-from stackbench.results import geometry
 
 UNKNOWN = "unknown"
 
@@ -51,13 +52,13 @@ class RowMaker:
         self.launch_basis = {
             "source": "measured", "ref": run_id, "node": node.name, "stack": launch.engine, "variant": launch.variant,
             "spec_method": launch.spec_method, "spec_tokens": launch.spec_tokens,
-            "os": host.host_os() if node.os == "auto" else node.os, "engine": adapter.engine_label,
+            "os": host_os() if node.os == "auto" else node.os, "engine": adapter.engine_label,
             "engine_version": spec.engine.get("version", UNKNOWN),
             "engine_image": {"native": "none (native build)", "external": "external endpoint (launch not ours)"}.get(
                 launch.launch_mode, launch.launch_target),
             "model": launch.model.name, "quant": UNKNOWN if external else launch.model.quant, "kv_dtype": UNKNOWN,
             "context_len": None if external else launch.context_len, "temperature": 0.0, "ttft_included": "no",
-            "gpu": node.gpu_model if node.gpu_count else f"none (CPU: {host.cpu_name()})", "gpu_count": node.gpu_count,
+            "gpu": node.gpu_model if node.gpu_count else f"none (CPU: {cpu_name()})", "gpu_count": node.gpu_count,
             "tp": None if external else launch.tp, "launch_mode": launch.launch_mode,
             **kv_accounting_columns(adapter),
         }
@@ -149,7 +150,7 @@ class RowMaker:
             rows.append(self.fact_row("ready_s", ready_s, "s", "launch to health 200, first launch"))
         node = self.spec.node
         if not node.gpu_count:
-            rows.append(self.fact_row("host_mem_bandwidth_gbs", host.host_memory_bandwidth_gbs(), "GB/s",
+            rows.append(self.fact_row("host_mem_bandwidth_gbs", host_memory_bandwidth_gbs(), "GB/s",
                                       "best of 5 numpy copies of 256 MiB (bytes read + written); the CPU decode roofline",
                                       stat="peak", n=5))
         elif node.bandwidth_gbs:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from stackbench.engines.base import SpecCounters, stated_limit, streams_token_per_chunk
 from stackbench.engines.prometheus import MetricsFormatError
-from stackbench.measure import calibrate, powercap, probes, summary, telemetry, workloads
+from stackbench.host import powercap, telemetry
+from stackbench.measure import calibrate, probes, summary, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 

@@ -18,9 +18,9 @@ import numpy
 import scipy.stats
 
 from stackbench.engines.base import SERVER_DECODE_TPS, SERVER_PREFILL_TPS, SpecCounters
+from stackbench.host.telemetry import WindowReading, power_by_time
 from stackbench.measure import correctness
 from stackbench.measure.client import RequestRecord
-from stackbench.measure.telemetry import WindowReading, power_by_time
 from stackbench.plan import Load
 
 # A percentile from fewer samples than this says so in its note.

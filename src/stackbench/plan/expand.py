@@ -31,8 +31,8 @@ PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the
 def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
     """The top-level config: read from configs/config.yaml, or as Snakemake merged it with --config."""
     if given is None:
-        return load_file(root / CONFIG_DIR / "config.yaml", "config", root)
-    return validate(dict(given), load_schema("config", root), "configs/config.yaml (with --config overrides)")
+        return load_file(root / CONFIG_DIR / "config.yaml", "config")
+    return validate(dict(given), load_schema("config"), "configs/config.yaml (with --config overrides)")
 
 
 def load_workload(name: str, node_concurrency: list[int], root: Path, where: str) -> Workload:
@@ -40,7 +40,7 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
     if not path.exists():
         known = sorted(p.stem for p in (root / CONFIG_DIR / "workloads").glob("*.yaml"))
         raise ConfigError(f"{where}: unknown workload {name!r}; known: {', '.join(known)}")
-    doc = load_file(path, "workload", root)
+    doc = load_file(path, "workload")
     if (doc["kind"] == "probe") != (doc["probes"] is not None):
         raise ConfigError(f"{path}: probes: required with kind probe and only there (kind is {doc['kind']!r})")
     if (doc["kind"] == "ladder") != bool(doc["ladder"]):
@@ -132,7 +132,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     if not path.exists():
         known = sorted(p.stem for p in (root / CONFIG_DIR / "nodes").glob("*.yaml"))
         raise ConfigError(f"configs/config.yaml: nodes: no node config {path} (known: {', '.join(known)})")
-    doc = load_file(path, "node", root)
+    doc = load_file(path, "node")
     where = str(path)
     for key, spec in doc["models"].items():
         for kind in ("gguf", "hf_dir"):
@@ -160,7 +160,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         if not stack_path.exists():
             known = sorted(p.stem for p in (root / CONFIG_DIR / "stacks").glob("*.yaml"))
             raise ConfigError(f"{run_where}.stack: unknown stack {run['stack']!r}; known: {', '.join(known)}")
-        stack_doc = load_file(stack_path, "stack", root)
+        stack_doc = load_file(stack_path, "stack")
         model = _model(name, doc, run["model"], f"{run_where}.model", cfg["paths"]["models"])
         draft = _model(name, doc, run["draft_model"], f"{run_where}.draft_model", cfg["paths"]["models"]) if "draft_model" in run else None
         variants = _expand_variants(stack_doc)

@@ -29,7 +29,7 @@ class Model:
 
 @dataclass(frozen=True)
 class Load:
-    """A workload's load and SLO settings (workflow/schemas/workload.schema.yaml documents each)."""
+    """A workload's load and SLO settings (src/stackbench/schemas/workload.schema.yaml documents each)."""
 
     requests_per_stream: int = 1
     knee_fraction: float = 0.10

@@ -13,8 +13,8 @@ import yaml
 
 from stackbench.config import load_file
 from stackbench.engines import adapter_for
-from stackbench.measure import telemetry
-from stackbench.measure.host import cpu_name, host_os
+from stackbench.host import telemetry
+from stackbench.host.facts import cpu_name, host_os
 
 STARTER = Path("configs/starter")  # the runs a starter gets, as config text with comments
 SLOTS = 4  # every run's concurrent requests, named explicitly so that the node's concurrency fits them
@@ -80,7 +80,7 @@ def gpu_runs(gpu_count: int, root: Path = Path(".")) -> str:
             stack = line.split(":", 1)[1].strip()
         found = PARALLEL_ARGS.search(line)
         if found:
-            engine = load_file(root / "configs/stacks" / f"{stack}.yaml", "stack", root)["engine"]
+            engine = load_file(root / "configs/stacks" / f"{stack}.yaml", "stack")["engine"]
             extra = yaml.safe_load("{" + (found["extra"] or "") + "}")
             line = line.replace(found[0], _flow({**extra, **adapter_for(engine).parallel_args(gpu_count, SLOTS)}))
         lines.append(line)

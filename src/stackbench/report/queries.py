@@ -10,6 +10,7 @@ import pandas as pd
 
 from stackbench import analysis
 from stackbench.report import charts, tables
+from stackbench.report.layouts import AGGREGATE_METRICS, Layout
 from stackbench.results import published
 
 
@@ -138,7 +139,7 @@ def cross_stack_input(results: Results) -> pd.DataFrame:
                          f"where source = 'measured' and metric in {sql_in(analysis.CROSS_STACK_METRICS)}")
 
 
-def method_input(results: Results, layouts: dict[str, published.Layout]) -> pd.DataFrame:
+def method_input(results: Results, layouts: dict[str, Layout]) -> pd.DataFrame:
     """The measured rows a seed table can show beside the post's (tables.seed_table picks them): rows of
     the tables' method workloads and the launch-level rows of the launches that ran one, only the metrics
     the posts' tables hold. Small: a few launches' cells."""
@@ -152,7 +153,7 @@ def method_input(results: Results, layouts: dict[str, published.Layout]) -> pd.D
         where r.source = 'measured' and r.status = 'ok'
           and (r.workload in (select unnest(?::varchar[])) or r.workload is null)
           and (r.metric in (select distinct metric from results where source = 'published' and table_id is not null)
-               or r.metric in {sql_in(published.AGGREGATE_METRICS.values())})""",
+               or r.metric in {sql_in(AGGREGATE_METRICS.values())})""",
                          [methods, methods])
 
 

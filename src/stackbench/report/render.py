@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from stackbench import analysis
 from stackbench.report import charts, tables
+from stackbench.report.layouts import Layout, load_layouts
 from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
 from stackbench.report.queries import (
     Results,
@@ -37,7 +38,7 @@ from stackbench.report.queries import (
     sql_text,
     status_lines,
 )
-from stackbench.results import basis, published
+from stackbench.results import basis
 from stackbench.results.store import read_results
 
 # Rows of the full tables embedded in the page, shared among the nodes (at least 200 each) so the page stays
@@ -261,7 +262,7 @@ def full_tables(source: Path | pd.DataFrame, nodes: list[str], table_dir: Path) 
     return [f for f in (full_table(results, n, table_dir, page_rows, varying.get(n, [])) for n in nodes) if f is not None]
 
 
-def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, published.Layout],
+def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, Layout],
                 measured: pd.DataFrame | None = None) -> list[tables.Table]:
     """The seeds' tables in the order the posts and their layouts come (data/published), one per table id,
     each with the rows of any node measured with its post's method beside the post's."""
@@ -300,7 +301,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background)
         derived += cross_stack_tables(cross_stack_input(results), table_dir, background)
-        layouts = published.load_layouts(published_dir)
+        layouts = load_layouts(published_dir)
         seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
         figures = _figures(results, spec, nodes)
         fulls = fulls_job.result()

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from stackbench.report import layouts
+from stackbench.report.layouts import Layout
 from stackbench.results import basis, published
-from stackbench.results.published import Layout
 
 MISSING = "—"
 
@@ -157,7 +158,7 @@ def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dic
     for column, keys in column_keys.items():
         for metric, concurrency in keys:
             # The post's aggregate as the post formed it; the row shown under the post's metric, its own named.
-            rows = mine[mine["metric"] == published.measured_metric(layout, metric)].assign(metric=metric)
+            rows = mine[mine["metric"] == layouts.measured_metric(layout, metric)].assign(metric=metric)
             if _present(concurrency):
                 hits = rows[rows["workload"].notna() & (rows["concurrency"] == concurrency)]
             else:
@@ -257,7 +258,7 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
     caveats = list(layout.caveats)
     if len(beside) and layout.aggregate != "wall" and "aggregate_tps" in set(records["metric"]):
         caveats.append(f"aggregate: the post's is the sum of its streams' decode rates, TTFT excluded; the {SAME_METHOD} "
-                       f"rows show {published.measured_metric(layout, 'aggregate_tps')}, formed the same way.")
+                       f"rows show {layouts.measured_metric(layout, 'aggregate_tps')}, formed the same way.")
     return _finish(table, records, SEED_AXES, caveats)
 
 

@@ -75,7 +75,7 @@ EXTRA = [
     ("status", pa.string()),  # ok | rejected | failed | not_run
     ("reason", pa.string()),
     # Published rows: the seed table and the cell the figure belongs to. Measured cross_stack_* rows
-    # (measure/probes.py cross_stack_rows): the matrix and its cell, table_title the weights family, row_label
+    # (results/agreement.py cross_stack_rows): the matrix and its cell, table_title the weights family, row_label
     # the reference launch, col_label the candidate, so the report draws the matrix from those rows alone.
     ("table_id", pa.string()),
     ("table_title", pa.string()),
@@ -163,7 +163,7 @@ def union_parts(part_files: Iterable[str | os.PathLike]) -> pa.Table:
 
 
 def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike, derived: Iterable[dict] = ()) -> int:
-    """Union the parts, add the rows derived from more than one part (measure/probes.py: greedy agreement
+    """Union the parts, add the rows derived from more than one part (results/agreement.py: greedy agreement
     between launches), write data/results.parquet; return the row count."""
     table = union_parts(part_files)
     derived = list(derived)

@@ -37,7 +37,7 @@ class Launcher(Protocol):
     mode: str  # "native" | "image" | "external"
     base_url: str  # set once started
     argv: list[str]  # what was run ([] for external)
-    record_paths: list[Path]  # where a started server's record goes (hostlocks.ServerRecord); unused for external
+    record_paths: list[Path]  # where a started server's record goes (locks.ServerRecord); unused for external
 
     def start(self, ready_timeout_s: float) -> float:
         """Start and wait until ready (a bind failure retries on a fresh port); return seconds to ready.

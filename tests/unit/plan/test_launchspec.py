@@ -17,8 +17,7 @@ from stackbench.plan import expand, launchspec
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     return tmp_path
 
 

@@ -15,8 +15,7 @@ from stackbench.report import queries
 
 
 def node_with(tmp_path, **fields) -> expand.Node:
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name, dirs_exist_ok=True)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs", dirs_exist_ok=True)
     doc = {"hardware": {"gpu": {"model": "none", "count": 0}}, "workloads": ["code"],
            "models": {"served": {"hf_dir": "/not/ours"}},
            "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"],

@@ -25,8 +25,7 @@ def test_a_seed_workload_cites_its_post_and_names_what_the_post_leaves_unstated(
 
 
 def repo(tmp_path: Path, node: dict, workloads: dict | None = None) -> Path:
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     for name, doc in (workloads or {}).items():
         (tmp_path / f"configs/workloads/{name}.yaml").write_text(yaml.safe_dump(doc))
     (tmp_path / "configs/nodes/n.yaml").write_text(yaml.safe_dump({

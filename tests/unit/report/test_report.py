@@ -16,6 +16,7 @@ from helpers import copy_repo
 from paths import ROOT
 
 from stackbench.report import queries, render
+from stackbench.report.layouts import load_layouts
 from stackbench.results import published, store
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -76,7 +77,7 @@ def without_plotly_library(page: str) -> str:
 def test_report_target_writes_tables_and_html(published_report):
     reports = published_report / "reports"
     assert (reports / "index.html").exists() and (reports / "report.md").exists()
-    layouts = published.load_layouts(ROOT / "data/published")
+    layouts = load_layouts(ROOT / "data/published")
     for table_id in layouts:
         assert (reports / "tables" / f"{table_id}.md").exists(), table_id
         assert (reports / "tables" / f"{table_id}.csv").exists(), table_id

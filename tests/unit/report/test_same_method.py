@@ -9,6 +9,7 @@ from paths import ROOT
 
 from stackbench.cli import published_records
 from stackbench.report import render
+from stackbench.report.layouts import METHOD_DEFAULT, load_layouts
 from stackbench.results import basis, published, store
 
 NODE = "test-gpu"
@@ -145,8 +146,8 @@ def test_a_method_that_is_not_a_method_workload_is_a_config_error(tmp_path):
 
 
 def test_the_method_default_comes_from_the_schema():
-    layouts = published.load_layouts(ROOT / "data/published")
-    assert published.METHOD_DEFAULT is None and layouts["s004-vram"].method == []
+    layouts = load_layouts(ROOT / "data/published")
+    assert METHOD_DEFAULT is None and layouts["s004-vram"].method == []
     assert layouts["s004-mtp-ab"].method == ["seed-004-short"]
 
 
@@ -161,10 +162,10 @@ def test_a_capped_sweep_shows_one_cap_beside_the_post(tmp_path):
 def test_an_aggregate_the_post_formed_from_decode_rates_is_matched_with_the_measured_decode_sum():
     """s000-fix-ab's 双流聚合 is 90.9 + 79.2 (aggregate: decode_sum): the same-method row shows the measured
     aggregate_decode_tps, never the wall aggregate, and says so."""
-    from stackbench.report import tables
+    from stackbench.report import layouts, tables
 
     records = pd.DataFrame(published_records(ROOT / "data/published", ROOT))
-    layout = published.load_layouts(ROOT / "data/published")["s000-fix-ab"]
+    layout = layouts.load_layouts(ROOT / "data/published")["s000-fix-ab"]
     assert layout.aggregate == "decode_sum"
     layout.method = ["seed-000-short-code"]
     base = launch("nospec")

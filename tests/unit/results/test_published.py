@@ -7,13 +7,14 @@ import pytest
 from paths import ROOT
 
 from stackbench.report import tables
+from stackbench.report.layouts import load_layouts
 from stackbench.results import published
 from stackbench.results.store import BASIS_COLUMNS, COLUMNS
 
 
 @pytest.fixture(scope="module")
 def layouts():
-    return published.load_layouts(ROOT / "data/published")
+    return load_layouts(ROOT / "data/published")
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +213,7 @@ def test_a_layout_names_a_table_once(tmp_path):
                                                 "    basis: {spec_tokens: 2, concurrency: null}\n    layout: {columns: [a, b]}\n"),
                                        encoding="utf-8")
     with pytest.raises(published.config.ConfigError, match="has a layout already"):
-        published.load_layouts(tmp_path)
+        load_layouts(tmp_path)
 
 
 @pytest.mark.parametrize("table_id", ["s000-fix-ab", "s000-fourway", "s001-stages", "s002-power-sweep", "s002-op",
@@ -236,4 +237,4 @@ def test_a_layout_text_cell_in_an_unknown_column_is_an_error(tmp_path):
     text = (ROOT / "data/published/000_f5f23f880eef9d52.yaml").read_text(encoding="utf-8")
     (tmp_path / "000.yaml").write_text(text.replace("不开投机: {128K 请求: 能跑}", "不开投机: {128K请求: 能跑}"), encoding="utf-8")
     with pytest.raises(published.config.ConfigError, match=r"table s000-spec-on-off-pool: layout.text.不开投机: column '128K请求'"):
-        published.load_layouts(tmp_path)
+        load_layouts(tmp_path)

@@ -21,8 +21,7 @@ NODES = sorted(p.stem for p in (ROOT / "configs/nodes").glob("*.yaml"))
 @pytest.fixture
 def repo(tmp_path, monkeypatch) -> Path:
     """A copy of the configs and schemas as the working directory: no engine environment is built there."""
-    for name in ("configs", "workflow/schemas"):
-        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -7,7 +7,7 @@ NVML ignores CUDA_VISIBLE_DEVICES and enumerates every GPU of the host, so `sele
 launch's GPUs explicitly, and sampling, caps and restore touch exactly those.
 
 
-Power caps and their restore state are measure/powercap.py, over the same NvmlGpus.
+Power caps and their restore state are host/powercap.py, over the same NvmlGpus.
 """
 
 from __future__ import annotations

@@ -249,8 +249,8 @@ def load_published_geometries(root: Path = Path(".")) -> list[PublishedGeometry]
 
     out = []
     for path in sorted((root / "configs/models").glob("*.yaml")):
-        figures = load_file(path, "model", root)["figures"]
-        out.append(PublishedGeometry(path.stem, tuple(load_file(path, "model", root)["match"]),
+        figures = load_file(path, "model")["figures"]
+        out.append(PublishedGeometry(path.stem, tuple(load_file(path, "model")["match"]),
                                      {k: f["value"] for k, f in figures.items()},
                                      tuple(k for k, f in figures.items() if f["from_audited_seed"])))
     return out

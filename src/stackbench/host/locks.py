@@ -32,7 +32,7 @@ from pathlib import Path
 
 import psutil
 
-log = logging.getLogger("stackbench.serve.hostlocks")
+log = logging.getLogger("stackbench.host.locks")
 DEFAULT_LOCK_DIR = Path("/var/tmp/stackbench-locks")
 WAIT_POLL_S = 0.5
 STOP_GRACE_S = 10.0

@@ -11,7 +11,7 @@ import pytest
 from helpers import smollm2_metadata_gguf, write_gguf
 from paths import ROOT
 
-from stackbench.results import geometry
+from stackbench.models import geometry
 
 FIXTURES = ROOT / "tests/fixtures/models"
 SMOLLM2_REAL = ROOT / "data/models/source/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -15,7 +15,7 @@ from helpers import interruptible
 from nvml_double import FakeNvml
 from paths import SUPPORT
 
-from stackbench.measure import powercap, telemetry
+from stackbench.host import powercap, telemetry
 
 
 def gpus(**kw):
@@ -272,9 +272,9 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {tests!r})
     from nvml_double import FakeNvml
-    from stackbench import measure
-    from stackbench.measure import powercap, telemetry
-    signal.signal(signal.SIGTERM, measure._raise_interrupted)
+    from stackbench.measure import sequencer
+    from stackbench.host import powercap, telemetry
+    signal.signal(signal.SIGTERM, sequencer._raise_interrupted)
     fake = FakeNvml(count=2, state_path=Path({gpu!r}))
     with powercap.PowerCapper(telemetry.NvmlGpus(fake), state_dir=Path({state!r}), sleep=lambda s: None) as capper:
         capper.apply(220)

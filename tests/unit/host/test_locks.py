@@ -17,22 +17,22 @@ import pytest
 from nvml_double import FakeNvml
 from paths import SUPPORT
 
-from stackbench.serve import hostlocks
+from stackbench.host import locks
 
 LAUNCH = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     sys.path.insert(0, {tests!r})
     from nvml_double import FakeNvml
-    from stackbench.serve import hostlocks
-    from stackbench.measure import powercap, telemetry
+    from stackbench.host import locks
+    from stackbench.host import powercap, telemetry
     name, indices = sys.argv[1], [int(i) for i in sys.argv[2].split(",")]
     lock_dir, nvml_state = Path(sys.argv[3]), Path(sys.argv[4])
     fake = FakeNvml(count=4, state_path=nvml_state)
     gpus = telemetry.NvmlGpus(fake, indices=indices)
     say = lambda text: print(text, flush=True)
-    holder = hostlocks.Holder("box", name, __import__("os").getpid())
-    with hostlocks.GpuLocks([i.uuid for i in gpus.info], lock_dir, holder, on_wait=lambda t: say("WAIT " + t), poll_s=0.05):
+    holder = locks.Holder("box", name, __import__("os").getpid())
+    with locks.GpuLocks([i.uuid for i in gpus.info], lock_dir, holder, on_wait=lambda t: say("WAIT " + t), poll_s=0.05):
         say(f"LOCKED {{time.monotonic()}}")
         with powercap.PowerCapper(gpus, lock_dir, sleep=lambda s: None) as capper:
             capper.apply(200)
@@ -113,7 +113,7 @@ def test_a_lock_of_a_killed_launch_never_blocks(tmp_path):
     def never(text):
         raise AssertionError(f"blocked by a dead launch: {text}")
 
-    with hostlocks.GpuLocks(["GPU-fake-0"], tmp_path / "locks", hostlocks.Holder("box", "next", os.getpid()), never):
+    with locks.GpuLocks(["GPU-fake-0"], tmp_path / "locks", locks.Holder("box", "next", os.getpid()), never):
         assert json.loads(lock_file.read_text())["launch"] == "next"
     assert lock_file.read_text() == ""  # released: nobody named
 
@@ -128,8 +128,8 @@ def test_a_leftover_that_is_verifiably_ours_is_stopped_and_said(tmp_path):
     server = orphan_server()
     record = tmp_path / "server.json"
     argv = [sys.executable, "-c", "import time; time.sleep(120)"]
-    hostlocks.ServerRecord.of(server.pid, argv, "box", "llamacpp--nospec").write(record)
-    what = hostlocks.stop_leftover(record)
+    locks.ServerRecord.of(server.pid, argv, "box", "llamacpp--nospec").write(record)
+    what = locks.stop_leftover(record)
     assert what.startswith(f"stopped a leftover server of box/llamacpp--nospec (pid {server.pid}:")
     assert not psutil.pid_exists(server.pid)  # reaped: psutil waited for it
     assert not record.exists()
@@ -140,12 +140,12 @@ def test_a_record_whose_pid_is_another_process_stops_nothing(tmp_path):
     try:
         record = tmp_path / "server.json"
         argv = [sys.executable, "-c", "import time; time.sleep(120)"]
-        real = hostlocks.ServerRecord.of(server.pid, argv, "box", "l")
+        real = locks.ServerRecord.of(server.pid, argv, "box", "l")
         # Same pid and command but another start time: the pid was reused by a process that is not ours.
-        hostlocks.ServerRecord(real.pid, real.create_time - 100, real.argv, "box", "l").write(record)
-        assert hostlocks.stop_leftover(record) is None
-        hostlocks.ServerRecord(real.pid, real.create_time, ("/usr/bin/other-server",), "box", "l").write(record)
-        assert hostlocks.stop_leftover(record) is None
+        locks.ServerRecord(real.pid, real.create_time - 100, real.argv, "box", "l").write(record)
+        assert locks.stop_leftover(record) is None
+        locks.ServerRecord(real.pid, real.create_time, ("/usr/bin/other-server",), "box", "l").write(record)
+        assert locks.stop_leftover(record) is None
         assert server.poll() is None and not record.exists()
     finally:
         server.kill()
@@ -155,10 +155,10 @@ def test_a_record_whose_pid_is_another_process_stops_nothing(tmp_path):
 def test_a_record_of_a_dead_server_is_dropped(tmp_path):
     server = orphan_server()
     record = tmp_path / "server.json"
-    hostlocks.ServerRecord.of(server.pid, server.args, "box", "l").write(record)
+    locks.ServerRecord.of(server.pid, server.args, "box", "l").write(record)
     server.kill()
     server.wait()
-    assert hostlocks.stop_leftover(record) is None and not record.exists()
+    assert locks.stop_leftover(record) is None and not record.exists()
 
 
 @pytest.mark.parametrize("override", [None, "node", "env"])
@@ -168,4 +168,4 @@ def test_the_lock_folder_is_per_host_unless_overridden(monkeypatch, override):
         monkeypatch.setenv("STACKBENCH_LOCK_DIR", "/tmp/env-locks")
     node = "/srv/locks" if override else None
     expected = {None: Path("/var/tmp/stackbench-locks"), "node": Path("/srv/locks"), "env": Path("/tmp/env-locks")}
-    assert hostlocks.lock_dir(node) == expected[override]
+    assert locks.lock_dir(node) == expected[override]

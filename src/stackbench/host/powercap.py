@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stackbench.measure.telemetry import NvmlGpus, TelemetryUnavailable
-from stackbench.serve import hostlocks
+from stackbench.host import locks
+from stackbench.host.telemetry import NvmlGpus, TelemetryUnavailable
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class CapResult:
 class PowerCapper:
     """Sets a power cap on the selected GPUs and always puts their original limits back.
 
-    The caller holds the GPUs' locks (hostlocks.GpuLocks), so no other launch changes them meanwhile.
+    The caller holds the GPUs' locks (locks.GpuLocks), so no other launch changes them meanwhile.
     Each GPU's original limit is written to its own state file (`<lock dir>/gpu-<UUID>.powercap.json`)
     before its first change; restore() runs on every exit path (context manager, and the caller's signal
     handling turns SIGTERM into an exception), and on entry a state file left by a launch that died
@@ -40,14 +40,14 @@ class PowerCapper:
     """
 
     gpus: NvmlGpus
-    state_dir: Path = field(default_factory=hostlocks.lock_dir)
+    state_dir: Path = field(default_factory=locks.lock_dir)
     settle_s: float = 2.0
     sleep: callable = time.sleep
     original: dict[str, float] = field(default_factory=dict)  # UUID -> W
     leftovers_restored: dict[str, float] = field(default_factory=dict)  # UUID -> W, put back on entry
 
     def state_path(self, uuid: str) -> Path:
-        return self.state_dir / f"{hostlocks.file_stem(uuid)}.powercap.json"
+        return self.state_dir / f"{locks.file_stem(uuid)}.powercap.json"
 
     def check(self, cap_w: float) -> None:
         for info in self.gpus.info:

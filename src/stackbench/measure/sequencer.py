@@ -1,0 +1,290 @@
+"""One server launch, run from its launch spec: start the server, measure every cell that is not already
+stored, tear the server down on every exit path, and assemble the launch's rows.
+
+The pieces live in their own modules: the spec (launchspec), the launcher (launchers), the cell runner
+(runner), rows and basis (rows), the cell store (cellstore), GPU telemetry (telemetry). This module only
+sequences them: restarts after a crash, a launch that never became ready is not retried per cell, and
+failed cells are left for the next run to retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tqdm import tqdm
+
+from stackbench.config import ConfigError
+from stackbench.engines import adapter_for, prometheus
+from stackbench.engines.base import ServerFacts
+from stackbench.host import locks, powercap, telemetry
+from stackbench.measure import summary
+from stackbench.measure.cellstore import CellStore
+from stackbench.measure.rows import RowMaker
+from stackbench.measure.runner import CellResult, CellRunner
+from stackbench.plan import launchspec
+from stackbench.serve.launchers import open_launcher
+from stackbench.serve.process import NotRunnable, ServerError
+
+log = logging.getLogger("stackbench.measure")
+MAX_RESTARTS = 2
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM: raised where the run is, so every finally block (server teardown) runs."""
+
+
+def engine_environment(spec: launchspec.LaunchSpec) -> dict:
+    """The engine environment the launch runs in; a missing one makes every cell not-run, with why."""
+    if spec.engine.get("missing"):
+        raise NotRunnable(f"{spec.engine['missing']}: engine environment not built; run `snakemake --cores 1 report`")
+    return spec.engine
+
+
+def api_key(node) -> str | None:
+    """The server's API key, read from the variable the node names at run time (never stored)."""
+    if not node.api_key_env:
+        return None
+    if node.api_key_env not in os.environ:
+        raise ConfigError(f"{node.file}: api_key_env: {node.api_key_env} is not set in the environment")
+    return os.environ[node.api_key_env]
+
+
+class LaunchRun:
+    def __init__(self, spec: launchspec.LaunchSpec, out_dir: Path, keep_failed: bool = False):
+        self.spec, self.out_dir = spec, Path(out_dir)
+        self.node, self.launch = spec.node, spec.launch
+        self.adapter = adapter_for(self.launch.engine)
+        self.store = CellStore(spec, self.out_dir, keep_failed)
+        self.started = datetime.now(UTC)
+        self.run_id = f"{self.node.name}/{self.launch.name}@{self.started.strftime('%Y%m%dT%H%M%SZ')}"
+        self.rows = RowMaker(spec, self.run_id, self.adapter, spec.measure["spread_flag_ratio"])
+        self.nvml = None  # tests inject a test double of pynvml here
+        self.server = None
+        self.facts = ServerFacts()
+        self.start_error: ServerError | None = None
+        self.restarts = self.launches = 0
+        self.ready_s: float | None = None
+        self.timeline: list[dict] = []
+        self.telemetry_why: str | None = None
+        self.sampler = self.capper = None
+        self.gpu_ids: list[str] | None = None
+        self.lock_dir = locks.lock_dir(self.node.lock_dir)
+        self.leftovers: list[str] = []  # servers and caps a launch that died hard left behind, put right here
+        self._bar = None
+
+    # -- server ------------------------------------------------------------------------------------
+    def _start_server(self) -> CellRunner:
+        env_info = engine_environment(self.spec)
+        self.server = open_launcher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads, self.gpu_ids)
+        self.server.record_paths += self._gpu_records()
+        try:
+            seconds = self.server.start(self.spec.measure["ready_timeout_s"])
+        except NotRunnable:
+            raise  # nothing was started: a missing model file or image is not a launch
+        except BaseException:
+            self.launches += 1
+            raise
+        self.launches += 1
+        self.ready_s = self.ready_s if self.ready_s is not None else seconds
+        self.timeline.append({"event": "ready", "seconds": seconds, "launch": self.launches})
+        self.facts = self.adapter.parse_log(self.server.log_text())
+        self.rows.learn(self.facts, self._ask_server(self.server.identity()))
+        log.info("server ready in %.1f s: %s", seconds, " ".join(self.server.argv))
+        (self.out_dir / "server_command.json").write_text(json.dumps({"argv": self.server.argv, "env": sorted(self.launch.env)}, indent=1))
+        return CellRunner(self.server.base_url, self.adapter, self.spec, api_key(self.node),
+                          self.sampler, self.capper, self.telemetry_why, alive=self.server.alive, progress=self._show)
+
+    def _ask_server(self, identity: dict) -> dict:
+        """What the running server says about itself: its version where neither the environment nor the
+        launcher knows it (added to the identity returned), and from /metrics a fact its log lacks or
+        only prints rounded (filled into self.facts)."""
+        import httpx
+
+        try:
+            if self.adapter.version_path and self.rows.launch_basis["engine_version"] == "unknown" \
+                    and not identity.get("engine_version"):
+                reply = httpx.get(self.server.base_url + self.adapter.version_path, timeout=10).json()
+                identity = {**identity, "engine_version": self.adapter.parse_version(reply)}
+            if self.facts.kv_pool_tokens is None or self.facts.kv_dtype is None or self.facts.rounded:
+                self.facts.fill_from(self.adapter.facts_from_metrics(httpx.get(self.server.base_url + self.adapter.metrics_path, timeout=10).text))
+        except (httpx.HTTPError, ValueError, prometheus.MetricsFormatError) as err:
+            log.warning("could not query the server about itself: %s", err)
+        return identity
+
+    def _stop_server(self) -> None:
+        if self.server is not None:
+            t0 = time.monotonic()
+            self.server.stop()
+            self.timeline.append({"event": "teardown", "seconds": time.monotonic() - t0})
+            self.server = None
+
+    # -- cells -------------------------------------------------------------------------------------
+    def _show(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=True)
+
+    def _run_cell(self, cell: launchspec.Cell, runner: CellRunner | None) -> CellRunner | None:
+        """Measure one cell, (re)starting the server first when needed; returns the runner to reuse."""
+        if self.start_error is None and (self.server is None or not self.server.alive()):
+            if self.server is not None:
+                self.restarts += 1
+                self._stop_server()
+            if self.restarts > MAX_RESTARTS:
+                self._record(CellResult(cell, "failed", f"not run: server restarted {MAX_RESTARTS} times already"))
+                return None
+            try:
+                runner = self._start_server()
+            except ServerError as err:
+                self._stop_server()
+                if self.ready_s is None:
+                    self.start_error = err  # it never became ready: the other cells are not retried one by one
+                else:
+                    self.restarts += 1
+                self._record(CellResult(cell, "not_run" if isinstance(err, NotRunnable) else "failed", str(err)))
+                return None
+        if self.start_error is not None:
+            status = "not_run" if isinstance(self.start_error, NotRunnable) else "failed"
+            self._record(CellResult(cell, status, str(self.start_error)))
+            return None
+        result = runner.run(cell)
+        self.timeline.append({"event": "cell", "seconds": result.seconds, "cell": cell.key})
+        self._record(result)
+        return runner
+
+    def _record(self, result: CellResult) -> None:
+        rows = self.rows.cell_rows(result.cell, result.figures, result.status, result.reason, result.prompt_tokens,
+                                   result.row_extra())
+        outputs = None
+        if result.outputs is not None:
+            launch = self.launch
+            outputs = {"ref": self.run_id, "node": self.node.name, "stack": launch.engine, "variant": launch.variant,
+                       "spec_method": launch.spec_method, "model": launch.model.name, "workload": result.cell.workload.name,
+                       "outputs": result.outputs}
+        self.store.write(result.cell, rows, result.requests, outputs)
+
+    def knee_rows(self) -> list[dict]:
+        """knee_concurrency per workload and cap swept over two or more concurrencies, from the stored
+        cells' medians (cached cells included): a launch-level row with concurrency null."""
+        sweeps: dict[tuple, dict[int, launchspec.Cell]] = {}
+        for cell in self.spec.cells:
+            if cell.rate is None and self.store.status(cell) == "ok":
+                sweeps.setdefault((cell.workload.name, cell.power_cap_w), {})[cell.concurrency] = cell
+        rows = []
+        for (workload, cap), cells in sweeps.items():
+            levels = {}
+            for concurrency, cell in cells.items():
+                medians = self.store.table(cell).to_pandas().query("stat == 'median'")
+                levels[concurrency] = dict(zip(medians["metric"], medians["value"]))
+            knee = summary.knee_figure(levels, next(iter(cells.values())).load)
+            if knee is not None:
+                rows.append(self.rows.sweep_row(workload, cap, knee))
+        return rows
+
+    # -- the host: GPUs held, leftovers put right ---------------------------------------------------
+    def _gpu_records(self) -> list[Path]:
+        return [locks.gpu_record(self.lock_dir, g) for g in self.gpu_ids or ()]
+
+    def _waiting(self, text: str) -> None:
+        log.info("%s", text)
+        self._show(text)
+
+    def _stop_leftovers(self) -> None:
+        """A server of this launch, or of any launch on these GPUs, still running after its measure job
+        died hard holds memory (and the GPUs' VRAM): stopped before anything is measured."""
+        for path in [locks.run_record(self.out_dir), *self._gpu_records()]:
+            stopped = locks.stop_leftover(path)
+            if stopped:
+                self.leftovers.append(stopped)
+
+    # -- the launch --------------------------------------------------------------------------------
+    def run(self) -> Path:
+        api_key(self.node)  # a missing key stops the launch here, before any server starts
+        todo = self.store.todo()
+        cells = self.spec.cells
+        log.info("%s: %d cells, %d already measured", self.launch.name, len(cells), len(cells) - len(todo))
+        try:
+            gpus, self.telemetry_why = telemetry.open_gpus(self.node.gpu_count, self.nvml, list(self.node.gpu_devices) or None)
+        except ValueError as err:  # the node names GPUs this host does not have
+            gpus, self.telemetry_why = None, f"{self.node.file}: hardware.gpu.devices: {err}"
+        # The server gets exactly the GPUs telemetry and caps touch (by UUID where NVML named them).
+        self.gpu_ids = ([info.uuid for info in gpus.info] if gpus is not None
+                        else list(self.node.gpu_devices) or [str(i) for i in range(self.node.gpu_count)] or None)
+        self._bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc=f"{self.node.name} {self.launch.name}",
+                         unit="cell", disable=not sys.stderr.isatty())
+        holder = locks.Holder(self.node.name, self.launch.name, os.getpid())
+        try:
+            with locks.GpuLocks(self.gpu_ids if self.node.gpu_count else (), self.lock_dir, holder, self._waiting):
+                self._stop_leftovers()
+                with self._telemetry(gpus) as (self.sampler, self.capper):
+                    runner = None
+                    for cell in todo:
+                        runner = self._run_cell(cell, runner)
+                        self._bar.update(1)
+        finally:
+            self._stop_server()
+            self._bar.close()
+        if self.launches:
+            self.store.save_server_rows(self.rows.server_rows(self.facts, self.ready_s, self.telemetry_why) + self.knee_rows())
+        return self._finish()
+
+    @contextlib.contextmanager
+    def _telemetry(self, gpus):
+        """Sampler for the whole launch and a power capper that restores the limits on every exit path."""
+        if gpus is None:
+            yield None, None
+            return
+        with telemetry.Sampler(gpus) as sampler, powercap.PowerCapper(gpus, self.lock_dir) as capper:
+            self.leftovers += [f"restored GPU {uuid}'s power limit to {watts:g} W, left capped by a launch that died"
+                               for uuid, watts in capper.leftovers_restored.items()]
+            yield sampler, capper
+
+    def _finish(self) -> Path:
+        out = self.store.assemble()
+        unfinished = self.store.unfinished()
+        (self.out_dir / "run.json").write_text(json.dumps({
+            "run_id": self.run_id, "started": self.started.isoformat(),
+            "finished": datetime.now(UTC).isoformat(), "node": self.node.name, "launch": self.launch.name, "fingerprint": self.spec.fingerprint,
+            "engine": self.spec.engine, "launches": self.launches, "restarts": self.restarts, "timeline": self.timeline,
+            "facts": self.facts.__dict__, "leftovers": self.leftovers, "unfinished_cells": [c.key for c in unfinished]}, indent=1, default=str))
+        if self.sampler is not None and self.sampler.rows:
+            import pandas as pd
+
+            pd.DataFrame(self.sampler.rows).to_parquet(self.out_dir / "telemetry.parquet")
+        if unfinished and not self.store.keep_failed:
+            log.warning("%d cells failed or were not run (%s); the next run retries them "
+                        "(--config measure='{keep_failed: true}' keeps them)", len(unfinished),
+                        ", ".join(c.key for c in unfinished))
+        return out
+
+
+def mark_for_retry(spec_path: Path, out: Path) -> None:
+    """Make Snakemake rerun this launch next time: its spec (an input) becomes newer than its output."""
+    later = out.stat().st_mtime_ns + 1_000_000
+    os.utime(spec_path, ns=(later, later))
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(f"signal {signum}")
+
+
+def main(spec_path: Path, out_dir: Path) -> Path:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    # Ctrl-C and a scheduler's SIGTERM both raise Interrupted at once, wherever the run is. asyncio.run
+    # would otherwise take SIGINT over and only cancel the cell's task, and a cancellation that races a
+    # finishing request inside asyncio.wait_for is lost on Python 3.11: the launch then ran on.
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+    signal.signal(signal.SIGINT, _raise_interrupted)
+    spec = launchspec.read(spec_path)
+    run = LaunchRun(spec, out_dir, keep_failed=spec.measure["keep_failed"])
+    out = run.run()
+    if not spec.measure["keep_failed"] and run.store.unfinished():
+        mark_for_retry(spec_path, out)
+    return out
