@@ -89,6 +89,8 @@ class CellRunner:
 
     def apply_cap(self, cell: Cell) -> powercap.CapResult | None:
         if cell.power_cap_w is None:
+            if self.capper is not None:
+                self.capper.restore()  # a sweep's uncapped cell: the limits found at the launch's start
             return None
         if self.capper is None:
             return powercap.CapResult(cell.power_cap_w, None, False, self.telemetry_why)
