@@ -91,3 +91,11 @@ def test_thinking_and_effort_are_request_fields_and_enter_the_fingerprint_only_w
     assert set(workload(thinking=False).identity) - set(workload().identity) == {"thinking"}
     assert not {"thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale"} & set(workload().identity)
     assert [workloads.thinking_basis(t) for t in (True, False, None)] == ["on", "off", "server default"]
+
+
+def test_seed_001_single_sends_the_posts_three_groups_in_every_repeat():
+    workload = expand.load_workload("seed-001-single", [1], ROOT, "test")
+    for repeat in range(3):
+        requests = workloads.requests(workload, workload.load, 1 * workload.load.requests_per_stream, repeat)
+        texts = [r.turns[0].split("] ", 1)[-1] for r in requests]  # the salt stripped
+        assert sorted(texts) == sorted(workload.prompts)

@@ -3,7 +3,6 @@ that post's regenerated tables, its headline reads that method's cells, and its 
 drawn. All rows here are hand-built test data, not measurements."""
 
 import pandas as pd
-import pyarrow as pa
 import pytest
 from paths import ROOT
 
@@ -19,7 +18,7 @@ def launch(variant: str = "mtp-n2", prompt: int = 407, **extra) -> dict:
     return dict(source="measured", ref=f"run-{variant}", node=NODE, stack="vllm", variant=variant,
                 spec_method="mtp" if variant.startswith("mtp") else "none",
                 spec_tokens=int(variant[-1]) if variant.startswith("mtp") else None, status="ok", stat="median", n=3,
-                os="Debian 13", engine="vllm", engine_version="v0.11.0", model="lyf/Qwen3.8-27B-Heretic-ARA-NVFP4-MTP-VL",
+                os="Debian 13", engine="vLLM", engine_version="v0.11.0", thinking="off", model="lyf/Qwen3.8-27B-Heretic-ARA-NVFP4-MTP-VL",
                 quant="NVFP4 (compressed-tensors)", kv_dtype="fp8", context_len=65536, temperature=0.0,
                 ttft_included="no", gpu="RTX 4090 24GB", gpu_count=1, tp=1, _prompt=prompt, **extra)
 
@@ -54,14 +53,9 @@ def ladder_rows(variant: str = "mtp-n2") -> list[dict]:
     return rows
 
 
-def write(tmp_path, measured: list[dict], thinking: bool = True):
-    """Published rows plus `measured` in a results file. The `thinking` column (being added to the contract
-    elsewhere) is appended here: 'off' on seed 004's rows and the measured ones, as both state it."""
+def write(tmp_path, measured: list[dict]):
+    """Published rows plus `measured` in a results file, and the report rendered from it."""
     table = store.to_table(pd.DataFrame(published_records(ROOT / "data/published", ROOT) + measured))
-    if thinking:
-        frame = table.select(["source", "ref"]).to_pandas()
-        off = (frame["source"] == "measured") | frame["ref"].map(published.post_of).eq("004")
-        table = table.append_column("thinking", pa.array(["off" if o else None for o in off], pa.string()))
     path = tmp_path / "results.parquet"
     store.atomic_write_parquet(table, path)
     out = tmp_path / "reports"
@@ -97,7 +91,8 @@ def test_a_node_measured_with_the_method_stands_beside_the_post(beside):
     assert any("same method: measured with seed-004-short" in line for line in lines)  # the source line
     fields = caveat_fields(lines)
     assert {"gpu", "engine version"} <= fields
-    for same in ("prompt tokens", "output tokens", "temperature", "thinking", "concurrency"):
+    # thinking: the post states it off, as the method sends it; engine: one spelling (the engine's own, vLLM)
+    for same in ("prompt tokens", "output tokens", "temperature", "thinking", "concurrency", "engine"):
         assert same not in fields, (same, fields)
 
 
@@ -124,7 +119,7 @@ def test_ladder_and_pareto_charts_are_drawn_for_such_a_node_only(beside, tmp_pat
     assert f"Context ladder on {NODE}: seed-000-128k" in page
     assert f"Throughput per stream against aggregate on {NODE}: seed-004-short" in page
     assert "Context ladder on rtx5090" not in page and "against aggregate on rtx5090" not in page  # no such cells
-    plain = write(tmp_path, [r for r in method_rows() if r.get("workload") != "seed-004-short"], thinking=False)
+    plain = write(tmp_path, [r for r in method_rows() if r.get("workload") != "seed-004-short"])
     page = (plain / "index.html").read_text(encoding="utf-8")
     assert "Context ladder on" not in page and "Throughput per stream against aggregate on" not in page
 
