@@ -5,7 +5,8 @@ Per chat request it streams, like vLLM or SGLang with a reasoning parser and MTP
 a role-only chunk at once; after `ttft_s` a first chunk with one token (the prefill's); then one chunk
 every `interval_s` carrying `tokens_per_chunk` tokens, reasoning first (`delta.reasoning_content`),
 then content; `usage` in a final chunk (and on every chunk when the request asks for vLLM's
-`stream_options.continuous_usage_stats`). With `capacity` set it serves at most that many requests at once
+`stream_options.continuous_usage_stats`). A request with `tools` is answered with a streamed call of the
+first tool (its name, then its arguments in three pieces). With `capacity` set it serves at most that many requests at once
 (like an engine's slots): the others wait, unanswered, until one ends, so aggregate throughput stops
 rising at `capacity` concurrent requests. Token i's text is "t<i> " (`word` changes the letter, `loop_period`
 makes the text repeat, for the correctness checks). With `prompt_tokens` 0 a prompt's tokens are its
@@ -168,6 +169,9 @@ def _handler(timing: Timing, counters: Counters):
                     time.sleep(delay)
 
             send({"role": "assistant", "content": ""}, usage=False)
+            if body.get("tools"):  # answer with a call of the first tool, streamed as delta.tool_calls
+                self._tool_call(body["tools"][0]["function"]["name"], send, wait_until)
+                return
             wait_until(timing.ttft_s)
             emitted = 1
             reasoning_emitted = 1 if timing.reasoning_tokens else 0
@@ -187,6 +191,16 @@ def _handler(timing: Timing, counters: Counters):
                 reasoning_emitted += timing.tokens_per_chunk if thinking else 0
                 counters.step(timing.tokens_per_chunk - 1, timing.spec_tokens)
                 send({"reasoning_content" if thinking else "content": text}, usage=continuous)
+            send(None, usage=True)
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def _tool_call(self, name: str, send, wait_until) -> None:
+            """The call's name after ttft_s, then its arguments in three pieces, one chunk per interval."""
+            pieces = ['{"city": ', '"Hangzhou", ', '"days": 3}']
+            for step, delta in enumerate([{"name": name, "arguments": ""}, *({"arguments": p} for p in pieces)]):
+                wait_until(timing.ttft_s + step * timing.interval_s)
+                call = {"index": 0, "function": delta, **({"id": "call-0", "type": "function"} if step == 0 else {})}
+                send({"tool_calls": [call]}, usage=False)
             send(None, usage=True)
             self.wfile.write(b"data: [DONE]\n\n")
 

@@ -194,8 +194,9 @@ class Adapter(Protocol):
     def parallel_args(self, tp: int, slots: int) -> dict:
         """The server arguments that run it on `tp` GPUs with `slots` requests at once (what init-node writes)."""
 
-    def request_extras(self, launch: Launch, output_tokens: int) -> dict:
-        """Engine-specific request body fields (fixed output length, stream_options, ...)."""
+    def request_extras(self, launch: Launch, output_tokens: int | None) -> dict:
+        """Engine-specific request body fields (fixed output length, stream_options, ...); `output_tokens`
+        None: no fixed length, the answer ends where the model ends it (a tool call)."""
 
     def parse_log(self, text: str) -> ServerFacts: ...
 

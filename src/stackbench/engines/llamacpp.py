@@ -177,7 +177,8 @@ class LlamaCppAdapter:
 
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         # Fixed output length: llama-server honours ignore_eos; n_predict mirrors max_tokens.
-        return {"ignore_eos": True, "n_predict": output_tokens, "cache_prompt": True}
+        fixed = {} if output_tokens is None else {"ignore_eos": True, "n_predict": output_tokens}
+        return {**fixed, "cache_prompt": True}
 
     def parse_log(self, text: str) -> ServerFacts:
         """KV pool, weights and placement from the start-up log (needs -lv 4 for the KV size line).

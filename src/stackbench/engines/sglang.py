@@ -115,7 +115,7 @@ class SglangAdapter(PythonEngine):
         return slots_from(launch, "max_running_requests")
 
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
-        extras = {"ignore_eos": True, "min_tokens": output_tokens}
+        extras = {} if output_tokens is None else {"ignore_eos": True, "min_tokens": output_tokens}
         if launch.spec_method != "none":
             extras["return_spec_tokens_details"] = True
         return extras

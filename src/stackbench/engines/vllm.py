@@ -103,8 +103,8 @@ class VllmAdapter(PythonEngine):
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         # continuous_usage_stats puts the running completion_tokens on every chunk, so the client knows
         # how many tokens each chunk carries under MTP/EAGLE (per-token ITL without guessing).
-        return {"ignore_eos": True, "min_tokens": output_tokens,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        usage = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        return usage if output_tokens is None else {"ignore_eos": True, "min_tokens": output_tokens, **usage}
 
     def parse_log(self, text: str) -> ServerFacts:
         facts = ServerFacts()

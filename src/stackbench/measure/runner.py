@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from stackbench.engines.base import SpecCounters, stated_limit, streams_token_per_chunk
 from stackbench.engines.prometheus import MetricsFormatError
 from stackbench.host import powercap, telemetry
-from stackbench.measure import calibrate, probes, summary, workloads
+from stackbench.measure import calibrate, probes, summary, toolcall, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 
@@ -143,7 +143,9 @@ class CellRunner:
 
     async def _measure(self, cell: Cell):
         measure = self.spec.measure
-        extras = {**self.adapter.request_extras(self.spec.launch, cell.workload.output_tokens),
+        # A tool call ends where the model ends it: no fixed length (output_tokens only caps it).
+        fixed = None if cell.workload.tool is not None else cell.workload.output_tokens
+        extras = {**self.adapter.request_extras(self.spec.launch, fixed),
                   **workloads.request_fields(cell.workload)}
         client = StreamClient(self.base_url, self.spec.launch.model.name, extras,
                               measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
@@ -239,8 +241,11 @@ class CellRunner:
         # interval 1) and the engine streams no usage per chunk; else the server's count alone is trusted.
         chunks_are_tokens = (streams_token_per_chunk(self.adapter, self.spec.launch)
                              and not any(r.chunk_token_counts for r in records))
-        result.figures = (summary.cell_figures(repeats, delta) + summary.load_figures(repeats, cell.load, cell.concurrency)
-                          + summary.validity_figures(records, chunks_are_tokens) + summary.degeneration_figures(records))
+        result.figures = summary.cell_figures(repeats, delta) + summary.load_figures(repeats, cell.load, cell.concurrency)
+        if cell.workload.tool is not None:  # no fixed length to check: the call's own check instead
+            result.figures += toolcall.figures(records, cell.workload.tool)
+        else:
+            result.figures += summary.validity_figures(records, chunks_are_tokens) + summary.degeneration_figures(records)
         if reading is not None:
             result.figures += summary.telemetry_figures(reading, sum(r.tokens for r in records))
             result.figures += summary.steady_telemetry_figures(self.steady_spans(cell, repeats))

@@ -59,6 +59,7 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         probes=doc["probes"],
         thinking=doc["thinking"],
         reasoning_effort=doc["reasoning_effort"],
+        tool=doc["tool"],
         prompt_tokens_target=doc["prompt_tokens_target"],
         ladder=tuple(doc["ladder"]),
     )

@@ -271,6 +271,16 @@ def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, Layout],
             for table_id, layout in layouts.items() if table_id in present]
 
 
+def seed_tally(seed: list[tables.Table], layouts: dict) -> str:
+    """How many of the seeds' tables took a measured row, how many could (they name a method), and how many
+    say why none can."""
+    took = sum(any(tables.SAME_METHOD in row[0] for row in t.rows) for t in seed)
+    named = sum(bool(layouts[t.table_id].method) for t in seed if t.table_id in layouts)
+    why = sum(bool(layouts[t.table_id].no_row) for t in seed if t.table_id in layouts)
+    return (f"{took} of the {len(seed)} seed tables took a measured row; {named} name the workloads that reproduce "
+            f"them, {why} say why no measured row can stand beside them.")
+
+
 def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published")) -> list[Path]:
     results = Results(results_path)
     counts = results.frame("select source, count(*) as n from results group by source").set_index("source")["n"].to_dict()
@@ -325,7 +335,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             summary += ["## Cells without a figure", "", *[f"- {s}" for s in status], ""]
         summary += ["## Full tables", "", *[full_markdown(f) for f in fulls]]
         summary += ["## Analysis", "", *[to_markdown(t) for t in derived]]
-        summary += ["## The seeds' tables, regenerated from data in each post's own layout", "", *[to_markdown(t) for t in seed]]
+        summary += ["## The seeds' tables, regenerated from data in each post's own layout", "", seed_tally(seed, layouts), "",
+                    *[to_markdown(t) for t in seed]]
         summary_path = out_dir / "report.md"
         summary_path.write_text("\n".join(summary), encoding="utf-8")
         written.append(summary_path)

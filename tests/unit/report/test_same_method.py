@@ -142,7 +142,7 @@ def test_a_method_that_is_not_a_method_workload_is_a_config_error(tmp_path):
 
 def test_the_method_default_comes_from_the_schema():
     layouts = load_layouts(ROOT / "data/published")
-    assert METHOD_DEFAULT is None and layouts["s004-vram"].method == []
+    assert METHOD_DEFAULT is None and layouts["s004-192k-profile"].method == []
     assert layouts["s004-mtp-ab"].method == ["seed-004-short"]
 
 
@@ -155,20 +155,20 @@ def test_a_capped_sweep_shows_one_cap_beside_the_post(tmp_path):
 
 
 def test_an_aggregate_the_post_formed_from_decode_rates_is_matched_with_the_measured_decode_sum():
-    """s000-fix-ab's 双流聚合 is 90.9 + 79.2 (aggregate: decode_sum): the same-method row shows the measured
-    aggregate_decode_tps, never the wall aggregate, and says so."""
+    """s000-fourway's 171.8 is 1.1's 双流聚合, 90.9 + 80.9 (aggregate: decode_sum): the same-method entry under
+    its row shows the measured aggregate_decode_tps, never the wall aggregate, and says so."""
     from stackbench.report import layouts, tables
 
     records = pd.DataFrame(published_records(ROOT / "data/published", ROOT))
-    layout = layouts.load_layouts(ROOT / "data/published")["s000-fix-ab"]
-    assert layout.aggregate == "decode_sum"
-    layout.method = ["seed-000-short-code"]
+    layout = layouts.load_layouts(ROOT / "data/published")["s000-fourway"]
+    assert layout.aggregate == "decode_sum" and layout.method_rows == {"4: SGLang + MTP": "seed-000-short-code"}
     base = launch("nospec")
     base.pop("_prompt")
     cell = dict(base, workload="seed-000-short-code", concurrency=2, prompt_tokens=30, output_tokens=512, unit="tok/s")
     measured = store.to_table(pd.DataFrame([dict(cell, metric="aggregate_tps", value=150.0),
                                             dict(cell, metric="aggregate_decode_tps", value=171.0)])).to_pandas()
-    table = tables.seed_table(records, "s000-fix-ab", layout, measured)
+    table = tables.seed_table(records, "s000-fourway", layout, measured)
     (row,) = [r for r in table.rows if "same method" in r[0]]
+    assert row[0].startswith("4: SGLang + MTP · test-gpu, same method")  # under the post row it reproduces
     assert "171" in row[1:] and "150" not in row[1:]
     assert any("sum of its streams' decode rates" in c for c in table.caveats)
