@@ -8,9 +8,27 @@ import pandas as pd
 
 from stackbench.analysis.common import text_of
 
-CORRECTNESS_METRICS = ["smoke_score", "needle_pass", "cache_consistent", "output_agreement", "first_divergence_token",
-                       "output_len_ok", "repetition_ratio", "looping"]
+CORRECTNESS_METRICS = ["smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement",
+                       "first_divergence_token", "loops_charged", "output_len_ok", "repetition_ratio", "looping"]
 VARIANT = ["node", "stack", "variant"]
+
+# The one verdict rule of every table. Loops: charged only from the probes' greedy outputs, prompt by prompt,
+# where a variant's output loops and its reference's on the same prompt does not (loops_charged, made at
+# collect); the measured cells' `looping` (salted prompts, fixed lengths past EOS, or sampled) is a share
+# reported for every variant alike, never a verdict on one. Greedy disagreement is tolerated as numerics:
+# GPU kernels (batch shapes, fp8 KV, a verify step's other batch) flip near-ties, mostly late, so a strict
+# identity rule would flag nearly every GPU variant. Charged: a first divergence before this many tokens
+# (words where pieces are not tokens), or a mean agreement under this share.
+TOLERATED_DIVERGENCE = 16
+TOLERATED_AGREEMENT = 0.8
+TOLERANCE = (f"greedy outputs first differing at token {TOLERATED_DIVERGENCE} or later with a mean agreement of "
+             f"{TOLERATED_AGREEMENT:g} or more are reported, not charged: GPU kernels (batch shapes, fp8 KV) flip "
+             "near-ties late, and a strict identity rule would flag nearly every GPU variant")
+
+
+def disagreement_charged(agreement: pd.Series, first_divergence: pd.Series) -> pd.Series:
+    """A greedy disagreement beyond the tolerance (TOLERATED_DIVERGENCE, TOLERATED_AGREEMENT)."""
+    return first_divergence.notna() & ((first_divergence < TOLERATED_DIVERGENCE) | (agreement < TOLERATED_AGREEMENT))
 
 
 def _workloads_where(rows: pd.DataFrame, flagged: pd.Series) -> pd.Series:
@@ -20,11 +38,13 @@ def _workloads_where(rows: pd.DataFrame, flagged: pd.Series) -> pd.Series:
 
 
 def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per measured variant: its probe figures, its greedy agreement with the no-spec launch, and the
-    workloads whose cells came out at other lengths than asked or looping; `outputs` says it in words for the
-    headline ("= no-spec", "differs at token 17 (agreement 0.41)", "loops: prose") and `flagged` marks a
-    variant whose speed figures are not of the reference's output (it differs, loops, or ran other lengths),
-    `caveat` says why."""
+    """One row per measured variant: its probe figures, its greedy agreement with the no-spec launch, its
+    charged loops, the workloads whose cells came out at other lengths than asked, and the highest loop share
+    of its cells with where (`looping`, `looping_in`: reported for every variant alike, never a verdict);
+    `outputs` says it in words for the headline ("= no-spec", "differs at token 7 (agreement 0.41)",
+    "differs late at token 40 (agreement 0.93), within tolerance", "loops where no-spec does not (0.33 of
+    probe prompts)") and `flagged` marks a variant whose speed figures are not of the reference's output
+    (charged by the rule above), `caveat` says why."""
     rows = results[(results["source"] == "measured") & (results["status"] == "ok")
                    & results["metric"].isin(CORRECTNESS_METRICS)]
     if rows.empty:
@@ -33,9 +53,9 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     # divergence, the highest repetition).
     worst = rows.groupby(VARIANT + ["metric"])["value"].agg(["min", "max"]).unstack("metric")
     table = pd.DataFrame(index=worst.index)
-    for metric in ("smoke_score", "needle_pass", "cache_consistent", "output_agreement", "output_len_ok",
-                   "first_divergence_token", "repetition_ratio"):
-        side = worst["max" if metric == "repetition_ratio" else "min"]
+    for metric in ("smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement", "output_len_ok",
+                   "first_divergence_token", "repetition_ratio", "loops_charged", "looping"):
+        side = worst["max" if metric in ("repetition_ratio", "loops_charged", "looping") else "min"]
         table[metric] = side[metric] if metric in side else np.nan
     needle = rows[rows["metric"] == "needle_pass"].groupby(VARIANT)["prompt_tokens"].max()
     table["needle_prompt_tokens"] = needle.reindex(table.index)
@@ -44,18 +64,24 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     table["looping_in"] = _workloads_where(rows, (rows["metric"] == "looping") & (rows["value"] > 0)).reindex(table.index).fillna("")
     table["length_off_in"] = _workloads_where(rows, (rows["metric"] == "output_len_ok") & (rows["value"] < 1)).reindex(table.index).fillna("")
     differs = table["first_divergence_token"].notna()
+    charged = disagreement_charged(table["output_agreement"], table["first_divergence_token"])
+    loops = table["loops_charged"].fillna(0) > 0
     unit = table["divergence_unit"].fillna("tokens").str.removesuffix("s")
     where = ("at " + unit + " " + text_of(table["first_divergence_token"], "{:.0f}")
              + " (agreement " + text_of(table["output_agreement"], "{:.2f}") + ")")
-    words = pd.Series(np.where(differs, "differs " + where, np.where(table["output_agreement"].notna(), "= no-spec", "")),
-                      index=table.index)
-    parts = [words, np.where(table["looping_in"] != "", "loops: " + table["looping_in"], ""),
+    words = pd.Series(np.where(charged, "differs " + where,
+                               np.where(differs, "differs late " + where + ", within tolerance",
+                                        np.where(table["output_agreement"].notna(), "= no-spec", ""))), index=table.index)
+    loop_share = text_of(table["loops_charged"], "{:.2f}")
+    parts = [words, np.where(loops, "loops where no-spec does not (" + loop_share + " of probe prompts)", ""),
              np.where(table["length_off_in"] != "", "lengths not as asked: " + table["length_off_in"], "")]
     table["outputs"] = ["; ".join(p for p in ps if p) for ps in zip(*parts)]
-    table["flagged"] = differs | (table["looping_in"] != "") | (table["length_off_in"] != "")
-    why = [np.where(differs, "greedy outputs differ from no-spec " + where + ": its speed is not of the same output", ""),
-           np.where(table["looping_in"] != "", "outputs loop in " + table["looping_in"]
-                    + ": speed of degenerate, predictable text", ""),
+    table["flagged"] = charged | loops | (table["length_off_in"] != "")
+    why = [np.where(charged, "greedy outputs differ from no-spec " + where + f", beyond the tolerance (first divergence "
+                    f"before {TOLERATED_DIVERGENCE} or agreement under {TOLERATED_AGREEMENT:g}): its speed is not of the "
+                    "same output", ""),
+           np.where(loops, "greedy outputs loop where no-spec's on the same prompts do not (" + loop_share
+                    + " of probe prompts): speed of degenerate, predictable text", ""),
            np.where(table["length_off_in"] != "", "output lengths not as asked in " + table["length_off_in"]
                     + ": another workload than the one named", "")]
     table["caveat"] = ["; ".join(p for p in ps if p) for ps in zip(*why)]

@@ -58,7 +58,7 @@ class Load:
 
 
 # Workload fields added after cells were measured: in a cell's fingerprint only where set.
-OPTIONAL_IDENTITY = ("probes", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale")
+OPTIONAL_IDENTITY = ("probes", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale", "tool")
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class Workload:
     probes: dict | None = None  # kind probe: smoke questions, cache request, needle (workload.schema.yaml)
     thinking: bool | None = None  # chat_template_kwargs.enable_thinking per request; None: the server's default
     reasoning_effort: str | None = None  # the request's reasoning_effort (low | medium | high); None: not sent
+    tool: dict | None = None  # a tool schema sent as the request's `tools` (measure/toolcall.py); None: none
     prompt_tokens_target: int | None = None  # prompts sized to about this many of the served model's tokens
     ladder: tuple[int, ...] = ()  # kind ladder: one cell per prompt length (tokens of the served model)
     method_scale: str | None = None  # the node runs this method reduced ("output 64 of 512"); None: as written
@@ -119,6 +120,7 @@ class Launch:
     tp: int = 1  # tensor-parallel size, as the engine reads it from server_args (its adapter's tp_size)
     workloads: tuple[str, ...] = ()  # the workloads this launch measures (the run's, else the node's)
     concurrency: tuple[int, ...] = ()  # the run's concurrency levels; empty: each workload's (see Workload.levels)
+    probes_off: str | None = None  # why this launch runs no probe set (the node or run set probes: null)
 
     @property
     def name(self) -> str:

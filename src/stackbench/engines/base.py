@@ -120,6 +120,14 @@ class Slots:
     flag: str
 
 
+def streams_token_per_chunk(adapter: "Adapter", launch: Launch) -> bool:
+    """Whether the launch streams one token per chunk, so the client's chunk count is a token count: no
+    speculation (a verify step streams every token it accepted in one chunk) and a stream interval of 1
+    (SGLang's and vLLM's --stream-interval, 1 by default), read from the launch's command."""
+    interval = launch.server_args.get(adapter.stream_interval_arg) if adapter.stream_interval_arg else None
+    return launch.spec_method == "none" and int(interval or 1) == 1
+
+
 def slots_from(launch: Launch, key: str) -> Slots | None:
     """The server argument `key` as Slots; None when the run leaves it to the engine's default."""
     value = launch.server_args.get(key)
@@ -139,6 +147,7 @@ class Adapter(Protocol):
     metrics_path: str  # GET answers the Prometheus exposition (speculative counters, pool gauges)
     context_limit: re.Pattern  # the engine's HTTP 400 for an over-long prompt; group 1 is the limit it states
     reasoning_parser_arg: str | None  # the server argument that streams thinking apart; None: not a flag here
+    stream_interval_arg: str | None  # the server argument streaming a chunk every N tokens; None: one token a chunk
     setup_facts: tuple[str, ...]  # ServerFacts.extra keys that describe how the server was set up (rows' note)
     setup_env: tuple[str, ...]  # native_env variables that describe how it was set up (rows' engine_setup)
     kv_accounting: KvAccounting
@@ -203,8 +212,9 @@ class Adapter(Protocol):
     def parallel_args(self, tp: int, slots: int) -> dict:
         """The server arguments that run it on `tp` GPUs with `slots` requests at once (what init-node writes)."""
 
-    def request_extras(self, launch: Launch, output_tokens: int) -> dict:
-        """Engine-specific request body fields (fixed output length, stream_options, ...)."""
+    def request_extras(self, launch: Launch, output_tokens: int | None) -> dict:
+        """Engine-specific request body fields (fixed output length, stream_options, ...); `output_tokens`
+        None: no fixed length, the answer ends where the model ends it (a tool call)."""
 
     def parse_log(self, text: str) -> ServerFacts: ...
 

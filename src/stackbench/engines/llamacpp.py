@@ -81,6 +81,7 @@ class LlamaCppAdapter:
     reasoning_parser_arg = None  # llama-server splits reasoning by its chat template (--reasoning-format)
     gpu_memory_share = None  # the KV cache holds --ctx-size tokens, whatever the memory
     kv_dtype_arg, default_kv_dtype = "cache_type_k", "f16"
+    stream_interval_arg = None  # llama-server streams each token as it is sampled
     setup_facts = ()
     setup_env = ()
     # The KV size line and the file size cover the whole model; a draft model logs a cache of its own;
@@ -191,7 +192,8 @@ class LlamaCppAdapter:
 
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         # Fixed output length: llama-server honours ignore_eos; n_predict mirrors max_tokens.
-        return {"ignore_eos": True, "n_predict": output_tokens, "cache_prompt": True}
+        fixed = {} if output_tokens is None else {"ignore_eos": True, "n_predict": output_tokens}
+        return {**fixed, "cache_prompt": True}
 
     def parse_log(self, text: str) -> ServerFacts:
         """KV pool, weights and placement from the start-up log (needs -lv 4 for the KV size line).

@@ -73,6 +73,7 @@ class SglangAdapter(PythonEngine):
     # mem_fraction_static is sized per GPU at start-up when unset; 0.88 is ServerArgs' fallback
     gpu_memory_share = ("mem_fraction_static", 0.88)
     kv_dtype_arg, default_kv_dtype = "kv_cache_dtype", "bfloat16"  # "auto": the model's dtype
+    stream_interval_arg = "stream_interval"
     # The attention and sampling backends and the project's sgl_kernel stand-in (CPU) say how it ran.
     setup_facts = ("attention_backend", "sampling_backend", "sgl_kernel")
     setup_env = ()
@@ -132,7 +133,7 @@ class SglangAdapter(PythonEngine):
         return slots_from(launch, "max_running_requests")
 
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
-        extras = {"ignore_eos": True, "min_tokens": output_tokens}
+        extras = {} if output_tokens is None else {"ignore_eos": True, "min_tokens": output_tokens}
         if launch.spec_method != "none":
             extras["return_spec_tokens_details"] = True
         return extras

@@ -54,6 +54,7 @@ class VllmAdapter(PythonEngine):
     reasoning_parser_arg = "reasoning_parser"
     gpu_memory_share = ("gpu_memory_utilization", 0.9)  # EngineArgs default
     kv_dtype_arg, default_kv_dtype = "kv_cache_dtype", "bfloat16"  # "auto": the model's dtype
+    stream_interval_arg = "stream_interval"
     setup_facts = ()
     setup_env = ("VLLM_CPU_OMP_THREADS_BIND",)
     # Workers log their own GPU's KV; the MTP layer's attention joins the KV cache groups; the hybrid
@@ -115,8 +116,8 @@ class VllmAdapter(PythonEngine):
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         # continuous_usage_stats puts the running completion_tokens on every chunk, so the client knows
         # how many tokens each chunk carries under MTP/EAGLE (per-token ITL without guessing).
-        return {"ignore_eos": True, "min_tokens": output_tokens,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        usage = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        return usage if output_tokens is None else {"ignore_eos": True, "min_tokens": output_tokens, **usage}
 
     def parse_log(self, text: str) -> ServerFacts:
         facts = ServerFacts()

@@ -45,6 +45,7 @@ class PowerCapper:
     sleep: callable = time.sleep
     original: dict[str, float] = field(default_factory=dict)  # UUID -> W
     leftovers_restored: dict[str, float] = field(default_factory=dict)  # UUID -> W, put back on entry
+    found: dict[str, float] = field(default_factory=dict)  # UUID -> W at the launch's start (a sweep's uncapped state)
 
     def state_path(self, uuid: str) -> Path:
         return self.state_dir / f"{locks.file_stem(uuid)}.powercap.json"
@@ -126,6 +127,7 @@ class PowerCapper:
 
     def __enter__(self) -> PowerCapper:
         self.restore_leftover()
+        self.found = {info.uuid: self.gpus.limit_w(info.uuid) for info in self.gpus.info}
         return self
 
     def __exit__(self, *exc) -> None:

@@ -49,6 +49,8 @@ class RequestRecord:
     cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
     parts: list[str] = field(default_factory=list)  # content pieces as they arrived (kept on a timeout too)
+    tool_name: str = ""  # the streamed tool call's function name (delta.tool_calls[0].function.name)
+    tool_arguments: str = ""  # its arguments as streamed, concatenated (JSON text when complete)
     reasoning_parts: list[str] = field(default_factory=list)
     chunk_times: list[float] = field(default_factory=list)  # arrival of every chunk carrying text
     # Cumulative completion_tokens at each of those chunks, where the engine streams usage per chunk
@@ -301,7 +303,14 @@ class StreamClient:
             if delta.get("content"):
                 record.content_chunks += 1
                 record.parts.append(delta["content"])
-            carried_text = carried_text or bool(reasoning or delta.get("content"))
+            # A tool call streams as delta.tool_calls (OpenAI chat API): its name, then its arguments in pieces.
+            called = [c.get("function") or {} for c in delta.get("tool_calls") or [] if c.get("index", 0) == 0]
+            for function in called:
+                record.tool_name += function.get("name") or ""
+                record.tool_arguments += function.get("arguments") or ""
+            if called:
+                record.content_chunks += 1
+            carried_text = carried_text or bool(reasoning or delta.get("content") or called)
         if carried_text:
             if record.t_first_token is None:
                 record.t_first_token = now

@@ -37,10 +37,12 @@ def needle_prompt(needle: dict) -> str:
 def output_doc(record: RequestRecord) -> dict:
     """What is kept of one greedy output: its text and streamed pieces, one token each where the engine
     streams one token per chunk (`pieces_are_tokens`: as many pieces as the server counts tokens, or one
-    fewer, the end-of-sequence token it counts and streams no text for)."""
+    fewer, the end-of-sequence token it counts and streams no text for), and whether it loops."""
     counted = record.completion_tokens
     return {"text": record.content, "pieces": list(record.parts), "completion_tokens": counted,
-            "pieces_are_tokens": counted is not None and counted - record.content_chunks in (0, 1)}
+            "pieces_are_tokens": counted is not None and counted - record.content_chunks in (0, 1),
+            # whether it loops (correctness.is_looping): collect charges a loop only against the reference's
+            "loops": correctness.is_looping(correctness.repetition_ratio(record.content))}
 
 
 async def run(client: StreamClient, workload: Workload, adapter: Adapter) -> tuple[list[Figure], dict[str, dict], list[RequestRecord]]:
@@ -49,8 +51,9 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter) -> tup
     records: list[RequestRecord] = []
     outputs: dict[str, dict] = {}
 
-    async def ask(output_id: str | None, text: str, output_tokens: int) -> RequestRecord:
-        record = await client.chat([{"role": "user", "content": text}], output_tokens, 0, len(records), adapter.server_timings)
+    async def ask(output_id: str | None, text: str | list[dict], output_tokens: int) -> RequestRecord:
+        messages = [{"role": "user", "content": text}] if isinstance(text, str) else text
+        record = await client.chat(messages, output_tokens, 0, len(records), adapter.server_timings)
         records.append(record)
         if output_id is not None and record.status == "ok":
             outputs[output_id] = output_doc(record)
@@ -71,9 +74,17 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter) -> tup
     cold = await ask("cache-cold", cache["prompt"], cache["output_tokens"])
     hot = await ask(None, cache["prompt"], cache["output_tokens"])
     cached = hot.server.get(SERVER_PROMPT_CACHED, hot.cached_prompt_tokens)
-    # cache_consistent (our own; seed 004's cold-then-hot regression): the hot answer equals the cold one.
-    figures.append(Figure("cache_consistent", float(cold.content == hot.content), "ratio", "single", 1,
-                          note=f"same request cold then hot; hot prompt tokens from cache: {cached if cached is not None else 'not reported'}"))
+    # cache_consistent (our own; seed 004's cold-then-hot regression): the hot answer equals the cold one,
+    # and, where the probe set asks for a long generation (seed 004: 710 characters, no repetition), the
+    # cold answer is at least that long and does not loop.
+    long_enough = len(cold.content) >= cache["min_chars"]
+    loops = correctness.is_looping(correctness.repetition_ratio(cold.content))
+    figures.append(Figure("cache_consistent", float(cold.content == hot.content and long_enough and not loops), "ratio",
+                          "single", 1, note=f"same request cold then hot ({len(cold.content)} characters cold, at least "
+                          f"{cache['min_chars']} asked{', looping' if loops else ''}); hot prompt tokens from cache: "
+                          f"{cached if cached is not None else 'not reported'}"))
+    if "recall" in probes:
+        figures += await recall_figures(ask, probes["recall"])
 
     needle = probes["needle"]
     found = await ask("needle", needle_prompt(needle), needle["output_tokens"])
@@ -86,8 +97,64 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter) -> tup
                               "lower probes.needle.chars to fit the server's context"))
         if limit is not None:
             figures.append(Figure("max_input_tokens", limit, "tokens", "single", 1, note="limit stated in the engine's rejection"))
+        figures.append(regression_figure(figures))
         return figures, outputs, records
     # needle_pass (our own): the passphrase, placed at `depth` of the haystack, is in the answer.
     figures.append(Figure("needle_pass", float(correctness.needle_found(found.content, needle["passphrase"])), "ratio",
                           "single", 1, prompt_tokens=found.prompt_tokens, note=where))
+    if needle["hot_runs"]:
+        hot_answers = [(await ask(None, needle_prompt(needle), needle["output_tokens"])).content for _ in range(needle["hot_runs"])]
+        same = sum(answer == found.content for answer in hot_answers)
+        # needle_hot_consistent (our own; seed 004's hot-cache regressions): each hot answer equals the cold one.
+        figures.append(Figure("needle_hot_consistent", same / len(hot_answers), "ratio", "mean", len(hot_answers),
+                              prompt_tokens=found.prompt_tokens, note=f"the needle request sent hot {len(hot_answers)} times; "
+                              f"{same} answered as cold, word for word"))
+    if needle["changed_tail"] is not None:
+        tail = needle["changed_tail"]
+        haystack = needle_prompt({**needle, "question": tail["question"]})
+        answer = await ask("needle-tail", haystack, needle["output_tokens"])
+        # needle_tail_pass (our own; seed 004's partial prefix hit): the cached haystack, a new question after it.
+        figures.append(Figure("needle_tail_pass", float(correctness.grade(answer.content, tail["rule"])), "ratio", "single", 1,
+                              prompt_tokens=answer.prompt_tokens, note="the needle's haystack (a prefix cache hit) with "
+                              f"another question; prompt tokens from cache: {answer.cached_prompt_tokens or 'not reported'}"))
+    figures.append(regression_figure(figures))
     return figures, outputs, records
+
+
+# The probe figures that are each one pass/fail regression (regression_score counts them).
+REGRESSIONS = ("needle_pass", "needle_hot_consistent", "needle_tail_pass", "cache_consistent", "recall_score")
+
+
+def regression_figure(figures: list[Figure]) -> Figure:
+    """regression_score (our own; seed 004's "regression 6/6"): the share of the regression checks run that
+    passed, each hot run of the needle one check."""
+    passed, total, names = 0.0, 0, []
+    for f in figures:
+        if f.metric in REGRESSIONS and f.value is not None:
+            checks = f.n if f.metric == "needle_hot_consistent" else 1
+            passed, total = passed + f.value * checks, total + checks
+            names.append(f"{f.metric} {f.value:g}")
+    return Figure("regression_score", passed / total if total else None, "ratio", "mean", total,
+                  note=f"{round(passed)} of {total} regression checks passed: " + ", ".join(names))
+
+
+async def recall_figures(ask, recall: dict) -> list[Figure]:
+    """recall_score (our own; seed 004's multi-turn regression): facts stated over several turns of one
+    growing conversation, then asked back, each question graded by its rule; recall_consistent: the last
+    request sent again answers word for word the same."""
+    messages: list[dict] = []
+    for turn in recall["turns"]:
+        messages.append({"role": "user", "content": turn})
+        reply = await ask(None, list(messages), recall["output_tokens"])
+        messages.append({"role": "assistant", "content": reply.content})
+    graded, last = [], None
+    for q in recall["questions"]:
+        asked = [*messages, {"role": "user", "content": q["question"]}]
+        last = (asked, await ask(f"recall-{q['id']}", asked, recall["output_tokens"]))
+        graded.append((q["id"], correctness.grade(last[1].content, q["rule"])))
+    again = await ask(None, last[0], recall["output_tokens"])
+    passed = [name for name, ok in graded if ok]
+    return [Figure("recall_score", len(passed) / len(graded), "ratio", "mean", len(graded),
+                   note=f"{len(recall['turns'])} turns of facts, then asked back; passed: {', '.join(passed) or 'none'}"),
+            Figure("recall_consistent", float(again.content == last[1].content), "ratio", "single", 1,
+                   note="the last recall request sent again, answered word for word the same")]

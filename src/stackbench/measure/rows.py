@@ -33,6 +33,8 @@ def engine_setup(facts: ServerFacts, setup_facts: tuple[str, ...], setup_env: di
 
 
 NO_FIGURES = "cell_status"  # the row of a cell that produced no figure (failed, not run)
+# The launch row saying its correctness probes were turned off (plan.probeset): the smoke score not run.
+PROBES_OFF_METRIC = "smoke_score"
 
 
 def fact_unit(name: str) -> str:
@@ -156,6 +158,9 @@ class RowMaker:
         elif node.bandwidth_gbs:
             rows.append(self.fact_row("gpu_mem_bandwidth_gbs", node.bandwidth_gbs, "GB/s",
                                       f"from the node config ({node.file}: hardware.gpu.bandwidth_gbs)"))
+        if self.spec.launch.probes_off:
+            rows.append({**self.basis(None), "metric": PROBES_OFF_METRIC, "unit": "ratio", "stat": "single",
+                         "status": "not_run", "reason": self.spec.launch.probes_off})
         if telemetry_why:
             rows.append({**self.basis(None), "metric": "power_w", "unit": "W", "stat": "single", "status": "not_run",
                          "reason": f"GPU telemetry and power caps not applied: {telemetry_why}"})

@@ -14,10 +14,10 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from stackbench.engines.base import SpecCounters, stated_limit
+from stackbench.engines.base import SpecCounters, stated_limit, streams_token_per_chunk
 from stackbench.engines.prometheus import MetricsFormatError
 from stackbench.host import powercap, telemetry
-from stackbench.measure import acceptance, calibrate, precision, probes, summary, workloads
+from stackbench.measure import acceptance, calibrate, precision, probes, summary, toolcall, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 
@@ -90,6 +90,8 @@ class CellRunner:
 
     def apply_cap(self, cell: Cell) -> powercap.CapResult | None:
         if cell.power_cap_w is None:
+            if self.capper is not None:
+                self.capper.restore()  # a sweep's uncapped cell: the limits found at the launch's start
             return None
         if self.capper is None:
             return powercap.CapResult(cell.power_cap_w, None, False, self.telemetry_why)
@@ -143,7 +145,9 @@ class CellRunner:
 
     async def _measure(self, cell: Cell):
         measure = self.spec.measure
-        extras = {**self.adapter.request_extras(self.spec.launch, cell.workload.output_tokens),
+        # A tool call ends where the model ends it: no fixed length (output_tokens only caps it).
+        fixed = None if cell.workload.tool is not None else cell.workload.output_tokens
+        extras = {**self.adapter.request_extras(self.spec.launch, fixed),
                   **workloads.request_fields(cell.workload)}
         client = StreamClient(self.base_url, self.spec.launch.model.name, extras,
                               measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
@@ -238,11 +242,16 @@ class CellRunner:
         if probe_figures is not None:
             result.figures = probe_figures
             return result
-        # One token per streamed chunk without speculation, unless the engine streams usage per chunk.
-        chunks_are_tokens = self.spec.launch.spec_method == "none" and not any(r.chunk_token_counts for r in records)
-        result.figures = (summary.cell_figures(repeats, delta) + summary.load_figures(repeats, cell.load, cell.concurrency)
-                          + summary.validity_figures(records, chunks_are_tokens) + summary.degeneration_figures(records)
-                          + acceptance.request_acceptance_figures(records))
+        # Chunks count as tokens only where the launch streams one token per chunk (no speculation, stream
+        # interval 1) and the engine streams no usage per chunk; else the server's count alone is trusted.
+        chunks_are_tokens = (streams_token_per_chunk(self.adapter, self.spec.launch)
+                             and not any(r.chunk_token_counts for r in records))
+        result.figures = summary.cell_figures(repeats, delta) + summary.load_figures(repeats, cell.load, cell.concurrency)
+        if cell.workload.tool is not None:  # no fixed length to check: the call's own check instead
+            result.figures += toolcall.figures(records, cell.workload.tool)
+        else:
+            result.figures += summary.validity_figures(records, chunks_are_tokens) + summary.degeneration_figures(records)
+        result.figures += acceptance.request_acceptance_figures(records)
         if reading is not None:
             result.figures += summary.telemetry_figures(reading, sum(r.tokens for r in records))
             ok = [r for r in records if r.status == "ok"]

@@ -199,6 +199,18 @@ class LaunchRun:
                 return f"{why}: the sweep stops there (measure.stop_saturated)"
         return None
 
+    def limit_rows(self) -> list[dict]:
+        """The power limit found at the launch's start (a sweep's uncapped cells run at it), with NVML's
+        default limit beside it: the stock state a post measured without a cap."""
+        if self.capper is None or not self.capper.found:
+            return []
+        defaults = {info.uuid: info.default_limit_w for info in self.capper.gpus.info}
+        each = ", ".join(f"{uuid} {watts:g} W (default {defaults[uuid]:g} W)" for uuid, watts in self.capper.found.items())
+        return [self.rows.fact_row("power_limit_found_w", max(self.capper.found.values()), "W",
+                                   f"nvmlDeviceGetPowerManagementLimit at the launch's start, the uncapped cells' limit; per GPU: {each}"),
+                self.rows.fact_row("power_limit_default_w", max(defaults.values()), "W",
+                                   f"nvmlDeviceGetPowerManagementDefaultLimit; per GPU: {each}")]
+
     def knee_rows(self) -> list[dict]:
         """knee_concurrency per workload and cap swept over two or more concurrencies, from the stored
         cells' medians (cached cells included): a launch-level row with concurrency null."""
@@ -265,7 +277,8 @@ class LaunchRun:
             self._stop_server()
             self._bar.close()
         if self.launches:
-            self.store.save_server_rows(self.rows.server_rows(self.facts, self.ready_s, self.telemetry_why) + self.knee_rows())
+            self.store.save_server_rows(self.rows.server_rows(self.facts, self.ready_s, self.telemetry_why) + self.knee_rows()
+                                        + self.limit_rows())
         return self._finish()
 
     @contextlib.contextmanager

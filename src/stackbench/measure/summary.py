@@ -108,6 +108,17 @@ def repeat_figures(records: list[RequestRecord]) -> dict[str, float | None]:
         "decode_tps": statistics.mean(decode) if decode else None,
         # Output throughput as vLLM `bench serve` "Output token throughput": all output tokens / wall time.
         "aggregate_tps": sum(r.tokens for r in ok) / (t1 - t0) if t1 > t0 else None,
+        # Seed 000's "双流聚合 90.9 + 79.2 = 170.1": each stream's decode rate (mean over its requests), summed
+        # over the streams; TTFT excluded, unlike aggregate_tps.
+        "aggregate_decode_tps": aggregate_decode_rate(ok),
+        # Request wall time, end to end (vLLM `bench serve` E2EL: submit to the last chunk), mean over
+        # requests; seed 000's serialised 64K pair and seed 002's multi-turn round are read on it.
+        "request_wall_s": statistics.mean([wall(r) for r in ok]),
+        "request_wall_later_turns_s": statistics.mean([wall(r) for r in later]) if later else None,
+        # Two or more streams at once (seed 000's two 64K requests, 84.4 s = 2 x 42 s): all of them, first
+        # submit to last chunk, and how far their decode spans overlap, 1 parallel, 0 serialised.
+        "batch_wall_s": t1 - t0 if len({r.stream for r in ok}) > 1 else None,
+        "stream_overlap": stream_overlap(ok),
         "e2e_tps": statistics.mean([r.e2e_tps for r in ok if r.e2e_tps]) if any(r.e2e_tps for r in ok) else None,
         "ttft_s": statistics.mean(ttft) if ttft else None,
         "ttfc_s": statistics.mean([r.ttfc_s for r in ok if r.ttfc_s is not None]) if ok else None,
@@ -117,6 +128,37 @@ def repeat_figures(records: list[RequestRecord]) -> dict[str, float | None]:
         "server_decode_tps": statistics.mean(server_decode) if server_decode else None,
         "server_prefill_tps": statistics.mean(server_prefill) if server_prefill else None,
     }
+
+
+def wall(record: RequestRecord) -> float:
+    return (record.t_last_chunk or record.t_end) - record.t_submit
+
+
+def stream_overlap(ok: list[RequestRecord]) -> float | None:
+    """How far the streams' first-to-last-token spans overlap: (sum of spans - their union) / (sum - the
+    longest), 1 when they run side by side, 0 when one waits for the other (a server serialising them)."""
+    spans = sorted((r.t_first_token, r.t_last_token) for r in ok if r.t_first_token is not None and r.t_last_token)
+    if len({r.stream for r in ok}) < 2 or len(spans) < 2:
+        return None
+    total = sum(b - a for a, b in spans)
+    union, (start, end) = 0.0, spans[0]
+    for a, b in spans[1:]:
+        if a > end:
+            union, start, end = union + end - start, a, b
+        else:
+            end = max(end, b)
+    union += end - start
+    room = total - max(b - a for a, b in spans)
+    return (total - union) / room if room > 0 else None
+
+
+def aggregate_decode_rate(ok: list[RequestRecord]) -> float | None:
+    """The sum over streams of each stream's mean decode rate ((output tokens - 1) / (last - first token))."""
+    streams: dict[int, list[float]] = {}
+    for r in ok:
+        if r.decode_tps:
+            streams.setdefault(r.stream, []).append(r.decode_tps)
+    return sum(statistics.mean(rates) for rates in streams.values()) if streams else None
 
 
 # The per-cell figures and their units, as the metric registry states them.

@@ -50,6 +50,8 @@ def request_fields(workload: Workload) -> dict:
     fields = thinking_fields(workload.thinking)
     if workload.reasoning_effort is not None:
         fields["reasoning_effort"] = workload.reasoning_effort  # OpenAI chat API; vLLM and SGLang take it
+    if workload.tool is not None:
+        fields["tools"] = [{"type": "function", "function": workload.tool}]  # OpenAI chat API tools
     return fields
 
 

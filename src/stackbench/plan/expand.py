@@ -19,6 +19,7 @@ from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict
 from stackbench.models import recipes
+from stackbench.plan import probeset
 from stackbench.rehearsal import plan as rehearsal_plan
 
 CONFIG_DIR = Path("configs")
@@ -56,6 +57,7 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         probes=doc["probes"],
         thinking=doc["thinking"],
         reasoning_effort=doc["reasoning_effort"],
+        tool=doc["tool"],
         prompt_tokens_target=doc["prompt_tokens_target"],
         ladder=tuple(doc["ladder"]),
     )
@@ -139,14 +141,19 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     for i, run in enumerate(doc["runs"]):
         for j, w in enumerate(run["workloads"] or ()):
             named.setdefault(w, f"{where}: runs[{i}].workloads[{j}]")
+    for w, w_where in probeset.named(doc, where).items():
+        named.setdefault(w, w_where)
     workloads = tuple(_scaled(load_workload(w, doc["concurrency"], root, w_where), doc["scale"], where)
                       for w, w_where in named.items())
     unknown = sorted(set(doc["scale"]) - set(named))
     if unknown:
         raise ConfigError(f"{where}: scale.{unknown[0]}: not a workload of this node ({', '.join(named)})")
+    kinds = {w.name: w.kind for w in workloads}
     launches: list[Launch] = []
     for i, run in enumerate(doc["runs"]):
         run_where = f"{where}: runs[{i}]"
+        run_workloads, probes_off = probeset.launch_workloads(tuple(run["workloads"] or doc["workloads"]),
+                                                              probeset.probe_set(doc, run), kinds, run_where)
         stack_path = root / CONFIG_DIR / "stacks" / f"{run['stack']}.yaml"
         if not stack_path.exists():
             known = sorted(p.stem for p in (root / CONFIG_DIR / "stacks").glob("*.yaml"))
@@ -191,7 +198,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 context_len=doc["context_len"] if run["context_len"] is None else run["context_len"],
                 bind_host=doc["bind_host"],
                 env={**doc["env"], **run["env"]},
-                workloads=tuple(run["workloads"] or doc["workloads"]),
+                workloads=run_workloads,
+                probes_off=probes_off,
                 concurrency=tuple(run["concurrency"] or ()),
             ))
         _check_flags(run_launches, adapter, where, i)

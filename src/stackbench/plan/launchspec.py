@@ -139,8 +139,9 @@ def _plain(value):
 
 def cells_of(node: Node, launch: Launch) -> tuple[Cell, ...]:
     """Per cap and each of the launch's workloads: a closed-loop cell per concurrency (per prompt length of
-    a ladder), then an open-loop cell per request rate. Power-cap sweeps thus run the same load at every cap."""
-    caps = list(node.power_caps_w) or [None]
+    a ladder), then an open-loop cell per request rate. Power-cap sweeps thus run the same load at every cap,
+    and uncapped first (the limit as found at the launch's start, so a post measured at stock power is matched)."""
+    caps = [None, *node.power_caps_w]  # a sweep's first cell is the uncapped state, the limit found at the start
     by_name = {w.name: w for w in node.workloads}
     cells = []
     for cap in caps:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from stackbench import analysis
 from stackbench.report import charts, tables
-from stackbench.report.layouts import Layout
+from stackbench.report.layouts import AGGREGATE_METRICS, Layout
 from stackbench.results import published
 
 
@@ -51,6 +51,14 @@ def power_not_measured(results: Results) -> dict[str, str]:
     frame = results.frame("select node, string_agg(distinct reason, '; ') as why from results "
                           "where metric = 'power_w' and status = 'not_run' and source = 'measured' group by node")
     return dict(zip(frame["node"], frame["why"]))
+
+
+def probes_off(results: Results) -> dict[str, str]:
+    """Per node, the launches whose correctness probes were turned off, and where (plan.probeset)."""
+    frame = results.frame("select node, string_agg(distinct stack || ' / ' || variant, ', ') as launches, "
+                          "string_agg(distinct reason, '; ') as why from results where metric = 'smoke_score' "
+                          "and status = 'not_run' and workload = 'server' and source = 'measured' group by node")
+    return {node: f"{launches}: {why}" for node, launches, why in frame.itertuples(index=False)}
 
 
 def status_lines(results: Results) -> list[str]:
@@ -147,13 +155,14 @@ def method_input(results: Results, layouts: dict[str, Layout]) -> pd.DataFrame:
     methods = sorted({m for layout in layouts.values() for m in layout.method})
     if not methods:
         return pd.DataFrame()
-    return results.frame("""
+    return results.frame(f"""
         with ran as (select distinct ref, node, stack, variant from results
                      where source = 'measured' and workload in (select unnest(?::varchar[])))
         select r.* from results r join ran using (ref, node, stack, variant)
         where r.source = 'measured' and r.status = 'ok'
           and (r.workload in (select unnest(?::varchar[])) or r.workload is null)
-          and r.metric in (select distinct metric from results where source = 'published' and table_id is not null)""",
+          and (r.metric in (select distinct metric from results where source = 'published' and table_id is not null)
+               or r.metric in {sql_in(AGGREGATE_METRICS.values())})""",
                          [methods, methods])
 
 

@@ -35,6 +35,7 @@ from stackbench.report.queries import (
     method_input,
     pareto_input,
     power_not_measured,
+    probes_off,
     sql_in,
     sql_text,
     status_lines,
@@ -64,9 +65,11 @@ CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "po
 # The correctness section's columns: (title, column of analysis.correctness_by_variant).
 CORRECTNESS_COLUMNS = [("stack", "stack"), ("variant", "variant"), ("smoke score", "smoke_score"),
                        ("needle pass", "needle_pass"), ("needle prompt tokens", "needle_prompt_tokens"),
-                       ("cache consistent", "cache_consistent"), ("output agreement", "output_agreement"),
+                       ("cache consistent", "cache_consistent"), ("regressions passed", "regression_score"),
+                       ("output agreement", "output_agreement"),
                        ("first divergence", "first_divergence_token"), ("output length ok (lowest)", "output_len_ok"),
-                       ("repetition ratio (highest)", "repetition_ratio"), ("outputs", "outputs")]
+                       ("repetition ratio (highest)", "repetition_ratio"), ("loop share (highest cell)", "looping"),
+                       ("cells with loops", "looping_in"), ("outputs", "outputs")]
 
 
 def correctness_tables(by_variant: pd.DataFrame, nodes: list[str]) -> list[tables.Table]:
@@ -80,7 +83,10 @@ def correctness_tables(by_variant: pd.DataFrame, nodes: list[str]) -> list[table
         out.append(tables.frame_table(
             frame, f"correctness-{node}", f"Correctness beside speed on {node}", "probes workload and every measured cell",
             ["smoke score: share of the smoke questions answered by their rule; needle pass and cache consistent: 1 or 0;"
-             " output agreement: mean common prefix with the no-spec launch's greedy output (1 = identical); blank: not measured."]))
+             " output agreement: mean common prefix with the no-spec launch's greedy output (1 = identical); blank: not measured.",
+             "verdicts: loops are charged only on the probes' greedy outputs, prompt by prompt, where a variant's output loops "
+             "and no-spec's on the same prompt does not (identical outputs never); a cell's loop share is reported for "
+             f"every variant alike, never a verdict; {analysis.correctness.TOLERANCE}."]))
     return out
 
 
@@ -274,6 +280,16 @@ def rehearsed(results: Results) -> bool:
     return bool(results.frame("select count(*) as n from results where engine_image like 'REHEARSAL%'")["n"].iloc[0])
 
 
+def seed_tally(seed: list[tables.Table], layouts: dict) -> str:
+    """How many of the seeds' tables took a measured row, how many could (they name a method), and how many
+    say why none can."""
+    took = sum(any(tables.SAME_METHOD in row[0] for row in t.rows) for t in seed)
+    named = sum(bool(layouts[t.table_id].method) for t in seed if t.table_id in layouts)
+    why = sum(bool(layouts[t.table_id].no_row) for t in seed if t.table_id in layouts)
+    return (f"{took} of the {len(seed)} seed tables took a measured row; {named} name the workloads that reproduce "
+            f"them, {why} say why no measured row can stand beside them.")
+
+
 def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published")) -> list[Path]:
     results = Results(results_path)
     counts = results.frame("select source, count(*) as n from results group by source").set_index("source")["n"].to_dict()
@@ -297,6 +313,9 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         by_node = candidates.groupby("node", sort=False).indices  # each node's headline reads its own rows only
         headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant)
                                  for n in nodes if n in by_node) if t is not None]
+        for node, why in probes_off(results).items():
+            for table in (t for t in headlines if t.table_id == f"headline-{node}"):
+                table.legend.append(f"correctness: not checked on {why}.")
         correctness = correctness_tables(by_variant, nodes)
         agreement = cross_stack_input(results)
         decide_rows = decide_input(results)
@@ -338,7 +357,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             summary += ["## Cells without a figure", "", *[f"- {s}" for s in status], ""]
         summary += ["## Full tables", "", *[full_markdown(f) for f in fulls]]
         summary += ["## Analysis", "", *[to_markdown(t) for t in derived]]
-        summary += ["## The seeds' tables, regenerated from data in each post's own layout", "", *[to_markdown(t) for t in seed]]
+        summary += ["## The seeds' tables, regenerated from data in each post's own layout", "", seed_tally(seed, layouts), "",
+                    *[to_markdown(t) for t in seed]]
         summary_path = out_dir / "report.md"
         summary_path.write_text("\n".join(summary), encoding="utf-8")
         written.append(summary_path)

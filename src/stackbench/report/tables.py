@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from stackbench.report import layouts
 from stackbench.report.layouts import Layout
 from stackbench.results import basis, metrics, published
 
@@ -146,7 +147,8 @@ def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dic
     picked = []
     for column, keys in column_keys.items():
         for metric, concurrency in keys:
-            rows = mine[mine["metric"] == metric]
+            # The post's aggregate as the post formed it; the row shown under the post's metric, its own named.
+            rows = mine[mine["metric"] == layouts.measured_metric(layout, metric)].assign(metric=metric)
             if _present(concurrency):
                 hits = rows[rows["workload"].notna() & (rows["concurrency"] == concurrency)]
             else:
@@ -164,6 +166,43 @@ def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dic
         labels[key] = _method_label(key, group)
     rows["row_label"] = [labels.get(tuple(k)) for k in rows[LAUNCH_KEYS].itertuples(index=False)]
     return rows[rows["row_label"].notna()]
+
+
+def _one_cap(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per launch, the cells at one power cap, as the headline picks it: uncapped where it ran uncapped,
+    else its highest."""
+    by_launch = [rows[k] for k in LAUNCH_KEYS]
+    uncapped = rows["power_cap_w"].isna().groupby(by_launch).transform("any")
+    top = rows["power_cap_w"].groupby(by_launch).transform("max")
+    return rows[(uncapped & rows["power_cap_w"].isna()) | (~uncapped & (rows["power_cap_w"] == top))]
+
+
+def _keyed_method_rows(measured: pd.DataFrame | None, layout: Layout, records: pd.DataFrame) -> pd.DataFrame:
+    """A table keyed by its rows (content class, scene, power cap): under each post row that names the
+    workload reproducing it (layout.method_rows), one entry per launch that ran that workload, its cells
+    matched to the post row's own cells by metric, concurrency (c1 where the post gives none) and, where the
+    post row states one, power cap; a before/after table fills only `method_column`. Each record gets its
+    display label and `after`, the post row it stands under."""
+    if measured is None or measured.empty or not layout.method_rows:
+        return pd.DataFrame()
+    picked = []
+    for label, workload in layout.method_rows.items():
+        cells = measured[(measured["workload"] == workload)]
+        if cells.empty:
+            continue
+        for post in records[records["row_label"] == label].to_dict("records"):
+            if layout.method_column and post["col_key"] != layout.method_column:
+                continue
+            hits = cells[cells["metric"] == layouts.measured_metric(layout, post["metric"])]
+            hits = hits[hits["concurrency"] == (post["concurrency"] if _present(post["concurrency"]) else 1)]
+            cap = post.get("power_cap_w")
+            hits = hits[hits["power_cap_w"] == cap] if _present(cap) else _one_cap(hits)
+            if hits.empty:
+                continue
+            labels = {key: f"{label} · {_method_label(key, group)}" for key, group in cells.groupby(LAUNCH_KEYS, dropna=False)}
+            picked.append(hits.assign(metric=post["metric"], col_key=post["col_key"], after=label,
+                                      row_label=[labels[tuple(k)] for k in hits[LAUNCH_KEYS].itertuples(index=False)]))
+    return pd.concat(picked, ignore_index=True) if picked else pd.DataFrame()
 
 
 def _method_label(key: tuple, cells: pd.DataFrame) -> str:
@@ -203,9 +242,16 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
     column_keys: dict[str, set[tuple]] = {}
     for column, metric, concurrency in records[["col_key", "metric", "concurrency"]].drop_duplicates().itertuples(index=False):
         column_keys.setdefault(column, set()).add((metric, concurrency if _present(concurrency) else None))
-    beside = _method_rows(measured, layout, column_keys)
-    if len(beside):
+    beside = _method_rows(measured, layout, column_keys) if not layout.method_rows else pd.DataFrame()
+    keyed = _keyed_method_rows(measured, layout, records)
+    if len(keyed):
+        for label in reversed(list(dict.fromkeys(keyed["row_label"]))):  # each under the post row it reproduces
+            under = keyed.loc[keyed["row_label"] == label, "after"].iloc[0]
+            row_labels.insert(row_labels.index(under) + 1, label)
+        beside = keyed.drop(columns="after")
+    elif len(beside):
         row_labels += list(dict.fromkeys(beside["row_label"]))
+    if len(beside):
         records = pd.concat([records, beside], ignore_index=True)
     records["row_no"] = records["row_label"].map({label: i + 1 for i, label in enumerate(row_labels)})
     by_cell: dict[tuple, list[dict]] = {}
@@ -241,9 +287,14 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
     title = records["table_title"].iloc[0] or table_id
     refs = list(dict.fromkeys(records.loc[records["source"] == "published", "ref"]))
     if len(beside):
-        refs.append(f"{SAME_METHOD}: measured with {', '.join(layout.method)} (runs {', '.join(dict.fromkeys(beside['ref']))})")
+        methods = layout.method or list(dict.fromkeys(layout.method_rows.values()))
+        refs.append(f"{SAME_METHOD}: measured with {', '.join(methods)} (runs {', '.join(dict.fromkeys(beside['ref']))})")
     table = Table(table_id, title, "; ".join(refs), columns, rows, raw_rows)
-    return _finish(table, records, SEED_AXES, layout.caveats)
+    caveats = list(layout.caveats) + ([f"no measured row: {layout.no_row}."] if layout.no_row else [])
+    if len(beside) and layout.aggregate != "wall" and "aggregate_tps" in set(records["metric"]):
+        caveats.append(f"aggregate: the post's is the sum of its streams' decode rates, TTFT excluded; the {SAME_METHOD} "
+                       f"rows show {layouts.measured_metric(layout, 'aggregate_tps')}, formed the same way.")
+    return _finish(table, records, SEED_AXES, caveats)
 
 
 # -- the headline -------------------------------------------------------------------------------------------

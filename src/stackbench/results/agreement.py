@@ -105,12 +105,31 @@ def agreement_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
         how = f"greedy outputs of {prompts} probe prompts compared {unit.removesuffix('s')} by {unit.removesuffix('s')} " \
               f"with {reference['variant']} ({reference['ref']})"
         diverged = found.first_divergence_token
+        common = sorted(set(reference["outputs"]) & set(candidate["outputs"]))
+        charged = charged_loops({k: (reference["outputs"][k], candidate["outputs"][k]) for k in common})
         rows += [{**base, "metric": "output_agreement", "value": found.output_agreement, "unit": "ratio", "stat": "mean",
                   "n": prompts, "note": f"mean common prefix / reference length; {how}"},
                  {**base, "metric": "first_divergence_token", "value": diverged, "unit": unit, "stat": "single",
                   "n": prompts, "note": (f"earliest divergence over the prompts; {how}" if diverged is not None
                                          else f"identical: no divergence; {how}")}]
+        if charged is not None:
+            # loops_charged (our own): the share of probe prompts whose greedy output loops where the
+            # reference's on the same prompt does not (charged_loops): the one loop verdict.
+            rows.append({**base, "metric": "loops_charged", "value": len(charged) / len(common), "unit": "ratio",
+                         "stat": "mean", "n": len(common),
+                         "note": (f"loops where {reference['variant']}'s does not on {', '.join(charged)}" if charged
+                                  else f"no output loops where {reference['variant']}'s does not") + f"; {how}"})
     return rows
+
+
+def charged_loops(pairs: dict[str, tuple[dict, dict]]) -> list[str] | None:
+    """The prompts (ids of `pairs`: id -> (reference output, candidate output), greedy, same prompt) where
+    the candidate's output loops and the reference's does not, by each output's `loops` (stored by the probe
+    cell: its repetition_ratio over the loop threshold). An output identical to the reference's is never
+    charged, whatever it repeats. None where outputs were stored before `loops` was."""
+    if any("loops" not in r or "loops" not in c for r, c in pairs.values()):
+        return None
+    return [key for key, (r, c) in pairs.items() if c["text"] != r["text"] and c["loops"] and not r["loops"]]
 
 
 def _label(doc: dict) -> str:

@@ -24,3 +24,15 @@ def test_an_adapter_implements_each_member_with_the_declared_parameters(engine):
         if callable(declared):
             assert inspect.signature(getattr(type(adapter), name)).parameters.keys() == \
                 inspect.signature(declared).parameters.keys(), f"{engine}.{name}"
+
+
+def test_chunks_are_tokens_only_without_speculation_and_at_a_stream_interval_of_one():
+    from launch_helpers import make_launch
+
+    from stackbench.engines.base import streams_token_per_chunk
+
+    sglang, llamacpp = ADAPTERS["sglang"], ADAPTERS["llamacpp"]
+    assert streams_token_per_chunk(sglang, make_launch("sglang"))
+    assert not streams_token_per_chunk(sglang, make_launch("sglang", server_args={"stream_interval": 4}))
+    assert not streams_token_per_chunk(sglang, make_launch("sglang", spec_method="eagle"))
+    assert streams_token_per_chunk(llamacpp, make_launch("llamacpp", server_args={"stream_interval": 4}))  # no such flag

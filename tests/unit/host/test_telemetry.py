@@ -324,3 +324,35 @@ def test_energy_per_response_over_the_steady_window_is_power_times_window_over_r
     assert figures["energy_j_per_token_steady"].value == pytest.approx(2 * 250.5 * 4.0 / 300)
     assert "energy_j_per_response_steady" not in {f.metric for f in summary.steady_telemetry_figures(
         [(start, clock.now, 300, sampler.window(start, clock.now))])}
+
+
+def test_the_uncapped_cell_of_a_sweep_runs_at_the_limit_found_at_the_launchs_start(tmp_path):
+    """A sweep's cells in plan order: uncapped, then each cap; a cell without a cap after a capped one (a retry)
+    gets the launch's starting limit back, which the launch records beside NVML's default."""
+    from types import SimpleNamespace
+
+    from stackbench.measure import sequencer
+    from stackbench.measure.runner import CellRunner
+
+    fake = NvmlDouble(count=1, limit_mw=280_000)  # an owner's own limit, below the double's 350 W default
+    with capper_for(fake, tmp_path) as capper:
+        assert capper.found == {"GPU-fake-0": 280.0} and capper.gpus.info[0].default_limit_w == 350.0
+        runner = CellRunner("http://x", None, None, None, capper=capper)
+        runner.apply_cap(SimpleNamespace(power_cap_w=200.0))
+        assert fake.nvmlDeviceGetPowerManagementLimit(0) == 200_000
+        assert runner.apply_cap(SimpleNamespace(power_cap_w=None)) is None
+        assert fake.nvmlDeviceGetPowerManagementLimit(0) == 280_000
+        launch = SimpleNamespace(capper=capper, rows=SimpleNamespace(fact_row=lambda m, v, u, note: {"metric": m, "value": v}))
+        rows = sequencer.LaunchRun.limit_rows(launch)
+        assert {r["metric"]: r["value"] for r in rows} == {"power_limit_found_w": 280.0, "power_limit_default_w": 350.0}
+
+
+def test_every_power_sweep_has_its_uncapped_cell_first():
+    from paths import ROOT
+
+    from stackbench.plan import expand, launchspec
+
+    _, (node,) = expand.load_plan(ROOT, {"nodes": ["2x3090-nvlink"]})
+    launch = node.launches[0]
+    caps = list(dict.fromkeys(c.power_cap_w for c in launchspec.cells_of(node, launch)))
+    assert caps == [None, 180, 220, 260, 300]

@@ -39,6 +39,7 @@ def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeat
     (tmp_path / "configs/nodes/external-double.yaml").write_text(yaml.safe_dump({
         "description": "the synthetic engine (test double) reached as an external vLLM server",
         "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": list(workloads),
+        "probes": None,  # these tests count one workload's requests; the probes' own are in test_probes.py
         "models": {"served": {"hf_dir": "/not/ours", "quant": "NVFP4"}},
         "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))
     cfg = expand.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1,

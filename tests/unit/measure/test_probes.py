@@ -20,7 +20,7 @@ from stackbench import analysis
 from stackbench.cli import collect_results
 from stackbench.config import ConfigError
 from stackbench.config.model import Node
-from stackbench.measure import sequencer
+from stackbench.measure import correctness, probes, sequencer
 from stackbench.plan import expand, launchspec
 from stackbench.rehearsal.standin import Timing
 from stackbench.report import render
@@ -82,8 +82,8 @@ def test_a_variant_answering_differently_at_the_same_speed_is_flagged(measured):
     assert "differs" not in rows["nospec"] and "≠" not in rows["nospec"]
     decode_column = headline.splitlines()[4].split(" | ").index("decode tok/s")  # same speed, but marked
     assert rows["ngram-n3"].split(" | ")[decode_column].endswith("≠")
-    assert ("≠ vllm / ngram-n3: greedy outputs differ from no-spec at token 20 (agreement 0.65): its speed is not of"
-            " the same output") in headline
+    assert ("≠ vllm / ngram-n3: greedy outputs differ from no-spec at token 20 (agreement 0.65), beyond the tolerance "
+            "(first divergence before 16 or agreement under 0.8): its speed is not of the same output") in headline
     assert headline.index(rows["nospec"]) < headline.index(rows["ngram-n3"])  # the flagged variant never tops it
 
 
@@ -104,7 +104,8 @@ def doc(variant: str, spec_method: str, outputs: dict) -> dict:
 
 
 def output(text: str, pieces_are_tokens: bool) -> dict:
-    return {"text": text, "pieces": text.split(" "), "completion_tokens": len(text.split(" ")), "pieces_are_tokens": pieces_are_tokens}
+    return {"text": text, "pieces": text.split(" "), "completion_tokens": len(text.split(" ")), "pieces_are_tokens": pieces_are_tokens,
+            "loops": correctness.is_looping(correctness.repetition_ratio(text))}
 
 
 def test_identical_outputs_read_as_the_no_spec_reference_and_words_are_said_when_tokens_are_not_known():
@@ -119,13 +120,48 @@ def test_identical_outputs_read_as_the_no_spec_reference_and_words_are_said_when
     assert verdict.set_index("variant").loc["draft", "outputs"] == "= no-spec" and not verdict["flagged"].any()
 
 
-def test_a_variant_whose_cells_loop_reads_loops_in_the_headline_verdict():
-    rows = pd.DataFrame([{"node": "n", "stack": "llamacpp", "variant": "draft", "workload": w, "metric": "looping", "value": v,
+def test_a_cells_loop_share_is_reported_for_every_variant_alike_and_is_no_verdict():
+    """Seed run: one of three sampled extraction requests of draft-n2 crossed the loop threshold, no-spec's not;
+    its greedy probe outputs are no-spec's, word for word. Reported, not charged."""
+    rows = pd.DataFrame([{"node": "n", "stack": "llamacpp", "variant": variant, "workload": w, "metric": metric, "value": v,
                           "unit": "ratio", "prompt_tokens": None, "source": "measured", "status": "ok"}
-                         for w, v in (("prose", 0.5), ("code", 0.0))])
-    verdict = analysis.correctness_by_variant(rows).set_index("variant").loc["draft"]
-    assert verdict["outputs"] == "loops: prose" and verdict["flagged"]
-    assert verdict["caveat"] == "outputs loop in prose: speed of degenerate, predictable text"
+                         for variant, w, metric, v in (("draft-n2", "extraction", "looping", 1 / 3), ("draft-n2", "code", "looping", 0.0),
+                                                       ("nospec", "extraction", "looping", 0.0),
+                                                       ("draft-n2", "probes", "output_agreement", 1.0),
+                                                       ("draft-n2", "probes", "loops_charged", 0.0))])
+    verdict = analysis.correctness_by_variant(rows).set_index("variant")
+    assert not verdict["flagged"].any()
+    assert verdict.loc["draft-n2", "outputs"] == "= no-spec"
+    assert verdict.loc["draft-n2", "looping"] == pytest.approx(1 / 3) and verdict.loc["draft-n2", "looping_in"] == "extraction"
+    assert verdict.loc["nospec", "looping"] == 0
+
+
+def test_a_variant_looping_where_its_reference_does_not_on_the_same_prompt_is_charged():
+    looped = "again and again " * 20
+    basis = pd.DataFrame([{"ref": "n/draft@1", "workload": "probes", "node": "n", "stack": "llamacpp", "variant": "draft",
+                           "spec_method": "draft", "source": "measured", "metric": "smoke_score"}])
+    reference = {"p1": output("the sky is blue because air scatters short waves more than long ones", True),
+                 "p2": output(looped.strip(), True)}
+    candidate = {"p1": output(looped.strip(), True), "p2": output(looped.strip(), True)}
+    rows = agreement.agreement_rows([doc("nospec", "none", reference), doc("draft", "draft", candidate)], basis)
+    charged = next(r for r in rows if r["metric"] == "loops_charged")
+    # p2 loops in both, word for word: never charged; p1 loops only with speculation.
+    assert charged["value"] == 0.5 and "on p1;" in charged["note"]
+    verdict = analysis.correctness_by_variant(pd.DataFrame(rows).assign(status="ok", prompt_tokens=None)).set_index("variant")
+    assert verdict.loc["draft", "flagged"]
+    assert "loop where no-spec's on the same prompts do not (0.50 of probe prompts)" in verdict.loc["draft", "caveat"]
+
+
+def test_a_late_greedy_flip_is_reported_within_tolerance_and_an_early_one_is_charged():
+    def verdict(agreement, divergence):
+        rows = pd.DataFrame([{"node": "n", "stack": "vllm", "variant": "mtp", "workload": "probes", "metric": m, "value": v,
+                              "unit": "tokens", "prompt_tokens": None, "source": "measured", "status": "ok"}
+                             for m, v in (("output_agreement", agreement), ("first_divergence_token", divergence))])
+        return analysis.correctness_by_variant(rows).iloc[0]
+
+    late = verdict(0.93, 40)
+    assert not late["flagged"] and late["outputs"] == "differs late at token 40 (agreement 0.93), within tolerance"
+    assert verdict(0.95, 3)["flagged"] and verdict(0.6, 30)["flagged"]
 
 
 def test_a_probe_workload_without_its_probes_is_refused_naming_the_file(tmp_path):
@@ -247,3 +283,34 @@ def test_launches_without_a_stated_family_or_with_speculation_are_not_compared_a
             {**doc("nospec", "none", outputs), "ref": "w/nospec@1", "node": "w", "weights": "F"}]
     basis = pd.DataFrame([{"ref": d["ref"], "workload": "probes", "node": d["node"], "source": "measured"} for d in docs])
     assert agreement.cross_stack_rows(docs, basis) == []
+
+
+def test_seed_004s_probe_set_runs_its_six_regressions_and_three_smoke_questions():
+    """Against the double (answers "t0 t1 ..." whatever is asked, the same each time): every regression that
+    compares an answer with itself passes, every one graded by content fails, and the score counts six checks."""
+    import asyncio
+
+    from stackbench.engines import adapter_for
+    from stackbench.measure.client import StreamClient
+
+    workload = expand.load_workload("probes-seed-004", [1], ROOT, "test")
+
+    async def ask_all(url):
+        client = StreamClient(url, "synthetic", probes.THINKING_OFF, 30, 60)
+        try:
+            return await probes.run(client, workload, adapter_for("vllm"))
+        finally:
+            await client.aclose()
+
+    with serving(REFERENCE) as url:
+        figures, outputs, records = asyncio.run(ask_all(url))
+    by_metric = {f.metric: f for f in figures}
+    assert by_metric["smoke_score"].n == 3 and "sunzi" in by_metric["smoke_score"].note
+    assert by_metric["needle_hot_consistent"].value == 1 and by_metric["needle_hot_consistent"].n == 2
+    assert by_metric["needle_tail_pass"].value == 0 and by_metric["recall_score"].value == 0
+    assert by_metric["recall_consistent"].value == 1
+    # 30 tokens of "t<i> " are far fewer than the 600 characters asked: the long-generation regression fails.
+    assert by_metric["cache_consistent"].value == 0
+    score = by_metric["regression_score"]
+    assert score.n == 6 and score.value == pytest.approx(2 / 6)  # the two hot needle runs pass
+    assert {"needle-tail", "recall-passphrase"} <= set(outputs)

@@ -100,3 +100,26 @@ def test_telemetry_figures_name_the_window_and_the_energy_source():
     assert "sampler errors: NVML error while sampling: GPU is lost" in figures["power_w"].note
     empty = telemetry.WindowReading(0.2, None, "x", None, None, 0, None, ("GPU-a",))
     assert summary.telemetry_figures(empty, 10) == []
+
+
+def test_the_aggregate_decode_rate_sums_the_streams_rates_without_ttft_and_the_wall_aggregate_includes_it(streamed_usage):
+    _, figures = streamed_usage
+    # Two streams at 100 tok/s each, after a 1 s TTFT: seed 000's "90.9 + 79.2" kind of sum is 200; the wall
+    # aggregate (61 tokens each over ~1.6 s) is far below it.
+    assert figures["aggregate_decode_tps"].value == pytest.approx(2 * TIMING.decode_tps, rel=0.05)
+    assert figures["aggregate_decode_tps"].ttft_included == "no" and figures["aggregate_tps"].ttft_included == "yes"
+    assert figures["aggregate_tps"].value < 0.5 * figures["aggregate_decode_tps"].value
+    wall = TIMING.ttft_s + (TIMING.output_tokens - 1) / TIMING.tokens_per_chunk * TIMING.interval_s
+    assert figures["request_wall_s"].value == pytest.approx(wall, rel=0.05)
+
+
+def test_the_aggregate_decode_rate_takes_each_streams_mean_over_its_requests():
+    def record(stream, start, rate):
+        r = RequestRecord(stream=stream, turn=0, t_submit=start, t_first_chunk=start + 1, t_first_token=start + 1,
+                          t_last_token=start + 1 + 10 / rate,
+                          t_last_chunk=start + 1 + 10 / rate, t_end=start + 1 + 10 / rate, completion_tokens=11)
+        r.content_chunks, r.chunk_times = 11, [start + 1]
+        return r
+
+    records = [record(0, 0.0, 90.0), record(0, 2.0, 92.0), record(1, 0.0, 80.0)]
+    assert summary.repeat_figures(records)["aggregate_decode_tps"] == pytest.approx(91.0 + 80.0)

@@ -42,7 +42,7 @@ def load(root: Path):
 
 def test_a_node_runs_a_method_reduced_and_says_so(tmp_path):
     cfg, node = load(repo(tmp_path, {"workloads": ["seed-004-short"], "scale": {"seed-004-short": {"output_tokens": 64}}}))
-    (scaled,) = node.workloads
+    scaled, _probes = node.workloads  # the probe set every launch runs comes after
     assert scaled.output_tokens == 64 and scaled.method_scale == "output 64 of 512"
     assert scaled.prompt_tokens_target == 400 and scaled.thinking is False
     _, plain = load(repo(tmp_path / "plain", {"workloads": ["seed-004-short"]}))
@@ -60,7 +60,7 @@ def test_a_scale_for_a_workload_the_node_does_not_run_is_refused_naming_it(tmp_p
 
 def test_a_ladder_is_one_cell_per_length_keyed_by_it(tmp_path):
     _, node = load(repo(tmp_path, {"workloads": ["ladder-cpu"]}))
-    cells = launchspec.cells_of(node, node.launches[0])
+    cells = [c for c in launchspec.cells_of(node, node.launches[0]) if c.workload.kind == "ladder"]
     assert [c.key for c in cells] == [f"ladder-cpu--p{n}--c1--nocap" for n in (512, 1024, 2048, 3500, 6000)]
     assert [c.prompt_tokens_target for c in cells] == [512, 1024, 2048, 3500, 6000]
 
@@ -91,3 +91,11 @@ def test_thinking_and_effort_are_request_fields_and_enter_the_fingerprint_only_w
     assert set(workload(thinking=False).identity) - set(workload().identity) == {"thinking"}
     assert not {"thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale"} & set(workload().identity)
     assert [workloads.thinking_basis(t) for t in (True, False, None)] == ["on", "off", "server default"]
+
+
+def test_seed_001_single_sends_the_posts_three_groups_in_every_repeat():
+    workload = expand.load_workload("seed-001-single", [1], ROOT, "test")
+    for repeat in range(3):
+        requests = workloads.requests(workload, workload.load, 1 * workload.load.requests_per_stream, repeat)
+        texts = [r.turns[0].split("] ", 1)[-1] for r in requests]  # the salt stripped
+        assert sorted(texts) == sorted(workload.prompts)

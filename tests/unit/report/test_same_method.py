@@ -3,7 +3,6 @@ that post's regenerated tables, its headline reads that method's cells, and its 
 drawn. All rows here are hand-built test data, not measurements."""
 
 import pandas as pd
-import pyarrow as pa
 import pytest
 from paths import ROOT
 
@@ -19,7 +18,7 @@ def launch(variant: str = "mtp-n2", prompt: int = 407, **extra) -> dict:
     return dict(source="measured", ref=f"run-{variant}", node=NODE, stack="vllm", variant=variant,
                 spec_method="mtp" if variant.startswith("mtp") else "none",
                 spec_tokens=int(variant[-1]) if variant.startswith("mtp") else None, status="ok", stat="median", n=3,
-                os="Debian 13", engine="vllm", engine_version="v0.11.0", model="lyf/Qwen3.8-27B-Heretic-ARA-NVFP4-MTP-VL",
+                os="Debian 13", engine="vLLM", engine_version="v0.11.0", thinking="off", model="lyf/Qwen3.8-27B-Heretic-ARA-NVFP4-MTP-VL",
                 quant="NVFP4 (compressed-tensors)", kv_dtype="fp8", context_len=65536, temperature=0.0,
                 ttft_included="no", gpu="RTX 4090 24GB", gpu_count=1, tp=1, _prompt=prompt, **extra)
 
@@ -54,14 +53,9 @@ def ladder_rows(variant: str = "mtp-n2") -> list[dict]:
     return rows
 
 
-def write(tmp_path, measured: list[dict], thinking: bool = True):
-    """Published rows plus `measured` in a results file. The `thinking` column (being added to the contract
-    elsewhere) is appended here: 'off' on seed 004's rows and the measured ones, as both state it."""
+def write(tmp_path, measured: list[dict]):
+    """Published rows plus `measured` in a results file, and the report rendered from it."""
     table = store.to_table(pd.DataFrame(published_records(ROOT / "data/published", ROOT) + measured))
-    if thinking:
-        frame = table.select(["source", "ref"]).to_pandas()
-        off = (frame["source"] == "measured") | frame["ref"].map(published.post_of).eq("004")
-        table = table.append_column("thinking", pa.array(["off" if o else None for o in off], pa.string()))
     path = tmp_path / "results.parquet"
     store.atomic_write_parquet(table, path)
     out = tmp_path / "reports"
@@ -97,7 +91,8 @@ def test_a_node_measured_with_the_method_stands_beside_the_post(beside):
     assert any("same method: measured with seed-004-short" in line for line in lines)  # the source line
     fields = caveat_fields(lines)
     assert {"gpu", "engine version"} <= fields
-    for same in ("prompt tokens", "output tokens", "temperature", "thinking", "concurrency"):
+    # thinking: the post states it off, as the method sends it; engine: one spelling (the engine's own, vLLM)
+    for same in ("prompt tokens", "output tokens", "temperature", "thinking", "concurrency", "engine"):
         assert same not in fields, (same, fields)
 
 
@@ -124,7 +119,7 @@ def test_ladder_and_pareto_charts_are_drawn_for_such_a_node_only(beside, tmp_pat
     assert f"Context ladder on {NODE}: seed-000-128k" in page
     assert f"Throughput per stream against aggregate on {NODE}: seed-004-short" in page
     assert "Context ladder on rtx5090" not in page and "against aggregate on rtx5090" not in page  # no such cells
-    plain = write(tmp_path, [r for r in method_rows() if r.get("workload") != "seed-004-short"], thinking=False)
+    plain = write(tmp_path, [r for r in method_rows() if r.get("workload") != "seed-004-short"])
     page = (plain / "index.html").read_text(encoding="utf-8")
     assert "Context ladder on" not in page and "Throughput per stream against aggregate on" not in page
 
@@ -147,7 +142,7 @@ def test_a_method_that_is_not_a_method_workload_is_a_config_error(tmp_path):
 
 def test_the_method_default_comes_from_the_schema():
     layouts = load_layouts(ROOT / "data/published")
-    assert METHOD_DEFAULT is None and layouts["s004-vram"].method == []
+    assert METHOD_DEFAULT is None and layouts["s004-192k-profile"].method == []
     assert layouts["s004-mtp-ab"].method == ["seed-004-short"]
 
 
@@ -157,3 +152,23 @@ def test_a_capped_sweep_shows_one_cap_beside_the_post(tmp_path):
     lines = table_lines(write(tmp_path, method_rows() + capped), "s004-mtp-ab")
     row = dict(zip(cells(lines[4]), cells(next(line for line in lines if f"{NODE}, same method" in line))))
     assert row["c1"] == "90" and row["c4"] == "360"
+
+
+def test_an_aggregate_the_post_formed_from_decode_rates_is_matched_with_the_measured_decode_sum():
+    """s000-fourway's 171.8 is 1.1's 双流聚合, 90.9 + 80.9 (aggregate: decode_sum): the same-method entry under
+    its row shows the measured aggregate_decode_tps, never the wall aggregate, and says so."""
+    from stackbench.report import layouts, tables
+
+    records = pd.DataFrame(published_records(ROOT / "data/published", ROOT))
+    layout = layouts.load_layouts(ROOT / "data/published")["s000-fourway"]
+    assert layout.aggregate == "decode_sum" and layout.method_rows == {"4: SGLang + MTP": "seed-000-short-code"}
+    base = launch("nospec")
+    base.pop("_prompt")
+    cell = dict(base, workload="seed-000-short-code", concurrency=2, prompt_tokens=30, output_tokens=512, unit="tok/s")
+    measured = store.to_table(pd.DataFrame([dict(cell, metric="aggregate_tps", value=150.0),
+                                            dict(cell, metric="aggregate_decode_tps", value=171.0)])).to_pandas()
+    table = tables.seed_table(records, "s000-fourway", layout, measured)
+    (row,) = [r for r in table.rows if "same method" in r[0]]
+    assert row[0].startswith("4: SGLang + MTP · test-gpu, same method")  # under the post row it reproduces
+    assert "171" in row[1:] and "150" not in row[1:]
+    assert any("sum of its streams' decode rates" in c for c in table.caveats)
