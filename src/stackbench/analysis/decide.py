@@ -35,8 +35,7 @@ RULE = (f"score = median - {SCALED_MAD} x MAD x {MAD_PENALTY:g} over repeats (vL
 CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens", "metric", "run",
                   "gain", "gain_low", "gain_high", "runner_up", "runner_up_gain", "why", "kv_pool_tokens",
                   "kv_pool_tokens_nospec", "contexts_held", "contexts_held_nospec", "excluded"]
-# A cell's peers: the same in everything but the launch (each launch's rows carry a ref of their own).
-GROUP = [c for c in SPEC_PAIR if c not in ("source", "ref")]
+# A cell's peers: SPEC_PAIR, the same in everything but the launch (each launch's rows carry a ref of their own).
 
 
 def judged(results: pd.DataFrame) -> pd.DataFrame:
@@ -44,7 +43,7 @@ def judged(results: pd.DataFrame) -> pd.DataFrame:
     measured = results[(results["source"] == "measured") & results["concurrency"].notna()]
     metric = np.where(measured["concurrency"] == 1, SINGLE_STREAM_METRIC, CONCURRENT_METRIC)
     cells = measured[(measured["metric"] == metric) & (measured["status"] == "ok") & measured["value"].notna()]
-    return cells.drop_duplicates(GROUP + ["variant"]).reset_index(drop=True)
+    return cells.drop_duplicates(SPEC_PAIR + ["variant"]).reset_index(drop=True)
 
 
 def _cells(results: pd.DataFrame) -> pd.DataFrame:
@@ -68,10 +67,10 @@ def _exclusions(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Data
         why[differs] = "greedy outputs differ from no-spec"
         why[lengths & ~differs] = "lengths not as asked in " + verdict.loc[lengths & ~differs, "length_off_in"].set_axis(
             cells.index[lengths & ~differs])
-    looping = results[(results["metric"] == "looping") & results["value"].notna()].drop_duplicates(GROUP + ["variant"])
-    loops = cells[GROUP + ["variant"]].merge(looping[GROUP + ["variant", "value"]], on=GROUP + ["variant"], how="left")["value"]
-    reference = looping[looping["spec_method"] == "none"][GROUP + ["value"]]
-    ref_loops = cells[GROUP].merge(reference, on=GROUP, how="left")["value"].fillna(0)
+    looping = results[(results["metric"] == "looping") & results["value"].notna()].drop_duplicates(SPEC_PAIR + ["variant"])
+    loops = cells[SPEC_PAIR + ["variant"]].merge(looping[SPEC_PAIR + ["variant", "value"]], on=SPEC_PAIR + ["variant"], how="left")["value"]
+    reference = looping[looping["spec_method"] == "none"][SPEC_PAIR + ["value"]]
+    ref_loops = cells[SPEC_PAIR].merge(reference, on=SPEC_PAIR, how="left")["value"].fillna(0)
     more = (loops.fillna(0) > ref_loops).to_numpy() & (why == "").to_numpy()
     why[more] = "loops in " + loops[more].map("{:.0%}".format).astype(str).to_numpy() + " of requests, no-spec " + ref_loops[more].map(
         "{:.0%}".format).astype(str).to_numpy()
@@ -82,8 +81,8 @@ def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:
     """Cells that produced no figure (failed requests, rejections), named by group and variant."""
     bad = results[(results["source"] == "measured") & (results["metric"] == "cell_status")
                   & results["status"].isin(["failed", "rejected", "not_run"]) & results["concurrency"].notna()]
-    bad = bad.drop_duplicates(GROUP + ["variant"])
-    return bad.assign(why=bad["status"] + ": " + bad["reason"].fillna("no reason given"))[GROUP + ["variant", "why"]]
+    bad = bad.drop_duplicates(SPEC_PAIR + ["variant"])
+    return bad.assign(why=bad["status"] + ": " + bad["reason"].fillna("no reason given"))[SPEC_PAIR + ["variant", "why"]]
 
 
 def _launch_price(results: pd.DataFrame) -> pd.DataFrame:
@@ -96,8 +95,8 @@ def _launch_price(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def _first(frame: pd.DataFrame, order: list[str], ascending: list[bool]) -> pd.DataFrame:
-    return frame.sort_values(GROUP + order, ascending=[True] * len(GROUP) + ascending, kind="stable",
-                             na_position="last").drop_duplicates(GROUP)
+    return frame.sort_values(SPEC_PAIR + order, ascending=[True] * len(SPEC_PAIR) + ascending, kind="stable",
+                             na_position="last").drop_duplicates(SPEC_PAIR)
 
 
 def _percent(values: pd.Series) -> pd.Series:
@@ -111,24 +110,24 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFram
     if cells.empty:
         return pd.DataFrame(columns=CHOICE_COLUMNS)
     cells["excluded_why"] = _exclusions(cells, results, correctness)
-    named = cells.loc[cells["excluded_why"] != "", GROUP + ["variant", "excluded_why"]].rename(columns={"excluded_why": "why"})
+    named = cells.loc[cells["excluded_why"] != "", SPEC_PAIR + ["variant", "excluded_why"]].rename(columns={"excluded_why": "why"})
     named = pd.concat([named, _failed_cells(results)], ignore_index=True)
-    excluded = (named["variant"] + " (" + named["why"] + ")").groupby([named[c] for c in GROUP], dropna=False).agg("; ".join)
+    excluded = (named["variant"] + " (" + named["why"] + ")").groupby([named[c] for c in SPEC_PAIR], dropna=False).agg("; ".join)
     candidates = cells[cells["excluded_why"] == ""].copy()
-    best = candidates.groupby(GROUP, dropna=False)["score"].transform("max")
+    best = candidates.groupby(SPEC_PAIR, dropna=False)["score"].transform("max")
     candidates["within"] = candidates["score"] >= best * (1 - DEPTH_MARGIN)
     pick = _first(candidates, ["within", "depth", "score"], [False, True, False])
-    rest = candidates.merge(pick[GROUP + ["variant"]].assign(picked=True), on=GROUP + ["variant"], how="left")
+    rest = candidates.merge(pick[SPEC_PAIR + ["variant"]].assign(picked=True), on=SPEC_PAIR + ["variant"], how="left")
     runner = _first(rest[rest["picked"].isna()], ["score"], [False])
-    reference = cells[cells["spec_method"] == "none"].drop_duplicates(GROUP)
+    reference = cells[cells["spec_method"] == "none"].drop_duplicates(SPEC_PAIR)
 
-    keys = cells[GROUP].drop_duplicates()
-    out = keys.merge(pick, on=GROUP, how="left").merge(
-        runner[GROUP + ["variant", "value", "spec_method"]].rename(columns=lambda c: c if c in GROUP else f"runner_{c}"),
-        on=GROUP, how="left").merge(
-        reference[GROUP + ["source", "ref", "variant", "value", "ci_low", "ci_high"]].rename(
-            columns=lambda c: c if c in GROUP else f"ref_{c}"),
-        on=GROUP, how="left")
+    keys = cells[SPEC_PAIR].drop_duplicates()
+    out = keys.merge(pick, on=SPEC_PAIR, how="left").merge(
+        runner[SPEC_PAIR + ["variant", "value", "spec_method"]].rename(columns=lambda c: c if c in SPEC_PAIR else f"runner_{c}"),
+        on=SPEC_PAIR, how="left").merge(
+        reference[SPEC_PAIR + ["source", "ref", "variant", "value", "ci_low", "ci_high"]].rename(
+            columns=lambda c: c if c in SPEC_PAIR else f"ref_{c}"),
+        on=SPEC_PAIR, how="left")
     has_ref = out["ref_value"].notna()
     picked_spec = out["variant"].notna() & (out["spec_method"] != "none")
     gain = out["value"] / out["ref_value"] - 1
@@ -162,6 +161,6 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFram
         "why": why,
         "kv_pool_tokens": chosen["kv_pool_tokens"].to_numpy(), "kv_pool_tokens_nospec": nospec["kv_pool_tokens"].to_numpy(),
         "contexts_held": chosen["contexts_held"].to_numpy(), "contexts_held_nospec": nospec["contexts_held"].to_numpy(),
-        "excluded": out[GROUP].merge(excluded.rename("excluded").reset_index(), on=GROUP, how="left")["excluded"].fillna("").to_numpy(),
+        "excluded": out[SPEC_PAIR].merge(excluded.rename("excluded").reset_index(), on=SPEC_PAIR, how="left")["excluded"].fillna("").to_numpy(),
     })
     return table.sort_values(["node", "stack", "model", "power_cap_w", "workload", "concurrency"], kind="stable").reset_index(drop=True)

@@ -7,14 +7,15 @@ import pandas as pd
 
 from stackbench.analysis.common import CELL, cell_values
 
-# The no-spec cell a speculative cell is compared with: the same cell in every respect but the variant.
-SPEC_PAIR = ["source", "ref", "node", "stack", "power_cap_w", "workload", "concurrency", "request_rate", "model", "quant",
+# The no-spec cell a speculative cell is compared with: the same cell in every respect but the variant. Each
+# measured launch's rows carry their own ref (its run id), so measured cells pair across refs.
+SPEC_PAIR = ["node", "stack", "power_cap_w", "workload", "concurrency", "request_rate", "model", "quant",
              "prompt_tokens", "output_tokens"]
 
 
 def spec_value_by_context(results: pd.DataFrame) -> pd.DataFrame:
     """Speed-up of each speculative cell's per-stream decode rate over the no-spec cell that matches it in
-    everything but the variant (same run, node, stack, power cap, concurrency, workload, model, lengths),
+    everything but the variant (same node, stack, power cap, concurrency, workload, model, lengths),
     with the acceptance length of that very cell beside it."""
     decode = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & (results["source"] == "measured")
                      & results["value"].notna()]

@@ -206,6 +206,13 @@ def test_spec_value_by_context_pairs_each_cap_and_concurrency_with_its_own_cells
     assert all(isinstance(v, float) for v in spec["accept_len"])  # a number per cell, never a Series
 
 
+def test_spec_value_by_context_pairs_launches_whose_rows_carry_their_own_run_ids():
+    # A real run: each launch's rows carry the launch's own ref, so the pair must not be keyed on it.
+    rows = cap_sweep()
+    rows["ref"] = ["run-" + variant for variant in rows["variant"]]
+    assert len(analysis.spec_value_by_context(rows)) == 4
+
+
 def test_roofline_acceptance_is_the_cells_own_not_a_median_across_caps():
     rows = pd.concat([cap_sweep(), frame(*[server(m, v, node="gpu", stack="vllm", variant=variant, spec_method=method)
                                            for variant, method in (("nospec", "none"), ("mtp-n2", "mtp"))
