@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import httpx
 import pytest
@@ -14,9 +15,10 @@ from launch_helpers import TEST_MODEL, chat, make_launch, measure_argv, one_laun
 from paths import FIXTURES
 
 from stackbench.engines import adapter_for
+from stackbench.rehearsal.standin import StandinEngine, Timing
 from stackbench.results import store
 from stackbench.serve.launchers import open_launcher
-from stackbench.serve.process import ReadyTimeout, ServerProcess, free_port
+from stackbench.serve.process import ReadyTimeout, ServerError, ServerProcess, free_port
 
 FIXTURES = FIXTURES / "external"
 
@@ -82,6 +84,18 @@ def test_an_unreachable_server_times_out_naming_the_url(tmp_path):
     with pytest.raises(ReadyTimeout, match=f"not ready after 1 s at {url}/health"):
         launcher.start(ready_timeout_s=1)
     assert not launcher.alive()
+
+
+def test_a_server_without_the_stacks_health_route_fails_at_once_naming_it(tmp_path):
+    """A vLLM-speaking stand-in (TEST DOUBLE) reached as an external SGLang server answers 404 at
+    /health_generate: it will never be ready, so the start says so instead of waiting ready_timeout_s."""
+    with StandinEngine(Timing(engine="vllm")) as engine:
+        launcher = external(tmp_path, engine.base_url, engine="sglang")
+        started = time.monotonic()
+        with pytest.raises(ServerError, match=f"{engine.base_url} has no route /health_generate .*not the SGLang server"):
+            launcher.start(ready_timeout_s=60)
+        assert time.monotonic() - started < 5
+        assert external(tmp_path, engine.base_url, engine="vllm").start(ready_timeout_s=5) >= 0  # its own route answers
 
 
 def replies(routes: dict[str, str]) -> httpx.Client:

@@ -21,7 +21,7 @@ import httpx
 
 from stackbench.config.model import Launch
 from stackbench.serve.container import ImageLauncher
-from stackbench.serve.process import NotRunnable, ProcessLauncher, ReadyTimeout
+from stackbench.serve.process import NotRunnable, ProcessLauncher, ReadyTimeout, ServerError
 
 log = logging.getLogger("stackbench.serve.launchers")
 
@@ -127,16 +127,22 @@ class ExternalLauncher:
         self.probe_timeout_s = probe_timeout_s
         self.reported = {"engine_version": "unknown", "context_len": None, "tp": None, "quant": "unknown"}
 
-    def _healthy(self, client: httpx.Client) -> bool:
+    def _health_status(self, client: httpx.Client) -> int | None:
+        """The health route's HTTP status; None when no server answered."""
         try:
-            return client.get(self.base_url + self.adapter.health_path).status_code == 200
+            return client.get(self.base_url + self.adapter.health_path).status_code
         except httpx.HTTPError:
-            return False
+            return None
 
     def start(self, ready_timeout_s: float, poll_s: float = 0.5) -> float:
         started = time.monotonic()
         with httpx.Client(timeout=self.probe_timeout_s) as client:
-            while not self._healthy(client):
+            while (status := self._health_status(client)) != 200:
+                # A server that answers but has no such route will never be ready: another engine than the
+                # stack's, or the URL is wrong. Waiting out ready_timeout_s (600 s by default) would not help.
+                if status == 404:
+                    raise ServerError(f"external server at {self.base_url} has no route {self.adapter.health_path} "
+                                      f"(HTTP 404): not the {self.adapter.engine_label} server its stack names, or the URL is wrong")
                 if time.monotonic() - started > ready_timeout_s:
                     raise ReadyTimeout(f"external server not ready after {ready_timeout_s:.0f} s at "
                                        f"{self.base_url}{self.adapter.health_path}")
@@ -147,7 +153,7 @@ class ExternalLauncher:
 
     def alive(self) -> bool:
         with httpx.Client(timeout=self.probe_timeout_s) as client:
-            return self._healthy(client)
+            return self._health_status(client) == 200
 
     def stop(self) -> None:
         pass  # not ours to stop
