@@ -5,7 +5,9 @@ the summary and the engine parsers can be checked against what it was built to e
 Per chat request it streams, like the engines with a reasoning parser and MTP/EAGLE decoding:
 a role-only chunk at once; after `ttft_s` a first chunk with one token (the prefill's); then one chunk
 every `interval_s` carrying `tokens_per_chunk` tokens, reasoning first (`delta.reasoning_content`),
-then content (a request with `tools` gets a `delta.tool_calls` chunk instead of its first content);
+then content (a request with `tools` gets no content: like an engine's tool-call parser, its content
+tokens stream as one call of the first tool, `delta.tool_calls`, arguments `{"text": "<the tokens>"}` in
+pieces, the name on the first);
 `usage` in a final chunk (and on every chunk when the request asks for vLLM's
 `stream_options.continuous_usage_stats`); llama.cpp's `timings` and SGLang's `sglext.spec_tokens_details`
 on the final chunk in those formats. With `capacity` set it serves at most that many requests at once
@@ -363,7 +365,8 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
             if timing.jitter:
                 with draws_lock:
                     interval *= 1 + timing.jitter * (2 * jitters.random() - 1)
-            tools = bool(body.get("tools"))
+            call_name = body["tools"][0]["function"]["name"] if body.get("tools") else None
+            calling = False
             # Fast-forwarded steps share a chunk only where the engine's chunks carry several tokens anyway
             # (speculation, or usage on every chunk); otherwise one token per chunk, as the engine streams.
             coalesce = pace is not None and (continuous or timing.accept_rate > 0)
@@ -391,6 +394,19 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                         "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed}}
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
 
+            def text_delta(kind: str, text: str, last: bool) -> dict:
+                """A chunk's delta for text of that kind: content turns into the tool call's next arguments piece."""
+                nonlocal calling
+                if kind != "content" or call_name is None:
+                    return {kind: text}
+                function = {"arguments": ("" if calling else '{"text": "') + text + ('"}' if last else "")}
+                call = {"index": 0, "function": function}
+                if not calling:
+                    call.update(id="call-standin", type="function")
+                    function["name"] = call_name
+                calling = True
+                return {"tool_calls": [call]}
+
             def wait_until(due: float) -> None:
                 delay = due - (time.perf_counter() - start)
                 if delay > 0:
@@ -400,7 +416,8 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
             wait_until(ttft)
             emitted = 1
             reasoning_emitted = 1 if reasoning_budget else 0
-            send({"reasoning_content" if reasoning_emitted else "content": timing.token_text(0)}, usage=continuous)
+            send(text_delta("reasoning_content" if reasoning_emitted else "content", timing.token_text(0), emitted >= output),
+                 usage=continuous)
             pending = {"reasoning_content": "", "content": ""}
             last_sent = ttft
             due = ttft
@@ -429,13 +446,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                     last_sent = due
                     for kind in ("reasoning_content", "content"):
                         if pending[kind]:
-                            if tools and kind == "content":
-                                send({"tool_calls": [{"index": 0, "id": "call-standin", "type": "function", "function": {
-                                    "name": body["tools"][0]["function"]["name"], "arguments": json.dumps({"text": pending[kind]})}}]},
-                                     usage=continuous)
-                                tools = False
-                            else:
-                                send({kind: pending[kind]}, usage=continuous)
+                            send(text_delta(kind, pending[kind], emitted >= output), usage=continuous)
                             pending[kind] = ""
             counters.finished(prompt_tokens, cached, emitted)
             send(None, usage=True, final=True)

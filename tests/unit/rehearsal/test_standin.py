@@ -79,7 +79,7 @@ def test_metrics_tokenize_and_context_errors_in_each_engines_format(engine):
         assert adapter.facts_from_metrics(metrics).kv_pool_tokens == 5000
 
 
-def test_tool_call_chunks_for_a_request_with_tools():
+def test_a_request_with_tools_is_answered_by_one_call_without_content():
     timing = Timing(reasoning_tokens=0, content_tokens=3, tokens_per_chunk=1, interval_s=0.001, ttft_s=0.001)
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
     with StandinEngine(timing) as server:
@@ -88,7 +88,10 @@ def test_tool_call_chunks_for_a_request_with_tools():
     deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in stream.splitlines()
               if line.startswith("data: {") and json.loads(line[6:])["choices"]]
     calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
-    assert len(calls) == 1 and calls[0]["function"]["name"] == "lookup"
+    # Like an engine's tool-call parser: no content, the name on the first piece, arguments that parse once joined.
+    assert [d for d in deltas if d.get("content")] == []
+    assert [c["function"].get("name") for c in calls] == ["lookup", None, None, None]
+    assert json.loads("".join(c["function"]["arguments"] for c in calls)) == {"text": "t0 t1 t2 t3 "}
 
 
 def test_pace_follows_the_roofline_and_slows_under_a_cap(tmp_path):
