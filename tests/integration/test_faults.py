@@ -98,7 +98,8 @@ def test_missing_model_file_is_not_run_with_file_and_field(ci_repo, tmp_path, mo
     run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
     monkeypatch.chdir(ci_repo)
     results = store.read_results(run.run())
-    assert set(results["status"]) == {"not_run"} and len(results) == 4
+    # code and json at c1 and c2, and the probes every launch runs by default
+    assert set(results["status"]) == {"not_run"} and len(results) == 5
     assert results["reason"].iloc[0] == "model file missing: /nowhere/model.gguf (models.smollm2-135m-q4km in configs/nodes/ci-cpu.yaml)"
     assert run.launches == 0
 
@@ -112,7 +113,7 @@ def test_corrupt_model_fails_every_cell_with_the_engines_last_words(ci_repo, tmp
     monkeypatch.chdir(ci_repo)
     results = store.read_results(run.run())
     results = results[results["workload"] != "server"]
-    assert set(results["status"]) == {"failed"} and len(results) == 4
+    assert set(results["status"]) == {"failed"} and len(results) == 5  # the probes' cell among them
     assert results["reason"].iloc[0].startswith("server exited with code 1 before it was ready; last log line:")
     assert "exiting due to model loading error" in results["reason"].iloc[0]
     assert run.launches == 1  # a server that never became ready is not relaunched for every cell
