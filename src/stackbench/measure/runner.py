@@ -14,6 +14,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from stackbench.config.kinds import KINDS
 from stackbench.engines.base import SpecCounters, stated_limit, streams_token_per_chunk
 from stackbench.engines.prometheus import MetricsFormatError
 from stackbench.host import powercap, telemetry
@@ -116,7 +117,7 @@ class CellRunner:
     def run(self, cell: Cell) -> CellResult:
         cap = self.apply_cap(cell)
         t0 = time.monotonic()
-        if cell.workload.kind == "probe":
+        if KINDS[cell.workload.kind].runs == "probes":
             result = asyncio.run(self._probe(cell))
             result.cap, result.seconds = cap, time.monotonic() - t0
             return result

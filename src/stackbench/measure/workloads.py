@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
+from stackbench.config.kinds import KINDS
 from stackbench.config.model import Load, Workload
 
 CHARS_PER_TOKEN = 4  # rough, only to size long prompts; the real count comes back from the server
@@ -84,30 +85,36 @@ def salt() -> str:
     return "[run " + " ".join(secrets.choice(SALT_WORDS) for _ in range(4)) + "] "
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """One cell's prompt lengths, as a kind's turns ask for them (config/kinds/base.py PromptShape)."""
+
+    sizing: Sizing | None
+    prompt_tokens: list[int] | None
+
+    def sized(self, text: str) -> str:
+        return text if self.sizing is None else self.sizing.prompt(text)
+
+    def drawn(self, text: str, index: int, fallback: int | None) -> str:
+        if self.sizing is not None:
+            return self.sizing.prompt(text)
+        if self.prompt_tokens is not None:
+            return long_prompt(text, self.prompt_tokens[index])
+        return text if fallback is None else long_prompt(text, fallback)
+
+
 def conversations(workload: Workload, count: int, repeat: int, prompt_tokens: list[int] | None = None,
                   sizing: Sizing | None = None) -> list[list[str]]:
-    """For each of `count` conversations, the user turns it sends (one turn unless the workload is multi-turn).
-
-    Conversations and repeats rotate through the prompt list, so a cell sees every prompt; a random salt at
-    the start of each conversation keeps prefix caches from helping across requests. `prompt_tokens` sizes
-    each conversation's prompt (synthetic lengths) by repeating its text, as long-prefill does; `sizing`
-    builds every prompt to a length in the served model's tokens (prompt_tokens_target, ladder points).
+    """For each of `count` conversations, the user turns it sends, as the workload's kind builds them
+    (config/kinds); a random salt at the start of each conversation keeps prefix caches from helping across
+    requests. `prompt_tokens` sizes each conversation's prompt (synthetic lengths) by repeating its text, as
+    long-prefill does; `sizing` builds every prompt to a length in the served model's tokens
+    (prompt_tokens_target, ladder points).
     """
+    shape = _Shape(sizing, prompt_tokens)
     out = []
     for index in range(count):
-        if workload.kind == "multi-turn":
-            turns = list(workload.prompts[: workload.turns])
-            if sizing is not None:
-                turns[0] = sizing.prompt(turns[0])  # the long shared prefix; later turns reuse it from cache
-        else:
-            prompt = workload.prompts[(repeat * count + index) % len(workload.prompts)]
-            if sizing is not None:
-                prompt = sizing.prompt(prompt)
-            elif prompt_tokens is not None:
-                prompt = long_prompt(prompt, prompt_tokens[index])
-            elif workload.kind == "long-prefill":
-                prompt = long_prompt(prompt, workload.prompt_tokens or 1024)
-            turns = [prompt]
+        turns = KINDS[workload.kind].turns(workload, index, count, repeat, shape)
         if workload.salt:
             turns[0] = salt() + turns[0]
         out.append(turns)

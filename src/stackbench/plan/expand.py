@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, validate
+from stackbench.config.kinds import KINDS
 from stackbench.config.model import Launch, Load, Model, Node, Slurm, Workload
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
@@ -39,10 +40,10 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         known = sorted(p.stem for p in (root / CONFIG_DIR / "workloads").glob("*.yaml"))
         raise ConfigError(f"{where}: unknown workload {name!r}; known: {', '.join(known)}")
     doc = load_file(path, "workload")
-    if (doc["kind"] == "probe") != (doc["probes"] is not None):
-        raise ConfigError(f"{path}: probes: required with kind probe and only there (kind is {doc['kind']!r})")
-    if (doc["kind"] == "ladder") != bool(doc["ladder"]):
-        raise ConfigError(f"{path}: ladder: a list of prompt lengths, required with kind ladder and only there (kind is {doc['kind']!r})")
+    for kind in (k for k in KINDS.values() if k.own_field):
+        if (doc["kind"] == kind.name) != (doc[kind.own_field] not in (None, [])):
+            raise ConfigError(f"{path}: {kind.own_field}: {kind.own_field_is}required with kind {kind.name} and only "
+                              f"there (kind is {doc['kind']!r})")
     return Workload(
         name=name,
         kind=doc["kind"],

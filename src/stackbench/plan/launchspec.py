@@ -21,6 +21,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from stackbench.config.kinds import KINDS
 from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
 from stackbench.engines import adapter_for
 from stackbench.models.recipes import RECIPES
@@ -146,7 +147,7 @@ def cells_of(node: Node, launch: Launch) -> tuple[Cell, ...]:
     cells = []
     for cap in caps:
         for w in (by_name[name] for name in launch.workloads):
-            cells += [Cell(w, c, cap, ladder_tokens=n) for n in (w.ladder or (None,)) for c in w.levels(launch)]
+            cells += [Cell(w, c, cap, ladder_tokens=n) for n in KINDS[w.kind].points(w) for c in w.levels(launch)]
             cells += [Cell(w, None, cap, rate=rate) for rate in w.load.rates]
     return tuple(cells)
 

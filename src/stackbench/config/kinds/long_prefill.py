@@ -1,0 +1,17 @@
+"""kind long-prefill: each prompt repeated to `prompt_tokens` (1024 unless set) where nothing else sizes it."""
+
+from stackbench.config.kinds.base import PromptShape, WorkloadKind
+from stackbench.config.model import Workload
+
+DEFAULT_PROMPT_TOKENS = 1024
+
+
+class LongPrefill(WorkloadKind):
+    name = "long-prefill"
+
+    def turns(self, workload: Workload, index: int, count: int, repeat: int, shape: PromptShape) -> list[str]:
+        prompt = workload.prompts[(repeat * count + index) % len(workload.prompts)]
+        return [shape.drawn(prompt, index, workload.prompt_tokens or DEFAULT_PROMPT_TOKENS)]
+
+
+KIND = LongPrefill()
