@@ -48,9 +48,8 @@ def test_llamacpp_q4km_and_vllm_bf16_render_a_greedy_agreement_matrix(engine_rea
     results = store.read_results(repo_copy / "data/results.parquet")
     cross = results[results["metric"] == "cross_stack_agreement"]
     assert set(cross["table_title"]) == {FAMILY}
-    pairs = {(r.row_label.split(" / ")[:2], r.col_label.split(" / ")[:2]) for r in cross.itertuples()}
-    assert {(tuple(a), tuple(b)) for a, b in pairs} == {(("local-cpu", "llamacpp"), ("local-cpu", "vllm")),
-                                                        (("local-cpu", "vllm"), ("local-cpu", "llamacpp"))}
+    pairs = {(tuple(r.row_label.split(" / ")[:2]), tuple(r.col_label.split(" / ")[:2])) for r in cross.itertuples()}
+    assert pairs == {(("local-cpu", "llamacpp"), ("local-cpu", "vllm")), (("local-cpu", "vllm"), ("local-cpu", "llamacpp"))}
     assert cross["value"].between(0, 1).all() and set(cross["status"]) == {"ok"}
     divergence = results[results["metric"] == "cross_stack_divergence"]
     assert set(divergence["unit"]) <= {"tokens", "words"} and len(divergence) == 2
