@@ -485,7 +485,8 @@ PARSERS = {
               "p = argparse.ArgumentParser()\nServerArgs.add_cli_args(p)\np.parse_args(sys.argv[1:])\n",
     "vllm": "import sys\ntry:\n    from vllm.utils.argparse_utils import FlexibleArgumentParser\nexcept ImportError:\n"
             "    from vllm.utils import FlexibleArgumentParser\n"
-            "from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
+            "try:\n    from vllm.entrypoints.launchers.cli_args import make_arg_parser\nexcept ImportError:\n"
+            "    from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
             "make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])\n",
 }
 PARSE_ENVS = {"sglang": "sglang-cpu", "vllm": "vllm-cpu"}
