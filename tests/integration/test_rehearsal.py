@@ -2,7 +2,7 @@
 and simulated GPUs, stackbench.rehearsal) and what they prove, read from their output: every launch ready
 or refused with its reason, every cell with a figure or a named status, caps on the launch's GPUs only,
 read back and restored (also after a SIGKILL mid-cap), a headline row per stack and variant, and the argv
-each stand-in received equal to `stackbench commands` after the README's normalisation.
+each stand-in received equal to `stackbench commands` after the normalisation docs/rehearsal.md states.
 
 CI runs them at the config's time scale (rehearsal.time_scale) and, for the SIGKILL case, a node cut to
 one launch and one workload; each rehearsal's wall time is printed (pytest -s)."""
@@ -101,7 +101,7 @@ def test_headline_row_per_stack_and_variant_and_every_title_a_rehearsal(rehearse
 
 @pytest.mark.parametrize("node", SEED_NODES)
 def test_stand_in_received_the_commands_of_stackbench_commands(rehearsed, node):
-    """Normalisation (README "Rehearse before you rent"): the executable (native) or the container CLI's
+    """Normalisation (docs/rehearsal.md): the executable (native) or the container CLI's
     own flags up to the image (image mode; its entrypoint stays) are the launcher's, not the engine's;
     `<port>` is the port chosen at start. GPU indices against UUIDs appear only in what is dropped
     (CUDA_VISIBLE_DEVICES, docker --gpus)."""

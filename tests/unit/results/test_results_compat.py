@@ -1,7 +1,7 @@
 """Every result the default produced before the stage packages (issue 23) is still produced: the contract's
 columns, and the default's cells as its plan expands them. The fixture was captured from a real run of the
 default (tests/fixtures/results/local-cpu-default-before-packages.json); `missing_from` also checks a
-results.parquet measured now, cell by cell and metric by metric (README: "How it is built")."""
+results.parquet measured now, cell by cell and metric by metric (docs/architecture.md)."""
 
 import json
 
