@@ -10,17 +10,16 @@ answer, so a score can be re-derived and collect can compare two launches' answe
 
 from __future__ import annotations
 
-import math
 import re
 
 from stackbench.config.model import Workload
 from stackbench.engines.base import Adapter
 from stackbench.measure.client import RequestRecord, StreamClient
 from stackbench.measure.summary import Figure
+from stackbench.results.agreement import wilson
 
 # A number as GSM8K writes one: optional sign, thousands separators, decimals ("1,234.50", "-3", ".5").
 NUMBER = re.compile(r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)")
-Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
 
 
 def extract(reply: str) -> str | None:
@@ -37,15 +36,6 @@ def canonical(number: str) -> str | None:
     except ValueError:
         return None
     return str(int(value)) if value.is_integer() else repr(value)
-
-
-def wilson(correct: int, n: int) -> tuple[float, float]:
-    """Wilson score 95% interval of a share (Wilson 1927; Brown, Cai & DasGupta 2001 recommend it over the
-    normal approximation for small n and shares near 0 or 1): it stays inside [0, 1] and is not empty at 0."""
-    p = correct / n
-    centre = (p + Z95 ** 2 / (2 * n)) / (1 + Z95 ** 2 / n)
-    half = Z95 * math.sqrt(p * (1 - p) / n + Z95 ** 2 / (4 * n * n)) / (1 + Z95 ** 2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def prompt(workload: Workload, item: dict) -> str:
@@ -82,5 +72,6 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter) -> tup
             return [], outputs, records  # the runner names the failed request where the figure would have been
         answer = extract(record.content)
         outputs[item["id"]] = {"text": record.content, "answer": answer, "reference": item["reference"],
-                               "correct": answer is not None and answer == canonical(item["reference"]), "completion_tokens": record.completion_tokens}
+                               "correct": answer is not None and answer == canonical(item["reference"]),
+                               "completion_tokens": record.completion_tokens}
     return figures(outputs, workload.accuracy["dataset"]), outputs, records

@@ -18,7 +18,7 @@ from stackbench.config.kinds import KINDS
 from stackbench.engines.base import SpecCounters, stated_limit, streams_token_per_chunk
 from stackbench.engines.prometheus import MetricsFormatError
 from stackbench.host import powercap, telemetry
-from stackbench.measure import accuracy, acceptance, calibrate, precision, probes, summary, toolcall, workloads
+from stackbench.measure import acceptance, accuracy, calibrate, precision, probes, summary, toolcall, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 
