@@ -9,7 +9,8 @@ import pandas as pd
 from stackbench.analysis.common import text_of
 
 CORRECTNESS_METRICS = ["smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement",
-                       "first_divergence_token", "loops_charged", "output_len_ok", "repetition_ratio", "looping"]
+                       "first_divergence_token", "loops_charged", "output_len_ok", "repetition_ratio", "looping",
+                       "accuracy", "accuracy_invalid", "answer_agreement", "accuracy_below_reference"]
 VARIANT = ["node", "stack", "variant"]
 
 # The one verdict rule of every table. Loops: charged only from the probes' greedy outputs, prompt by prompt,
@@ -48,15 +49,18 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     rows = results[(results["source"] == "measured") & (results["status"] == "ok")
                    & results["metric"].isin(CORRECTNESS_METRICS)]
     if rows.empty:
-        return pd.DataFrame(columns=[*VARIANT, "outputs", "flagged", "caveat"])
+        return pd.DataFrame(columns=[*VARIANT, "outputs", "flagged", "caveat", "accuracy_text"])
     # Several probe cells (or launches) of one variant: the worst of them (the lowest share, the earliest
     # divergence, the highest repetition).
     worst = rows.groupby(VARIANT + ["metric"])["value"].agg(["min", "max"]).unstack("metric")
     table = pd.DataFrame(index=worst.index)
     for metric in ("smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement", "output_len_ok",
-                   "first_divergence_token", "repetition_ratio", "loops_charged", "looping"):
-        side = worst["max" if metric in ("repetition_ratio", "loops_charged", "looping") else "min"]
+                   "first_divergence_token", "repetition_ratio", "loops_charged", "looping", "accuracy",
+                   "accuracy_invalid", "answer_agreement", "accuracy_below_reference"):
+        higher_is_worse = ("repetition_ratio", "loops_charged", "looping", "accuracy_invalid", "accuracy_below_reference")
+        side = worst["max" if metric in higher_is_worse else "min"]
         table[metric] = side[metric] if metric in side else np.nan
+    table["accuracy_text"] = accuracy_text(rows).reindex(table.index).fillna("")
     needle = rows[rows["metric"] == "needle_pass"].groupby(VARIANT)["prompt_tokens"].max()
     table["needle_prompt_tokens"] = needle.reindex(table.index)
     units = rows[rows["metric"] == "first_divergence_token"].groupby(VARIANT)["unit"].first()
@@ -75,17 +79,30 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     loop_share = text_of(table["loops_charged"], "{:.2f}")
     parts = [words, np.where(loops, "loops where no-spec does not (" + loop_share + " of probe prompts)", ""),
              np.where(table["length_off_in"] != "", "lengths not as asked: " + table["length_off_in"], "")]
+    below = table["accuracy_below_reference"].fillna(0) > 0
+    parts.append(np.where(below, "accuracy below no-spec's interval", ""))
     table["outputs"] = ["; ".join(p for p in ps if p) for ps in zip(*parts)]
-    table["flagged"] = charged | loops | (table["length_off_in"] != "")
+    table["flagged"] = charged | loops | (table["length_off_in"] != "") | below
     why = [np.where(charged, "greedy outputs differ from no-spec " + where + f", beyond the tolerance (first divergence "
                     f"before {TOLERATED_DIVERGENCE} or agreement under {TOLERATED_AGREEMENT:g}): its speed is not of the "
                     "same output", ""),
            np.where(loops, "greedy outputs loop where no-spec's on the same prompts do not (" + loop_share
                     + " of probe prompts): speed of degenerate, predictable text", ""),
            np.where(table["length_off_in"] != "", "output lengths not as asked in " + table["length_off_in"]
-                    + ": another workload than the one named", "")]
+                    + ": another workload than the one named", ""),
+           np.where(below, "its accuracy interval lies wholly below its no-spec launch's: it answers worse", "")]
     table["caveat"] = ["; ".join(p for p in ps if p) for ps in zip(*why)]
     return table.reset_index()
+
+
+def accuracy_text(rows: pd.DataFrame) -> pd.Series:
+    """Per variant, its accuracy with the Wilson 95% interval and n: "0.42 [0.29-0.56] n=50" (the lowest
+    where several accuracy cells)."""
+    acc = rows[rows["metric"] == "accuracy"].sort_values("value").drop_duplicates(VARIANT).set_index(VARIANT)
+    if acc.empty:
+        return pd.Series(dtype=object)
+    return pd.Series([f"{v:.2f} [{lo:.2f}-{hi:.2f}] n={n:.0f}" for v, lo, hi, n in
+                      zip(acc["value"], acc["ci_low"], acc["ci_high"], acc["n"])], index=acc.index, dtype=object)
 
 
 CROSS_STACK_METRICS = ["cross_stack_agreement", "cross_stack_divergence"]
@@ -116,4 +133,31 @@ def cross_stack_matrices(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         for label in labels:
             matrix.loc[label, label] = "—"
         out.append((family, matrix.rename_axis(MATRIX_CORNER).reset_index()))
+    return out
+
+
+QUALITY_METRICS = ["cross_stack_answer_agreement"]
+
+
+def quality_tables(rows: pd.DataFrame, by_variant: pd.DataFrame) -> list[tuple[str, pd.DataFrame, list[str]]]:
+    """Per weights family (table_title of the cross_stack_answer_agreement rows): one row per no-spec launch
+    with its accuracy and interval (correctness_by_variant's accuracy_text) and, per other launch of the
+    family, the share of questions both answered alike; and, in words, for each pair whether the accuracies
+    differ beyond both intervals or are not distinguishable at the set's n (the rows' notes)."""
+    rows = rows[rows["metric"].isin(QUALITY_METRICS) & (rows["source"] == "measured")]
+    scores = by_variant.set_index(VARIANT)["accuracy_text"].to_dict() if not by_variant.empty else {}
+    out = []
+    for family, mine in rows.groupby("table_title", sort=True):
+        launches = mine.drop_duplicates("col_label").sort_values("col_label")
+        labels = list(launches["col_label"])
+        table = pd.DataFrame({"launch": labels, "accuracy [95% CI]": [
+            scores.get((n, s, v), "") for n, s, v in zip(launches["node"], launches["stack"], launches["variant"])]})
+        agree = mine.set_index(["row_label", "col_label"])["value"]
+        for other in labels:
+            table[f"same answers as {other}"] = ["—" if label == other else
+                                                 (f"{agree[(other, label)]:.2f}" if (other, label) in agree else "")
+                                                 for label in labels]
+        pairs = mine[mine["row_label"] < mine["col_label"]]
+        words = [f"{a} vs {b}: {note.split(';')[0]}" for a, b, note in zip(pairs["row_label"], pairs["col_label"], pairs["note"])]
+        out.append((family, table, words))
     return out

@@ -36,6 +36,7 @@ from stackbench.report.queries import (
     pareto_input,
     power_not_measured,
     probes_off,
+    quality_input,
     sql_in,
     sql_text,
     status_lines,
@@ -69,7 +70,8 @@ CORRECTNESS_COLUMNS = [("stack", "stack"), ("variant", "variant"), ("smoke score
                        ("output agreement", "output_agreement"),
                        ("first divergence", "first_divergence_token"), ("output length ok (lowest)", "output_len_ok"),
                        ("repetition ratio (highest)", "repetition_ratio"), ("loop share (highest cell)", "looping"),
-                       ("cells with loops", "looping_in"), ("outputs", "outputs")]
+                       ("cells with loops", "looping_in"), ("accuracy [95% CI]", "accuracy_text"),
+                       ("answer agreement", "answer_agreement"), ("outputs", "outputs")]
 
 
 def correctness_tables(by_variant: pd.DataFrame, nodes: list[str]) -> list[tables.Table]:
@@ -199,6 +201,21 @@ def cross_stack_tables(rows: pd.DataFrame, table_dir: Path, background: Backgrou
     return out
 
 
+def quality_tables(rows: pd.DataFrame, by_variant: pd.DataFrame, table_dir: Path, background: Background) -> list[tables.Table]:
+    """Per weights family, its no-spec launches' accuracy with intervals and how often they answer alike
+    (analysis.quality_tables), saying in words which differences lie inside the intervals."""
+    out = []
+    for family, frame, words in analysis.quality_tables(rows, by_variant):
+        slug = "".join(c if c.isalnum() or c in "-." else "-" for c in family).strip("-").lower()
+        table = derived_table(frame, f"quality-across-stacks-{slug}", f"Quality across stacks: {family}",
+                              "accuracy workload, greedy, the same seeded questions on every launch; no-spec launches "
+                              "whose node files state this weights family", [], table_dir, background)
+        table.legend += ["Accuracy: share of the questions whose last number equals the reference, Wilson 95% interval; "
+                         "same answers: share of the questions two launches answered with the same number.", *words]
+        out.append(table)
+    return out
+
+
 def write_comparison(baseline: Path, candidate: Path, vary: str, out: Path) -> Path:
     """Compare two result sets (two builds, two dates, two configs) on like rows only."""
     paired, unpaired = analysis.compare(read_results(baseline), read_results(candidate), vary=vary)
@@ -313,9 +330,10 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         by_node = candidates.groupby("node", sort=False).indices  # each node's headline reads its own rows only
         headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant)
                                  for n in nodes if n in by_node) if t is not None]
-        for node, why in probes_off(results).items():
-            for table in (t for t in headlines if t.table_id == f"headline-{node}"):
-                table.legend.append(f"correctness: not checked on {why}.")
+        for metric, said in (("smoke_score", "correctness: not checked"), ("accuracy", "accuracy: not measured")):
+            for node, why in probes_off(results, metric).items():
+                for table in (t for t in headlines if t.table_id == f"headline-{node}"):
+                    table.legend.append(f"{said} on {why}.")
         correctness = correctness_tables(by_variant, nodes)
         agreement = cross_stack_input(results)
         decide_rows = decide_input(results)
@@ -324,6 +342,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background)
         derived += cross_stack_tables(agreement, table_dir, background)
+        derived += quality_tables(quality_input(results), by_variant, table_dir, background)
         layouts = load_layouts(published_dir)
         seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
         figures = _figures(results, spec, nodes)
