@@ -10,7 +10,8 @@ from stackbench.analysis.common import text_of
 
 CORRECTNESS_METRICS = ["smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement",
                        "first_divergence_token", "loops_charged", "output_len_ok", "repetition_ratio", "looping",
-                       "accuracy", "accuracy_invalid", "answer_agreement", "accuracy_below_reference"]
+                       "accuracy", "accuracy_invalid", "answer_agreement", "accuracy_below_reference",
+                       "agreement_noise_floor"]
 VARIANT = ["node", "stack", "variant"]
 
 # The one verdict rule of every table. Loops: charged only from the probes' greedy outputs, prompt by prompt,
@@ -27,9 +28,35 @@ TOLERANCE = (f"greedy outputs first differing at token {TOLERATED_DIVERGENCE} or
              "near-ties late, and a strict identity rule would flag nearly every GPU variant")
 
 
-def disagreement_charged(agreement: pd.Series, first_divergence: pd.Series) -> pd.Series:
-    """A greedy disagreement beyond the tolerance (TOLERATED_DIVERGENCE, TOLERATED_AGREEMENT)."""
-    return first_divergence.notna() & ((first_divergence < TOLERATED_DIVERGENCE) | (agreement < TOLERATED_AGREEMENT))
+# Judged against noise (issue 37): where the reference (the no-spec launch of the variant's node and stack)
+# measured its own noise floor (agreement_noise_floor: itself at concurrency 2 against concurrency 1), a
+# variant's disagreement is charged only where it exceeds the floor's by more than this share of the output;
+# batched verification flips near-ties on any engine, a real fault changes far more (and the answers:
+# accuracy_below_reference is charged whatever the floor).
+NOISE_MARGIN = 0.1
+NOISE_RULE = (f"where the no-spec launch measured its own noise floor (its probe prompts two at a time vs alone), a "
+              f"variant's greedy disagreement is charged only beyond that floor's by more than {NOISE_MARGIN:g} of the "
+              "output; an accuracy interval wholly below no-spec's is charged whatever the floor")
+
+
+def disagreement_charged(agreement: pd.Series, first_divergence: pd.Series, floor: pd.Series | None = None) -> pd.Series:
+    """A greedy disagreement beyond the reference's noise floor by NOISE_MARGIN where it has one (`floor`,
+    its agreement_noise_floor), else beyond the fixed tolerance (TOLERATED_DIVERGENCE, TOLERATED_AGREEMENT)."""
+    fixed = first_divergence.notna() & ((first_divergence < TOLERATED_DIVERGENCE) | (agreement < TOLERATED_AGREEMENT))
+    if floor is None:
+        return fixed
+    noisy = first_divergence.notna() & ((1 - agreement) > (1 - floor) + NOISE_MARGIN)
+    return noisy.where(floor.notna(), fixed)
+
+
+def reference_floor(table: pd.DataFrame) -> pd.Series:
+    """Per variant (the index of `table`), the noise floor of its node and stack's one no-spec launch (the
+    only variant there with an agreement_noise_floor); NaN where there is none or several."""
+    floors = table["agreement_noise_floor"].dropna()
+    per_stack = floors.groupby(level=["node", "stack"]).agg(["first", "count"])
+    one = per_stack.loc[per_stack["count"] == 1, "first"]
+    keys = pd.MultiIndex.from_arrays([table.index.get_level_values("node"), table.index.get_level_values("stack")])
+    return pd.Series(one.reindex(keys).to_numpy(), index=table.index)
 
 
 def _workloads_where(rows: pd.DataFrame, flagged: pd.Series) -> pd.Series:
@@ -56,7 +83,7 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(index=worst.index)
     for metric in ("smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement", "output_len_ok",
                    "first_divergence_token", "repetition_ratio", "loops_charged", "looping", "accuracy",
-                   "accuracy_invalid", "answer_agreement", "accuracy_below_reference"):
+                   "accuracy_invalid", "answer_agreement", "accuracy_below_reference", "agreement_noise_floor"):
         higher_is_worse = ("repetition_ratio", "loops_charged", "looping", "accuracy_invalid", "accuracy_below_reference")
         side = worst["max" if metric in higher_is_worse else "min"]
         table[metric] = side[metric] if metric in side else np.nan
@@ -68,13 +95,18 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     table["looping_in"] = _workloads_where(rows, (rows["metric"] == "looping") & (rows["value"] > 0)).reindex(table.index).fillna("")
     table["length_off_in"] = _workloads_where(rows, (rows["metric"] == "output_len_ok") & (rows["value"] < 1)).reindex(table.index).fillna("")
     differs = table["first_divergence_token"].notna()
-    charged = disagreement_charged(table["output_agreement"], table["first_divergence_token"])
+    table["noise_floor"] = reference_floor(table)
+    charged = disagreement_charged(table["output_agreement"], table["first_divergence_token"], table["noise_floor"])
+    table["charged"] = charged
     loops = table["loops_charged"].fillna(0) > 0
     unit = table["divergence_unit"].fillna("tokens").str.removesuffix("s")
     where = ("at " + unit + " " + text_of(table["first_divergence_token"], "{:.0f}")
              + " (agreement " + text_of(table["output_agreement"], "{:.2f}") + ")")
+    floored = table["noise_floor"].notna()
+    floor_text = "no-spec's own noise floor (agreement " + text_of(table["noise_floor"], "{:.2f}") + " at c2)"
+    within = np.where(floored, ", within " + floor_text, ", within tolerance")
     words = pd.Series(np.where(charged, "differs " + where,
-                               np.where(differs, "differs late " + where + ", within tolerance",
+                               np.where(differs, "differs late " + where + within,
                                         np.where(table["output_agreement"].notna(), "= no-spec", ""))), index=table.index)
     loop_share = text_of(table["loops_charged"], "{:.2f}")
     parts = [words, np.where(loops, "loops where no-spec does not (" + loop_share + " of probe prompts)", ""),
@@ -83,9 +115,10 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     parts.append(np.where(below, "accuracy below no-spec's interval", ""))
     table["outputs"] = ["; ".join(p for p in ps if p) for ps in zip(*parts)]
     table["flagged"] = charged | loops | (table["length_off_in"] != "") | below
-    why = [np.where(charged, "greedy outputs differ from no-spec " + where + f", beyond the tolerance (first divergence "
-                    f"before {TOLERATED_DIVERGENCE} or agreement under {TOLERATED_AGREEMENT:g}): its speed is not of the "
-                    "same output", ""),
+    beyond = np.where(floored, f", beyond {NOISE_MARGIN:g} more than " + floor_text,
+                      f", beyond the tolerance (first divergence before {TOLERATED_DIVERGENCE} or agreement under "
+                      f"{TOLERATED_AGREEMENT:g})")
+    why = [np.where(charged, "greedy outputs differ from no-spec " + where + beyond + ": its speed is not of the same output", ""),
            np.where(loops, "greedy outputs loop where no-spec's on the same prompts do not (" + loop_share
                     + " of probe prompts): speed of degenerate, predictable text", ""),
            np.where(table["length_off_in"] != "", "output lengths not as asked in " + table["length_off_in"]

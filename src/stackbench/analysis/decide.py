@@ -64,6 +64,8 @@ def _exclusions(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Data
     if not correctness.empty:
         verdict = cells[["node", "stack", "variant"]].merge(correctness, on=["node", "stack", "variant"], how="left")
         differs = verdict["first_divergence_token"].notna().to_numpy() & (cells["spec_method"] != "none").to_numpy()
+        if "noise_floor" in verdict:  # judged against no-spec's own noise where it measured it (analysis.correctness)
+            differs &= (verdict["charged"].fillna(False).astype(bool) | verdict["noise_floor"].isna()).to_numpy()
         lengths = verdict["length_off_in"].fillna("").ne("").to_numpy()
         why[differs] = "greedy outputs differ from no-spec"
         # A variant answering worse than its no-spec launch beyond both accuracy intervals (none ran: no column).

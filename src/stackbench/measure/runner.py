@@ -11,6 +11,7 @@ so energy per token and acceptance cover exactly the requests they are divided b
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -25,8 +26,10 @@ from stackbench.plan.launchspec import Cell
 # The kinds whose cell runs once (KINDS[...].runs), by what they send: the function that runs the cell and
 # the request fields of every request. The probes run with thinking off (a reasoning template would spend
 # the answer's tokens thinking); the accuracy set with the workload's own setting (the basis says which).
-ONCE = {"probes": lambda workload: (probes.run, probes.THINKING_OFF),
-        "accuracy": lambda workload: (accuracy.run, workloads.request_fields(workload))}
+# A no-spec launch's probes also measure its own noise floor (probes.noise_floor_figure).
+ONCE = {"probes": lambda workload, launch: (functools.partial(probes.run, noise_floor=launch.spec_method == "none"),
+                                            probes.THINKING_OFF),
+        "accuracy": lambda workload, launch: (accuracy.run, workloads.request_fields(workload))}
 
 
 @dataclass
@@ -126,7 +129,7 @@ class CellRunner:
         runs = KINDS[cell.workload.kind].runs
         if runs in ONCE:
             try:
-                result = asyncio.run(self._once(cell, *ONCE[runs](cell.workload)))
+                result = asyncio.run(self._once(cell, *ONCE[runs](cell.workload, self.spec.launch)))
             except ValueError as err:  # an accuracy set planned without its questions
                 result = CellResult(cell, "failed", str(err))
             result.cap, result.seconds = cap, time.monotonic() - t0

@@ -71,7 +71,8 @@ CORRECTNESS_COLUMNS = [("stack", "stack"), ("variant", "variant"), ("smoke score
                        ("first divergence", "first_divergence_token"), ("output length ok (lowest)", "output_len_ok"),
                        ("repetition ratio (highest)", "repetition_ratio"), ("loop share (highest cell)", "looping"),
                        ("cells with loops", "looping_in"), ("accuracy [95% CI]", "accuracy_text"),
-                       ("answer agreement", "answer_agreement"), ("outputs", "outputs")]
+                       ("answer agreement", "answer_agreement"), ("noise floor (no-spec at c2)", "noise_floor"),
+                       ("outputs", "outputs")]
 
 
 def correctness_tables(by_variant: pd.DataFrame, nodes: list[str]) -> list[tables.Table]:
@@ -88,7 +89,7 @@ def correctness_tables(by_variant: pd.DataFrame, nodes: list[str]) -> list[table
              " output agreement: mean common prefix with the no-spec launch's greedy output (1 = identical); blank: not measured.",
              "verdicts: loops are charged only on the probes' greedy outputs, prompt by prompt, where a variant's output loops "
              "and no-spec's on the same prompt does not (identical outputs never); a cell's loop share is reported for "
-             f"every variant alike, never a verdict; {analysis.correctness.TOLERANCE}."]))
+             f"every variant alike, never a verdict; {analysis.correctness.TOLERANCE}; {analysis.correctness.NOISE_RULE}."]))
     return out
 
 

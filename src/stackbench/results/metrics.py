@@ -134,6 +134,10 @@ METRICS = _entries(
     Metric("cross_stack_answer_agreement", "ratio", "mean", "answer_agreement between two no-spec launches of one "
            "weights family (across stacks, nodes and quantizations) on the same questions; its note says whether "
            "their accuracy intervals overlap; our own", "higher"),
+    Metric("agreement_noise_floor", "ratio", "mean", "a no-spec launch's greedy probe outputs sent two at a time "
+           "(concurrency 2) against the same prompts sent alone, mean common prefix / the alone output's length as "
+           "output_agreement: the disagreement its own batch shape causes; a variant is charged only beyond it "
+           "(analysis.correctness NOISE_MARGIN); our own", "higher"),
     Metric("energy_j_per_response_steady", "J/response", "mean", "NVML power samples inside the steady windows x their "
            "length / the responses' worth of output tokens in them (ML.ENERGY's energy per response)", "lower"),
 )

@@ -13,8 +13,8 @@ import pytest
 
 from stackbench.config.model import Workload
 from stackbench.engines import adapter_for
-from stackbench.measure import accuracy
-from stackbench.measure.client import StreamClient
+from stackbench.measure import accuracy, probes
+from stackbench.measure.client import RequestRecord, StreamClient
 from stackbench.models import datasets
 from stackbench.rehearsal.standin import StandinEngine, Timing, answered_right
 
@@ -93,3 +93,15 @@ def test_the_subset_is_fixed_by_its_seed_and_the_reference_is_the_number_after_h
     assert {r["reference"] for r in first} == {f"{r['id'][1:]}000" for r in first}
     with pytest.raises(ValueError, match="above the 10 rows"):
         datasets.subset(file, 11, seed=0)
+
+
+def test_the_noise_floor_compares_the_prompts_sent_two_at_a_time_with_them_sent_alone():
+    def record(words: str) -> RequestRecord:
+        parts = [w + " " for w in words.split()]
+        return RequestRecord(stream=0, turn=0, t_submit=0.0, parts=parts, content_chunks=len(parts), completion_tokens=len(parts))
+
+    alone = [record("a b c d"), record("e f g h")]
+    beside = [[record("a b c d"), record("a b x y")], [record("e f g h"), record("e f g h")]]
+    figure = probes.noise_floor_figure(alone, beside)
+    assert (figure.metric, figure.n) == ("agreement_noise_floor", 4)
+    assert figure.value == pytest.approx((1 + 0.5 + 1 + 1) / 4) and "earliest divergence at 2" in figure.note
