@@ -69,3 +69,23 @@ def test_a_disagreement_within_no_specs_own_noise_is_ranked_and_one_beyond_it_or
 def test_without_a_noise_floor_the_fixed_tolerance_still_judges():
     by_variant = verdicts(probe_rows("nospec"), probe_rows("draft-n2", 0.85, 3))
     assert by_variant.set_index("variant").loc["draft-n2", "flagged"]  # divergence before token 16
+
+
+def test_the_quality_table_puts_each_launch_of_a_family_beside_its_accuracy_and_says_which_differences_are_noise():
+    def pair(reference, candidate, stack, value, words):
+        return {"source": "measured", "table_title": "smollm2", "row_label": reference, "col_label": candidate,
+                "node": "cpu", "stack": stack, "variant": "nospec", "metric": "cross_stack_answer_agreement",
+                "value": value, "note": f"{words}; same extracted answer on this share of the questions"}
+
+    rows = pd.DataFrame([pair("cpu / llamacpp / Q4_K_M", "cpu / vllm / BF16", "vllm", 0.8, "accuracy not distinguishable at n = 50"),
+                         pair("cpu / vllm / BF16", "cpu / llamacpp / Q4_K_M", "llamacpp", 0.8, "accuracy not distinguishable at n = 50")])
+    by_variant = pd.DataFrame([{"node": "cpu", "stack": "llamacpp", "variant": "nospec", "accuracy_text": "0.04 [0.01-0.14] n=50"},
+                               {"node": "cpu", "stack": "vllm", "variant": "nospec", "accuracy_text": "0.06 [0.02-0.16] n=50"}])
+    ((family, table, words),) = analysis.quality_tables(rows, by_variant)
+    assert family == "smollm2"
+    assert table.to_dict("records") == [
+        {"launch": "cpu / llamacpp / Q4_K_M", "accuracy [95% CI]": "0.04 [0.01-0.14] n=50",
+         "same answers as cpu / llamacpp / Q4_K_M": "—", "same answers as cpu / vllm / BF16": "0.80"},
+        {"launch": "cpu / vllm / BF16", "accuracy [95% CI]": "0.06 [0.02-0.16] n=50",
+         "same answers as cpu / llamacpp / Q4_K_M": "0.80", "same answers as cpu / vllm / BF16": "—"}]
+    assert words == ["cpu / llamacpp / Q4_K_M vs cpu / vllm / BF16: accuracy not distinguishable at n = 50"]
