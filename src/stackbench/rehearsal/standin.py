@@ -92,15 +92,17 @@ class Timing:
 
 
 # -- the accuracy set's answers: a stated, known score ----------------------------------------------------
-# The share of the accuracy set the stand-in answers right (facts' `right_share` overrides it), each question
-# chosen by a hash of its text, so the rehearsal's accuracy column and its interval are known in advance.
+# The share of the accuracy set the stand-in answers right (facts' `right_share` overrides it): exactly
+# round(share x n) of its n questions, chosen by a hash of each question, so the rehearsal's accuracy and
+# its interval are known in advance.
 RIGHT_SHARE = 0.6
 
 
-def answered_right(question: str, share: float) -> bool:
-    """Whether the stand-in answers this question right: the first 8 hex digits of its sha256 as a fraction
-    of 16^8, under `share`."""
-    return int(hashlib.sha256(question.encode()).hexdigest()[:8], 16) / 16 ** 8 < share
+def answered_right(question: str, questions: list[str], share: float) -> bool:
+    """Whether the stand-in answers `question` right: it is among the round(share x n) of `questions` whose
+    sha256 sorts first."""
+    ranked = sorted(questions, key=lambda q: hashlib.sha256(q.encode()).hexdigest())
+    return question in ranked[:round(share * len(questions))]
 
 
 def accuracy_answer(messages: list[dict], answers: dict[str, str], share: float) -> str | None:
@@ -110,7 +112,8 @@ def accuracy_answer(messages: list[dict], answers: dict[str, str], share: float)
     question = next((q for q in answers if asked.startswith(q)), None)
     if question is None:
         return None
-    return f"\nThe answer is {answers[question] if answered_right(question, share) else int(answers[question]) + 1}."
+    right = answered_right(question, list(answers), share)
+    return f"\nThe answer is {answers[question] if right else int(answers[question]) + 1}."
 
 
 # -- a rehearsal's pace: the roofline, the power cap, the time scale --------------------------------------

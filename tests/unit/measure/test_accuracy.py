@@ -1,12 +1,12 @@
 """The accuracy set (measure/accuracy.py) against known-truth engines: the stand-in (a TEST DOUBLE) answering
-a stated share of the questions right (rehearsal/standin.py accuracy_answer) is reported at that share with
-a Wilson interval covering it; one answering every question wrong at the same speed is reported at 0.
+a stated share of the questions right (rehearsal/standin.py accuracy_answer: exactly 30 of 50 at 0.6) is
+reported at that share with a Wilson interval covering it; one answering every question wrong at the same
+speed is reported at 0.
 The questions are made up here (not GSM8K's): what is i + 1, reference i + 1."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 
 import pytest
@@ -16,22 +16,14 @@ from stackbench.engines import adapter_for
 from stackbench.measure import accuracy, probes
 from stackbench.measure.client import RequestRecord, StreamClient
 from stackbench.models import datasets
-from stackbench.rehearsal.standin import StandinEngine, Timing, answered_right
+from stackbench.rehearsal.standin import StandinEngine, Timing
 
 FAST = Timing(ttft_s=0.001, interval_s=0.001, tokens_per_chunk=1, reasoning_tokens=0, content_tokens=4, prompt_tokens=0)
 SHARE = 0.6
 
 
-def questions(right: int, wrong: int) -> list[dict]:
-    """`right` questions the stand-in answers right at SHARE and `wrong` it answers wrong: known truth."""
-    chosen = {True: [], False: []}
-    for i in itertools.count():
-        q = f"What is {i} + 1?"
-        side = chosen[answered_right(q, SHARE)]
-        if len(side) < (right if side is chosen[True] else wrong):
-            side.append({"id": f"q{i}", "question": q, "reference": str(i + 1)})
-        if len(chosen[True]) == right and len(chosen[False]) == wrong:
-            return chosen[True] + chosen[False]
+def questions(n: int) -> list[dict]:
+    return [{"id": f"q{i}", "question": f"What is {i} + 1?", "reference": str(i + 1)} for i in range(n)]
 
 
 def workload(items: list[dict]) -> Workload:
@@ -54,7 +46,7 @@ def measured(items: list[dict], share: float):
 
 
 def test_an_engine_answering_60_percent_right_is_reported_at_0_6_with_an_interval_covering_it():
-    figures, outputs, records = measured(questions(30, 20), SHARE)
+    figures, outputs, records = measured(questions(50), SHARE)
     found = {f.metric: f for f in figures}
     assert (found["accuracy"].value, found["accuracy"].n) == (0.6, 50)
     assert found["accuracy"].ci_low < SHARE < found["accuracy"].ci_high
@@ -64,7 +56,7 @@ def test_an_engine_answering_60_percent_right_is_reported_at_0_6_with_an_interva
 
 
 def test_an_engine_answering_wrong_at_the_same_speed_is_reported_at_0():
-    figures, outputs, _ = measured(questions(30, 20), 0.0)
+    figures, outputs, _ = measured(questions(50), 0.0)
     found = {f.metric: f for f in figures}
     assert found["accuracy"].value == 0.0 and found["accuracy"].ci_low == pytest.approx(0.0, abs=1e-12)
     assert found["accuracy"].ci_high == pytest.approx(0.0713, abs=1e-3)
