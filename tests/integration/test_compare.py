@@ -23,6 +23,7 @@ NODE = {
     "context_len": 1024,
     "concurrency": [1],
     "workloads": ["code"],
+    "accuracy": None,
     "models": {"smollm2-135m-q4-1": {"prepare": "smollm2-q4-1", "quant": "Q4_1"}},
     "runs": [{"stack": "llamacpp", "model": "smollm2-135m-q4-1", "variants": ["nospec"]}],
 }

@@ -28,7 +28,7 @@ def probes_only(repo: Path, stacks: tuple[str, ...]) -> None:
     for run in node["runs"]:
         first.setdefault(run["stack"], {**run, "variants": ["nospec"], "workloads": None})
     runs = [first[stack] for stack in stacks]
-    path.write_text(yaml.safe_dump({**node, "workloads": ["probes"], "concurrency": [1], "runs": runs}))
+    path.write_text(yaml.safe_dump({**node, "workloads": ["probes"], "accuracy": None, "concurrency": [1], "runs": runs}))
 
 
 def test_llamacpp_q4km_and_vllm_bf16_render_a_greedy_agreement_matrix(engine_ready, vllm_ready, repo_copy):

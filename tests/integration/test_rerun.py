@@ -42,7 +42,7 @@ with StandinEngine(timing, args.port) as engine:
 def node(name: str, draft_path: str, variants=("nospec", "draft-n2")) -> dict:
     return {"description": f"{name}: the synthetic engine test double as llama-server",
             "hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": 1}, "context_len": 2048,
-            "concurrency": [1], "workloads": ["code"],
+            "concurrency": [1], "workloads": ["code"], "accuracy": None,
             "models": {"target": {"gguf": str(SUPPORT / "helpers.py"), "quant": "Q4_K_M"},
                        "draft": {"gguf": draft_path, "quant": "Q4_1"}},
             "runs": [{"stack": "llamacpp", "model": "target", "draft_model": "draft", "variants": list(variants)}]}

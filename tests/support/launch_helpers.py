@@ -112,7 +112,7 @@ def measure_argv(spec: Path, out_dir: Path) -> list[str]:
 def one_model_node(launch: dict, server_args: dict | None = None) -> dict:
     """A CPU node with one llama.cpp launch of the test model, one short workload at concurrency 1."""
     return {"hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": 2}, "context_len": 1024,
-            "concurrency": [1], "workloads": ["code"],
+            "concurrency": [1], "workloads": ["code"], "accuracy": None,
             "models": {"smollm2-135m-q4-1": {"gguf": str(TEST_MODEL), "quant": "Q4_1"}},
             "runs": [{"stack": "llamacpp", "model": "smollm2-135m-q4-1", "variants": ["nospec"],
                       "server_args": {"parallel": 1, **(server_args or {})}, "launch": launch}]}

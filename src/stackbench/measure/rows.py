@@ -35,6 +35,8 @@ def engine_setup(facts: ServerFacts, setup_facts: tuple[str, ...], setup_env: di
 NO_FIGURES = "cell_status"  # the row of a cell that produced no figure (failed, not run)
 # The launch row saying its correctness probes were turned off (plan.probeset): the smoke score not run.
 PROBES_OFF_METRIC = "smoke_score"
+# The launch row saying its accuracy set was turned off (accuracy: null): the accuracy not run.
+ACCURACY_OFF_METRIC = "accuracy"
 
 
 def fact_unit(name: str) -> str:
@@ -161,6 +163,9 @@ class RowMaker:
         if self.spec.launch.probes_off:
             rows.append({**self.basis(None), "metric": PROBES_OFF_METRIC, "unit": "ratio", "stat": "single",
                          "status": "not_run", "reason": self.spec.launch.probes_off})
+        if self.spec.launch.accuracy_off:
+            rows.append({**self.basis(None), "metric": ACCURACY_OFF_METRIC, "unit": "ratio", "stat": "mean",
+                         "status": "not_run", "reason": self.spec.launch.accuracy_off})
         if telemetry_why:
             rows.append({**self.basis(None), "metric": "power_w", "unit": "W", "stat": "single", "status": "not_run",
                          "reason": f"GPU telemetry and power caps not applied: {telemetry_why}"})

@@ -11,6 +11,7 @@ so energy per token and acceptance cover exactly the requests they are divided b
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -18,9 +19,17 @@ from stackbench.config.kinds import KINDS
 from stackbench.engines.base import SpecCounters, stated_limit, streams_token_per_chunk
 from stackbench.engines.prometheus import MetricsFormatError
 from stackbench.host import powercap, telemetry
-from stackbench.measure import acceptance, calibrate, precision, probes, summary, toolcall, workloads
+from stackbench.measure import acceptance, accuracy, calibrate, precision, probes, summary, toolcall, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
+
+# The kinds whose cell runs once (KINDS[...].runs), by what they send: the function that runs the cell and
+# the request fields of every request. The probes run with thinking off (a reasoning template would spend
+# the answer's tokens thinking); the accuracy set with the workload's own setting (the basis says which).
+# A no-spec launch's probes also measure its own noise floor (probes.noise_floor_figure).
+ONCE = {"probes": lambda workload, launch: (functools.partial(probes.run, noise_floor=launch.spec_method == "none"),
+                                            probes.THINKING_OFF),
+        "accuracy": lambda workload, launch: (accuracy.run, workloads.request_fields(workload))}
 
 
 @dataclass
@@ -117,8 +126,12 @@ class CellRunner:
     def run(self, cell: Cell) -> CellResult:
         cap = self.apply_cap(cell)
         t0 = time.monotonic()
-        if KINDS[cell.workload.kind].runs == "probes":
-            result = asyncio.run(self._probe(cell))
+        runs = KINDS[cell.workload.kind].runs
+        if runs in ONCE:
+            try:
+                result = asyncio.run(self._once(cell, *ONCE[runs](cell.workload, self.spec.launch)))
+            except ValueError as err:  # an accuracy set planned without its questions
+                result = CellResult(cell, "failed", str(err))
             result.cap, result.seconds = cap, time.monotonic() - t0
             return result
         try:
@@ -182,14 +195,14 @@ class CellRunner:
         delta = after.minus(before) if before is not None and after is not None else None
         return repeats, delta, reading, sizing
 
-    async def _probe(self, cell: Cell) -> CellResult:
-        """The correctness probes, once, without warm-up (the cache probe's first request must be cold) and
-        without the engine's fixed-length fields: answers end where the model ends them."""
+    async def _once(self, cell: Cell, run, extras: dict) -> CellResult:
+        """The correctness probes or the accuracy set (ONCE), once, without warm-up (the cache probe's first
+        request must be cold) and without the engine's fixed-length fields: answers end where the model ends them."""
         measure = self.spec.measure
-        client = StreamClient(self.base_url, self.spec.launch.model.name, probes.THINKING_OFF,
+        client = StreamClient(self.base_url, self.spec.launch.model.name, extras,
                               measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
         try:
-            figures, outputs, records = await probes.run(client, cell.workload, self.adapter)
+            figures, outputs, records = await run(client, cell.workload, self.adapter)
         finally:
             await client.aclose()
         result = self._judge(cell, [records], None, None, figures)

@@ -56,6 +56,7 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         load=_load(doc, path),
         own_concurrency=bool(doc["concurrency"]),
         probes=doc["probes"],
+        accuracy=doc["accuracy"],
         thinking=doc["thinking"],
         reasoning_effort=doc["reasoning_effort"],
         tool=doc["tool"],
@@ -153,8 +154,11 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     launches: list[Launch] = []
     for i, run in enumerate(doc["runs"]):
         run_where = f"{where}: runs[{i}]"
-        run_workloads, probes_off = probeset.launch_workloads(tuple(run["workloads"] or doc["workloads"]),
-                                                              probeset.probe_set(doc, run), kinds, run_where)
+        # The accuracy set before the probes: the probes' cache check wants to come last.
+        run_workloads, accuracy_off = probeset.launch_workloads(tuple(run["workloads"] or doc["workloads"]),
+                                                                probeset.probe_set(doc, run, "accuracy"), kinds,
+                                                                run_where, "accuracy")
+        run_workloads, probes_off = probeset.launch_workloads(run_workloads, probeset.probe_set(doc, run), kinds, run_where)
         stack_path = root / CONFIG_DIR / "stacks" / f"{run['stack']}.yaml"
         if not stack_path.exists():
             known = sorted(p.stem for p in (root / CONFIG_DIR / "stacks").glob("*.yaml"))
@@ -201,6 +205,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 env={**doc["env"], **run["env"]},
                 workloads=run_workloads,
                 probes_off=probes_off,
+                accuracy_off=accuracy_off,
                 concurrency=tuple(run["concurrency"] or ()),
             ))
         _check_flags(run_launches, adapter, where, i)

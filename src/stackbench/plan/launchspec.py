@@ -24,6 +24,7 @@ from pathlib import Path
 from stackbench.config.kinds import KINDS
 from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
 from stackbench.engines import adapter_for
+from stackbench.models import datasets
 from stackbench.models.recipes import RECIPES
 from stackbench.rehearsal import plan as rehearsal_plan
 
@@ -146,7 +147,7 @@ def cells_of(node: Node, launch: Launch) -> tuple[Cell, ...]:
     by_name = {w.name: w for w in node.workloads}
     cells = []
     for cap in caps:
-        for w in (by_name[name] for name in launch.workloads):
+        for w in (by_name[name] for name in launch.workloads if cap is None or KINDS[by_name[name].kind].every_cap):
             cells += [Cell(w, c, cap, ladder_tokens=n) for n in KINDS[w.kind].points(w) for c in w.levels(launch)]
             cells += [Cell(w, None, cap, rate=rate) for rate in w.load.rates]
     return tuple(cells)
@@ -192,6 +193,8 @@ def inputs(node: Node, launch: Launch, paths: dict, rehearsal: bool = False) -> 
     measures, and the measure settings come in as a param. A rehearsal starts stand-ins: no environment."""
     needed = {"node": node.file, "stack": f"configs/stacks/{launch.stack_config}.yaml",
               "workloads": [f"configs/workloads/{w}.yaml" for w in launch.workloads]}
+    for workload in (w for w in node.workloads if w.name in launch.workloads and w.accuracy is not None):
+        needed[f"dataset_{workload.accuracy['dataset']}"] = str(datasets.path(paths["datasets"], workload.accuracy["dataset"]))
     ready = None if rehearsal else env_ready(launch, paths["envs"])
     if ready is not None:
         needed["env"] = str(ready)
@@ -220,7 +223,24 @@ def setup_env(node: Node, launch: Launch) -> dict[str, str]:
     return {key: needed[key] for key in adapter.setup_env if key in needed}
 
 
+def with_questions(node: Node, launch: Launch, datasets_dir: str) -> Node:
+    """The node with its accuracy workloads' questions in them (`accuracy.items`, models/datasets.subset), so
+    the spec carries what is asked and a cell's fingerprint moves with it. A task set not fetched yet (a
+    plan read outside the workflow) leaves the workload without items: its cell fails saying so."""
+    def asked(workload: Workload) -> Workload:
+        if workload.accuracy is None or workload.name not in launch.workloads:
+            return workload
+        file = datasets.path(datasets_dir, workload.accuracy["dataset"])
+        if not file.exists():
+            return workload
+        items = datasets.subset(file, workload.accuracy["n"], workload.accuracy["seed"])
+        return dataclasses.replace(workload, accuracy={**workload.accuracy, "items": items})
+
+    return dataclasses.replace(node, workloads=tuple(asked(w) for w in node.workloads))
+
+
 def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
+    node = with_questions(node, launch, cfg["paths"]["datasets"])
     models = {m.name: model_identity(m) for m in (launch.model, launch.draft_model) if m is not None}
     bare = dataclasses.replace(node, launches=(), **{f: Node.__dataclass_fields__[f].default for f in NODE_WORKFLOW_FIELDS})
     engine = engine_identity(launch, Path(cfg["paths"]["envs"]))

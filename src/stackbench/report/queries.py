@@ -53,11 +53,12 @@ def power_not_measured(results: Results) -> dict[str, str]:
     return dict(zip(frame["node"], frame["why"]))
 
 
-def probes_off(results: Results) -> dict[str, str]:
-    """Per node, the launches whose correctness probes were turned off, and where (plan.probeset)."""
+def probes_off(results: Results, metric: str = "smoke_score") -> dict[str, str]:
+    """Per node, the launches whose correctness probes (metric smoke_score) or accuracy set (accuracy) were
+    turned off, and where (plan.probeset)."""
     frame = results.frame("select node, string_agg(distinct stack || ' / ' || variant, ', ') as launches, "
-                          "string_agg(distinct reason, '; ') as why from results where metric = 'smoke_score' "
-                          "and status = 'not_run' and workload = 'server' and source = 'measured' group by node")
+                          "string_agg(distinct reason, '; ') as why from results where metric = ? "
+                          "and status = 'not_run' and workload = 'server' and source = 'measured' group by node", [metric])
     return {node: f"{launches}: {why}" for node, launches, why in frame.itertuples(index=False)}
 
 
@@ -129,7 +130,8 @@ def headline_input(results: Results) -> pd.DataFrame:
 
 def correctness_input(results: Results) -> pd.DataFrame:
     """The measured correctness rows only (probes, agreement, validity and loops of every cell): small."""
-    return results.frame("select node, stack, variant, workload, metric, value, unit, prompt_tokens, source, status "
+    return results.frame("select node, stack, variant, workload, metric, value, unit, prompt_tokens, source, status, "
+                         "ci_low, ci_high, n "
                          f"from results where source = 'measured' and metric in {sql_in(analysis.CORRECTNESS_METRICS)}")
 
 
@@ -146,6 +148,12 @@ def cross_stack_input(results: Results) -> pd.DataFrame:
     """The cross-stack agreement rows only: a handful per weights family."""
     return results.frame("select source, table_title, row_label, col_label, metric, value, unit from results "
                          f"where source = 'measured' and metric in {sql_in(analysis.CROSS_STACK_METRICS)}")
+
+
+def quality_input(results: Results) -> pd.DataFrame:
+    """The answer agreement rows across stacks, with the launch compared and the words on the intervals."""
+    return results.frame("select source, table_title, row_label, col_label, node, stack, variant, metric, value, note "
+                         f"from results where source = 'measured' and metric in {sql_in(analysis.QUALITY_METRICS)}")
 
 
 def method_input(results: Results, layouts: dict[str, Layout]) -> pd.DataFrame:

@@ -36,6 +36,7 @@ from stackbench.report.queries import (
     pareto_input,
     power_not_measured,
     probes_off,
+    quality_input,
     sql_in,
     sql_text,
     status_lines,
@@ -69,7 +70,9 @@ CORRECTNESS_COLUMNS = [("stack", "stack"), ("variant", "variant"), ("smoke score
                        ("output agreement", "output_agreement"),
                        ("first divergence", "first_divergence_token"), ("output length ok (lowest)", "output_len_ok"),
                        ("repetition ratio (highest)", "repetition_ratio"), ("loop share (highest cell)", "looping"),
-                       ("cells with loops", "looping_in"), ("outputs", "outputs")]
+                       ("cells with loops", "looping_in"), ("accuracy [95% CI]", "accuracy_text"),
+                       ("answer agreement", "answer_agreement"), ("noise floor (no-spec at c2)", "noise_floor"),
+                       ("outputs", "outputs")]
 
 
 def correctness_tables(by_variant: pd.DataFrame, nodes: list[str]) -> list[tables.Table]:
@@ -86,7 +89,7 @@ def correctness_tables(by_variant: pd.DataFrame, nodes: list[str]) -> list[table
              " output agreement: mean common prefix with the no-spec launch's greedy output (1 = identical); blank: not measured.",
              "verdicts: loops are charged only on the probes' greedy outputs, prompt by prompt, where a variant's output loops "
              "and no-spec's on the same prompt does not (identical outputs never); a cell's loop share is reported for "
-             f"every variant alike, never a verdict; {analysis.correctness.TOLERANCE}."]))
+             f"every variant alike, never a verdict; {analysis.correctness.TOLERANCE}; {analysis.correctness.NOISE_RULE}."]))
     return out
 
 
@@ -195,6 +198,21 @@ def cross_stack_tables(rows: pd.DataFrame, table_dir: Path, background: Backgrou
         table.legend.append("Cell: mean common prefix of the compared launch's greedy output with the reference's, over "
                             "the reference's length (1 = identical), and the earliest token (or word, where an engine "
                             "did not stream one token per chunk) where they differ; blank: not compared.")
+        out.append(table)
+    return out
+
+
+def quality_tables(rows: pd.DataFrame, by_variant: pd.DataFrame, table_dir: Path, background: Background) -> list[tables.Table]:
+    """Per weights family, its no-spec launches' accuracy with intervals and how often they answer alike
+    (analysis.quality_tables), saying in words which differences lie inside the intervals."""
+    out = []
+    for family, frame, words in analysis.quality_tables(rows, by_variant):
+        slug = "".join(c if c.isalnum() or c in "-." else "-" for c in family).strip("-").lower()
+        table = derived_table(frame, f"quality-across-stacks-{slug}", f"Quality across stacks: {family}",
+                              "accuracy workload, greedy, the same seeded questions on every launch; no-spec launches "
+                              "whose node files state this weights family", [], table_dir, background)
+        table.legend += ["Accuracy: share of the questions whose last number equals the reference, Wilson 95% interval; "
+                         "same answers: share of the questions two launches answered with the same number.", *words]
         out.append(table)
     return out
 
@@ -313,9 +331,10 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         by_node = candidates.groupby("node", sort=False).indices  # each node's headline reads its own rows only
         headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant)
                                  for n in nodes if n in by_node) if t is not None]
-        for node, why in probes_off(results).items():
-            for table in (t for t in headlines if t.table_id == f"headline-{node}"):
-                table.legend.append(f"correctness: not checked on {why}.")
+        for metric, said in (("smoke_score", "correctness: not checked"), ("accuracy", "accuracy: not measured")):
+            for node, why in probes_off(results, metric).items():
+                for table in (t for t in headlines if t.table_id == f"headline-{node}"):
+                    table.legend.append(f"{said} on {why}.")
         correctness = correctness_tables(by_variant, nodes)
         agreement = cross_stack_input(results)
         decide_rows = decide_input(results)
@@ -324,6 +343,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background)
         derived += cross_stack_tables(agreement, table_dir, background)
+        derived += quality_tables(quality_input(results), by_variant, table_dir, background)
         layouts = load_layouts(published_dir)
         seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
         figures = _figures(results, spec, nodes)

@@ -35,6 +35,7 @@ HEADLINE = [HeadlineColumn(m.headline.title, m.name, m.headline.cell, m.headline
 HEADLINE_METRICS = [c.metric for c in HEADLINE]
 CEILING_COLUMN = "% of decode ceiling"
 OUTPUTS_COLUMN = "outputs"
+ACCURACY_COLUMN = "accuracy [95% CI]"  # the accuracy set's share right, Wilson interval, n (analysis.correctness)
 NOT_SAME_OUTPUT = "≠"  # on the speed figures of a variant whose outputs differ from no-spec, loop, or ran other lengths
 HEADLINE_KEYS = ["source", "post", "stack", "variant"]
 # What format_cell reads from a record.
@@ -342,6 +343,9 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     verdicts = {} if correctness is None else {
         (stack, variant): (outputs, flagged, caveat) for stack, variant, outputs, flagged, caveat in
         correctness.loc[correctness["node"] == node, ["stack", "variant", "outputs", "flagged", "caveat"]].itertuples(index=False)}
+    scored = {} if correctness is None else {
+        (stack, variant): text for stack, variant, text in
+        correctness.loc[correctness["node"] == node, ["stack", "variant", "accuracy_text"]].itertuples(index=False) if text}
     keys = records[HEADLINE_KEYS].astype(object).where(records[HEADLINE_KEYS].notna(), "")
     records["row_key"] = [tuple(k) for k in keys.itertuples(index=False)]
     order = sorted(dict.fromkeys(records["row_key"]),
@@ -357,7 +361,7 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     shown_columns = [c for c in HEADLINE if any((k, c.metric) in by_cell for k in order)]
     with_ceiling = any(ceiling_percent.get((node, *k)) is not None for k in order)
     columns = (["source", "stack", "variant"] + [c.title for c in shown_columns] + ([CEILING_COLUMN] if with_ceiling else [])
-               + ([OUTPUTS_COLUMN] if verdicts else []))
+               + ([ACCURACY_COLUMN] if scored else []) + ([OUTPUTS_COLUMN] if verdicts else []))
     several_workloads = False
     rows, raw_rows, flagged_lines = [], [], []
     for key in order:
@@ -384,6 +388,9 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
             percent = ceiling_percent.get((node, stack, variant)) if source == "measured" else None
             cells.append(format_number(percent) if percent is not None else MISSING)
             raw.append(percent)
+        if scored:  # a published row's quality is unknown: never another launch's score
+            cells.append(scored.get((stack, variant), MISSING) if source == "measured" else MISSING)
+            raw.append(None)
         if verdicts:
             cells.append(outputs or MISSING)
             raw.append(None)

@@ -70,11 +70,11 @@ def agreement(reference: dict, candidate: dict) -> tuple[Agreement, str, int]:
     return mean_agreement((r["text"].split(), c["text"].split()) for r, c in pairs), "words", len(pairs)
 
 
-def read_outputs(part_files) -> list[dict]:
-    """The probe outputs stored beside each measured part (data/runs/<node>/<launch>/cells.parquet)."""
+def read_outputs(part_files, name: str = store.PROBE_OUTPUTS) -> list[dict]:
+    """The probe (or accuracy) outputs stored beside each measured part (data/runs/<node>/<launch>/cells.parquet)."""
     docs = []
     for part in part_files:
-        path = Path(part).parent / store.PROBE_OUTPUTS
+        path = Path(part).parent / name
         if path.exists():
             docs += json.loads(path.read_text())
     return docs
@@ -181,12 +181,98 @@ def cross_stack_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
     return rows
 
 
+Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
+# The table_id of the quality rows across stacks: one table per weights family (table_title).
+QUALITY_TABLE = "quality-across-stacks"
+
+
+def wilson(correct: int, n: int) -> tuple[float, float]:
+    """Wilson score 95% interval of a share (Wilson 1927; Brown, Cai & DasGupta 2001 recommend it over the
+    normal approximation for small n and shares near 0 or 1): it stays inside [0, 1] and is not empty at 0."""
+    p = correct / n
+    centre = (p + Z95 ** 2 / (2 * n)) / (1 + Z95 ** 2 / n)
+    half = Z95 * (p * (1 - p) / n + Z95 ** 2 / (4 * n * n)) ** 0.5 / (1 + Z95 ** 2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def accuracy_interval(doc: dict) -> tuple[float, float, float, int]:
+    """An accuracy doc's share right, its Wilson interval and n, from the replies it kept."""
+    n = len(doc["outputs"])
+    correct = sum(o["correct"] for o in doc["outputs"].values())
+    return (correct / n, *wilson(correct, n), n)
+
+
+def answers_compared(reference: dict, candidate: dict) -> tuple[float, float, str]:
+    """answer_agreement (the share of the questions both launches answered with the same extracted answer,
+    our own; far more sensitive than accuracy on a small set) and, in words, whether the two accuracies are
+    distinguishable: the candidate's interval wholly below or above the reference's, else not."""
+    common = sorted(set(reference["outputs"]) & set(candidate["outputs"]))
+    if not common:
+        raise ValueError(f"{candidate['ref']} and {reference['ref']} share no accuracy question to compare")
+    same = sum(reference["outputs"][k]["answer"] == candidate["outputs"][k]["answer"] for k in common) / len(common)
+    ref_share, ref_low, ref_high, n = accuracy_interval(reference)
+    share, low, high, _ = accuracy_interval(candidate)
+    intervals = f"{share:.2f} [{low:.2f}-{high:.2f}] vs {ref_share:.2f} [{ref_low:.2f}-{ref_high:.2f}]"
+    below = float(high < ref_low)
+    if high < ref_low or low > ref_high:
+        words = f"accuracy {'below' if below else 'above'} the reference's beyond both intervals ({intervals})"
+    else:
+        words = f"accuracy not distinguishable at n = {n} ({intervals}: the intervals overlap)"
+    return same, below, words
+
+
+def answer_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
+    """answer_agreement and accuracy_below_reference per speculative launch against the no-spec launch of the
+    same node, stack, model and accuracy set (as agreement_rows pairs probe outputs); and, per ordered pair
+    of no-spec launches of one weights family on the same questions (as cross_stack_rows pairs them),
+    cross_stack_answer_agreement placed in the family's quality table (table_id QUALITY_TABLE, row_label the
+    reference, col_label the launch compared), its note saying whether the accuracies are distinguishable."""
+    rows = []
+
+    def row(candidate: dict, reference: dict, **fields) -> dict | None:
+        basis = results[(results["ref"] == candidate["ref"]) & (results["workload"] == candidate["workload"])]
+        if basis.empty:
+            return None
+        return {**basis.iloc[0].to_dict(), "ref": f"{candidate['ref']} vs {reference['ref']}", "value_min": None,
+                "value_max": None, "ci_low": None, "ci_high": None, "status": "ok", "reason": None,
+                "ttft_included": "no", "unit": "ratio", "stat": "mean", **fields}
+
+    for candidate in (d for d in docs if d["spec_method"] != "none"):
+        references = [d for d in docs if d["spec_method"] == "none" and all(d[k] == candidate[k] for k in IDENTITY)]
+        if len(references) != 1:
+            continue
+        reference = references[0]
+        same, below, words = answers_compared(reference, candidate)
+        n = len(set(reference["outputs"]) & set(candidate["outputs"]))
+        how = f"against {reference['variant']} ({reference['ref']}) on {n} questions"
+        rows += [r for r in (
+            row(candidate, reference, metric="answer_agreement", value=same, n=n,
+                note=f"share of the questions answered with the same extracted answer {how}"),
+            row(candidate, reference, metric="accuracy_below_reference", value=below, stat="single", n=n,
+                note=f"{words}; {how}")) if r is not None]
+    nospec = [d for d in docs if d["spec_method"] == "none" and d.get("weights") is not None]
+    labels = {d["ref"]: _label(d) for d in nospec}
+    for reference in nospec:
+        for candidate in (d for d in nospec if _comparable(reference, d)):
+            same, _, words = answers_compared(reference, candidate)
+            found = row(candidate, reference, metric="cross_stack_answer_agreement", value=same,
+                        n=len(set(reference["outputs"]) & set(candidate["outputs"])),
+                        table_id=QUALITY_TABLE, table_title=reference["weights"], row_label=labels[reference["ref"]],
+                        col_label=labels[candidate["ref"]], note=f"{words}; same extracted answer on this share of the questions")
+            if found is not None:
+                rows.append(found)
+    return rows
+
+
 def agreement_across(part_files, results: pa.Table) -> list[dict]:
     """The derived rows of the collect step: each speculative launch against its no-spec launch, and every
-    pair of no-spec launches of the same weights family across stacks and nodes."""
-    docs = read_outputs(part_files)
-    if not docs:
-        return []
-    workloads = sorted({d["workload"] for d in docs})
-    probe_rows = results.filter(pc.field("workload").isin(workloads)).to_pandas()
-    return agreement_rows(docs, probe_rows) + cross_stack_rows(docs, probe_rows)
+    pair of no-spec launches of the same weights family across stacks and nodes, on the probes' greedy
+    outputs and on the accuracy set's answers."""
+    rows = []
+    for name, derive in ((store.PROBE_OUTPUTS, lambda d, r: agreement_rows(d, r) + cross_stack_rows(d, r)),
+                         (store.ACCURACY_OUTPUTS, answer_rows)):
+        docs = read_outputs(part_files, name)
+        if docs:
+            workloads = sorted({d["workload"] for d in docs})
+            rows += derive(docs, results.filter(pc.field("workload").isin(workloads)).to_pandas())
+    return rows

@@ -118,6 +118,26 @@ METRICS = _entries(
     Metric("request_accept_rate_p10", "ratio", "p10", "10th percentile over requests of accepted / drafted", "higher", analysed=True),
     Metric("request_accept_rate_p50", "ratio", "median", "median over requests of accepted / drafted", "higher", analysed=True),
     Metric("request_accept_rate_p90", "ratio", "p90", "90th percentile over requests of accepted / drafted", "higher", analysed=True),
+    # -- quality beside speed (issue 37): the accuracy set (measure/accuracy.py) and its comparisons at
+    # collect (results/agreement.py answer_rows) -------------------------------------------------------------
+    Metric("accuracy", "ratio", "mean", "share of the accuracy set's questions (GSM8K test, a seeded subset) "
+           "whose last number in the greedy reply equals the reference after `#### `, as lm-evaluation-harness's "
+           "gsm8k flexible-extract; n the questions, ci_low/ci_high the Wilson score 95% interval (InferenceX "
+           "reports GSM8K with an interval after every sweep)", "higher"),
+    Metric("accuracy_invalid", "ratio", "mean", "share of the accuracy set's replies holding no number (no "
+           "extractable answer; counted wrong in accuracy); our own", "lower"),
+    Metric("answer_agreement", "ratio", "mean", "share of the accuracy set's questions a speculative launch "
+           "answers with the same extracted answer as its no-spec launch; our own, far more sensitive than "
+           "accuracy at small n", "higher"),
+    Metric("accuracy_below_reference", "ratio", "single", "1 where the launch's accuracy Wilson 95% interval lies "
+           "wholly below its no-spec launch's, else 0: What to run leaves it out; our own", "lower"),
+    Metric("cross_stack_answer_agreement", "ratio", "mean", "answer_agreement between two no-spec launches of one "
+           "weights family (across stacks, nodes and quantizations) on the same questions; its note says whether "
+           "their accuracy intervals overlap; our own", "higher"),
+    Metric("agreement_noise_floor", "ratio", "mean", "a no-spec launch's greedy probe outputs sent two at a time "
+           "(concurrency 2) against the same prompts sent alone, mean common prefix / the alone output's length as "
+           "output_agreement: the disagreement its own batch shape causes; a variant is charged only beyond it "
+           "(analysis.correctness NOISE_MARGIN); our own", "higher"),
     Metric("energy_j_per_response_steady", "J/response", "mean", "NVML power samples inside the steady windows x their "
            "length / the responses' worth of output tokens in them (ML.ENERGY's energy per response)", "lower"),
 )

@@ -104,6 +104,7 @@ STATS = ("median", "mean", "single", "range", "peak", "p90", "p95", "p99")  # pN
 SOURCES = ("measured", "published")
 UNKNOWN = "unknown"
 PROBE_OUTPUTS = "probe_outputs.json"  # beside a launch's cells.parquet: its probe cells' greedy outputs
+ACCURACY_OUTPUTS = "accuracy_outputs.json"  # beside it too: the accuracy cell's replies and extracted answers
 
 
 def to_table(records: Iterable[dict] | pd.DataFrame) -> pa.Table:

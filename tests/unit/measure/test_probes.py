@@ -36,7 +36,8 @@ def two_engine_node(tmp_path: Path, reference_url: str, candidate_url: str) -> N
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(
         {"prompts": ["Write a Python hello world."], "output_tokens": REFERENCE.output_tokens}))
-    external = {"hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": ["code", "probes"],
+    # The accuracy set is off: these doubles answer no question right or wrong on purpose (tests/unit/measure/test_accuracy.py).
+    external = {"hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": ["code", "probes"], "accuracy": None,
                 "models": {"served": {"hf_dir": "/not/ours", "quant": "BF16"}},
                 "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"],
                           "launch": {"mode": "external", "url": reference_url}},
@@ -82,8 +83,9 @@ def test_a_variant_answering_differently_at_the_same_speed_is_flagged(measured):
     assert "differs" not in rows["nospec"] and "≠" not in rows["nospec"]
     decode_column = headline.splitlines()[4].split(" | ").index("decode tok/s")  # same speed, but marked
     assert rows["ngram-n3"].split(" | ")[decode_column].endswith("≠")
-    assert ("≠ vllm / ngram-n3: greedy outputs differ from no-spec at token 20 (agreement 0.65), beyond the tolerance "
-            "(first divergence before 16 or agreement under 0.8): its speed is not of the same output") in headline
+    # Judged against no-spec's own noise: the double answers the same alone and two at a time (floor 1.00).
+    assert ("≠ vllm / ngram-n3: greedy outputs differ from no-spec at token 20 (agreement 0.65), beyond 0.1 more than "
+            "no-spec's own noise floor (agreement 1.00 at c2): its speed is not of the same output") in headline
     assert headline.index(rows["nospec"]) < headline.index(rows["ngram-n3"])  # the flagged variant never tops it
 
 

@@ -25,21 +25,35 @@ def node_with(tmp_path, **fields) -> expand.Node:
     return expand.load_node("probed", cfg, tmp_path)
 
 
-def test_a_node_that_lists_no_probes_runs_them_anyway(tmp_path):
+def test_a_node_that_lists_no_probes_runs_them_and_the_accuracy_set_anyway(tmp_path):
     (launch,) = node_with(tmp_path).launches
-    assert launch.workloads == ("code", "probes") and launch.probes_off is None
+    assert launch.workloads == ("code", "accuracy", "probes") and launch.probes_off is None
+    assert launch.accuracy_off is None
+
+
+def test_accuracy_null_turns_the_set_off_and_says_where(tmp_path):
+    (launch,) = node_with(tmp_path, accuracy=None).launches
+    assert launch.workloads == ("code", "probes")
+    assert "probed.yaml: runs[0]: accuracy: null" in launch.accuracy_off
+    (run_off,) = node_with(tmp_path / "b", run={"accuracy": None}).launches
+    assert run_off.workloads == ("code", "probes") and run_off.accuracy_off
+
+
+def test_an_accuracy_set_that_is_not_of_kind_accuracy_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"accuracy: 'code' is a workload of kind 'single', not of kind accuracy"):
+        node_with(tmp_path, run={"accuracy": "code"})
 
 
 def test_a_run_may_take_its_own_probe_set_and_a_listed_probe_workload_is_kept(tmp_path):
     (launch,) = node_with(tmp_path, run={"probes": "probes-seed-004"}).launches
-    assert launch.workloads == ("code", "probes-seed-004")
+    assert launch.workloads == ("code", "accuracy", "probes-seed-004")
     (listed,) = node_with(tmp_path / "b", workloads=["code", "probes-seed-004"]).launches
-    assert listed.workloads == ("code", "probes-seed-004")  # not probes as well
+    assert listed.workloads == ("code", "probes-seed-004", "accuracy")  # not probes as well
 
 
 def test_probes_off_is_recorded_with_where_it_was_turned_off(tmp_path):
     (launch,) = node_with(tmp_path, probes=None).launches
-    assert launch.workloads == ("code",)
+    assert launch.workloads == ("code", "accuracy")
     assert "probed.yaml: runs[0]: probes: null" in launch.probes_off
 
 

@@ -42,7 +42,7 @@ def load(root: Path):
 
 def test_a_node_runs_a_method_reduced_and_says_so(tmp_path):
     cfg, node = load(repo(tmp_path, {"workloads": ["seed-004-short"], "scale": {"seed-004-short": {"output_tokens": 64}}}))
-    scaled, _probes = node.workloads  # the probe set every launch runs comes after
+    scaled, _probes, _accuracy = node.workloads  # the probe and accuracy sets every launch runs come after
     assert scaled.output_tokens == 64 and scaled.method_scale == "output 64 of 512"
     assert scaled.prompt_tokens_target == 400 and scaled.thinking is False
     _, plain = load(repo(tmp_path / "plain", {"workloads": ["seed-004-short"]}))

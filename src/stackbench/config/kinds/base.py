@@ -32,6 +32,9 @@ class WorkloadKind:
     # How the runner runs a cell (measure/runner.py CellRunner.run): "repeats" of the load, measured, or
     # "probes": the correctness probes once.
     runs: str = "repeats"
+    # Whether its cells run again at every power cap of a sweep (False: uncapped only; what it measures does
+    # not move with the cap).
+    every_cap: bool = True
 
     def points(self, workload: Workload) -> tuple[int | None, ...]:
         """The prompt lengths a cell runs at, one cell each per concurrency; None: the workload's own."""
