@@ -16,11 +16,17 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy
 
 SAMPLE_PERIOD_S = 0.5
+MAX_SAMPLE_GAP_S = 2.0  # a window with a longer gap between samples gets no energy figure (InferenceX rejects gaps)
+
+# NVML's clock event reasons (nvml.h nvmlClocksEventReason*) grouped as a cell's rows name them. Thermal is
+# the SW or HW thermal slowdown; the SW power cap is the limit this tool (or the owner) set.
+CLOCK_EVENTS = {"thermal": 0x20 | 0x40, "hw_slowdown": 0x8, "power_brake": 0x80, "sw_power_cap": 0x4, "idle": 0x1}
+SLOWDOWNS = ("thermal", "hw_slowdown", "power_brake")  # not the cell's own cap: its speed is not the stack's
 
 
 class TelemetryUnavailable(RuntimeError):
@@ -89,6 +95,16 @@ class NvmlGpus:
                 "enforced_limit_w": n.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000,
             })
         return rows
+
+    def memory_used_mib(self) -> dict[str, float]:
+        """nvmlDeviceGetMemoryInfo used per GPU UUID, MiB."""
+        return {info.uuid: self.nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20 for info, h in zip(self.info, self.handles)}
+
+    def processes(self) -> dict[str, list[tuple[int, float | None]]]:
+        """nvmlDeviceGetComputeRunningProcesses per GPU UUID: (pid, MiB it holds; None where NVML cannot say)."""
+        return {info.uuid: [(p.pid, p.usedGpuMemory / 2**20 if p.usedGpuMemory is not None else None)
+                            for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(h)]
+                for info, h in zip(self.info, self.handles)}
 
     def energy_mj(self) -> dict[str, int]:
         """nvmlDeviceGetTotalEnergyConsumption per GPU UUID: mJ since the driver loaded (Volta and newer)."""
@@ -218,6 +234,7 @@ class WindowReading:
     vram_peak_mib: float | None
     gpu_uuids: tuple[str, ...]
     sampler_errors: tuple[str, ...] = ()
+    clock: dict[str, dict[str, float]] = field(default_factory=dict)  # per GPU UUID: clock_state(samples)
 
 
 class Sampler:
@@ -303,7 +320,20 @@ class Sampler:
             power_mean_w=float(numpy.mean(power)) if power else None,
             power_p95_w=float(numpy.percentile(power, 95)) if power else None, power_samples=len(power),
             vram_peak_mib=_vram_peak(inside), gpu_uuids=tuple(i.uuid for i in self.gpus.info),
-            sampler_errors=tuple(self.errors_between(window.start, end)))
+            sampler_errors=tuple(self.errors_between(window.start, end)), clock=clock_state(inside))
+
+
+def clock_state(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per GPU UUID over these samples: the share of samples with each clock event reason (CLOCK_EVENTS, from
+    nvmlDeviceGetCurrentClocksEventReasons), the SM clock's median (MHz) and the temperature's maximum (C)."""
+    by_gpu: dict[str, list[dict]] = {}
+    for row in rows:
+        by_gpu.setdefault(row["gpu_uuid"], []).append(row)
+    return {uuid: {**{f"share_{name}": sum(1 for r in samples if r["throttle_reasons"] & bits) / len(samples)
+                      for name, bits in CLOCK_EVENTS.items()},
+                   "sm_clock_mhz": float(numpy.median([r["sm_clock_mhz"] for r in samples])),
+                   "temp_max_c": float(max(r["temperature_c"] for r in samples))}
+            for uuid, samples in by_gpu.items()}
 
 
 def power_by_time(rows: list[dict]) -> list[tuple[float, float]]:

@@ -55,7 +55,8 @@ class CellResult:
         cell's identity)."""
         extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
                  "request_rate": self.cell.rate}
-        notes = [load_note(self.cell), self.sizing_note, self.precision_note, *self.correctness_notes()]
+        notes = [load_note(self.cell), self.sizing_note, self.precision_note, *self.correctness_notes(),
+                 summary.slowdown_note(self.figures, self.cell.power_cap_w is not None)]
         if self.cap is not None:
             extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
             if not self.cap.applied:

@@ -19,7 +19,7 @@ import scipy.stats
 
 from stackbench.config.model import Load
 from stackbench.engines.base import SERVER_DECODE_TPS, SERVER_PREFILL_TPS, SpecCounters
-from stackbench.host.telemetry import WindowReading, power_by_time
+from stackbench.host.telemetry import SLOWDOWNS, WindowReading, power_by_time
 from stackbench.measure import correctness
 from stackbench.measure.client import RequestRecord
 from stackbench.results import metrics
@@ -283,7 +283,40 @@ def telemetry_figures(reading: WindowReading, output_tokens: int) -> list[Figure
     if reading.energy_j is not None and output_tokens > 0:
         figures.append(Figure("energy_j_per_token", reading.energy_j / output_tokens, "J/token", "mean", output_tokens,
                               ttft_included="yes", note=f"{note}; energy from {reading.energy_source}"))
+    return figures + clock_figures(reading.clock)
+
+
+# The clock rows: (metric, key in telemetry.clock_state, unit, stat, worst of the GPUs).
+CLOCK_ROWS = [*((f"clock_event_share_{name}", f"share_{name}", "ratio", "single", max)
+                for name in ("thermal", "hw_slowdown", "power_brake", "sw_power_cap")),
+              ("sm_clock_mhz", "sm_clock_mhz", "MHz", "median", min), ("gpu_temp_max_c", "temp_max_c", "C", "peak", max)]
+
+
+def clock_figures(clock: dict[str, dict[str, float]]) -> list[Figure]:
+    """The measured window's clock event shares, SM clock median and temperature maximum: one row each with
+    the worst of the launch's GPUs, every GPU's own value in its note."""
+    if not clock:
+        return []
+    figures = []
+    for metric, key, unit, stat, worst in CLOCK_ROWS:
+        each = ", ".join(f"{uuid} {state[key]:.3g}" for uuid, state in clock.items())
+        figures.append(Figure(metric, worst(state[key] for state in clock.values()), unit, stat, len(clock),
+                              note=f"per GPU: {each}"))
     return figures
+
+
+def slowdown_note(figures: list[Figure], capped: bool) -> str | None:
+    """Why a cell's speed is not its stack's: a GPU slowed by anything but its own cap (thermal, HW slowdown,
+    power brake: telemetry.SLOWDOWNS) in any sample of the window; on a capped cell the SW power cap share
+    is named as what the cap did."""
+    shares = {f.metric.removeprefix("clock_event_share_"): f for f in figures if f.metric.startswith("clock_event_share_")}
+    slowed = [f"{name.replace('_', ' ')} in {shares[name].value:.0%} of samples ({shares[name].note})"
+              for name in SLOWDOWNS if name in shares and shares[name].value > 0]
+    if slowed:
+        return "GPU SLOWED, not the stack's speed: " + "; ".join(slowed)
+    if capped and shares.get("sw_power_cap") and shares["sw_power_cap"].value > 0:
+        return f"SW power cap held the clocks in {shares['sw_power_cap'].value:.0%} of samples (the cell's own cap)"
+    return None
 
 
 # -- load: steady state, goodput, knee --------------------------------------------------------------------

@@ -92,11 +92,28 @@ METRICS = _entries(
            "higher", analysed=True, headline=Headline("KV pool tokens", "any")),
     Metric("vram_mib", "MiB", "peak", "NVML nvmlDeviceGetMemoryInfo used, peak over the measured window, summed over the launch's GPUs", "lower",
            headline=Headline("VRAM MiB", "any")),
-    Metric("power_w", "W", "mean", "NVML nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer) "
-           "sampled every 0.5 s in the measured window, summed over the launch's GPUs", "lower",
+    Metric("power_w", "W", "mean", "mean of NVML nvmlDeviceGetPowerUsage readings, each NVML's own 1-second trailing "
+           "average (Ampere and newer), sampled every 0.5 s in the measured window, summed over the launch's GPUs", "lower",
            headline=Headline("power W", "single-or-unset")),
-    Metric("energy_j_per_token", "J/token", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption at the measured window's "
-           "edges / its output tokens (reasoning included)", "lower", analysed=True, headline=Headline("J/token", "single-or-unset")),
+    Metric("power_p95_w", "W", "p95", "95th percentile of the same readings as power_w: of NVML's 1-second trailing "
+           "averages, so no peak shorter than a second shows", "lower"),
+    Metric("energy_j_per_token", "J/token", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption delta over the measured "
+           "window, the launch's GPUs only / its output tokens (reasoning included); the integral of the sampled power "
+           "beside it in the note", "lower", analysed=True, headline=Headline("J/token", "single-or-unset")),
+    # -- GPU state over the measured window (telemetry.clock_state): the worst of the launch's GPUs, each GPU's
+    # own value in the note. A slowdown share above 0 flags the cell (summary.slowdown_note) -----------------
+    Metric("clock_event_share_thermal", "ratio", "single", "share of NVML samples whose nvmlDeviceGetCurrentClocksEventReasons "
+           "has SW or HW thermal slowdown (nvmlClocksEventReasonSwThermalSlowdown | HwThermalSlowdown)", "lower"),
+    Metric("clock_event_share_hw_slowdown", "ratio", "single", "share of NVML samples with nvmlClocksEventReasonHwSlowdown",
+           "lower"),
+    Metric("clock_event_share_power_brake", "ratio", "single", "share of NVML samples with "
+           "nvmlClocksEventReasonHwPowerBrakeSlowdown (an external power brake signal)", "lower"),
+    Metric("clock_event_share_sw_power_cap", "ratio", "single", "share of NVML samples with nvmlClocksEventReasonSwPowerCap: "
+           "the power limit held the clocks (expected on a capped cell)", None),
+    Metric("sm_clock_mhz", "MHz", "median", "median of NVML nvmlDeviceGetClockInfo(NVML_CLOCK_SM) samples in the measured "
+           "window; the lowest GPU's", None),
+    Metric("gpu_temp_max_c", "C", "peak", "highest NVML nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU) sample in the "
+           "measured window, over the launch's GPUs", "lower"),
     Metric("kv_bytes_per_token", "B", "single", "KV cache MiB / pool tokens, both from the start-up log", None, analysed=True),
     Metric("kv_cache_mib", "MiB", "single", "the KV cache's size, from the start-up log", None, analysed=True),
     Metric("vram_free_mib", "MiB", "single", "GPU memory left free after loading, as the post states it", None, analysed=True),

@@ -16,7 +16,7 @@ from paths import SUPPORT
 
 from stackbench.host import powercap, telemetry
 from stackbench.measure import summary
-from stackbench.rehearsal.simgpu import NvmlDouble
+from stackbench.rehearsal.simgpu import HW_POWER_BRAKE, IDLE_USED_MIB, SW_POWER_CAP, SW_THERMAL, NvmlDouble
 
 
 def gpus(**kw):
@@ -38,9 +38,9 @@ def test_units_are_converted_from_milliwatts_and_millijoules():
     fake = NvmlDouble(count=1, clock=clock)
     clock.now += 2.0
     row = telemetry.NvmlGpus(fake).sample()[0]
-    assert row["power_w"] == 250.5 and row["memory_used_mib"] == 20 * 1024
+    assert row["power_w"] == 250.5 and row["memory_used_mib"] == IDLE_USED_MIB
     assert row["energy_j"] == pytest.approx(1000 + 2 * 250.5) and row["enforced_limit_w"] == 300.0
-    assert row["gpu_uuid"] == "GPU-fake-0" and row["throttle_reasons"] == 0x4
+    assert row["gpu_uuid"] == "GPU-fake-0" and row["throttle_reasons"] == 0  # 250.5 W under its 300 W limit
 
 
 def test_constraints_are_read_in_watts():
@@ -127,7 +127,7 @@ def test_energy_is_the_counter_difference_at_the_windows_own_edges():
     assert reading.energy_j == pytest.approx(2 * 250.5 * 2.2, abs=0.01)  # both GPUs, edge to edge, not sample to sample
     assert reading.energy_source == "energy counter"
     assert reading.power_samples == 4 and reading.power_mean_w == pytest.approx(501.0)
-    assert reading.gpu_uuids == ("GPU-fake-0", "GPU-fake-1") and reading.vram_peak_mib == 2 * 20 * 1024
+    assert reading.gpu_uuids == ("GPU-fake-0", "GPU-fake-1") and reading.vram_peak_mib == 2 * IDLE_USED_MIB
 
 
 def test_power_mean_and_p95_only_from_samples_inside_the_window():
@@ -272,7 +272,7 @@ CHILD = textwrap.dedent("""
     import signal, sys, time
     from pathlib import Path
     sys.path.insert(0, {tests!r})
-    from stackbench.rehearsal.simgpu import NvmlDouble
+    from stackbench.rehearsal.simgpu import HW_POWER_BRAKE, IDLE_USED_MIB, SW_POWER_CAP, SW_THERMAL, NvmlDouble
     from stackbench.measure import sequencer
     from stackbench.host import powercap, telemetry
     signal.signal(signal.SIGTERM, sequencer._raise_interrupted)
@@ -356,3 +356,39 @@ def test_every_power_sweep_has_its_uncapped_cell_first():
     launch = node.launches[0]
     caps = list(dict.fromkeys(c.power_cap_w for c in launchspec.cells_of(node, launch)))
     assert caps == [None, 180, 220, 260, 300]
+
+
+def clock_reading(fake, clock, capped=False):
+    """A 2 s window over `fake`; its figures and the cell's slowdown note."""
+    reading = window_over(fake, clock, steps=4)
+    figures = summary.telemetry_figures(reading, 100)
+    return {f.metric: f for f in figures}, summary.slowdown_note(figures, capped)
+
+
+def test_a_thermally_slowed_gpu_is_a_share_a_clock_a_temperature_and_a_flag():
+    clock = Clock()
+    fake = NvmlDouble(count=2, clock=clock)
+    fake.throttle(1, SW_THERMAL)
+    figures, note = clock_reading(fake, clock)
+    assert figures["clock_event_share_thermal"].value == 1.0 and "GPU-fake-0 0, GPU-fake-1 1" in figures["clock_event_share_thermal"].note
+    assert figures["clock_event_share_hw_slowdown"].value == 0 and figures["clock_event_share_power_brake"].value == 0
+    assert figures["sm_clock_mhz"].value == 1200 and figures["gpu_temp_max_c"].value == 90  # the slowed GPU's
+    assert note.startswith("GPU SLOWED") and "thermal in 100% of samples" in note
+
+
+def test_the_sw_power_cap_on_a_capped_cell_is_expected_not_a_flag(tmp_path):
+    clock = Clock()
+    fake = NvmlDouble(count=1, clock=clock, demand_mw=300_000, state_path=tmp_path / "gpu.json")
+    fake.nvmlDeviceSetPowerManagementLimit(0, 200_000)
+    figures, note = clock_reading(fake, clock, capped=True)
+    assert figures["clock_event_share_sw_power_cap"].value == 1.0 and figures["clock_event_share_thermal"].value == 0
+    assert note == "SW power cap held the clocks in 100% of samples (the cell's own cap)"
+    fake.throttle(0, SW_POWER_CAP | HW_POWER_BRAKE)  # a brake beside the cap is not the cap's doing
+    note = clock_reading(fake, clock, capped=True)[1]
+    assert note.startswith("GPU SLOWED") and "power brake in 100% of samples" in note
+
+
+def test_an_unthrottled_uncapped_gpu_has_no_note():
+    clock = Clock()
+    figures, note = clock_reading(NvmlDouble(count=1, clock=clock), clock)
+    assert note is None and figures["clock_event_share_sw_power_cap"].value == 0 and figures["sm_clock_mhz"].value == 1695
