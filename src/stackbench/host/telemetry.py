@@ -26,7 +26,6 @@ MAX_SAMPLE_GAP_S = 2.0  # a window with a longer gap between samples gets no ene
 # NVML's clock event reasons (nvml.h nvmlClocksEventReason*) grouped as a cell's rows name them. Thermal is
 # the SW or HW thermal slowdown; the SW power cap is the limit this tool (or the owner) set.
 CLOCK_EVENTS = {"thermal": 0x20 | 0x40, "hw_slowdown": 0x8, "power_brake": 0x80, "sw_power_cap": 0x4, "idle": 0x1}
-SLOWDOWNS = ("thermal", "hw_slowdown", "power_brake")  # not the cell's own cap: its speed is not the stack's
 
 
 class TelemetryUnavailable(RuntimeError):

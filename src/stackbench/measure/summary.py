@@ -19,7 +19,7 @@ import scipy.stats
 
 from stackbench.config.model import Load
 from stackbench.engines.base import SERVER_DECODE_TPS, SERVER_PREFILL_TPS, SpecCounters
-from stackbench.host.telemetry import SLOWDOWNS, WindowReading, power_by_time
+from stackbench.host.telemetry import WindowReading, power_by_time
 from stackbench.measure import correctness
 from stackbench.measure.client import RequestRecord
 from stackbench.results import metrics
@@ -307,15 +307,16 @@ def clock_figures(clock: dict[str, dict[str, float]]) -> list[Figure]:
 
 def slowdown_note(figures: list[Figure], capped: bool) -> str | None:
     """Why a cell's speed is not its stack's: a GPU slowed by anything but its own cap (thermal, HW slowdown,
-    power brake: telemetry.SLOWDOWNS) in any sample of the window; on a capped cell the SW power cap share
-    is named as what the cap did."""
-    shares = {f.metric.removeprefix("clock_event_share_"): f for f in figures if f.metric.startswith("clock_event_share_")}
-    slowed = [f"{name.replace('_', ' ')} in {shares[name].value:.0%} of samples ({shares[name].note})"
-              for name in SLOWDOWNS if name in shares and shares[name].value > 0]
+    power brake: metrics.SLOWDOWN_METRICS) in any sample of the window; on a capped cell the SW power cap
+    share is named as what the cap did."""
+    shares = {f.metric: f for f in figures if f.metric.startswith("clock_event_share_")}
+    slowed = [f"{name.removeprefix('clock_event_share_').replace('_', ' ')} in {shares[name].value:.0%} of samples "
+              f"({shares[name].note})" for name in metrics.SLOWDOWN_METRICS if name in shares and shares[name].value > 0]
     if slowed:
         return "GPU SLOWED, not the stack's speed: " + "; ".join(slowed)
-    if capped and shares.get("sw_power_cap") and shares["sw_power_cap"].value > 0:
-        return f"SW power cap held the clocks in {shares['sw_power_cap'].value:.0%} of samples (the cell's own cap)"
+    cap = shares.get("clock_event_share_sw_power_cap")
+    if capped and cap and cap.value > 0:
+        return f"SW power cap held the clocks in {cap.value:.0%} of samples (the cell's own cap)"
     return None
 
 

@@ -103,11 +103,11 @@ METRICS = _entries(
     # -- GPU state over the measured window (telemetry.clock_state): the worst of the launch's GPUs, each GPU's
     # own value in the note. A slowdown share above 0 flags the cell (summary.slowdown_note) -----------------
     Metric("clock_event_share_thermal", "ratio", "single", "share of NVML samples whose nvmlDeviceGetCurrentClocksEventReasons "
-           "has SW or HW thermal slowdown (nvmlClocksEventReasonSwThermalSlowdown | HwThermalSlowdown)", "lower"),
+           "has SW or HW thermal slowdown (nvmlClocksEventReasonSwThermalSlowdown | HwThermalSlowdown)", "lower", analysed=True),
     Metric("clock_event_share_hw_slowdown", "ratio", "single", "share of NVML samples with nvmlClocksEventReasonHwSlowdown",
-           "lower"),
+           "lower", analysed=True),
     Metric("clock_event_share_power_brake", "ratio", "single", "share of NVML samples with "
-           "nvmlClocksEventReasonHwPowerBrakeSlowdown (an external power brake signal)", "lower"),
+           "nvmlClocksEventReasonHwPowerBrakeSlowdown (an external power brake signal)", "lower", analysed=True),
     Metric("clock_event_share_sw_power_cap", "ratio", "single", "share of NVML samples with nvmlClocksEventReasonSwPowerCap: "
            "the power limit held the clocks (expected on a capped cell)", None),
     Metric("sm_clock_mhz", "MHz", "median", "median of NVML nvmlDeviceGetClockInfo(NVML_CLOCK_SM) samples in the measured "
@@ -150,3 +150,6 @@ def units(group: str) -> dict[str, str]:
 
 
 HEADLINE = tuple(m for m in METRICS.values() if m.headline is not None)
+# A cell with any of these above 0 ran on a GPU slowed by something other than its own cap: its speed is not
+# the stack's (flagged in its note, marked in the headline, left out of What to run and the cap analyses).
+SLOWDOWN_METRICS = ("clock_event_share_thermal", "clock_event_share_hw_slowdown", "clock_event_share_power_brake")
