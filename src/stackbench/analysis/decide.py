@@ -85,7 +85,7 @@ def _exclusions(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Data
 def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:
     """Cells that produced no figure (failed requests, rejections), named by group and variant."""
     bad = results[(results["source"] == "measured") & (results["metric"] == "cell_status")
-                  & results["status"].isin(["failed", "rejected", "not_run"]) & results["concurrency"].notna()]
+                  & results["status"].isin(["failed", "rejected", "not_run", "gpu_busy"]) & results["concurrency"].notna()]
     bad = bad.drop_duplicates(SPEC_PAIR + ["variant"])
     return bad.assign(why=bad["status"] + ": " + bad["reason"].fillna("no reason given"))[SPEC_PAIR + ["variant", "why"]]
 

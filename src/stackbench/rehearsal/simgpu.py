@@ -34,7 +34,7 @@ DEMAND_SHARE = 0.9
 EXTRA_GPUS = 2  # a simulated host has this many GPUs more than the node uses
 UUID_PREFIX = "GPU-simulated-"
 IDLE_USED_MIB = 300  # what an idle GPU shows used (the driver's own), under any idle threshold
-RELEASE_S = 0.5  # how long after its process ends a context's memory is still held
+RELEASE_S = 1.0  # how long after its process ends a context's memory is still held
 
 # NVML's clock event reasons (nvml.h nvmlClocksEventReason*), the bits nvmlDeviceGetCurrentClocksEventReasons ORs.
 GPU_IDLE, SW_POWER_CAP, HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE = 0x1, 0x4, 0x8, 0x20, 0x40, 0x80

@@ -114,6 +114,9 @@ METRICS = _entries(
            "window; the lowest GPU's", None),
     Metric("gpu_temp_max_c", "C", "peak", "highest NVML nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU) sample in the "
            "measured window, over the launch's GPUs", "lower"),
+    Metric("memory_release_s", "s", "single", "seconds from a server's stop (SIGTERM to its process group, SIGKILL after "
+           "the grace period) until every GPU of the launch ran no compute process and held <= gpu_idle.max_used_mib "
+           "(NVML nvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetMemoryInfo); the longest of the launch's stops", "lower"),
     Metric("kv_bytes_per_token", "B", "single", "KV cache MiB / pool tokens, both from the start-up log", None, analysed=True),
     Metric("kv_cache_mib", "MiB", "single", "the KV cache's size, from the start-up log", None, analysed=True),
     Metric("vram_free_mib", "MiB", "single", "GPU memory left free after loading, as the post states it", None, analysed=True),

@@ -213,6 +213,8 @@ def _check_model_files(launch: Launch) -> None:
 class ProcessLauncher:
     """A server we start as a process group (native binary, or a container CLI in the foreground)."""
 
+    owns_gpus = True
+
     def __init__(self, launch: Launch, adapter, out_dir: Path, threads: int | None):
         self.launch, self.adapter, self.out_dir, self.threads = launch, adapter, out_dir, threads
         self.base_url = ""
