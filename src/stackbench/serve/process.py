@@ -248,7 +248,8 @@ class ProcessLauncher:
             port = free_port(host)
             self.argv = self.server_argv(host, port)
             self.base_url = f"http://{host}:{port}"
-            self.server = ServerProcess(self.argv, self.log_path, self.base_url, self.adapter.health_path, env=self._env())
+            self.server = ServerProcess(self.argv, self.log_path, self.base_url, self.adapter.health_path, env=self._env(),
+                                        grace_s=self.adapter.stop_grace_s)
             self.server.start()
             record = ServerRecord.of(self.server.pgid, self.argv, self.launch.node, self.launch.name)
             for path in self.record_paths:
