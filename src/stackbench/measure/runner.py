@@ -208,8 +208,9 @@ class CellRunner:
         return await run_streams(client, [requests[s::cell.concurrency] for s in range(cell.concurrency)], hook)
 
     def steady_spans(self, cell: Cell, repeats: list[list[RequestRecord]]) -> list[tuple[float, float, float, list[dict]]]:
-        """Per repeat with a steady window: (start, end, output tokens inside, NVML samples inside). The
-        client stamps with perf_counter and the sampler with monotonic; the offset between them is read now."""
+        """Per repeat with a steady window: (start, end on the sampler's clock, output tokens inside, NVML
+        samples around it). The client stamps with perf_counter and the sampler with monotonic; the offset
+        between them is read now."""
         if self.sampler is None or cell.concurrency is None:
             return []
         offset = time.monotonic() - time.perf_counter()
@@ -218,8 +219,10 @@ class CellRunner:
             window = summary.steady_window(records, cell.concurrency)
             if window:
                 start, end = window
-                spans.append((start, end, summary.tokens_between(records, start, end),
-                              self.sampler.window(start + offset, end + offset)))
+                # With the samples that bracket its edges: the energy counter is interpolated there.
+                spans.append((start + offset, end + offset, summary.tokens_between(records, start, end),
+                              self.sampler.window(start + offset - telemetry.MAX_SAMPLE_GAP_S,
+                                                  end + offset + telemetry.MAX_SAMPLE_GAP_S)))
         return spans
 
     def _judge(self, cell: Cell, repeats, delta, reading, probe_figures: list[summary.Figure] | None = None) -> CellResult:

@@ -138,8 +138,14 @@ METRICS = _entries(
     Metric("request_accept_rate_p10", "ratio", "p10", "10th percentile over requests of accepted / drafted", "higher", analysed=True),
     Metric("request_accept_rate_p50", "ratio", "median", "median over requests of accepted / drafted", "higher", analysed=True),
     Metric("request_accept_rate_p90", "ratio", "p90", "90th percentile over requests of accepted / drafted", "higher", analysed=True),
-    Metric("energy_j_per_response_steady", "J/response", "mean", "NVML power samples inside the steady windows x their "
-           "length / the responses' worth of output tokens in them (ML.ENERGY's energy per response)", "lower"),
+    Metric("energy_j_per_token_steady", "J/token", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption deltas over the "
+           "steady windows (ML.ENERGY's steady state), interpolated at their edges from the bracketing samples, the launch's "
+           "GPUs only / the output tokens inside them; no value where a sample gap exceeds 2 s (the note says)", "lower"),
+    Metric("power_w_steady", "W", "mean", "mean of NVML nvmlDeviceGetPowerUsage readings (each a 1-second trailing "
+           "average) inside the steady windows, summed over the launch's GPUs", "lower"),
+    Metric("energy_j_per_response_steady", "J/response", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption deltas over the "
+           "steady windows, interpolated at their edges from the bracketing samples / the responses' worth of output tokens "
+           "in them (ML.ENERGY's energy per response)", "lower"),
 )
 
 
