@@ -3,7 +3,7 @@
 A repeat is a closed loop (c streams, each sending `requests_per_stream` requests back to back) or an
 open loop (requests sent at drawn arrival times, whatever is still in flight).
 
-Order inside a cell: apply the power cap, warm up (never counted), open the measurement window (counter
+Order inside a cell: apply the power cap, warm up at the cell's own shape (never counted), open the measurement window (counter
 scrape, energy counters read at that moment), send every repeat, close the window. Only the measured repeats are inside the window,
 so energy per token and acceptance cover exactly the requests they are divided by.
 """
@@ -21,6 +21,10 @@ from stackbench.host import powercap, telemetry
 from stackbench.measure import acceptance, calibrate, precision, probes, summary, toolcall, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
+
+
+class WarmupFailed(RuntimeError):
+    """A warm-up request did not complete: the cell fails with its reason instead of measuring a cold server."""
 
 
 @dataclass
@@ -126,7 +130,7 @@ class CellRunner:
             repeats, delta, reading, sizing = asyncio.run(self._measure(cell))
         except MetricsFormatError as err:
             result = CellResult(cell, "failed", f"/metrics unreadable: {err}")
-        except calibrate.CalibrationError as err:
+        except (calibrate.CalibrationError, WarmupFailed) as err:
             result = CellResult(cell, "failed", str(err))
         else:
             result = self._judge(cell, repeats, delta, reading)
@@ -158,11 +162,7 @@ class CellRunner:
             if cell.prompt_tokens_target is not None:
                 sizing = await calibrate.sizing(client, self.adapter, cell.workload.prompts, cell.prompt_tokens_target,
                                                 self.chars_per_token)
-            # Warm up once per workload and cap; the warm-up is never counted nor in the window.
-            if (cell.workload.name, cell.power_cap_w) not in self.warmed:
-                for _ in range(measure["warmup_requests"]):
-                    await run_streams(client, [workloads.requests(cell.workload, cell.load, 1, 0, sizing)])
-                self.warmed.add((cell.workload.name, cell.power_cap_w))
+            await self._warm_up(client, cell, sizing)
             before = self.scrape()
             window = self.sampler.open_window() if self.sampler is not None else None
             repeats: list[list[RequestRecord]] = []
@@ -182,6 +182,22 @@ class CellRunner:
             await client.aclose()
         delta = after.minus(before) if before is not None and after is not None else None
         return repeats, delta, reading, sizing
+
+    async def _warm_up(self, client: StreamClient, cell: Cell, sizing: workloads.Sizing | None) -> None:
+        """Before the first repeat of each (workload, concurrency, rate, prompt length, cap) on this server:
+        `warmup_requests` rounds of one request per stream at the cell's concurrency (one stream for an open
+        loop) and prompt length, so a concurrency's first batch and a ladder point's length pay their
+        compilation and autotuning here, outside the window. A request that fails raises WarmupFailed."""
+        shape = (cell.workload.name, cell.concurrency, cell.rate, cell.prompt_tokens_target, cell.power_cap_w)
+        if shape in self.warmed:
+            return
+        streams = cell.concurrency or 1
+        for _ in range(self.spec.measure["warmup_requests"]):
+            records = await run_streams(client, [[r] for r in workloads.requests(cell.workload, cell.load, streams, 0, sizing)])
+            bad = next((r for r in records if r.status != "ok"), None)
+            if bad is not None:
+                raise WarmupFailed(f"warm-up at c{streams} failed ({bad.status}): {bad.error}")
+        self.warmed.add(shape)
 
     async def _probe(self, cell: Cell) -> CellResult:
         """The correctness probes, once, without warm-up (the cache probe's first request must be cold) and
