@@ -105,7 +105,8 @@ class NvmlDouble:
         """A compute process on GPU h holding `used_mib`; with `until` (epoch s) it holds it that long
         whether its pid lives or not (another user's job in another pid namespace)."""
         state = self._load()
-        state["processes"] = [*state.get("processes", []), {"gpu": h, "pid": pid, "used_mib": used_mib, "until": until}]
+        holding = [p for gpu in range(self.count) for p in self._processes(gpu)]  # the ended ones are dropped
+        state["processes"] = [*holding, {"gpu": h, "pid": pid, "used_mib": used_mib, "until": until}]
         self._save(state)
 
     def release(self, pid: int, after_s: float = RELEASE_S) -> None:
