@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -89,6 +90,13 @@ def test_a_busy_gpu_is_refused_in_one_line_another_gpu_is_measured_and_memory_re
     assert simulated.nvmlDeviceGetMemoryInfo(1).used / 2**20 == simgpu.IDLE_USED_MIB
     second, _ = run_on(repo, 1, "runs/second", monkeypatch)
     assert not any(e["event"] == "gpu_idle_wait" for e in second["timeline"]), second["timeline"]  # the first left it idle
+
+    # Energy from the counter, the sampled power's integral beside it: the simulated draw is steady, so they agree.
+    for row in by_cell(rows, "energy_j_per_token").values():
+        counter, sampled = (float(x) for x in re.search(r"energy counter delta ([\d.]+) J; sampled power integral ([\d.]+) J",
+                                                         row["note"]).groups())
+        assert sampled == pytest.approx(counter, rel=0.01) and "GPU-simulated-1" in row["note"]
+        assert "GPU-simulated-0" not in row["note"]  # the busy GPU is no part of this launch's energy
 
     # The capped cell's clocks were held by its own cap only: not flagged; the uncapped one has no reason.
     shares = by_cell(rows, "clock_event_share_sw_power_cap")

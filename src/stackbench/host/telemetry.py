@@ -372,12 +372,16 @@ def counter_energy_j(rows: list[dict], start: float, end: float) -> tuple[float 
 
 
 def power_integral(rows: list[dict], start: float, end: float) -> float | None:
-    """The power summed over GPUs, sampled, integrated over [start, end] (trapezoids, the edges interpolated
-    from the samples that bracket them): the cross-check of the counter's energy. None without bracketing samples."""
+    """The power summed over GPUs, sampled, integrated over [start, end] (trapezoids): the cross-check of the
+    counter's energy. An edge is interpolated from the samples that bracket it, else the nearest sample's
+    power is held to it (a window closing before its next sample). None without any sample."""
     series = power_by_time(rows)
-    first, last = _at(series, start), _at(series, end)
-    if first is None or last is None:
+    if not series:
         return None
+    first = _at(series, start)
+    last = _at(series, end)
+    first = series[0][1] if first is None else first
+    last = series[-1][1] if last is None else last
     return _integrate([(start, first), *[p for p in series if start < p[0] < end], (end, last)])
 
 
