@@ -29,7 +29,7 @@ from stackbench.rehearsal import simgpu
 pytestmark = pytest.mark.integration
 
 SEED_NODES = ["rtx5090", "2x3090-nvlink", "4xa6000-tp2", "4xa6000-tp4"]
-CELL_STATUSES = {"ok", "failed", "not_run", "rejected"}  # named; "missing" is a cell silently lost
+CELL_STATUSES = {"ok", "failed", "not_run", "rejected", "gpu_busy"}  # named; "missing" is a cell silently lost
 
 
 def rehearse(repo: Path, node: str, timeout_s: float = 1800) -> subprocess.CompletedProcess:

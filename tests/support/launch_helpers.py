@@ -56,6 +56,7 @@ class DoubleAdapter:
     engine = "llamacpp"
     engine_label = "test double"
     health_path = "/health"
+    stop_grace_s = 10.0
 
     def __init__(self, tmp_path: Path, mode: str, needs: dict | None = None):
         self.script = tmp_path / "double_server.py"

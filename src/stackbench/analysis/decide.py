@@ -16,7 +16,9 @@ import numpy as np
 import pandas as pd
 
 from stackbench.analysis.common import LAUNCH
+from stackbench.analysis.gpustate import slowed_of
 from stackbench.analysis.speculative import SPEC_PAIR
+from stackbench.results.metrics import SLOWDOWN_METRICS
 
 SCALED_MAD = 1.4826
 MAD_PENALTY = 1.0
@@ -25,11 +27,12 @@ DEPTH_MARGIN = 0.01
 NO_SPEC = "no-spec"
 # The figure a cell is judged on: the per-stream decode rate of a single stream, the aggregate of several.
 SINGLE_STREAM_METRIC, CONCURRENT_METRIC = "decode_tps", "aggregate_tps"
-DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status")
+DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status", *SLOWDOWN_METRICS)
 RULE = (f"score = median - {SCALED_MAD} x MAD x {MAD_PENALTY:g} over repeats (vLLM tune_speculative_k.py) of decode tok/s "
         f"at c1, aggregate tok/s above; excluded (named): cells with failed requests, relative MAD > {MAX_REL_MAD:g}, "
         "variants whose greedy outputs differ from no-spec or ran other lengths, variants whose accuracy interval lies "
-        "wholly below no-spec's, cells that loop more than no-spec's; "
+        "wholly below no-spec's, cells that loop more than no-spec's, cells on a GPU slowed by thermal, HW slowdown or "
+        "power brake; "
         f"a smaller depth (no-spec = 0) is preferred within {DEPTH_MARGIN:.0%} of the best score; a variant is run only "
         "when its gain's interval (its 95% low over no-spec's 95% high, to its high over no-spec's low) clears zero, "
         "else no-spec. Price: KV pool tokens and contexts held (pool / context length) beside no-spec's.")
@@ -82,13 +85,15 @@ def _exclusions(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Data
     more = (loops.fillna(0) > ref_loops).to_numpy() & (why == "").to_numpy()
     why[more] = "loops in " + loops[more].map("{:.0%}".format).astype(str).to_numpy() + " of requests, no-spec " + ref_loops[more].map(
         "{:.0%}".format).astype(str).to_numpy()
+    slowed = slowed_of(cells, results)
+    why[slowed != ""] = "GPU slowed: " + slowed[slowed != ""]
     return why
 
 
 def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:
     """Cells that produced no figure (failed requests, rejections), named by group and variant."""
     bad = results[(results["source"] == "measured") & (results["metric"] == "cell_status")
-                  & results["status"].isin(["failed", "rejected", "not_run"]) & results["concurrency"].notna()]
+                  & results["status"].isin(["failed", "rejected", "not_run", "gpu_busy"]) & results["concurrency"].notna()]
     bad = bad.drop_duplicates(SPEC_PAIR + ["variant"])
     return bad.assign(why=bad["status"] + ": " + bad["reason"].fillna("no reason given"))[SPEC_PAIR + ["variant", "why"]]
 

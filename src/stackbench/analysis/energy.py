@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from stackbench.analysis.decide import judged
+from stackbench.analysis.gpustate import slowed_of
 
 # Steady-window figures where the cell has them (ramp and tail excluded), else the whole window's.
 PER_TOKEN = ("energy_j_per_token_steady", "energy_j_per_token")
@@ -27,8 +28,10 @@ def _per_cell(results: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def energy_cells(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFrame:
     """Per measured cell: its judged rate, power, J/token (steady where measured) and J/response, variants
-    flagged by the correctness rule left out (a looping answer is cheap per token and useless)."""
-    cells = judged(results)[CELL_KEYS + ["metric", "value"]]
+    flagged by the correctness rule left out (a looping answer is cheap per token and useless), and cells on a
+    slowed GPU (analysis.gpustate)."""
+    cells = judged(results)
+    cells = cells[slowed_of(cells, results) == ""][CELL_KEYS + ["metric", "value"]]  # a throttled GPU's joules are not the stack's
     for metric in ENERGY_METRICS:
         cells = cells.merge(_per_cell(results, metric), on=CELL_KEYS, how="left")
     cells["j_per_token"] = cells[PER_TOKEN[0]].fillna(cells[PER_TOKEN[1]])

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from stackbench.analysis.common import CELL, RATE_METRICS, cell_values
+from stackbench.analysis.gpustate import slowed_of
 
 SWEET_SPOT_SHARE = 0.95
 
@@ -14,11 +15,12 @@ SWEET_SPOT_SHARE = 0.95
 def power_sweet_spots(results: pd.DataFrame) -> pd.DataFrame:
     """Per sweep (same source, ref, node, stack, variant, workload, concurrency, metric): the lowest cap
     whose throughput is within 5% of the best, and tokens per joule of that very cell where energy was
-    measured."""
+    measured. Cells on a slowed GPU (analysis.gpustate) are left out."""
     keys = ["source", "ref", "node", "stack", "variant", "workload", "concurrency", "metric"]
     wanted = results["power_cap_w"].notna() & results["metric"].isin(RATE_METRICS) & (results["status"] == "ok") \
         & results["value"].notna()
     rates = results.loc[wanted, list(dict.fromkeys(CELL + keys + ["value"]))]
+    rates = rates[slowed_of(rates, results) == ""]  # a throttled cell would move the sweet spot: not the cap's doing
     # The sweep's keys are factorised once; every per-sweep figure then groups on that integer.
     sweep = rates.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
     grouped = rates.groupby(sweep)

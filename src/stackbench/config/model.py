@@ -130,6 +130,15 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class GpuIdle:
+    """When a launch's GPUs count as idle and how long to wait for it (node.schema.yaml `gpu_idle`)."""
+
+    max_used_mib: float
+    wait_s: float
+    release_wait_s: float
+
+
+@dataclass(frozen=True)
 class Slurm:
     """Where the node's measure jobs go under the SLURM profile (node.schema.yaml `slurm` documents each)."""
 
@@ -156,6 +165,7 @@ class Node:
     power_caps_w: tuple[float, ...]
     api_key_env: str | None
     lock_dir: str | None  # host-wide GPU locks and records (host/locks.py); null: the default folder
+    gpu_idle: GpuIdle  # checked before every launch on its GPUs, awaited after (host/gpustate.py)
     allow_queueing: bool  # cells may exceed a server's concurrent slots
     workloads: tuple[Workload, ...]
     launches: tuple[Launch, ...]

@@ -140,6 +140,7 @@ class Adapter(Protocol):
     engine: str  # the results contract's stack name
     engine_label: str  # the engine's own name for the basis column
     health_path: str  # GET answers 200 once the server takes requests
+    stop_grace_s: float  # after SIGTERM to the server's process group, how long its shutdown may take before SIGKILL
     version_path: str | None  # GET answers the engine version as JSON; None: the environment knows it
     accept_len_basis: str  # how accept_len is put on the common basis, 1 + accepted / drafts (rows say it)
     image_entrypoint: tuple[str, ...]  # what the engine's official image runs instead of the native binary
@@ -313,6 +314,9 @@ class PythonEngine:
     PyPI wheels, the version in their JSON replies under "version" and printed last by their image."""
 
     engine: str
+    # An API server, an engine core and a worker per TP rank, each freeing its CUDA context in turn on SIGTERM:
+    # a shutdown SIGKILLed early leaves the driver to reclaim the memory later, under the next launch.
+    stop_grace_s = 30.0
 
     def requirements_name(self, env_name: str) -> str:
         return env_name  # the GPU and CPU flavours pin different torch builds

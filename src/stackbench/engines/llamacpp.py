@@ -71,6 +71,7 @@ class LlamaCppAdapter:
     engine = "llamacpp"
     engine_label = "llama.cpp"
     health_path = "/health"
+    stop_grace_s = 10.0  # one process: SIGTERM ends its loop and frees its buffers at once
     version_path = "/props"
     accept_len_basis = "1 + accepted / drafts from llamacpp:spec_decode_* counter deltas over the cell"
     # The official images (ghcr.io/ggml-org/llama.cpp:server*, .devops/*.Dockerfile) keep the server at /app.

@@ -16,11 +16,16 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy
 
 SAMPLE_PERIOD_S = 0.5
+MAX_SAMPLE_GAP_S = 2.0  # a window with a longer gap between samples gets no energy figure (InferenceX rejects gaps)
+
+# NVML's clock event reasons (nvml.h nvmlClocksEventReason*) grouped as a cell's rows name them. Thermal is
+# the SW or HW thermal slowdown; the SW power cap is the limit this tool (or the owner) set.
+CLOCK_EVENTS = {"thermal": 0x20 | 0x40, "hw_slowdown": 0x8, "power_brake": 0x80, "sw_power_cap": 0x4, "idle": 0x1}
 
 
 class TelemetryUnavailable(RuntimeError):
@@ -89,6 +94,16 @@ class NvmlGpus:
                 "enforced_limit_w": n.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000,
             })
         return rows
+
+    def memory_used_mib(self) -> dict[str, float]:
+        """nvmlDeviceGetMemoryInfo used per GPU UUID, MiB."""
+        return {info.uuid: self.nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20 for info, h in zip(self.info, self.handles)}
+
+    def processes(self) -> dict[str, list[tuple[int, float | None]]]:
+        """nvmlDeviceGetComputeRunningProcesses per GPU UUID: (pid, MiB it holds; None where NVML cannot say)."""
+        return {info.uuid: [(p.pid, p.usedGpuMemory / 2**20 if p.usedGpuMemory is not None else None)
+                            for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(h)]
+                for info, h in zip(self.info, self.handles)}
 
     def energy_mj(self) -> dict[str, int]:
         """nvmlDeviceGetTotalEnergyConsumption per GPU UUID: mJ since the driver loaded (Volta and newer)."""
@@ -210,14 +225,16 @@ class WindowReading:
     """What the selected GPUs did between open_window and close_window, summed over GPUs."""
 
     duration_s: float
-    energy_j: float | None
-    energy_source: str  # "energy counter" or why the power samples were integrated instead
+    energy_j: float | None  # None: no valid figure, energy_source says why
+    energy_source: str  # "energy counter", why the power samples were integrated instead, or why there is none
     power_mean_w: float | None
     power_p95_w: float | None
     power_samples: int  # sample times inside the window
     vram_peak_mib: float | None
     gpu_uuids: tuple[str, ...]
     sampler_errors: tuple[str, ...] = ()
+    clock: dict[str, dict[str, float]] = field(default_factory=dict)  # per GPU UUID: clock_state(samples)
+    energy_sampled_j: float | None = None  # the sampled power's integral over the window: the counter's cross-check
 
 
 class Sampler:
@@ -297,13 +314,88 @@ class Sampler:
         if energy_j is None:
             source = f"integrated {self.period_s:g} s power samples: {window.why_no_counter}"
             energy_j = _integrate(totals) if len(totals) >= 2 else None
+        gap = sample_gap_s([t for t, _ in totals], window.start, end)
+        if gap > MAX_SAMPLE_GAP_S:  # the samples do not cover the window: neither figure can be checked
+            energy_j, source = None, f"no energy figure: a {gap:.1f} s gap between NVML samples (over {MAX_SAMPLE_GAP_S:g} s)"
         power = [watts for _, watts in totals]
         return WindowReading(
             duration_s=end - window.start, energy_j=energy_j, energy_source=source,
             power_mean_w=float(numpy.mean(power)) if power else None,
             power_p95_w=float(numpy.percentile(power, 95)) if power else None, power_samples=len(power),
             vram_peak_mib=_vram_peak(inside), gpu_uuids=tuple(i.uuid for i in self.gpus.info),
-            sampler_errors=tuple(self.errors_between(window.start, end)))
+            sampler_errors=tuple(self.errors_between(window.start, end)), clock=clock_state(inside),
+            energy_sampled_j=power_integral(self.window(window.start - MAX_SAMPLE_GAP_S, end + MAX_SAMPLE_GAP_S),
+                                            window.start, end))
+
+
+def sample_gap_s(times: list[float], start: float, end: float) -> float:
+    """The longest span in [start, end] without a sample (the window's edges count as its bounds)."""
+    inside = sorted(t for t in times if start <= t <= end)
+    points = [start, *inside, end]
+    return max(b - a for a, b in zip(points, points[1:]))
+
+
+def _at(series: list[tuple[float, float]], t: float) -> float | None:
+    """The series linearly interpolated at t from the two points that bracket it; None when none do."""
+    before = [p for p in series if p[0] <= t]
+    after = [p for p in series if p[0] >= t]
+    if not before or not after:
+        return None
+    (t0, v0), (t1, v1) = before[-1], after[0]
+    return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+
+
+def counter_energy_j(rows: list[dict], start: float, end: float) -> tuple[float | None, str]:
+    """Energy over [start, end] from the nvmlDeviceGetTotalEnergyConsumption readings in the samples: per GPU,
+    the counter interpolated at each edge from the two samples that bracket it, end minus start, summed over
+    the GPUs. (None, why) where a sample gap inside the window exceeds MAX_SAMPLE_GAP_S, no sample brackets
+    an edge, or a counter went backwards."""
+    by_gpu: dict[str, list[tuple[float, float]]] = {}
+    for row in sorted(rows, key=lambda r: r["t"]):
+        by_gpu.setdefault(row["gpu_uuid"], []).append((row["t"], row["energy_j"]))
+    if not by_gpu:
+        return None, "no NVML sample around the window"
+    total = 0.0
+    for uuid, series in by_gpu.items():
+        times = [t for t, _ in series]
+        covering = [t for t in times if t <= start][-1:] + [t for t in times if start < t < end] + [t for t in times if t >= end][:1]
+        gap = max((b - a for a, b in zip(covering, covering[1:])), default=float("inf"))
+        first, last = _at(series, start), _at(series, end)
+        if first is None or last is None:
+            return None, f"no NVML sample brackets the window's edges on {uuid}"
+        if gap > MAX_SAMPLE_GAP_S:
+            return None, f"a {gap:.1f} s gap between NVML samples on {uuid} (over {MAX_SAMPLE_GAP_S:g} s)"
+        if last < first:
+            return None, f"the energy counter of {uuid} went backwards (reset)"
+        total += last - first
+    return total, "energy counter"
+
+
+def power_integral(rows: list[dict], start: float, end: float) -> float | None:
+    """The power summed over GPUs, sampled, integrated over [start, end] (trapezoids): the cross-check of the
+    counter's energy. An edge is interpolated from the samples that bracket it, else the nearest sample's
+    power is held to it (a window closing before its next sample). None without any sample."""
+    series = power_by_time(rows)
+    if not series:
+        return None
+    first = _at(series, start)
+    last = _at(series, end)
+    first = series[0][1] if first is None else first
+    last = series[-1][1] if last is None else last
+    return _integrate([(start, first), *[p for p in series if start < p[0] < end], (end, last)])
+
+
+def clock_state(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per GPU UUID over these samples: the share of samples with each clock event reason (CLOCK_EVENTS, from
+    nvmlDeviceGetCurrentClocksEventReasons), the SM clock's median (MHz) and the temperature's maximum (C)."""
+    by_gpu: dict[str, list[dict]] = {}
+    for row in rows:
+        by_gpu.setdefault(row["gpu_uuid"], []).append(row)
+    return {uuid: {**{f"share_{name}": sum(1 for r in samples if r["throttle_reasons"] & bits) / len(samples)
+                      for name, bits in CLOCK_EVENTS.items()},
+                   "sm_clock_mhz": float(numpy.median([r["sm_clock_mhz"] for r in samples])),
+                   "temp_max_c": float(max(r["temperature_c"] for r in samples))}
+            for uuid, samples in by_gpu.items()}
 
 
 def power_by_time(rows: list[dict]) -> list[tuple[float, float]]:

@@ -3,7 +3,7 @@
 A repeat is a closed loop (c streams, each sending `requests_per_stream` requests back to back) or an
 open loop (requests sent at drawn arrival times, whatever is still in flight).
 
-Order inside a cell: apply the power cap, warm up (never counted), open the measurement window (counter
+Order inside a cell: apply the power cap, warm up at the cell's own shape (never counted), open the measurement window (counter
 scrape, energy counters read at that moment), send every repeat, close the window. Only the measured repeats are inside the window,
 so energy per token and acceptance cover exactly the requests they are divided by.
 """
@@ -30,6 +30,10 @@ from stackbench.plan.launchspec import Cell
 ONCE = {"probes": lambda workload, launch: (functools.partial(probes.run, noise_floor=launch.spec_method == "none"),
                                             probes.THINKING_OFF),
         "accuracy": lambda workload, launch: (accuracy.run, workloads.request_fields(workload))}
+
+
+class WarmupFailed(RuntimeError):
+    """A warm-up request did not complete: the cell fails with its reason instead of measuring a cold server."""
 
 
 @dataclass
@@ -64,7 +68,8 @@ class CellResult:
         cell's identity)."""
         extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
                  "request_rate": self.cell.rate}
-        notes = [load_note(self.cell), self.sizing_note, self.precision_note, *self.correctness_notes()]
+        notes = [load_note(self.cell), self.sizing_note, self.precision_note, *self.correctness_notes(),
+                 summary.slowdown_note(self.figures, self.cell.power_cap_w is not None)]
         if self.cap is not None:
             extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
             if not self.cap.applied:
@@ -138,7 +143,7 @@ class CellRunner:
             repeats, delta, reading, sizing = asyncio.run(self._measure(cell))
         except MetricsFormatError as err:
             result = CellResult(cell, "failed", f"/metrics unreadable: {err}")
-        except calibrate.CalibrationError as err:
+        except (calibrate.CalibrationError, WarmupFailed) as err:
             result = CellResult(cell, "failed", str(err))
         else:
             result = self._judge(cell, repeats, delta, reading)
@@ -170,11 +175,7 @@ class CellRunner:
             if cell.prompt_tokens_target is not None:
                 sizing = await calibrate.sizing(client, self.adapter, cell.workload.prompts, cell.prompt_tokens_target,
                                                 self.chars_per_token)
-            # Warm up once per workload and cap; the warm-up is never counted nor in the window.
-            if (cell.workload.name, cell.power_cap_w) not in self.warmed:
-                for _ in range(measure["warmup_requests"]):
-                    await run_streams(client, [workloads.requests(cell.workload, cell.load, 1, 0, sizing)])
-                self.warmed.add((cell.workload.name, cell.power_cap_w))
+            await self._warm_up(client, cell, sizing)
             before = self.scrape()
             window = self.sampler.open_window() if self.sampler is not None else None
             repeats: list[list[RequestRecord]] = []
@@ -194,6 +195,22 @@ class CellRunner:
             await client.aclose()
         delta = after.minus(before) if before is not None and after is not None else None
         return repeats, delta, reading, sizing
+
+    async def _warm_up(self, client: StreamClient, cell: Cell, sizing: workloads.Sizing | None) -> None:
+        """Before the first repeat of each (workload, concurrency, rate, prompt length, cap) on this server:
+        `warmup_requests` rounds of one request per stream at the cell's concurrency (one stream for an open
+        loop) and prompt length, so a concurrency's first batch and a ladder point's length pay their
+        compilation and autotuning here, outside the window. A request that fails raises WarmupFailed."""
+        shape = (cell.workload.name, cell.concurrency, cell.rate, cell.prompt_tokens_target, cell.power_cap_w)
+        if shape in self.warmed:
+            return
+        streams = cell.concurrency or 1
+        for _ in range(self.spec.measure["warmup_requests"]):
+            records = await run_streams(client, [[r] for r in workloads.requests(cell.workload, cell.load, streams, 0, sizing)])
+            bad = next((r for r in records if r.status != "ok"), None)
+            if bad is not None:
+                raise WarmupFailed(f"warm-up at c{streams} failed ({bad.status}): {bad.error}")
+        self.warmed.add(shape)
 
     async def _once(self, cell: Cell, run, extras: dict) -> CellResult:
         """The correctness probes or the accuracy set (ONCE), once, without warm-up (the cache probe's first
@@ -220,8 +237,9 @@ class CellRunner:
         return await run_streams(client, [requests[s::cell.concurrency] for s in range(cell.concurrency)], hook)
 
     def steady_spans(self, cell: Cell, repeats: list[list[RequestRecord]]) -> list[tuple[float, float, float, list[dict]]]:
-        """Per repeat with a steady window: (start, end, output tokens inside, NVML samples inside). The
-        client stamps with perf_counter and the sampler with monotonic; the offset between them is read now."""
+        """Per repeat with a steady window: (start, end on the sampler's clock, output tokens inside, NVML
+        samples around it). The client stamps with perf_counter and the sampler with monotonic; the offset
+        between them is read now."""
         if self.sampler is None or cell.concurrency is None:
             return []
         offset = time.monotonic() - time.perf_counter()
@@ -230,8 +248,10 @@ class CellRunner:
             window = summary.steady_window(records, cell.concurrency)
             if window:
                 start, end = window
-                spans.append((start, end, summary.tokens_between(records, start, end),
-                              self.sampler.window(start + offset, end + offset)))
+                # With the samples that bracket its edges: the energy counter is interpolated there.
+                spans.append((start + offset, end + offset, summary.tokens_between(records, start, end),
+                              self.sampler.window(start + offset - telemetry.MAX_SAMPLE_GAP_S,
+                                                  end + offset + telemetry.MAX_SAMPLE_GAP_S)))
         return spans
 
     def _judge(self, cell: Cell, repeats, delta, reading, probe_figures: list[summary.Figure] | None = None) -> CellResult:

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from stackbench.config import ConfigError
 from stackbench.engines import adapter_for, prometheus
 from stackbench.engines.base import ServerFacts
-from stackbench.host import locks, powercap, telemetry
+from stackbench.host import gpustate, locks, powercap, telemetry
 from stackbench.measure import precision, summary
 from stackbench.measure.cellstore import CellStore
 from stackbench.measure.rows import RowMaker
@@ -37,6 +37,16 @@ from stackbench.serve.process import NotRunnable, ServerError
 
 log = logging.getLogger("stackbench.measure")
 MAX_RESTARTS = 2
+
+
+class GpuBusy(ServerError):
+    """A launch's GPU held by a process this run did not start, or its memory not free, after gpu_idle.wait_s:
+    its cells get status gpu_busy with this one line, and nothing is measured on it."""
+
+
+def status_of(err: ServerError) -> str:
+    """The cell status of a launch that could not start: gpu_busy, not_run (nothing to start), failed."""
+    return "gpu_busy" if isinstance(err, GpuBusy) else "not_run" if isinstance(err, NotRunnable) else "failed"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -79,6 +89,8 @@ class LaunchRun:
         self.timeline: list[dict] = []
         self.telemetry_why: str | None = None
         self.sampler = self.capper = None
+        self.gpus: telemetry.NvmlGpus | None = None
+        self.released: list[tuple[float, list[str]]] = []  # per server stop: seconds until its GPUs were idle, still busy
         self.gpu_ids: list[str] | None = None
         self.lock_dir = rehearsal_plan.lock_dir(self.node.name) if spec.rehearsal else locks.lock_dir(self.node.lock_dir)
         self.leftovers: list[str] = []  # servers and caps a launch that died hard left behind, put right here
@@ -93,6 +105,7 @@ class LaunchRun:
         else:
             self.server = open_launcher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads, self.gpu_ids)
         self.server.record_paths += self._gpu_records()
+        self._check_idle()
         try:
             seconds = self.server.start(self.spec.measure["ready_timeout_s"])
         except NotRunnable:
@@ -128,11 +141,32 @@ class LaunchRun:
         return identity
 
     def _stop_server(self) -> None:
+        """Stop the server (SIGTERM to its group, SIGKILL after the grace period), then wait, up to
+        gpu_idle.release_wait_s, until its GPUs' memory is released, so the next launch there sizes its pool
+        from free memory; the wait is recorded."""
         if self.server is not None:
             t0 = time.monotonic()
             self.server.stop()
             self.timeline.append({"event": "teardown", "seconds": time.monotonic() - t0})
+            if self.server.owns_gpus and self.gpus is not None:
+                idle = self.node.gpu_idle
+                seconds, still = gpustate.wait_idle(self.gpus, idle.max_used_mib, idle.release_wait_s, self._waiting)
+                self.released.append((seconds, still))
+                self.timeline.append({"event": "gpu_memory_released" if not still else "gpu_memory_not_released",
+                                      "seconds": seconds, "busy": still})
             self.server = None
+
+    def _check_idle(self) -> None:
+        """Before a server starts on its GPUs: none runs a compute process and each one's memory is under
+        gpu_idle.max_used_mib, waiting up to gpu_idle.wait_s; else GpuBusy."""
+        if not self.server.owns_gpus or self.gpus is None:
+            return
+        idle = self.node.gpu_idle
+        seconds, still = gpustate.wait_idle(self.gpus, idle.max_used_mib, idle.wait_s, self._waiting)
+        if seconds > 0:
+            self.timeline.append({"event": "gpu_idle_wait", "seconds": seconds, "busy": still})
+        if still:
+            raise GpuBusy(f"GPU busy after waiting {seconds:.0f} s (gpu_idle.wait_s): {'; '.join(still)}")
 
     # -- cells -------------------------------------------------------------------------------------
     def _show(self, text: str) -> None:
@@ -156,11 +190,10 @@ class LaunchRun:
                     self.start_error = err  # it never became ready: the other cells are not retried one by one
                 else:
                     self.restarts += 1
-                self._record(CellResult(cell, "not_run" if isinstance(err, NotRunnable) else "failed", str(err)))
+                self._record(CellResult(cell, status_of(err), str(err)))
                 return None
         if self.start_error is not None:
-            status = "not_run" if isinstance(self.start_error, NotRunnable) else "failed"
-            self._record(CellResult(cell, status, str(self.start_error)))
+            self._record(CellResult(cell, status_of(self.start_error), str(self.start_error)))
             return None
         result = runner.run(cell)
         self.timeline.append({"event": "cell", "seconds": result.seconds, "cell": cell.key})
@@ -211,6 +244,16 @@ class LaunchRun:
                 self.rows.fact_row("power_limit_default_w", max(defaults.values()), "W",
                                    f"nvmlDeviceGetPowerManagementDefaultLimit; per GPU: {each}")]
 
+    def release_rows(self) -> list[dict]:
+        """memory_release_s: the longest wait, after a server stopped, for its GPUs to be idle again."""
+        if not self.released:
+            return []
+        each = ", ".join(f"{seconds:.1f} s" + (f" (still busy: {'; '.join(still)})" if still else "")
+                         for seconds, still in self.released)
+        return [self.rows.fact_row("memory_release_s", max(seconds for seconds, _ in self.released), "s",
+                                   f"after each server stop, until its GPUs ran no compute process and held <= "
+                                   f"{self.node.gpu_idle.max_used_mib:g} MiB (NVML): {each}")]
+
     def knee_rows(self) -> list[dict]:
         """knee_concurrency per workload and cap swept over two or more concurrencies, from the stored
         cells' medians (cached cells included): a launch-level row with concurrency null."""
@@ -252,9 +295,10 @@ class LaunchRun:
         cells = self.spec.cells
         log.info("%s: %d cells, %d already measured", self.launch.name, len(cells), len(cells) - len(todo))
         try:
-            gpus, self.telemetry_why = telemetry.open_gpus(self.node.gpu_count, self.nvml, list(self.node.gpu_devices) or None)
+            self.gpus, self.telemetry_why = telemetry.open_gpus(self.node.gpu_count, self.nvml, list(self.node.gpu_devices) or None)
         except ValueError as err:  # the node names GPUs this host does not have
-            gpus, self.telemetry_why = None, f"{self.node.file}: hardware.gpu.devices: {err}"
+            self.gpus, self.telemetry_why = None, f"{self.node.file}: hardware.gpu.devices: {err}"
+        gpus = self.gpus
         # The server gets exactly the GPUs telemetry and caps touch (by UUID where NVML named them).
         self.gpu_ids = ([info.uuid for info in gpus.info] if gpus is not None
                         else list(self.node.gpu_devices) or [str(i) for i in range(self.node.gpu_count)] or None)
@@ -264,21 +308,23 @@ class LaunchRun:
         try:
             with locks.GpuLocks(self.gpu_ids if self.node.gpu_count else (), self.lock_dir, holder, self._waiting):
                 self._stop_leftovers()
-                with self._telemetry(gpus) as (self.sampler, self.capper):
-                    runner = None
-                    for cell in todo:
-                        why = self._saturated_below(cell)
-                        if why:
-                            self._record(CellResult(cell, "skipped", why))
-                        else:
-                            runner = self._run_cell(cell, runner)
-                        self._bar.update(1)
+                try:
+                    with self._telemetry(gpus) as (self.sampler, self.capper):
+                        runner = None
+                        for cell in todo:
+                            why = self._saturated_below(cell)
+                            if why:
+                                self._record(CellResult(cell, "skipped", why))
+                            else:
+                                runner = self._run_cell(cell, runner)
+                            self._bar.update(1)
+                finally:
+                    self._stop_server()  # inside the locks: the next launch on these GPUs starts after the release
         finally:
-            self._stop_server()
             self._bar.close()
         if self.launches:
             self.store.save_server_rows(self.rows.server_rows(self.facts, self.ready_s, self.telemetry_why) + self.knee_rows()
-                                        + self.limit_rows())
+                                        + self.limit_rows() + self.release_rows())
         return self._finish()
 
     @contextlib.contextmanager

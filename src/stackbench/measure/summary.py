@@ -19,7 +19,7 @@ import scipy.stats
 
 from stackbench.config.model import Load
 from stackbench.engines.base import SERVER_DECODE_TPS, SERVER_PREFILL_TPS, SpecCounters
-from stackbench.host.telemetry import WindowReading, power_by_time
+from stackbench.host.telemetry import WindowReading, counter_energy_j, power_by_time, power_integral
 from stackbench.measure import correctness
 from stackbench.measure.client import RequestRecord
 from stackbench.results import metrics
@@ -270,7 +270,8 @@ def telemetry_figures(reading: WindowReading, output_tokens: int) -> list[Figure
     nvmlDeviceGetPowerUsage reports it (a 1 s average on Ampere and newer), sampled every 0.5 s inside the
     window; energy from nvmlDeviceGetTotalEnergyConsumption at the window's edges; J/token = that energy
     over the window's output tokens (reasoning included)."""
-    notes = [f"NVML over the measured window ({reading.duration_s:.1f} s, {len(reading.gpu_uuids)} GPU)"]
+    notes = [f"NVML over the measured window ({reading.duration_s:.1f} s) on the launch's GPUs only: "
+             f"{', '.join(reading.gpu_uuids)}"]
     if reading.sampler_errors:
         notes.append(f"sampler errors: {reading.sampler_errors[0]} ({len(reading.sampler_errors)} in the window)")
     note = "; ".join(notes)
@@ -281,9 +282,47 @@ def telemetry_figures(reading: WindowReading, output_tokens: int) -> list[Figure
     if reading.vram_peak_mib is not None:
         figures.append(Figure("vram_mib", reading.vram_peak_mib, "MiB", "peak", reading.power_samples, note=note))
     if reading.energy_j is not None and output_tokens > 0:
+        source = energy_note(reading.energy_j, reading.energy_sampled_j) if reading.energy_source == "energy counter" \
+            else f"energy from {reading.energy_source}"
         figures.append(Figure("energy_j_per_token", reading.energy_j / output_tokens, "J/token", "mean", output_tokens,
-                              ttft_included="yes", note=f"{note}; energy from {reading.energy_source}"))
+                              ttft_included="yes", note=f"{note}; {source}"))
+    elif reading.energy_j is None:
+        figures.append(Figure("energy_j_per_token", None, "J/token", "mean", None, note=f"{note}; {reading.energy_source}"))
+    return figures + clock_figures(reading.clock)
+
+
+# The clock rows: (metric, key in telemetry.clock_state, unit, stat, worst of the GPUs).
+CLOCK_ROWS = [*((f"clock_event_share_{name}", f"share_{name}", "ratio", "single", max)
+                for name in ("thermal", "hw_slowdown", "power_brake", "sw_power_cap")),
+              ("sm_clock_mhz", "sm_clock_mhz", "MHz", "median", min), ("gpu_temp_max_c", "temp_max_c", "C", "peak", max)]
+
+
+def clock_figures(clock: dict[str, dict[str, float]]) -> list[Figure]:
+    """The measured window's clock event shares, SM clock median and temperature maximum: one row each with
+    the worst of the launch's GPUs, every GPU's own value in its note."""
+    if not clock:
+        return []
+    figures = []
+    for metric, key, unit, stat, worst in CLOCK_ROWS:
+        each = ", ".join(f"{uuid} {state[key]:.3g}" for uuid, state in clock.items())
+        figures.append(Figure(metric, worst(state[key] for state in clock.values()), unit, stat, len(clock),
+                              note=f"per GPU: {each}"))
     return figures
+
+
+def slowdown_note(figures: list[Figure], capped: bool) -> str | None:
+    """Why a cell's speed is not its stack's: a GPU slowed by anything but its own cap (thermal, HW slowdown,
+    power brake: metrics.SLOWDOWN_METRICS) in any sample of the window; on a capped cell the SW power cap
+    share is named as what the cap did."""
+    shares = {f.metric: f for f in figures if f.metric.startswith("clock_event_share_")}
+    slowed = [f"{name.removeprefix('clock_event_share_').replace('_', ' ')} in {shares[name].value:.0%} of samples "
+              f"({shares[name].note})" for name in metrics.SLOWDOWN_METRICS if name in shares and shares[name].value > 0]
+    if slowed:
+        return "GPU SLOWED, not the stack's speed: " + "; ".join(slowed)
+    cap = shares.get("clock_event_share_sw_power_cap")
+    if capped and cap and cap.value > 0:
+        return f"SW power cap held the clocks in {cap.value:.0%} of samples (the cell's own cap)"
+    return None
 
 
 # -- load: steady state, goodput, knee --------------------------------------------------------------------
@@ -386,32 +425,50 @@ def load_figures(repeats: list[list[RequestRecord]], load: Load, concurrency: in
 def steady_telemetry_figures(spans: list[tuple[float, float, float, list[dict]]],
                              tokens_per_response: float | None = None) -> list[Figure]:
     """Power and energy per token over the steady windows only. `spans` holds, per repeat, (start, end,
-    output tokens inside, NVML samples inside). The energy counters are read only at the cell's edges, so
-    energy here is the mean of the 0.5 s power samples inside each window times its length. With
+    output tokens inside, the NVML samples from telemetry.MAX_SAMPLE_GAP_S before it to as long after).
+    Energy is the energy counter's delta over each window, interpolated at its edges from the samples that
+    bracket them (telemetry.counter_energy_j); the integral of the sampled power beside it in the note, with
+    their agreement. A window whose samples leave a gap over the limit gives no energy figure: the row stays,
+    without a value, and says why. Power is the mean of the samples inside (NVML's 1-second averages). With
     `tokens_per_response` (the cell's mean output tokens per response), energy per response too."""
-    energy = seconds = tokens = 0.0
+    energy = sampled = seconds = tokens = 0.0
     samples: list[float] = []
-    windows = 0
+    windows, why_not = 0, []
     for start, end, inside_tokens, rows in spans:
-        power = [watts for _, watts in power_by_time(rows)]
-        if not power:
-            continue  # a window shorter than the sampling period: neither its time nor its tokens count
-        energy += statistics.fmean(power) * (end - start)
+        joules, why = counter_energy_j(rows, start, end)
+        if joules is None:
+            why_not.append(why)
+            continue
+        power = [watts for t, watts in power_by_time(rows) if start <= t <= end]
+        energy, sampled = energy + joules, sampled + (power_integral(rows, start, end) or 0.0)
         seconds, tokens, samples, windows = seconds + end - start, tokens + inside_tokens, samples + power, windows + 1
-    if not samples or tokens <= 0:
+    if why_not and not windows:
+        return [Figure("energy_j_per_token_steady", None, "J/token", "mean", None,
+                       note=f"no energy figure: {why_not[0]} ({len(why_not)} of {len(spans)} steady windows)")]
+    if not windows or tokens <= 0:
         return []
-    note = (f"steady windows only ({seconds:.1f} s in {windows} repeats): mean of the NVML power samples "
-            "inside them x their length (energy counters are read only at the cell's edges)")
-    figures = [Figure("power_w_steady", statistics.fmean(samples), "W", "mean", len(samples), note=note),
-               Figure("energy_j_per_token_steady", energy / tokens, "J/token", "mean", int(tokens), note=note)]
+    note = (f"steady windows only ({seconds:.1f} s in {windows} repeats{f', {len(why_not)} left out: ' + why_not[0] if why_not else ''}): "
+            f"{energy_note(energy, sampled)}")
+    figures = [Figure("energy_j_per_token_steady", energy / tokens, "J/token", "mean", int(tokens), note=note)]
+    if samples:
+        figures.append(Figure("power_w_steady", statistics.fmean(samples), "W", "mean", len(samples),
+                              note=f"steady windows only: mean of {len(samples)} NVML 1-second power averages inside them"))
     return figures + steady_response_energy(energy, tokens, tokens_per_response, note)
+
+
+def energy_note(counter_j: float, sampled_j: float | None) -> str:
+    """Where an energy figure comes from and how the sampled power's integral agrees with it."""
+    if not sampled_j:
+        return f"energy counter delta {counter_j:.1f} J (no sampled power to cross-check)"
+    return (f"energy counter delta {counter_j:.1f} J; sampled power integral {sampled_j:.1f} J "
+            f"({(sampled_j - counter_j) / counter_j:+.1%})")
 
 
 # -- energy per response (ML.ENERGY reports it beside energy per token) ------------------------------------
 
 def steady_response_energy(energy_j: float, tokens: float, tokens_per_response: float | None, note: str) -> list[Figure]:
-    """energy_j_per_response_steady: NVML power (nvmlDeviceGetPowerUsage samples inside the steady windows)
-    x the windows' length, over the responses' worth of output tokens that arrived in them (tokens inside /
+    """energy_j_per_response_steady: the steady windows' energy (the energy counter's deltas,
+    steady_telemetry_figures) over the responses' worth of output tokens that arrived in them (tokens inside /
     the cell's mean output tokens per response): responses straddle the window's edges, so they are counted
     by their tokens, as ML.ENERGY's energy per response is J/token x the mean response length."""
     if not tokens_per_response:

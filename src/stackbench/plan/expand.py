@@ -15,7 +15,7 @@ from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, validate
 from stackbench.config.kinds import KINDS
-from stackbench.config.model import Launch, Load, Model, Node, Slurm, Workload
+from stackbench.config.model import GpuIdle, Launch, Load, Model, Node, Slurm, Workload
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict
@@ -234,6 +234,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         power_caps_w=tuple(doc["power_caps_w"]),
         api_key_env=doc["api_key_env"],
         lock_dir=doc["hardware"]["lock_dir"],
+        gpu_idle=GpuIdle(**doc["hardware"]["gpu_idle"]),
         allow_queueing=doc["allow_queueing"],
         workloads=workloads,
         launches=tuple(launches),

@@ -7,6 +7,11 @@ the GPU does not enforce, a memory bus width it does not report. A rehearsal bui
 a node (`simulated_host`): the node's GPU model and memory, its power-limit range, and more GPUs than the
 node uses, so that GPU scope is tested; there a set cap reads back, power = min(cap, demand) and the
 energy counter integrates that power.
+
+GPU state (issue 36) lives in the same state: compute processes (pid, MiB held, and until when a dead one's
+memory is still held: a driver frees a context some time after its process ends), so memory follows
+launches and another user's process can be put on a GPU; extra clock event reasons per GPU (a throttled
+GPU). A GPU drawing less than its demand because of its cap reports the SW power cap reason.
 """
 
 from __future__ import annotations
@@ -28,6 +33,12 @@ MIN_LIMIT_SHARE = 1 / 3
 DEMAND_SHARE = 0.9
 EXTRA_GPUS = 2  # a simulated host has this many GPUs more than the node uses
 UUID_PREFIX = "GPU-simulated-"
+IDLE_USED_MIB = 300  # what an idle GPU shows used (the driver's own), under any idle threshold
+RELEASE_S = 1.0  # how long after its process ends a context's memory is still held
+
+# NVML's clock event reasons (nvml.h nvmlClocksEventReason*), the bits nvmlDeviceGetCurrentClocksEventReasons ORs.
+GPU_IDLE, SW_POWER_CAP, HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE = 0x1, 0x4, 0x8, 0x20, 0x40, 0x80
+THROTTLED_CLOCK_MHZ, THROTTLED_TEMP_C = 1200, 90  # what a thermally slowed simulated GPU reads
 
 
 class NVMLError(Exception):
@@ -83,6 +94,37 @@ class NvmlDouble:
         for h, power in enumerate(self.power_mw):
             self._energy_mj[h] += power * (now - self._energy_at[h])
             self._energy_at[h] = now
+
+    def _processes(self, h: int) -> list[dict]:
+        """The processes holding memory on GPU h now: alive, or dead less than their release time ago."""
+        now = time.time()
+        return [p for p in self._load().get("processes", []) if p["gpu"] == h
+                and (now < (p.get("until") or 0) or (p.get("until") is None and _alive(p["pid"])))]
+
+    def add_process(self, h: int, pid: int, used_mib: float, until: float | None = None) -> None:
+        """A compute process on GPU h holding `used_mib`; with `until` (epoch s) it holds it that long
+        whether its pid lives or not (another user's job in another pid namespace)."""
+        state = self._load()
+        holding = [p for gpu in range(self.count) for p in self._processes(gpu)]  # the ended ones are dropped
+        state["processes"] = [*holding, {"gpu": h, "pid": pid, "used_mib": used_mib, "until": until}]
+        self._save(state)
+
+    def release(self, pid: int, after_s: float = RELEASE_S) -> None:
+        """Process `pid` is ending: its memory is freed `after_s` from now."""
+        state = self._load()
+        for p in state.get("processes", []):
+            if p["pid"] == pid:
+                p["until"] = time.time() + after_s
+        self._save(state)
+
+    def throttle(self, h: int, reasons: int) -> None:
+        """GPU h reports these clock event reasons (bits above) besides its own from now on."""
+        state = self._load()
+        state["throttle"] = {**state.get("throttle", {}), str(h): reasons}
+        self._save(state)
+
+    def _extra_reasons(self, h: int) -> int:
+        return self._load().get("throttle", {}).get(str(h), 0)
 
     def _load(self):
         return json.loads(self.state_path.read_text()) if self.state_path else self._state
@@ -159,10 +201,14 @@ class NvmlDouble:
 
     def nvmlDeviceGetMemoryInfo(self, h):
         total = int(self.memory_gib * 2**30)
-        return SimpleNamespace(used=int(total * 20 / 24), total=total)
+        used = IDLE_USED_MIB + sum(p["used_mib"] for p in self._processes(h))
+        return SimpleNamespace(used=int(min(used * 2**20, total)), total=total)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [SimpleNamespace(pid=p["pid"], usedGpuMemory=int(p["used_mib"] * 2**20)) for p in self._processes(h)]
 
     def nvmlDeviceGetClockInfo(self, h, kind):
-        return 1695
+        return THROTTLED_CLOCK_MHZ if self._extra_reasons(h) & (SW_THERMAL | HW_THERMAL) else 1695
 
     def nvmlDeviceGetMaxClockInfo(self, h, kind):
         return {self.NVML_CLOCK_MEM: 9751, self.NVML_CLOCK_SM: 2100}[kind]  # an RTX 3090's memory and SM clocks
@@ -173,13 +219,25 @@ class NvmlDouble:
         return 384
 
     def nvmlDeviceGetTemperature(self, h, kind):
-        return 64
+        return THROTTLED_TEMP_C if self._extra_reasons(h) & (SW_THERMAL | HW_THERMAL) else 64
 
     def nvmlDeviceGetUtilizationRates(self, h):
         return SimpleNamespace(gpu=97, memory=80)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        return 0x4  # SW power cap
+        capped = self.power_mw[h] < (self.demand_mw if self.demand_mw is not None else self.default_mw) \
+            and self.power_mw[h] >= self._enforced()[h]
+        return (SW_POWER_CAP if capped else 0) | self._extra_reasons(h)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def board_power_w(gpu_model: str) -> float:

@@ -33,7 +33,9 @@ import argparse
 import contextlib
 import hashlib
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -553,6 +555,20 @@ def check_with_engine_parser(engine: str, flags: list[str], envs_dir: Path) -> s
     return f"ok ({PARSE_ENVS[engine]}'s argparse)"
 
 
+def hold_gpu_memory(gpus, facts: dict) -> None:
+    """On the simulated host, hold the memory the engine would (weights and KV pool per GPU) while this
+    process lives; on SIGTERM free it after simgpu.RELEASE_S, as a driver frees a context, and exit."""
+    held_mib = (facts["weights_gib_per_gpu"] + max(facts["kv_cache_gib"], 0.0)) * 1024
+    for uuid in facts["gpu_uuids"]:
+        gpus.add_process(gpus.index_of(uuid), os.getpid(), held_mib)
+
+    def release_and_exit(signum, frame):
+        gpus.release(os.getpid())
+        os._exit(0)  # at once, as an engine's workers end: the release time starts with the process's end
+
+    signal.signal(signal.SIGTERM, release_and_exit)
+
+
 def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
     """A rehearsal's stand-in: say what it is, check the argv with the engine's parser, print the
     engine's start-up lines, then serve where the argv says, paced by the roofline and the power cap."""
@@ -572,6 +588,8 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
         print(line, flush=True)
     gpus = NvmlDouble(count=facts["host_gpus"], state_path=Path(facts["gpu_state"]), demand_mw=facts["demand_mw"],
                       uuid_prefix=facts["uuid_prefix"]) if facts.get("gpu_state") else None
+    if gpus is not None:
+        hold_gpu_memory(gpus, facts)
     timing = Timing(engine=engine, follow_request=1, prompt_tokens=0, cached_prompt_tokens=0, tokens_per_chunk=1,
                     reasoning_tokens=facts["reasoning_tokens"], spec_tokens=facts["spec_tokens"] or 0,
                     accept_rate=facts["accept_rate"] if facts["spec_tokens"] else 0.0, capacity=facts["slots"],

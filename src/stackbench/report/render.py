@@ -329,8 +329,9 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         candidates = headline_input(results)
         by_variant = analysis.correctness_by_variant(correctness_input(results))
         by_node = candidates.groupby("node", sort=False).indices  # each node's headline reads its own rows only
-        headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant)
-                                 for n in nodes if n in by_node) if t is not None]
+        slowed = analysis.slowed_cells(frame)
+        headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant,
+                                                       slowed) for n in nodes if n in by_node) if t is not None]
         for metric, said in (("smoke_score", "correctness: not checked"), ("accuracy", "accuracy: not measured")):
             for node, why in probes_off(results, metric).items():
                 for table in (t for t in headlines if t.table_id == f"headline-{node}"):

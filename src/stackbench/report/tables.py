@@ -18,6 +18,7 @@ import pandas as pd
 from stackbench.report import layouts
 from stackbench.report.layouts import Layout
 from stackbench.results import basis, metrics, published
+from stackbench.results.store import IDENTITY_COLUMNS
 
 MISSING = "—"
 
@@ -37,6 +38,7 @@ CEILING_COLUMN = "% of decode ceiling"
 OUTPUTS_COLUMN = "outputs"
 ACCURACY_COLUMN = "accuracy [95% CI]"  # the accuracy set's share right, Wilson interval, n (analysis.correctness)
 NOT_SAME_OUTPUT = "≠"  # on the speed figures of a variant whose outputs differ from no-spec, loop, or ran other lengths
+SLOWED_GPU = "🌡"  # on a figure measured on a GPU slowed by thermal, HW slowdown or power brake (analysis.slowed_cells)
 HEADLINE_KEYS = ["source", "post", "stack", "variant"]
 # What format_cell reads from a record.
 CELL_FIELDS = ["source", "metric", "value", "value_min", "value_max", "stat", "status", "note", "concurrency"]
@@ -331,14 +333,18 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
 
 
 def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple, float] | None = None,
-                   power_why: str | None = None, correctness: pd.DataFrame | None = None) -> Table | None:
+                   power_why: str | None = None, correctness: pd.DataFrame | None = None,
+                   slowed: pd.DataFrame | None = None) -> Table | None:
     """One row per stack variant on this node at its canonical cells; the seeds' own kind of table. With
     `correctness` (analysis.correctness_by_variant) an outputs column says whether each measured variant's
     outputs equal its no-spec reference; a flagged variant's speed figures carry a marker and a caveat, and
-    its row comes after the clean ones, so a fast wrong configuration never tops the table."""
+    its row comes after the clean ones, so a fast wrong configuration never tops the table. With `slowed`
+    (analysis.slowed_cells) a figure from a cell on a slowed GPU carries its own marker and caveat."""
     records = headline_records(results, node)
     if records.empty:
         return None
+    records["slowed"] = "" if slowed is None or slowed.empty else \
+        records[IDENTITY_COLUMNS].merge(slowed, on=IDENTITY_COLUMNS, how="left")["slowed"].fillna("").to_numpy()
     ceiling_percent = ceiling_percent or {}
     verdicts = {} if correctness is None else {
         (stack, variant): (outputs, flagged, caveat) for stack, variant, outputs, flagged, caveat in
@@ -353,7 +359,7 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
                                   str(k[2]), str(k[3])))  # stacks by name
     records["row_no"] = records["row_key"].map({k: i + 1 for i, k in enumerate(order)})
     by_cell: dict[tuple, list[dict]] = {}
-    fields = CELL_FIELDS + ["row_key"]
+    fields = CELL_FIELDS + ["row_key", "slowed"]
     # Columns to lists, then zipped: DataFrame.to_dict boxes every value one by one, 20x slower at 1M rows.
     for values in zip(*(records[f].tolist() for f in fields)):
         record = dict(zip(fields, values))
@@ -382,6 +388,11 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
                 text += f" @c{int(hits[0]['concurrency'])}"
             if flagged and text and column.cell != "any":
                 text += NOT_SAME_OUTPUT
+            slow = "; ".join(dict.fromkeys(h["slowed"] for h in hits if h["slowed"]))
+            if slow and text:
+                text += SLOWED_GPU
+                flagged_lines.append(f"{SLOWED_GPU} {stack} / {variant} {column.title}: measured on a GPU slowed by {slow} "
+                                     "(NVML clock event reasons), not the stack's speed; left out of What to run.")
             cells.append(text or MISSING)
             raw.append(_scaled(value, column.scale))
         if with_ceiling:

@@ -92,11 +92,31 @@ METRICS = _entries(
            "higher", analysed=True, headline=Headline("KV pool tokens", "any")),
     Metric("vram_mib", "MiB", "peak", "NVML nvmlDeviceGetMemoryInfo used, peak over the measured window, summed over the launch's GPUs", "lower",
            headline=Headline("VRAM MiB", "any")),
-    Metric("power_w", "W", "mean", "NVML nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer) "
-           "sampled every 0.5 s in the measured window, summed over the launch's GPUs", "lower",
+    Metric("power_w", "W", "mean", "mean of NVML nvmlDeviceGetPowerUsage readings, each NVML's own 1-second trailing "
+           "average (Ampere and newer), sampled every 0.5 s in the measured window, summed over the launch's GPUs", "lower",
            headline=Headline("power W", "single-or-unset")),
-    Metric("energy_j_per_token", "J/token", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption at the measured window's "
-           "edges / its output tokens (reasoning included)", "lower", analysed=True, headline=Headline("J/token", "single-or-unset")),
+    Metric("power_p95_w", "W", "p95", "95th percentile of the same readings as power_w: of NVML's 1-second trailing "
+           "averages, so no peak shorter than a second shows", "lower"),
+    Metric("energy_j_per_token", "J/token", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption delta over the measured "
+           "window, the launch's GPUs only / its output tokens (reasoning included); the integral of the sampled power "
+           "beside it in the note", "lower", analysed=True, headline=Headline("J/token", "single-or-unset")),
+    # -- GPU state over the measured window (telemetry.clock_state): the worst of the launch's GPUs, each GPU's
+    # own value in the note. A slowdown share above 0 flags the cell (summary.slowdown_note) -----------------
+    Metric("clock_event_share_thermal", "ratio", "single", "share of NVML samples whose nvmlDeviceGetCurrentClocksEventReasons "
+           "has SW or HW thermal slowdown (nvmlClocksEventReasonSwThermalSlowdown | HwThermalSlowdown)", "lower", analysed=True),
+    Metric("clock_event_share_hw_slowdown", "ratio", "single", "share of NVML samples with nvmlClocksEventReasonHwSlowdown",
+           "lower", analysed=True),
+    Metric("clock_event_share_power_brake", "ratio", "single", "share of NVML samples with "
+           "nvmlClocksEventReasonHwPowerBrakeSlowdown (an external power brake signal)", "lower", analysed=True),
+    Metric("clock_event_share_sw_power_cap", "ratio", "single", "share of NVML samples with nvmlClocksEventReasonSwPowerCap: "
+           "the power limit held the clocks (expected on a capped cell)", None),
+    Metric("sm_clock_mhz", "MHz", "median", "median of NVML nvmlDeviceGetClockInfo(NVML_CLOCK_SM) samples in the measured "
+           "window; the lowest GPU's", None),
+    Metric("gpu_temp_max_c", "C", "peak", "highest NVML nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU) sample in the "
+           "measured window, over the launch's GPUs", "lower"),
+    Metric("memory_release_s", "s", "single", "seconds from a server's stop (SIGTERM to its process group, SIGKILL after "
+           "the grace period) until every GPU of the launch ran no compute process and held <= gpu_idle.max_used_mib "
+           "(NVML nvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetMemoryInfo); the longest of the launch's stops", "lower"),
     Metric("kv_bytes_per_token", "B", "single", "KV cache MiB / pool tokens, both from the start-up log", None, analysed=True),
     Metric("kv_cache_mib", "MiB", "single", "the KV cache's size, from the start-up log", None, analysed=True),
     Metric("vram_free_mib", "MiB", "single", "GPU memory left free after loading, as the post states it", None, analysed=True),
@@ -138,8 +158,14 @@ METRICS = _entries(
            "(concurrency 2) against the same prompts sent alone, mean common prefix / the alone output's length as "
            "output_agreement: the disagreement its own batch shape causes; a variant is charged only beyond it "
            "(analysis.correctness NOISE_MARGIN); our own", "higher"),
-    Metric("energy_j_per_response_steady", "J/response", "mean", "NVML power samples inside the steady windows x their "
-           "length / the responses' worth of output tokens in them (ML.ENERGY's energy per response)", "lower"),
+    Metric("energy_j_per_token_steady", "J/token", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption deltas over the "
+           "steady windows (ML.ENERGY's steady state), interpolated at their edges from the bracketing samples, the launch's "
+           "GPUs only / the output tokens inside them; no value where a sample gap exceeds 2 s (the note says)", "lower"),
+    Metric("power_w_steady", "W", "mean", "mean of NVML nvmlDeviceGetPowerUsage readings (each a 1-second trailing "
+           "average) inside the steady windows, summed over the launch's GPUs", "lower"),
+    Metric("energy_j_per_response_steady", "J/response", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption deltas over the "
+           "steady windows, interpolated at their edges from the bracketing samples / the responses' worth of output tokens "
+           "in them (ML.ENERGY's energy per response)", "lower"),
 )
 
 
@@ -153,3 +179,6 @@ def units(group: str) -> dict[str, str]:
 
 
 HEADLINE = tuple(m for m in METRICS.values() if m.headline is not None)
+# A cell with any of these above 0 ran on a GPU slowed by something other than its own cap: its speed is not
+# the stack's (flagged in its note, marked in the headline, left out of What to run and the cap analyses).
+SLOWDOWN_METRICS = ("clock_event_share_thermal", "clock_event_share_hw_slowdown", "clock_event_share_power_brake")

@@ -35,6 +35,7 @@ class Launcher(Protocol):
     """One server for one launch: what the run loop calls, whatever the mode."""
 
     mode: str  # "native" | "image" | "external"
+    owns_gpus: bool  # it starts the server on the launch's GPUs: they are checked idle before and awaited after
     base_url: str  # set once started
     argv: list[str]  # what was run ([] for external)
     record_paths: list[Path]  # where a started server's record goes (locks.ServerRecord); unused for external
@@ -118,6 +119,7 @@ class ExternalLauncher:
     """A server somebody else started: reached and asked about itself, never started or stopped by us."""
 
     mode = "external"
+    owns_gpus = False  # somebody else's server: its GPUs are busy by design and not ours to wait for
 
     def __init__(self, launch: Launch, adapter, probe_timeout_s: float = 5.0):
         self.launch, self.adapter = launch, adapter

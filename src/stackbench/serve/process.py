@@ -213,6 +213,8 @@ def _check_model_files(launch: Launch) -> None:
 class ProcessLauncher:
     """A server we start as a process group (native binary, or a container CLI in the foreground)."""
 
+    owns_gpus = True
+
     def __init__(self, launch: Launch, adapter, out_dir: Path, threads: int | None):
         self.launch, self.adapter, self.out_dir, self.threads = launch, adapter, out_dir, threads
         self.base_url = ""
@@ -246,7 +248,8 @@ class ProcessLauncher:
             port = free_port(host)
             self.argv = self.server_argv(host, port)
             self.base_url = f"http://{host}:{port}"
-            self.server = ServerProcess(self.argv, self.log_path, self.base_url, self.adapter.health_path, env=self._env())
+            self.server = ServerProcess(self.argv, self.log_path, self.base_url, self.adapter.health_path, env=self._env(),
+                                        grace_s=self.adapter.stop_grace_s)
             self.server.start()
             record = ServerRecord.of(self.server.pgid, self.argv, self.launch.node, self.launch.name)
             for path in self.record_paths:

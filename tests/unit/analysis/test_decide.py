@@ -123,3 +123,15 @@ def test_across_stacks_each_choice_stands_side_by_side_with_agreement_shown_not_
     assert table.columns == ["workload", "concurrency", "power cap W", "cpu / llamacpp", "cpu2 / vllm", "same choice"]
     assert table.rows == [["code", "1", "", "draft-n2", "no-spec", "no"]]
     assert "Greedy agreement, cpu / llamacpp / Q4_K_M (reference) against cpu2 / vllm / BF16: 0.62" in table.legend
+
+
+def test_a_cell_on_a_thermally_slowed_gpu_is_excluded_by_name_and_a_capped_sw_cap_cell_is_not():
+    slowed = dict(ref="run1/draft-n4", variant="draft-n4", spec_method="draft", spec_tokens=4)
+    capped = dict(ref="run1/draft-n2", variant="draft-n2", spec_method="draft", spec_tokens=2)
+    rows = [cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 120, 1, 2, 4),
+            measured(**slowed, metric="clock_event_share_thermal", value=1.0, unit="ratio", stat="single"),
+            measured(**capped, metric="clock_event_share_thermal", value=0.0, unit="ratio", stat="single"),
+            measured(**capped, metric="clock_event_share_sw_power_cap", value=1.0, unit="ratio", stat="single")]
+    row = choose(*rows, correctness=[agreement("draft-n2"), agreement("draft-n4")]).iloc[0]
+    assert row["run"] == "draft-n2"
+    assert "draft-n4 (GPU slowed: thermal 100%)" in row["excluded"] and "draft-n2 (" not in row["excluded"]

@@ -52,3 +52,16 @@ def test_depth_by_cap_renders_where_both_are_swept_and_not_otherwise():
     assert table.set_index("depth").loc[2, "300 W"] == "120 tok/s, 2.6 J/token"
     only_caps = frame(cap_cell("nospec", 400, 100, 395, 4.0), cap_cell("nospec", 300, 95, 300, 3.2))
     assert energy.depth_by_cap(energy.energy_cells(only_caps, NO_FLAGS)).empty
+
+
+def test_a_slowed_cell_is_out_of_the_energy_choice_and_the_power_sweet_spot():
+    from stackbench.analysis import power
+
+    slow = measured(variant="nospec", spec_method="none", power_cap_w=200, metric="clock_event_share_hw_slowdown",
+                    value=0.5, unit="ratio", stat="single")
+    rows = frame(cap_cell("nospec", 400, 100, 395, 4.0), cap_cell("nospec", 300, 97, 300, 3.2),
+                 cap_cell("nospec", 200, 99, 200, 2.0), slow)  # the throttled 200 W cell looks best on both
+    cells = energy.energy_cells(rows, NO_FLAGS)
+    assert sorted(cells["power_cap_w"]) == [300, 400]
+    spots = power.power_sweet_spots(rows)
+    assert 200 not in set(spots["power_cap_w"]) and spots.loc[spots["sweet_spot"] != "", "power_cap_w"].tolist() == [300]

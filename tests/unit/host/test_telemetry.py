@@ -16,7 +16,7 @@ from paths import SUPPORT
 
 from stackbench.host import powercap, telemetry
 from stackbench.measure import summary
-from stackbench.rehearsal.simgpu import NvmlDouble
+from stackbench.rehearsal.simgpu import HW_POWER_BRAKE, IDLE_USED_MIB, SW_POWER_CAP, SW_THERMAL, NvmlDouble
 
 
 def gpus(**kw):
@@ -38,9 +38,9 @@ def test_units_are_converted_from_milliwatts_and_millijoules():
     fake = NvmlDouble(count=1, clock=clock)
     clock.now += 2.0
     row = telemetry.NvmlGpus(fake).sample()[0]
-    assert row["power_w"] == 250.5 and row["memory_used_mib"] == 20 * 1024
+    assert row["power_w"] == 250.5 and row["memory_used_mib"] == IDLE_USED_MIB
     assert row["energy_j"] == pytest.approx(1000 + 2 * 250.5) and row["enforced_limit_w"] == 300.0
-    assert row["gpu_uuid"] == "GPU-fake-0" and row["throttle_reasons"] == 0x4
+    assert row["gpu_uuid"] == "GPU-fake-0" and row["throttle_reasons"] == 0  # 250.5 W under its 300 W limit
 
 
 def test_constraints_are_read_in_watts():
@@ -127,7 +127,7 @@ def test_energy_is_the_counter_difference_at_the_windows_own_edges():
     assert reading.energy_j == pytest.approx(2 * 250.5 * 2.2, abs=0.01)  # both GPUs, edge to edge, not sample to sample
     assert reading.energy_source == "energy counter"
     assert reading.power_samples == 4 and reading.power_mean_w == pytest.approx(501.0)
-    assert reading.gpu_uuids == ("GPU-fake-0", "GPU-fake-1") and reading.vram_peak_mib == 2 * 20 * 1024
+    assert reading.gpu_uuids == ("GPU-fake-0", "GPU-fake-1") and reading.vram_peak_mib == 2 * IDLE_USED_MIB
 
 
 def test_power_mean_and_p95_only_from_samples_inside_the_window():
@@ -272,7 +272,7 @@ CHILD = textwrap.dedent("""
     import signal, sys, time
     from pathlib import Path
     sys.path.insert(0, {tests!r})
-    from stackbench.rehearsal.simgpu import NvmlDouble
+    from stackbench.rehearsal.simgpu import HW_POWER_BRAKE, IDLE_USED_MIB, SW_POWER_CAP, SW_THERMAL, NvmlDouble
     from stackbench.measure import sequencer
     from stackbench.host import powercap, telemetry
     signal.signal(signal.SIGTERM, sequencer._raise_interrupted)
@@ -309,21 +309,22 @@ def test_a_window_shorter_than_the_sampling_period_still_has_a_power_sample():
     assert reading.power_samples == 1 and reading.power_mean_w == 250.5
 
 
-def test_energy_per_response_over_the_steady_window_is_power_times_window_over_responses():
+def test_energy_per_response_over_the_steady_window_is_its_energy_over_responses():
     # Two simulated GPUs at 250.5 W each for a 4 s steady window; 300 tokens arrived in it, 60 per response.
     clock = Clock()
     sampler = telemetry.Sampler(telemetry.NvmlGpus(NvmlDouble(count=2, clock=clock)), clock=clock)
     start = clock.now
+    sampler.take()
     for _ in range(8):
         clock.now += 0.5
         sampler.take()
-    figures = {f.metric: f for f in summary.steady_telemetry_figures([(start, clock.now, 300, sampler.window(start, clock.now))],
+    figures = {f.metric: f for f in summary.steady_telemetry_figures([(start, clock.now, 300, sampler.rows)],
                                                                      tokens_per_response=60)}
     assert figures["energy_j_per_response_steady"].value == pytest.approx(2 * 250.5 * 4.0 / (300 / 60))
     assert figures["energy_j_per_response_steady"].unit == "J/response"
     assert figures["energy_j_per_token_steady"].value == pytest.approx(2 * 250.5 * 4.0 / 300)
     assert "energy_j_per_response_steady" not in {f.metric for f in summary.steady_telemetry_figures(
-        [(start, clock.now, 300, sampler.window(start, clock.now))])}
+        [(start, clock.now, 300, sampler.rows)])}
 
 
 def test_the_uncapped_cell_of_a_sweep_runs_at_the_limit_found_at_the_launchs_start(tmp_path):
@@ -356,3 +357,92 @@ def test_every_power_sweep_has_its_uncapped_cell_first():
     launch = node.launches[0]
     caps = list(dict.fromkeys(c.power_cap_w for c in launchspec.cells_of(node, launch)))
     assert caps == [None, 180, 220, 260, 300]
+
+
+def clock_reading(fake, clock, capped=False):
+    """A 2 s window over `fake`; its figures and the cell's slowdown note."""
+    reading = window_over(fake, clock, steps=4)
+    figures = summary.telemetry_figures(reading, 100)
+    return {f.metric: f for f in figures}, summary.slowdown_note(figures, capped)
+
+
+def test_a_thermally_slowed_gpu_is_a_share_a_clock_a_temperature_and_a_flag():
+    clock = Clock()
+    fake = NvmlDouble(count=2, clock=clock)
+    fake.throttle(1, SW_THERMAL)
+    figures, note = clock_reading(fake, clock)
+    assert figures["clock_event_share_thermal"].value == 1.0 and "GPU-fake-0 0, GPU-fake-1 1" in figures["clock_event_share_thermal"].note
+    assert figures["clock_event_share_hw_slowdown"].value == 0 and figures["clock_event_share_power_brake"].value == 0
+    assert figures["sm_clock_mhz"].value == 1200 and figures["gpu_temp_max_c"].value == 90  # the slowed GPU's
+    assert note.startswith("GPU SLOWED") and "thermal in 100% of samples" in note
+
+
+def test_the_sw_power_cap_on_a_capped_cell_is_expected_not_a_flag(tmp_path):
+    clock = Clock()
+    fake = NvmlDouble(count=1, clock=clock, demand_mw=300_000, state_path=tmp_path / "gpu.json")
+    fake.nvmlDeviceSetPowerManagementLimit(0, 200_000)
+    figures, note = clock_reading(fake, clock, capped=True)
+    assert figures["clock_event_share_sw_power_cap"].value == 1.0 and figures["clock_event_share_thermal"].value == 0
+    assert note == "SW power cap held the clocks in 100% of samples (the cell's own cap)"
+    fake.throttle(0, SW_POWER_CAP | HW_POWER_BRAKE)  # a brake beside the cap is not the cap's doing
+    note = clock_reading(fake, clock, capped=True)[1]
+    assert note.startswith("GPU SLOWED") and "power brake in 100% of samples" in note
+
+
+def test_an_unthrottled_uncapped_gpu_has_no_note():
+    clock = Clock()
+    figures, note = clock_reading(NvmlDouble(count=1, clock=clock), clock)
+    assert note is None and figures["clock_event_share_sw_power_cap"].value == 0 and figures["sm_clock_mhz"].value == 1695
+
+
+def test_energy_per_token_is_the_counters_truth_within_1pct_steady_and_whole_window_with_the_sampled_check(tmp_path):
+    """A simulated host whose draw changes (a cap set mid-window): the counter interpolated at edges that fall
+    between samples equals the double's own counter read at those instants; the sampled integral sits beside it."""
+    clock = Clock()
+    fake = NvmlDouble(count=3, clock=clock, demand_mw=300_000, state_path=tmp_path / "gpu.json")
+    gpus = telemetry.NvmlGpus(fake, indices=[0, 1])  # GPU 2 is not the launch's: outside its energy
+    sampler = telemetry.Sampler(gpus, clock=clock)
+    sampler.take()
+    window = sampler.open_window()
+    truth = {}
+    for step in range(1, 21):
+        clock.now += 0.5
+        if step == 3:
+            clock.now -= 0.2
+            truth["start"] = sum(fake.nvmlDeviceGetTotalEnergyConsumption(h) for h in (0, 1)) / 1000
+            steady_start = clock.now
+            clock.now += 0.2
+        if step == 10:
+            fake.nvmlDeviceSetPowerManagementLimit(0, 150_000)  # the draw halves on GPU 0
+        if step == 17:
+            clock.now -= 0.3
+            truth["end"] = sum(fake.nvmlDeviceGetTotalEnergyConsumption(h) for h in (0, 1)) / 1000
+            steady_end = clock.now
+            clock.now += 0.3
+        sampler.take()
+    whole_truth_end = sum(fake.nvmlDeviceGetTotalEnergyConsumption(h) for h in (0, 1)) / 1000
+    reading = sampler.close_window(window)
+    whole_truth = whole_truth_end - sum(window.energy_mj.values()) / 1000
+    assert reading.energy_j == pytest.approx(whole_truth, rel=0.01) and reading.energy_sampled_j == pytest.approx(whole_truth, rel=0.05)
+    whole = {f.metric: f for f in summary.telemetry_figures(reading, 1000)}["energy_j_per_token"]
+    assert whole.value == pytest.approx(whole_truth / 1000, rel=0.01)
+    assert "GPU-fake-0, GPU-fake-1" in whole.note and "GPU-fake-2" not in whole.note and "sampled power integral" in whole.note
+    steady = {f.metric: f for f in summary.steady_telemetry_figures([(steady_start, steady_end, 500, sampler.rows)])}
+    assert steady["energy_j_per_token_steady"].value == pytest.approx((truth["end"] - truth["start"]) / 500, rel=0.01)
+    assert "energy counter delta" in steady["energy_j_per_token_steady"].note and "sampled power integral" in steady["energy_j_per_token_steady"].note
+
+
+def test_a_sample_gap_over_two_seconds_gives_no_energy_figure_and_says_why():
+    clock = Clock()
+    sampler = telemetry.Sampler(telemetry.NvmlGpus(NvmlDouble(count=1, clock=clock)), clock=clock)
+    sampler.take()
+    window = sampler.open_window()
+    clock.now += 0.5
+    sampler.take()
+    clock.now += 2.5  # the sampler stalled
+    sampler.take()
+    reading = sampler.close_window(window)
+    figure = {f.metric: f for f in summary.telemetry_figures(reading, 100)}["energy_j_per_token"]
+    assert figure.value is None and "2.5 s gap between NVML samples" in figure.note
+    steady = summary.steady_telemetry_figures([(window.start, clock.now, 100, sampler.rows)])
+    assert steady[0].value is None and "2.5 s gap between NVML samples" in steady[0].note

@@ -227,7 +227,7 @@ def test_seed_004_short_sends_the_posts_requests_and_its_rows_carry_that_basis(t
     sent = [json.loads(line) for line in bodies.read_text().splitlines()]
     calibration, sent = sent[:2 - 2 * tokenize], sent[2 - 2 * tokenize:]  # without the endpoint: the text once and twice
     assert all("min_tokens" not in body and body["max_tokens"] == 1 for body in calibration)
-    assert len(sent) == 1 + 3 * (1 + 2 + 3 + 4)  # one warm-up, then 3 rounds at each concurrency 1-4
+    assert len(sent) == 4 * (1 + 2 + 3 + 4)  # at each concurrency 1-4 a warm-up round at it, then 3 measured
     for body in sent:
         assert body["temperature"] == 0.0 and body["max_tokens"] == body["min_tokens"] == 512
         assert body["chat_template_kwargs"] == {"enable_thinking": False}
@@ -241,3 +241,29 @@ def test_seed_004_short_sends_the_posts_requests_and_its_rows_carry_that_basis(t
     assert all(abs(n - 400) <= 40 for n in rows["prompt_tokens"])
     how = "sized with the engine's /tokenize" if tokenize else "two calibration requests per prompt.*HTTP 404"
     assert rows["note"].str.contains(how).all()
+
+
+def test_each_cells_shape_is_warmed_up_once_at_its_concurrency_and_a_failed_warm_up_fails_the_cell(tmp_path, monkeypatch):
+    import asyncio
+
+    from stackbench.engines import adapter_for
+    from stackbench.measure import runner
+    from stackbench.measure.client import RequestRecord
+
+    spec = external_spec(tmp_path, "http://127.0.0.1:9")
+    sent, fail = [], {"now": False}
+
+    async def streams_sent(client, streams, final_hook=None):
+        sent.append([len(s) for s in streams])
+        return [RequestRecord(stream=i, turn=0, t_submit=0.0, status="failed" if fail["now"] else "ok",
+                              error="HTTP 500: out of memory" if fail["now"] else None) for i in range(len(streams))]
+
+    monkeypatch.setattr(runner, "run_streams", streams_sent)
+    cells = runner.CellRunner("http://127.0.0.1:9", adapter_for("vllm"), spec, None)
+    code = spec.cells[0]
+    for cell in (code, code, replace(code, concurrency=3), replace(code, power_cap_w=200.0)):
+        asyncio.run(cells._warm_up(None, cell, None))
+    assert sent == [[1], [1, 1, 1], [1]]  # c1, then c3 at its own concurrency, then the capped cell; no repeat
+    fail["now"] = True
+    with pytest.raises(runner.WarmupFailed, match=r"warm-up at c2 failed \(failed\): HTTP 500: out of memory"):
+        asyncio.run(cells._warm_up(None, replace(code, concurrency=2), None))

@@ -95,11 +95,13 @@ def test_telemetry_figures_name_the_window_and_the_energy_source():
                                       power_mean_w=200.0, power_p95_w=240.0, power_samples=20, vram_peak_mib=9000.0,
                                       gpu_uuids=("GPU-a", "GPU-b"), sampler_errors=("NVML error while sampling: GPU is lost",))
     figures = {f.metric: f for f in summary.telemetry_figures(reading, output_tokens=1000)}
-    assert figures["energy_j_per_token"].value == 2.0 and "energy from energy counter" in figures["energy_j_per_token"].note
+    assert figures["energy_j_per_token"].value == 2.0 and "energy counter delta 2000.0 J" in figures["energy_j_per_token"].note
+    assert "on the launch's GPUs only: GPU-a, GPU-b" in figures["power_w"].note
     assert (figures["power_w"].value, figures["power_w"].n, figures["power_p95_w"].stat) == (200.0, 20, "p95")
     assert "sampler errors: NVML error while sampling: GPU is lost" in figures["power_w"].note
-    empty = telemetry.WindowReading(0.2, None, "x", None, None, 0, None, ("GPU-a",))
-    assert summary.telemetry_figures(empty, 10) == []
+    empty = telemetry.WindowReading(0.2, None, "no energy figure: why", None, None, 0, None, ("GPU-a",))
+    assert [(f.metric, f.value) for f in summary.telemetry_figures(empty, 10)] == [("energy_j_per_token", None)]
+    assert summary.telemetry_figures(empty, 10)[0].note.endswith("no energy figure: why")
 
 
 def test_the_aggregate_decode_rate_sums_the_streams_rates_without_ttft_and_the_wall_aggregate_includes_it(streamed_usage):

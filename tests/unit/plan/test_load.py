@@ -185,13 +185,15 @@ def test_an_open_loop_without_an_end_names_the_file_and_field(repo):
         spec_of(repo)
 
 
-def test_steady_energy_is_the_power_samples_inside_the_window_times_its_length():
-    gpu = {"power_w": 100.0, "memory_used_mib": 1.0}
-    samples = [{"t": t, **gpu, "power_w": w} for t, w in ((0.5, 100.0), (1.0, 200.0), (1.5, 300.0))]
-    samples.append({"t": 1.0, **gpu})  # a second GPU at the same moment: power adds up
-    power, energy = summary.steady_telemetry_figures([(0.0, 2.0, 100, samples), (5.0, 6.0, 10, [])])
-    # Samples 100, 300, 300 W (two GPUs at 1.0 s): mean 233.3 W x 2 s / 100 tokens; the window without
-    # samples counts neither its time nor its tokens.
-    assert power.value == pytest.approx(700 / 3) and power.n == 3
-    assert energy.value == pytest.approx(700 / 3 * 2 / 100) and "steady windows only" in energy.note
-    assert summary.steady_telemetry_figures([(0.0, 2.0, 100, [])]) == []
+def test_steady_energy_is_the_counters_delta_interpolated_at_the_windows_edges():
+    def sample(t, watts, joules, gpu="GPU-a"):
+        return {"t": t, "gpu_uuid": gpu, "power_w": watts, "energy_j": joules, "memory_used_mib": 1.0}
+
+    # One GPU whose counter reads 0, 100, 300, 600 J at 0, 1, 2, 3 s; a second at 200 W throughout.
+    samples = [sample(t, w, j) for t, w, j in ((0.0, 100.0, 0.0), (1.0, 200.0, 100.0), (2.0, 300.0, 300.0), (3.0, 300.0, 600.0))]
+    samples += [sample(t, 200.0, 200.0 * t, "GPU-b") for t in (0.0, 1.0, 2.0, 3.0)]
+    energy, power = summary.steady_telemetry_figures([(0.5, 2.5, 100, samples), (5.0, 6.0, 10, [])])
+    # GPU-a: 450 - 50 J interpolated at 2.5 and 0.5 s; GPU-b: 400 J. The window without samples is left out, named.
+    assert energy.value == pytest.approx((400 + 400) / 100) and "steady windows only (2.0 s in 1 repeats, 1 left out" in energy.note
+    assert power.value == pytest.approx((400 + 500) / 2) and power.n == 2  # summed over GPUs at 1 s and 2 s
+    assert summary.steady_telemetry_figures([(0.0, 2.0, 100, [])])[0].value is None

@@ -74,3 +74,24 @@ def test_the_stand_in_is_in_every_fingerprint(monkeypatch):
     assert rehearsal.engine["stand_in"].startswith("stackbench-standin")
     assert real.server_fingerprint != rehearsal.server_fingerprint
     assert not {real.cell_fingerprint(c) for c in real.cells} & {rehearsal.cell_fingerprint(c) for c in rehearsal.cells}
+
+
+def test_memory_follows_processes_and_a_dead_ones_is_freed_after_its_release_time(tmp_path):
+    import subprocess
+    import time
+
+    host = simgpu.simulated_host("NVIDIA GeForce RTX 3090", 1, 24, tmp_path / "gpus.json")
+    gpus, _ = telemetry.open_gpus(1, host)
+    assert gpus.memory_used_mib() == {"GPU-simulated-0": simgpu.IDLE_USED_MIB} and gpus.processes() == {"GPU-simulated-0": []}
+    child = subprocess.Popen(["sleep", "30"])
+    host.add_process(0, child.pid, 8000)
+    host.add_process(1, 4242, 20480, until=time.time() + 3600)  # another user's job on a GPU the node does not use
+    assert gpus.memory_used_mib()["GPU-simulated-0"] == simgpu.IDLE_USED_MIB + 8000
+    assert gpus.processes()["GPU-simulated-0"] == [(child.pid, 8000)]
+    host.release(child.pid, after_s=0.3)
+    child.kill()
+    child.wait()
+    assert gpus.memory_used_mib()["GPU-simulated-0"] == simgpu.IDLE_USED_MIB + 8000  # still held a moment
+    time.sleep(0.35)
+    assert gpus.memory_used_mib()["GPU-simulated-0"] == simgpu.IDLE_USED_MIB
+    assert host.nvmlDeviceGetComputeRunningProcesses(1)[0].pid == 4242

@@ -300,3 +300,22 @@ def test_a_depth_and_cap_sweep_gets_its_energy_tables():
     assert depth.columns[-2:] == ["400 W", "300 W"] and [row[4] for row in depth.rows] == ["0", "2"]
     fewest = dict(zip(made["what-to-run-energy"].columns, made["what-to-run-energy"].rows[0]))
     assert fewest["fewest J/token"] == "vllm / draft-n2 @ 300 W"
+
+
+def test_a_headline_figure_from_a_slowed_gpu_is_marked_with_a_caveat():
+    """Hand-built rows (test data): draft-n2's single-stream cell ran on a thermally slowed GPU, nospec's did not."""
+    from stackbench import analysis
+    from stackbench.report import tables
+
+    base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", status="ok", stat="median", workload="code",
+                note=None, value_min=None, value_max=None, power_cap_w=None, concurrency=1, spec_method="none")
+    rows = [dict(base, variant="nospec", metric="decode_tps", value=100.0),
+            dict(base, variant="draft-n2", metric="decode_tps", value=150.0, spec_method="draft"),
+            dict(base, variant="draft-n2", metric="clock_event_share_thermal", value=0.75, spec_method="draft", stat="single"),
+            dict(base, variant="nospec", metric="clock_event_share_thermal", value=0.0, stat="single")]
+    frame = store.to_table(rows).to_pandas()  # every column a results table has
+    table = tables.headline_table(queries.headline_input(queries.Results(frame)), "test-gpu",
+                                  slowed=analysis.slowed_cells(frame))
+    got = {row[table.columns.index("variant")]: row[table.columns.index("decode tok/s")] for row in table.rows}
+    assert got == {"nospec": "100", "draft-n2": "150" + tables.SLOWED_GPU}
+    assert any("draft-n2 decode tok/s: measured on a GPU slowed by thermal 75%" in line for line in table.caveats)

@@ -28,6 +28,7 @@ def test_native_start_ready_identity_and_stop(tmp_path):
         assert json.loads(adapter.spawns()[0]) == {"CUDA_VISIBLE_DEVICES": "0,GPU-8f2a"}
         assert launcher.identity() == {"launch_mode": "native", "engine_version": "b11434",
                                        "engine_image": "none (native build)"}
+        assert launcher.server.grace_s == adapter.stop_grace_s  # SIGKILL only after the engine's own shutdown time
     finally:
         pgid = launcher.pgid
         launcher.stop()
