@@ -70,10 +70,23 @@ def test_per_token_itl_from_the_final_count_spread_over_chunks():
 
 
 def test_tpot_follows_vllm_latency_minus_ttft_over_tokens_after_the_first():
-    record = RequestRecord(stream=0, turn=0, t_submit=0.0, t_first_token=0.5, t_last_token=1.4, t_last_chunk=1.5,
-                           completion_tokens=11)
-    assert record.tpot_ms == pytest.approx(100.0)  # (1.5 - 0.5) s / 10 tokens
-    assert record.decode_tps == pytest.approx(10 / 0.9)
+    # The role-only chunk at 0.3 s is vLLM's TTFT; a finish chunk without text at 1.5 s ends its latency.
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0, t_first_chunk=0.3, t_first_token=0.5, t_last_token=1.4,
+                           t_last_chunk=1.5, completion_tokens=11)
+    assert record.tpot_ms == pytest.approx(120.0)  # (1.5 - 0.3) s / 10 tokens
+    assert record.decode_tps == pytest.approx(10 / 1.0)  # first text to the last choices chunk
+
+
+def test_the_usage_only_chunk_ends_no_clock_and_the_role_chunk_starts_vllms():
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0)
+    take = StreamClient._take
+    take(record, {"choices": [{"delta": {"role": "assistant", "content": ""}}]}, b"", 0.1, None)
+    take(record, {"choices": [{"delta": {"content": "a"}}]}, b"", 0.3, None)
+    take(record, {"choices": [{"delta": {}, "finish_reason": "stop"}]}, b"", 0.4, None)
+    take(record, {"choices": [], "usage": {"completion_tokens": 3, "prompt_tokens": 5}}, b"", 0.9, None)
+    assert (record.ttfc_s, record.ttft_s, record.t_last_chunk, record.t_last_token) == (0.1, 0.3, 0.4, 0.3)
+    assert record.inter_chunk_ms() == pytest.approx([200.0, 100.0])  # vLLM's ITL: gaps between choices chunks
+    assert record.tokens == 3
 
 
 def test_a_non_json_data_line_fails_the_request_with_the_reason():
