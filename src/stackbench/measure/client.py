@@ -392,27 +392,32 @@ async def _conversation(client: StreamClient, stream: int, turns, output_tokens:
     return records
 
 
-async def run_streams(client: StreamClient, streams: list[list[Request]], final_hook=None) -> list[RequestRecord]:
-    """Closed loop: all streams start together; each sends its requests back to back, the next as soon as
-    the previous answer ends (vLLM `bench serve --max-concurrency` keeps the same number in flight)."""
+async def run_streams(client: StreamClient, requests: list[Request], concurrency: int, final_hook=None) -> list[RequestRecord]:
+    """Closed loop: `concurrency` streams start together and pull requests from one shared queue, each
+    sending the next as soon as its previous answer ends, as vLLM `bench serve --max-concurrency`'s
+    semaphore keeps that many in flight: no stream idles while requests wait, so the steady window (all
+    streams busy) means what it says. A stream whose request failed stops; the others take the rest."""
+    queue = list(reversed(requests))  # pop() takes them in order
 
-    async def one(stream: int, requests: list[Request]) -> list[RequestRecord]:
+    async def one(stream: int) -> list[RequestRecord]:
         records = []
-        for request in requests:
+        while queue:
+            request = queue.pop()
             done = await _conversation(client, stream, request.turns, request.output_tokens, final_hook)
             records += done
             if done[-1].status != "ok":
                 break
         return records
 
-    results = await asyncio.gather(*(one(i, requests) for i, requests in enumerate(streams)))
+    results = await asyncio.gather(*(one(i) for i in range(concurrency)))
     return [r for stream in results for r in stream]
 
 
 async def run_conversations(client: StreamClient, conversations: list[list[str]], output_tokens: int,
                             final_hook=None) -> list[RequestRecord]:
     """All streams start together, one conversation each; a multi-turn stream sends its turns in order."""
-    return await run_streams(client, [[Request(tuple(turns), output_tokens)] for turns in conversations], final_hook)
+    return await run_streams(client, [Request(tuple(turns), output_tokens) for turns in conversations], len(conversations),
+                             final_hook)
 
 
 async def run_open_loop(client: StreamClient, requests: list[Request], send_at_s: list[float],

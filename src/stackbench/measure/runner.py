@@ -1,6 +1,6 @@
 """The cell runner: one cell against a running server, returned as a CellResult.
 
-A repeat is a closed loop (c streams, each sending `requests_per_stream` requests back to back) or an
+A repeat is a closed loop (c streams sharing c x `requests_per_stream` requests, back to back) or an
 open loop (requests sent at drawn arrival times, whatever is still in flight).
 
 Order inside a cell: apply the power cap, warm up (never counted), open the measurement window (counter
@@ -74,7 +74,8 @@ def load_note(cell: Cell) -> str | None:
         shape = f" (burstiness {load.burstiness:g})" if load.arrival == "gamma" else ""
         return f"open loop: {load.arrival}{shape} arrivals at {cell.rate:g} req/s, {until} per repeat, seed {load.seed}"
     if load.requests_per_stream > 1:
-        return f"closed loop: {load.requests_per_stream} requests per stream, back to back"
+        return (f"closed loop: {cell.concurrency * load.requests_per_stream} requests ({load.requests_per_stream} per stream) "
+                "from one shared queue, each stream sending the next as its answer ends")
     return None
 
 
@@ -160,7 +161,7 @@ class CellRunner:
             # Warm up once per workload and cap; the warm-up is never counted nor in the window.
             if (cell.workload.name, cell.power_cap_w) not in self.warmed:
                 for _ in range(measure["warmup_requests"]):
-                    await run_streams(client, [workloads.requests(cell.workload, cell.load, 1, 0, sizing)])
+                    await run_streams(client, workloads.requests(cell.workload, cell.load, 1, 0, sizing), 1)
                 self.warmed.add((cell.workload.name, cell.power_cap_w))
             before = self.scrape()
             window = self.sampler.open_window() if self.sampler is not None else None
@@ -197,14 +198,14 @@ class CellRunner:
         return result
 
     async def _send(self, client: StreamClient, cell: Cell, repeat: int, sizing: workloads.Sizing | None) -> list[RequestRecord]:
-        """One repeat: open-loop arrivals at the cell's rate, or `concurrency` streams sending
-        `requests_per_stream` requests each."""
+        """One repeat: open-loop arrivals at the cell's rate, or `concurrency` streams sharing
+        concurrency x `requests_per_stream` requests."""
         load, hook = cell.load, self.adapter.server_timings
         if cell.rate is not None:
             offsets = workloads.arrival_offsets(load, cell.rate, repeat)
             return await run_open_loop(client, workloads.requests(cell.workload, load, len(offsets), repeat, sizing), offsets, hook)
         requests = workloads.requests(cell.workload, load, cell.concurrency * load.requests_per_stream, repeat, sizing)
-        return await run_streams(client, [requests[s::cell.concurrency] for s in range(cell.concurrency)], hook)
+        return await run_streams(client, requests, cell.concurrency, hook)
 
     def steady_spans(self, cell: Cell, repeats: list[list[RequestRecord]]) -> list[tuple[float, float, float, list[dict]]]:
         """Per repeat with a steady window: (start, end, output tokens inside, NVML samples inside). The

@@ -135,11 +135,16 @@ def wall(record: RequestRecord) -> float:
 
 
 def stream_overlap(ok: list[RequestRecord]) -> float | None:
-    """How far the streams' first-to-last-token spans overlap: (sum of spans - their union) / (sum - the
-    longest), 1 when they run side by side, 0 when one waits for the other (a server serialising them)."""
-    spans = sorted((r.t_first_token, r.t_last_token) for r in ok if r.t_first_token is not None and r.t_last_token)
-    if len({r.stream for r in ok}) < 2 or len(spans) < 2:
+    """How far the streams' first-to-last-token spans overlap (a stream's span: its first request's first
+    token to its last request's last token): (sum of spans - their union) / (sum - the longest), 1 when they
+    run side by side, 0 when one waits for the other (a server serialising them)."""
+    by_stream: dict[int, list[RequestRecord]] = {}
+    for r in ok:
+        if r.t_first_token is not None and r.t_last_token is not None:
+            by_stream.setdefault(r.stream, []).append(r)
+    if len(by_stream) < 2:
         return None
+    spans = sorted((min(r.t_first_token for r in rs), max(r.t_last_token for r in rs)) for rs in by_stream.values())
     total = sum(b - a for a, b in spans)
     union, (start, end) = 0.0, spans[0]
     for a, b in spans[1:]:

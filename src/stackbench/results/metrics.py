@@ -58,7 +58,8 @@ METRICS = _entries(
            "second round)", "lower", "cell", "yes", analysed=True),
     Metric("batch_wall_s", "s", "median", "first submit to last chunk of a repeat whose streams ran at once (seed "
            "000's two 64K requests: 84.4 s = 2 x 42 s)", "lower", "cell", "yes", analysed=True),
-    Metric("stream_overlap", "ratio", "median", "(sum of the streams' first-to-last-token spans - their union) / "
+    Metric("stream_overlap", "ratio", "median", "(sum of the streams' spans (first token of a stream's first request to "
+           "the last of its last) - their union) / "
            "(sum - longest): 1 side by side, 0 serialised; our own", None, "cell", analysed=True),
     Metric("e2e_tps", "tok/s", "median", "output tokens / (last token - submit) per request, mean over requests",
            "higher", "cell", "yes", rate=True, analysed=True, charted=True),

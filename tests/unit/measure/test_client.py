@@ -144,8 +144,8 @@ def test_open_loop_sends_at_its_arrival_times_whatever_is_in_flight():
 
 def test_closed_loop_streams_send_their_requests_back_to_back():
     timing = Timing(ttft_s=0.05, interval_s=0.02, reasoning_tokens=0, content_tokens=15)
-    streams = [[Request(("hi",), timing.output_tokens)] * 2 for _ in range(2)]
-    records = run_load(timing, lambda client: run_streams(client, streams))
+    requests = [Request(("hi",), timing.output_tokens)] * 4
+    records = run_load(timing, lambda client: run_streams(client, requests, 2))
     for stream in (0, 1):
         first, second = [r for r in records if r.stream == stream]
         assert first.t_end <= second.t_submit < first.t_end + 0.05
@@ -200,3 +200,14 @@ def test_a_server_that_keeps_dropping_fails_the_request_after_the_resends():
     record = server.ask()
     assert record.status == "failed" and record.error.startswith("ServerDisconnectedError")
     assert record.resent == StreamClient.RESENDS and server.connections == StreamClient.RESENDS + 1
+
+
+def test_closed_loop_streams_pull_from_one_queue_so_none_idles_while_requests_wait():
+    """A long first request keeps its stream busy; the other stream takes every request left (vLLM's
+    --max-concurrency semaphore), instead of idling after a fixed half."""
+    timing = Timing(ttft_s=0.02, interval_s=0.01, reasoning_tokens=0, content_tokens=3, follow_request=1)
+    requests = [Request(("hi",), 300)] + [Request(("hi",), 4)] * 5  # the double answers max_tokens: 1 s, then 0.03 s each
+    records = run_load(timing, lambda client: run_streams(client, requests, 2))
+    assert all(r.status == "ok" for r in records) and len(records) == 6
+    assert [r.requested_tokens for r in records if r.stream == 0] == [300]
+    assert [r.requested_tokens for r in records if r.stream == 1] == [4] * 5

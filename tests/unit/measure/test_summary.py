@@ -125,3 +125,17 @@ def test_the_aggregate_decode_rate_takes_each_streams_mean_over_its_requests():
 
     records = [record(0, 0.0, 90.0), record(0, 2.0, 92.0), record(1, 0.0, 80.0)]
     assert summary.repeat_figures(records)["aggregate_decode_tps"] == pytest.approx(91.0 + 80.0)
+
+
+def record(stream: int, first: float, last: float) -> RequestRecord:
+    return RequestRecord(stream=stream, turn=0, t_submit=first, t_first_token=first, t_last_token=last)
+
+
+def test_two_perfectly_parallel_streams_of_two_requests_overlap_fully():
+    records = [record(0, 0, 1), record(0, 1, 2), record(1, 0, 1), record(1, 1, 2)]
+    assert summary.stream_overlap(records) == pytest.approx(1.0)
+
+
+def test_a_stream_that_waits_for_the_other_does_not_overlap():
+    records = [record(0, 0, 1), record(0, 1, 2), record(1, 2, 3), record(1, 3, 4)]
+    assert summary.stream_overlap(records) == pytest.approx(0.0)
