@@ -4,6 +4,7 @@ speculative counters; for the load figures, a capacity of two requests at once. 
 within a few percent of what it was built to emit."""
 
 import json
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -70,6 +71,9 @@ def test_external_launch_measures_reasoning_multi_token_chunks_and_acceptance(en
     assert "fewer than" in cell.loc["tpot_ms", "note"]  # 3 requests: a rough percentile, and it says so
     assert set(cell["counted_text"]) == {"content,reasoning"} or set(cell["counted_text"]) == {"reasoning+content"}
     assert set(cell["launch_mode"]) == {"external"}
+    # Every row names the code that measured it: package version, commit, +dirty for an edited checkout.
+    assert results["stackbench_version"].nunique() == 1
+    assert re.fullmatch(r"\d+\.\d+\.\d+\+[0-9a-f]{12}(\+dirty)?", results["stackbench_version"].iloc[0])
     # The pipeline did not set the context, TP or quantization of a server it did not start.
     assert set(cell["quant"]) == {"unknown"} and cell["engine_image"].iloc[0].startswith("external")
 
