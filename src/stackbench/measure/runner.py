@@ -37,6 +37,7 @@ class CellResult:
     outputs: dict | None = None  # a probe cell's greedy outputs by id, stored with the run
     sizing_note: str | None = None  # how its prompts were sized to a length in tokens (calibrate)
     precision_note: str | None = None  # under measure.target_rel_ci: how many repeats, and whether it was reached
+    scrape_note: str | None = None  # a speculative launch's /metrics scrape that failed: what is missing and why
 
     def correctness_notes(self) -> list[str]:
         """Why this cell's speed figures do not mean what they say: it produced other lengths than asked (a
@@ -55,7 +56,7 @@ class CellResult:
         cell's identity)."""
         extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
                  "request_rate": self.cell.rate}
-        notes = [load_note(self.cell), self.sizing_note, self.precision_note, *self.correctness_notes()]
+        notes = [load_note(self.cell), self.sizing_note, self.precision_note, self.scrape_note, *self.correctness_notes()]
         if self.cap is not None:
             extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
             if not self.cap.applied:
@@ -102,18 +103,20 @@ class CellRunner:
         except (ValueError, telemetry.TelemetryUnavailable) as err:
             return powercap.CapResult(cell.power_cap_w, None, False, str(err))
 
-    def scrape(self) -> SpecCounters | None:
-        """The speculative counters now; None when the server has none or cannot be reached. A reply that is
-        not the Prometheus text format raises MetricsFormatError, which fails the cell with its reason."""
+    def scrape(self) -> tuple[SpecCounters | None, str | None]:
+        """The speculative counters now (None when the server has none), and why the scrape failed (None when
+        it did not). A reply that is not the Prometheus text format raises MetricsFormatError, which fails
+        the cell with its reason."""
         import httpx
 
+        url = self.base_url + self.adapter.metrics_path
         try:
-            reply = httpx.get(self.base_url + self.adapter.metrics_path, timeout=10)
-        except httpx.HTTPError:
-            return None
+            reply = httpx.get(url, timeout=10)
+        except httpx.HTTPError as err:
+            return None, f"{url}: {type(err).__name__}: {err}"
         if reply.status_code != 200:  # metrics not enabled (e.g. an external llama-server without --metrics)
-            return None
-        return self.adapter.spec_counters(reply.text)
+            return None, f"{url}: HTTP {reply.status_code}"
+        return self.adapter.spec_counters(reply.text), None
 
     def run(self, cell: Cell) -> CellResult:
         cap = self.apply_cap(cell)
@@ -123,7 +126,7 @@ class CellRunner:
             result.cap, result.seconds = cap, time.monotonic() - t0
             return result
         try:
-            repeats, delta, reading, sizing = asyncio.run(self._measure(cell))
+            repeats, delta, reading, sizing, scrape_note = asyncio.run(self._measure(cell))
         except MetricsFormatError as err:
             result = CellResult(cell, "failed", f"/metrics unreadable: {err}")
         except calibrate.CalibrationError as err:
@@ -132,6 +135,7 @@ class CellRunner:
             result = self._judge(cell, repeats, delta, reading)
             result.sizing_note = self.sizing_note(cell, sizing)
             result.precision_note = precision.precision_note(repeats, cell.concurrency, self.spec.measure)
+            result.scrape_note = scrape_note
         result.cap, result.seconds = cap, time.monotonic() - t0
         return result
 
@@ -163,7 +167,7 @@ class CellRunner:
                 for _ in range(measure["warmup_requests"]):
                     await run_streams(client, workloads.requests(cell.workload, cell.load, 1, 0, sizing), 1)
                 self.warmed.add((cell.workload.name, cell.power_cap_w))
-            before = self.scrape()
+            before, before_failed = self.scrape()
             window = self.sampler.open_window() if self.sampler is not None else None
             repeats: list[list[RequestRecord]] = []
             most = precision.most_repeats(measure)
@@ -177,11 +181,15 @@ class CellRunner:
                 if precision.precise_enough(repeats, cell.concurrency, measure):
                     break
             reading = self.sampler.close_window(window) if window is not None else None
-            after = self.scrape()
+            after, after_failed = self.scrape()
         finally:
             await client.aclose()
         delta = after.minus(before) if before is not None and after is not None else None
-        return repeats, delta, reading, sizing
+        failed = before_failed or after_failed
+        # Only a speculative launch loses a figure (accept_len) to a failed scrape; it says so where it would be.
+        scrape_note = (f"/metrics scrape failed, acceptance not measured: {failed}"
+                       if failed and self.spec.launch.spec_method != "none" else None)
+        return repeats, delta, reading, sizing, scrape_note
 
     async def _probe(self, cell: Cell) -> CellResult:
         """The correctness probes, once, without warm-up (the cache probe's first request must be cold) and

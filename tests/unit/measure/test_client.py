@@ -3,8 +3,10 @@ known in advance): which delta counts as the first token, what usage it keeps, h
 are learnt, and broken streams that become failed requests instead of crashes."""
 
 import asyncio
+from dataclasses import replace
 
 import pytest
+from scripted_sse import Answer, ScriptedServer, chunk
 
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.measure.workloads import Request
@@ -211,3 +213,52 @@ def test_closed_loop_streams_pull_from_one_queue_so_none_idles_while_requests_wa
     assert all(r.status == "ok" for r in records) and len(records) == 6
     assert [r.requested_tokens for r in records if r.stream == 0] == [300]
     assert [r.requested_tokens for r in records if r.stream == 1] == [4] * 5
+
+
+# -- faults, against a scripted SSE server (tests/support/scripted_sse.py, a test double) -------------------
+def scripted(answers: list[Answer], monkeypatch) -> tuple[RequestRecord, int]:
+    monkeypatch.setattr(StreamClient, "BUSY_BACKOFF_S", 0.01)  # the schedule's shape, not its 3.5 s
+
+    async def one(url):
+        client = StreamClient(url, "m", {}, stall_timeout_s=5, request_timeout_s=30)
+        try:
+            return await client.chat([{"role": "user", "content": "hi"}], 4, 0, 0)
+        finally:
+            await client.aclose()
+
+    with ScriptedServer(answers) as server:
+        record = asyncio.run(one(server.base_url))
+    return record, server.requests
+
+
+ANSWER = Answer([(0.0, chunk({"role": "assistant", "content": ""})), (0.0, chunk({"content": "a b"})),
+                 (0.0, chunk(None, {"prompt_tokens": 1, "completion_tokens": 2}))])
+
+
+def busy(status: int) -> Answer:
+    return Answer(status=status, body='{"error": {"message": "too many requests in flight", "code": %d}}' % status)
+
+
+def test_a_stream_closed_without_done_is_not_an_answer(monkeypatch):
+    record, _ = scripted([replace(ANSWER, done=False)], monkeypatch)
+    assert (record.status, record.error) == ("failed", "stream closed without [DONE]")
+    assert record.content == "a b"  # what arrived is kept
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_busy_answers_are_sent_again_after_a_wait(status, monkeypatch):
+    record, sent = scripted([busy(status), busy(status), ANSWER], monkeypatch)
+    assert (record.status, record.retried, sent) == ("ok", 2, 3)
+    assert record.content == "a b" and record.http_status == 200
+
+
+def test_a_server_busy_past_the_retries_fails_with_its_message(monkeypatch):
+    record, sent = scripted([busy(503)], monkeypatch)
+    assert sent == StreamClient.BUSY_RETRIES + 1
+    assert record.status == "failed"
+    assert record.error == "HTTP 503: too many requests in flight (still busy after 3 retries)"
+
+
+def test_another_4xx_is_rejected_at_once_with_the_servers_message(monkeypatch):
+    record, sent = scripted([Answer(status=400, body='{"error": {"message": "max_tokens must be at least 1"}}')], monkeypatch)
+    assert (record.status, record.error, sent) == ("rejected", "HTTP 400: max_tokens must be at least 1", 1)
