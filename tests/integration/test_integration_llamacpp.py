@@ -60,11 +60,11 @@ def test_server_killed_mid_cell_is_recorded_and_the_other_cells_land(ci_repo, tm
     original = runner.run_streams
     calls = {"n": 0}
 
-    async def kill_during_second_cell(client, streams, final_hook=None):
+    async def kill_during_second_cell(client, requests, concurrency, final_hook=None):
         calls["n"] += 1
         if calls["n"] == 6:  # cell 2 (code, c=2): its warm-up is call 4, its repeats 5 and 6: kill during the second
             os.killpg(server_pid(run.out_dir), signal.SIGKILL)
-        return await original(client, streams, final_hook)
+        return await original(client, requests, concurrency, final_hook)
 
     monkeypatch.setattr(runner, "run_streams", kill_during_second_cell)
     monkeypatch.chdir(ci_repo)

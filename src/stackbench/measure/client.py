@@ -4,9 +4,16 @@ Per request it records raw timestamps (perf_counter): submit, first chunk, first
 carries text, end; plus the server's own token counts and timings. Aggregation happens later (summary),
 so a figure can always be traced back to the requests behind it.
 
-What counts as a token, following vLLM `bench serve` (benchmarks/lib/endpoint_request_func.py): the
-first token is the first delta carrying `content` or `reasoning_content` / `reasoning`, so a reasoning
-model's thinking is measured like any other output; `counted_text` says which kinds arrived.
+Two clocks per request, proved against vLLM 0.32's own request function
+(vllm/benchmarks/lib/endpoint_request_func.py `async_request_openai_chat_completions`, run on the same
+streams in tests/integration/test_conformance.py):
+- vLLM's: every chunk with non-empty `choices` (a role-only first chunk and a text-less finish chunk
+  included; the trailing usage-only chunk excluded) is a "choices chunk". vLLM's TTFT is the first one
+  (our `ttfc_s`), its E2EL the last one (`request_wall_s`), its ITL the gaps between them (`icl`), its TPOT
+  (E2EL - TTFT) / (output tokens - 1) and its output tokens usage.completion_tokens.
+- Ours: the first token is the first delta carrying `content`, `reasoning_content` / `reasoning` or a tool
+  call, so a reasoning model's thinking is measured like any other output and a role-only chunk is not a
+  token (`ttft_s`); `counted_text` says which kinds arrived.
 """
 
 from __future__ import annotations
@@ -25,6 +32,11 @@ from stackbench.measure.workloads import Request
 # llama.cpp may use `reasoning`.
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 JSON_HEADERS = {"Content-Type": "application/json"}
+BUSY = (429, 503)  # the statuses that mean "try again later" (rate limited, overloaded)
+
+
+class ServerBusy(Exception):
+    """The server answered 429 or 503: worth sending again after a wait."""
 
 
 @dataclass
@@ -33,15 +45,16 @@ class RequestRecord:
     turn: int
     t_submit: float
     requested_tokens: int | None = None  # max_tokens asked (= min_tokens where the engine takes it)
-    t_first_chunk: float | None = None  # first SSE data line of any kind (a role-only delta counts)
+    t_first_chunk: float | None = None  # first chunk with non-empty choices, a role-only delta included (vLLM's TTFT)
     t_first_token: float | None = None  # first delta carrying content or reasoning
     t_last_token: float | None = None
-    t_last_chunk: float | None = None  # last data line before [DONE] (vLLM's request latency ends here)
+    t_last_chunk: float | None = None  # last chunk with non-empty choices (vLLM's latency ends here, not at usage)
     t_end: float | None = None
     status: str = "ok"  # ok | rejected | failed | timeout
     http_status: int | None = None
     error: str | None = None
     resent: int = 0  # sends again after the server dropped a pooled connection before answering (StreamClient.RESENDS)
+    retried: int = 0  # sends again after a 429 or 503 (StreamClient.BUSY_RETRIES)
     content_chunks: int = 0
     reasoning_chunks: int = 0
     completion_tokens: int | None = None
@@ -53,6 +66,7 @@ class RequestRecord:
     tool_arguments: str = ""  # its arguments as streamed, concatenated (JSON text when complete)
     reasoning_parts: list[str] = field(default_factory=list)
     chunk_times: list[float] = field(default_factory=list)  # arrival of every chunk carrying text
+    choice_times: list[float] = field(default_factory=list)  # arrival of every chunk with non-empty choices
     # Cumulative completion_tokens at each of those chunks, where the engine streams usage per chunk
     # (vLLM `continuous_usage_stats`); empty otherwise.
     chunk_token_counts: list[int] = field(default_factory=list)
@@ -92,28 +106,31 @@ class RequestRecord:
 
     @property
     def ttft_s(self) -> float | None:
-        """vLLM `bench serve` TTFT: submit to the first content-or-reasoning token."""
+        """Ours: submit to the first content, reasoning or tool-call text. vLLM `bench serve`'s TTFT also
+        counts a role-only first chunk: that one is `ttfc_s`."""
         return None if self.t_first_token is None else self.t_first_token - self.t_submit
 
     @property
     def ttfc_s(self) -> float | None:
-        """Time to first chunk: submit to the first SSE data line, whatever it carries."""
+        """vLLM `bench serve` TTFT: submit to the first chunk with non-empty choices (a role-only one counts)."""
         return None if self.t_first_chunk is None else self.t_first_chunk - self.t_submit
 
     @property
     def decode_tps(self) -> float | None:
-        """Tokens after the first over the time after the first: TTFT excluded."""
-        if self.t_first_token is None or self.t_last_token is None or self.tokens < 2:
+        """Ours: tokens after the first over first text to the last choices chunk (TTFT excluded). The span
+        ends where vLLM's latency does, so an EOS token counted in usage but streamed without text (a
+        finish chunk) is counted over the time it took."""
+        if self.t_first_token is None or self.t_last_chunk is None or self.tokens < 2:
             return None
-        span = self.t_last_token - self.t_first_token
+        span = self.t_last_chunk - self.t_first_token
         return (self.tokens - 1) / span if span > 0 else None
 
     @property
     def tpot_ms(self) -> float | None:
-        """vLLM `bench serve` TPOT: (latency - TTFT) / (output tokens - 1), latency ending at the last chunk."""
-        if self.t_first_token is None or self.t_last_chunk is None or self.tokens < 2:
+        """vLLM `bench serve` TPOT: (E2EL - TTFT) / (output tokens - 1), both from the choices chunks."""
+        if self.t_first_chunk is None or self.t_last_chunk is None or self.tokens < 2:
             return None
-        return (self.t_last_chunk - self.t_first_token) / (self.tokens - 1) * 1000
+        return (self.t_last_chunk - self.t_first_chunk) / (self.tokens - 1) * 1000
 
     @property
     def e2e_tps(self) -> float | None:
@@ -122,8 +139,9 @@ class RequestRecord:
         return self.tokens / ((self.t_last_token or self.t_end) - self.t_submit)
 
     def inter_chunk_ms(self) -> list[float]:
-        """Gaps between consecutive text-carrying chunks: one per chunk, whatever it carries."""
-        return [(b - a) * 1000 for a, b in zip(self.chunk_times, self.chunk_times[1:])]
+        """vLLM `bench serve` ITL: gaps between consecutive chunks with non-empty choices (the role-only
+        chunk to the first text included), one per chunk, whatever it carries."""
+        return [(b - a) * 1000 for a, b in zip(self.choice_times, self.choice_times[1:])]
 
     def per_token_itl_ms(self) -> list[float]:
         """Inter-token latency per token, SGLang `bench_serving` style: a chunk's gap divided by the tokens
@@ -143,11 +161,11 @@ class RequestRecord:
         if chunks < 2 or self.completion_tokens is None:
             return []
         tokens_per_chunk = self.completion_tokens / chunks
-        return [gap / tokens_per_chunk for gap in self.inter_chunk_ms()]
+        return [(b - a) * 1000 / tokens_per_chunk for a, b in zip(self.chunk_times, self.chunk_times[1:])]
 
     def to_row(self) -> dict:
         row = asdict(self)
-        for bulky in ("chunk_times", "chunk_token_counts", "server", "parts", "reasoning_parts"):
+        for bulky in ("chunk_times", "choice_times", "chunk_token_counts", "server", "parts", "reasoning_parts"):
             row.pop(bulky)
         row["content"] = self.content[:200]
         row["content_chars"], row["reasoning_chars"] = len(self.content), len(self.reasoning)
@@ -168,6 +186,9 @@ class StreamClient:
     """
 
     RESENDS = 2
+    # A 429 or 503 says "not now": sent again after 0.5, 1, 2 s, then the request fails with the server's message.
+    BUSY_RETRIES = 3
+    BUSY_BACKOFF_S = 0.5
 
     def __init__(self, base_url: str, model: str, extras: dict, stall_timeout_s: float, request_timeout_s: float,
                  api_key: str | None = None):
@@ -237,13 +258,27 @@ class StreamClient:
         TTFT, as a user would see it."""
         for attempt in range(self.RESENDS + 1):
             try:
-                return await self._stream(record, messages, output_tokens, final_hook)
+                return await self._retry_busy(record, messages, output_tokens, final_hook)
             except aiohttp.ClientConnectorError:
                 raise  # no server there: sending again would not help
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                 if record.http_status is not None or attempt == self.RESENDS:
                     raise
                 record.resent += 1
+
+    async def _retry_busy(self, record: RequestRecord, messages, output_tokens, final_hook) -> None:
+        """Send, and while the server answers 429 or 503, wait (doubling from BUSY_BACKOFF_S) and send again,
+        at most BUSY_RETRIES times; then the request fails with the server's last message. t_submit stays
+        the first send, so the waits are inside the request's latency, as a user would see them."""
+        for attempt in range(self.BUSY_RETRIES + 1):
+            try:
+                return await self._stream(record, messages, output_tokens, final_hook)
+            except ServerBusy as busy:
+                if attempt == self.BUSY_RETRIES:
+                    record.status, record.error = "failed", f"{busy} (still busy after {attempt} retries)"
+                    return
+                record.retried, record.status, record.error, record.http_status = attempt + 1, "ok", None, None
+                await asyncio.sleep(self.BUSY_BACKOFF_S * 2 ** attempt)
 
     async def _stream(self, record: RequestRecord, messages, output_tokens, final_hook) -> None:
         body = orjson.dumps(self.body(messages, output_tokens))
@@ -253,6 +288,8 @@ class StreamClient:
                 text = (await response.read()).decode(errors="replace")
                 record.status = "rejected" if 400 <= response.status < 500 else "failed"
                 record.error = f"HTTP {response.status}: {_error_message(text)}"
+                if response.status in BUSY:
+                    raise ServerBusy(record.error)
                 return
             # Read network chunks and split SSE lines ourselves: every line of one read is stamped with
             # its arrival time, and no per-line decoding layer sits between the socket and the clock.
@@ -264,8 +301,6 @@ class StreamClient:
                 for line in lines:
                     if not line.startswith(b"data:"):
                         continue
-                    if record.t_first_chunk is None:
-                        record.t_first_chunk = now
                     payload = line[5:].strip()
                     if payload == b"[DONE]":
                         done = True  # some servers keep the connection open after it
@@ -282,7 +317,10 @@ class StreamClient:
                         return
                 if done:
                     break
-        if record.t_first_token is None and record.status == "ok":
+        if not done:
+            # A stream cut short (a proxy or server dropping it) is not an answer, whatever arrived.
+            record.status, record.error = "failed", "stream closed without [DONE]"
+        elif record.t_first_token is None:
             record.status, record.error = "failed", "stream ended without any content or reasoning"
 
     @staticmethod
@@ -291,7 +329,11 @@ class StreamClient:
         if "error" in chunk:
             record.status, record.error = "failed", f"server error mid-stream: {_error_message(payload.decode())}"
             return False
-        record.t_last_chunk = now
+        if chunk.get("choices"):
+            # vLLM's clock: every chunk with choices, text or not; the trailing usage-only chunk is none.
+            record.t_first_chunk = record.t_first_chunk or now
+            record.t_last_chunk = now
+            record.choice_times.append(now)
         usage = chunk.get("usage")
         carried_text = False
         for choice in chunk.get("choices") or []:
@@ -350,27 +392,32 @@ async def _conversation(client: StreamClient, stream: int, turns, output_tokens:
     return records
 
 
-async def run_streams(client: StreamClient, streams: list[list[Request]], final_hook=None) -> list[RequestRecord]:
-    """Closed loop: all streams start together; each sends its requests back to back, the next as soon as
-    the previous answer ends (vLLM `bench serve --max-concurrency` keeps the same number in flight)."""
+async def run_streams(client: StreamClient, requests: list[Request], concurrency: int, final_hook=None) -> list[RequestRecord]:
+    """Closed loop: `concurrency` streams start together and pull requests from one shared queue, each
+    sending the next as soon as its previous answer ends, as vLLM `bench serve --max-concurrency`'s
+    semaphore keeps that many in flight: no stream idles while requests wait, so the steady window (all
+    streams busy) means what it says. A stream whose request failed stops; the others take the rest."""
+    queue = list(reversed(requests))  # pop() takes them in order
 
-    async def one(stream: int, requests: list[Request]) -> list[RequestRecord]:
+    async def one(stream: int) -> list[RequestRecord]:
         records = []
-        for request in requests:
+        while queue:
+            request = queue.pop()
             done = await _conversation(client, stream, request.turns, request.output_tokens, final_hook)
             records += done
             if done[-1].status != "ok":
                 break
         return records
 
-    results = await asyncio.gather(*(one(i, requests) for i, requests in enumerate(streams)))
+    results = await asyncio.gather(*(one(i) for i in range(concurrency)))
     return [r for stream in results for r in stream]
 
 
 async def run_conversations(client: StreamClient, conversations: list[list[str]], output_tokens: int,
                             final_hook=None) -> list[RequestRecord]:
     """All streams start together, one conversation each; a multi-turn stream sends its turns in order."""
-    return await run_streams(client, [[Request(tuple(turns), output_tokens)] for turns in conversations], final_hook)
+    return await run_streams(client, [Request(tuple(turns), output_tokens) for turns in conversations], len(conversations),
+                             final_hook)
 
 
 async def run_open_loop(client: StreamClient, requests: list[Request], send_at_s: list[float],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackbench.engines.base import Adapter, ServerFacts, kv_accounting_columns
-from stackbench.host.facts import cpu_name, host_memory_bandwidth_gbs, host_os
+from stackbench.host.facts import cpu_name, host_memory_bandwidth_gbs, host_os, stackbench_version
 from stackbench.measure import summary
 from stackbench.measure.workloads import thinking_basis
 from stackbench.models import geometry
@@ -64,7 +64,7 @@ class RowMaker:
             "context_len": None if external else launch.context_len, "temperature": 0.0, "ttft_included": "no",
             "gpu": node.gpu_model if node.gpu_count else f"none (CPU: {cpu_name()})", "gpu_count": node.gpu_count,
             "tp": None if external else launch.tp, "launch_mode": launch.launch_mode,
-            **kv_accounting_columns(adapter),
+            "stackbench_version": stackbench_version(), **kv_accounting_columns(adapter),
         }
 
     def learn(self, facts: ServerFacts, identity: dict) -> None:
@@ -99,7 +99,7 @@ class RowMaker:
         for f in figures:
             note = f.note
             if f.stat == "median" and summary.spread_is_wide(f, self.spread_flag_ratio):
-                note = f"{caveats.WIDE_NOTE} (max/min > {self.spread_flag_ratio:g})"
+                note = "; ".join(n for n in (f"{caveats.WIDE_NOTE} (max/min > {self.spread_flag_ratio:g})", note) if n)
             if f.metric == "accept_len" and self.accept_len_basis:
                 note = "; ".join(n for n in (note, self.accept_len_basis) if n)
             if extra and extra.get("note"):

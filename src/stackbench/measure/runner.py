@@ -1,6 +1,6 @@
 """The cell runner: one cell against a running server, returned as a CellResult.
 
-A repeat is a closed loop (c streams, each sending `requests_per_stream` requests back to back) or an
+A repeat is a closed loop (c streams sharing c x `requests_per_stream` requests, back to back) or an
 open loop (requests sent at drawn arrival times, whatever is still in flight).
 
 Order inside a cell: apply the power cap, warm up at the cell's own shape (never counted), open the measurement window (counter
@@ -50,6 +50,7 @@ class CellResult:
     outputs: dict | None = None  # a probe cell's greedy outputs by id, stored with the run
     sizing_note: str | None = None  # how its prompts were sized to a length in tokens (calibrate)
     precision_note: str | None = None  # under measure.target_rel_ci: how many repeats, and whether it was reached
+    scrape_note: str | None = None  # a speculative launch's /metrics scrape that failed: what is missing and why
 
     def correctness_notes(self) -> list[str]:
         """Why this cell's speed figures do not mean what they say: it produced other lengths than asked (a
@@ -68,7 +69,7 @@ class CellResult:
         cell's identity)."""
         extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
                  "request_rate": self.cell.rate}
-        notes = [load_note(self.cell), self.sizing_note, self.precision_note, *self.correctness_notes(),
+        notes = [load_note(self.cell), self.sizing_note, self.precision_note, self.scrape_note, *self.correctness_notes(),
                  summary.slowdown_note(self.figures, self.cell.power_cap_w is not None)]
         if self.cap is not None:
             extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
@@ -88,7 +89,8 @@ def load_note(cell: Cell) -> str | None:
         shape = f" (burstiness {load.burstiness:g})" if load.arrival == "gamma" else ""
         return f"open loop: {load.arrival}{shape} arrivals at {cell.rate:g} req/s, {until} per repeat, seed {load.seed}"
     if load.requests_per_stream > 1:
-        return f"closed loop: {load.requests_per_stream} requests per stream, back to back"
+        return (f"closed loop: {cell.concurrency * load.requests_per_stream} requests ({load.requests_per_stream} per stream) "
+                "from one shared queue, each stream sending the next as its answer ends")
     return None
 
 
@@ -115,18 +117,20 @@ class CellRunner:
         except (ValueError, telemetry.TelemetryUnavailable) as err:
             return powercap.CapResult(cell.power_cap_w, None, False, str(err))
 
-    def scrape(self) -> SpecCounters | None:
-        """The speculative counters now; None when the server has none or cannot be reached. A reply that is
-        not the Prometheus text format raises MetricsFormatError, which fails the cell with its reason."""
+    def scrape(self) -> tuple[SpecCounters | None, str | None]:
+        """The speculative counters now (None when the server has none), and why the scrape failed (None when
+        it did not). A reply that is not the Prometheus text format raises MetricsFormatError, which fails
+        the cell with its reason."""
         import httpx
 
+        url = self.base_url + self.adapter.metrics_path
         try:
-            reply = httpx.get(self.base_url + self.adapter.metrics_path, timeout=10)
-        except httpx.HTTPError:
-            return None
+            reply = httpx.get(url, timeout=10)
+        except httpx.HTTPError as err:
+            return None, f"{url}: {type(err).__name__}: {err}"
         if reply.status_code != 200:  # metrics not enabled (e.g. an external llama-server without --metrics)
-            return None
-        return self.adapter.spec_counters(reply.text)
+            return None, f"{url}: HTTP {reply.status_code}"
+        return self.adapter.spec_counters(reply.text), None
 
     def run(self, cell: Cell) -> CellResult:
         cap = self.apply_cap(cell)
@@ -140,7 +144,7 @@ class CellRunner:
             result.cap, result.seconds = cap, time.monotonic() - t0
             return result
         try:
-            repeats, delta, reading, sizing = asyncio.run(self._measure(cell))
+            repeats, delta, reading, sizing, scrape_note = asyncio.run(self._measure(cell))
         except MetricsFormatError as err:
             result = CellResult(cell, "failed", f"/metrics unreadable: {err}")
         except (calibrate.CalibrationError, WarmupFailed) as err:
@@ -149,6 +153,7 @@ class CellRunner:
             result = self._judge(cell, repeats, delta, reading)
             result.sizing_note = self.sizing_note(cell, sizing)
             result.precision_note = precision.precision_note(repeats, cell.concurrency, self.spec.measure)
+            result.scrape_note = scrape_note
         result.cap, result.seconds = cap, time.monotonic() - t0
         return result
 
@@ -176,7 +181,7 @@ class CellRunner:
                 sizing = await calibrate.sizing(client, self.adapter, cell.workload.prompts, cell.prompt_tokens_target,
                                                 self.chars_per_token)
             await self._warm_up(client, cell, sizing)
-            before = self.scrape()
+            before, before_failed = self.scrape()
             window = self.sampler.open_window() if self.sampler is not None else None
             repeats: list[list[RequestRecord]] = []
             most = precision.most_repeats(measure)
@@ -190,11 +195,15 @@ class CellRunner:
                 if precision.precise_enough(repeats, cell.concurrency, measure):
                     break
             reading = self.sampler.close_window(window) if window is not None else None
-            after = self.scrape()
+            after, after_failed = self.scrape()
         finally:
             await client.aclose()
         delta = after.minus(before) if before is not None and after is not None else None
-        return repeats, delta, reading, sizing
+        failed = before_failed or after_failed
+        # Only a speculative launch loses a figure (accept_len) to a failed scrape; it says so where it would be.
+        scrape_note = (f"/metrics scrape failed, acceptance not measured: {failed}"
+                       if failed and self.spec.launch.spec_method != "none" else None)
+        return repeats, delta, reading, sizing, scrape_note
 
     async def _warm_up(self, client: StreamClient, cell: Cell, sizing: workloads.Sizing | None) -> None:
         """Before the first repeat of each (workload, concurrency, rate, prompt length, cap) on this server:
@@ -206,7 +215,7 @@ class CellRunner:
             return
         streams = cell.concurrency or 1
         for _ in range(self.spec.measure["warmup_requests"]):
-            records = await run_streams(client, [[r] for r in workloads.requests(cell.workload, cell.load, streams, 0, sizing)])
+            records = await run_streams(client, workloads.requests(cell.workload, cell.load, streams, 0, sizing), streams)
             bad = next((r for r in records if r.status != "ok"), None)
             if bad is not None:
                 raise WarmupFailed(f"warm-up at c{streams} failed ({bad.status}): {bad.error}")
@@ -227,14 +236,14 @@ class CellRunner:
         return result
 
     async def _send(self, client: StreamClient, cell: Cell, repeat: int, sizing: workloads.Sizing | None) -> list[RequestRecord]:
-        """One repeat: open-loop arrivals at the cell's rate, or `concurrency` streams sending
-        `requests_per_stream` requests each."""
+        """One repeat: open-loop arrivals at the cell's rate, or `concurrency` streams sharing
+        concurrency x `requests_per_stream` requests."""
         load, hook = cell.load, self.adapter.server_timings
         if cell.rate is not None:
             offsets = workloads.arrival_offsets(load, cell.rate, repeat)
             return await run_open_loop(client, workloads.requests(cell.workload, load, len(offsets), repeat, sizing), offsets, hook)
         requests = workloads.requests(cell.workload, load, cell.concurrency * load.requests_per_stream, repeat, sizing)
-        return await run_streams(client, [requests[s::cell.concurrency] for s in range(cell.concurrency)], hook)
+        return await run_streams(client, requests, cell.concurrency, hook)
 
     def steady_spans(self, cell: Cell, repeats: list[list[RequestRecord]]) -> list[tuple[float, float, float, list[dict]]]:
         """Per repeat with a steady window: (start, end on the sampler's clock, output tokens inside, NVML

@@ -111,7 +111,7 @@ def repeat_figures(records: list[RequestRecord]) -> dict[str, float | None]:
         # Seed 000's "双流聚合 90.9 + 79.2 = 170.1": each stream's decode rate (mean over its requests), summed
         # over the streams; TTFT excluded, unlike aggregate_tps.
         "aggregate_decode_tps": aggregate_decode_rate(ok),
-        # Request wall time, end to end (vLLM `bench serve` E2EL: submit to the last chunk), mean over
+        # Request wall time, end to end (vLLM `bench serve` E2EL: submit to the last chunk with choices), mean over
         # requests; seed 000's serialised 64K pair and seed 002's multi-turn round are read on it.
         "request_wall_s": statistics.mean([wall(r) for r in ok]),
         "request_wall_later_turns_s": statistics.mean([wall(r) for r in later]) if later else None,
@@ -135,11 +135,16 @@ def wall(record: RequestRecord) -> float:
 
 
 def stream_overlap(ok: list[RequestRecord]) -> float | None:
-    """How far the streams' first-to-last-token spans overlap: (sum of spans - their union) / (sum - the
-    longest), 1 when they run side by side, 0 when one waits for the other (a server serialising them)."""
-    spans = sorted((r.t_first_token, r.t_last_token) for r in ok if r.t_first_token is not None and r.t_last_token)
-    if len({r.stream for r in ok}) < 2 or len(spans) < 2:
+    """How far the streams' first-to-last-token spans overlap (a stream's span: its first request's first
+    token to its last request's last token): (sum of spans - their union) / (sum - the longest), 1 when they
+    run side by side, 0 when one waits for the other (a server serialising them)."""
+    by_stream: dict[int, list[RequestRecord]] = {}
+    for r in ok:
+        if r.t_first_token is not None and r.t_last_token is not None:
+            by_stream.setdefault(r.stream, []).append(r)
+    if len(by_stream) < 2:
         return None
+    spans = sorted((min(r.t_first_token for r in rs), max(r.t_last_token for r in rs)) for rs in by_stream.values())
     total = sum(b - a for a, b in spans)
     union, (start, end) = 0.0, spans[0]
     for a, b in spans[1:]:
@@ -191,17 +196,18 @@ def cell_figures(repeats: list[list[RequestRecord]], counters: SpecCounters | No
         if figure:
             figures.append(figure)
     ok = [r for records in repeats for r in records if r.status == "ok"]
-    # TPOT per request as vLLM `bench serve` defines it, (latency - TTFT) / (output tokens - 1); then
-    # percentiles over requests.
+    # TPOT per request as vLLM `bench serve` defines it, (E2EL - TTFT) / (output tokens - 1) with its TTFT
+    # and E2EL (first and last chunk with choices); then percentiles over requests.
     figures += percentile_figures("tpot", [r.tpot_ms for r in ok if r.tpot_ms is not None], "ms",
                                   "TPOT per request, (latency - TTFT) / (output tokens - 1) as vLLM bench serve",
                                   median_metric="tpot_ms")
     # Per-token ITL as SGLang `bench_serving`: each chunk's gap divided by the tokens it carries.
     figures += percentile_figures("itl", [gap for r in ok for gap in r.per_token_itl_ms()], "ms",
                                   f"per-token ITL, chunk gap / tokens in chunk ({tokens_per_chunk_source(ok)})")
-    # The raw gap between chunks, whatever each carries: inter-chunk latency, never called ITL.
+    # The raw gap between chunks, whatever each carries: vLLM `bench serve`'s ITL, here named inter-chunk
+    # latency so it is never read as the per-token ITL above.
     figures += percentile_figures("icl", [gap for r in ok for gap in r.inter_chunk_ms()], "ms",
-                                  "inter-chunk latency, gap between text-carrying SSE chunks")
+                                  "inter-chunk latency, gap between SSE chunks with choices (vLLM bench serve ITL)")
     figures += acceptance_figures(counters, len(repeats))
     return figures
 

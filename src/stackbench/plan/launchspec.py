@@ -29,6 +29,12 @@ from stackbench.models.recipes import RECIPES
 from stackbench.rehearsal import plan as rehearsal_plan
 
 FORMAT = 1
+# How the measured figures are computed (measure/client.py, measure/summary.py, results/metrics.py): part of
+# every cell's fingerprint, so cells measured under other definitions are measured again instead of mixing
+# with new ones. Bump DEFINITIONS when a change there changes a figure, and record those files' sha256 in
+# DEFINITIONS_SOURCES (tests/unit/plan/test_definitions.py fails until both are done, and prints the hash).
+DEFINITIONS = 2
+DEFINITIONS_SOURCES = "f3a255322b7b846a3cfb8f95693c19b302305331660bf38a40e972bd4fd4eb4f"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
@@ -112,7 +118,7 @@ class LaunchSpec:
 
     def cell_fingerprint(self, cell: Cell) -> str:
         unset = PRECISION_SETTINGS if self.measure.get("target_rel_ci") is None else ()
-        return self._digest({"server": self.server_fingerprint, **cell.identity,
+        return self._digest({"server": self.server_fingerprint, "definitions": DEFINITIONS, **cell.identity,
                              "measure": {k: v for k, v in self.measure.items() if k not in NOT_IN_CELL_IDENTITY + unset}})
 
     @property

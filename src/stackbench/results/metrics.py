@@ -42,8 +42,8 @@ def _entries(*metrics: Metric) -> dict[str, Metric]:
 
 METRICS = _entries(
     # -- per cell, from the client's requests (summary.repeat_figures), median over repeats ---------------
-    Metric("decode_tps", "tok/s", "median", "(output tokens - 1) / (last token - first token) per request, mean over "
-           "the repeat's requests: vLLM benchmarks/serve.py's per-request decode rate, TTFT excluded", "higher", "cell",
+    Metric("decode_tps", "tok/s", "median", "ours: (output tokens - 1) / (first text to the last chunk with choices) per "
+           "request, mean over the repeat's requests, TTFT excluded (the inverse of vLLM's TPOT without its role chunk)", "higher", "cell",
            rate=True, analysed=True, charted=True, headline=Headline("decode tok/s", "single")),
     Metric("aggregate_tps", "tok/s", "median", "all output tokens / repeat wall time: vLLM benchmarks/serve.py "
            "\"Output token throughput\"", "higher", "cell", "yes", rate=True, analysed=True, charted=True,
@@ -51,19 +51,23 @@ METRICS = _entries(
     Metric("aggregate_decode_tps", "tok/s", "median", "the sum over streams of each stream's mean decode rate "
            "((output tokens - 1) / (last token - first token)), TTFT excluded: seed 000's \"90.9 + 79.2 = 170.1\" "
            "basis, beside aggregate_tps (wall)", "higher", "cell", rate=True, analysed=True),
-    Metric("request_wall_s", "s", "median", "submit to the last chunk per request, mean over requests: vLLM "
-           "benchmarks/serve.py E2EL (end-to-end latency)", "lower", "cell", "yes", analysed=True),
+    Metric("request_wall_s", "s", "median", "submit to the last chunk with non-empty choices (the usage-only chunk "
+           "excluded) per request, mean over requests: vLLM benchmarks/lib/endpoint_request_func.py latency (E2EL)",
+           "lower", "cell", "yes", analysed=True),
     Metric("request_wall_later_turns_s", "s", "median", "request_wall_s of a conversation's later turns (seed 002's "
            "second round)", "lower", "cell", "yes", analysed=True),
     Metric("batch_wall_s", "s", "median", "first submit to last chunk of a repeat whose streams ran at once (seed "
            "000's two 64K requests: 84.4 s = 2 x 42 s)", "lower", "cell", "yes", analysed=True),
-    Metric("stream_overlap", "ratio", "median", "(sum of the streams' first-to-last-token spans - their union) / "
+    Metric("stream_overlap", "ratio", "median", "(sum of the streams' spans (first token of a stream's first request to "
+           "the last of its last) - their union) / "
            "(sum - longest): 1 side by side, 0 serialised; our own", None, "cell", analysed=True),
     Metric("e2e_tps", "tok/s", "median", "output tokens / (last token - submit) per request, mean over requests",
            "higher", "cell", "yes", rate=True, analysed=True, charted=True),
-    Metric("ttft_s", "s", "median", "submit to first token per request, mean over requests: vLLM benchmarks/serve.py "
-           "TTFT", "lower", "cell", analysed=True, headline=Headline("TTFT ms", "single", 1000.0)),
-    Metric("ttfc_s", "s", "median", "submit to the first SSE data line, whatever it carries", "lower", "cell"),
+    Metric("ttft_s", "s", "median", "ours: submit to the first content, reasoning or tool-call text per request, "
+           "mean over requests; differs from vLLM's TTFT (ttfc_s) by excluding a role-only first chunk", "lower", "cell",
+           analysed=True, headline=Headline("TTFT ms", "single", 1000.0)),
+    Metric("ttfc_s", "s", "median", "submit to the first chunk with non-empty choices (a role-only one "
+           "included) per request, mean over requests: vLLM benchmarks/lib/endpoint_request_func.py TTFT", "lower", "cell"),
     Metric("ttft_first_turn_s", "s", "median", "TTFT of a conversation's first turns", "lower", "cell"),
     Metric("ttft_later_turns_s", "s", "median", "TTFT of its later turns (prefix reuse)", "lower", "cell"),
     Metric("prefill_tps", "tok/s", "median", "prompt tokens the engine processed (cached excluded) / client TTFT: "

@@ -84,6 +84,7 @@ EXTRA = [
     ("col_label", pa.string()),
     ("note", pa.string()),
     ("chunk_tokens_from", pa.string()),  # measured: where tokens per SSE chunk came from (streamed usage or spread)
+    ("stackbench_version", pa.string()),  # measured: the package version and git commit that measured it (host.facts)
 ]
 
 # What the analysis needs to know about the engine behind a row, written by the engine's adapter

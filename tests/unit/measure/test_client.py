@@ -3,8 +3,10 @@ known in advance): which delta counts as the first token, what usage it keeps, h
 are learnt, and broken streams that become failed requests instead of crashes."""
 
 import asyncio
+from dataclasses import replace
 
 import pytest
+from scripted_sse import Answer, ScriptedServer, chunk
 
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.measure.workloads import Request
@@ -70,10 +72,23 @@ def test_per_token_itl_from_the_final_count_spread_over_chunks():
 
 
 def test_tpot_follows_vllm_latency_minus_ttft_over_tokens_after_the_first():
-    record = RequestRecord(stream=0, turn=0, t_submit=0.0, t_first_token=0.5, t_last_token=1.4, t_last_chunk=1.5,
-                           completion_tokens=11)
-    assert record.tpot_ms == pytest.approx(100.0)  # (1.5 - 0.5) s / 10 tokens
-    assert record.decode_tps == pytest.approx(10 / 0.9)
+    # The role-only chunk at 0.3 s is vLLM's TTFT; a finish chunk without text at 1.5 s ends its latency.
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0, t_first_chunk=0.3, t_first_token=0.5, t_last_token=1.4,
+                           t_last_chunk=1.5, completion_tokens=11)
+    assert record.tpot_ms == pytest.approx(120.0)  # (1.5 - 0.3) s / 10 tokens
+    assert record.decode_tps == pytest.approx(10 / 1.0)  # first text to the last choices chunk
+
+
+def test_the_usage_only_chunk_ends_no_clock_and_the_role_chunk_starts_vllms():
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0)
+    take = StreamClient._take
+    take(record, {"choices": [{"delta": {"role": "assistant", "content": ""}}]}, b"", 0.1, None)
+    take(record, {"choices": [{"delta": {"content": "a"}}]}, b"", 0.3, None)
+    take(record, {"choices": [{"delta": {}, "finish_reason": "stop"}]}, b"", 0.4, None)
+    take(record, {"choices": [], "usage": {"completion_tokens": 3, "prompt_tokens": 5}}, b"", 0.9, None)
+    assert (record.ttfc_s, record.ttft_s, record.t_last_chunk, record.t_last_token) == (0.1, 0.3, 0.4, 0.3)
+    assert record.inter_chunk_ms() == pytest.approx([200.0, 100.0])  # vLLM's ITL: gaps between choices chunks
+    assert record.tokens == 3
 
 
 def test_a_non_json_data_line_fails_the_request_with_the_reason():
@@ -131,8 +146,8 @@ def test_open_loop_sends_at_its_arrival_times_whatever_is_in_flight():
 
 def test_closed_loop_streams_send_their_requests_back_to_back():
     timing = Timing(ttft_s=0.05, interval_s=0.02, reasoning_tokens=0, content_tokens=15)
-    streams = [[Request(("hi",), timing.output_tokens)] * 2 for _ in range(2)]
-    records = run_load(timing, lambda client: run_streams(client, streams))
+    requests = [Request(("hi",), timing.output_tokens)] * 4
+    records = run_load(timing, lambda client: run_streams(client, requests, 2))
     for stream in (0, 1):
         first, second = [r for r in records if r.stream == stream]
         assert first.t_end <= second.t_submit < first.t_end + 0.05
@@ -187,3 +202,63 @@ def test_a_server_that_keeps_dropping_fails_the_request_after_the_resends():
     record = server.ask()
     assert record.status == "failed" and record.error.startswith("ServerDisconnectedError")
     assert record.resent == StreamClient.RESENDS and server.connections == StreamClient.RESENDS + 1
+
+
+def test_closed_loop_streams_pull_from_one_queue_so_none_idles_while_requests_wait():
+    """A long first request keeps its stream busy; the other stream takes every request left (vLLM's
+    --max-concurrency semaphore), instead of idling after a fixed half."""
+    timing = Timing(ttft_s=0.02, interval_s=0.01, reasoning_tokens=0, content_tokens=3, follow_request=1)
+    requests = [Request(("hi",), 300)] + [Request(("hi",), 4)] * 5  # the double answers max_tokens: 1 s, then 0.03 s each
+    records = run_load(timing, lambda client: run_streams(client, requests, 2))
+    assert all(r.status == "ok" for r in records) and len(records) == 6
+    assert [r.requested_tokens for r in records if r.stream == 0] == [300]
+    assert [r.requested_tokens for r in records if r.stream == 1] == [4] * 5
+
+
+# -- faults, against a scripted SSE server (tests/support/scripted_sse.py, a test double) -------------------
+def scripted(answers: list[Answer], monkeypatch) -> tuple[RequestRecord, int]:
+    monkeypatch.setattr(StreamClient, "BUSY_BACKOFF_S", 0.01)  # the schedule's shape, not its 3.5 s
+
+    async def one(url):
+        client = StreamClient(url, "m", {}, stall_timeout_s=5, request_timeout_s=30)
+        try:
+            return await client.chat([{"role": "user", "content": "hi"}], 4, 0, 0)
+        finally:
+            await client.aclose()
+
+    with ScriptedServer(answers) as server:
+        record = asyncio.run(one(server.base_url))
+    return record, server.requests
+
+
+ANSWER = Answer([(0.0, chunk({"role": "assistant", "content": ""})), (0.0, chunk({"content": "a b"})),
+                 (0.0, chunk(None, {"prompt_tokens": 1, "completion_tokens": 2}))])
+
+
+def busy(status: int) -> Answer:
+    return Answer(status=status, body='{"error": {"message": "too many requests in flight", "code": %d}}' % status)
+
+
+def test_a_stream_closed_without_done_is_not_an_answer(monkeypatch):
+    record, _ = scripted([replace(ANSWER, done=False)], monkeypatch)
+    assert (record.status, record.error) == ("failed", "stream closed without [DONE]")
+    assert record.content == "a b"  # what arrived is kept
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_busy_answers_are_sent_again_after_a_wait(status, monkeypatch):
+    record, sent = scripted([busy(status), busy(status), ANSWER], monkeypatch)
+    assert (record.status, record.retried, sent) == ("ok", 2, 3)
+    assert record.content == "a b" and record.http_status == 200
+
+
+def test_a_server_busy_past_the_retries_fails_with_its_message(monkeypatch):
+    record, sent = scripted([busy(503)], monkeypatch)
+    assert sent == StreamClient.BUSY_RETRIES + 1
+    assert record.status == "failed"
+    assert record.error == "HTTP 503: too many requests in flight (still busy after 3 retries)"
+
+
+def test_another_4xx_is_rejected_at_once_with_the_servers_message(monkeypatch):
+    record, sent = scripted([Answer(status=400, body='{"error": {"message": "max_tokens must be at least 1"}}')], monkeypatch)
+    assert (record.status, record.error, sent) == ("rejected", "HTTP 400: max_tokens must be at least 1", 1)

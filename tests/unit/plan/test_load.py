@@ -21,7 +21,7 @@ def record(stream: int, submit: float, first: float, last: float, tokens: int, c
     """A finished request whose `chunks` text chunks arrive evenly from `first` to `last`."""
     step = (last - first) / (chunks - 1)
     times = [first + i * step for i in range(chunks)]
-    return RequestRecord(stream=stream, turn=0, t_submit=submit, t_first_token=first, t_last_token=last,
+    return RequestRecord(stream=stream, turn=0, t_submit=submit, t_first_chunk=first, t_first_token=first, t_last_token=last,
                          t_last_chunk=last, t_end=last, completion_tokens=tokens, chunk_times=times)
 
 
@@ -154,9 +154,11 @@ def test_closed_loop_cells_without_load_settings_keep_their_fingerprints(repo):
     spec = spec_of(repo)
     prose = next(c for c in spec.cells if c.workload.name == "prose")
     assert prose.load == Load() and prose.key == "prose--c1--nocap"
-    # The cell fingerprint as it was computed before loads (and repeats to a precision) existed.
+    # The cell fingerprint as it was computed before loads (and repeats to a precision) existed, under the
+    # current definitions version (a new one measures every cell again, on purpose: test_definitions.py).
     before = hashlib.sha256(json.dumps({
-        "server": spec.server_fingerprint, "workload": {k: getattr(prose.workload, k) for k in CELL_WORKLOAD_FIELDS},
+        "server": spec.server_fingerprint, "definitions": launchspec.DEFINITIONS,
+        "workload": {k: getattr(prose.workload, k) for k in CELL_WORKLOAD_FIELDS},
         "concurrency": 1, "cap": None,
         "measure": {k: v for k, v in spec.measure.items()
                     if k not in launchspec.NOT_IN_CELL_IDENTITY + launchspec.PRECISION_SETTINGS}},
