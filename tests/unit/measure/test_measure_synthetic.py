@@ -260,17 +260,17 @@ def test_each_cells_shape_is_warmed_up_once_at_its_concurrency_and_a_failed_warm
     spec = external_spec(tmp_path, "http://127.0.0.1:9")
     sent, fail = [], {"now": False}
 
-    async def streams_sent(client, streams, final_hook=None):
-        sent.append([len(s) for s in streams])
+    async def streams_sent(client, requests, concurrency, final_hook=None):
+        sent.append((len(requests), concurrency))
         return [RequestRecord(stream=i, turn=0, t_submit=0.0, status="failed" if fail["now"] else "ok",
-                              error="HTTP 500: out of memory" if fail["now"] else None) for i in range(len(streams))]
+                              error="HTTP 500: out of memory" if fail["now"] else None) for i in range(len(requests))]
 
     monkeypatch.setattr(runner, "run_streams", streams_sent)
     cells = runner.CellRunner("http://127.0.0.1:9", adapter_for("vllm"), spec, None)
     code = spec.cells[0]
     for cell in (code, code, replace(code, concurrency=3), replace(code, power_cap_w=200.0)):
         asyncio.run(cells._warm_up(None, cell, None))
-    assert sent == [[1], [1, 1, 1], [1]]  # c1, then c3 at its own concurrency, then the capped cell; no repeat
+    assert sent == [(1, 1), (3, 3), (1, 1)]  # c1, then c3 at its own concurrency, then the capped cell; no repeat
     fail["now"] = True
     with pytest.raises(runner.WarmupFailed, match=r"warm-up at c2 failed \(failed\): HTTP 500: out of memory"):
         asyncio.run(cells._warm_up(None, replace(code, concurrency=2), None))
