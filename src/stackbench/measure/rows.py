@@ -84,7 +84,8 @@ class RowMaker:
                 "prompt_tokens": prompt_tokens, "output_tokens": cell.workload.output_tokens if cell else None,
                 "thinking": thinking_basis(cell.workload.thinking) if cell else None,
                 "reasoning_effort": cell.workload.reasoning_effort if cell else None,
-                "method_scale": cell.workload.method_scale if cell else None}
+                "method_scale": cell.workload.method_scale if cell else None,
+                "not_for_ranking": cell.workload.not_for_ranking if cell else None}
 
     def cell_rows(self, cell: Cell, figures: list[summary.Figure], status: str, reason: str | None,
                   prompt_tokens: int | None = None, extra: dict | None = None) -> list[dict]:

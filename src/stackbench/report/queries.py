@@ -78,23 +78,30 @@ def status_lines(results: Results) -> list[str]:
 def headline_input(results: Results) -> pd.DataFrame:
     """Only the rows a headline can show (tables.headline_records makes the final choice): its metrics at
     concurrency 1 (or unset) and each variant's aggregate at one higher concurrency, at the variant's
-    canonical power cap (uncapped where it ran uncapped, else its highest), peaks left out. A launch's own
-    figures (pool, VRAM) logged without a cap hold at that cap.
+    canonical power cap (uncapped where it ran uncapped, else its highest), peaks and workloads marked not
+    for ranking left out. A launch's own figures (pool, VRAM) logged without a cap hold at that cap. Where
+    every measured variant of a node ran a post's method workload, their cells are that method's alone
+    (the first by name where several qualify); tables.like_with_like then cuts to the cells all ran.
 
     The aggregate's concurrency: for measured variants, the highest that every measured variant of the
     node ran, so a load sweep on one launch does not put its column at another level than the rest's; a
     published variant keeps its post's own highest."""
     launch_metrics = [c.metric for c in tables.HEADLINE if c.cell == "any"]
     results.register_posts()
+    present = set(results.frame("select * from results limit 0").columns)
+    ranked = "and not coalesce(not_for_ranking, false)" if "not_for_ranking" in present else ""
     return results.frame(f"""
         with all_rows as (
           select r.*, coalesce(p.post, '') as post from results r left join posts p using (ref)
-          where status = 'ok' and stat <> 'peak' and metric in {sql_in(tables.HEADLINE_METRICS)}),
+          where status = 'ok' and stat <> 'peak' and metric in {sql_in(tables.HEADLINE_METRICS)} {ranked}),
+        measured_variants as (
+          select node, count(distinct (stack, variant)) as variants from all_rows where source = 'measured' group by node),
         node_method as (
           select node, workload from (
             select node, workload, count(distinct (stack, variant)) as variants from all_rows
             where source = 'measured' and workload is not null and regexp_matches(workload, ?) group by all)
-          qualify row_number() over (partition by node order by variants desc, workload) = 1),
+          join measured_variants using (node, variants)
+          qualify row_number() over (partition by node order by workload) = 1),
         ran_method as (select distinct node, stack, variant from all_rows join node_method using (node, workload)
                        where source = 'measured'),
         rows as (

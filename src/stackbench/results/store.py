@@ -84,6 +84,7 @@ EXTRA = [
     ("col_label", pa.string()),
     ("note", pa.string()),
     ("chunk_tokens_from", pa.string()),  # measured: where tokens per SSE chunk came from (streamed usage or spread)
+    ("not_for_ranking", pa.bool_()),  # the cell's workload is marked not for ranking: never a headline cell
 ]
 
 # What the analysis needs to know about the engine behind a row, written by the engine's adapter
