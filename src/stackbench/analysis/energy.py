@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from stackbench.analysis.common import with_applied_caps
 from stackbench.analysis.decide import judged
 
 # Steady-window figures where the cell has them (ramp and tail excluded), else the whole window's.
@@ -27,7 +28,10 @@ def _per_cell(results: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def energy_cells(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFrame:
     """Per measured cell: its judged rate, power, J/token (steady where measured) and J/response, variants
-    flagged by the correctness rule left out (a looping answer is cheap per token and useless)."""
+    flagged by the correctness rule left out (a looping answer is cheap per token and useless). The cap is the
+    one applied (common.applied_cap): a cell whose cap was refused is uncapped here, so the cap floor and depth x
+    cap see only caps the GPU enforced."""
+    results = with_applied_caps(results)
     cells = judged(results)[CELL_KEYS + ["metric", "value"]]
     for metric in ENERGY_METRICS:
         cells = cells.merge(_per_cell(results, metric), on=CELL_KEYS, how="left")

@@ -9,6 +9,7 @@ import duckdb
 import pandas as pd
 
 from stackbench import analysis
+from stackbench.analysis.common import CAP_NOT_APPLIED
 from stackbench.report import charts, tables
 from stackbench.report.layouts import AGGREGATE_METRICS, Layout
 from stackbench.results import published
@@ -53,6 +54,20 @@ def power_not_measured(results: Results) -> dict[str, str]:
     return dict(zip(frame["node"], frame["why"]))
 
 
+def caps_not_applied(results: Results) -> dict[str, str]:
+    """Per node, 'cap not applied on <GPU> (<caps> W asked): <why>' for the measured cells whose requested power
+    cap the GPU did not enforce (analysis.common.applied_cap): said under every table that reads caps."""
+    frame = results.frame(
+        "select node, gpu, string_agg(distinct power_cap_w::varchar, ', ' order by power_cap_w::varchar) as caps, "
+        "string_agg(distinct regexp_extract(note, ?, 1), '; ') as why from results "
+        "where source = 'measured' and power_cap_w is not null and power_cap_enforced_w is null "
+        "and workload is not null group by node, gpu order by node, gpu", [f"{CAP_NOT_APPLIED}([^;]*)"])
+    out: dict[str, list[str]] = {}
+    for node, gpu, caps, why in frame.itertuples(index=False):
+        out.setdefault(node, []).append(f"cap not applied on {node} ({gpu}; {caps} W asked): {why or 'no reason recorded'}")
+    return {node: "; ".join(lines) for node, lines in out.items()}
+
+
 def probes_off(results: Results) -> dict[str, str]:
     """Per node, the launches whose correctness probes were turned off, and where (plan.probeset)."""
     frame = results.frame("select node, string_agg(distinct stack || ' / ' || variant, ', ') as launches, "
@@ -78,7 +93,8 @@ def status_lines(results: Results) -> list[str]:
 def headline_input(results: Results) -> pd.DataFrame:
     """Only the rows a headline can show (tables.headline_records makes the final choice): its metrics at
     concurrency 1 (or unset) and each variant's aggregate at one higher concurrency, at the variant's
-    canonical power cap (uncapped where it ran uncapped, else its highest), peaks and workloads marked not
+    canonical power cap (uncapped where it ran uncapped, else its highest; a measured cell's cap is the one
+    the GPU enforced, so a refused cap counts as uncapped and power_cap_w comes back as applied), peaks and workloads marked not
     for ranking left out. A launch's own figures (pool, VRAM) logged without a cap hold at that cap. Where
     every measured variant of a node ran a post's method workload, their cells are that method's alone
     (the first by name where several qualify); tables.like_with_like then cuts to the cells all ran.
@@ -92,7 +108,10 @@ def headline_input(results: Results) -> pd.DataFrame:
     ranked = "and not coalesce(not_for_ranking, false)" if "not_for_ranking" in present else ""
     return results.frame(f"""
         with all_rows as (
-          select r.*, coalesce(p.post, '') as post from results r left join posts p using (ref)
+          -- The cap a cell ran under (analysis.common.applied_cap): a refused cap is no cap.
+          select r.* replace (case when r.source = 'measured' then r.power_cap_enforced_w else r.power_cap_w end
+                              as power_cap_w), coalesce(p.post, '') as post
+          from results r left join posts p using (ref)
           where status = 'ok' and stat <> 'peak' and metric in {sql_in(tables.HEADLINE_METRICS)} {ranked}),
         measured_variants as (
           select node, count(distinct (stack, variant)) as variants from all_rows where source = 'measured' group by node),

@@ -27,6 +27,7 @@ from stackbench.report.layouts import Layout, load_layouts
 from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
 from stackbench.report.queries import (
     Results,
+    caps_not_applied,
     correctness_input,
     cross_stack_input,
     decide_input,
@@ -141,7 +142,8 @@ def derived_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, cave
 
 
 def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, spec_by_context: pd.DataFrame,
-                    table_dir: Path, background: Background) -> list[tables.Table]:
+                    table_dir: Path, background: Background, caps_refused: list[str] = ()) -> list[tables.Table]:
+    """The analysis section; `caps_refused` (one line per node whose GPU refused a cap) goes under the cap table."""
     # (frame, table id, title, how it is computed, caveats); an empty frame makes no table.
     sections = [
         (roofline, "analysis-roofline", "Decode against its bandwidth roofline",
@@ -150,7 +152,8 @@ def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, spec_by_context
         (analysis.kv_audit(frame), "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
          "engine-reported bytes per token against kv_layers x kv_heads x head_dim x 2 x dtype bytes", []),
         (analysis.power_sweet_spots(frame), "analysis-power-sweet-spot", "Throughput and tokens per joule against power cap",
-         "sweet spot: the lowest cap within 5% of the best throughput of its sweep", []),
+         "sweet spot: the lowest cap within 5% of the best throughput of its sweep, over the caps the GPU enforced",
+         list(caps_refused)),
         (analysis.spread_flags(frame), "analysis-spread", "Wide spreads and peaks: read the range, not one number",
          "rate figures whose repeats or published range span more than x1.25, and peaks", []),
         (analysis.acceptance_by_workload(frame), "analysis-request-acceptance", "Acceptance per request, by content class",
@@ -313,6 +316,9 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         by_node = candidates.groupby("node", sort=False).indices  # each node's headline reads its own rows only
         headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant)
                                  for n in nodes if n in by_node) if t is not None]
+        caps_refused = caps_not_applied(results)
+        for table in headlines:
+            table.caveats += [f"power {why}." for node, why in caps_refused.items() if table.table_id == f"headline-{node}"]
         for node, why in probes_off(results).items():
             for table in (t for t in headlines if t.table_id == f"headline-{node}"):
                 table.legend.append(f"correctness: not checked on {why}.")
@@ -320,9 +326,10 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         agreement = cross_stack_input(results)
         decide_rows = decide_input(results)
         decided = decisions.what_to_run_tables(analysis.what_to_run(decide_rows, by_variant), nodes, agreement)
-        decided += decisions.energy_tables(analysis.energy_cells(decide_rows, by_variant))
+        refused = [f"power {why}: those cells are analysed as uncapped." for why in caps_refused.values()]
+        decided += decisions.energy_tables(analysis.energy_cells(decide_rows, by_variant), refused)
         spec = analysis.spec_value_by_context(frame)
-        derived = analysis_tables(frame, roofline, spec, table_dir, background)
+        derived = analysis_tables(frame, roofline, spec, table_dir, background, refused)
         derived += cross_stack_tables(agreement, table_dir, background)
         layouts = load_layouts(published_dir)
         seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))

@@ -3,9 +3,8 @@ concurrency, prompt length) every measured variant of the node ran; a variant sh
 workloads named; a workload marked not for ranking never forms a headline cell. Hand-built rows (test data)
 whose medians are known."""
 
-import pandas as pd
-
 from stackbench.report import queries, tables
+from stackbench.results import store
 
 BASE = dict(source="measured", ref="test-run", node="n1", stack="llamacpp", status="ok", stat="median", note=None,
             value_min=None, value_max=None, power_cap_w=None, metric="decode_tps", concurrency=1, unit="tok/s")
@@ -18,7 +17,7 @@ def cells(variant: str, values: dict, stack: str = "llamacpp") -> list[dict]:
 
 
 def headline(rows: list[dict]) -> tables.Table:
-    return tables.headline_table(queries.headline_input(queries.Results(pd.DataFrame(rows))), "n1")
+    return tables.headline_table(queries.headline_input(queries.Results(store.to_table(rows).to_pandas())), "n1")
 
 
 def decode(table: tables.Table) -> dict[tuple, str]:
