@@ -97,15 +97,18 @@ class RowMaker:
         rows = []
         for f in figures:
             note = f.note
-            if f.stat == "median" and summary.spread_is_wide(f, self.spread_flag_ratio):
-                note = f"{caveats.WIDE_NOTE} (max/min > {self.spread_flag_ratio:g})"
+            # Only repeats spread across repeats; a percentile's min/max over requests or tokens is its
+            # distribution, and its note (the sample count) stays.
+            if f.spread_over == summary.REPEATS and summary.spread_is_wide(f, self.spread_flag_ratio):
+                note = "; ".join(n for n in (f"{caveats.WIDE_NOTE} (max/min > {self.spread_flag_ratio:g})", note) if n)
             if f.metric == "accept_len" and self.accept_len_basis:
                 note = "; ".join(n for n in (note, self.accept_len_basis) if n)
             if extra and extra.get("note"):
                 note = "; ".join(n for n in (note, extra["note"]) if n)
             rows.append({**base, "metric": f.metric, "value": f.value, "value_min": f.value_min, "value_max": f.value_max,
                          "unit": f.unit, "stat": f.stat, "n": f.n, "ci_low": f.ci_low, "ci_high": f.ci_high, "mad": f.mad,
-                         "ttft_included": f.ttft_included, "note": note,
+                         "ttft_included": f.ttft_included, "note": note, "spread_over": f.spread_over,
+                         "repeat_values": list(f.repeat_values) if f.repeat_values else None,
                          **({"prompt_tokens": f.prompt_tokens} if f.prompt_tokens is not None else {})})
         return rows
 

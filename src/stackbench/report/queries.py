@@ -160,10 +160,11 @@ def correctness_input(results: Results) -> pd.DataFrame:
 
 
 def decide_input(results: Results) -> pd.DataFrame:
-    """What analysis.decide and analysis.energy read: the judged rates (with their MAD and interval), loops,
+    """What analysis.decide and analysis.energy read: the judged rates (with their MAD and repeats), loops,
     pools, power and energy, and the cells without a figure, measured rows only."""
     present = set(results.frame("select * from results limit 0").columns)
     mad = "" if "mad" in present else ", null::double as mad"  # results collected before repeats' MAD was stored
+    mad += "" if "repeat_values" in present else ", null::double[] as repeat_values"  # ... or each repeat's figure
     return results.frame(f"select * exclude (note){mad} from results "
                          f"where source = 'measured' and metric in {sql_in(analysis.DECIDE_METRICS + analysis.ENERGY_METRICS)}")
 

@@ -56,7 +56,7 @@ ANALYSIS_METRICS = metrics.names(analysed=True)
 MILLISECONDS = {"ttft_s": ("ttft_ms", 1000), "ttfc_s": ("ttfc_ms", 1000)}
 # Bookkeeping columns the analysis functions never read: left in DuckDB, not converted to pandas (a
 # geometry row's note, which says where the geometry came from, is the one note they read).
-NOT_ANALYSED = ("reason", "table_id", "table_title", "row_label", "col_label", "note", "unit")
+NOT_ANALYSED = ("reason", "table_id", "table_title", "row_label", "col_label", "note", "unit", "repeat_values")
 GEOMETRY_NOTE = "case when metric like 'geometry_%' then note end as note"
 CHART_METRICS = metrics.names(charted=True)
 CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency",
@@ -305,7 +305,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     background = Background()
     try:
         fulls_job = background.submit(full_tables, results.source, nodes, table_dir)
-        frame = results.frame(f"select * exclude ({', '.join(NOT_ANALYSED)}), {GEOMETRY_NOTE} from results "
+        present = set(results.frame("select * from results limit 0").columns)  # a file from before a column was added lacks it
+        frame = results.frame(f"select * exclude ({', '.join(c for c in NOT_ANALYSED if c in present)}), {GEOMETRY_NOTE} from results "
                               f"where metric in {sql_in(ANALYSIS_METRICS)} "
                               "or metric like 'accept_rate_pos%' or metric like 'geometry_%'")
         roofline = analysis.roofline(frame)

@@ -37,9 +37,11 @@ FIGURE = [
     ("value", pa.float64()),
     ("value_min", pa.float64()),
     ("value_max", pa.float64()),
-    ("ci_low", pa.float64()),  # 95% confidence interval of the mean over repeats (Student's t); null below 2 repeats
+    ("ci_low", pa.float64()),  # the median's 95% order-statistic interval over repeats (summary.median_interval); null below 6
     ("ci_high", pa.float64()),
     ("mad", pa.float64()),  # median absolute deviation over repeats, median(|x - median|), unscaled; null below 2 repeats
+    ("spread_over", pa.string()),  # what value_min / value_max and a percentile range over: repeats | requests | tokens | chunks
+    ("repeat_values", pa.list_(pa.float64())),  # a median over repeats: each repeat's figure, in order (analysis.decide)
     ("unit", pa.string()),
     ("stat", pa.string()),  # median | mean | single | range | peak | p90 | p95 | p99
     ("n", pa.int64()),
