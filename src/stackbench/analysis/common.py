@@ -10,7 +10,7 @@ import pandas as pd
 
 from stackbench.models.formats import BITS_PER_WEIGHT, KV_DTYPE_BYTES  # noqa: F401  (re-exported to the analyses)
 from stackbench.results import metrics
-from stackbench.results.store import IDENTITY_COLUMNS, LAUNCH_COLUMNS
+from stackbench.results.store import IDENTITY_COLUMNS, LAUNCH_COLUMNS, MEASURED
 
 # A cell's full identity, and the identity of one server launch (its start-up facts are server rows).
 CELL = IDENTITY_COLUMNS
@@ -25,7 +25,7 @@ def applied_cap(rows: pd.DataFrame) -> pd.Series:
     """The power cap a row's cell ran under: for a measured cell the limit the GPU enforced, read back
     (power_cap_enforced_w), null where the requested cap was not applied (the GPU ran at its stock limit);
     for a published row the cap its post states. Every cap analysis reads this, never the request."""
-    return rows["power_cap_enforced_w"].where(rows["source"] == "measured", rows["power_cap_w"])
+    return rows["power_cap_enforced_w"].where(rows["source"].isin(MEASURED), rows["power_cap_w"])
 
 
 def with_applied_caps(rows: pd.DataFrame) -> pd.DataFrame:

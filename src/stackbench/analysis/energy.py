@@ -10,6 +10,7 @@ import pandas as pd
 
 from stackbench.analysis.common import with_applied_caps
 from stackbench.analysis.decide import judged
+from stackbench.results.store import MEASURED
 
 # Steady-window figures where the cell has them (ramp and tail excluded), else the whole window's.
 PER_TOKEN = ("energy_j_per_token_steady", "energy_j_per_token")
@@ -21,7 +22,7 @@ SWEEP = ["node", "stack", "variant", "workload", "concurrency"]
 
 
 def _per_cell(results: pd.DataFrame, metric: str) -> pd.DataFrame:
-    rows = results[(results["source"] == "measured") & (results["metric"] == metric) & (results["status"] == "ok")
+    rows = results[(results["source"].isin(MEASURED)) & (results["metric"] == metric) & (results["status"] == "ok")
                    & results["value"].notna()]
     return rows.drop_duplicates(CELL_KEYS)[CELL_KEYS + ["value"]].rename(columns={"value": metric})
 

@@ -52,7 +52,9 @@ class RowMaker:
         node, launch = spec.node, spec.launch
         external = launch.launch_mode == "external"
         self.launch_basis = {
-            "source": "measured", "ref": run_id, "node": node.name, "stack": launch.engine, "variant": launch.variant,
+            # A rehearsal's stand-in engines on simulated GPUs measure nothing real: their own source.
+            "source": "rehearsal" if spec.rehearsal else "measured", "ref": run_id, "node": node.name,
+            "stack": launch.engine, "variant": launch.variant,
             "spec_method": launch.spec_method, "spec_tokens": launch.spec_tokens,
             "os": host_os() if node.os == "auto" else node.os, "engine": adapter.engine_label,
             "engine_version": spec.engine.get("version", UNKNOWN),

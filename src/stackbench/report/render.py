@@ -32,6 +32,7 @@ from stackbench.report.queries import (
     cross_stack_input,
     decide_input,
     headline_input,
+    kept_launches,
     ladder_input,
     method_input,
     pareto_input,
@@ -42,7 +43,7 @@ from stackbench.report.queries import (
     status_lines,
 )
 from stackbench.results import basis, metrics
-from stackbench.results.store import read_results
+from stackbench.results.store import MEASURED, MEASURED_SQL, read_results
 
 # Rows of the full tables embedded in the page, shared among the nodes (at least 200 each) so the page stays
 # under 10 MB however many nodes there are; all rows are in each node's CSV and Parquet files.
@@ -95,7 +96,7 @@ def ceiling_percents(roofline: pd.DataFrame) -> dict[tuple, float]:
     """(node, stack, variant) -> median share of its decode ceiling over its measured workloads."""
     if roofline.empty:
         return {}
-    measured = roofline[roofline["source"] == "measured"]
+    measured = roofline[roofline["source"].isin(MEASURED)]
     return measured.groupby(["node", "stack", "variant"])["percent_of_ceiling"].median().to_dict()
 
 
@@ -172,7 +173,7 @@ def comparison_tables(frame: pd.DataFrame, table_dir: Path, background: Backgrou
     """Like-for-like comparison of every measured speculative variant against the no-spec variant of its
     node and stack: one analysis.compare call (node and stack are among the like columns, so pairs never
     cross them), one table."""
-    measured = frame[(frame["source"] == "measured") & frame["metric"].isin(["decode_tps", "aggregate_tps", "ttft_s"])]
+    measured = frame[(frame["source"].isin(MEASURED)) & frame["metric"].isin(["decode_tps", "aggregate_tps", "ttft_s"])]
     base, speculative = measured[measured["spec_method"] == "none"], measured[measured["spec_method"] != "none"]
     if base.empty or speculative.empty:
         return []
@@ -274,13 +275,12 @@ def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, Layout],
             for table_id, layout in layouts.items() if table_id in present]
 
 
-# A rehearsal's rows name their stand-in in engine_image (stackbench.rehearsal.launcher); its report says so
-# in every table's title.
+# A rehearsal's rows have source "rehearsal" (measure/rows.py); its report says so in every table's title too.
 REHEARSAL_TITLE = "REHEARSAL (stand-in engines, simulated GPUs; not measurements): "
 
 
 def rehearsed(results: Results) -> bool:
-    return bool(results.frame("select count(*) as n from results where engine_image like 'REHEARSAL%'")["n"].iloc[0])
+    return bool(results.frame("select count(*) as n from results where source = 'rehearsal'")["n"].iloc[0])
 
 
 def seed_tally(seed: list[tables.Table], layouts: dict) -> str:
@@ -297,7 +297,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     results = Results(results_path)
     counts = results.frame("select source, count(*) as n from results group by source").set_index("source")["n"].to_dict()
     # Nodes measured here first, then the posts' nodes.
-    nodes = results.frame("select node from results group by node order by min(case when source = 'measured' then 0 else 1 end), "
+    nodes = results.frame(f"select node from results group by node order by min(case when source in {MEASURED_SQL} then 0 else 1 end), "
                           "node")["node"].tolist()
     table_dir = out_dir / "tables"
     table_dir.mkdir(parents=True, exist_ok=True)
@@ -317,9 +317,13 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         by_node = candidates.groupby("node", sort=False).indices  # each node's headline reads its own rows only
         headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant)
                                  for n in nodes if n in by_node) if t is not None]
-        caps_refused = caps_not_applied(results)
+        caps_refused, kept = caps_not_applied(results), kept_launches(results)
         for table in headlines:
-            table.caveats += [f"power {why}." for node, why in caps_refused.items() if table.table_id == f"headline-{node}"]
+            node = table.table_id.removeprefix("headline-")
+            table.caveats += [f"power {caps_refused[node]}."] if node in caps_refused else []
+            table.caveats += [f"kept from earlier runs, launches this run did not plan (another stacks= selection, or "
+                              f"dropped from the node file; delete their data/runs/{node}/<launch> to drop them): "
+                              f"{kept[node]}."] if node in kept else []
         for node, why in probes_off(results).items():
             for table in (t for t in headlines if t.table_id == f"headline-{node}"):
                 table.legend.append(f"correctness: not checked on {why}.")
@@ -353,7 +357,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
                 path.write_text(text, encoding="utf-8")
                 written.append(path)
         written += [p for f in fulls for p in (f.csv_path, f.parquet_path)]
-        intro = (f"{sum(counts.values())} figures: {counts.get('measured', 0)} measured here, "
+        here = "rehearsed here (stand-ins)" if counts.get("rehearsal") else "measured here"
+        intro = (f"{sum(counts.values())} figures: {counts.get('measured', 0) + counts.get('rehearsal', 0)} {here}, "
                  f"{counts.get('published', 0)} transcribed from the seed posts.")
         summary = [f"# {heading}", "", "## Headline: one row per stack variant, per node", "",
                    *[to_markdown(t) for t in headlines], intro, ""]

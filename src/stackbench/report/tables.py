@@ -18,6 +18,7 @@ import pandas as pd
 from stackbench.report import layouts
 from stackbench.report.layouts import Layout
 from stackbench.results import basis, metrics, published
+from stackbench.results.store import MEASURED
 
 MISSING = "—"
 
@@ -347,7 +348,7 @@ def like_with_like(records: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     cell with the others keeps its own cells and stands apart, named with the workloads behind its row;
     where the variants left share no cell either, every row stands apart. Published rows and a launch's own
     figures (no workload) pass as they are."""
-    measured = (records["source"] == "measured") & records["workload"].notna()
+    measured = (records["source"].isin(MEASURED)) & records["workload"].notna()
     axes = records[CELL_AXES].astype(object).where(records[CELL_AXES].notna(), None)
     cell = pd.Series(list(axes.itertuples(index=False, name=None)), index=records.index)
     keep = pd.Series(True, index=records.index)
@@ -390,7 +391,7 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     keys = records[HEADLINE_KEYS].astype(object).where(records[HEADLINE_KEYS].notna(), "")
     records["row_key"] = [tuple(k) for k in keys.itertuples(index=False)]
     order = sorted(dict.fromkeys(records["row_key"]),
-                   key=lambda k: (k[0] != "measured", k[1], k[0] == "measured" and verdicts.get(k[2:], ("", False, ""))[1],
+                   key=lambda k: (k[0] not in MEASURED, k[1], k[0] in MEASURED and verdicts.get(k[2:], ("", False, ""))[1],
                                   str(k[2]), str(k[3])))  # stacks by name
     records["row_no"] = records["row_key"].map({k: i + 1 for i, k in enumerate(order)})
     by_cell: dict[tuple, list[dict]] = {}
@@ -409,11 +410,11 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
         source, post, stack, variant = key
         cells = [f"published ({post})" if post else source, stack, variant]
         raw: list[float | None] = [None, None, None]
-        outputs, flagged, why = verdicts.get((stack, variant), ("", False, "")) if source == "measured" else ("", False, "")
+        outputs, flagged, why = verdicts.get((stack, variant), ("", False, "")) if source in MEASURED else ("", False, "")
         for column in shown_columns:
             hits = by_cell.get((key, column.metric), [])
             value = _headline_value(hits)
-            if source == "measured" and len(hits) > 1:
+            if source in MEASURED and len(hits) > 1:
                 several_workloads = True
                 text = format_number(_scaled(value, column.scale))
             else:
@@ -426,7 +427,7 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
             cells.append(text or MISSING)
             raw.append(_scaled(value, column.scale))
         if with_ceiling:
-            percent = ceiling_percent.get((node, stack, variant)) if source == "measured" else None
+            percent = ceiling_percent.get((node, stack, variant)) if source in MEASURED else None
             cells.append(format_number(percent) if percent is not None else MISSING)
             raw.append(percent)
         if verdicts:
@@ -437,7 +438,7 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
         rows.append(cells)
         raw_rows.append(raw)
     refs = "; ".join(sorted(set(records["ref"])))
-    methods = [w for w in dict.fromkeys(records.loc[records["source"] == "measured", "workload"].dropna())
+    methods = [w for w in dict.fromkeys(records.loc[records["source"].isin(MEASURED), "workload"].dropna())
                if published.method_post(w)]
     if methods:
         refs += "; measured cells from " + ", ".join(f"{w} (post {published.method_post(w)}'s method)" for w in methods)

@@ -1,12 +1,18 @@
-"""Rows say what their spread is over (issue 35 item 4): the 'wide spread across repeats' flag only on a figure
-whose min/max are over repeats; a percentile over tokens keeps its sample-count note and is never so flagged."""
+"""Rows say what they are: what their spread is over (the 'wide spread across repeats' flag only on a figure
+whose min/max are over repeats; a percentile over tokens keeps its sample-count note), and a rehearsal's rows
+are source = rehearsal."""
 
 from types import SimpleNamespace
 
+from paths import ROOT
+
 from stackbench.config.model import Workload
+from stackbench.engines import ADAPTERS
 from stackbench.measure import summary
 from stackbench.measure.rows import RowMaker
+from stackbench.plan import expand, launchspec
 from stackbench.results import basis
+from stackbench.results.store import MEASURED
 
 RATIO = 1.25
 
@@ -43,3 +49,16 @@ def test_a_wide_flag_keeps_the_note_it_joins():
     wide = summary._median_figure("aggregate_tps", [10.0, 11.0, 12.0, 12.0, 13.0, 30.0], "tok/s")
     note = rows_of(wide)["aggregate_tps"]["note"]
     assert note.startswith(basis.WIDE_NOTE) and "interval of the median" in note
+
+
+def test_a_rehearsals_rows_are_rehearsal_rows_and_a_real_runs_measured(monkeypatch):
+    """The same launch planned for real and for a rehearsal (stand-in engine, simulated GPUs): only the
+    rehearsal's rows say source = rehearsal, and every measured-rows filter still takes them."""
+    monkeypatch.chdir(ROOT)
+    sources = []
+    for given in ({"nodes": ["rtx5090"]}, {"nodes": ["rtx5090"], "rehearsal": {"node": "rtx5090"}}):
+        cfg, nodes = expand.load_plan(ROOT, given)
+        node, launch = expand.find_launch(nodes, "rtx5090", "llamacpp--nospec")
+        spec = launchspec.build(cfg, node, launch)
+        sources.append(RowMaker(spec, "run", ADAPTERS["llamacpp"], RATIO).basis(None)["source"])
+    assert sources == ["measured", "rehearsal"] and set(sources) == set(MEASURED)
