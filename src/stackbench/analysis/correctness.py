@@ -46,7 +46,7 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     "differs late at token 40 (agreement 0.93), within tolerance", "loops where no-spec does not (0.33 of
     probe prompts)") and `flagged` marks a variant whose speed figures are not of the reference's output
     (charged by the rule above), `caveat` says why."""
-    rows = results[(results["source"].isin(MEASURED)) & (results["status"] == "ok")
+    rows = results[results["source"].isin(MEASURED) & (results["status"] == "ok")
                    & results["metric"].isin(CORRECTNESS_METRICS)]
     if rows.empty:
         return pd.DataFrame(columns=[*VARIANT, "outputs", "flagged", "caveat"])
@@ -98,7 +98,7 @@ def cross_stack_matrices(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     no-spec launches: rows the reference (the share is over its output length), columns the launch compared
     with it, both labelled node / stack / quant; a cell reads "1 (identical)" or "0.65, differs at token 20".
     Only the few agreement rows are read, never the whole results table."""
-    rows = rows[rows["metric"].isin(CROSS_STACK_METRICS) & (rows["source"].isin(MEASURED))]
+    rows = rows[rows["metric"].isin(CROSS_STACK_METRICS) & rows["source"].isin(MEASURED)]
     out = []
     for family, mine in rows.groupby("table_title", sort=True):
         cells = mine.pivot_table(index=["row_label", "col_label"], columns="metric", values="value", aggfunc="first",

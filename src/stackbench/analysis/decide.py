@@ -95,7 +95,7 @@ def _undecided(variant: str, gain: float, low: float, high: float, more) -> str:
 
 def judged(results: pd.DataFrame) -> pd.DataFrame:
     """The row each measured closed-loop cell is judged on: decode rate at c1, aggregate above."""
-    measured = results[(results["source"].isin(MEASURED)) & results["concurrency"].notna()]
+    measured = results[results["source"].isin(MEASURED) & results["concurrency"].notna()]
     metric = np.where(measured["concurrency"] == 1, SINGLE_STREAM_METRIC, CONCURRENT_METRIC)
     cells = measured[(measured["metric"] == metric) & (measured["status"] == "ok") & measured["value"].notna()]
     return cells.drop_duplicates(SPEC_PAIR + ["variant"]).reset_index(drop=True)
@@ -134,7 +134,7 @@ def _exclusions(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Data
 
 def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:
     """Cells that produced no figure (failed requests, rejections), named by group and variant."""
-    bad = results[(results["source"].isin(MEASURED)) & (results["metric"] == "cell_status")
+    bad = results[results["source"].isin(MEASURED) & (results["metric"] == "cell_status")
                   & results["status"].isin(["failed", "rejected", "not_run"]) & results["concurrency"].notna()]
     bad = bad.drop_duplicates(SPEC_PAIR + ["variant"])
     return bad.assign(why=bad["status"] + ": " + bad["reason"].fillna("no reason given"))[SPEC_PAIR + ["variant", "why"]]

@@ -22,7 +22,7 @@ SWEEP = ["node", "stack", "variant", "workload", "concurrency"]
 
 
 def _per_cell(results: pd.DataFrame, metric: str) -> pd.DataFrame:
-    rows = results[(results["source"].isin(MEASURED)) & (results["metric"] == metric) & (results["status"] == "ok")
+    rows = results[results["source"].isin(MEASURED) & (results["metric"] == metric) & (results["status"] == "ok")
                    & results["value"].notna()]
     return rows.drop_duplicates(CELL_KEYS)[CELL_KEYS + ["value"]].rename(columns={"value": metric})
 

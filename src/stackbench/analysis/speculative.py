@@ -18,7 +18,7 @@ def spec_value_by_context(results: pd.DataFrame) -> pd.DataFrame:
     """Speed-up of each speculative cell's per-stream decode rate over the no-spec cell that matches it in
     everything but the variant (same node, stack, power cap, concurrency, workload, model, lengths),
     with the acceptance length of that very cell beside it."""
-    decode = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & (results["source"].isin(MEASURED))
+    decode = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & results["source"].isin(MEASURED)
                      & results["value"].notna()]
     base = decode[decode["spec_method"] == "none"].drop_duplicates(SPEC_PAIR)[SPEC_PAIR + ["value"]]
     spec = decode[decode["spec_method"] != "none"]

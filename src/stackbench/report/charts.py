@@ -148,7 +148,7 @@ REQUEST_BINS = "request_accept_rate_bin"  # measure/acceptance.py: requests per 
 def request_acceptance_histogram(rows: pd.DataFrame, node: str) -> Figure | None:
     """Requests by their own acceptance (accepted / drafted, tenths), one bar series per speculative cell
     (stack / variant / workload / concurrency), measured rows only: the spread a pooled ratio hides."""
-    rows = rows[rows["metric"].str.startswith(REQUEST_BINS) & (rows["source"].isin(MEASURED)) & rows["value"].notna()]
+    rows = rows[rows["metric"].str.startswith(REQUEST_BINS) & rows["source"].isin(MEASURED) & rows["value"].notna()]
     if rows.empty:
         return None
     rows = _with_source(rows)
@@ -163,7 +163,7 @@ def request_acceptance_histogram(rows: pd.DataFrame, node: str) -> Figure | None
 
 def accept_len_by_depth(rows: pd.DataFrame, node: str) -> Figure | None:
     """Acceptance length against speculative depth, per workload (median over concurrencies), measured rows only."""
-    rows = rows[(rows["metric"] == "accept_len") & rows["spec_tokens"].notna() & (rows["source"].isin(MEASURED))]
+    rows = rows[(rows["metric"] == "accept_len") & rows["spec_tokens"].notna() & rows["source"].isin(MEASURED)]
     if rows.empty:
         return None
     rows = _with_source(rows)

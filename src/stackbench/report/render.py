@@ -173,7 +173,7 @@ def comparison_tables(frame: pd.DataFrame, table_dir: Path, background: Backgrou
     """Like-for-like comparison of every measured speculative variant against the no-spec variant of its
     node and stack: one analysis.compare call (node and stack are among the like columns, so pairs never
     cross them), one table."""
-    measured = frame[(frame["source"].isin(MEASURED)) & frame["metric"].isin(["decode_tps", "aggregate_tps", "ttft_s"])]
+    measured = frame[frame["source"].isin(MEASURED) & frame["metric"].isin(["decode_tps", "aggregate_tps", "ttft_s"])]
     base, speculative = measured[measured["spec_method"] == "none"], measured[measured["spec_method"] != "none"]
     if base.empty or speculative.empty:
         return []

@@ -348,7 +348,7 @@ def like_with_like(records: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     cell with the others keeps its own cells and stands apart, named with the workloads behind its row;
     where the variants left share no cell either, every row stands apart. Published rows and a launch's own
     figures (no workload) pass as they are."""
-    measured = (records["source"].isin(MEASURED)) & records["workload"].notna()
+    measured = records["source"].isin(MEASURED) & records["workload"].notna()
     axes = records[CELL_AXES].astype(object).where(records[CELL_AXES].notna(), None)
     cell = pd.Series(list(axes.itertuples(index=False, name=None)), index=records.index)
     keep = pd.Series(True, index=records.index)
