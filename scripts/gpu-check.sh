@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Read-only GPU check: samples the selected GPUs (CUDA_VISIBLE_DEVICES, or a SLURM allocation, else
-# every GPU) for about 20 s through the project's own sampler (stackbench.measure.telemetry) and prints power,
+# every GPU) for about 20 s through the project's own sampler (stackbench.host.telemetry) and prints power,
 # the energy counter's delta, memory, SM clock and power limits. It never changes a limit.
 #   scripts/gpu-check.sh [seconds]
 set -euo pipefail
@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-from stackbench.measure import telemetry
+from stackbench.host import telemetry
 
 seconds = float(sys.argv[1])
 gpus, why = telemetry.all_gpus()

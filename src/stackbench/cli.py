@@ -29,16 +29,18 @@ def _published(args) -> None:
     print(f"published: {len(records)} figures -> {args.out}")
 
 
-def collect_results(parts: list, out: Path) -> int:
-    """data/results.parquet from the parts, with the rows derived across launches: greedy agreement needs
-    both launches' outputs, so it is computed here, over every part (results/agreement.py)."""
+def collect_results(parts: list, out: Path, kept: list = ()) -> int:
+    """data/results.parquet from the parts (and the `kept` parts of launches the run did not plan), with the rows
+    derived across launches: greedy agreement needs both launches' outputs, so it is computed here, over every
+    part (results/agreement.py)."""
     from stackbench.results import agreement, store
 
-    return store.collect(parts, out, agreement.agreement_across(parts, store.union_parts(parts)))
+    every = [*parts, *kept]
+    return store.collect(parts, out, agreement.agreement_across(every, store.union_parts(every)), kept)
 
 
 def _collect(args) -> None:
-    count = collect_results(args.parts, args.out)
+    count = collect_results(args.parts, args.out, args.kept)
     print(f"collect: {count} rows -> {args.out}")
 
 
@@ -174,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("collect", help="union results parts into data/results.parquet")
     p.add_argument("parts", nargs="+")
+    p.add_argument("--kept", nargs="*", default=[], help="parts of launches the run did not plan: kept, and named in the report")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_collect)
 

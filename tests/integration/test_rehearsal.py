@@ -87,7 +87,8 @@ def test_every_launch_ready_every_cell_named(rehearsed, node):
 def test_headline_row_per_stack_and_variant_and_every_title_a_rehearsal(rehearsed, node):
     repo = rehearsed(node)["repo"]
     results = pd.read_parquet(repo / f"data/rehearsal/{node}/results.parquet")
-    measured = results[results["source"] == "measured"]
+    measured = results[results["source"] != "published"]
+    assert (measured["source"] == "rehearsal").all()  # a stand-in's rows are never labelled measured
     assert measured["engine_image"].str.startswith("REHEARSAL").all()
     assert measured["engine_version"].str.startswith("stackbench-standin").all()
     report = (repo / f"reports/rehearsal/{node}/report.md").read_text()
@@ -95,7 +96,7 @@ def test_headline_row_per_stack_and_variant_and_every_title_a_rehearsal(rehearse
     assert titles and all("REHEARSAL (stand-in engines, simulated GPUs" in t for t in titles)
     headline = next((repo / f"reports/rehearsal/{node}/tables").glob(f"headline-{node}.csv"))
     rows = pd.read_csv(headline)
-    shown = set(zip(rows.loc[rows["source"] == "measured", "stack"], rows.loc[rows["source"] == "measured", "variant"]))
+    shown = set(zip(rows.loc[rows["source"] == "rehearsal", "stack"], rows.loc[rows["source"] == "rehearsal", "variant"]))
     assert shown == set(zip(measured["stack"], measured["variant"]))
 
 
@@ -131,7 +132,7 @@ def test_caps_only_on_the_launch_gpus_read_back_and_restored(rehearsed, node):
     assert state["limits_mw"] == [board_mw] * (gpu["count"] + simgpu.EXTRA_GPUS)  # every limit restored
     assert set(state.get("touched", [])) <= set(range(gpu["count"]))  # never the host's other GPUs
     results = pd.read_parquet(repo / f"data/rehearsal/{node}/results.parquet")
-    capped = results[(results["source"] == "measured") & results["power_cap_w"].notna() & (results["status"] == "ok")]
+    capped = results[(results["source"] == "rehearsal") & results["power_cap_w"].notna() & (results["status"] == "ok")]
     if spec.get("power_caps_w"):
         assert state["touched"] == list(range(gpu["count"]))
         # The cells' rows carry the cap as read back (launch-level rows such as the knee name only the cap).

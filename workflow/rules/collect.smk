@@ -30,4 +30,4 @@ rule collect:
     log:
         "logs/collect/collect.log",
     shell:
-        "{params.cli} collect {input:q} {params.kept:q} --out {output:q} > {log:q} 2>&1"
+        "{params.cli} collect {input:q} --kept {params.kept:q} --out {output:q} > {log:q} 2>&1"

@@ -40,9 +40,9 @@ def measured_parts():
 
 def kept_parts():
     """Parts on disk of the selected nodes' launches that this run does not plan (another `stacks=`
-    selection, or a launch since dropped from the node file): collect keeps their rows, as measured, until
-    their run folder is deleted. A param, not an input, so no rule is asked to remake them; a deleted one
-    changes the list, which makes collect rerun without it."""
+    selection, or a launch since dropped from the node file): collect keeps their rows, marked launch_kept
+    and named in the report, until their run folder is deleted. A param, not an input, so no rule is asked
+    to remake them; a deleted one changes the list, which makes collect rerun without it."""
     planned = set(measured_parts())
     on_disk = (f"{RUNS}/{node.name}/{part.parent.name}/cells.parquet" for node in NODES
                for part in Path(RUNS, node.name).glob("*/cells.parquet"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from stackbench.results.store import MEASURED
+
 # (column title, metric): the per-request figures first, the counter-pooled one last.
 COLUMNS = [("token-weighted", "accept_rate_token_weighted"), ("request-weighted", "accept_rate_request_weighted"),
            ("p10", "request_accept_rate_p10"), ("median", "request_accept_rate_p50"), ("p90", "request_accept_rate_p90"),
@@ -17,7 +19,7 @@ KEYS = ["node", "stack", "variant", "power_cap_w", "workload", "concurrency"]
 def acceptance_by_workload(results: pd.DataFrame) -> pd.DataFrame:
     """One row per measured cell with per-request acceptance, one column per COLUMNS entry, and the number of
     requests behind them."""
-    rows = results[(results["source"] == "measured") & (results["status"] == "ok") & results["value"].notna()
+    rows = results[results["source"].isin(MEASURED) & (results["status"] == "ok") & results["value"].notna()
                    & results["metric"].isin(ACCEPTANCE_METRICS)]
     per_request = rows[rows["metric"] == "accept_rate_token_weighted"]
     if per_request.empty:

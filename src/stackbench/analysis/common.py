@@ -10,12 +10,28 @@ import pandas as pd
 
 from stackbench.models.formats import BITS_PER_WEIGHT, KV_DTYPE_BYTES  # noqa: F401  (re-exported to the analyses)
 from stackbench.results import metrics
-from stackbench.results.store import IDENTITY_COLUMNS, LAUNCH_COLUMNS
+from stackbench.results.store import IDENTITY_COLUMNS, LAUNCH_COLUMNS, MEASURED
 
 # A cell's full identity, and the identity of one server launch (its start-up facts are server rows).
 CELL = IDENTITY_COLUMNS
 LAUNCH = LAUNCH_COLUMNS
 RATE_METRICS = list(metrics.names(rate=True))
+
+# A measured cell whose cap was refused says so in its note (measure/runner.py row_extra): "power cap not applied: <why>".
+CAP_NOT_APPLIED = "power cap not applied: "
+
+
+def applied_cap(rows: pd.DataFrame) -> pd.Series:
+    """The power cap a row's cell ran under: for a measured cell the limit the GPU enforced, read back
+    (power_cap_enforced_w), null where the requested cap was not applied (the GPU ran at its stock limit);
+    for a published row the cap its post states. Every cap analysis reads this, never the request."""
+    return rows["power_cap_enforced_w"].where(rows["source"].isin(MEASURED), rows["power_cap_w"])
+
+
+def with_applied_caps(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` with power_cap_w replaced by applied_cap: a cell whose cap was refused is analysed as uncapped."""
+    return rows.assign(power_cap_w=applied_cap(rows)) if len(rows) else rows
+
 
 GEOMETRY_FIELDS = ["attention_layers", "swa_layers", "linear_layers", "mtp_layers", "kv_heads", "key_length",
                    "value_length", "sliding_window"]

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from stackbench.analysis.common import text_of
+from stackbench.results.store import MEASURED
 
 CORRECTNESS_METRICS = ["smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement",
                        "first_divergence_token", "loops_charged", "output_len_ok", "repetition_ratio", "looping",
@@ -73,7 +74,7 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     "differs late at token 40 (agreement 0.93), within tolerance", "loops where no-spec does not (0.33 of
     probe prompts)") and `flagged` marks a variant whose speed figures are not of the reference's output
     (charged by the rule above), `caveat` says why."""
-    rows = results[(results["source"] == "measured") & (results["status"] == "ok")
+    rows = results[results["source"].isin(MEASURED) & (results["status"] == "ok")
                    & results["metric"].isin(CORRECTNESS_METRICS)]
     if rows.empty:
         return pd.DataFrame(columns=[*VARIANT, "outputs", "flagged", "caveat", "accuracy_text"])
@@ -147,7 +148,7 @@ def cross_stack_matrices(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     no-spec launches: rows the reference (the share is over its output length), columns the launch compared
     with it, both labelled node / stack / quant; a cell reads "1 (identical)" or "0.65, differs at token 20".
     Only the few agreement rows are read, never the whole results table."""
-    rows = rows[rows["metric"].isin(CROSS_STACK_METRICS) & (rows["source"] == "measured")]
+    rows = rows[rows["metric"].isin(CROSS_STACK_METRICS) & rows["source"].isin(MEASURED)]
     out = []
     for family, mine in rows.groupby("table_title", sort=True):
         cells = mine.pivot_table(index=["row_label", "col_label"], columns="metric", values="value", aggfunc="first",
@@ -177,7 +178,7 @@ def quality_tables(rows: pd.DataFrame, by_variant: pd.DataFrame) -> list[tuple[s
     with its accuracy and interval (correctness_by_variant's accuracy_text) and, per other launch of the
     family, the share of questions both answered alike; and, in words, for each pair whether the accuracies
     differ beyond both intervals or are not distinguishable at the set's n (the rows' notes)."""
-    rows = rows[rows["metric"].isin(QUALITY_METRICS) & (rows["source"] == "measured")]
+    rows = rows[rows["metric"].isin(QUALITY_METRICS) & rows["source"].isin(MEASURED)]
     scores = by_variant.set_index(VARIANT)["accuracy_text"].to_dict() if not by_variant.empty else {}
     out = []
     for family, mine in rows.groupby("table_title", sort=True):

@@ -7,24 +7,33 @@ requests or a relative MAD above MAX_REL_MAD are excluded and named; a smaller d
 preferred when its score is within DEPTH_MARGIN of the best. Only variants whose greedy outputs agree with
 no-spec (analysis.correctness: no divergence, lengths as asked, the headline's rule) and that loop no more
 than their reference cell are candidates. A variant is chosen over no-spec only when its gain's interval
-clears zero: the lower end, variant's 95% interval low over no-spec's high, above 1.
+clears zero: the 95% Welch interval (gain_interval) of its rate over no-spec's across their repeats; where it
+does not, the choice says how many repeats each would decide at the spread seen (repeats_to_decide).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
+import scipy.stats
 
 from stackbench.analysis.common import LAUNCH
 from stackbench.analysis.gpustate import slowed_of
 from stackbench.analysis.speculative import SPEC_PAIR
 from stackbench.results.metrics import SLOWDOWN_METRICS
+from stackbench.results.store import MEASURED
 
 SCALED_MAD = 1.4826
 MAD_PENALTY = 1.0
 MAX_REL_MAD = 0.1
 DEPTH_MARGIN = 0.01
 NO_SPEC = "no-spec"
+LEVEL = 0.95
+GAIN_INTERVAL = ("Welch's t interval (95%) of the difference of the mean log rates over repeats, read as the ratio "
+                 "of the geometric means - 1")
+MOST_REPEATS_SAID = 1000  # repeats_to_decide looks no further
 # The figure a cell is judged on: the per-stream decode rate of a single stream, the aggregate of several.
 SINGLE_STREAM_METRIC, CONCURRENT_METRIC = "decode_tps", "aggregate_tps"
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status", *SLOWDOWN_METRICS)
@@ -34,17 +43,63 @@ RULE = (f"score = median - {SCALED_MAD} x MAD x {MAD_PENALTY:g} over repeats (vL
         "wholly below no-spec's, cells that loop more than no-spec's, cells on a GPU slowed by thermal, HW slowdown or "
         "power brake; "
         f"a smaller depth (no-spec = 0) is preferred within {DEPTH_MARGIN:.0%} of the best score; a variant is run only "
-        "when its gain's interval (its 95% low over no-spec's 95% high, to its high over no-spec's low) clears zero, "
-        "else no-spec. Price: KV pool tokens and contexts held (pool / context length) beside no-spec's.")
+        f"when its gain over no-spec clears zero on the gain's interval, {GAIN_INTERVAL}, else no-spec (with the "
+        "repeats each would need at the spread seen). Price: KV pool tokens and contexts held (pool / context length) "
+        "beside no-spec's.")
 CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens", "metric", "run",
                   "gain", "gain_low", "gain_high", "runner_up", "runner_up_gain", "why", "kv_pool_tokens",
                   "kv_pool_tokens_nospec", "contexts_held", "contexts_held_nospec", "excluded"]
 # A cell's peers: SPEC_PAIR, the same in everything but the launch (each launch's rows carry a ref of their own).
 
 
+def _log_moments(values) -> tuple[float, float, int] | None:
+    """Mean and sample variance of the log rates, and their count; None below two positive repeats."""
+    logs = np.log([v for v in (values if values is not None else ()) if v and v > 0])
+    return (float(logs.mean()), float(logs.var(ddof=1)), len(logs)) if len(logs) >= 2 else None
+
+
+def _welch_t(variance_a: float, variance_b: float, n_a: int, n_b: int) -> tuple[float, float]:
+    """The standard error of a difference of means and Welch-Satterthwaite's t quantile at LEVEL."""
+    a, b = variance_a / n_a, variance_b / n_b
+    se = math.sqrt(a + b)
+    df = (a + b) ** 2 / (a ** 2 / (n_a - 1) + b ** 2 / (n_b - 1)) if se > 0 else float("inf")
+    return se, float(scipy.stats.t.ppf((1 + LEVEL) / 2, df))
+
+
+def gain_interval(variant, reference) -> tuple[float, float, float] | None:
+    """(gain, low, high) of `variant`'s rate over `reference`'s, from their per-repeat rates: GAIN_INTERVAL
+    (rates are positive and their ratio is the question, so the difference is taken on logs). None where
+    either has fewer than two repeats."""
+    a, b = _log_moments(variant), _log_moments(reference)
+    if a is None or b is None:
+        return None
+    diff = a[0] - b[0]
+    se, t = _welch_t(a[1], b[1], a[2], b[2])
+    return math.expm1(diff), math.expm1(diff - t * se), math.expm1(diff + t * se)
+
+
+def repeats_to_decide(variant, reference) -> int | None:
+    """How many repeats of each would make the gain's interval exclude zero, were the log rates' difference and
+    variances what these repeats show; None where none up to MOST_REPEATS_SAID would (or either has < 2)."""
+    a, b = _log_moments(variant), _log_moments(reference)
+    if a is None or b is None or a[0] == b[0]:
+        return None
+    for n in range(2, MOST_REPEATS_SAID + 1):
+        se, t = _welch_t(a[1], b[1], n, n)
+        if t * se < abs(a[0] - b[0]):
+            return n
+    return None
+
+
+def _undecided(variant: str, gain: float, low: float, high: float, more) -> str:
+    need = f"about {more} repeats each would decide at the spread seen" if more else \
+        f"more than {MOST_REPEATS_SAID} repeats each would be needed at the spread seen"
+    return f"{variant} {gain:+.1%} ({low:+.1%} to {high:+.1%}): its interval does not clear zero, no-spec kept; {need}"
+
+
 def judged(results: pd.DataFrame) -> pd.DataFrame:
     """The row each measured closed-loop cell is judged on: decode rate at c1, aggregate above."""
-    measured = results[(results["source"] == "measured") & results["concurrency"].notna()]
+    measured = results[results["source"].isin(MEASURED) & results["concurrency"].notna()]
     metric = np.where(measured["concurrency"] == 1, SINGLE_STREAM_METRIC, CONCURRENT_METRIC)
     cells = measured[(measured["metric"] == metric) & (measured["status"] == "ok") & measured["value"].notna()]
     return cells.drop_duplicates(SPEC_PAIR + ["variant"]).reset_index(drop=True)
@@ -92,7 +147,7 @@ def _exclusions(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Data
 
 def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:
     """Cells that produced no figure (failed requests, rejections), named by group and variant."""
-    bad = results[(results["source"] == "measured") & (results["metric"] == "cell_status")
+    bad = results[results["source"].isin(MEASURED) & (results["metric"] == "cell_status")
                   & results["status"].isin(["failed", "rejected", "not_run", "gpu_busy"]) & results["concurrency"].notna()]
     bad = bad.drop_duplicates(SPEC_PAIR + ["variant"])
     return bad.assign(why=bad["status"] + ": " + bad["reason"].fillna("no reason given"))[SPEC_PAIR + ["variant", "why"]]
@@ -110,10 +165,6 @@ def _launch_price(results: pd.DataFrame) -> pd.DataFrame:
 def _first(frame: pd.DataFrame, order: list[str], ascending: list[bool]) -> pd.DataFrame:
     return frame.sort_values(SPEC_PAIR + order, ascending=[True] * len(SPEC_PAIR) + ascending, kind="stable",
                              na_position="last").drop_duplicates(SPEC_PAIR)
-
-
-def _percent(values: pd.Series) -> pd.Series:
-    return values.map(lambda x: f"{x:+.1%}" if pd.notna(x) else "?").astype(str)
 
 
 def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFrame:
@@ -138,26 +189,30 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFram
     out = keys.merge(pick, on=SPEC_PAIR, how="left").merge(
         runner[SPEC_PAIR + ["variant", "value", "spec_method"]].rename(columns=lambda c: c if c in SPEC_PAIR else f"runner_{c}"),
         on=SPEC_PAIR, how="left").merge(
-        reference[SPEC_PAIR + ["source", "ref", "variant", "value", "ci_low", "ci_high"]].rename(
+        reference[SPEC_PAIR + ["source", "ref", "variant", "value", "repeat_values"]].rename(
             columns=lambda c: c if c in SPEC_PAIR else f"ref_{c}"),
         on=SPEC_PAIR, how="left")
     has_ref = out["ref_value"].notna()
     picked_spec = out["variant"].notna() & (out["spec_method"] != "none")
-    gain = out["value"] / out["ref_value"] - 1
-    low, high = out["ci_low"] / out["ref_ci_high"] - 1, out["ci_high"] / out["ref_ci_low"] - 1
+    intervals = [gain_interval(mine, theirs) if spec else None
+                 for mine, theirs, spec in zip(out["repeat_values"], out["ref_repeat_values"], picked_spec & has_ref)]
+    gain, low, high = (pd.Series([i[k] if i else np.nan for i in intervals], index=out.index, dtype=float) for k in range(3))
     clears = picked_spec & has_ref & (low > 0)
     falls_back = picked_spec & has_ref & ~clears
     run = np.select([out["variant"].isna(), ~has_ref | clears, falls_back], ["none eligible", out["variant"], NO_SPEC], NO_SPEC)
     # Who else: when a variant's gain did not clear, that variant; else the next score down.
     runner_up = np.where(falls_back, out["variant"], np.where(out["runner_spec_method"] == "none", NO_SPEC, out["runner_variant"]))
     runner_value = np.where(falls_back, out["value"], out["runner_value"])
-    no_interval = out["ci_low"].isna() | out["ref_ci_high"].isna()
+    no_interval = gain.isna()
+    undecided = [_undecided(v, g, lo, hi, repeats_to_decide(mine, theirs)) if fall and not none else ""
+                 for v, g, lo, hi, mine, theirs, fall, none in zip(out["variant"], gain, low, high, out["repeat_values"],
+                                                                   out["ref_repeat_values"], falls_back, no_interval)]
     why = np.select(
         [out["variant"].isna(), ~has_ref, clears, falls_back & no_interval, falls_back, out["spec_method"] == "none"],
         ["every cell excluded", "no no-spec launch here: variants ranked without a reference",
-         "gain's interval clears zero", "no 95% interval (fewer than 2 repeats, or none stated): no-spec kept",
-         out["variant"].astype(str) + " " + _percent(gain) + " (" + _percent(low) + " to " + _percent(high)
-         + "): its interval does not clear zero, no-spec kept", "no-spec scores best (or within the depth margin)"], "")
+         "gain's interval clears zero", "no interval of the gain (fewer than 2 repeats of either, or no per-repeat "
+         "values stored): no-spec kept", pd.Series(undecided, index=out.index),
+         "no-spec scores best (or within the depth margin)"], "")
     price = _launch_price(results)
     runs_reference = run == NO_SPEC
     chosen = pd.DataFrame({"source": np.where(runs_reference, out["ref_source"], out["source"]),

@@ -8,8 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from stackbench.analysis.common import with_applied_caps
 from stackbench.analysis.decide import judged
 from stackbench.analysis.gpustate import slowed_of
+from stackbench.results.store import MEASURED
 
 # Steady-window figures where the cell has them (ramp and tail excluded), else the whole window's.
 PER_TOKEN = ("energy_j_per_token_steady", "energy_j_per_token")
@@ -21,7 +23,7 @@ SWEEP = ["node", "stack", "variant", "workload", "concurrency"]
 
 
 def _per_cell(results: pd.DataFrame, metric: str) -> pd.DataFrame:
-    rows = results[(results["source"] == "measured") & (results["metric"] == metric) & (results["status"] == "ok")
+    rows = results[results["source"].isin(MEASURED) & (results["metric"] == metric) & (results["status"] == "ok")
                    & results["value"].notna()]
     return rows.drop_duplicates(CELL_KEYS)[CELL_KEYS + ["value"]].rename(columns={"value": metric})
 
@@ -29,7 +31,9 @@ def _per_cell(results: pd.DataFrame, metric: str) -> pd.DataFrame:
 def energy_cells(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFrame:
     """Per measured cell: its judged rate, power, J/token (steady where measured) and J/response, variants
     flagged by the correctness rule left out (a looping answer is cheap per token and useless), and cells on a
-    slowed GPU (analysis.gpustate)."""
+    slowed GPU (analysis.gpustate). The cap is the one applied (common.applied_cap): a cell whose cap was refused
+    is uncapped here, so the cap floor and depth x cap see only caps the GPU enforced."""
+    results = with_applied_caps(results)
     cells = judged(results)
     cells = cells[slowed_of(cells, results) == ""][CELL_KEYS + ["metric", "value"]]  # a throttled GPU's joules are not the stack's
     for metric in ENERGY_METRICS:

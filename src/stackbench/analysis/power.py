@@ -1,12 +1,12 @@
-"""Power caps: throughput and tokens per joule against cap, the sweet spot named (the lowest cap within 5%
-of the best: seed 002's 260 W)."""
+"""Power caps: throughput and tokens per joule against the cap the GPU enforced, the sweet spot named (the
+lowest cap within 5% of the best: seed 002's 260 W)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from stackbench.analysis.common import CELL, RATE_METRICS, cell_values
+from stackbench.analysis.common import CELL, RATE_METRICS, cell_values, with_applied_caps
 from stackbench.analysis.gpustate import slowed_of
 
 SWEET_SPOT_SHARE = 0.95
@@ -15,7 +15,9 @@ SWEET_SPOT_SHARE = 0.95
 def power_sweet_spots(results: pd.DataFrame) -> pd.DataFrame:
     """Per sweep (same source, ref, node, stack, variant, workload, concurrency, metric): the lowest cap
     whose throughput is within 5% of the best, and tokens per joule of that very cell where energy was
-    measured. Cells on a slowed GPU (analysis.gpustate) are left out."""
+    measured. Cells on a slowed GPU (analysis.gpustate) are left out. Caps are the ones applied
+    (common.applied_cap): a sweep whose caps the GPU refused names no sweet spot."""
+    results = with_applied_caps(results)
     keys = ["source", "ref", "node", "stack", "variant", "workload", "concurrency", "metric"]
     wanted = results["power_cap_w"].notna() & results["metric"].isin(RATE_METRICS) & (results["status"] == "ok") \
         & results["value"].notna()

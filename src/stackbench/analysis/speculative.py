@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from stackbench.analysis.common import CELL, cell_values
+from stackbench.results.store import MEASURED
 
 # The no-spec cell a speculative cell is compared with: the same cell in every respect but the variant. Each
 # measured launch's rows carry their own ref (its run id), so measured cells pair across refs.
@@ -17,7 +18,7 @@ def spec_value_by_context(results: pd.DataFrame) -> pd.DataFrame:
     """Speed-up of each speculative cell's per-stream decode rate over the no-spec cell that matches it in
     everything but the variant (same node, stack, power cap, concurrency, workload, model, lengths),
     with the acceptance length of that very cell beside it."""
-    decode = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & (results["source"] == "measured")
+    decode = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & results["source"].isin(MEASURED)
                      & results["value"].notna()]
     base = decode[decode["spec_method"] == "none"].drop_duplicates(SPEC_PAIR)[SPEC_PAIR + ["value"]]
     spec = decode[decode["spec_method"] != "none"]

@@ -21,7 +21,10 @@ def spread_flags(results: pd.DataFrame, ratio: float = 1.25) -> pd.DataFrame:
     figures of the same family (same post, variant and metric) that are far below them (seed 004: 101 vs
     408 tok/s)."""
     rates = results[results["metric"].isin(RATE_METRICS) & results["value"].notna()]
-    wide = rates[(rates["value_min"] > 0) & (rates["value_max"] / rates["value_min"] > ratio)].copy()
+    # A measured range is a spread across repeats only where its row says so; a published range has no spread_over,
+    # nor has a results file from before the column (its rate rows' ranges were all over repeats).
+    over_repeats = rates["spread_over"].isna() | (rates["spread_over"] == "repeats") if "spread_over" in rates else True
+    wide = rates[over_repeats & (rates["value_min"] > 0) & (rates["value_max"] / rates["value_min"] > ratio)].copy()
     wide["why"] = ("spread " + text_of(wide["value_min"], "{:.4g}") + "-" + text_of(wide["value_max"], "{:.4g}")
                    + " (x" + text_of((wide["value_max"] / wide["value_min"]), "{:.2f}") + ")")
     family = ["post", "variant", "metric"]

@@ -81,13 +81,14 @@ class Workload:
     prompt_tokens_target: int | None = None  # prompts sized to about this many of the served model's tokens
     ladder: tuple[int, ...] = ()  # kind ladder: one cell per prompt length (tokens of the served model)
     method_scale: str | None = None  # the node runs this method reduced ("output 64 of 512"); None: as written
+    not_for_ranking: bool = False  # a behaviour shown, not a typical figure: never a headline cell (report only)
 
     @property
     def identity(self) -> dict:
         """The workload's part of a cell's fingerprint; its load enters the cell's on its own (see
         launchspec.Cell.identity), so workloads without a load section keep their fingerprints; the
         optional fields enter only where set, for the same reason."""
-        doc = {k: v for k, v in asdict(self).items() if k not in ("load", "own_concurrency", *OPTIONAL_IDENTITY)}
+        doc = {k: v for k, v in asdict(self).items() if k not in ("load", "own_concurrency", "not_for_ranking", *OPTIONAL_IDENTITY)}
         return {**doc, **{k: getattr(self, k) for k in OPTIONAL_IDENTITY if getattr(self, k) not in (None, ())}}
 
     def levels(self, launch: Launch) -> tuple[int, ...]:

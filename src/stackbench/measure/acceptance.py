@@ -13,7 +13,7 @@ import numpy
 
 from stackbench.engines.base import SERVER_SPEC_ACCEPTED, SERVER_SPEC_DRAFTED
 from stackbench.measure.client import RequestRecord
-from stackbench.measure.summary import Figure
+from stackbench.measure.summary import REQUESTS, Figure
 
 HISTOGRAM_BINS = 10  # request_accept_rate_bin<i>: requests whose rate is in [i/10, (i+1)/10); the last holds 1.0
 BIN_PREFIX = "request_accept_rate_bin"
@@ -40,7 +40,7 @@ def request_acceptance_figures(records: list[RequestRecord]) -> list[Figure]:
     ]
     for q, stat in ((10, "p10"), (50, "median"), (90, "p90")):
         figures.append(Figure(f"request_accept_rate_p{q}", float(numpy.percentile(rates, q)), "ratio", stat, n,
-                              float(min(rates)), float(max(rates)),
+                              float(min(rates)), float(max(rates)), spread_over=REQUESTS,
                               note=f"accepted / drafted per request, {q}th percentile over {n} requests"))
     counts = numpy.histogram(numpy.clip(rates, 0, 1), bins=HISTOGRAM_BINS, range=(0, 1))[0]
     figures += [Figure(f"{BIN_PREFIX}{i}", int(count), "requests", "single", n,

@@ -54,7 +54,9 @@ class RowMaker:
         node, launch = spec.node, spec.launch
         external = launch.launch_mode == "external"
         self.launch_basis = {
-            "source": "measured", "ref": run_id, "node": node.name, "stack": launch.engine, "variant": launch.variant,
+            # A rehearsal's stand-in engines on simulated GPUs measure nothing real: their own source.
+            "source": "rehearsal" if spec.rehearsal else "measured", "ref": run_id, "node": node.name,
+            "stack": launch.engine, "variant": launch.variant,
             "spec_method": launch.spec_method, "spec_tokens": launch.spec_tokens,
             "os": host_os() if node.os == "auto" else node.os, "engine": adapter.engine_label,
             "engine_version": spec.engine.get("version", UNKNOWN),
@@ -86,7 +88,8 @@ class RowMaker:
                 "prompt_tokens": prompt_tokens, "output_tokens": cell.workload.output_tokens if cell else None,
                 "thinking": thinking_basis(cell.workload.thinking) if cell else None,
                 "reasoning_effort": cell.workload.reasoning_effort if cell else None,
-                "method_scale": cell.workload.method_scale if cell else None}
+                "method_scale": cell.workload.method_scale if cell else None,
+                "not_for_ranking": cell.workload.not_for_ranking if cell else None}
 
     def cell_rows(self, cell: Cell, figures: list[summary.Figure], status: str, reason: str | None,
                   prompt_tokens: int | None = None, extra: dict | None = None) -> list[dict]:
@@ -98,7 +101,9 @@ class RowMaker:
         rows = []
         for f in figures:
             note = f.note
-            if f.stat == "median" and summary.spread_is_wide(f, self.spread_flag_ratio):
+            # Only repeats spread across repeats; a percentile's min/max over requests or tokens is its
+            # distribution, and its note (the sample count) stays.
+            if f.spread_over == summary.REPEATS and summary.spread_is_wide(f, self.spread_flag_ratio):
                 note = "; ".join(n for n in (f"{caveats.WIDE_NOTE} (max/min > {self.spread_flag_ratio:g})", note) if n)
             if f.metric == "accept_len" and self.accept_len_basis:
                 note = "; ".join(n for n in (note, self.accept_len_basis) if n)
@@ -106,7 +111,8 @@ class RowMaker:
                 note = "; ".join(n for n in (note, extra["note"]) if n)
             rows.append({**base, "metric": f.metric, "value": f.value, "value_min": f.value_min, "value_max": f.value_max,
                          "unit": f.unit, "stat": f.stat, "n": f.n, "ci_low": f.ci_low, "ci_high": f.ci_high, "mad": f.mad,
-                         "ttft_included": f.ttft_included, "note": note,
+                         "ttft_included": f.ttft_included, "note": note, "spread_over": f.spread_over,
+                         "repeat_values": list(f.repeat_values) if f.repeat_values else None,
                          **({"prompt_tokens": f.prompt_tokens} if f.prompt_tokens is not None else {})})
         return rows
 

@@ -2,8 +2,9 @@
 
 A cell is (workload, load, power cap) inside one launch, the load a closed loop of c streams or an
 open-loop request rate; it has several repeats. Per-repeat figures are summarised as the median with min,
-max and a 95% Student's t interval; latency distributions (TPOT, ITL, inter-chunk
-latency) are percentiles over every request or token of the cell, each with its sample count;
+max, the per-repeat values and the median's 95% order-statistic interval; latency distributions (TPOT, ITL,
+inter-chunk latency) are percentiles over every request, token or chunk gap of the cell, each with its sample
+count; every figure with a spread says what it is over (spread_over);
 counter-based figures (acceptance) are pooled over the whole cell from counter deltas, never read from a
 cumulative gauge. Load figures (steady-state window, goodput, the knee of a concurrency sweep) follow
 vLLM `bench serve` and ML.ENERGY, as each function says.
@@ -28,6 +29,11 @@ from stackbench.results import metrics
 FEW_SAMPLES = 100
 # A median whose 95% confidence interval reaches further than this fraction of it says so in its note.
 CI_FLAG_FRACTION = 0.05
+# What a figure's min, max and percentiles are over (the rows' spread_over): only a spread over repeats is a
+# repeat-to-repeat spread (results/basis.py WIDE_NOTE); one over requests, tokens or chunk gaps is the cell's
+# distribution.
+REPEATS, REQUESTS, TOKENS, CHUNKS = "repeats", "requests", "tokens", "chunks"
+MEDIAN_INTERVAL = "95% order-statistic interval of the median (binomial, distribution-free)"
 
 
 @dataclass(frozen=True)
@@ -41,10 +47,12 @@ class Figure:
     value_max: float | None = None
     ttft_included: str = "no"
     note: str | None = None
-    ci_low: float | None = None  # 95% confidence interval of the mean over repeats (Student's t)
+    ci_low: float | None = None  # the median's 95% interval over repeats (median_interval); None below 6 repeats
     ci_high: float | None = None
     prompt_tokens: int | None = None  # a figure about one request of its own (the needle), not the cell's median
     mad: float | None = None  # median absolute deviation over repeats (analysis.decide's robust score reads it)
+    spread_over: str | None = None  # what value_min / value_max (and a percentile) range over: REPEATS, REQUESTS, ...
+    repeat_values: tuple[float, ...] | None = None  # the figure of each repeat, in order (analysis.decide's interval)
 
 
 def confidence_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
@@ -56,33 +64,44 @@ def confidence_interval(values: list[float], level: float = 0.95) -> tuple[float
     return mean - half, mean + half
 
 
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """The median's distribution-free interval: the order statistics (x_(k), x_(n+1-k)) with the largest k
+    whose coverage, 1 - 2 P(Binomial(n, 1/2) < k), is at least `level`. None where even (min, max) covers
+    less (fewer than 6 values at 95%: 1 - 2 / 2^n)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    ks = [k for k in range(1, n // 2 + 1) if 1 - 2 * scipy.stats.binom.cdf(k - 1, n, 0.5) >= level]
+    return (ordered[max(ks) - 1], ordered[n - max(ks)]) if ks else None
+
+
 def _median_figure(metric: str, per_repeat: list[float], unit: str, ttft_included: str = "no") -> Figure | None:
-    """Median over repeats with min, max and the 95% interval; an interval wider than +-5% of the median
-    says so in the note."""
+    """Median over repeats with min, max, the repeats' values and the median's 95% interval (median_interval);
+    an interval wider than +-5% of the median says so in the note."""
     values = [v for v in per_repeat if v is not None]
     if not values:
         return None
     median = statistics.median(values)
-    ci = confidence_interval(values)
+    ci = median_interval(values)
     note = None
     if ci and max(median - ci[0], ci[1] - median) > CI_FLAG_FRACTION * abs(median):
-        note = f"95% interval wider than +-{CI_FLAG_FRACTION:.0%} of its value ({len(values)} repeats)"
+        note = f"{MEDIAN_INTERVAL} wider than +-{CI_FLAG_FRACTION:.0%} of its value ({len(values)} repeats)"
     mad = statistics.median(abs(v - median) for v in values) if len(values) > 1 else None
     return Figure(metric, median, unit, "median", len(values), min(values), max(values), ttft_included, note,
-                  *(ci or (None, None)), mad=mad)
+                  *(ci or (None, None)), mad=mad, spread_over=REPEATS, repeat_values=tuple(values))
 
 
-def percentile_figures(name: str, values: list[float], unit: str, what: str, median_metric: str | None = None) -> list[Figure]:
+def percentile_figures(name: str, values: list[float], unit: str, what: str, over: str,
+                       median_metric: str | None = None) -> list[Figure]:
     """Median and p90/p99 of `values` (numpy's linear interpolation, as vLLM `bench serve` reports them),
-    each with its sample count; a percentile from fewer than FEW_SAMPLES samples says so. The median is
-    `<name>_p50_<unit>` unless `median_metric` names it."""
+    each with its sample count and `over`, what the samples are (REQUESTS, TOKENS, CHUNKS); a percentile from
+    fewer than FEW_SAMPLES samples says so. The median is `<name>_p50_<unit>` unless `median_metric` names it."""
     if not values:
         return []
     n = len(values)
     few = f"; only {n} samples (fewer than {FEW_SAMPLES}): a rough percentile" if n < FEW_SAMPLES else ""
     return [Figure((q == 50 and median_metric) or f"{name}_p{q}_{unit}", float(numpy.percentile(values, q)), unit,
                    "median" if q == 50 else f"p{q}", n, float(min(values)), float(max(values)),
-                   note=f"{what}, {q}th percentile{few}")
+                   note=f"{what}, {q}th percentile{few}", spread_over=over)
             for q in (50, 90, 99)]
 
 
@@ -200,14 +219,14 @@ def cell_figures(repeats: list[list[RequestRecord]], counters: SpecCounters | No
     # and E2EL (first and last chunk with choices); then percentiles over requests.
     figures += percentile_figures("tpot", [r.tpot_ms for r in ok if r.tpot_ms is not None], "ms",
                                   "TPOT per request, (latency - TTFT) / (output tokens - 1) as vLLM bench serve",
-                                  median_metric="tpot_ms")
+                                  REQUESTS, median_metric="tpot_ms")
     # Per-token ITL as SGLang `bench_serving`: each chunk's gap divided by the tokens it carries.
     figures += percentile_figures("itl", [gap for r in ok for gap in r.per_token_itl_ms()], "ms",
-                                  f"per-token ITL, chunk gap / tokens in chunk ({tokens_per_chunk_source(ok)})")
+                                  f"per-token ITL, chunk gap / tokens in chunk ({tokens_per_chunk_source(ok)})", TOKENS)
     # The raw gap between chunks, whatever each carries: vLLM `bench serve`'s ITL, here named inter-chunk
     # latency so it is never read as the per-token ITL above.
     figures += percentile_figures("icl", [gap for r in ok for gap in r.inter_chunk_ms()], "ms",
-                                  "inter-chunk latency, gap between SSE chunks with choices (vLLM bench serve ITL)")
+                                  "inter-chunk latency, gap between SSE chunks with choices (vLLM bench serve ITL)", CHUNKS)
     figures += acceptance_figures(counters, len(repeats))
     return figures
 

@@ -258,7 +258,7 @@ def load_published_geometries(root: Path = Path(".")) -> list[PublishedGeometry]
 
 # What a figure's row says about that figure alone, not about the launch it belongs to.
 NOT_A_LAUNCH_FACT = ("concurrency", "request_rate", "power_cap_w", "value_min", "value_max", "ci_low", "ci_high", "mad",
-                     "table_id", "table_title", "row_label", "col_label", "prompt_tokens", "output_tokens", "reason")
+                     "spread_over", "repeat_values", "table_id", "table_title", "row_label", "col_label", "prompt_tokens", "output_tokens", "reason")
 FIGURE_UNITS = {"params_b": "billion parameters", "kv_heads": "heads", "key_length": "elements", "value_length": "elements",
                 "sliding_window": "tokens"}
 

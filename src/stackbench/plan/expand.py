@@ -62,6 +62,7 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         tool=doc["tool"],
         prompt_tokens_target=doc["prompt_tokens_target"],
         ladder=tuple(doc["ladder"]),
+        not_for_ranking=doc["not_for_ranking"],
     )
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from stackbench.analysis.common import RATE_METRICS
 from stackbench.results import published
+from stackbench.results.store import MEASURED
 
 Figure = dict
 
@@ -24,13 +25,13 @@ MIXED_SOURCES = "measured and published series differ in model and basis: read t
 
 
 def _with_source(rows: pd.DataFrame) -> pd.DataFrame:
-    """Each row's series source: 'measured', or 'published 004 §MTP n=2 和 n=3 A/B' (the post's number and
+    """Each row's series source: 'measured' (or 'rehearsal'), or 'published 004 §MTP n=2 和 n=3 A/B' (the post's number and
     the section the figure came from)."""
     # Labels per distinct ref (a handful), then one vectorized lookup per row.
     labels = {}
     for source, ref in rows[["source", "ref"]].drop_duplicates().itertuples(index=False):
         labels[ref] = (f"published {published.post_of(ref)} §{published.section_of(ref)}" if source == "published"
-                       else "measured")
+                       else source)
     return rows.assign(series_source=rows["ref"].map(labels))
 
 
@@ -147,7 +148,7 @@ REQUEST_BINS = "request_accept_rate_bin"  # measure/acceptance.py: requests per 
 def request_acceptance_histogram(rows: pd.DataFrame, node: str) -> Figure | None:
     """Requests by their own acceptance (accepted / drafted, tenths), one bar series per speculative cell
     (stack / variant / workload / concurrency), measured rows only: the spread a pooled ratio hides."""
-    rows = rows[rows["metric"].str.startswith(REQUEST_BINS) & (rows["source"] == "measured") & rows["value"].notna()]
+    rows = rows[rows["metric"].str.startswith(REQUEST_BINS) & rows["source"].isin(MEASURED) & rows["value"].notna()]
     if rows.empty:
         return None
     rows = _with_source(rows)
@@ -162,7 +163,7 @@ def request_acceptance_histogram(rows: pd.DataFrame, node: str) -> Figure | None
 
 def accept_len_by_depth(rows: pd.DataFrame, node: str) -> Figure | None:
     """Acceptance length against speculative depth, per workload (median over concurrencies), measured rows only."""
-    rows = rows[(rows["metric"] == "accept_len") & rows["spec_tokens"].notna() & (rows["source"] == "measured")]
+    rows = rows[(rows["metric"] == "accept_len") & rows["spec_tokens"].notna() & rows["source"].isin(MEASURED)]
     if rows.empty:
         return None
     rows = _with_source(rows)

@@ -74,9 +74,10 @@ def across_stacks(choices: pd.DataFrame, agreement: pd.DataFrame) -> list[tables
     return [table]
 
 
-def energy_tables(cells: pd.DataFrame) -> list[tables.Table]:
+def energy_tables(cells: pd.DataFrame, caps_refused: list[str] = ()) -> list[tables.Table]:
     """Fewest joules per concurrency, the cap floor of every cap sweep, and depth x cap where both are swept;
-    `cells` is analysis.energy_cells. A table with nothing to say is left out."""
+    `cells` is analysis.energy_cells (caps as applied), `caps_refused` the lines naming where a cap was not
+    applied and why, said under each. A table with nothing to say is left out."""
     sections = [
         (analysis.fewest_joules(cells), "what-to-run-energy", "What to run for energy: fewest joules per token and per response",
          "J/token over the steady window where measured, else the whole window; J/response over the steady window "
@@ -87,4 +88,5 @@ def energy_tables(cells: pd.DataFrame) -> list[tables.Table]:
         (analysis.depth_by_cap(cells), "what-to-run-depth-by-cap", "Speculative depth x power cap (depth 0 = no-spec)",
          "judged rate (decode at c1, aggregate above) and J/token of each cell, where one stack swept both"),
     ]
-    return [tables.frame_table(frame, table_id, title, ref) for frame, table_id, title, ref in sections if len(frame)]
+    return [tables.frame_table(frame, table_id, title, ref, list(caps_refused))
+            for frame, table_id, title, ref in sections if len(frame)]

@@ -9,9 +9,11 @@ import duckdb
 import pandas as pd
 
 from stackbench import analysis
+from stackbench.analysis.common import CAP_NOT_APPLIED
 from stackbench.report import charts, tables
 from stackbench.report.layouts import AGGREGATE_METRICS, Layout
 from stackbench.results import published
+from stackbench.results.store import MEASURED_SQL
 
 
 class Results:
@@ -49,8 +51,34 @@ def sql_in(values) -> str:
 def power_not_measured(results: Results) -> dict[str, str]:
     """Per node, why power was not measured (said once per node, not once per launch or cell)."""
     frame = results.frame("select node, string_agg(distinct reason, '; ') as why from results "
-                          "where metric = 'power_w' and status = 'not_run' and source = 'measured' group by node")
+                          f"where metric = 'power_w' and status = 'not_run' and source in {MEASURED_SQL} group by node")
     return dict(zip(frame["node"], frame["why"]))
+
+
+def caps_not_applied(results: Results) -> dict[str, str]:
+    """Per node, 'cap not applied on <GPU> (<caps> W asked): <why>' for the measured cells whose requested power
+    cap the GPU did not enforce (analysis.common.applied_cap): said under every table that reads caps."""
+    frame = results.frame(
+        "select node, gpu, string_agg(distinct power_cap_w::varchar, ', ' order by power_cap_w::varchar) as caps, "
+        "string_agg(distinct regexp_extract(note, ?, 1), '; ') as why from results "
+        f"where source in {MEASURED_SQL} and power_cap_w is not null and power_cap_enforced_w is null "
+        "and workload is not null group by node, gpu order by node, gpu", [f"{CAP_NOT_APPLIED}([^;]*)"])
+    out: dict[str, list[str]] = {}
+    for node, gpu, caps, why in frame.itertuples(index=False):
+        out.setdefault(node, []).append(f"cap not applied on {node} ({gpu}; {caps} W asked): {why or 'no reason recorded'}")
+    return {node: "; ".join(lines) for node, lines in out.items()}
+
+
+def kept_launches(results: Results) -> dict[str, str]:
+    """Per node, the launches whose rows collect kept from an earlier run though this run did not plan them
+    (store.union_parts launch_kept): 'stack / variant (run ref)', so no figure of theirs passes unannounced."""
+    present = set(results.frame("select * from results limit 0").columns)
+    if "launch_kept" not in present:
+        return {}
+    frame = results.frame("select node, string_agg(distinct stack || ' / ' || variant || ' (' || ref || ')', ', ' "
+                          "order by stack || ' / ' || variant || ' (' || ref || ')') as launches from results "
+                          "where launch_kept group by node order by node")
+    return dict(zip(frame["node"], frame["launches"]))
 
 
 def probes_off(results: Results, metric: str = "smoke_score") -> dict[str, str]:
@@ -58,7 +86,8 @@ def probes_off(results: Results, metric: str = "smoke_score") -> dict[str, str]:
     turned off, and where (plan.probeset)."""
     frame = results.frame("select node, string_agg(distinct stack || ' / ' || variant, ', ') as launches, "
                           "string_agg(distinct reason, '; ') as why from results where metric = ? "
-                          "and status = 'not_run' and workload = 'server' and source = 'measured' group by node", [metric])
+                          "and status = 'not_run' and workload = 'server' "
+                          f"and source in {MEASURED_SQL} group by node", [metric])
     return {node: f"{launches}: {why}" for node, launches, why in frame.itertuples(index=False)}
 
 
@@ -67,7 +96,7 @@ def status_lines(results: Results) -> list[str]:
     rows (no workload) are not cells; power that was not measured is said once per node under its headline."""
     frame = results.frame(
         "select distinct node, stack, variant, workload, concurrency, status, reason from results "
-        "where source = 'measured' and status <> 'ok' and workload is not null and metric <> 'power_w' "
+        f"where source in {MEASURED_SQL} and status <> 'ok' and workload is not null and metric <> 'power_w' "
         "order by node, stack, variant, workload, concurrency")
     lines = []
     for row in frame.itertuples(index=False):
@@ -79,32 +108,43 @@ def status_lines(results: Results) -> list[str]:
 def headline_input(results: Results) -> pd.DataFrame:
     """Only the rows a headline can show (tables.headline_records makes the final choice): its metrics at
     concurrency 1 (or unset) and each variant's aggregate at one higher concurrency, at the variant's
-    canonical power cap (uncapped where it ran uncapped, else its highest), peaks left out. A launch's own
-    figures (pool, VRAM) logged without a cap hold at that cap.
+    canonical power cap (uncapped where it ran uncapped, else its highest; a measured cell's cap is the one
+    the GPU enforced, so a refused cap counts as uncapped and power_cap_w comes back as applied), peaks and workloads marked not
+    for ranking left out. A launch's own figures (pool, VRAM) logged without a cap hold at that cap. Where
+    every measured variant of a node ran a post's method workload, their cells are that method's alone
+    (the first by name where several qualify); tables.like_with_like then cuts to the cells all ran.
 
     The aggregate's concurrency: for measured variants, the highest that every measured variant of the
     node ran, so a load sweep on one launch does not put its column at another level than the rest's; a
     published variant keeps its post's own highest."""
     launch_metrics = [c.metric for c in tables.HEADLINE if c.cell == "any"]
     results.register_posts()
+    present = set(results.frame("select * from results limit 0").columns)
+    ranked = "and not coalesce(not_for_ranking, false)" if "not_for_ranking" in present else ""
     return results.frame(f"""
         with all_rows as (
-          select r.*, coalesce(p.post, '') as post from results r left join posts p using (ref)
-          where status = 'ok' and stat <> 'peak' and metric in {sql_in(tables.HEADLINE_METRICS)}),
+          -- The cap a cell ran under (analysis.common.applied_cap): a refused cap is no cap.
+          select r.* replace (case when r.source in {MEASURED_SQL} then r.power_cap_enforced_w else r.power_cap_w end
+                              as power_cap_w), coalesce(p.post, '') as post
+          from results r left join posts p using (ref)
+          where status = 'ok' and stat <> 'peak' and metric in {sql_in(tables.HEADLINE_METRICS)} {ranked}),
+        measured_variants as (
+          select node, count(distinct (stack, variant)) as variants from all_rows where source in {MEASURED_SQL} group by node),
         node_method as (
           select node, workload from (
             select node, workload, count(distinct (stack, variant)) as variants from all_rows
-            where source = 'measured' and workload is not null and regexp_matches(workload, ?) group by all)
-          qualify row_number() over (partition by node order by variants desc, workload) = 1),
+            where source in {MEASURED_SQL} and workload is not null and regexp_matches(workload, ?) group by all)
+          join measured_variants using (node, variants)
+          qualify row_number() over (partition by node order by workload) = 1),
         ran_method as (select distinct node, stack, variant from all_rows join node_method using (node, workload)
-                       where source = 'measured'),
+                       where source in {MEASURED_SQL}),
         rows as (
           select a.* from all_rows a left join node_method m on a.node = m.node
             left join ran_method v on a.node = v.node and a.stack = v.stack and a.variant = v.variant
-          where a.source <> 'measured' or a.workload is null or v.node is null or a.workload = m.workload),
+          where a.source not in {MEASURED_SQL} or a.workload is null or v.node is null or a.workload = m.workload),
         aggregates as (
           select node, stack, variant, concurrency from rows
-          where source = 'measured' and metric = 'aggregate_tps' and concurrency is not null),
+          where source in {MEASURED_SQL} and metric = 'aggregate_tps' and concurrency is not null),
         common as (
           select node, max(l.concurrency) as concurrency
           from (select node, concurrency, count(distinct (stack, variant)) as variants from aggregates group by all) l
@@ -118,7 +158,7 @@ def headline_input(results: Results) -> pd.DataFrame:
                  max(case when metric = 'aggregate_tps' then concurrency end) as top_concurrency
           from rows group by all),
         chosen as (
-          select v.*, case when v.source = 'measured' then coalesce(c.concurrency, v.top_concurrency)
+          select v.*, case when v.source in {MEASURED_SQL} then coalesce(c.concurrency, v.top_concurrency)
                            else v.top_concurrency end as aggregate_concurrency
           from variant v left join common c using (node))
         select r.* exclude (post) from rows r join chosen v using (node, source, post, stack, variant)
@@ -132,28 +172,29 @@ def correctness_input(results: Results) -> pd.DataFrame:
     """The measured correctness rows only (probes, agreement, validity and loops of every cell): small."""
     return results.frame("select node, stack, variant, workload, metric, value, unit, prompt_tokens, source, status, "
                          "ci_low, ci_high, n "
-                         f"from results where source = 'measured' and metric in {sql_in(analysis.CORRECTNESS_METRICS)}")
+                         f"from results where source in {MEASURED_SQL} and metric in {sql_in(analysis.CORRECTNESS_METRICS)}")
 
 
 def decide_input(results: Results) -> pd.DataFrame:
-    """What analysis.decide and analysis.energy read: the judged rates (with their MAD and interval), loops,
+    """What analysis.decide and analysis.energy read: the judged rates (with their MAD and repeats), loops,
     pools, power and energy, and the cells without a figure, measured rows only."""
     present = set(results.frame("select * from results limit 0").columns)
     mad = "" if "mad" in present else ", null::double as mad"  # results collected before repeats' MAD was stored
+    mad += "" if "repeat_values" in present else ", null::double[] as repeat_values"  # ... or each repeat's figure
     return results.frame(f"select * exclude (note){mad} from results "
-                         f"where source = 'measured' and metric in {sql_in(analysis.DECIDE_METRICS + analysis.ENERGY_METRICS)}")
+                         f"where source in {MEASURED_SQL} and metric in {sql_in(analysis.DECIDE_METRICS + analysis.ENERGY_METRICS)}")
 
 
 def cross_stack_input(results: Results) -> pd.DataFrame:
     """The cross-stack agreement rows only: a handful per weights family."""
     return results.frame("select source, table_title, row_label, col_label, metric, value, unit from results "
-                         f"where source = 'measured' and metric in {sql_in(analysis.CROSS_STACK_METRICS)}")
+                         f"where source in {MEASURED_SQL} and metric in {sql_in(analysis.CROSS_STACK_METRICS)}")
 
 
 def quality_input(results: Results) -> pd.DataFrame:
     """The answer agreement rows across stacks, with the launch compared and the words on the intervals."""
     return results.frame("select source, table_title, row_label, col_label, node, stack, variant, metric, value, note "
-                         f"from results where source = 'measured' and metric in {sql_in(analysis.QUALITY_METRICS)}")
+                         f"from results where source in {MEASURED_SQL} and metric in {sql_in(analysis.QUALITY_METRICS)}")
 
 
 def method_input(results: Results, layouts: dict[str, Layout]) -> pd.DataFrame:
@@ -165,9 +206,9 @@ def method_input(results: Results, layouts: dict[str, Layout]) -> pd.DataFrame:
         return pd.DataFrame()
     return results.frame(f"""
         with ran as (select distinct ref, node, stack, variant from results
-                     where source = 'measured' and workload in (select unnest(?::varchar[])))
+                     where source in {MEASURED_SQL} and workload in (select unnest(?::varchar[])))
         select r.* from results r join ran using (ref, node, stack, variant)
-        where r.source = 'measured' and r.status = 'ok'
+        where r.source in {MEASURED_SQL} and r.status = 'ok'
           and (r.workload in (select unnest(?::varchar[])) or r.workload is null)
           and (r.metric in (select distinct metric from results where source = 'published' and table_id is not null)
                or r.metric in {sql_in(AGGREGATE_METRICS.values())})""",
@@ -185,7 +226,7 @@ def ladder_input(results: Results) -> pd.DataFrame:
     like = like_columns(results)
     return results.frame(f"""
         with c1 as (select ref, node, stack, variant, workload, prompt_tokens, metric, value, {like} from results
-                    where source = 'measured' and status = 'ok' and concurrency = 1 and workload is not null
+                    where source in {MEASURED_SQL} and status = 'ok' and concurrency = 1 and workload is not null
                       and prompt_tokens is not null and value is not null and metric in (select unnest(?::varchar[]))),
         ladders as (select ref, node, stack, variant, workload from c1 group by all
                     having count(distinct prompt_tokens) >= ?)
@@ -199,6 +240,6 @@ def pareto_input(results: Results) -> pd.DataFrame:
     like = like_columns(results)
     return results.frame(f"""
         select node, stack, variant, workload, {like}, concurrency, median(value) as value from results
-        where source = 'measured' and status = 'ok' and metric = 'aggregate_tps' and concurrency is not null
+        where source in {MEASURED_SQL} and status = 'ok' and metric = 'aggregate_tps' and concurrency is not null
           and workload is not null and value is not null
         group by all""")

@@ -27,10 +27,12 @@ from stackbench.report.layouts import Layout, load_layouts
 from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
 from stackbench.report.queries import (
     Results,
+    caps_not_applied,
     correctness_input,
     cross_stack_input,
     decide_input,
     headline_input,
+    kept_launches,
     ladder_input,
     method_input,
     pareto_input,
@@ -42,7 +44,7 @@ from stackbench.report.queries import (
     status_lines,
 )
 from stackbench.results import basis, metrics
-from stackbench.results.store import read_results
+from stackbench.results.store import MEASURED, MEASURED_SQL, read_results
 
 # Rows of the full tables embedded in the page, shared among the nodes (at least 200 each) so the page stays
 # under 10 MB however many nodes there are; all rows are in each node's CSV and Parquet files.
@@ -56,7 +58,7 @@ ANALYSIS_METRICS = metrics.names(analysed=True)
 MILLISECONDS = {"ttft_s": ("ttft_ms", 1000), "ttfc_s": ("ttfc_ms", 1000)}
 # Bookkeeping columns the analysis functions never read: left in DuckDB, not converted to pandas (a
 # geometry row's note, which says where the geometry came from, is the one note they read).
-NOT_ANALYSED = ("reason", "table_id", "table_title", "row_label", "col_label", "note", "unit")
+NOT_ANALYSED = ("reason", "table_id", "table_title", "row_label", "col_label", "note", "unit", "repeat_values")
 GEOMETRY_NOTE = "case when metric like 'geometry_%' then note end as note"
 CHART_METRICS = metrics.names(charted=True)
 CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency",
@@ -97,7 +99,7 @@ def ceiling_percents(roofline: pd.DataFrame) -> dict[tuple, float]:
     """(node, stack, variant) -> median share of its decode ceiling over its measured workloads."""
     if roofline.empty:
         return {}
-    measured = roofline[roofline["source"] == "measured"]
+    measured = roofline[roofline["source"].isin(MEASURED)]
     return measured.groupby(["node", "stack", "variant"])["percent_of_ceiling"].median().to_dict()
 
 
@@ -144,7 +146,8 @@ def derived_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, cave
 
 
 def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, spec_by_context: pd.DataFrame,
-                    table_dir: Path, background: Background) -> list[tables.Table]:
+                    table_dir: Path, background: Background, caps_refused: list[str] = ()) -> list[tables.Table]:
+    """The analysis section; `caps_refused` (one line per node whose GPU refused a cap) goes under the cap table."""
     # (frame, table id, title, how it is computed, caveats); an empty frame makes no table.
     sections = [
         (roofline, "analysis-roofline", "Decode against its bandwidth roofline",
@@ -153,7 +156,8 @@ def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, spec_by_context
         (analysis.kv_audit(frame), "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
          "engine-reported bytes per token against kv_layers x kv_heads x head_dim x 2 x dtype bytes", []),
         (analysis.power_sweet_spots(frame), "analysis-power-sweet-spot", "Throughput and tokens per joule against power cap",
-         "sweet spot: the lowest cap within 5% of the best throughput of its sweep", []),
+         "sweet spot: the lowest cap within 5% of the best throughput of its sweep, over the caps the GPU enforced",
+         list(caps_refused)),
         (analysis.spread_flags(frame), "analysis-spread", "Wide spreads and peaks: read the range, not one number",
          "rate figures whose repeats or published range span more than x1.25, and peaks", []),
         (analysis.acceptance_by_workload(frame), "analysis-request-acceptance", "Acceptance per request, by content class",
@@ -172,7 +176,7 @@ def comparison_tables(frame: pd.DataFrame, table_dir: Path, background: Backgrou
     """Like-for-like comparison of every measured speculative variant against the no-spec variant of its
     node and stack: one analysis.compare call (node and stack are among the like columns, so pairs never
     cross them), one table."""
-    measured = frame[(frame["source"] == "measured") & frame["metric"].isin(["decode_tps", "aggregate_tps", "ttft_s"])]
+    measured = frame[frame["source"].isin(MEASURED) & frame["metric"].isin(["decode_tps", "aggregate_tps", "ttft_s"])]
     base, speculative = measured[measured["spec_method"] == "none"], measured[measured["spec_method"] != "none"]
     if base.empty or speculative.empty:
         return []
@@ -289,13 +293,12 @@ def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, Layout],
             for table_id, layout in layouts.items() if table_id in present]
 
 
-# A rehearsal's rows name their stand-in in engine_image (stackbench.rehearsal.launcher); its report says so
-# in every table's title.
+# A rehearsal's rows have source "rehearsal" (measure/rows.py); its report says so in every table's title too.
 REHEARSAL_TITLE = "REHEARSAL (stand-in engines, simulated GPUs; not measurements): "
 
 
 def rehearsed(results: Results) -> bool:
-    return bool(results.frame("select count(*) as n from results where engine_image like 'REHEARSAL%'")["n"].iloc[0])
+    return bool(results.frame("select count(*) as n from results where source = 'rehearsal'")["n"].iloc[0])
 
 
 def seed_tally(seed: list[tables.Table], layouts: dict) -> str:
@@ -312,7 +315,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     results = Results(results_path)
     counts = results.frame("select source, count(*) as n from results group by source").set_index("source")["n"].to_dict()
     # Nodes measured here first, then the posts' nodes.
-    nodes = results.frame("select node from results group by node order by min(case when source = 'measured' then 0 else 1 end), "
+    nodes = results.frame(f"select node from results group by node order by min(case when source in {MEASURED_SQL} then 0 else 1 end), "
                           "node")["node"].tolist()
     table_dir = out_dir / "tables"
     table_dir.mkdir(parents=True, exist_ok=True)
@@ -320,7 +323,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     background = Background()
     try:
         fulls_job = background.submit(full_tables, results.source, nodes, table_dir)
-        frame = results.frame(f"select * exclude ({', '.join(NOT_ANALYSED)}), {GEOMETRY_NOTE} from results "
+        present = set(results.frame("select * from results limit 0").columns)  # a file from before a column was added lacks it
+        frame = results.frame(f"select * exclude ({', '.join(c for c in NOT_ANALYSED if c in present)}), {GEOMETRY_NOTE} from results "
                               f"where metric in {sql_in(ANALYSIS_METRICS)} "
                               "or metric like 'accept_rate_pos%' or metric like 'geometry_%'")
         roofline = analysis.roofline(frame)
@@ -332,6 +336,13 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         slowed = analysis.slowed_cells(frame)
         headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant,
                                                        slowed) for n in nodes if n in by_node) if t is not None]
+        caps_refused, kept = caps_not_applied(results), kept_launches(results)
+        for table in headlines:
+            node = table.table_id.removeprefix("headline-")
+            table.caveats += [f"power {caps_refused[node]}."] if node in caps_refused else []
+            table.caveats += [f"kept from earlier runs, launches this run did not plan (another stacks= selection, or "
+                              f"dropped from the node file; delete their data/runs/{node}/<launch> to drop them): "
+                              f"{kept[node]}."] if node in kept else []
         for metric, said in (("smoke_score", "correctness: not checked"), ("accuracy", "accuracy: not measured")):
             for node, why in probes_off(results, metric).items():
                 for table in (t for t in headlines if t.table_id == f"headline-{node}"):
@@ -340,9 +351,10 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         agreement = cross_stack_input(results)
         decide_rows = decide_input(results)
         decided = decisions.what_to_run_tables(analysis.what_to_run(decide_rows, by_variant), nodes, agreement)
-        decided += decisions.energy_tables(analysis.energy_cells(decide_rows, by_variant))
+        refused = [f"power {why}: those cells are analysed as uncapped." for why in caps_refused.values()]
+        decided += decisions.energy_tables(analysis.energy_cells(decide_rows, by_variant), refused)
         spec = analysis.spec_value_by_context(frame)
-        derived = analysis_tables(frame, roofline, spec, table_dir, background)
+        derived = analysis_tables(frame, roofline, spec, table_dir, background, refused)
         derived += cross_stack_tables(agreement, table_dir, background)
         derived += quality_tables(quality_input(results), by_variant, table_dir, background)
         layouts = load_layouts(published_dir)
@@ -366,7 +378,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
                 path.write_text(text, encoding="utf-8")
                 written.append(path)
         written += [p for f in fulls for p in (f.csv_path, f.parquet_path)]
-        intro = (f"{sum(counts.values())} figures: {counts.get('measured', 0)} measured here, "
+        here = "rehearsed here (stand-ins)" if counts.get("rehearsal") else "measured here"
+        intro = (f"{sum(counts.values())} figures: {counts.get('measured', 0) + counts.get('rehearsal', 0)} {here}, "
                  f"{counts.get('published', 0)} transcribed from the seed posts.")
         summary = [f"# {heading}", "", "## Headline: one row per stack variant, per node", "",
                    *[to_markdown(t) for t in headlines], intro, ""]

@@ -18,7 +18,7 @@ import pandas as pd
 from stackbench.report import layouts
 from stackbench.report.layouts import Layout
 from stackbench.results import basis, metrics, published
-from stackbench.results.store import IDENTITY_COLUMNS
+from stackbench.results.store import IDENTITY_COLUMNS, MEASURED
 
 MISSING = "—"
 
@@ -308,9 +308,10 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
     single-stream), the highest concurrency left for the aggregate (render.headline_input chose it: for
     measured variants the highest all of them ran), and one power cap: uncapped where
     the variant ran uncapped, else its highest cap (a sweep's other caps are in the analysis section).
-    Peaks are not typical figures and stay out."""
+    Peaks are not typical figures and stay out, and so do the cells of a workload marked not for ranking."""
+    ranked = ~results["not_for_ranking"].fillna(False).astype(bool) if "not_for_ranking" in results else True
     rows = results[(results["node"] == node) & results["metric"].isin(HEADLINE_METRICS) & (results["status"] == "ok")
-                   & (results["stat"] != "peak")].copy()
+                   & (results["stat"] != "peak") & ranked].copy()
     if rows.empty:
         return rows
     rows["post"] = published.posts_of(rows["ref"]).where(rows["source"] == "published", "")
@@ -332,6 +333,50 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
     return rows[keep]
 
 
+# A measured headline cell is a median over cells; a cell is one workload at one concurrency and prompt length.
+CELL_AXES = ["workload", "concurrency", "prompt_tokens"]
+
+
+def _cells_text(cells: set[tuple]) -> str:
+    """'code, prose at c1': the workloads and concurrencies behind a figure."""
+    workloads = ", ".join(sorted({str(w) for w, _, _ in cells}))
+    levels = "/".join(f"c{int(c)}" for c in sorted({c for _, c, _ in cells if _present(c)}))
+    return f"{workloads} at {levels}" if levels else workloads
+
+
+def like_with_like(records: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Per headline metric, the measured records cut to the cells (CELL_AXES) every measured variant ran, so
+    each measured row is a median over the same cells; and the lines that say which. A variant sharing no
+    cell with the others keeps its own cells and stands apart, named with the workloads behind its row;
+    where the variants left share no cell either, every row stands apart. Published rows and a launch's own
+    figures (no workload) pass as they are."""
+    measured = records["source"].isin(MEASURED) & records["workload"].notna()
+    axes = records[CELL_AXES].astype(object).where(records[CELL_AXES].notna(), None)
+    cell = pd.Series(list(axes.itertuples(index=False, name=None)), index=records.index)
+    keep = pd.Series(True, index=records.index)
+    said: dict[str, list[str]] = {}
+    titles = {c.metric: c.title for c in HEADLINE}
+    for metric, rows in records[measured].groupby("metric", sort=False):
+        row_key = rows[HEADLINE_KEYS[2:]].apply(tuple, axis=1)
+        cells_of = {key: set(cell[rows.index[row_key == key]]) for key in dict.fromkeys(row_key)}
+        if len(cells_of) < 2:
+            continue
+        apart = {key for key, mine in cells_of.items()
+                 if not mine & set().union(*(theirs for other, theirs in cells_of.items() if other != key))}
+        rest = [key for key in cells_of if key not in apart]
+        common = set.intersection(*(cells_of[key] for key in rest)) if rest else set()
+        if not common:
+            apart, rest = set(cells_of), []
+        keep[rows.index[row_key.isin(rest) & ~cell[rows.index].map(common.__contains__)]] = False
+        lines = [f"measured rows: the median over the cells every measured variant ran ({_cells_text(common)})"] if common else []
+        lines += [f"{stack} / {variant} shares no cell with the other measured variants: its figure is over "
+                  f"{_cells_text(cells_of[(stack, variant)])}; not comparable with theirs"
+                  for stack, variant in sorted(apart, key=str)]
+        for line in lines:
+            said.setdefault(line, []).append(titles[metric])
+    return records[keep], [f"{', '.join(columns)}: {line}." for line, columns in said.items()]
+
+
 def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple, float] | None = None,
                    power_why: str | None = None, correctness: pd.DataFrame | None = None,
                    slowed: pd.DataFrame | None = None) -> Table | None:
@@ -340,7 +385,7 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     outputs equal its no-spec reference; a flagged variant's speed figures carry a marker and a caveat, and
     its row comes after the clean ones, so a fast wrong configuration never tops the table. With `slowed`
     (analysis.slowed_cells) a figure from a cell on a slowed GPU carries its own marker and caveat."""
-    records = headline_records(results, node)
+    records, like = like_with_like(headline_records(results, node))
     if records.empty:
         return None
     records["slowed"] = "" if slowed is None or slowed.empty else \
@@ -355,7 +400,7 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     keys = records[HEADLINE_KEYS].astype(object).where(records[HEADLINE_KEYS].notna(), "")
     records["row_key"] = [tuple(k) for k in keys.itertuples(index=False)]
     order = sorted(dict.fromkeys(records["row_key"]),
-                   key=lambda k: (k[0] != "measured", k[1], k[0] == "measured" and verdicts.get(k[2:], ("", False, ""))[1],
+                   key=lambda k: (k[0] not in MEASURED, k[1], k[0] in MEASURED and verdicts.get(k[2:], ("", False, ""))[1],
                                   str(k[2]), str(k[3])))  # stacks by name
     records["row_no"] = records["row_key"].map({k: i + 1 for i, k in enumerate(order)})
     by_cell: dict[tuple, list[dict]] = {}
@@ -374,11 +419,11 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
         source, post, stack, variant = key
         cells = [f"published ({post})" if post else source, stack, variant]
         raw: list[float | None] = [None, None, None]
-        outputs, flagged, why = verdicts.get((stack, variant), ("", False, "")) if source == "measured" else ("", False, "")
+        outputs, flagged, why = verdicts.get((stack, variant), ("", False, "")) if source in MEASURED else ("", False, "")
         for column in shown_columns:
             hits = by_cell.get((key, column.metric), [])
             value = _headline_value(hits)
-            if source == "measured" and len(hits) > 1:
+            if source in MEASURED and len(hits) > 1:
                 several_workloads = True
                 text = format_number(_scaled(value, column.scale))
             else:
@@ -396,11 +441,11 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
             cells.append(text or MISSING)
             raw.append(_scaled(value, column.scale))
         if with_ceiling:
-            percent = ceiling_percent.get((node, stack, variant)) if source == "measured" else None
+            percent = ceiling_percent.get((node, stack, variant)) if source in MEASURED else None
             cells.append(format_number(percent) if percent is not None else MISSING)
             raw.append(percent)
         if scored:  # a published row's quality is unknown: never another launch's score
-            cells.append(scored.get((stack, variant), MISSING) if source == "measured" else MISSING)
+            cells.append(scored.get((stack, variant), MISSING) if source in MEASURED else MISSING)
             raw.append(None)
         if verdicts:
             cells.append(outputs or MISSING)
@@ -410,14 +455,14 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
         rows.append(cells)
         raw_rows.append(raw)
     refs = "; ".join(sorted(set(records["ref"])))
-    methods = [w for w in dict.fromkeys(records.loc[records["source"] == "measured", "workload"].dropna())
+    methods = [w for w in dict.fromkeys(records.loc[records["source"].isin(MEASURED), "workload"].dropna())
                if published.method_post(w)]
     if methods:
         refs += "; measured cells from " + ", ".join(f"{w} (post {published.method_post(w)}'s method)" for w in methods)
     table = Table(f"headline-{node}", f"Headline on {node}: one row per stack variant", refs, columns, rows, raw_rows)
     power = [f"power: not measured on this node: {power_why}."] if power_why else []
     table = _finish(table, records, ("source", "stack", "variant", "spec_method", "spec_tokens", "engine", "metric",
-                                     "workload", "concurrency", "prompt_tokens", "output_tokens"), flagged_lines + power)
+                                     "workload", "concurrency", "prompt_tokens", "output_tokens"), like + flagged_lines + power)
     if several_workloads:
         table.legend.append("A measured cell with several workloads behind it shows their median; the full table below has each workload.")
     return table

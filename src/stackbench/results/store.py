@@ -37,9 +37,11 @@ FIGURE = [
     ("value", pa.float64()),
     ("value_min", pa.float64()),
     ("value_max", pa.float64()),
-    ("ci_low", pa.float64()),  # 95% confidence interval of the mean over repeats (Student's t); null below 2 repeats
+    ("ci_low", pa.float64()),  # the median's 95% order-statistic interval over repeats (summary.median_interval); null below 6
     ("ci_high", pa.float64()),
     ("mad", pa.float64()),  # median absolute deviation over repeats, median(|x - median|), unscaled; null below 2 repeats
+    ("spread_over", pa.string()),  # what value_min / value_max and a percentile range over: repeats | requests | tokens | chunks
+    ("repeat_values", pa.list_(pa.float64())),  # a median over repeats: each repeat's figure, in order (analysis.decide)
     ("unit", pa.string()),
     ("stat", pa.string()),  # median | mean | single | range | peak | p90 | p95 | p99
     ("n", pa.int64()),
@@ -85,6 +87,10 @@ EXTRA = [
     ("note", pa.string()),
     ("chunk_tokens_from", pa.string()),  # measured: where tokens per SSE chunk came from (streamed usage or spread)
     ("stackbench_version", pa.string()),  # measured: the package version and git commit that measured it (host.facts)
+    ("not_for_ranking", pa.bool_()),  # the cell's workload is marked not for ranking: never a headline cell
+    # Set by collect: the row's launch was not in the run's plan (another stacks= selection, or dropped from its
+    # node file) and its part was kept from an earlier run; the report names such launches.
+    ("launch_kept", pa.bool_()),
 ]
 
 # What the analysis needs to know about the engine behind a row, written by the engine's adapter
@@ -102,7 +108,11 @@ BASIS_COLUMNS = [name for name, _ in BASIS]
 IDENTITY_COLUMNS = [name for name, _ in IDENTITY]  # a cell's identity: every figure of one cell shares these
 LAUNCH_COLUMNS = ["source", "ref", "node", "stack", "variant"]  # one server launch (or one post's configuration)
 STATS = ("median", "mean", "single", "range", "peak", "p90", "p95", "p99")  # pNN: a percentile over requests or samples
-SOURCES = ("measured", "published")
+SOURCES = ("measured", "rehearsal", "published")
+# Rows this tool measured: on real engines ("measured") or a rehearsal's stand-ins on simulated GPUs ("rehearsal",
+# never taken for a measurement: its own source in every table). Every "measured rows" filter reads these two.
+MEASURED = ("measured", "rehearsal")
+MEASURED_SQL = "('measured', 'rehearsal')"
 UNKNOWN = "unknown"
 PROBE_OUTPUTS = "probe_outputs.json"  # beside a launch's cells.parquet: its probe cells' greedy outputs
 ACCURACY_OUTPUTS = "accuracy_outputs.json"  # beside it too: the accuracy cell's replies and extracted answers
@@ -146,29 +156,34 @@ def atomic_write_parquet(table: pa.Table, path: str | os.PathLike) -> Path:
     return path
 
 
-def union_parts(part_files: Iterable[str | os.PathLike]) -> pa.Table:
-    """The per-source Parquet parts as one results table, through DuckDB."""
-    parts = [str(p) for p in part_files]
+def union_parts(part_files: Iterable[str | os.PathLike], kept: Iterable[str | os.PathLike] = ()) -> pa.Table:
+    """The per-source Parquet parts as one results table, through DuckDB; the rows of the `kept` parts (launches
+    the run did not plan) are marked launch_kept. A part written before a column existed gets nulls in it."""
+    kept = [str(p) for p in kept]
+    parts = [str(p) for p in part_files] + kept
     if not parts:
         raise ValueError("collect: no input parts (neither published data nor measured runs)")
     con = duckdb.connect()
-    select = ", ".join(f'"{c}"' for c in COLUMNS)
+    present = set(con.sql("select * from read_parquet(?, union_by_name = true) limit 0", params=[parts]).columns)
+    select = ", ".join(f'"{c}"' for c in COLUMNS if c in present and c != "launch_kept")
     relation = con.sql(
-        f"select {select} from read_parquet(?, union_by_name = true) "
+        f"select {select}, filename in (select unnest(?::varchar[])) as launch_kept "
+        "from read_parquet(?, union_by_name = true, filename = true) "
         "order by source, node, stack, variant, workload, concurrency, metric",
-        params=[parts],
+        params=[kept, parts],
     )
     table = relation.arrow()
     if hasattr(table, "read_all"):  # newer DuckDB returns a record batch reader
         table = table.read_all()
-    # Columns in contract order already; a cast checks their types without a trip through pandas.
-    return table.cast(RESULTS_SCHEMA)
+    return conform(table)
 
 
-def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike, derived: Iterable[dict] = ()) -> int:
-    """Union the parts, add the rows derived from more than one part (results/agreement.py: greedy agreement
-    between launches), write data/results.parquet; return the row count."""
-    table = union_parts(part_files)
+def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike, derived: Iterable[dict] = (),
+            kept: Iterable[str | os.PathLike] = ()) -> int:
+    """Union the parts (and the `kept` parts of launches not planned, marked launch_kept), add the rows derived
+    from more than one part (results/agreement.py: greedy agreement between launches), write
+    data/results.parquet; return the row count."""
+    table = union_parts(part_files, kept)
     derived = list(derived)
     if derived:
         table = pa.concat_tables([table, to_table(derived)])

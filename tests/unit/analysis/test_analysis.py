@@ -30,6 +30,7 @@ def measured(**extra):
             "n": 3, "status": "ok", "model": "smollm2-135m-q4km", "quant": "Q4_K_M", "kv_dtype": "f16", "prompt_tokens": 60,
             "output_tokens": 48, "tp": 1, "engine_version": "b11434"}
     row = {**base, **extra}
+    row.setdefault("power_cap_enforced_w", row.get("power_cap_w"))  # a cap applied as asked unless a test says not
     row["engine"] = row["engine"] or ADAPTERS[row["stack"]].engine_label
     return {**engine_facts(row["stack"]), **row}  # what the stack's adapter says about its engine, as RowMaker writes
 

@@ -4,7 +4,7 @@ faster than power, and the depth x cap table (rows built by hand: test data, not
 import pandas as pd
 from test_analysis import frame, measured
 
-from stackbench.analysis import energy
+from stackbench.analysis import energy, power
 
 
 def cap_cell(variant, cap, rate, watts, j_token, j_response=None, depth=None, concurrency=1):
@@ -65,3 +65,29 @@ def test_a_slowed_cell_is_out_of_the_energy_choice_and_the_power_sweet_spot():
     assert sorted(cells["power_cap_w"]) == [300, 400]
     spots = power.power_sweet_spots(rows)
     assert 200 not in set(spots["power_cap_w"]) and spots.loc[spots["sweet_spot"] != "", "power_cap_w"].tolist() == [300]
+def refused(rows: list[dict]) -> list[dict]:
+    """The same cells where NVML refused the cap (no root): the request kept, nothing enforced, the note says why."""
+    return [dict(r, power_cap_enforced_w=None, note="power cap not applied: NVML: Insufficient Permissions") for r in rows]
+
+
+def test_caps_that_were_not_applied_name_no_sweet_spot_floor_or_depth_by_cap():
+    """A user without root asks for 400/300/200 W; the GPU ran at stock power throughout. Analysed on the
+    requests, the sweep would name a sweet spot and a floor; analysed on what was enforced, it has no caps."""
+    rows = [cap_cell("nospec", cap, rate, 395, 4.0) for cap, rate in ((400, 100), (300, 95), (200, 57))]
+    rows += [cap_cell("draft-n2", cap, rate, 395, 4.0, depth=2) for cap, rate in ((400, 120), (300, 110))]
+    applied = frame(*rows)
+    assert len(power.power_sweet_spots(applied)) and len(energy.cap_floors(energy.energy_cells(applied, NO_FLAGS)))
+    assert len(energy.depth_by_cap(energy.energy_cells(applied, NO_FLAGS)))
+    not_applied = frame(*[refused(r) for r in rows])
+    assert power.power_sweet_spots(not_applied).empty
+    cells = energy.energy_cells(not_applied, NO_FLAGS)
+    assert cells["power_cap_w"].isna().all()  # analysed as uncapped
+    assert energy.cap_floors(cells).empty and energy.depth_by_cap(cells).empty
+    assert set(energy.fewest_joules(cells)["fewest J/token"].str.endswith("@ uncapped")) == {True}
+
+
+def test_a_partly_refused_sweep_reads_only_the_caps_applied():
+    """400 W was above the card's maximum (refused), 300 and 200 W applied: the sweep runs 300 -> 200 only."""
+    rows = refused(cap_cell("nospec", 400, 100, 395, 4.0)) + cap_cell("nospec", 300, 95, 300, 3.2) + cap_cell("nospec", 200, 57, 205, 3.6)
+    floor = energy.cap_floors(energy.energy_cells(frame(rows), NO_FLAGS)).iloc[0]
+    assert floor["cap_floor_w"] == 300 and "from 300 W to 200 W" in floor["why"]

@@ -225,13 +225,31 @@ def test_a_power_sweep_headline_reads_its_highest_cap_and_keeps_launch_figures()
 
     base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", variant="mtp-n2", status="ok",
                 stat="median", workload="code", note=None, value_min=None, value_max=None, spec_method="mtp")
-    rows = pd.DataFrame([dict(base, metric="decode_tps", concurrency=1, power_cap_w=cap, value=speed)
-                         for cap, speed in ((220.0, 116.0), (300.0, 170.0))]
-                        + [dict(base, metric="kv_pool_tokens", concurrency=None, power_cap_w=None, workload=None, value=184242.0)])
+    rows = store.to_table([dict(base, metric="decode_tps", concurrency=1, power_cap_w=cap, power_cap_enforced_w=cap, value=speed)
+                           for cap, speed in ((220.0, 116.0), (300.0, 170.0))]
+                          + [dict(base, metric="kv_pool_tokens", concurrency=None, power_cap_w=None, workload=None, value=184242.0)]).to_pandas()
     results = queries.Results(rows)
     table = tables.headline_table(queries.headline_input(results), "test-gpu")
     got = dict(zip(table.columns, table.rows[0]))
     assert got["decode tok/s"] == "170" and got["KV pool tokens"] == "184242"
+
+
+def test_a_cap_the_gpu_refused_is_no_cap_in_the_headline_and_is_said():
+    """Hand-built rows (test data): 300 W was refused (above the card's limit), 220 W applied. The headline
+    reads the cell that ran at stock power (uncapped), not the 220 W one, and the report says why."""
+    from stackbench.report import tables
+
+    base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", variant="mtp-n2", status="ok",
+                stat="median", workload="code", value_min=None, value_max=None, spec_method="mtp", gpu="RTX 5090",
+                metric="decode_tps", concurrency=1)
+    rows = store.to_table([dict(base, power_cap_w=220.0, power_cap_enforced_w=220.0, value=116.0, note=None),
+                           dict(base, power_cap_w=300.0, power_cap_enforced_w=None, value=175.0,
+                                note="closed loop; power cap not applied: 300 W is above the maximum limit 250 W")]).to_pandas()
+    results = queries.Results(rows)
+    table = tables.headline_table(queries.headline_input(results), "test-gpu")
+    assert dict(zip(table.columns, table.rows[0]))["decode tok/s"] == "175"
+    assert queries.caps_not_applied(results) == {
+        "test-gpu": "cap not applied on test-gpu (RTX 5090; 300.0 W asked): 300 W is above the maximum limit 250 W"}
 
 
 def test_measured_variants_share_the_aggregate_concurrency():
@@ -245,7 +263,7 @@ def test_measured_variants_share_the_aggregate_concurrency():
             for variant, top, bonus in (("nospec", 4, 0.0), ("draft-n2", 2, 5.0)) for c in range(1, top + 1)]
     rows += [dict(base, source="published", ref="004_x.txt §a", variant="mtp-n2", concurrency=c, value=300.0 + c)
              for c in (3, 4)]
-    table = tables.headline_table(queries.headline_input(queries.Results(pd.DataFrame(rows))), "test-cpu")
+    table = tables.headline_table(queries.headline_input(queries.Results(store.to_table(rows).to_pandas())), "test-cpu")
     got = {row[table.columns.index("variant")]: row[table.columns.index("aggregate tok/s")] for row in table.rows}
     assert got == {"nospec": "200 @c2", "draft-n2": "205 @c2", "mtp-n2": "304 @c4"}
 
@@ -288,7 +306,7 @@ def test_a_depth_and_cap_sweep_gets_its_energy_tables():
     for variant, depth, bonus in (("nospec", None, 0.0), ("draft-n2", 2, 30.0)):
         for cap, speed, watts in ((400.0, 100.0, 390.0), (300.0, 90.0, 300.0)):
             cell = dict(base, variant=variant, spec_method="none" if depth is None else "draft", spec_tokens=depth,
-                        power_cap_w=cap)
+                        power_cap_w=cap, power_cap_enforced_w=cap)
             rows += [dict(cell, metric="decode_tps", value=speed + bonus), dict(cell, metric="power_w", value=watts),
                      dict(cell, metric="energy_j_per_token_steady", value=watts / (speed + bonus)),
                      dict(cell, metric="energy_j_per_response_steady", value=64 * watts / (speed + bonus))]

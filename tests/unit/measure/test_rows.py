@@ -1,0 +1,64 @@
+"""Rows say what they are: what their spread is over (the 'wide spread across repeats' flag only on a figure
+whose min/max are over repeats; a percentile over tokens keeps its sample-count note), and a rehearsal's rows
+are source = rehearsal."""
+
+from types import SimpleNamespace
+
+from paths import ROOT
+
+from stackbench.config.model import Workload
+from stackbench.engines import ADAPTERS
+from stackbench.measure import summary
+from stackbench.measure.rows import RowMaker
+from stackbench.plan import expand, launchspec
+from stackbench.results import basis
+from stackbench.results.store import MEASURED
+
+RATIO = 1.25
+
+
+def maker() -> RowMaker:
+    """A RowMaker with an empty launch basis: what these tests read is per figure, not per launch."""
+    made = object.__new__(RowMaker)
+    made.launch_basis, made.spread_flag_ratio, made.accept_len_basis = {}, RATIO, None
+    return made
+
+
+CELL = SimpleNamespace(power_cap_w=None, concurrency=1, workload=Workload(
+    name="code", kind="single", prompts=("hi",), output_tokens=64, prompt_tokens=None, turns=1, salt=True,
+    concurrency=(1,), not_for_ranking=True))
+
+
+def rows_of(*figures: summary.Figure) -> dict[str, dict]:
+    return {row["metric"]: row for row in maker().cell_rows(CELL, list(figures), "ok", None)}
+
+
+def test_only_a_spread_over_repeats_is_flagged_wide_and_a_percentiles_count_note_stays():
+    repeats = summary._median_figure("decode_tps", [50.0, 60.0, 90.0], "tok/s")  # 90 / 50 > 1.25
+    itl = summary.percentile_figures("itl", [5.0] * 40 + [50.0] * 5, "ms", "per-token ITL", summary.TOKENS)
+    rows = rows_of(repeats, *itl)
+    assert rows["decode_tps"]["note"].startswith(basis.WIDE_NOTE) and rows["decode_tps"]["spread_over"] == "repeats"
+    assert rows["decode_tps"]["repeat_values"] == [50.0, 60.0, 90.0]
+    p50 = rows["itl_p50_ms"]
+    assert p50["value_max"] / p50["value_min"] > RATIO and p50["spread_over"] == "tokens"
+    assert not basis.is_wide(p50) and "only 45 samples" in p50["note"]
+    assert rows["decode_tps"]["not_for_ranking"] is True  # the workload's mark travels on its rows
+
+
+def test_a_wide_flag_keeps_the_note_it_joins():
+    wide = summary._median_figure("aggregate_tps", [10.0, 11.0, 12.0, 12.0, 13.0, 30.0], "tok/s")
+    note = rows_of(wide)["aggregate_tps"]["note"]
+    assert note.startswith(basis.WIDE_NOTE) and "interval of the median" in note
+
+
+def test_a_rehearsals_rows_are_rehearsal_rows_and_a_real_runs_measured(monkeypatch):
+    """The same launch planned for real and for a rehearsal (stand-in engine, simulated GPUs): only the
+    rehearsal's rows say source = rehearsal, and every measured-rows filter still takes them."""
+    monkeypatch.chdir(ROOT)
+    sources = []
+    for given in ({"nodes": ["rtx5090"]}, {"nodes": ["rtx5090"], "rehearsal": {"node": "rtx5090"}}):
+        cfg, nodes = expand.load_plan(ROOT, given)
+        node, launch = expand.find_launch(nodes, "rtx5090", "llamacpp--nospec")
+        spec = launchspec.build(cfg, node, launch)
+        sources.append(RowMaker(spec, "run", ADAPTERS["llamacpp"], RATIO).basis(None)["source"])
+    assert sources == ["measured", "rehearsal"] and set(sources) == set(MEASURED)
