@@ -24,6 +24,7 @@ NODE = {
     "concurrency": [1],
     "workloads": ["code"],
     "accuracy": None,
+    "probes": None,  # what is compared is the code cell's rows; the probes would add a launch's worth of requests twice
     "models": {"smollm2-135m-q4-1": {"prepare": "smollm2-q4-1", "quant": "Q4_1"}},
     "runs": [{"stack": "llamacpp", "model": "smollm2-135m-q4-1", "variants": ["nospec"]}],
 }

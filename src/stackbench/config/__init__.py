@@ -71,8 +71,8 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 @functools.cache
 def load_schema(name: str) -> dict:
     """The parsed schema, read once per process and shared by every caller (they only read it): a plan
-    validates one file per workload against the same schema, and re-parsing it per file was most of
-    `snakemake -n`'s time on a big sweep (26 parses, 3.2 s of 9.3 s)."""
+    validates one file per workload against the same schema, and re-parsing it per file cost a big
+    sweep's `snakemake -n` 1.4 s of CPU (26 workloads; 0.04 s cached, with libyaml)."""
     with open(schema_path(name), encoding="utf-8") as handle:
         return yaml.load(handle, Loader=_LOADER)
 
