@@ -109,12 +109,10 @@ def _measure(args) -> None:
 
 
 def _rehearse(args) -> None:
-    import json
-
     from stackbench.rehearsal import run
 
-    settings = json.loads(args.settings)
-    if run.rehearse(args.nodes, settings["rehearsal"], settings["measure"]["repeats"]):
+    settings = {"time_scale": args.time_scale, "accept_rate": args.accept_rate}
+    if run.rehearse(args.nodes, settings, args.repeats):
         sys.exit(1)
 
 
@@ -198,7 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rehearse", help="rehearse nodes: the report target with stand-in engines and simulated GPUs")
     p.add_argument("nodes", nargs="+")
-    p.add_argument("--settings", required=True, help="the config's rehearsal and measure sections, as JSON")
+    # The config's values (schemas/config.schema.yaml rehearsal and measure hold the defaults), one flag each.
+    p.add_argument("--time-scale", type=float, required=True, help="rehearsal.time_scale")
+    p.add_argument("--accept-rate", type=float, required=True, help="rehearsal.accept_rate")
+    p.add_argument("--repeats", type=int, required=True, help="measure.repeats: the real run's repeats per cell")
     p.set_defaults(func=_rehearse)
 
     p = sub.add_parser("build-env", help="make an engine's own environment from envs/<engine>.txt")

@@ -8,9 +8,11 @@ rule rehearse:
     params:
         cli=STACKBENCH,
         nodes=lambda wildcards: " ".join(CFG["nodes"]),
-        settings=json.dumps({"rehearsal": {k: v for k, v in CFG["rehearsal"].items() if k != "node"},
-                             "measure": CFG["measure"]}),
+        time_scale=CFG["rehearsal"]["time_scale"],
+        accept_rate=CFG["rehearsal"]["accept_rate"],
+        repeats=CFG["measure"]["repeats"],
     log:
         "logs/rehearsal/rehearse.log",
     shell:
-        "{params.cli} rehearse {params.nodes} --settings {params.settings:q} 2>&1 | tee {log:q}; exit ${{PIPESTATUS[0]}}"
+        "{params.cli} rehearse {params.nodes} --time-scale {params.time_scale} --accept-rate {params.accept_rate} "
+        "--repeats {params.repeats} 2>&1 | tee {log:q}; exit ${{PIPESTATUS[0]}}"

@@ -65,6 +65,8 @@ def test_metrics_tokenize_and_context_errors_in_each_engines_format(engine):
             final = json.loads([line for line in stream.splitlines() if line.startswith("data: {")][-1][6:])
             metrics = client.get(adapter.metrics_path).text
             too_long = client.post("/v1/chat/completions", json={**body, "max_tokens": 5000})
+            said = adapter.self_report(client, server.base_url)
+    assert said["engine_version"] == standin.VERSION  # its identity read through the engine's own route
     counters = adapter.spec_counters(metrics)
     assert counters is not None and counters.drafts == 2  # two verification steps of 3 tokens after the prefill's
     assert adapter.facts_from_metrics(metrics) is not None
