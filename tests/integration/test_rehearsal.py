@@ -92,11 +92,27 @@ def test_headline_row_per_stack_and_variant_and_every_title_a_rehearsal(rehearse
     assert measured["engine_version"].str.startswith("stackbench-standin").all()
     report = (repo / f"reports/rehearsal/{node}/report.md").read_text()
     titles = [line for line in report.splitlines() if line.startswith("### ") or line.startswith("# ")]
-    assert titles and all("REHEARSAL (stand-in engines, simulated GPUs" in t for t in titles)
+    assert titles and all("REHEARSAL (stand-in engines at their modeled pace" in t for t in titles)
     headline = next((repo / f"reports/rehearsal/{node}/tables").glob(f"headline-{node}.csv"))
     rows = pd.read_csv(headline)
     shown = set(zip(rows.loc[rows["source"] == "measured", "stack"], rows.loc[rows["source"] == "measured", "variant"]))
     assert shown == set(zip(measured["stack"], measured["variant"]))
+
+
+def test_rtx5090_reads_at_the_modeled_pace_and_slows_with_context(rehearsed):
+    """A 27B model on one RTX 5090 decodes at tens of tok/s, not the time scale's thousands; the 128K request
+    decodes slower than the short ones by the stand-in's stated shape (rehearsal/standin.py Pace); one
+    repeat shows no range; What to run says what a rehearsal cannot decide."""
+    repo = rehearsed("rtx5090")["repo"]
+    results = pd.read_parquet(repo / "data/rehearsal/rtx5090/results.parquet")
+    ok = results[(results["source"] == "measured") & (results["status"] == "ok")]
+    decode = ok[(ok["metric"] == "decode_tps") & (ok["concurrency"] == 1) & (ok["stack"] == "sglang-nospec")]
+    short = decode[decode["workload"] == "seed-000-short-code"]["value"].iloc[0]
+    long = decode[decode["workload"] == "seed-000-128k"]["value"].iloc[0]
+    assert 40 < short < 150 and 1.15 < short / long < 1.5, (short, long)
+    assert ok.loc[ok["metric"] == "decode_tps", "value_min"].isna().all()
+    report = (repo / "reports/rehearsal/rtx5090/report.md").read_text()
+    assert "a rehearsal runs each cell once" in report and "(8940" not in report
 
 
 @pytest.mark.parametrize("node", SEED_NODES)

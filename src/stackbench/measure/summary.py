@@ -68,7 +68,9 @@ def _median_figure(metric: str, per_repeat: list[float], unit: str, ttft_include
     if ci and max(median - ci[0], ci[1] - median) > CI_FLAG_FRACTION * abs(median):
         note = f"95% interval wider than +-{CI_FLAG_FRACTION:.0%} of its value ({len(values)} repeats)"
     mad = statistics.median(abs(v - median) for v in values) if len(values) > 1 else None
-    return Figure(metric, median, unit, "median", len(values), min(values), max(values), ttft_included, note,
+    # One repeat has no range: "8940 (8940-8940)" would read as a spread of zero.
+    low, high = (min(values), max(values)) if len(values) > 1 else (None, None)
+    return Figure(metric, median, unit, "median", len(values), low, high, ttft_included, note,
                   *(ci or (None, None)), mad=mad)
 
 

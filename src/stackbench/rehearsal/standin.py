@@ -94,14 +94,28 @@ class Timing:
         return float(self.tokens_per_chunk)
 
 
-# -- a rehearsal's pace: the roofline, the power cap, the time scale --------------------------------------
+# -- a rehearsal's pace: the roofline, the context, the power cap, the time scale ---------------------------
 # Decode reaches this share of the bandwidth roofline (weights read once per step). A shape, not a figure.
 ROOFLINE_SHARE = 0.7
 # Decode speed against power: rate = rate at board power x (draw / demand) ** CAP_EXPONENT. Memory-bound
 # decode loses less than proportionally to power; the exponent is the double's, no GPU's measurement.
 CAP_EXPONENT = 0.5
-# Prefill runs this many times the single-stream decode rate (compute-bound and batched). A shape.
+# Prefill of a short prompt runs this many times the single-stream decode rate (compute-bound and batched).
 PREFILL_PER_DECODE = 40.0
+# The shape of context, attention over the KV in use:
+# - decode: each step reads the weights and the request's KV so far, so a step at context c takes
+#   (1 + c x kv_share) times a short one, kv_share = KV bytes per token / weight bytes (per GPU). Seed 000
+#   (Qwen3.8-27B INT4, fp8 KV, 32 KiB a token over ~15 GB of weights) gives 1 + 128K x 32 KiB / 15 GB = 1.28;
+#   its own figures: 86.1 t/s at accept 3.56 short, 31.5 t/s at accept 1.68 at 128K, 1.29 times the time
+#   per verify step.
+# - prefill: the token at position c costs (1 + c / PREFILL_ATTENTION_TOKENS) times a short prompt's, so a
+#   prompt of n tokens averages the short rate / (1 + n / (2 x PREFILL_ATTENTION_TOKENS)). 38,000 puts
+#   the rtx5090 stand-in's 128,180-token prefill at seed 000's 1,136 tok/s (112.9 s) from its short rate;
+#   seed 001's 1,655-token prefill (0.6-1.2 s cold on 4x A6000) is within 2% of the short rate either way.
+PREFILL_ATTENTION_TOKENS = 38_000
+# Ready time: the engine's start (process, CUDA context, graphs) plus the weights read at this rate.
+STARTUP_S = 20.0
+LOAD_BYTES_PER_S = 2e9
 # Where chunks carry several tokens, the stand-in sends them no closer than this (real seconds): a
 # fast-forwarded decode coalesces steps.
 MIN_CHUNK_S = 0.004
@@ -110,11 +124,12 @@ MIN_CHUNK_S = 0.004
 class Pace:
     """A rehearsal's timing, all divided by `time_scale` (a rehearsal runs faster than real; its basis
     says by how much): decode at ROOFLINE_SHARE of the node's bandwidth roofline along the power-cap curve
-    above, prefill at PREFILL_PER_DECODE times that."""
+    above, prefill at PREFILL_PER_DECODE times that, both slowing with context by the shape above."""
 
     def __init__(self, facts: dict, gpus=None):
         self.decode_tps = ROOFLINE_SHARE * facts["roofline_decode_tps"]
         self.time_scale = float(facts["time_scale"])
+        self.kv_share = float(facts.get("kv_share_per_token") or 0.0)
         self.gpus, self.uuids = gpus, list(facts.get("gpu_uuids") or [])
 
     def cap_factor(self) -> float:
@@ -124,12 +139,25 @@ class Pace:
         draws = [self.gpus.nvmlDeviceGetPowerUsage(self.gpus.index_of(u)) for u in self.uuids]
         return (min(draws) / self.gpus.demand_mw) ** CAP_EXPONENT
 
-    def ttft_s(self, processed_tokens: int) -> float:
-        return max(processed_tokens, 1) / (PREFILL_PER_DECODE * self.decode_tps * self.cap_factor()) / self.time_scale
+    def ttft_s(self, processed_tokens: int, cached_tokens: int = 0) -> float:
+        """Prefill of the prompt's positions cached..cached + processed: the integral of the per-position
+        cost above (the cached ones are not computed again)."""
+        n, end = max(processed_tokens, 1), cached_tokens + max(processed_tokens, 1)
+        positions = n + (end ** 2 - cached_tokens ** 2) / (2 * PREFILL_ATTENTION_TOKENS)
+        return positions / (PREFILL_PER_DECODE * self.decode_tps * self.cap_factor()) / self.time_scale
 
-    def interval_s(self) -> float:
-        """Seconds per verification step (one token without speculation)."""
-        return 1 / (self.decode_tps * self.cap_factor()) / self.time_scale
+    def slowdown(self, context: int) -> float:
+        """How many times a short step's time a decode step takes with `context` tokens of KV in use."""
+        return 1 + context * self.kv_share
+
+    def interval_s(self, context: int = 0) -> float:
+        """Seconds per verification step (one token without speculation) with `context` tokens of KV in use."""
+        return self.slowdown(context) / (self.decode_tps * self.cap_factor()) / self.time_scale
+
+
+def ready_s(weight_bytes_per_gpu: float) -> float:
+    """The modeled seconds from launch to ready: start-up plus the weights read (each GPU its share at once)."""
+    return STARTUP_S + weight_bytes_per_gpu / LOAD_BYTES_PER_S
 
 
 def roofline_decode_tps(bandwidth_gbs: float, weight_bytes: float, tp: int) -> float:
@@ -269,7 +297,9 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 output = int(body.get("max_tokens") or body.get("n_predict") or timing.output_tokens)
                 thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
                 reasoning_budget = min(timing.reasoning_tokens, (output - 1) // 2) if thinking else 0
-            ttft = pace.ttft_s(prompt_tokens - cached) if pace else timing.ttft_s
+            ttft = pace.ttft_s(prompt_tokens - cached, cached) if pace else timing.ttft_s
+            # The step at no context, once per request (the cap is read once); each step then slows with
+            # the context it attends over (Pace.slowdown).
             interval = pace.interval_s() if pace else timing.interval_s
             if timing.jitter:
                 with draws_lock:
@@ -328,7 +358,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 step = steps + 1
                 accepted = accepted_drafts()
                 tokens = min(accepted + 1, output - emitted)
-                due += interval
+                due += interval * (pace.slowdown(prompt_tokens + emitted) if pace else 1.0)
                 if step - 1 == timing.broken_line_after:
                     wait_until(due)
                     self.wfile.write(b"data: <html>upstream reset</html>\n\n")
@@ -432,6 +462,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
     print(f"{NAME}: argument check {check_with_engine_parser(engine, flags, Path(facts['envs_dir']))}", flush=True)
     for line in startup_lines(engine, facts):
         print(line, flush=True)
+    time.sleep(ready_s(facts["weights_gib_per_gpu"] * 2**30) / float(facts["time_scale"]))  # loading, as modeled
     gpus = NvmlDouble(count=facts["host_gpus"], state_path=Path(facts["gpu_state"]), demand_mw=facts["demand_mw"],
                       uuid_prefix=facts["uuid_prefix"]) if facts.get("gpu_state") else None
     timing = Timing(engine=engine, follow_request=1, prompt_tokens=0, cached_prompt_tokens=0, tokens_per_chunk=1,

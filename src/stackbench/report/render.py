@@ -273,7 +273,20 @@ def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, Layout],
 
 # A rehearsal's rows name their stand-in in engine_image (stackbench.rehearsal.launcher); its report says so
 # in every table's title.
-REHEARSAL_TITLE = "REHEARSAL (stand-in engines, simulated GPUs; not measurements): "
+REHEARSAL_TITLE = ("REHEARSAL (stand-in engines at their modeled pace, time scale divided out; simulated GPUs; "
+                   "not measurements): ")
+# What a rehearsal's figures cannot carry, said where the verdict would stand.
+CANNOT_DECIDE = {
+    "decide": "a rehearsal runs each cell once, so there is no interval of a difference to decide on; the real "
+              "run's repeats decide",
+    "correctness": "a stand-in's text is not a model's, so correctness and quality are not checked; the real run checks them",
+}
+
+
+def undecided(table: tables.Table, why: str) -> tables.Table:
+    """A verdict table of a rehearsal: its title, and instead of its rows what a rehearsal cannot decide."""
+    return dataclasses.replace(table, title=REHEARSAL_TITLE + table.title, columns=["what a rehearsal cannot decide"],
+                               rows=[[why]], raw_rows=[[None]], caveats=[], legend=[])
 
 
 def rehearsed(results: Results) -> bool:
@@ -331,9 +344,10 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         status = status_lines(results)
         heading = "Stack comparison report"
         if rehearsed(results):
-            headlines, decided, correctness, derived, seed = (
-                [dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in group]
-                for group in (headlines, decided, correctness, derived, seed))
+            headlines, derived, seed = ([dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in group]
+                                        for group in (headlines, derived, seed))
+            decided = [undecided(t, CANNOT_DECIDE["decide"]) for t in decided]
+            correctness = [undecided(t, CANNOT_DECIDE["correctness"]) for t in correctness]
             fulls = [dataclasses.replace(f, title_prefix=REHEARSAL_TITLE) for f in fulls]
             heading = REHEARSAL_TITLE + heading
 

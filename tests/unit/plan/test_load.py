@@ -108,6 +108,8 @@ def test_student_t_interval_and_the_five_percent_flag():
     wide = summary._median_figure("aggregate_tps", [10.0, 12.0, 14.0], "tok/s")
     assert (wide.ci_low, wide.ci_high) == (low, high) and "wider than +-5%" in wide.note
     assert summary._median_figure("aggregate_tps", [100.0, 100.5, 101.0], "tok/s").note is None
+    once = summary._median_figure("aggregate_tps", [100.0], "tok/s")
+    assert (once.value, once.value_min, once.value_max) == (100.0, None, None)  # one repeat: no range to show
 
 
 def test_arrivals_constant_poisson_and_gamma():
