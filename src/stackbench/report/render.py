@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from stackbench import analysis
-from stackbench.report import charts, decisions, tables
+from stackbench.report import budget, charts, decisions, tables
 from stackbench.report.layouts import Layout, load_layouts
 from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
 from stackbench.report.queries import (
@@ -303,7 +303,10 @@ def seed_tally(seed: list[tables.Table], layouts: dict) -> str:
             f"them, {why} say why no measured row can stand beside them.")
 
 
-def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published")) -> list[Path]:
+def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published"),
+                 budget_path: Path | None = None) -> list[Path]:
+    """Every table, the summary (report.md) and the page (index.html); a rehearsal's time budget of the real
+    run (`budget_path`, report/budget.py) opens both."""
     results = Results(results_path)
     counts = results.frame("select source, count(*) as n from results group by source").set_index("source")["n"].to_dict()
     # Nodes measured here first, then the posts' nodes.
@@ -351,8 +354,11 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             fulls = [dataclasses.replace(f, title_prefix=REHEARSAL_TITLE) for f in fulls]
             heading = REHEARSAL_TITLE + heading
 
+        # Only a rehearsal has a budget: its tables are the rehearsal's too.
+        opening = [dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in budget.budget_tables(budget_path)] \
+            if budget_path else []
         written = []
-        for table in headlines + decided + correctness + derived + seed:
+        for table in opening + headlines + decided + correctness + derived + seed:
             outputs = [(".md", to_markdown(table))] + ([(".csv", to_csv(table))] if table.complete else [])
             for suffix, text in outputs:
                 path = table_dir / f"{table.table_id}{suffix}"
@@ -361,7 +367,10 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         written += [p for f in fulls for p in (f.csv_path, f.parquet_path)]
         intro = (f"{sum(counts.values())} figures: {counts.get('measured', 0)} measured here, "
                  f"{counts.get('published', 0)} transcribed from the seed posts.")
-        summary = [f"# {heading}", "", "## Headline: one row per stack variant, per node", "",
+        summary = [f"# {heading}", ""]
+        if opening:
+            summary += ["## Time budget of the real run", "", *[to_markdown(t) for t in opening]]
+        summary += ["## Headline: one row per stack variant, per node", "",
                    *[to_markdown(t) for t in headlines], intro, ""]
         if decided:
             summary += ["## What to run", "", *[to_markdown(t) for t in decided]]
@@ -378,7 +387,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         written.append(summary_path)
 
         html_path = out_dir / "index.html"
-        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived, seed, status, figures, decided, heading),
+        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived, seed, status, figures, decided, heading,
+                                       opening),
                              encoding="utf-8")
         written.append(html_path)
     finally:
