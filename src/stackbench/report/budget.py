@@ -24,16 +24,16 @@ def budget_tables(path: Path) -> list[Table]:
     launches = [[x["launch"], x["mode"], str(x["repeats"]), str(x["cells"]), "/".join(f"{c:g}" for c in x["caps"]) or "none",
                  hours(x["start_h"]), hours(x["total_h"])] for x in doc["launches"]]
     launches.append(["all launches", "", "", str(sum(x["cells"] for x in doc["launches"])), "", "", hours(doc["total_h"])])
-    caveats = [BASIS]
+    legend = [BASIS]
     extra = doc["caps_everywhere"]
     if extra["caps"]:
         share = extra["extra_h"][0] / doc["total_h"][0] if doc["total_h"][0] else 0.0
-        caveats.append(f"Sweeping the caps {'/'.join(f'{c:g}' for c in extra['caps'])} W on every launch would add "
+        legend.append(f"Sweeping the caps {'/'.join(f'{c:g}' for c in extra['caps'])} W on every launch would add "
                        f"{hours(extra['extra_h'])} (+{share:.0%}); the per-run cap lists save that.")
     return [
         Table("budget-launches", "Time budget of the real run: GPU-node hours per launch", "rehearsal/budget.py",
               ["launch", "mode", "repeats", "cells", "caps W", "start-up + load", "total"], launches,
-              [[None] * 7 for _ in launches], caveats=caveats),
+              [[None] * 7 for _ in launches], legend=legend),
         Table("budget-workloads", "Time budget of the real run: GPU-node hours per workload, all launches",
               "rehearsal/budget.py", ["workload", "hours"], [[w["workload"], hours(w["total_h"])] for w in doc["workloads"]],
               [[None, None] for _ in doc["workloads"]]),

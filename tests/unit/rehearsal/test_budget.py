@@ -63,5 +63,5 @@ def test_a_per_run_cap_list_is_measured_against_caps_on_every_launch(tmp_path):
     assert doc["caps_everywhere"]["extra_h"][0] == pytest.approx(2 * 3.0 * SCALE * 4 / 3600)
     launches, workloads, top = budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))
     assert launches.rows[-1][0] == "all launches" and launches.rows[1][4] == "180/260"  # llamacpp first (name order)
-    assert any("on every launch would add" in c for c in launches.caveats)
+    assert any("on every launch would add" in c for c in launches.legend)
     assert workloads.rows[0][0] == "chat" and len(top.rows) == 4
