@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from stackbench import analysis
-from stackbench.report import budget, charts, decisions, tables
+from stackbench.report import budget, charts, decisions, tables, usecase
 from stackbench.report.layouts import Layout, load_layouts
 from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
 from stackbench.report.queries import (
@@ -357,6 +357,12 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         # Only a rehearsal has a budget: its tables are the rehearsal's too.
         opening = [dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in budget.budget_tables(budget_path)] \
             if budget_path else []
+        # The use-case answer leads What to run, in a rehearsal too (a pick by modeled pace, its interval none).
+        uses = usecase.use_case_tables(results.frame(
+            f"select node, stack, variant, workload, prompt_tokens, value, ci_low, ci_high, {', '.join(usecase.SEPARATING)} "
+            "from results where source = 'measured' and status = 'ok' and metric = 'decode_tps' and concurrency = 1 "
+            "and workload is not null and value is not null"), nodes)
+        decided = [dataclasses.replace(t, title=(REHEARSAL_TITLE if rehearsed(results) else "") + t.title) for t in uses] + decided
         written = []
         for table in opening + headlines + decided + correctness + derived + seed:
             outputs = [(".md", to_markdown(table))] + ([(".csv", to_csv(table))] if table.complete else [])
