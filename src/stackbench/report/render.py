@@ -312,6 +312,9 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     # Nodes measured here first, then the posts' nodes.
     nodes = results.frame("select node from results group by node order by min(case when source = 'measured' then 0 else 1 end), "
                           "node")["node"].tolist()
+    rehearsal = rehearsed(results)
+    if rehearsal:  # one node's report: its own tables, and of the seeds' only those its methods reproduce
+        nodes = results.frame("select distinct node from results where source = 'measured'")["node"].tolist()
     table_dir = out_dir / "tables"
     table_dir.mkdir(parents=True, exist_ok=True)
 
@@ -342,11 +345,13 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         derived += cross_stack_tables(agreement, table_dir, background)
         layouts = load_layouts(published_dir)
         seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
+        if rehearsal:
+            seed = [t for t in seed if any(tables.SAME_METHOD in row[0] or row[0] == tables.OTHER_LAUNCHES for row in t.rows)]
         figures = _figures(results, spec, nodes)
         fulls = fulls_job.result()
         status = status_lines(results)
         heading = "Stack comparison report"
-        if rehearsed(results):
+        if rehearsal:
             headlines, derived, seed = ([dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in group]
                                         for group in (headlines, derived, seed))
             decided = [undecided(t, CANNOT_DECIDE["decide"]) for t in decided]
@@ -362,7 +367,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             f"select node, stack, variant, workload, prompt_tokens, value, ci_low, ci_high, {', '.join(usecase.SEPARATING)} "
             "from results where source = 'measured' and status = 'ok' and metric = 'decode_tps' and concurrency = 1 "
             "and workload is not null and value is not null"), nodes)
-        decided = [dataclasses.replace(t, title=(REHEARSAL_TITLE if rehearsed(results) else "") + t.title) for t in uses] + decided
+        decided = [dataclasses.replace(t, title=(REHEARSAL_TITLE if rehearsal else "") + t.title) for t in uses] + decided
         written = []
         for table in opening + headlines + decided + correctness + derived + seed:
             outputs = [(".md", to_markdown(table))] + ([(".csv", to_csv(table))] if table.complete else [])

@@ -21,6 +21,7 @@ def test_one_pick_per_use_across_stacks_with_its_runner_up_and_interval():
         cell("llamacpp", "mtp-n2", "context-ladder", 40.0, prompt=126976),
         cell("sglang", "nospec", "context-ladder", 200.0, prompt=1024, quant="INT4", engine="SGLang"),
         cell("sglang", "nospec", "context-ladder", 55.0, prompt=126976, quant="INT4", engine="SGLang"),
+        cell("vllm", "nospec", "seed-004-long", 90.0, prompt=30000, engine="vLLM"),  # never reaches 128K: not compared
     ])
     (table,) = use_case_tables(rows, ["box"])
     picks = {row[0]: row for row in table.rows}
