@@ -82,9 +82,9 @@ def percentile_figures(name: str, values: list[float], unit: str, what: str, med
         return []
     n = len(values)
     few = f"; only {n} samples (fewer than {FEW_SAMPLES}): a rough percentile" if n < FEW_SAMPLES else ""
+    low, high = (float(min(values)), float(max(values))) if n > 1 else (None, None)  # one sample: no range
     return [Figure((q == 50 and median_metric) or f"{name}_p{q}_{unit}", float(numpy.percentile(values, q)), unit,
-                   "median" if q == 50 else f"p{q}", n, float(min(values)), float(max(values)),
-                   note=f"{what}, {q}th percentile{few}")
+                   "median" if q == 50 else f"p{q}", n, low, high, note=f"{what}, {q}th percentile{few}")
             for q in (50, 90, 99)]
 
 

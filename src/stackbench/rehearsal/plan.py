@@ -50,7 +50,7 @@ def engine_identity(engine: str, real: dict) -> dict:
 # How a figure's unit scales with time: a rehearsal's clock runs `time_scale` times fast, so its seconds are
 # multiplied and its rates divided by it to read at the stand-in's modeled pace; energy is power (modeled,
 # not scaled) over time. Any other unit (ratio, tokens, W, MiB) has no time in it.
-PER_TIME = {"s": 1, "tok/s": -1, "req/s": -1, "J/token": 1, "J/response": 1}
+PER_TIME = {"s": 1, "ms": 1, "tok/s": -1, "req/s": -1, "J/token": 1, "J/response": 1}
 
 
 def at_model_pace(figure, time_scale: float):

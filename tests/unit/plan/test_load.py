@@ -110,6 +110,8 @@ def test_student_t_interval_and_the_five_percent_flag():
     assert summary._median_figure("aggregate_tps", [100.0, 100.5, 101.0], "tok/s").note is None
     once = summary._median_figure("aggregate_tps", [100.0], "tok/s")
     assert (once.value, once.value_min, once.value_max) == (100.0, None, None)  # one repeat: no range to show
+    (one_sample, *_) = summary.percentile_figures("tpot", [6.1], "ms", "per request")
+    assert (one_sample.value, one_sample.value_min, one_sample.value_max) == (6.1, None, None)
 
 
 def test_arrivals_constant_poisson_and_gamma():
