@@ -1,5 +1,5 @@
 """What to run for chat, for coding, for long context: per node, one pick across every stack and variant it
-measured, from the single-stream decode rate on the workloads of that use (their medians averaged per
+measured, from the single-stream decode rate on the workloads of that use (the median of its cells per
 launch; for long context, each launch's longest prompt, among the launches that reach the node's
 longest). The runner-up stands beside the pick with what still separates them (the basis fields that
 differ), and the pick's interval where its cells have one."""
@@ -22,12 +22,16 @@ LAUNCH = ["stack", "variant"]
 # Long context compares only the launches whose longest prompt comes within this share of the node's longest
 # (a 64K launch's figure is no answer for 128K).
 LONG_SHARE = 0.75
+LONG_MIN_TOKENS = 8192  # a shorter prompt is no long-context answer (long-prefill's 362 tokens)
 SEPARATING = ("engine", "quant", "model", "kv_dtype", "context_len", "spec_method", "spec_tokens", "engine_version")
 
 
 def _use_rows(rows: pd.DataFrame, use: str) -> pd.DataFrame:
     picked = rows[rows["workload"].isin(USES[use])]
-    if use == "long context" and not picked.empty:  # each launch's longest prompt, if it reaches the node's
+    if use == "long context":  # each launch's longest prompt, if it is long and reaches the node's longest
+        picked = picked[picked["prompt_tokens"] >= LONG_MIN_TOKENS]
+        if picked.empty:
+            return picked
         longest = picked.groupby(LAUNCH)["prompt_tokens"].transform("max")
         picked = picked[(picked["prompt_tokens"] == longest) & (longest >= LONG_SHARE * picked["prompt_tokens"].max())]
     return picked
@@ -46,7 +50,8 @@ def use_case_table(rows: pd.DataFrame, node: str) -> Table | None:
         cells = _use_rows(rows, use)
         if cells.empty:
             continue
-        speed = cells.groupby(LAUNCH)["value"].mean().sort_values(ascending=False)
+        # The median over the use's cells: one odd cell (a short output's rate) does not make the pick.
+        speed = cells.groupby(LAUNCH)["value"].median().sort_values(ascending=False)
         (stack, variant), best = speed.index[0], speed.iloc[0]
         pick = cells[(cells["stack"] == stack) & (cells["variant"] == variant)]
         runner = "none"
@@ -63,7 +68,7 @@ def use_case_table(rows: pd.DataFrame, node: str) -> Table | None:
     if not body:
         return None
     return Table(f"use-case-{node}", f"What to run on {node} for chat / coding / long context",
-                 "report/usecase.py: single-stream decode rate, mean of the use's workload medians per launch",
+                 "report/usecase.py: single-stream decode rate, median of the use's cells per launch",
                  ["use", "pick (stack / variant)", "decode", "interval", "runner-up", "workloads"], body, raw,
                  legend=[*caveats, "correctness and quality are not part of the pick: see Correctness beside speed."])
 
