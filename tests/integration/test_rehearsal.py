@@ -106,7 +106,7 @@ def test_rtx5090_reads_at_the_modeled_pace_and_slows_with_context(rehearsed):
     repo = rehearsed("rtx5090")["repo"]
     results = pd.read_parquet(repo / "data/rehearsal/rtx5090/results.parquet")
     ok = results[(results["source"] == "measured") & (results["status"] == "ok")]
-    decode = ok[(ok["metric"] == "decode_tps") & (ok["concurrency"] == 1) & (ok["stack"] == "sglang-nospec")]
+    decode = ok[(ok["metric"] == "decode_tps") & (ok["concurrency"] == 1) & (ok["stack"] == "sglang") & (ok["variant"] == "nospec")]
     short = decode[decode["workload"] == "seed-000-short-code"]["value"].iloc[0]
     long = decode[decode["workload"] == "seed-000-128k"]["value"].iloc[0]
     # The stated shape gives 1.29 here; the harness's own timing noise rides on it at the time scale.
