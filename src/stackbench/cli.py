@@ -47,7 +47,8 @@ def _collect(args) -> None:
 def _report(args) -> None:
     from stackbench.report import render
 
-    written = render.write_report(Path(args.results), Path(args.out_dir), Path(args.published_dir))
+    written = render.write_report(Path(args.results), Path(args.out_dir), Path(args.published_dir),
+                                  Path(args.budget) if args.budget else None)
     print(f"report: {len(written)} files in {args.out_dir} (open {Path(args.out_dir) / 'index.html'})")
 
 
@@ -111,13 +112,18 @@ def _measure(args) -> None:
 
 
 def _rehearse(args) -> None:
-    import json
-
     from stackbench.rehearsal import run
 
-    settings = json.loads(args.settings)
-    if run.rehearse(args.nodes, settings["rehearsal"], settings["measure"]["repeats"]):
+    settings = {"time_scale": args.time_scale, "accept_rate": args.accept_rate}
+    if run.rehearse(args.nodes, settings):
         sys.exit(1)
+
+
+def _rehearsal_budget(args) -> None:
+    from stackbench.rehearsal import budget
+
+    real = {"repeats": args.repeats, "warmup_requests": args.warmup_requests}
+    print(f"budget: {budget.main(Path(args.runs), args.time_scale, real, Path(args.out))}")
 
 
 def _build_env(args) -> None:
@@ -184,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", required=True)
     p.add_argument("--out-dir", required=True)
     p.add_argument("--published-dir", default="data/published", help="the posts' table layouts")
+    p.add_argument("--budget", help="a rehearsal's time budget of the real run (budget.json), the report's opening")
     p.set_defaults(func=_report)
 
     p = sub.add_parser("compare", help="compare two results tables on like rows only (compare-llama-bench style)")
@@ -207,8 +214,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rehearse", help="rehearse nodes: the report target with stand-in engines and simulated GPUs")
     p.add_argument("nodes", nargs="+")
-    p.add_argument("--settings", required=True, help="the config's rehearsal and measure sections, as JSON")
+    # The config's values (schemas/config.schema.yaml rehearsal and measure hold the defaults), one flag each.
+    p.add_argument("--time-scale", type=float, required=True, help="rehearsal.time_scale")
+    p.add_argument("--accept-rate", type=float, required=True, help="rehearsal.accept_rate")
     p.set_defaults(func=_rehearse)
+
+    p = sub.add_parser("rehearsal-budget", help="the real run's GPU hours per launch and workload, from a rehearsal's runs")
+    p.add_argument("--runs", required=True, help="the rehearsal's runs folder of its node")
+    p.add_argument("--time-scale", type=float, required=True, help="rehearsal.time_scale")
+    p.add_argument("--repeats", type=int, required=True, help="the real run's measure.repeats (a run's own wins)")
+    p.add_argument("--warmup-requests", type=int, required=True, help="the real run's measure.warmup_requests")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_rehearsal_budget)
 
     p = sub.add_parser("build-env", help="make an engine's own environment from envs/<engine>.txt")
     p.add_argument("engine")

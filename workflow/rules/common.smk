@@ -21,6 +21,9 @@ STACKBENCH = f"{sys.executable} -m stackbench.cli"
 PATHS = CFG["paths"]
 RUNS = PATHS["runs"]
 REHEARSAL = CFG["rehearsal"]["node"]  # the node rehearsed (stand-in engines, simulated GPUs), or None
+# A rehearsal's time budget of the real run: the real run's measure settings (before each cell runs once).
+REAL_MEASURE = _expand.load_run_config(Path("."), {**config, "rehearsal": {}})["measure"] if REHEARSAL else None
+BUDGET = f"{Path(PATHS['runs']).parent}/budget.json" if REHEARSAL else None
 
 
 wildcard_constraints:
@@ -68,6 +71,15 @@ def plan_inputs(wildcards):
 def launch_settings(wildcards):
     """The slice of the top-level config that changes what a launch measures (a param of the plan)."""
     return json.dumps({"measure": CFG["measure"], "paths": PATHS, "rehearsal": CFG["rehearsal"]}, sort_keys=True)
+
+
+def report_inputs(wildcards):
+    """What the report reads besides the results: a rehearsal's time budget (rehearsal/budget.py)."""
+    return {"budget": BUDGET} if BUDGET else {}
+
+
+def budget_flag(wildcards, input):
+    return f"--budget {shlex.quote(input.budget)}" if "budget" in input.keys() else ""
 
 
 def model_recipe(wildcards):

@@ -8,9 +8,34 @@ rule rehearse:
     params:
         cli=STACKBENCH,
         nodes=lambda wildcards: " ".join(CFG["nodes"]),
-        settings=json.dumps({"rehearsal": {k: v for k, v in CFG["rehearsal"].items() if k != "node"},
-                             "measure": CFG["measure"]}),
+        time_scale=CFG["rehearsal"]["time_scale"],
+        accept_rate=CFG["rehearsal"]["accept_rate"],
     log:
         "logs/rehearsal/rehearse.log",
     shell:
-        "{params.cli} rehearse {params.nodes} --settings {params.settings:q} 2>&1 | tee {log:q}; exit ${{PIPESTATUS[0]}}"
+        "{params.cli} rehearse {params.nodes} --time-scale {params.time_scale} --accept-rate {params.accept_rate} "
+        "2>&1 | tee {log:q}; exit ${{PIPESTATUS[0]}}"
+
+
+if REHEARSAL:
+
+    localrules:
+        rehearsal_budget,
+
+    # The real run's hours from the rehearsal's cells and starts (rehearsal/budget.py): the report opens with it.
+    rule rehearsal_budget:
+        input:
+            measured_parts(),
+        output:
+            BUDGET,
+        params:
+            cli=STACKBENCH,
+            runs=f"{RUNS}/{REHEARSAL}",
+            time_scale=CFG["rehearsal"]["time_scale"],
+            repeats=REAL_MEASURE["repeats"],
+            warmup=REAL_MEASURE["warmup_requests"],
+        log:
+            "logs/rehearsal/budget.log",
+        shell:
+            "{params.cli} rehearsal-budget --runs {params.runs:q} --time-scale {params.time_scale} "
+            "--repeats {params.repeats} --warmup-requests {params.warmup} --out {output:q} > {log:q} 2>&1"

@@ -4,6 +4,7 @@
 
 rule report:
     input:
+        unpack(report_inputs),
         results=PATHS["results"],
         layouts=sorted(Path(PATHS["published"]).glob("*.yaml")),
     output:
@@ -15,8 +16,9 @@ rule report:
         cli=STACKBENCH,
         out_dir=lambda wildcards, output: Path(output.html).parent,
         published_dir=lambda wildcards, input: Path(input.layouts[0]).parent,
+        budget=budget_flag,
     log:
         "logs/report/report.log",
     shell:
         "{params.cli} report --results {input.results:q} --out-dir {params.out_dir:q} "
-        "--published-dir {params.published_dir:q} > {log:q} 2>&1"
+        "--published-dir {params.published_dir:q} {params.budget} > {log:q} 2>&1"

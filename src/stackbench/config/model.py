@@ -124,6 +124,8 @@ class Launch:
     concurrency: tuple[int, ...] = ()  # the run's concurrency levels; empty: each workload's (see Workload.levels)
     probes_off: str | None = None  # why this launch runs no probe set (the node or run set probes: null)
     accuracy_off: str | None = None  # why this launch runs no accuracy set (accuracy: null)
+    power_caps_w: tuple[float, ...] = ()  # the caps its cells sweep (the run's, else the node's)
+    repeats: int | None = None  # measured repeats per cell (the run's); None: the config's measure.repeats
 
     @property
     def name(self) -> str:

@@ -94,6 +94,50 @@ def counters_from_metrics(metrics_text: str, prefix: str) -> SpecCounters | None
     )
 
 
+def spec_decode_lines(prefix: str, labels: str, counts: "ServedCounts") -> list[str]:
+    """The <prefix>:spec_decode_*_total counters as llama.cpp and vLLM export them (what
+    counters_from_metrics reads), for a stand-in that speaks their format."""
+    sep = "," if labels else ""
+    lines = []
+    for name, value in (("num_drafts", counts.drafts), ("num_draft_tokens", counts.draft_tokens),
+                        ("num_accepted_tokens", counts.accepted)):
+        lines += [f"# TYPE {prefix}:spec_decode_{name}_total counter", f"{prefix}:spec_decode_{name}_total{{{labels}}} {value}.0"]
+    lines.append(f"# TYPE {prefix}:spec_decode_num_accepted_tokens_per_pos_total counter")
+    return [*lines, *(f'{prefix}:spec_decode_num_accepted_tokens_per_pos_total{{{labels}{sep}position="{p}"}} {n}.0'
+                      for p, n in sorted(counts.per_pos.items()))]
+
+
+@dataclass
+class ServedCounts:
+    """What a server has served so far, as a stand-in engine counts it: the figures each engine's /metrics
+    exposes under its own names (Adapter.metrics_exposition writes them)."""
+
+    requests: int = 0
+    generated: int = 0
+    prompt: int = 0
+    cached: int = 0
+    running: int = 0
+    drafts: int = 0  # verification steps
+    draft_tokens: int = 0
+    accepted: int = 0
+    per_pos: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RequestTrace:
+    """One streamed request as a stand-in served it: what an engine's final chunk reports about it
+    (Adapter.final_chunk_fields)."""
+
+    prompt_tokens: int
+    cached: int
+    prefill_ms: float
+    decode_ms: float
+    emitted: int
+    steps: int  # verification steps (decode chunks)
+    proposed: int  # draft tokens proposed over the steps
+    correct: int  # of those, accepted
+
+
 @dataclass(frozen=True)
 class KvAccounting:
     """How the engine's logged KV pool relates to the model: what the KV-pool audit needs to know about
@@ -241,6 +285,30 @@ class Adapter(Protocol):
         """What a running server says about itself (external mode): `engine_version`, and `context_len`,
         `tp` and `quant` where the engine reports them; a figure it does not report stays "unknown" (None
         for numbers)."""
+
+    # -- the engine's formats written, for the rehearsal's stand-in (rehearsal/standin.py): each writer sits
+    # beside the parser that reads the same format, so a format is stated once per engine.
+    # The engine's own argument parser as (environment, Python source parsing sys.argv[1:]), or why none runs.
+    flag_parser: tuple[str, str] | str
+
+    def startup_log(self, facts: dict, name: str) -> list[str]:
+        """The start-up lines parse_log reads (KV pool, weights, context, slots), sized from `facts`
+        (rehearsal.launcher.engine_facts); `name` stands where the engine names itself."""
+
+    def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
+        """/metrics as the engine serves it (the names spec_counters and facts_from_metrics read)."""
+
+    def context_error(self, limit: int, asked: int) -> str:
+        """The engine's 400 message for a request of `asked` tokens over `limit` (what context_limit reads)."""
+
+    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
+        """The reply of `tokenize_path` holding `ids` (what token_count reads)."""
+
+    def final_chunk_fields(self, trace: RequestTrace) -> dict:
+        """What the engine adds to a request's last streamed chunk (what server_timings reads)."""
+
+    def info_routes(self, version: str, facts: dict, slots: int, context_len: int) -> dict[str, object]:
+        """The JSON bodies of the GET routes besides health and metrics that self_report and version_path read."""
 
 
 def get_json(client: httpx.Client, url: str) -> dict:

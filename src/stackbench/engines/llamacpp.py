@@ -18,6 +18,8 @@ from stackbench.engines.base import (
     SERVER_SPEC_ACCEPTED,
     SERVER_SPEC_DRAFTED,
     KvAccounting,
+    RequestTrace,
+    ServedCounts,
     ServerFacts,
     Slots,
     SpecCounters,
@@ -25,6 +27,7 @@ from stackbench.engines.base import (
     get_json,
     render_flags,
     slots_from,
+    spec_decode_lines,
 )
 
 # One cache: "llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16): ..., V (f16): ..."
@@ -255,6 +258,53 @@ class LlamaCppAdapter:
         keep = ("prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
                 "predicted_per_second", "cache_n", "draft_n", "draft_n_accepted")
         return {canonical.get(k, f"server_{k}"): timings[k] for k in keep if k in timings}
+
+    # -- its formats written, for the rehearsal's stand-in (base.Adapter) ------------------------------------
+    flag_parser = "llama-server parses its flags in C++ (common/arg.cpp) and a CUDA build cannot be made here"
+
+    def startup_log(self, facts: dict, name: str) -> list[str]:
+        """The lines of the captured logs under tests/fixtures/llamacpp/ that parse_log reads."""
+        f = facts
+        half = f["kv_cache_mib"] / 2
+        return ["print_info: file format = GGUF V3 (latest)",
+                f"print_info: file size   = {f['weights_mib']:.2f} MiB ({f['bpw']:.2f} BPW)",
+                f"load_tensors: offloaded {f['layers'] + 1}/{f['layers'] + 1} layers to GPU",
+                *[f"load_tensors:        CUDA{i} model buffer size = {f['weights_mib'] / f['devices']:.2f} MiB"
+                  for i in range(f["devices"])],
+                f"llama_context: n_ctx                 = {f['context_len']}",
+                f"llama_kv_cache: size = {f['kv_cache_mib']:.2f} MiB ({f['kv_pool_tokens']:>6} cells, "
+                f"{f['attention_layers']:>3} layers, {f['slots']}/{f['streams']} seqs), K ({f['kv_dtype']}): {half:.2f} MiB, "
+                f"V ({f['kv_dtype']}): {half:.2f} MiB",
+                f"srv    load_model: initializing, n_slots = {f['slots']}, n_ctx_slot = {f['ctx_per_slot']}, "
+                f"kv_unified = '{str(f['streams'] == 1).lower()}'"]
+
+    def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
+        """tests/fixtures/llamacpp/metrics-draft.txt's names (llama-server --metrics), unlabelled."""
+        c = counts
+        lines = [f"llamacpp:prompt_tokens_total {c.prompt - c.cached}", f"llamacpp:prompt_tokens_cached_total {c.cached}",
+                 f"llamacpp:tokens_predicted_total {c.generated}", f"llamacpp:requests_processing {c.running}"]
+        return "\n".join(lines + (spec_decode_lines(self.engine, "", c) if c.drafts else [])).replace("{}", "")
+
+    def context_error(self, limit: int, asked: int) -> str:
+        return f"the request exceeds the available context size ({limit} tokens), try increasing it"
+
+    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
+        return {"tokens": ids}
+
+    def final_chunk_fields(self, trace: RequestTrace) -> dict:
+        t = trace
+        processed = t.prompt_tokens - t.cached
+        timings = {"cache_n": t.cached, "prompt_n": processed, "prompt_ms": t.prefill_ms,
+                   "prompt_per_second": processed / max(t.prefill_ms / 1000, 1e-9), "predicted_n": t.emitted,
+                   "predicted_ms": t.decode_ms, "predicted_per_second": t.emitted / t.decode_ms * 1000,
+                   **({"draft_n": t.proposed, "draft_n_accepted": t.correct} if t.proposed else {})}
+        return {"timings": timings}
+
+    def info_routes(self, version: str, facts: dict, slots: int, context_len: int) -> dict[str, object]:
+        per_slot = facts.get("ctx_per_slot")
+        return {"/props": {"build_info": version, "model_ftype": facts.get("quant"), "total_slots": slots,
+                           "default_generation_settings": {"n_ctx": per_slot}},
+                "/slots": [{"id": i, "n_ctx": per_slot, "is_processing": False} for i in range(slots)]}
 
 
 def _model_facts(section: str) -> ServerFacts:

@@ -22,6 +22,8 @@ from stackbench.engines.base import (
     SERVER_SPEC_DRAFTED,
     KvAccounting,
     PythonEngine,
+    RequestTrace,
+    ServedCounts,
     ServerFacts,
     Slots,
     SpecCounters,
@@ -236,3 +238,59 @@ class SglangAdapter(PythonEngine):
             timings[SERVER_SPEC_DRAFTED] = details["spec_num_proposed_drafts"]
             timings[SERVER_SPEC_ACCEPTED] = details["spec_num_correct_drafts"]
         return timings
+
+    # -- its formats written, for the rehearsal's stand-in (base.Adapter) ------------------------------------
+    flag_parser = ("sglang-cpu", "import argparse, sys\nfrom sglang.srt.server_args import ServerArgs\n"
+                                 "p = argparse.ArgumentParser()\nServerArgs.add_cli_args(p)\np.parse_args(sys.argv[1:])\n")
+
+    def startup_log(self, facts: dict, name: str) -> list[str]:
+        """The lines of the captured logs under tests/fixtures/sglang/ that parse_log reads."""
+        f = facts
+        stamp = f"[{name} TP0]"
+        half = f["kv_cache_gib"] / 2
+        return [f"{stamp} server_args={{'model_path': '{f['model_path']}', 'device': 'cuda', "
+                f"'attention_backend': '{f.get('attention_backend') or name}'}}",
+                f"{stamp} Load weight end. elapsed=0.00 s, type={name}, avail mem={f['free_after_weights_gib']:.2f} GB, "
+                f"mem usage={f['weights_gib_per_gpu']:.2f} GB.",
+                f"{stamp} KV Cache is allocated. dtype: {f['kv_dtype']}, #tokens: {f['kv_pool_tokens']}, "
+                f"K size: {half:.2f} GB, V size: {half:.2f} GB",
+                f"{stamp} Memory pool end. avail mem={f['free_after_pool_gib']:.2f} GB",
+                f"{stamp} max_total_num_tokens={f['kv_pool_tokens']}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+                f"max_running_requests={f['slots']}, context_len={f['context_len']}, available_gpu_mem={f['free_after_pool_gib']:.2f} GB"]
+
+    def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
+        """tests/fixtures/sglang/metrics-gpu-spec-from-source.txt's names (the scheduler's constants too)."""
+        c, f = counts, facts
+        labels = f'model_name="{name}"'
+        lines = [f"sglang:num_requests_total{{{labels}}} {c.requests}.0",
+                 f"sglang:generation_tokens_total{{{labels}}} {c.generated}.0",
+                 f"sglang:prompt_tokens_total{{{labels}}} {c.prompt}.0",
+                 f"sglang:cached_tokens_total{{{labels}}} {c.cached}.0",
+                 f"sglang:token_usage{{{labels}}} {min(c.running, 1) * 0.01}",
+                 f"sglang:cache_hit_rate{{{labels}}} {c.cached / c.prompt if c.prompt else 0.0}"]
+        if c.drafts:
+            lines.append(f"sglang:spec_verify_calls_total{{{labels}}} {c.drafts}.0")
+        if f.get("kv_pool_tokens"):
+            lines += [f"sglang:max_total_num_tokens{{{labels}}} {f['kv_pool_tokens']}.0",
+                      f"sglang:context_len{{{labels}}} {f['context_len']}.0",
+                      f"sglang:kv_cache_memory_usage_gb{{{labels}}} {f['kv_cache_gib']}"]
+        return "\n".join(lines)
+
+    def context_error(self, limit: int, asked: int) -> str:
+        return f"The input ({asked} tokens) is longer than the model's context length ({limit} tokens)."
+
+    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
+        return {"tokens": ids, "count": len(ids), "max_model_len": context_len}
+
+    def final_chunk_fields(self, trace: RequestTrace) -> dict:
+        t = trace
+        if not t.proposed:
+            return {}
+        return {"sglext": {"spec_tokens_details": {
+            "spec_verify_ct": t.steps, "spec_accept_length": t.emitted / t.steps, "spec_accept_rate": t.correct / t.proposed,
+            "spec_num_correct_drafts": t.correct, "spec_num_proposed_drafts": t.proposed}}}
+
+    def info_routes(self, version: str, facts: dict, slots: int, context_len: int) -> dict[str, object]:
+        info = {"version": version, "context_length": context_len or None, "tp_size": facts.get("tp"),
+                "quantization": facts.get("quant"), "model_path": facts.get("model_path")}
+        return {"/server_info": info, "/get_server_info": info}

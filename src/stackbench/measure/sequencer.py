@@ -200,9 +200,15 @@ class LaunchRun:
         self._record(result)
         return runner
 
+    def _model_pace(self, figures: list) -> list:
+        """A rehearsal's figures at the stand-in's modeled pace (its time scale divided out); a real run's as measured."""
+        if not self.spec.rehearsal:
+            return figures
+        return [rehearsal_plan.at_model_pace(f, self.spec.rehearsal["time_scale"]) for f in figures]
+
     def _record(self, result: CellResult) -> None:
-        rows = self.rows.cell_rows(result.cell, result.figures, result.status, result.reason, result.prompt_tokens,
-                                   result.row_extra())
+        rows = self.rows.cell_rows(result.cell, self._model_pace(result.figures), result.status, result.reason,
+                                   result.prompt_tokens, result.row_extra())
         outputs = None
         if result.outputs is not None:
             launch = self.launch
@@ -323,7 +329,8 @@ class LaunchRun:
         finally:
             self._bar.close()
         if self.launches:
-            self.store.save_server_rows(self.rows.server_rows(self.facts, self.ready_s, self.telemetry_why) + self.knee_rows()
+            ready = self.ready_s * self.spec.rehearsal["time_scale"] if self.spec.rehearsal and self.ready_s else self.ready_s
+            self.store.save_server_rows(self.rows.server_rows(self.facts, ready, self.telemetry_why) + self.knee_rows()
                                         + self.limit_rows() + self.release_rows())
         return self._finish()
 

@@ -86,7 +86,9 @@ def _median_figure(metric: str, per_repeat: list[float], unit: str, ttft_include
     if ci and max(median - ci[0], ci[1] - median) > CI_FLAG_FRACTION * abs(median):
         note = f"{MEDIAN_INTERVAL} wider than +-{CI_FLAG_FRACTION:.0%} of its value ({len(values)} repeats)"
     mad = statistics.median(abs(v - median) for v in values) if len(values) > 1 else None
-    return Figure(metric, median, unit, "median", len(values), min(values), max(values), ttft_included, note,
+    # One repeat has no range: "8940 (8940-8940)" would read as a spread of zero.
+    low, high = (min(values), max(values)) if len(values) > 1 else (None, None)
+    return Figure(metric, median, unit, "median", len(values), low, high, ttft_included, note,
                   *(ci or (None, None)), mad=mad, spread_over=REPEATS, repeat_values=tuple(values))
 
 
@@ -99,9 +101,9 @@ def percentile_figures(name: str, values: list[float], unit: str, what: str, ove
         return []
     n = len(values)
     few = f"; only {n} samples (fewer than {FEW_SAMPLES}): a rough percentile" if n < FEW_SAMPLES else ""
+    low, high = (float(min(values)), float(max(values))) if n > 1 else (None, None)  # one sample: no range
     return [Figure((q == 50 and median_metric) or f"{name}_p{q}_{unit}", float(numpy.percentile(values, q)), unit,
-                   "median" if q == 50 else f"p{q}", n, float(min(values)), float(max(values)),
-                   note=f"{what}, {q}th percentile{few}", spread_over=over)
+                   "median" if q == 50 else f"p{q}", n, low, high, note=f"{what}, {q}th percentile{few}", spread_over=over)
             for q in (50, 90, 99)]
 
 

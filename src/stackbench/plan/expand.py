@@ -208,6 +208,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 probes_off=probes_off,
                 accuracy_off=accuracy_off,
                 concurrency=tuple(run["concurrency"] or ()),
+                power_caps_w=tuple(doc["power_caps_w"] if run["power_caps_w"] is None else run["power_caps_w"]),
+                repeats=run["repeats"],
             ))
         _check_flags(run_launches, adapter, where, i)
         if not doc["allow_queueing"]:
@@ -328,12 +330,15 @@ def _check_hardware(doc: dict, launches: list[Launch], where: str) -> None:
             raise ConfigError(f"{where}: runs (launch {launch.name}): tp_size {launch.tp} needs {launch.tp} GPUs; "
                               f"hardware.gpu.count is {gpu['count']}")
     limits = gpu["power_limit_w"]
-    for index, cap in enumerate(doc["power_caps_w"]):
-        if not gpu["count"]:
-            continue  # a CPU node records why no cap was applied
-        if limits and not limits[0] <= cap <= limits[1]:
-            raise ConfigError(f"{where}: power_caps_w[{index}]: {cap:g} W is outside the GPU's range "
-                              f"{limits[0]:g}-{limits[1]:g} W (hardware.gpu.power_limit_w)")
+    lists = [("power_caps_w", doc["power_caps_w"])] + [(f"runs[{i}].power_caps_w", run.get("power_caps_w") or [])
+                                                       for i, run in enumerate(doc["runs"])]
+    for field_name, caps in lists:
+        for index, cap in enumerate(caps):
+            if not gpu["count"]:
+                continue  # a CPU node records why no cap was applied
+            if limits and not limits[0] <= cap <= limits[1]:
+                raise ConfigError(f"{where}: {field_name}[{index}]: {cap:g} W is outside the GPU's range "
+                                  f"{limits[0]:g}-{limits[1]:g} W (hardware.gpu.power_limit_w)")
 
 
 def load_plan(root: Path = Path("."), given: dict | None = None) -> tuple[dict, list[Node]]:

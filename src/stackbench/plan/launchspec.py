@@ -149,7 +149,7 @@ def cells_of(node: Node, launch: Launch) -> tuple[Cell, ...]:
     """Per cap and each of the launch's workloads: a closed-loop cell per concurrency (per prompt length of
     a ladder), then an open-loop cell per request rate. Power-cap sweeps thus run the same load at every cap,
     and uncapped first (the limit as found at the launch's start, so a post measured at stock power is matched)."""
-    caps = [None, *node.power_caps_w]  # a sweep's first cell is the uncapped state, the limit found at the start
+    caps = [None, *launch.power_caps_w]  # a sweep's first cell is the uncapped state, the limit found at the start
     by_name = {w.name: w for w in node.workloads}
     cells = []
     for cap in caps:
@@ -254,7 +254,10 @@ def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     if rehearsal:
         engine = rehearsal_plan.engine_identity(launch.engine, engine)
     bound = setup_env(node, launch)
-    return LaunchSpec(node=bare, launch=launch, measure=dict(cfg["measure"]),
+    # A run's own repeats, except in a rehearsal (each cell once, rehearsal.plan.ONCE); the rehearsal's time
+    # budget reads them from the launch.
+    measure = {**cfg["measure"], **({"repeats": launch.repeats} if launch.repeats and not rehearsal else {})}
+    return LaunchSpec(node=bare, launch=launch, measure=measure,
                       engine={**engine, "setup_env": bound} if bound else engine, models=models,
                       cells=cells_of(node, launch), rehearsal=rehearsal)
 

@@ -100,7 +100,9 @@ def engine_facts(node: Node, launch: Launch, adapter) -> dict:
             "attention_backend": launch.server_args.get("attention_backend"),
             "reasoning_tokens": REASONING_TOKENS if adapter.reasoning_parser_arg and launch.server_args.get(adapter.reasoning_parser_arg) else 0,
             "spec_tokens": launch.spec_tokens if launch.spec_method != "none" else 0,
-            "roofline_decode_tps": standin.roofline_decode_tps(node.bandwidth_gbs or 0.0, weight_bytes, tp)}
+            "roofline_decode_tps": standin.roofline_decode_tps(node.bandwidth_gbs or 0.0, weight_bytes, tp),
+            # what each token of KV in use adds to a decode step's bytes, against the weights (Pace.slowdown)
+            "kv_share_per_token": per_token * tp / weight_bytes}
 
 
 def answer_key(node: Node, launch: Launch) -> dict[str, str]:

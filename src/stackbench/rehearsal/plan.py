@@ -6,6 +6,7 @@ enters every launch's fingerprint, so no rehearsal cell is ever taken for a meas
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from stackbench.config import ConfigError
@@ -44,3 +45,20 @@ def apply(cfg: dict) -> dict:
 def engine_identity(engine: str, real: dict) -> dict:
     """A rehearsal launch's engine: the stand-in, for the engine the real run would start."""
     return {"stand_in": VERSION, "engine": engine, "stands_in_for": real}
+
+
+# How a figure's unit scales with time: a rehearsal's clock runs `time_scale` times fast, so its seconds are
+# multiplied and its rates divided by it to read at the stand-in's modeled pace; energy is power (modeled,
+# not scaled) over time. Any other unit (ratio, tokens, W, MiB) has no time in it.
+PER_TIME = {"s": 1, "ms": 1, "tok/s": -1, "req/s": -1, "J/token": 1, "J/response": 1}
+
+
+def at_model_pace(figure, time_scale: float):
+    """A rehearsal's figure (measure.summary.Figure) at the modeled pace: its value, range, interval and
+    deviation rescaled by its unit's power of time (PER_TIME)."""
+    factor = time_scale ** PER_TIME.get(figure.unit, 0)
+    if factor == 1:
+        return figure
+    scaled = {name: getattr(figure, name) * factor for name in ("value", "value_min", "value_max", "ci_low", "ci_high", "mad")
+              if getattr(figure, name) is not None}
+    return dataclasses.replace(figure, **scaled)

@@ -1,11 +1,7 @@
 """`stackbench rehearse <node>...` (what `snakemake --cores 1 rehearse` runs): per node, the workflow's
 `report` target as a rehearsal (rehearsal.node set: stand-in engines, simulated GPUs, its own paths and
 lock folder), then a summary: every launch ready or why not, the cells without a figure, and the real
-run's expected length.
-
-The expected length is the rehearsal's own cell times (paced by the roofline and the power-cap curve,
-rehearsal/standin.py) times its time scale, times the real run's repeats (a rehearsal runs each cell
-once); ready times and warm-up requests are left out, so it is a lower bound.
+run's expected GPU-node hours from the rehearsal's time budget (rehearsal/budget.py, the report's opening).
 """
 
 from __future__ import annotations
@@ -61,14 +57,16 @@ def _cell_reasons(run_dir: Path) -> list[str]:
     return [r for r in rows.loc[rows["status"] != "ok", "reason"].dropna().unique()]
 
 
-def summarize(node: str, seconds: float, time_scale: float, real_repeats: int) -> dict:
+def summarize(node: str, seconds: float, time_scale: float) -> dict:
     runs = Path(rehearsal_plan.paths(node)["runs"]) / node
     launches = [launch_summary(d) for d in sorted(runs.iterdir()) if (d / "launch.json").exists()] if runs.exists() else []
-    rehearsed_cell_s = sum(launch["cell_seconds"] for launch in launches)
+    budget_path = Path(rehearsal_plan.paths(node)["runs"]).parent / "budget.json"
+    budget = json.loads(budget_path.read_text()) if budget_path.exists() else {"total_h": [0.0, 0.0]}
+    low, high = budget["total_h"]
     return {"node": node, "rehearsal_seconds": round(seconds, 1), "time_scale": time_scale, "launches": launches,
-            "expected_real_hours": round(rehearsed_cell_s * time_scale * real_repeats / 3600, 2),
-            "expected_basis": f"rehearsal cell time x time scale {time_scale:g} x {real_repeats} repeats; "
-                              "ready times and warm-up requests not counted"}
+            "expected_real_hours": round(low, 2), "expected_real_hours_high": round(high, 2),
+            "expected_basis": f"the rehearsal's time budget ({budget_path}): cell and start times x time scale "
+                              f"{time_scale:g}, the real repeats and warm-up, start-up, model load and image pulls"}
 
 
 def report_lines(summary: dict) -> list[str]:
@@ -80,19 +78,20 @@ def report_lines(summary: dict) -> list[str]:
         state = "ready" if launch["ready"] else f"NOT READY: {launch['reason']}"
         draft = f", draft {launch['draft_model']}" if launch["draft_model"] else ""
         lines.append(f"  {launch['launch']}: {state}{draft}; cells " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    lines.append(f"  the real run: about {summary['expected_real_hours']:g} GPU-node hours ({summary['expected_basis']})")
+    lines.append(f"  the real run: about {summary['expected_real_hours']:g}-{summary['expected_real_hours_high']:g} GPU-node "
+                 f"hours ({summary['expected_basis']})")
     lines.append(f"  report: {rehearsal_plan.paths(summary['node'])['reports']}/index.html")
     return lines
 
 
-def rehearse(nodes: list[str], settings: dict, real_repeats: int) -> int:
+def rehearse(nodes: list[str], settings: dict) -> int:
     """Rehearse each node in turn; the exit code is the first failing workflow's (0 when all ran)."""
     code = 0
     for node in nodes:
         env = {**os.environ, "STACKBENCH_LOCK_DIR": str(rehearsal_plan.lock_dir(node).absolute())}
         started = time.monotonic()
         done = subprocess.run(snakemake_argv(node, settings), env=env)
-        summary = summarize(node, time.monotonic() - started, settings["time_scale"], real_repeats)
+        summary = summarize(node, time.monotonic() - started, settings["time_scale"])
         out = rehearsal_plan.DATA / node / "rehearsal.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({**summary, "workflow_exit_code": done.returncode}, indent=1))

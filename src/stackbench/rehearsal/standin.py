@@ -17,8 +17,10 @@ changes the letter, `loop_period` makes the text repeat, for the correctness che
 reply format); `bodies_file` appends every chat request's JSON body to that file, one a line. Each decode
 chunk is one verification step that accepted `tokens_per_chunk - 1` of `spec_tokens` drafts (or, with
 `accept_rate` > 0, each draft position accepted with that probability given the ones before it), counted
-in the engine's speculative counters on /metrics. Also the engine's health route, /v1/models, /version,
-SGLang's /server_info, llama.cpp's /props and /slots.
+in the engine's speculative counters on /metrics. Also the engine's health route, /v1/models and the
+routes its adapter reads the server's identity from (Adapter.info_routes). Every engine format it speaks
+is written by that engine's adapter (engines/), beside the parser that reads it; the stand-in keeps only
+what it simulates: timing, slots, acceptance, the pace.
 
 In a thread: `with StandinEngine(Timing(...)) as engine: engine.base_url`.
 As a process: `python -m stackbench.rehearsal.standin --port 0 --ttft-s 0.2 ...` prints its URL on stdout.
@@ -44,9 +46,11 @@ from dataclasses import dataclass, fields, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from stackbench.engines import adapter_for
+from stackbench.engines.base import RequestTrace, ServedCounts
+
 NAME = "stackbench-standin"  # in /version, the model list and every log line: no one takes it for an engine
 VERSION = f"{NAME}-1 (TEST DOUBLE, not an engine)"
-HEALTH_PATHS = {"vllm": "/health", "sglang": "/health_generate", "llamacpp": "/health"}
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class Timing:
     loop_period: int = 0  # > 0: token i's text is "<word><i mod period> ", an output that loops
     bodies_file: str = ""  # append each chat request's body here (JSON lines)
     tokenize: int = 1  # 0: no /tokenize route (404), like an external server without one
-    engine: str = "vllm"  # whose formats it speaks: vllm | sglang | llamacpp
+    engine: str = "vllm"  # whose formats it speaks (an adapter's engine); a test double needs some default
     follow_request: int = 0  # 1: the output is as long as the request's max_tokens (reasoning first)
     accept_rate: float = 0.0  # > 0: per-position acceptance probability of each draft (seeded, see Counters)
     context_len: int = 0  # > 0: prompt + max_tokens above it is refused with the engine's 400
@@ -118,14 +122,28 @@ def accuracy_answer(messages: list[dict], answers: dict[str, str], share: float)
     return f"\nThe answer is {answers[question] if right else int(answers[question]) + 1}."
 
 
-# -- a rehearsal's pace: the roofline, the power cap, the time scale --------------------------------------
+# -- a rehearsal's pace: the roofline, the context, the power cap, the time scale ---------------------------
 # Decode reaches this share of the bandwidth roofline (weights read once per step). A shape, not a figure.
 ROOFLINE_SHARE = 0.7
 # Decode speed against power: rate = rate at board power x (draw / demand) ** CAP_EXPONENT. Memory-bound
 # decode loses less than proportionally to power; the exponent is the double's, no GPU's measurement.
 CAP_EXPONENT = 0.5
-# Prefill runs this many times the single-stream decode rate (compute-bound and batched). A shape.
+# Prefill of a short prompt runs this many times the single-stream decode rate (compute-bound and batched).
 PREFILL_PER_DECODE = 40.0
+# The shape of context, attention over the KV in use:
+# - decode: each step reads the weights and the request's KV so far, so a step at context c takes
+#   (1 + c x kv_share) times a short one, kv_share = KV bytes per token / weight bytes (per GPU). Seed 000
+#   (Qwen3.8-27B INT4, fp8 KV, 32 KiB a token over ~15 GB of weights) gives 1 + 128K x 32 KiB / 15 GB = 1.28;
+#   its own figures: 86.1 t/s at accept 3.56 short, 31.5 t/s at accept 1.68 at 128K, 1.29 times the time
+#   per verify step.
+# - prefill: the token at position c costs (1 + c / PREFILL_ATTENTION_TOKENS) times a short prompt's, so a
+#   prompt of n tokens averages the short rate / (1 + n / (2 x PREFILL_ATTENTION_TOKENS)). 38,000 puts
+#   the rtx5090 stand-in's 128,180-token prefill at seed 000's 1,136 tok/s (112.9 s) from its short rate;
+#   seed 001's 1,655-token prefill (0.6-1.2 s cold on 4x A6000) is within 2% of the short rate either way.
+PREFILL_ATTENTION_TOKENS = 38_000
+# Ready time: the engine's start (process, CUDA context, graphs) plus the weights read at this rate.
+STARTUP_S = 20.0
+LOAD_BYTES_PER_S = 2e9
 # Where chunks carry several tokens, the stand-in sends them no closer than this (real seconds): a
 # fast-forwarded decode coalesces steps.
 MIN_CHUNK_S = 0.004
@@ -134,11 +152,12 @@ MIN_CHUNK_S = 0.004
 class Pace:
     """A rehearsal's timing, all divided by `time_scale` (a rehearsal runs faster than real; its basis
     says by how much): decode at ROOFLINE_SHARE of the node's bandwidth roofline along the power-cap curve
-    above, prefill at PREFILL_PER_DECODE times that."""
+    above, prefill at PREFILL_PER_DECODE times that, both slowing with context by the shape above."""
 
     def __init__(self, facts: dict, gpus=None):
         self.decode_tps = ROOFLINE_SHARE * facts["roofline_decode_tps"]
         self.time_scale = float(facts["time_scale"])
+        self.kv_share = float(facts.get("kv_share_per_token") or 0.0)
         self.gpus, self.uuids = gpus, list(facts.get("gpu_uuids") or [])
 
     def cap_factor(self) -> float:
@@ -148,12 +167,25 @@ class Pace:
         draws = [self.gpus.nvmlDeviceGetPowerUsage(self.gpus.index_of(u)) for u in self.uuids]
         return (min(draws) / self.gpus.demand_mw) ** CAP_EXPONENT
 
-    def ttft_s(self, processed_tokens: int) -> float:
-        return max(processed_tokens, 1) / (PREFILL_PER_DECODE * self.decode_tps * self.cap_factor()) / self.time_scale
+    def ttft_s(self, processed_tokens: int, cached_tokens: int = 0) -> float:
+        """Prefill of the prompt's positions cached..cached + processed: the integral of the per-position
+        cost above (the cached ones are not computed again)."""
+        n, end = max(processed_tokens, 1), cached_tokens + max(processed_tokens, 1)
+        positions = n + (end ** 2 - cached_tokens ** 2) / (2 * PREFILL_ATTENTION_TOKENS)
+        return positions / (PREFILL_PER_DECODE * self.decode_tps * self.cap_factor()) / self.time_scale
 
-    def interval_s(self) -> float:
-        """Seconds per verification step (one token without speculation)."""
-        return 1 / (self.decode_tps * self.cap_factor()) / self.time_scale
+    def slowdown(self, context: int) -> float:
+        """How many times a short step's time a decode step takes with `context` tokens of KV in use."""
+        return 1 + context * self.kv_share
+
+    def interval_s(self, context: int = 0) -> float:
+        """Seconds per verification step (one token without speculation) with `context` tokens of KV in use."""
+        return self.slowdown(context) / (self.decode_tps * self.cap_factor()) / self.time_scale
+
+
+def ready_s(weight_bytes_per_gpu: float) -> float:
+    """The modeled seconds from launch to ready: start-up plus the weights read (each GPU its share at once)."""
+    return STARTUP_S + weight_bytes_per_gpu / LOAD_BYTES_PER_S
 
 
 def roofline_decode_tps(bandwidth_gbs: float, weight_bytes: float, tp: int) -> float:
@@ -164,126 +196,43 @@ def roofline_decode_tps(bandwidth_gbs: float, weight_bytes: float, tp: int) -> f
 
 # -- the engines' formats --------------------------------------------------------------------------------
 class Counters:
-    """Cumulative speculative and prompt counters, shared by the request threads, in the engine's format."""
+    """Cumulative speculative and prompt counters, shared by the request threads, served in the engine's
+    format (its adapter's metrics_exposition)."""
 
-    def __init__(self, engine: str = "vllm", facts: dict | None = None):
-        self.engine, self.facts = engine, facts or {}
+    def __init__(self, engine: str = Timing.engine, facts: dict | None = None):
+        self.adapter, self.facts = adapter_for(engine), facts or {}
         self.lock = threading.Lock()
-        self.drafts = self.draft_tokens = self.accepted = 0
-        self.per_pos: dict[int, int] = {}
-        self.requests = self.generated = self.prompt = self.cached = self.running = 0
+        self.counts = ServedCounts()
 
     def step(self, accepted: int, proposed: int) -> None:
         with self.lock:
-            self.drafts += 1
-            self.draft_tokens += proposed
-            self.accepted += accepted
+            c = self.counts
+            c.drafts, c.draft_tokens, c.accepted = c.drafts + 1, c.draft_tokens + proposed, c.accepted + accepted
             for position in range(accepted):
-                self.per_pos[position] = self.per_pos.get(position, 0) + 1
+                c.per_pos[position] = c.per_pos.get(position, 0) + 1
 
     def finished(self, prompt: int, cached: int, generated: int) -> None:
         with self.lock:
-            self.requests += 1
-            self.prompt, self.cached, self.generated = self.prompt + prompt, self.cached + cached, self.generated + generated
+            c = self.counts
+            c.requests, c.prompt, c.cached, c.generated = c.requests + 1, c.prompt + prompt, c.cached + cached, c.generated + generated
+
+    def running(self, change: int) -> None:
+        with self.lock:
+            self.counts.running += change
 
     def text(self) -> str:
         with self.lock:
-            return {"vllm": self._vllm, "sglang": self._sglang, "llamacpp": self._llamacpp}[self.engine]() + "\n"
-
-    def _spec(self, prefix: str, labels: str) -> list[str]:
-        sep = "," if labels else ""
-        lines = [f"# TYPE {prefix}:spec_decode_num_drafts_total counter",
-                 f"{prefix}:spec_decode_num_drafts_total{{{labels}}} {self.drafts}.0",
-                 f"# TYPE {prefix}:spec_decode_num_draft_tokens_total counter",
-                 f"{prefix}:spec_decode_num_draft_tokens_total{{{labels}}} {self.draft_tokens}.0",
-                 f"# TYPE {prefix}:spec_decode_num_accepted_tokens_total counter",
-                 f"{prefix}:spec_decode_num_accepted_tokens_total{{{labels}}} {self.accepted}.0",
-                 f"# TYPE {prefix}:spec_decode_num_accepted_tokens_per_pos_total counter"]
-        return lines + [f'{prefix}:spec_decode_num_accepted_tokens_per_pos_total{{{labels}{sep}position="{p}"}} {n}.0'
-                        for p, n in sorted(self.per_pos.items())]
-
-    def _vllm(self) -> str:
-        # tests/fixtures/vllm/metrics-mtp.txt's names; cache_config_info carries the pool (vLLM >= 0.33)
-        labels = f'engine="0",model_name="{NAME}"'
-        pool = self.facts.get("kv_pool_tokens")
-        lines = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.", *self._spec("vllm", labels),
-                 "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{labels}}} {min(self.running, 1) * 0.01}",
-                 "# TYPE vllm:prefix_cache_queries_total counter", f"vllm:prefix_cache_queries_total{{{labels}}} {self.prompt}.0",
-                 "# TYPE vllm:prefix_cache_hits_total counter", f"vllm:prefix_cache_hits_total{{{labels}}} {self.cached}.0"]
-        if pool:
-            lines += ["# TYPE vllm:cache_config_info gauge",
-                      f'vllm:cache_config_info{{block_size="16",cache_dtype="{self.facts.get("kv_dtype", "auto")}",'
-                      f'kv_cache_size_tokens="{pool}"}} 1.0']
-        return "\n".join(lines)
-
-    def _sglang(self) -> str:
-        # tests/fixtures/sglang/metrics-gpu-spec-from-source.txt's names (the scheduler's constants too)
-        labels = f'model_name="{NAME}"'
-        f = self.facts
-        lines = [f"sglang:num_requests_total{{{labels}}} {self.requests}.0",
-                 f"sglang:generation_tokens_total{{{labels}}} {self.generated}.0",
-                 f"sglang:prompt_tokens_total{{{labels}}} {self.prompt}.0",
-                 f"sglang:cached_tokens_total{{{labels}}} {self.cached}.0",
-                 f"sglang:token_usage{{{labels}}} {min(self.running, 1) * 0.01}",
-                 f"sglang:cache_hit_rate{{{labels}}} {self.cached / self.prompt if self.prompt else 0.0}"]
-        if self.drafts:
-            lines.append(f"sglang:spec_verify_calls_total{{{labels}}} {self.drafts}.0")
-        if f.get("kv_pool_tokens"):
-            lines += [f"sglang:max_total_num_tokens{{{labels}}} {f['kv_pool_tokens']}.0",
-                      f"sglang:context_len{{{labels}}} {f['context_len']}.0",
-                      f"sglang:kv_cache_memory_usage_gb{{{labels}}} {f['kv_cache_gib']}"]
-        return "\n".join(lines)
-
-    def _llamacpp(self) -> str:
-        # tests/fixtures/llamacpp/metrics-draft.txt's names (llama-server --metrics)
-        lines = [f"llamacpp:prompt_tokens_total {self.prompt - self.cached}", f"llamacpp:prompt_tokens_cached_total {self.cached}",
-                 f"llamacpp:tokens_predicted_total {self.generated}", f"llamacpp:requests_processing {self.running}"]
-        return "\n".join(lines + (self._spec("llamacpp", "") if self.drafts else [])).replace("{}", "")
+            return self.adapter.metrics_exposition(self.counts, self.facts, NAME) + "\n"
 
 
 def startup_lines(engine: str, facts: dict) -> list[str]:
-    """The start-up lines the engine's parser reads (KV pool, weights, context, slots), in the formats of
-    the captured logs under tests/fixtures/<engine>/, sized from `facts` (rehearsal.launcher.engine_facts)."""
-    f = facts
-    if engine == "llamacpp":
-        half = f["kv_cache_mib"] / 2
-        return ["print_info: file format = GGUF V3 (latest)",
-                f"print_info: file size   = {f['weights_mib']:.2f} MiB ({f['bpw']:.2f} BPW)",
-                f"load_tensors: offloaded {f['layers'] + 1}/{f['layers'] + 1} layers to GPU",
-                *[f"load_tensors:        CUDA{i} model buffer size = {f['weights_mib'] / f['devices']:.2f} MiB"
-                  for i in range(f["devices"])],
-                f"llama_context: n_ctx                 = {f['context_len']}",
-                f"llama_kv_cache: size = {f['kv_cache_mib']:.2f} MiB ({f['kv_pool_tokens']:>6} cells, "
-                f"{f['attention_layers']:>3} layers, {f['slots']}/{f['streams']} seqs), K ({f['kv_dtype']}): {half:.2f} MiB, "
-                f"V ({f['kv_dtype']}): {half:.2f} MiB",
-                f"srv    load_model: initializing, n_slots = {f['slots']}, n_ctx_slot = {f['ctx_per_slot']}, "
-                f"kv_unified = '{str(f['streams'] == 1).lower()}'"]
-    if engine == "sglang":
-        stamp = "[stand-in TP0]"
-        half = f["kv_cache_gib"] / 2
-        return [f"{stamp} server_args={{'model_path': '{f['model_path']}', 'device': 'cuda', "
-                f"'attention_backend': '{f.get('attention_backend') or 'stand-in'}'}}",
-                f"{stamp} Load weight end. elapsed=0.00 s, type={NAME}, avail mem={f['free_after_weights_gib']:.2f} GB, "
-                f"mem usage={f['weights_gib_per_gpu']:.2f} GB.",
-                f"{stamp} KV Cache is allocated. dtype: {f['kv_dtype']}, #tokens: {f['kv_pool_tokens']}, "
-                f"K size: {half:.2f} GB, V size: {half:.2f} GB",
-                f"{stamp} Memory pool end. avail mem={f['free_after_pool_gib']:.2f} GB",
-                f"{stamp} max_total_num_tokens={f['kv_pool_tokens']}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-                f"max_running_requests={f['slots']}, context_len={f['context_len']}, available_gpu_mem={f['free_after_pool_gib']:.2f} GB"]
-    return [f"INFO [core.py] Initializing a V1 LLM engine ({NAME}) with config: model='{f['model_path']}', "
-            f"dtype=torch.bfloat16, kv_cache_dtype={f['kv_dtype']}, max_seq_len={f['context_len']}",
-            f"INFO [gpu_model_runner.py] Model loading took {f['weights_gib_per_gpu']:.4f} GiB and 0.0 seconds",
-            f"INFO [gpu_worker.py] Available KV cache memory: {f['kv_cache_gib']:.2f} GiB",
-            f"INFO [kv_cache_utils.py] GPU KV cache size: {f['kv_pool_tokens']:,} tokens",
-            f"INFO [kv_cache_utils.py] Maximum concurrency for {f['context_len']:,} tokens per request: "
-            f"{f['kv_pool_tokens'] / f['context_len']:.2f}x"]
+    """The engine's start-up lines (its adapter's startup_log), sized from `facts` (rehearsal.launcher.engine_facts)."""
+    return adapter_for(engine).startup_log(facts, NAME)
 
 
 def context_error(engine: str, limit: int, asked: int) -> dict:
     """The engine's 400 for a request over its context, worded so that its adapter's context_limit reads it."""
-    message = {"vllm": f"This model's maximum context length is {limit} tokens. However, you requested {asked} tokens.",
-               "sglang": f"The input ({asked} tokens) is longer than the model's context length ({limit} tokens).",
-               "llamacpp": f"the request exceeds the available context size ({limit} tokens), try increasing it"}[engine]
+    message = adapter_for(engine).context_error(limit, asked)
     return {"error": {"code": 400, "message": message, "type": "invalid_request_error"}}
 
 
@@ -292,7 +241,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
     draws = random.Random(0)  # acceptance draws: seeded, so a rehearsal's acceptance repeats exactly
     draws_lock = threading.Lock()
     jitters = random.Random(1)  # a noisy engine's interval draws, apart from the acceptance draws
-    health = HEALTH_PATHS[timing.engine]
+    adapter = adapter_for(timing.engine)
 
     def accepted_drafts() -> int:
         if not timing.accept_rate:
@@ -303,9 +252,9 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 accepted += 1
             return accepted
 
-    def info() -> dict:
-        return {"version": VERSION, "context_length": timing.context_len or None, "tp_size": facts.get("tp"),
-                "quantization": facts.get("quant"), "model_path": facts.get("model_path"), "stand_in": True}
+    # The routes a client reads the server's identity from, in the engine's format, with the stand-in's own
+    # version so that nothing takes it for the engine.
+    info_routes = adapter.info_routes(VERSION, facts, timing.capacity or 1, timing.context_len)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"  # the body ends when the connection closes: no chunked framing
@@ -322,36 +271,26 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            if self.path in (health, "/health"):
+            if self.path in (adapter.health_path, "/health"):
                 self._reply(200, "")
             elif self.path == "/v1/models":
                 self._reply(200, json.dumps({"object": "list", "data": [
                     {"id": facts.get("served_model_name", "synthetic"), "object": "model", "owned_by": NAME,
                      **({"max_model_len": timing.context_len} if timing.context_len else {})}]}))
-            elif self.path == "/version":
-                self._reply(200, json.dumps({"version": VERSION}))
-            elif self.path in ("/server_info", "/get_server_info") and timing.engine == "sglang":
-                self._reply(200, json.dumps(info()))
-            elif self.path == "/props" and timing.engine == "llamacpp":
-                self._reply(200, json.dumps({"build_info": VERSION, "model_ftype": facts.get("quant"),
-                                             "total_slots": timing.capacity or 1,
-                                             "default_generation_settings": {"n_ctx": facts.get("ctx_per_slot")}}))
-            elif self.path == "/slots" and timing.engine == "llamacpp":
-                self._reply(200, json.dumps([{"id": i, "n_ctx": facts.get("ctx_per_slot"), "is_processing": False}
-                                             for i in range(timing.capacity or 1)]))
-            elif self.path == "/metrics":
+            elif self.path in info_routes:
+                self._reply(200, json.dumps(info_routes[self.path]))
+            elif self.path == adapter.metrics_path:
                 self._reply(200, counters.text(), "text/plain; version=0.0.4")
             else:
                 self._reply(404, json.dumps({"error": {"message": f"no route {self.path}"}}))
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if self.path == "/tokenize" and timing.tokenize:
+            if self.path == adapter.tokenize_path and timing.tokenize:
+                # Whichever text field the engine's tokenize body names (Adapter.tokenize_body).
                 text = body.get("prompt", body.get("content", body.get("text", "")))
                 ids = list(range(len(text.split())))
-                reply = {"tokens": ids} if timing.engine == "llamacpp" else {
-                    "tokens": ids, "count": len(ids), "max_model_len": timing.context_len or 4096}
-                self._reply(200, json.dumps(reply))
+                self._reply(200, json.dumps(adapter.tokenize_reply(ids, timing.context_len or 4096)))
                 return
             if self.path != "/v1/chat/completions":
                 self._reply(404, json.dumps({"error": {"message": f"no route {self.path}"}}))
@@ -365,13 +304,11 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 self._reply(400, json.dumps(context_error(timing.engine, timing.context_len, asked)))
                 return
             with slots:  # a request without a free slot waits here, before any byte of its answer
-                with counters.lock:
-                    counters.running += 1
+                counters.running(+1)
                 try:
                     self._stream(body, prompt_tokens)
                 finally:
-                    with counters.lock:
-                        counters.running -= 1
+                    counters.running(-1)
 
         def _stream(self, body: dict, prompt_tokens: int) -> None:
             continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
@@ -388,7 +325,9 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 output = int(body.get("max_tokens") or body.get("n_predict") or timing.output_tokens)
                 thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
                 reasoning_budget = min(timing.reasoning_tokens, (output - 1) // 2) if thinking else 0
-            ttft = pace.ttft_s(prompt_tokens - cached) if pace else timing.ttft_s
+            ttft = pace.ttft_s(prompt_tokens - cached, cached) if pace else timing.ttft_s
+            # The step at no context, once per request (the cap is read once); each step then slows with
+            # the context it attends over (Pace.slowdown).
             interval = pace.interval_s() if pace else timing.interval_s
             if timing.jitter:
                 with draws_lock:
@@ -410,18 +349,12 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                         "total_tokens": prompt_tokens + emitted,
                         "prompt_tokens_details": {"cached_tokens": cached},
                         "completion_tokens_details": {"reasoning_tokens": reasoning_emitted}}
-                if final and timing.engine == "llamacpp":
+                if final:
                     elapsed_ms = (time.perf_counter() - start) * 1000
-                    decode_ms = max(elapsed_ms - ttft * 1000, 1e-3)
-                    chunk["timings"] = {"cache_n": cached, "prompt_n": prompt_tokens - cached, "prompt_ms": ttft * 1000,
-                                        "prompt_per_second": (prompt_tokens - cached) / max(ttft, 1e-9),
-                                        "predicted_n": emitted, "predicted_ms": decode_ms,
-                                        "predicted_per_second": emitted / decode_ms * 1000,
-                                        **({"draft_n": proposed, "draft_n_accepted": correct} if proposed else {})}
-                if final and timing.engine == "sglang" and proposed:
-                    chunk["sglext"] = {"spec_tokens_details": {
-                        "spec_verify_ct": steps, "spec_accept_length": emitted / steps, "spec_accept_rate": correct / proposed,
-                        "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed}}
+                    chunk.update(adapter.final_chunk_fields(RequestTrace(
+                        prompt_tokens=prompt_tokens, cached=cached, prefill_ms=ttft * 1000,
+                        decode_ms=max(elapsed_ms - ttft * 1000, 1e-3), emitted=emitted, steps=steps, proposed=proposed,
+                        correct=correct)))
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
 
             def text_delta(kind: str, text: str, last: bool) -> dict:
@@ -455,7 +388,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 step = steps + 1
                 accepted = accepted_drafts()
                 tokens = min(accepted + 1, output - emitted)
-                due += interval
+                due += interval * (pace.slowdown(prompt_tokens + emitted) if pace else 1.0)
                 if step - 1 == timing.broken_line_after:
                     wait_until(due)
                     self.wfile.write(b"data: <html>upstream reset</html>\n\n")
@@ -510,49 +443,38 @@ class StandinEngine:
 
 
 # -- the engine's own argument parser ------------------------------------------------------------------------
-# Run with the Python of the engine's CPU environment, on the argv after the module: the parse fails on an
-# unknown flag, a bad choice or a bad type exactly as the engine's would.
-PARSERS = {
-    "sglang": "import argparse, sys\nfrom sglang.srt.server_args import ServerArgs\n"
-              "p = argparse.ArgumentParser()\nServerArgs.add_cli_args(p)\np.parse_args(sys.argv[1:])\n",
-    "vllm": "import sys\ntry:\n    from vllm.utils.argparse_utils import FlexibleArgumentParser\nexcept ImportError:\n"
-            "    from vllm.utils import FlexibleArgumentParser\n"
-            "try:\n    from vllm.entrypoints.launchers.cli_args import make_arg_parser\nexcept ImportError:\n"
-            "    from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
-            "make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])\n",
-}
-PARSE_ENVS = {"sglang": "sglang-cpu", "vllm": "vllm-cpu"}
-NO_PARSER = {"llamacpp": "llama-server parses its flags in C++ (common/arg.cpp) and a CUDA build cannot be made here"}
-
-
+# Run with the Python of the engine's CPU environment (the adapter's flag_parser), on the argv after the
+# module: the parse fails on an unknown flag, a bad choice or a bad type exactly as the engine's would.
 def engine_flags(engine: str, argv: list[str]) -> list[str]:
-    """The engine's own flags: the argv after `-m <module>`, `vllm serve` or the binary, a leading
-    positional model (`vllm serve <model>`) turned into --model as the module takes it."""
+    """The engine's own flags: the argv after `-m <module>` or the image's entrypoint (the adapter's
+    image_entrypoint), a leading positional model (`vllm serve <model>`) turned into --model as the
+    module takes it."""
     rest = list(argv)
+    entrypoint = list(adapter_for(engine).image_entrypoint)
     if rest[:1] == ["-m"]:
         rest = rest[2:]
-    elif rest[:2] in (["vllm", "serve"], ["python3", "-m"]):
-        rest = rest[2:] if rest[0] == "vllm" else rest[3:]
-    elif rest and not rest[0].startswith("-") and engine == "llamacpp":
-        rest = rest[1:]  # the image's /app/llama-server
-    if rest and not rest[0].startswith("-") and engine == "vllm":
+    elif rest[:len(entrypoint)] == entrypoint:
+        rest = rest[len(entrypoint):]
+    if rest and not rest[0].startswith("-"):
         rest = ["--model", *rest]
     return rest
 
 
 def check_with_engine_parser(engine: str, flags: list[str], envs_dir: Path) -> str:
     """'ok' or why not checked; raises SystemExit with the parser's message when the engine would refuse."""
-    if engine in NO_PARSER:
-        return f"skipped: {NO_PARSER[engine]}"
-    ready = envs_dir / PARSE_ENVS[engine] / "ready.json"
+    parser = adapter_for(engine).flag_parser
+    if isinstance(parser, str):
+        return f"skipped: {parser}"
+    env, source = parser
+    ready = envs_dir / env / "ready.json"
     if not ready.exists():
         return f"skipped: {ready} not built (the engine's own argparse lives in that environment)"
     python = json.loads(ready.read_text()).get("server")
-    done = subprocess.run([python, "-c", PARSERS[engine], *flags], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([python, "-c", source, *flags], capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise SystemExit(f"{NAME}: {engine}'s own argument parser refuses the command: {last}")
-    return f"ok ({PARSE_ENVS[engine]}'s argparse)"
+    return f"ok ({env}'s argparse)"
 
 
 def hold_gpu_memory(gpus, facts: dict) -> None:
@@ -586,6 +508,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
     print(f"{NAME}: argument check {check_with_engine_parser(engine, flags, Path(facts['envs_dir']))}", flush=True)
     for line in startup_lines(engine, facts):
         print(line, flush=True)
+    time.sleep(ready_s(facts["weights_gib_per_gpu"] * 2**30) / float(facts["time_scale"]))  # loading, as modeled
     gpus = NvmlDouble(count=facts["host_gpus"], state_path=Path(facts["gpu_state"]), demand_mw=facts["demand_mw"],
                       uuid_prefix=facts["uuid_prefix"]) if facts.get("gpu_state") else None
     if gpus is not None:

@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from stackbench import analysis
-from stackbench.report import charts, decisions, tables
+from stackbench.report import budget, charts, decisions, tables, usecase
 from stackbench.report.layouts import Layout, load_layouts
 from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
 from stackbench.report.queries import (
@@ -294,7 +294,20 @@ def seed_tables(published_rows: pd.DataFrame, layouts: dict[str, Layout],
 
 
 # A rehearsal's rows have source "rehearsal" (measure/rows.py); its report says so in every table's title too.
-REHEARSAL_TITLE = "REHEARSAL (stand-in engines, simulated GPUs; not measurements): "
+REHEARSAL_TITLE = ("REHEARSAL (stand-in engines at their modeled pace, time scale divided out; simulated GPUs; "
+                   "not measurements): ")
+# What a rehearsal's figures cannot carry, said where the verdict would stand.
+CANNOT_DECIDE = {
+    "decide": "a rehearsal runs each cell once, so there is no interval of a difference to decide on; the real "
+              "run's repeats decide",
+    "correctness": "a stand-in's text is not a model's, so correctness and quality are not checked; the real run checks them",
+}
+
+
+def undecided(table: tables.Table, why: str) -> tables.Table:
+    """A verdict table of a rehearsal: its title, and instead of its rows what a rehearsal cannot decide."""
+    return dataclasses.replace(table, title=REHEARSAL_TITLE + table.title, columns=["what a rehearsal cannot decide"],
+                               rows=[[why]], raw_rows=[[None]], caveats=[], legend=[])
 
 
 def rehearsed(results: Results) -> bool:
@@ -311,12 +324,18 @@ def seed_tally(seed: list[tables.Table], layouts: dict) -> str:
             f"them, {why} say why no measured row can stand beside them.")
 
 
-def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published")) -> list[Path]:
+def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published"),
+                 budget_path: Path | None = None) -> list[Path]:
+    """Every table, the summary (report.md) and the page (index.html); a rehearsal's time budget of the real
+    run (`budget_path`, report/budget.py) opens both."""
     results = Results(results_path)
     counts = results.frame("select source, count(*) as n from results group by source").set_index("source")["n"].to_dict()
     # Nodes measured here first, then the posts' nodes.
     nodes = results.frame(f"select node from results group by node order by min(case when source in {MEASURED_SQL} then 0 else 1 end), "
                           "node")["node"].tolist()
+    rehearsal = rehearsed(results)
+    if rehearsal:  # one node's report: its own tables, and of the seeds' only those its methods reproduce
+        nodes = results.frame(f"select distinct node from results where source in {MEASURED_SQL}")["node"].tolist()
     table_dir = out_dir / "tables"
     table_dir.mkdir(parents=True, exist_ok=True)
 
@@ -359,19 +378,31 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         derived += quality_tables(quality_input(results), by_variant, table_dir, background)
         layouts = load_layouts(published_dir)
         seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
+        if rehearsal:
+            seed = [t for t in seed if any(tables.SAME_METHOD in row[0] or row[0] == tables.OTHER_LAUNCHES for row in t.rows)]
         figures = _figures(results, spec, nodes)
         fulls = fulls_job.result()
         status = status_lines(results)
         heading = "Stack comparison report"
-        if rehearsed(results):
-            headlines, decided, correctness, derived, seed = (
-                [dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in group]
-                for group in (headlines, decided, correctness, derived, seed))
+        if rehearsal:
+            headlines, derived, seed = ([dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in group]
+                                        for group in (headlines, derived, seed))
+            decided = [undecided(t, CANNOT_DECIDE["decide"]) for t in decided]
+            correctness = [undecided(t, CANNOT_DECIDE["correctness"]) for t in correctness]
             fulls = [dataclasses.replace(f, title_prefix=REHEARSAL_TITLE) for f in fulls]
             heading = REHEARSAL_TITLE + heading
 
+        # Only a rehearsal has a budget: its tables are the rehearsal's too.
+        opening = [dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in budget.budget_tables(budget_path)] \
+            if budget_path else []
+        # The use-case answer leads What to run, in a rehearsal too (a pick by modeled pace, its interval none).
+        uses = usecase.use_case_tables(results.frame(
+            f"select node, stack, variant, workload, prompt_tokens, value, ci_low, ci_high, {', '.join(usecase.SEPARATING)} "
+            f"from results where source in {MEASURED_SQL} and status = 'ok' and metric = 'decode_tps' and concurrency = 1 "
+            "and workload is not null and value is not null"), nodes)
+        decided = [dataclasses.replace(t, title=(REHEARSAL_TITLE if rehearsal else "") + t.title) for t in uses] + decided
         written = []
-        for table in headlines + decided + correctness + derived + seed:
+        for table in opening + headlines + decided + correctness + derived + seed:
             outputs = [(".md", to_markdown(table))] + ([(".csv", to_csv(table))] if table.complete else [])
             for suffix, text in outputs:
                 path = table_dir / f"{table.table_id}{suffix}"
@@ -381,7 +412,10 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         here = "rehearsed here (stand-ins)" if counts.get("rehearsal") else "measured here"
         intro = (f"{sum(counts.values())} figures: {counts.get('measured', 0) + counts.get('rehearsal', 0)} {here}, "
                  f"{counts.get('published', 0)} transcribed from the seed posts.")
-        summary = [f"# {heading}", "", "## Headline: one row per stack variant, per node", "",
+        summary = [f"# {heading}", ""]
+        if opening:
+            summary += ["## Time budget of the real run", "", *[to_markdown(t) for t in opening]]
+        summary += ["## Headline: one row per stack variant, per node", "",
                    *[to_markdown(t) for t in headlines], intro, ""]
         if decided:
             summary += ["## What to run", "", *[to_markdown(t) for t in decided]]
@@ -398,7 +432,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         written.append(summary_path)
 
         html_path = out_dir / "index.html"
-        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived, seed, status, figures, decided, heading),
+        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived, seed, status, figures, decided, heading,
+                                       opening),
                              encoding="utf-8")
         written.append(html_path)
     finally:

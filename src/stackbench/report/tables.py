@@ -127,14 +127,43 @@ SEED_AXES = ("variant", "workload", "concurrency", "metric", "spec_tokens", "spe
 
 
 SAME_METHOD = "same method"
+SHOWN_BARE = (None, "ratio", "status", "tokens")  # units a seed table's measured cell shows without a suffix
 LAUNCH_KEYS = ["ref", "node", "stack", "variant"]
+# Launches that ran a post's method workload but not the post row's stack, method or depth: a block of
+# their own under the post's rows, never a "same method" row beside it.
+OTHER_LAUNCHES = "other launches on the same workload (stack, method or depth differ from the post row's)"
+LAUNCH_MATCH = ("stack", "spec_method", "spec_tokens")
 
 
-def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dict[str, set[tuple]]) -> pd.DataFrame:
+def _stated(value) -> bool:
+    return _present(value) and value != "unknown"
+
+
+def matches_post(measured: pd.DataFrame, post: dict) -> pd.Series:
+    """The measured rows whose launch is the post row's own: the same stack, speculative method and depth,
+    wherever the post states them (a field the post leaves unstated matches any launch)."""
+    keep = pd.Series(True, index=measured.index)
+    for name in LAUNCH_MATCH:
+        if name in measured.columns and _stated(post.get(name)):
+            keep &= measured[name].map(lambda v, want=post[name]: _present(v) and _same_value(v, want))
+    return keep
+
+
+def _same_value(a, b) -> bool:
+    """3 and 3.0 alike (a depth read from a nullable column); text as text."""
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
+def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dict[str, set[tuple]],
+                 posts: list[dict]) -> pd.DataFrame:
     """The measured records that stand beside a post's table: per launch that ran one of the table's method
     workloads, the records matching a column's (metric, concurrency); a column the post gives without a
     concurrency (a profile's acceptance, a launch's pool) takes the launch's own row, else the method's c1.
-    Each record gets its display row's label and its column."""
+    Each record gets its display row's label, its column and `own`: whether its launch is one of the post
+    rows' own (matches_post)."""
     if measured is None or measured.empty or not layout.method:
         return pd.DataFrame()
     ran = measured[measured["workload"].isin(layout.method)]
@@ -166,8 +195,11 @@ def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dic
         return rows
     labels = {}
     for key, group in ran.groupby(LAUNCH_KEYS, dropna=False):
-        labels[key] = _method_label(key, group)
-    rows["row_label"] = [labels.get(tuple(k)) for k in rows[LAUNCH_KEYS].itertuples(index=False)]
+        own = any(matches_post(group.head(1), post).iloc[0] for post in posts)
+        labels[key] = (_method_label(key, group), own) if own else (_method_label(key, group, other=True), own)
+    found = [labels.get(tuple(k)) for k in rows[LAUNCH_KEYS].itertuples(index=False)]
+    rows["row_label"] = [f[0] if f else None for f in found]
+    rows["own"] = [f[1] if f else None for f in found]
     return rows[rows["row_label"].notna()]
 
 
@@ -202,15 +234,20 @@ def _keyed_method_rows(measured: pd.DataFrame | None, layout: Layout, records: p
             hits = hits[hits["power_cap_w"] == cap] if _present(cap) else _one_cap(hits)
             if hits.empty:
                 continue
+            own = matches_post(hits, post)
             labels = {key: f"{label} · {_method_label(key, group)}" for key, group in cells.groupby(LAUNCH_KEYS, dropna=False)}
-            picked.append(hits.assign(metric=post["metric"], col_key=post["col_key"], after=label,
-                                      row_label=[labels[tuple(k)] for k in hits[LAUNCH_KEYS].itertuples(index=False)]))
+            others = {key: f"{label} · {_method_label(key, group, other=True)}"
+                      for key, group in cells.groupby(LAUNCH_KEYS, dropna=False)}
+            keys = list(hits[LAUNCH_KEYS].itertuples(index=False))
+            picked.append(hits.assign(metric=post["metric"], col_key=post["col_key"], after=[label if o else None for o in own],
+                                      row_label=[(labels if o else others)[tuple(k)] for k, o in zip(keys, own)]))
     return pd.concat(picked, ignore_index=True) if picked else pd.DataFrame()
 
 
-def _method_label(key: tuple, cells: pd.DataFrame) -> str:
+def _method_label(key: tuple, cells: pd.DataFrame, other: bool = False) -> str:
     """'<node>, same method (<stack> / <variant>; 407 prompt / 512 output tokens)': the lengths measured, exact,
-    since the post's own may be approximate."""
+    since the post's own may be approximate; '<node>, same workload, other launch (...)' for a launch that is
+    not the post row's own (matches_post)."""
     _, node, stack, variant = key
     lengths = []
     for field_name, word in (("prompt_tokens", "prompt"), ("output_tokens", "output")):
@@ -218,7 +255,7 @@ def _method_label(key: tuple, cells: pd.DataFrame) -> str:
         if values:
             lengths.append(f"{values[0]}" + (f"-{values[-1]}" if len(values) > 1 else "") + f" {word}")
     what = f"{stack} / {variant}" + (f"; {' / '.join(lengths)} tokens" if lengths else "")
-    return f"{node}, {SAME_METHOD} ({what})"
+    return f"{node}, {'same workload, other launch' if other else SAME_METHOD} ({what})"
 
 
 def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = None,
@@ -245,15 +282,23 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
     column_keys: dict[str, set[tuple]] = {}
     for column, metric, concurrency in records[["col_key", "metric", "concurrency"]].drop_duplicates().itertuples(index=False):
         column_keys.setdefault(column, set()).add((metric, concurrency if _present(concurrency) else None))
-    beside = _method_rows(measured, layout, column_keys) if not layout.method_rows else pd.DataFrame()
+    posts = records.to_dict("records")
+    beside = _method_rows(measured, layout, column_keys, posts) if not layout.method_rows else pd.DataFrame()
     keyed = _keyed_method_rows(measured, layout, records)
+    others: list[str] = []
     if len(keyed):
-        for label in reversed(list(dict.fromkeys(keyed["row_label"]))):  # each under the post row it reproduces
-            under = keyed.loc[keyed["row_label"] == label, "after"].iloc[0]
+        own = keyed[keyed["after"].notna()]
+        for label in reversed(list(dict.fromkeys(own["row_label"]))):  # each under the post row it reproduces
+            under = own.loc[own["row_label"] == label, "after"].iloc[0]
             row_labels.insert(row_labels.index(under) + 1, label)
+        others = list(dict.fromkeys(keyed.loc[keyed["after"].isna(), "row_label"]))
         beside = keyed.drop(columns="after")
     elif len(beside):
-        row_labels += list(dict.fromkeys(beside["row_label"]))
+        row_labels += list(dict.fromkeys(beside.loc[beside["own"], "row_label"]))
+        others = list(dict.fromkeys(beside.loc[~beside["own"].astype(bool), "row_label"]))
+        beside = beside.drop(columns="own")
+    if others:  # the block under the table, titled by its own first row
+        row_labels += [OTHER_LAUNCHES, *others]
     if len(beside):
         records = pd.concat([records, beside], ignore_index=True)
     records["row_no"] = records["row_label"].map({label: i + 1 for i, label in enumerate(row_labels)})
@@ -263,7 +308,13 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
 
     def shown(record: dict, markers: bool = True) -> str:
         fmt = layout.formats.get(record["metric"], {})
-        return format_cell(record, fmt.get("scale", 1.0), fmt.get("suffix", ""), markers)
+        suffix = fmt.get("suffix", "")
+        # A measured figure carries its unit where the post's layout gives none for it (the post writes its
+        # own into its text: "3.2s 完整轮", "6.1 ms/tok"); a rescaled one's unit is the layout's to say.
+        if record.get("source") != "published" and not suffix and fmt.get("scale", 1.0) == 1.0 \
+                and record.get("unit") not in SHOWN_BARE:
+            suffix = f" {record['unit']}"
+        return format_cell(record, fmt.get("scale", 1.0), suffix, markers)
 
     def templated(template: str, hits: list[dict]) -> str:
         # Figures go into the post's wording bare; their stat markers follow the whole cell.

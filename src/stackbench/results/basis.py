@@ -8,6 +8,7 @@ mean get a marker. Rows with identical basis get no caveat.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -146,6 +147,17 @@ def format_value(value) -> str:
     return str(value)
 
 
+def gpu_key(name: str) -> str:
+    """A GPU's name without its vendor, brand and memory size: a post's "RTX 5090 32GB" and NVML's "NVIDIA
+    GeForce RTX 5090" are one GPU (a caveat compares GPUs, not spellings)."""
+    words = re.sub(r"\b\d+\s*G(i)?B\b", " ", name, flags=re.IGNORECASE).lower().split()
+    return " ".join(w for w in words if w not in ("nvidia", "geforce"))
+
+
+# Fields whose spellings differ between sources for one thing: compared after this normalisation.
+NORMALISED = {"gpu": gpu_key}
+
+
 def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[str] = ()) -> list[Caveat]:
     """Caveats for one table.
 
@@ -162,7 +174,10 @@ def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[st
     found: list[Caveat] = []
     for name in fields:
         values_by_row = {row: tuple(sorted(shown, key=_value_order)) for row, shown in sorted(seen[name].items())}
-        if _differs(name, values_by_row):
+        normalise = NORMALISED.get(name)
+        compared = values_by_row if normalise is None else {
+            row: tuple(sorted({v if v == "unknown" else normalise(v) for v in shown})) for row, shown in values_by_row.items()}
+        if _differs(name, compared):
             found.append(Caveat(name, values_by_row, WHY_IT_MATTERS[name]))
     return found
 

@@ -220,3 +220,28 @@ def test_stating_the_weights_family_moves_no_fingerprint(repo):
     named = replace(spec_of(repo), launch=replace(spec_of(repo).launch, model=replace(spec_of(repo).launch.model, weights="F")))
     assert named.fingerprint == spec_of(repo).fingerprint
     assert launchspec.read(launchspec.write(named, repo / "launch.json")).launch.model.weights == "F"  # the spec carries it
+
+
+def test_a_run_may_sweep_its_own_caps_and_repeats_and_the_node_keeps_its_defaults(repo):
+    """2x3090-nvlink sweeps seed 002's caps on the post's configuration only; a run's repeats replace the
+    config's for its cells (and their fingerprints) alone."""
+    cfg = expand.load_run_config(repo, {"nodes": ["2x3090-nvlink"]})
+    node = expand.load_node("2x3090-nvlink", cfg, repo)
+    caps = {launch.name: {c.power_cap_w for c in launchspec.cells_of(node, launch)} for launch in node.launches}
+    assert caps.pop("sglang-eagle--eagle-3-1-4") == {None, 180, 220, 260, 300}
+    assert caps and all(found == {None} for found in caps.values())
+    before = spec_of(repo, "2x3090-nvlink", index=0)
+    path = repo / "configs/nodes/2x3090-nvlink.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["runs"][0]["repeats"] = 5
+    doc["power_caps_w"] = [200]
+    path.write_text(yaml.safe_dump(doc))
+    changed, other = spec_of(repo, "2x3090-nvlink", index=0), spec_of(repo, "2x3090-nvlink", index=4)
+    assert changed.measure["repeats"] == 5 and other.measure["repeats"] == cfg["measure"]["repeats"]
+    assert {c.power_cap_w for c in changed.cells} == {None, 200}  # the node's list where the run names none
+    assert {c.power_cap_w for c in other.cells} == {None, 180, 220, 260, 300}
+    assert set(fingerprints(changed).values()).isdisjoint(fingerprints(before).values())
+    doc["runs"][0]["power_caps_w"] = [400]
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"runs\[0\].power_caps_w\[0\]: 400 W is outside the GPU's range 100-350 W"):
+        spec_of(repo, "2x3090-nvlink", index=0)

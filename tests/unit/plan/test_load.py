@@ -108,6 +108,10 @@ def test_student_t_interval_and_the_medians_five_percent_flag():
     wide = summary._median_figure("aggregate_tps", [10.0, 11.0, 12.0, 12.0, 13.0, 14.0], "tok/s")
     assert (wide.ci_low, wide.ci_high) == (10.0, 14.0) and "interval of the median (binomial, distribution-free) wider than +-5%" in wide.note
     assert summary._median_figure("aggregate_tps", [100.0, 100.5, 101.0, 100.2, 100.1, 100.3], "tok/s").note is None
+    once = summary._median_figure("aggregate_tps", [100.0], "tok/s")
+    assert (once.value, once.value_min, once.value_max) == (100.0, None, None)  # one repeat: no range to show
+    (one_sample, *_) = summary.percentile_figures("tpot", [6.1], "ms", "per request", summary.REQUESTS)
+    assert (one_sample.value, one_sample.value_min, one_sample.value_max) == (6.1, None, None)
 
 
 def test_arrivals_constant_poisson_and_gamma():

@@ -26,13 +26,13 @@ def test_gpu_nodes_plan_all_four_stacks_one_launch_each(repo_copy):
     assert done.returncode == 0, done.stderr[-2000:]
     jobs = measure_jobs(done.stdout)
     assert jobs == sorted(["vllm-nvfp4-mtp--nospec", "vllm-nvfp4-mtp--mtp-n2", "vllm-nvfp4-mtp--mtp-n3",
-                           "sglang-eagle--eagle-3-1-4", "sglang-nospec--nospec", "llamacpp--nospec",
-                           "llamacpp--nospec", "llamacpp--mtp-n2", "llamacpp--mtp-n3", "sglang-nospec--nospec",
+                           "sglang-eagle--eagle-3-1-4", "sglang-nospec--nospec", "llamacpp--nospec", "llamacpp--mtp-n2",
+                           "llamacpp--mtp-n3", "llamacpp--nospec", "llamacpp--mtp-n2", "llamacpp--mtp-n3", "sglang-nospec--nospec",
                            "sglang-eagle--eagle-2-1-3", "sglang-eagle--eagle-3-1-4", "sglang-eagle--eagle-4-1-5",
                            "sglang-eagle--eagle-5-1-6"])
     # Each measure job asks what its node's slurm: block states, and takes its node's one launch slot.
     resources = [line for line in done.stdout.splitlines() if "launch_slot_rtx5090=1" in line]
-    assert len(resources) == 6
+    assert len(resources) == 8
     assert all("gpu=1" in line and "cpus_per_task=16" in line and "mem_mb=65536" in line for line in resources)
     _, nodes = expand.load_plan(repo_copy, {"nodes": ["rtx5090", "2x3090-nvlink"]})
     for node in nodes:
@@ -48,7 +48,7 @@ def test_a_copied_node_with_other_hardware_plans_with_no_other_change(repo_copy)
     (repo_copy / "configs/nodes/pro6000.yaml").write_text(yaml.safe_dump(doc))
     done = dry_run(repo_copy, "pro6000")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert len(measure_jobs(done.stdout)) == 6
+    assert len(measure_jobs(done.stdout)) == 8
     assert "node=pro6000" in done.stdout
 
 

@@ -37,12 +37,12 @@ def test_naming_one_stack_plans_only_its_launches(repo):
     assert launches(repo, nodes=["rtx5090"], stacks=["vllm-nvfp4-mtp"]) == {
         "rtx5090": ["vllm-nvfp4-mtp--nospec", "vllm-nvfp4-mtp--mtp-n2", "vllm-nvfp4-mtp--mtp-n3"]}
     assert launches(repo, nodes=["rtx5090"], stacks=["llamacpp", "sglang-nospec"]) == {
-        "rtx5090": ["sglang-nospec--nospec", "llamacpp--nospec"]}
+        "rtx5090": ["sglang-nospec--nospec", "llamacpp--nospec", "llamacpp--mtp-n2", "llamacpp--mtp-n3"]}
 
 
 def test_without_a_selection_each_node_runs_its_default_stacks(repo):
     # rtx5090 names none, so the schema's default (all) plans every run; local-cpu names llama.cpp only.
-    assert len(launches(repo, nodes=["rtx5090"])["rtx5090"]) == 6
+    assert len(launches(repo, nodes=["rtx5090"])["rtx5090"]) == 8
     assert launches(repo, nodes=["rtx5090"], stacks="all") == launches(repo, nodes=["rtx5090"])
     assert {name.split("--")[0] for name in launches(repo, nodes=["local-cpu"])["local-cpu"]} == {"llamacpp"}
 

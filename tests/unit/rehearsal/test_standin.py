@@ -65,6 +65,8 @@ def test_metrics_tokenize_and_context_errors_in_each_engines_format(engine):
             final = json.loads([line for line in stream.splitlines() if line.startswith("data: {")][-1][6:])
             metrics = client.get(adapter.metrics_path).text
             too_long = client.post("/v1/chat/completions", json={**body, "max_tokens": 5000})
+            said = adapter.self_report(client, server.base_url)
+    assert said["engine_version"] == standin.VERSION  # its identity read through the engine's own route
     counters = adapter.spec_counters(metrics)
     assert counters is not None and counters.drafts == 2  # two verification steps of 3 tokens after the prefill's
     assert adapter.facts_from_metrics(metrics) is not None
@@ -103,6 +105,42 @@ def test_pace_follows_the_roofline_and_slows_under_a_cap(tmp_path):
     assert at_board_power == pytest.approx(1 / (standin.ROOFLINE_SHARE * 100.0) / 10)
     host.nvmlDeviceSetPowerManagementLimit(1, 157_500)  # half the demand on one GPU of the pair
     assert pace.interval_s() == pytest.approx(at_board_power / 0.5 ** standin.CAP_EXPONENT)
+
+
+def test_pace_slows_with_the_context_it_attends_over_as_stated(monkeypatch):
+    """rtx5090's SGLang INT4 stand-in against seed 000: decode at 128K slows by 1 + context x the KV's share
+    of a step's bytes (seed 000's own ratio per verify step: 1.29); a 128,180-token prefill averages near
+    its 1,136 tok/s; a short prompt prefills at the short rate."""
+    monkeypatch.chdir(ROOT)
+    node, launch = seed_launch("rtx5090", "sglang-nospec--nospec")
+    facts = {**launcher.engine_facts(node, launch, adapter_for("sglang")), "time_scale": 1}
+    pace = Pace(facts)
+    slowdown = pace.interval_s(128_000) / pace.interval_s(0)
+    assert slowdown == pytest.approx(1 + 128_000 * facts["kv_share_per_token"])
+    assert 1.15 < slowdown < 1.45
+    assert 128_180 / pace.ttft_s(128_180) == pytest.approx(1136, rel=0.3)
+    short_rate = standin.PREFILL_PER_DECODE * pace.decode_tps
+    assert 1000 / pace.ttft_s(1000) == pytest.approx(short_rate, rel=0.02)
+    # A cached prefix is not computed again, but the new tokens attend over it.
+    assert pace.ttft_s(1000, 100_000) > pace.ttft_s(1000) * 3
+
+
+def test_ready_time_follows_the_weights():
+    assert standin.ready_s(30e9) - standin.ready_s(15e9) == pytest.approx(15e9 / standin.LOAD_BYTES_PER_S)
+    assert standin.ready_s(0) == standin.STARTUP_S
+
+
+def test_a_rehearsal_figure_reads_at_the_modeled_pace():
+    from stackbench.measure.summary import Figure
+    from stackbench.rehearsal.plan import at_model_pace
+
+    rate = at_model_pace(Figure("decode_tps", 3840.0, "tok/s", "median", 1, ci_low=3800.0, ci_high=3900.0), 50)
+    assert (rate.value, rate.ci_low, rate.ci_high, rate.value_min) == (76.8, 76.0, 78.0, None)
+    assert at_model_pace(Figure("batch_wall_s", 0.409, "s", "median", 1), 50).value == pytest.approx(20.45)
+    assert at_model_pace(Figure("energy_j_per_token", 0.1, "J/token", "mean", 1), 50).value == pytest.approx(5.0)
+    assert at_model_pace(Figure("tpot_p50_ms", 0.0865, "ms", "median", 1), 50).value == pytest.approx(4.325)
+    ratio = Figure("accept_len", 2.5, "ratio", "mean", 1)
+    assert at_model_pace(ratio, 50) is ratio
 
 
 def test_argv_after_the_module_is_what_the_engine_parser_gets():

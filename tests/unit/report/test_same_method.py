@@ -7,7 +7,7 @@ import pytest
 from paths import ROOT
 
 from stackbench.cli import published_records
-from stackbench.report import render
+from stackbench.report import render, tables
 from stackbench.report.layouts import METHOD_DEFAULT, load_layouts
 from stackbench.results import basis, published, store
 
@@ -83,10 +83,14 @@ def caveat_fields(lines: list[str]) -> set[str]:
 def test_a_node_measured_with_the_method_stands_beside_the_post(beside):
     lines = table_lines(beside, "s004-mtp-ab")
     mine = [line for line in lines if f"{NODE}, same method" in line]
-    assert len(mine) == 2  # one row per measured launch
+    assert len(mine) == 1  # one row per launch that is the post rows' own (stack, method, depth)
+    # The no-spec launch ran the workload too: in the block under the table, titled so, never "same method".
+    block = [cells(line)[0] for line in lines if line.startswith("|")]
+    at = block.index(tables.OTHER_LAUNCHES)
+    assert block[at + 1:] == [f"{NODE}, same workload, other launch (vllm / nospec; 407 prompt / 512 output tokens)"]
     row = dict(zip(cells(lines[4]), cells(next(line for line in mine if "mtp-n2" in line))))
     assert "407 prompt / 512 output tokens" in row["MTP"]  # its exact length
-    assert (row["c1"], row["c2"], row["c3"], row["c4"]) == ("90", "180", "270", "360")
+    assert (row["c1"], row["c2"], row["c3"], row["c4"]) == ("90 tok/s", "180 tok/s", "270 tok/s", "360 tok/s")  # with units
     assert row["λ"] == "2.05" and row["KV tokens"] == "120000†"
     assert any("same method: measured with seed-004-short" in line for line in lines)  # the source line
     fields = caveat_fields(lines)
@@ -151,7 +155,7 @@ def test_a_capped_sweep_shows_one_cap_beside_the_post(tmp_path):
     capped = [dict(r, power_cap_w=300.0, value=r["value"] / 2) for r in method_rows() if r.get("workload") == "seed-004-short"]
     lines = table_lines(write(tmp_path, method_rows() + capped), "s004-mtp-ab")
     row = dict(zip(cells(lines[4]), cells(next(line for line in lines if f"{NODE}, same method" in line))))
-    assert row["c1"] == "90" and row["c4"] == "360"
+    assert row["c1"] == "90 tok/s" and row["c4"] == "360 tok/s"
 
 
 def test_an_aggregate_the_post_formed_from_decode_rates_is_matched_with_the_measured_decode_sum():
@@ -162,13 +166,16 @@ def test_an_aggregate_the_post_formed_from_decode_rates_is_matched_with_the_meas
     records = pd.DataFrame(published_records(ROOT / "data/published", ROOT))
     layout = layouts.load_layouts(ROOT / "data/published")["s000-fourway"]
     assert layout.aggregate == "decode_sum" and layout.method_rows == {"4: SGLang + MTP": "seed-000-short-code"}
-    base = launch("nospec")
-    base.pop("_prompt")
-    cell = dict(base, workload="seed-000-short-code", concurrency=2, prompt_tokens=30, output_tokens=512, unit="tok/s")
-    measured = store.to_table(pd.DataFrame([dict(cell, metric="aggregate_tps", value=150.0),
-                                            dict(cell, metric="aggregate_decode_tps", value=171.0)])).to_pandas()
-    table = tables.seed_table(records, "s000-fourway", layout, measured)
+    rows = []
+    for base in (dict(launch("mtp-n3"), stack="sglang"), launch("nospec")):  # the post row's stack/method/depth, and not
+        base.pop("_prompt")
+        cell = dict(base, workload="seed-000-short-code", concurrency=2, prompt_tokens=30, output_tokens=512, unit="tok/s")
+        rows += [dict(cell, metric="aggregate_tps", value=150.0), dict(cell, metric="aggregate_decode_tps", value=171.0)]
+    table = tables.seed_table(records, "s000-fourway", layout, store.to_table(pd.DataFrame(rows)).to_pandas())
     (row,) = [r for r in table.rows if "same method" in r[0]]
-    assert row[0].startswith("4: SGLang + MTP · test-gpu, same method")  # under the post row it reproduces
-    assert "171" in row[1:] and "150" not in row[1:]
+    assert row[0].startswith("4: SGLang + MTP · test-gpu, same method (sglang / mtp-n3")  # under the post row it reproduces
+    assert "171 tok/s" in row[1:] and not any("150" in c for c in row[1:])
+    labels = [r[0] for r in table.rows]
+    assert labels[labels.index(tables.OTHER_LAUNCHES) + 1:] == [
+        "4: SGLang + MTP · test-gpu, same workload, other launch (vllm / nospec; 30 prompt / 512 output tokens)"]
     assert any("sum of its streams' decode rates" in c for c in table.caveats)

@@ -82,14 +82,21 @@ def test_the_second_round_is_timed_on_its_own(measured):
     assert cell.loc["request_wall_s", "value"] == pytest.approx(WALL_S, rel=0.2)
 
 
-def test_seed_002s_table_takes_both_under_the_rows_they_reproduce(measured):
+def test_seed_002s_table_takes_a_no_spec_launch_in_the_block_under_it(measured):
+    """The post's rows are SGLang + EAGLE 3/1/4; this node's launch is SGLang without speculation: its
+    figures stand in the block of other launches under the table, with their unit, never as the same method."""
+    from stackbench.report.tables import OTHER_LAUNCHES
+
     tmp_path, _ = measured
     lines = (tmp_path / "reports/tables/s002-op.md").read_text(encoding="utf-8").splitlines()
     rows = [line for line in lines if line.startswith("| ")]
     labels = [row.split(" | ")[0].lstrip("| ") for row in rows]
-    tool = next(i for i, label in enumerate(labels) if label.startswith(f"工具调用 · {NODE}, same method"))
-    turn = next(i for i, label in enumerate(labels) if label.startswith(f"多轮 radix 命中 · {NODE}, same method"))
-    assert labels[tool - 1] == "工具调用" and labels[turn - 1] == "多轮 radix 命中"  # each under the row it reproduces
+    assert not [label for label in labels if "same method" in label]
+    block = labels.index(OTHER_LAUNCHES)
+    tool = next(i for i, label in enumerate(labels) if label.startswith(f"工具调用 · {NODE}, same workload, other launch"))
+    turn = next(i for i, label in enumerate(labels) if label.startswith(f"多轮 radix 命中 · {NODE}, same workload, other launch"))
+    assert block < tool and block < turn
+    assert [row.split(" | ")[1].split()[1] for row in (rows[tool], rows[turn])] == ["s", "s"]  # each with its unit
     assert [float(row.split(" | ")[1].split()[0]) for row in (rows[tool], rows[turn])] == pytest.approx([WALL_S] * 2, rel=0.2)
     text = "\n".join(lines)
     assert "same method: measured with" in text and "seed-002-tool-call" in text and "seed-002-multi-turn" in text

@@ -58,3 +58,9 @@ def test_rows_alike_in_stating_and_not_stating_a_field_get_no_caveat():
 def test_one_row_mixing_two_stated_values_is_a_caveat():
     rows = pd.concat([frame({"temperature": 0.7}), frame({})], ignore_index=True)  # display row 1 twice
     assert [c.field for c in basis.caveats(rows)] == ["temperature"]
+
+
+def test_two_spellings_of_one_gpu_are_no_caveat_two_gpus_are():
+    assert basis.caveats(frame({"gpu": "RTX 5090 32GB"}, {"gpu": "NVIDIA GeForce RTX 5090"})) == []
+    found = basis.caveats(frame({"gpu": "RTX 3090 24GB"}, {"gpu": "NVIDIA GeForce RTX 5090"}))
+    assert [c.field for c in found] == ["gpu"] and "RTX 3090 24GB" in found[0].text()  # shown as each source spells it
