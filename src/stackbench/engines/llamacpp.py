@@ -65,6 +65,12 @@ TARGETS = Path("envs/llamacpp-targets.cmake")
 
 SPEC_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp", "eagle": "draft-eagle3",
               "dflash": "draft-dflash", "dspark": "draft-dspark"}
+# The flag that sets a launch's depth (spec_tokens), per --spec-type: the drafters that run a model read
+# --spec-draft-n-max, but each n-gram drafter has a length of its own (common/speculative.cpp
+# common_speculative_n_max: ngram-simple and ngram-map-k* draft size_m tokens, default 48; ngram-mod n_max,
+# default 64, with an n_min of 48 that would sit above a small depth, so it is left out here).
+DEPTH_FLAGS = {"ngram-simple": "spec_ngram_simple_size_m", "ngram-map-k": "spec_ngram_map_k_size_m",
+               "ngram-map-k4v": "spec_ngram_map_k4v_size_m"}
 
 
 class LlamaCppAdapter:
@@ -158,11 +164,12 @@ class LlamaCppAdapter:
         own = {"model": launch.model.path, "host": host, "port": port, "ctx_size": launch.context_len}
         spec = {}
         if launch.spec_method != "none":
-            spec["spec_type"] = launch.spec_engine_type or SPEC_TYPES[launch.spec_method]
+            spec_type = launch.spec_engine_type or SPEC_TYPES[launch.spec_method]
+            spec["spec_type"] = spec_type
             if launch.draft_model is not None:
                 spec["spec_draft_model"] = launch.draft_model.path
             if launch.spec_tokens:
-                spec["spec_draft_n_max"] = launch.spec_tokens
+                spec[DEPTH_FLAGS.get(spec_type, "spec_draft_n_max")] = launch.spec_tokens
         return render_flags(own, args, spec)
 
     def parallel_args(self, tp: int, slots: int) -> dict:

@@ -36,6 +36,16 @@ def test_argv_is_a_list_with_the_draft_depth_fixed_at_launch():
     assert argv[-6:] == ["--spec-type", "draft-simple", "--spec-draft-model", "/m/draft.gguf", "--spec-draft-n-max", "4"]
 
 
+@pytest.mark.parametrize("spec_type, depth_flag", [("ngram-simple", "--spec-ngram-simple-size-m"),
+                                                    ("ngram-map-k", "--spec-ngram-map-k-size-m")])
+def test_an_ngram_launch_sets_its_depth_with_its_own_drafters_flag_and_takes_no_model(spec_type, depth_flag):
+    # --spec-draft-n-max would be ignored: the n-gram drafters draft size_m tokens (default 48)
+    argv = native_argv(adapter, launch(variant="ngram-n8", spec_method="ngram", spec_engine_type=spec_type, spec_tokens=8,
+                                       draft_model=None), "/bin/llama-server", "127.0.0.1", 8080, None)
+    assert argv[-4:] == ["--spec-type", spec_type, depth_flag, "8"]
+    assert "--spec-draft-n-max" not in argv
+
+
 def test_a_flag_the_pipeline_sets_is_refused_in_server_args_not_passed_twice():
     with pytest.raises(FlagConflict, match="^port: set by the pipeline"):
         native_argv(adapter, launch(server_args={"port": 9000}), "/bin/llama-server", "127.0.0.1", 8080, None)
