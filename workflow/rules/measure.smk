@@ -39,9 +39,8 @@ rule measure:
         slurm_extra=slurm_resource("slurm_extra", ""),
     log:
         "logs/measure/{node}/{launch}.log",
-    # The job's stderr reaches the console: it keeps a line per cell there and sends its detail to the log
-    # (stackbench.measure.progress).
-    message:
-        "Measuring {wildcards.node}/{wildcards.launch}, a line per cell below; the detail: {log}"
+    # The job's stderr reaches the console: it keeps a line per cell there (each naming the node and launch)
+    # and sends its detail to the log (stackbench.measure.progress). No `message:`: it would replace the
+    # job's wildcards in Snakemake's output, which `snakemake -n` readers use.
     shell:
         "{params.cli} measure --spec {input.spec:q} --out-dir {params.out_dir:q} --log {log:q}"

@@ -15,7 +15,8 @@ rule engine_env:
         expected=lambda wildcards: _envs.expected_build(wildcards.engine),
     log:
         "logs/env/{engine}.log",
-    # The build prints nothing on the console for minutes: say how long it takes and where its output goes.
+    # The build prints nothing on the console for minutes: say how long it takes and where its output goes
+    # (a message replaces the wildcards in Snakemake's output; the engine is named in it).
     message:
         "Building the {wildcards.engine} environment: {params.expected}. Its output: {log}"
     shell:
