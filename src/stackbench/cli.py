@@ -108,7 +108,7 @@ def _plan_launch(args) -> None:
 def _measure(args) -> None:
     from stackbench.measure import sequencer
 
-    sequencer.main(Path(args.spec), Path(args.out_dir))
+    sequencer.main(Path(args.spec), Path(args.out_dir), Path(args.log) if args.log else None)
 
 
 def _rehearse(args) -> None:
@@ -210,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("measure", help="launch one server configuration from its spec and measure its cells")
     p.add_argument("--spec", required=True, help="the launch spec written by plan-launch")
     p.add_argument("--out-dir", required=True)
+    p.add_argument("--log", help="the detail goes to this file; stderr (the console) keeps one line per cell")
     p.set_defaults(func=_measure)
 
     p = sub.add_parser("rehearse", help="rehearse nodes: the report target with stand-in engines and simulated GPUs")

@@ -39,5 +39,8 @@ rule measure:
         slurm_extra=slurm_resource("slurm_extra", ""),
     log:
         "logs/measure/{node}/{launch}.log",
+    # The job's stderr reaches the console: it keeps a line per cell there (each naming the node and launch)
+    # and sends its detail to the log (stackbench.measure.progress). No `message:`: it would replace the
+    # job's wildcards in Snakemake's output, which `snakemake -n` readers use.
     shell:
-        "{params.cli} measure --spec {input.spec:q} --out-dir {params.out_dir:q} 2> {log:q}"
+        "{params.cli} measure --spec {input.spec:q} --out-dir {params.out_dir:q} --log {log:q}"

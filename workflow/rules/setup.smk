@@ -12,8 +12,13 @@ rule engine_env:
         f"{PATHS['envs']}/{{engine}}/ready.json",
     params:
         cli=STACKBENCH,
+        expected=lambda wildcards: _envs.expected_build(wildcards.engine),
     log:
         "logs/env/{engine}.log",
+    # The build prints nothing on the console for minutes: say how long it takes and where its output goes
+    # (a message replaces the wildcards in Snakemake's output; the engine is named in it).
+    message:
+        "Building the {wildcards.engine} environment: {params.expected}. Its output: {log}"
     shell:
         "{params.cli} build-env {wildcards.engine:q} --requirements {input.requirements:q} --out {output:q} > {log:q} 2>&1"
 

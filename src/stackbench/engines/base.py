@@ -228,6 +228,9 @@ class Adapter(Protocol):
     def build_inputs(self, env_name: str) -> dict[str, str]:
         """Files besides its requirements that building this environment reads (a change rebuilds it)."""
 
+    def build_expected(self, env_name: str) -> str:
+        """How long building this environment takes here, for the console while it builds (rule engine_env)."""
+
     def remove_after_install(self, env_name: str) -> tuple[str, ...]:
         """Packages the install pulls in that break the engine and are removed again."""
 
@@ -394,6 +397,9 @@ class PythonEngine:
 
     def build_inputs(self, env_name: str) -> dict[str, str]:
         return {}
+
+    def build_expected(self, env_name: str) -> str:
+        return "pip installs the pinned wheels from PyPI: minutes, most of it downloading torch"
 
     def default_env(self, gpu: dict) -> str:
         return self.engine

@@ -68,6 +68,17 @@ TARGETS = Path("envs/llamacpp-targets.cmake")
 
 SPEC_TYPES = {"draft": "draft-simple", "ngram": "ngram-simple", "mtp": "draft-mtp", "eagle": "draft-eagle3",
               "dflash": "draft-dflash", "dspark": "draft-dspark"}
+# The flag that sets a launch's depth (spec_tokens), per --spec-type: the drafters that run a model read
+# --spec-draft-n-max, but each n-gram drafter has a length of its own (common/speculative.cpp
+# common_speculative_n_max: ngram-simple and ngram-map-k* draft size_m tokens, default 48; ngram-mod n_max,
+# default 64, with an n_min of 48 that would sit above a small depth, so it is left out here).
+DEPTH_FLAGS = {"ngram-simple": "spec_ngram_simple_size_m", "ngram-map-k": "spec_ngram_map_k_size_m",
+               "ngram-map-k4v": "spec_ngram_map_k4v_size_m"}
+
+
+def _pip_cache(env_name: str) -> Path:
+    """The flavour's own pip cache (pip keys built wheels by the sdist alone, so flavours sharing one would swap builds)."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "stackbench" / f"pip-{env_name}"
 
 
 class LlamaCppAdapter:
@@ -113,9 +124,16 @@ class LlamaCppAdapter:
         flavours sharing a cache would swap builds), and only the three programs the pipeline runs
         (envs/llamacpp-targets.cmake)."""
         targets = (requirements.parent / TARGETS.name).resolve()
-        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "stackbench" / f"pip-{env_name}"
         return {"CMAKE_ARGS": self.cmake_args(env_name) + f" -DCMAKE_PROJECT_INCLUDE={targets}",
-                "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2), "PIP_CACHE_DIR": str(cache)}
+                "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2), "PIP_CACHE_DIR": str(_pip_cache(env_name))}
+
+    def build_expected(self, env_name: str) -> str:
+        # Measured on the 2-core machine (README): the sdist build took 6 min 42 s and 8 min 13 s idle, 22 min
+        # under load 7; with the wheel in pip's cache the install takes seconds.
+        if any(_pip_cache(env_name).glob("wheels/**/*.whl")):
+            return f"pip reuses the wheel it built before ({_pip_cache(env_name)}): under a minute"
+        return (f"llama.cpp compiles from source (no prebuilt wheel exists): about 7-8 min on 2 idle cores, "
+                f"over 20 min on a busy machine; this one has {os.cpu_count()} cores")
 
     def build_inputs(self, env_name: str) -> dict[str, str]:
         return {"targets": str(TARGETS)}
@@ -162,11 +180,12 @@ class LlamaCppAdapter:
         own = {"model": launch.model.path, "host": host, "port": port, "ctx_size": launch.context_len}
         spec = {}
         if launch.spec_method != "none":
-            spec["spec_type"] = launch.spec_engine_type or SPEC_TYPES[launch.spec_method]
+            spec_type = launch.spec_engine_type or SPEC_TYPES[launch.spec_method]
+            spec["spec_type"] = spec_type
             if launch.draft_model is not None:
                 spec["spec_draft_model"] = launch.draft_model.path
             if launch.spec_tokens:
-                spec["spec_draft_n_max"] = launch.spec_tokens
+                spec[DEPTH_FLAGS.get(spec_type, "spec_draft_n_max")] = launch.spec_tokens
         return render_flags(own, args, spec)
 
     def parallel_args(self, tp: int, slots: int) -> dict:

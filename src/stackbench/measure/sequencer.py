@@ -18,8 +18,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-
-from tqdm import tqdm
+from typing import TextIO
 
 from stackbench.config import ConfigError
 from stackbench.engines import adapter_for, prometheus
@@ -27,6 +26,7 @@ from stackbench.engines.base import ServerFacts
 from stackbench.host import gpustate, locks, powercap, telemetry
 from stackbench.measure import precision, summary
 from stackbench.measure.cellstore import CellStore
+from stackbench.measure.progress import CellProgress, console_and_log
 from stackbench.measure.rows import RowMaker
 from stackbench.measure.runner import CellResult, CellRunner
 from stackbench.plan import launchspec
@@ -70,7 +70,7 @@ def api_key(node) -> str | None:
 
 
 class LaunchRun:
-    def __init__(self, spec: launchspec.LaunchSpec, out_dir: Path, keep_failed: bool = False):
+    def __init__(self, spec: launchspec.LaunchSpec, out_dir: Path, keep_failed: bool = False, console: TextIO | None = None):
         self.spec, self.out_dir = spec, Path(out_dir)
         self.node, self.launch = spec.node, spec.launch
         self.adapter = adapter_for(self.launch.engine)
@@ -94,7 +94,8 @@ class LaunchRun:
         self.gpu_ids: list[str] | None = None
         self.lock_dir = rehearsal_plan.lock_dir(self.node.name) if spec.rehearsal else locks.lock_dir(self.node.lock_dir)
         self.leftovers: list[str] = []  # servers and caps a launch that died hard left behind, put right here
-        self._bar = None
+        self.console = console  # where the cell progress lines go besides the log (stackbench.measure.progress)
+        self.progress: CellProgress | None = None
 
     # -- server ------------------------------------------------------------------------------------
     def _start_server(self) -> CellRunner:
@@ -170,8 +171,7 @@ class LaunchRun:
 
     # -- cells -------------------------------------------------------------------------------------
     def _show(self, text: str) -> None:
-        if self._bar is not None:
-            self._bar.set_postfix_str(text, refresh=True)
+        log.info("%s", text)  # a cell's repeats: the log's detail, not the console's
 
     def _run_cell(self, cell: launchspec.Cell, runner: CellRunner | None) -> CellRunner | None:
         """Measure one cell, (re)starting the server first when needed; returns the runner to reuse."""
@@ -283,8 +283,8 @@ class LaunchRun:
         return [locks.gpu_record(self.lock_dir, g) for g in self.gpu_ids or ()]
 
     def _waiting(self, text: str) -> None:
-        log.info("%s", text)
-        self._show(text)
+        if self.progress is not None:
+            self.progress.note(text)
 
     def _stop_leftovers(self) -> None:
         """A server of this launch, or of any launch on these GPUs, still running after its measure job
@@ -308,8 +308,7 @@ class LaunchRun:
         # The server gets exactly the GPUs telemetry and caps touch (by UUID where NVML named them).
         self.gpu_ids = ([info.uuid for info in gpus.info] if gpus is not None
                         else list(self.node.gpu_devices) or [str(i) for i in range(self.node.gpu_count)] or None)
-        self._bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc=f"{self.node.name} {self.launch.name}",
-                         unit="cell", disable=not sys.stderr.isatty())
+        self.progress = CellProgress(f"{self.node.name}/{self.launch.name}", len(cells), len(cells) - len(todo), self.console)
         holder = locks.Holder(self.node.name, self.launch.name, os.getpid())
         try:
             with locks.GpuLocks(self.gpu_ids if self.node.gpu_count else (), self.lock_dir, holder, self._waiting):
@@ -318,16 +317,17 @@ class LaunchRun:
                     with self._telemetry(gpus) as (self.sampler, self.capper):
                         runner = None
                         for cell in todo:
+                            self.progress.start(cell.key)
                             why = self._saturated_below(cell)
                             if why:
                                 self._record(CellResult(cell, "skipped", why))
                             else:
                                 runner = self._run_cell(cell, runner)
-                            self._bar.update(1)
+                            self.progress.finish()
                 finally:
                     self._stop_server()  # inside the locks: the next launch on these GPUs starts after the release
         finally:
-            self._bar.close()
+            self.progress.close()
         if self.launches:
             ready = self.ready_s * self.spec.rehearsal["time_scale"] if self.spec.rehearsal and self.ready_s else self.ready_s
             self.store.save_server_rows(self.rows.server_rows(self.facts, ready, self.telemetry_why) + self.knee_rows()
@@ -376,7 +376,9 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(f"signal {signum}")
 
 
-def main(spec_path: Path, out_dir: Path) -> Path:
+def main(spec_path: Path, out_dir: Path, log_path: Path | None = None) -> Path:
+    """Measure one launch. With `log_path`, the detail goes there and stderr keeps the cell progress only."""
+    console = console_and_log(log_path) if log_path is not None else None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     # Ctrl-C and a scheduler's SIGTERM both raise Interrupted at once, wherever the run is. asyncio.run
     # would otherwise take SIGINT over and only cancel the cell's task, and a cancellation that races a
@@ -384,7 +386,7 @@ def main(spec_path: Path, out_dir: Path) -> Path:
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)
     spec = launchspec.read(spec_path)
-    run = LaunchRun(spec, out_dir, keep_failed=spec.measure["keep_failed"])
+    run = LaunchRun(spec, out_dir, keep_failed=spec.measure["keep_failed"], console=console)
     out = run.run()
     if not spec.measure["keep_failed"] and run.store.unfinished():
         mark_for_retry(spec_path, out)

@@ -33,8 +33,8 @@ FORMAT = 1
 # every cell's fingerprint, so cells measured under other definitions are measured again instead of mixing
 # with new ones. Bump DEFINITIONS when a change there changes a figure, and record those files' sha256 in
 # DEFINITIONS_SOURCES (tests/unit/plan/test_definitions.py fails until both are done, and prints the hash).
-DEFINITIONS = 2
-DEFINITIONS_SOURCES = "f3a255322b7b846a3cfb8f95693c19b302305331660bf38a40e972bd4fd4eb4f"
+DEFINITIONS = 3
+DEFINITIONS_SOURCES = "53aa1acf12c628892656d30dbdb11f8c0b80f91201997da976ce92db12ebbd43"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.

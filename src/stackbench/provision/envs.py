@@ -41,6 +41,11 @@ def env_inputs(env_name: str) -> dict[str, str]:
     return {"requirements": f"envs/{adapter.requirements_name(env_name)}.txt", **adapter.build_inputs(env_name)}
 
 
+def expected_build(env_name: str) -> str:
+    """How long building the environment takes, as its engine's adapter knows (rule engine_env's message)."""
+    return adapter_for_env(env_name).build_expected(env_name)
+
+
 def recipe_inputs(recipe_name: str, paths: dict) -> dict[str, str]:
     """What making a model by its recipe reads (rule prepare_model's inputs): the source file, and the
     ready.json of the engine environment whose tool it runs."""

@@ -1,5 +1,5 @@
-"""The report's "What to run" tables (analysis.decide): per node one row per stack, cap, workload and
-concurrency with the choice, its gain, the runner-up and the price; across stacks the choices side by side
+"""The report's "What to run" tables (analysis.decide): per node one row per stack, cap, workload,
+concurrency and prompt length with the choice, its gain, the runner-up and the price; across stacks the choices side by side
 with the greedy agreement between the stacks' no-spec launches beside them (shown, not gating: different
 quantizations answer differently by design). The score's rule is written under every table."""
 
@@ -24,6 +24,34 @@ def _against(value, reference, spec: str) -> str:
     return text if pd.isna(reference) or reference == value else f"{text} (no-spec {spec.format(reference)})"
 
 
+def _tokens(value) -> str:
+    return f"{value:.0f}" if pd.notna(value) else ""
+
+
+def by_content_class(choices: pd.DataFrame) -> str:
+    """One sentence naming what each stack runs on which content class (a workload is one), where the choice
+    differs between them: 'llamacpp: ngram-n8 on code, extraction; no-spec on prose'. A workload whose
+    rows chose differently is named per concurrency / prompt length. '' where every row chose alike."""
+    parts = []
+    for stack, mine in choices.groupby("stack", sort=False):
+        if mine["run"].nunique() < 2:
+            continue
+        labels = []
+        for workload, rows in mine.groupby("workload", sort=False):
+            if rows["run"].nunique() == 1:
+                labels.append((rows["run"].iloc[0], workload))
+                continue
+            varies = [c for c in ("concurrency", "prompt_tokens") if rows[c].nunique() > 1]
+            labels += [(row["run"], " ".join([workload, *(_qualifier(c, row[c]) for c in varies)])) for _, row in rows.iterrows()]
+        runs = dict.fromkeys(run for run, _ in labels)
+        parts.append(f"{stack}: " + "; ".join(f"{run} on " + ", ".join(w for r, w in labels if r == run) for run in runs))
+    return ("The choice differs by content class (workload): " + " | ".join(parts) + ".") if parts else ""
+
+
+def _qualifier(column: str, value) -> str:
+    return f"c{value:.0f}" if column == "concurrency" else f"{_tokens(value)} prompt tokens"
+
+
 def _display(choices: pd.DataFrame) -> pd.DataFrame:
     gain = [f"{_percent(g)} ({_percent(lo)} to {_percent(hi)})" if pd.notna(g) else ""
             for g, lo, hi in zip(choices["gain"], choices["gain_low"], choices["gain_high"])]
@@ -31,7 +59,8 @@ def _display(choices: pd.DataFrame) -> pd.DataFrame:
               for r, g in zip(choices["runner_up"], choices["runner_up_gain"])]
     return pd.DataFrame({
         "stack": choices["stack"], "model": choices["model"], "power cap W": choices["power_cap_w"],
-        "workload": choices["workload"], "concurrency": choices["concurrency"], "judged on": choices["metric"],
+        "workload": choices["workload"], "concurrency": choices["concurrency"],
+        "prompt tokens": choices["prompt_tokens"], "judged on": choices["metric"],
         "run": choices["run"], "gain over no-spec (interval)": gain, "runner-up (gain)": runner, "why": choices["why"],
         "KV pool tokens": [_against(v, r, "{:.0f}") for v, r in zip(choices["kv_pool_tokens"], choices["kv_pool_tokens_nospec"])],
         "contexts held": [_against(v, r, "{:.2f}x") for v, r in zip(choices["contexts_held"], choices["contexts_held_nospec"])],
@@ -48,6 +77,9 @@ def what_to_run_tables(choices: pd.DataFrame, nodes: list[str], agreement: pd.Da
             continue
         table = tables.frame_table(_display(mine), f"what-to-run-{node}", f"What to run on {node}",
                                    "analysis.decide over every measured closed-loop cell")
+        sentence = by_content_class(mine)
+        if sentence:
+            table.legend.insert(0, sentence)
         table.legend.append(decide.RULE)
         out.append(table)
     return out + across_stacks(choices, agreement)
@@ -59,11 +91,11 @@ def across_stacks(choices: pd.DataFrame, agreement: pd.DataFrame) -> list[tables
     labelled = choices.assign(launch=choices["node"] + " / " + choices["stack"])
     if labelled["launch"].nunique() < 2:
         return []
-    keys = ["workload", "concurrency", "power_cap_w"]
+    keys = ["workload", "concurrency", "prompt_tokens", "power_cap_w"]
     wide = labelled.pivot_table(index=keys, columns="launch", values="run", aggfunc="first", dropna=False).reset_index()
     picks = wide.drop(columns=keys)
     wide["same choice"] = picks.nunique(axis=1, dropna=True).map({1: "yes"}).fillna("no").where(picks.notna().sum(axis=1) > 1, "")
-    table = tables.frame_table(wide.rename(columns={"power_cap_w": "power cap W"}), "what-to-run-across-stacks",
+    table = tables.frame_table(wide.rename(columns={"power_cap_w": "power cap W", "prompt_tokens": "prompt tokens"}), "what-to-run-across-stacks",
                                "What to run, each stack's choice side by side", "analysis.decide per node and stack")
     table.legend.append("Not gating: each stack is judged against its own no-spec; stacks with other quantizations "
                         "answer differently by design (their greedy agreement is in the agreement-across-stacks tables).")

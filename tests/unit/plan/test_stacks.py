@@ -107,4 +107,4 @@ def test_collect_is_given_the_parts_on_disk_of_launches_not_selected(tmp_path):
     command = next(line for line in done.stdout.splitlines() if " collect " in line)
     assert "data/runs/local-cpu/vllm-cpu--nospec/cells.parquet" in command
     assert "data/runs/local-cpu/llamacpp--nospec/cells.parquet" in command and "rtx5090" not in command
-    assert planned(done.stdout, "measure") == ["llamacpp--draft-n2", "llamacpp--draft-n4", "llamacpp--nospec"]
+    assert planned(done.stdout, "measure") == ["llamacpp--ngram-n16", "llamacpp--ngram-n8", "llamacpp--nospec"]

@@ -93,7 +93,7 @@ def test_every_node_renders_one_command_per_launch(repo, capsys, node):
 def test_an_unknown_launch_is_one_line_naming_the_nodes_launches(repo, capsys):
     assert cli.main(["commands", "--node", "local-cpu", "--launch", "nope"]) == 2
     assert capsys.readouterr().err.strip() == ("config error: configs/nodes/local-cpu.yaml: no launch 'nope'; its launches: "
-                                               "llamacpp--nospec, llamacpp--draft-n2, llamacpp--draft-n4, "
+                                               "llamacpp--nospec, llamacpp--ngram-n8, llamacpp--ngram-n16, "
                                                "vllm-cpu--nospec, vllm-cpu--ngram-n3, sglang-cpu--nospec")
 
 
@@ -151,8 +151,8 @@ def test_the_draft_model_is_in_the_launch_fingerprint_and_its_models(repo):
 
 
 def test_a_runs_draft_model_skips_its_variants_that_take_none(repo):
-    # local-cpu's draft run plus its no-spec variant: only the draft launches carry the draft model.
-    edit_run(repo, "local-cpu", 1, variants=["draft-n2"])
+    # local-cpu's second run given a draft model, and its no-spec run the same: only the draft launches carry it.
+    edit_run(repo, "local-cpu", 1, variants=["draft-n2"], draft_model="smollm2-135m-q4-1")
     edit_run(repo, "local-cpu", 0, draft_model="smollm2-135m-q4-1")
     _, _, nospec = launch_named(repo, "local-cpu", "llamacpp--nospec")
     _, _, draft = launch_named(repo, "local-cpu", "llamacpp--draft-n2")
