@@ -209,7 +209,9 @@ class CellRunner:
         """Before the first repeat of each (workload, concurrency, rate, prompt length, cap) on this server:
         `warmup_requests` rounds of one request per stream at the cell's concurrency (one stream for an open
         loop) and prompt length, so a concurrency's first batch and a ladder point's length pay their
-        compilation and autotuning here, outside the window. A request that fails raises WarmupFailed."""
+        compilation and autotuning here, outside the window. A request that fails raises WarmupFailed; one the
+        server rejects (a ladder point over the context) ends the warm-up, and the measured requests record that
+        rejection as the cell's outcome with the engine's message."""
         shape = (cell.workload.name, cell.concurrency, cell.rate, cell.prompt_tokens_target, cell.power_cap_w)
         if shape in self.warmed:
             return
@@ -217,6 +219,8 @@ class CellRunner:
         for _ in range(self.spec.measure["warmup_requests"]):
             records = await run_streams(client, workloads.requests(cell.workload, cell.load, streams, 0, sizing), streams)
             bad = next((r for r in records if r.status != "ok"), None)
+            if bad is not None and bad.status == "rejected":
+                return
             if bad is not None:
                 raise WarmupFailed(f"warm-up at c{streams} failed ({bad.status}): {bad.error}")
         self.warmed.add(shape)

@@ -264,7 +264,7 @@ def test_each_cells_shape_is_warmed_up_once_at_its_concurrency_and_a_failed_warm
 
     async def streams_sent(client, requests, concurrency, final_hook=None):
         sent.append((len(requests), concurrency))
-        return [RequestRecord(stream=i, turn=0, t_submit=0.0, status="failed" if fail["now"] else "ok",
+        return [RequestRecord(stream=i, turn=0, t_submit=0.0, status=fail.get("status", "failed") if fail["now"] else "ok",
                               error="HTTP 500: out of memory" if fail["now"] else None) for i in range(len(requests))]
 
     monkeypatch.setattr(runner, "run_streams", streams_sent)
@@ -276,3 +276,6 @@ def test_each_cells_shape_is_warmed_up_once_at_its_concurrency_and_a_failed_warm
     fail["now"] = True
     with pytest.raises(runner.WarmupFailed, match=r"warm-up at c2 failed \(failed\): HTTP 500: out of memory"):
         asyncio.run(cells._warm_up(None, replace(code, concurrency=2), None))
+    fail["status"] = "rejected"  # over the context: the measured requests record the rejection, not the warm-up
+    asyncio.run(cells._warm_up(None, replace(code, concurrency=4), None))
+    assert sent[-1] == (4, 4) and (code.workload.name, 4, code.rate, code.prompt_tokens_target, code.power_cap_w) not in cells.warmed

@@ -61,8 +61,8 @@ def test_a_scale_for_a_workload_the_node_does_not_run_is_refused_naming_it(tmp_p
 def test_a_ladder_is_one_cell_per_length_keyed_by_it(tmp_path):
     _, node = load(repo(tmp_path, {"workloads": ["ladder-cpu"]}))
     cells = [c for c in launchspec.cells_of(node, node.launches[0]) if c.workload.kind == "ladder"]
-    assert [c.key for c in cells] == [f"ladder-cpu--p{n}--c1--nocap" for n in (512, 1024, 2048, 3500, 6000)]
-    assert [c.prompt_tokens_target for c in cells] == [512, 1024, 2048, 3500, 6000]
+    assert [c.key for c in cells] == [f"ladder-cpu--p{n}--c1--nocap" for n in (512, 1024, 2048, 6000)]
+    assert [c.prompt_tokens_target for c in cells] == [512, 1024, 2048, 6000]
 
 
 def test_lengths_without_kind_ladder_are_refused(tmp_path):
