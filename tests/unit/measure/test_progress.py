@@ -67,7 +67,7 @@ def test_the_console_gets_the_progress_and_the_log_the_detail_child_processes_in
 def test_a_launch_prints_a_line_per_cell_on_its_console(tmp_path):
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     (tmp_path / "configs/nodes/progress-cpu.yaml").write_text(yaml.safe_dump({
-        "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1, 2], "probes": None,
+        "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1, 2], "probes": None, "accuracy": None,
         "workloads": ["code"], "models": {"served": {"hf_dir": "/not/ours", "quant": "AWQ W4A16"}},
         "runs": [{"stack": "sglang-nospec", "model": "served", "launch": {"mode": "external", "url": "{url}"}}]}))
     console = io.StringIO()

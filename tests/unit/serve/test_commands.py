@@ -69,7 +69,7 @@ def test_rtx5090_runs_seed_000s_sglang_and_seed_004s_vllm_on_one_box(repo, capsy
     assert json.loads(flags(vllm)["--speculative-config"]) == {"method": "mtp", "num_speculative_tokens": 2}
     assert "--speculative-config" not in printed["vllm-nvfp4-mtp--nospec"]
     llamacpp = flags(printed["llamacpp--nospec"])
-    assert llamacpp["--ctx-size"] == "65536" and "--kv-unified" in llamacpp and llamacpp["--parallel"] == "4"
+    assert llamacpp["--ctx-size"] == "131072" and "--kv-unified" in llamacpp and llamacpp["--parallel"] == "4"
 
 
 def test_tp2_dflash_gets_its_draft_model_and_eight_draft_tokens(repo, capsys):
@@ -163,7 +163,8 @@ def test_a_runs_draft_model_skips_its_variants_that_take_none(repo):
 def test_a_runs_context_len_replaces_the_nodes_and_null_keeps_it(repo):
     contexts = {l.name: l.context_len for l in expand.load_plan(repo, {"nodes": ["rtx5090"]})[1][0].launches}
     assert contexts["sglang-eagle--eagle-3-1-4"] == contexts["sglang-nospec--nospec"] == 131072
-    assert contexts["vllm-nvfp4-mtp--mtp-n2"] == contexts["llamacpp--nospec"] == 65536
+    assert contexts["vllm-nvfp4-mtp--mtp-n2"] == 65536  # the node's
+    assert contexts["llamacpp--nospec"] == contexts["llamacpp--mtp-n2"] == 131072  # seed 000's llama.cpp run, its ladder to 128K
 
 
 def test_a_runs_context_len_is_checked_by_the_schema(repo):
