@@ -26,6 +26,7 @@ localrules:
     dataset,
     prepare_model,
     prepare_hf_model,
+    launch_settings,
     plan_launch,
     published_part,
     collect,

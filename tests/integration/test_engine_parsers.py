@@ -7,9 +7,9 @@ environments through the workflow, as the vLLM and SGLang CPU tests do."""
 import json
 import re
 import subprocess
-import sys
 
 import pytest
+from helpers import build_in_root
 from paths import ROOT
 
 from stackbench.engines import ADAPTERS
@@ -71,21 +71,15 @@ def parse_in(env: str, script: str, argvs: list) -> list:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def build(*targets: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--",
-                           *targets], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-
-
 def test_every_sglang_command_parses_with_sglang_0_5_23():
-    build(".envs/sglang-cpu/ready.json")
+    build_in_root(".envs/sglang-cpu/ready.json")
     launches = every_launch("sglang")
     assert len(launches) >= 6  # rtx5090, 2x3090-nvlink, 4xa6000-tp2/-tp4 and the CPU node
     assert parse_in("sglang-cpu", SGLANG_CHECK, launches) == []
 
 
 def test_every_vllm_command_parses_with_vllm_0_32():
-    build(".envs/vllm-cpu/ready.json")
+    build_in_root(".envs/vllm-cpu/ready.json")
     launches = every_launch("vllm")
     assert len(launches) >= 4  # rtx5090's three (vllm serve, positional model) and the CPU node's
     assert parse_in("vllm-cpu", VLLM_CHECK, launches) == []
@@ -101,14 +95,14 @@ def test_every_llamacpp_flag_is_one_the_built_llama_server_knows(llamacpp_env):
 
 
 def test_the_sglang_check_catches_a_flag_the_engine_does_not_know():
-    build(".envs/sglang-cpu/ready.json")
+    build_in_root(".envs/sglang-cpu/ready.json")
     name, flags = every_launch("sglang")[0]
     failures = parse_in("sglang-cpu", SGLANG_CHECK, [[name, [*flags, "--speculative-num-stepz", "3"]]])
     assert failures and "unrecognized arguments: --speculative-num-stepz" in failures[0][1]
 
 
 def test_the_vllm_check_catches_an_unknown_flag_and_a_value_outside_its_choices():
-    build(".envs/vllm-cpu/ready.json")
+    build_in_root(".envs/vllm-cpu/ready.json")
     name, flags = every_launch("vllm")[0]
     failures = parse_in("vllm-cpu", VLLM_CHECK, [[name, [*flags, "--max-num-seqz", "4"]],
                                                  [name, [*flags, "--kv-cache-dtype", "bogus"]]])

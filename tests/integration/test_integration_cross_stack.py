@@ -17,7 +17,7 @@ from stackbench.results import store
 
 pytestmark = pytest.mark.integration
 FAMILY = "SmolLM2-135M-Instruct"
-MEASURING_RULES = ["published_part", "plan_launch", "measure", "collect", "report"]
+MEASURING_RULES = ["published_part", "launch_settings", "plan_launch", "measure", "collect", "report"]
 
 
 def probes_only(repo: Path, stacks: tuple[str, ...]) -> None:

@@ -6,13 +6,11 @@ GGUF. The environment and the converted model are made by the workflow's own rul
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import report_one_node
+from helpers import build_in_root, report_one_node
 from launch_helpers import server_pid
 from paths import ROOT
 
@@ -27,10 +25,7 @@ NODE = "local-cpu"
 
 @pytest.fixture(scope="session")
 def sglang_ready():
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--",
-                           ".envs/sglang-cpu/ready.json", "data/models/smollm2-135m-hf"], cwd=ROOT,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    build_in_root(".envs/sglang-cpu/ready.json", "data/models/smollm2-135m-hf")
 
 
 def server(log: Path) -> ServerProcess:

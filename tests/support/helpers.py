@@ -4,6 +4,7 @@ written from captured metadata, the synthetic engine served in its own process, 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -31,6 +32,17 @@ def copy_repo(dest: Path) -> Path:
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
     shutil.copytree(ROOT / "data/published", dest / "data/published")
     return dest
+
+
+def build_in_root(*targets: str) -> None:
+    """Make `targets` through the repository's own workflow (engine environments, models; a no-op when they
+    exist). pytest-xdist's workers each ask for them: a lock makes the second wait for the first's build
+    instead of failing on Snakemake's lock of the same directory."""
+    with open(ROOT / ".venv/workflow-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--", *targets], cwd=ROOT,
+                              capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def interruptible() -> None:

@@ -1,6 +1,5 @@
 # Shared state for every rule: the validated config and the expanded plan. Invalid config stops here,
 # before any job is planned, with one line naming the file and the field.
-import json
 import re
 import shlex
 import sys
@@ -24,6 +23,8 @@ REHEARSAL = CFG["rehearsal"]["node"]  # the node rehearsed (stand-in engines, si
 # A rehearsal's time budget of the real run: the real run's measure settings (before each cell runs once).
 REAL_MEASURE = _expand.load_run_config(Path("."), {**config, "rehearsal": {}})["measure"] if REHEARSAL else None
 BUDGET = f"{Path(PATHS['runs']).parent}/budget.json" if REHEARSAL else None
+# The run's launch settings, written once for every launch's plan (rule launch_settings).
+SETTINGS = f"{RUNS}/launch-settings.json"
 
 
 wildcard_constraints:
@@ -69,8 +70,8 @@ def plan_inputs(wildcards):
 
 
 def launch_settings(wildcards):
-    """The slice of the top-level config that changes what a launch measures (a param of the plan)."""
-    return json.dumps({"measure": CFG["measure"], "paths": PATHS, "rehearsal": CFG["rehearsal"]}, sort_keys=True)
+    """The slice of the top-level config that changes what a launch measures (a param of launch_settings)."""
+    return {"measure": CFG["measure"], "paths": PATHS, "rehearsal": CFG["rehearsal"]}
 
 
 def report_inputs(wildcards):

@@ -3,19 +3,30 @@
 # until ready, warm up, measure every cell not already stored, tear the server down.
 
 
+# The settings are a param here, so changing them (a --config override, an edit of configs/config.yaml)
+# rewrites the file, which replans every launch; the plans read the file, not a command line.
+rule launch_settings:
+    output:
+        SETTINGS,
+    params:
+        settings=launch_settings,
+    run:
+        _launchspec.write_settings(params.settings, Path(output[0]))
+
+
 rule plan_launch:
     input:
         unpack(plan_inputs),
+        settings=SETTINGS,
     output:
         f"{RUNS}/{{node}}/{{launch}}/launch.json",
     params:
         cli=STACKBENCH,
-        settings=launch_settings,
     log:
         "logs/plan/{node}/{launch}.log",
     shell:
         "{params.cli} plan-launch --node {wildcards.node:q} --launch {wildcards.launch:q} "
-        "--settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+        "--settings {input.settings:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule measure:

@@ -270,6 +270,13 @@ def write(spec: LaunchSpec, out: Path) -> Path:
     return out
 
 
+def write_settings(settings: dict, out: Path) -> Path:
+    """The run's launch settings (measure, paths, rehearsal), which `stackbench plan-launch --settings` reads."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(settings, sort_keys=True, indent=1))
+    return out
+
+
 def read(path: Path) -> LaunchSpec:
     doc = json.loads(Path(path).read_text())
     if doc.get("format") != FORMAT:
