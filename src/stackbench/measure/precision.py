@@ -1,10 +1,11 @@
 """Repeats to a stated precision and the over-saturated concurrency sweep, as guidellm stops a benchmark once
 a figure is known to a margin and detects over-saturation from the slopes of concurrency and TTFT.
 
-With `measure.target_rel_ci` set, a cell is repeated until the 95% Student's t interval (summary.
-confidence_interval) of its headline figure, the per-request decode rate of a single stream or the aggregate
-output throughput of a concurrent (or open-loop) cell, is within that share of the repeats' median on either
-side, never fewer than `repeats` nor more than `max_repeats` repeats; its rows' `n` says how many ran.
+With `measure.target_rel_ci` set, a cell is repeated until the 95% interval of the median that its row will
+carry (summary.median_interval, order statistics, which exists from 6 repeats) of its headline figure, the
+per-request decode rate of a single stream or the aggregate output throughput of a concurrent (or open-loop)
+cell, is within that share of the median on either side, never fewer than `repeats` nor more than
+`max_repeats` repeats; its rows' `n` says how many ran. The stop rule and the row's interval are one interval.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def precise_enough(repeats: list[list[RequestRecord]], concurrency: int | None, 
         return True
     metric = headline_metric(concurrency)
     values = [v for v in (summary.repeat_figures(records).get(metric) for records in repeats) if v is not None]
-    interval = summary.confidence_interval(values)
+    interval = summary.median_interval(values)
     if interval is None:
         return False
     median = statistics.median(values)
@@ -46,7 +47,7 @@ def precision_note(repeats: list[list[RequestRecord]], concurrency: int | None, 
     target = measure.get("target_rel_ci")
     if target is None:
         return None
-    what = f"95% interval of {headline_metric(concurrency)} within +-{target:.0%} of its median"
+    what = f"95% interval of the median of {headline_metric(concurrency)} within +-{target:.0%} of its median"
     if precise_enough(repeats, concurrency, measure):
         return f"repeated {len(repeats)} times: {what}"
     return f"repeated {len(repeats)} times (measure.max_repeats): {what} not reached"

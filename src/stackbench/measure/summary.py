@@ -55,15 +55,6 @@ class Figure:
     repeat_values: tuple[float, ...] | None = None  # the figure of each repeat, in order (analysis.decide's interval)
 
 
-def confidence_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
-    """Student's t interval of the mean over repeats: mean +- t(level, n-1) * s / sqrt(n); None below two."""
-    if len(values) < 2:
-        return None
-    half = float(scipy.stats.t.ppf((1 + level) / 2, len(values) - 1)) * statistics.stdev(values) / len(values) ** 0.5
-    mean = statistics.fmean(values)
-    return mean - half, mean + half
-
-
 def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
     """The median's distribution-free interval: the order statistics (x_(k), x_(n+1-k)) with the largest k
     whose coverage, 1 - 2 P(Binomial(n, 1/2) < k), is at least `level`. None where even (min, max) covers
