@@ -419,6 +419,9 @@ class PythonEngine:
     def token_count(self, reply: dict) -> int | None:
         return reply_count(reply)
 
+    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
+        return {"tokens": ids, "count": len(ids), "max_model_len": context_len}
+
     def request_context(self, launch: Launch) -> int:
         return launch.context_len  # one KV pool shared by every running request
 

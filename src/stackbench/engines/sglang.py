@@ -279,9 +279,6 @@ class SglangAdapter(PythonEngine):
     def context_error(self, limit: int, asked: int) -> str:
         return f"The input ({asked} tokens) is longer than the model's context length ({limit} tokens)."
 
-    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
-        return {"tokens": ids, "count": len(ids), "max_model_len": context_len}
-
     def final_chunk_fields(self, trace: RequestTrace) -> dict:
         t = trace
         if not t.proposed:

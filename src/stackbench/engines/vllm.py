@@ -205,9 +205,6 @@ class VllmAdapter(PythonEngine):
     def context_error(self, limit: int, asked: int) -> str:
         return f"This model's maximum context length is {limit} tokens. However, you requested {asked} tokens."
 
-    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
-        return {"tokens": ids, "count": len(ids), "max_model_len": context_len}
-
     def final_chunk_fields(self, trace: RequestTrace) -> dict:
         return {}  # vLLM reports no per-request timings in the stream
 
