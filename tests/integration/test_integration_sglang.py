@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import build_in_root, report_one_node
+from helpers import report_one_node
 from launch_helpers import server_pid
 from paths import ROOT
 
@@ -21,11 +21,6 @@ from stackbench.serve.process import ReadyTimeout, ServerProcess, free_port, gro
 
 pytestmark = pytest.mark.integration
 NODE = "local-cpu"
-
-
-@pytest.fixture(scope="session")
-def sglang_ready():
-    build_in_root(".envs/sglang-cpu/ready.json", "data/models/smollm2-135m-hf")
 
 
 def server(log: Path) -> ServerProcess:

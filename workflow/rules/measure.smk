@@ -10,8 +10,11 @@ rule launch_settings:
         SETTINGS,
     params:
         settings=launch_settings,
+    log:
+        "logs/plan/launch-settings.log",
     run:
         _launchspec.write_settings(params.settings, Path(output[0]))
+        Path(log[0]).write_text(f"launch settings -> {output[0]}\n")
 
 
 rule plan_launch:

@@ -106,8 +106,8 @@ class RequestRecord:
 
     @property
     def ttft_s(self) -> float | None:
-        """Ours: submit to the first content, reasoning or tool-call text. vLLM `bench serve`'s TTFT also
-        counts a role-only first chunk: that one is `ttfc_s`."""
+        """SGLang `bench_serving`'s TTFT: submit to the first content, reasoning or tool-call text. vLLM `bench
+        serve`'s TTFT also counts a role-only first chunk: that one is `ttfc_s`."""
         return None if self.t_first_token is None else self.t_first_token - self.t_submit
 
     @property
@@ -144,7 +144,7 @@ class RequestRecord:
         return [(b - a) * 1000 for a, b in zip(self.choice_times, self.choice_times[1:])]
 
     def per_token_itl_ms(self) -> list[float]:
-        """Inter-token latency per token, SGLang `bench_serving` style: a chunk's gap divided by the tokens
+        """Inter-token latency per token, as SGLang `bench_serving`'s native backend: a chunk's gap divided by the tokens
         it carries, once per token. Tokens per chunk come from streamed usage where the engine sends it
         (a gap with no new token rolls into the next, as there); otherwise the final count is spread
         evenly over the chunks, which weights every gap alike (one entry per chunk keeps percentiles)."""

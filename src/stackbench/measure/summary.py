@@ -213,7 +213,8 @@ def cell_figures(repeats: list[list[RequestRecord]], counters: SpecCounters | No
     figures += percentile_figures("tpot", [r.tpot_ms for r in ok if r.tpot_ms is not None], "ms",
                                   "TPOT per request, (latency - TTFT) / (output tokens - 1) as vLLM bench serve",
                                   REQUESTS, median_metric="tpot_ms")
-    # Per-token ITL as SGLang `bench_serving`: each chunk's gap divided by the tokens it carries.
+    # Per-token ITL as SGLang `bench_serving`'s native backend (`async_request_sglang_generate`): each chunk's
+    # gap divided by the tokens it carries. (Its chat backend appends one gap per chunk with text.)
     figures += percentile_figures("itl", [gap for r in ok for gap in r.per_token_itl_ms()], "ms",
                                   f"per-token ITL, chunk gap / tokens in chunk ({tokens_per_chunk_source(ok)})", TOKENS)
     # The raw gap between chunks, whatever each carries: vLLM `bench serve`'s ITL, here named inter-chunk

@@ -53,7 +53,8 @@ METRICS = _entries(
            "((output tokens - 1) / (last token - first token)), TTFT excluded: seed 000's \"90.9 + 79.2 = 170.1\" "
            "basis, beside aggregate_tps (wall)", "higher", "cell", rate=True, analysed=True),
     Metric("request_wall_s", "s", "median", "submit to the last chunk with non-empty choices (the usage-only chunk "
-           "excluded) per request, mean over requests: vLLM benchmarks/lib/endpoint_request_func.py latency (E2EL)",
+           "excluded) per request, mean over requests: vLLM benchmarks/lib/endpoint_request_func.py latency (E2EL); "
+           "SGLang bench_serving's latency runs on to [DONE], after the usage chunk",
            "lower", "cell", "yes", analysed=True),
     Metric("request_wall_later_turns_s", "s", "median", "request_wall_s of a conversation's later turns (seed 002's "
            "second round)", "lower", "cell", "yes", analysed=True),
@@ -64,8 +65,9 @@ METRICS = _entries(
            "(sum - longest): 1 side by side, 0 serialised; our own", None, "cell", analysed=True),
     Metric("e2e_tps", "tok/s", "median", "output tokens / (last token - submit) per request, mean over requests",
            "higher", "cell", "yes", rate=True, analysed=True, charted=True),
-    Metric("ttft_s", "s", "median", "ours: submit to the first content, reasoning or tool-call text per request, "
-           "mean over requests; differs from vLLM's TTFT (ttfc_s) by excluding a role-only first chunk", "lower", "cell",
+    Metric("ttft_s", "s", "median", "submit to the first content, reasoning or tool-call text per request, mean "
+           "over requests: SGLang bench_serving's TTFT (benchmark/serving.py async_request_openai_chat_completions); "
+           "vLLM's TTFT also counts a role-only first chunk (ttfc_s)", "lower", "cell",
            analysed=True, headline=Headline("TTFT ms", "single", 1000.0)),
     Metric("ttfc_s", "s", "median", "submit to the first chunk with non-empty choices (a role-only one "
            "included) per request, mean over requests: vLLM benchmarks/lib/endpoint_request_func.py TTFT", "lower", "cell"),
