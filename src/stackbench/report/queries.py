@@ -15,6 +15,9 @@ from stackbench.report.layouts import AGGREGATE_METRICS, Layout
 from stackbench.results import published
 from stackbench.results.store import MEASURED_SQL
 
+# analysis.common.applied_cap in SQL: the cap a measured cell ran under is the one read back, a refused cap none.
+APPLIED_CAP = f"case when r.source in {MEASURED_SQL} then r.power_cap_enforced_w else r.power_cap_w end"
+
 
 class Results:
     """The results table behind a DuckDB view: selections and aggregates come back as small frames."""
@@ -124,8 +127,7 @@ def headline_input(results: Results) -> pd.DataFrame:
     return results.frame(f"""
         with all_rows as (
           -- The cap a cell ran under (analysis.common.applied_cap): a refused cap is no cap.
-          select r.* replace (case when r.source in {MEASURED_SQL} then r.power_cap_enforced_w else r.power_cap_w end
-                              as power_cap_w), coalesce(p.post, '') as post
+          select r.* replace ({APPLIED_CAP} as power_cap_w), coalesce(p.post, '') as post
           from results r left join posts p using (ref)
           where status = 'ok' and stat <> 'peak' and metric in {sql_in(tables.HEADLINE_METRICS)} {ranked}),
         measured_variants as (
@@ -207,7 +209,7 @@ def method_input(results: Results, layouts: dict[str, Layout]) -> pd.DataFrame:
     return results.frame(f"""
         with ran as (select distinct ref, node, stack, variant from results
                      where source in {MEASURED_SQL} and workload in (select unnest(?::varchar[])))
-        select r.* from results r join ran using (ref, node, stack, variant)
+        select r.* replace ({APPLIED_CAP} as power_cap_w) from results r join ran using (ref, node, stack, variant)
         where r.source in {MEASURED_SQL} and r.status = 'ok'
           and (r.workload in (select unnest(?::varchar[])) or r.workload is null)
           and (r.metric in (select distinct metric from results where source = 'published' and table_id is not null)

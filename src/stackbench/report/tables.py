@@ -173,9 +173,7 @@ def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dic
     # One power cap per launch, as the headline picks it (uncapped where it ran uncapped, else its highest):
     # a post's column holds one figure, and a cap sweep's others are in the analysis section.
     cells = mine["workload"].notna()
-    uncapped = (cells & mine["power_cap_w"].isna()).groupby([mine[k] for k in LAUNCH_KEYS]).transform("any")
-    top = mine["power_cap_w"].where(cells).groupby([mine[k] for k in LAUNCH_KEYS]).transform("max")
-    mine = mine[~cells | (uncapped & mine["power_cap_w"].isna()) | (~uncapped & (mine["power_cap_w"] == top))]
+    mine = mine[~cells | at_headline_cap(mine, LAUNCH_KEYS, cells)]
     picked = []
     for column, keys in column_keys.items():
         for metric, concurrency in keys:
@@ -203,13 +201,19 @@ def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dic
     return rows[rows["row_label"].notna()]
 
 
+def at_headline_cap(rows: pd.DataFrame, keys: list[str], per_cell: pd.Series) -> pd.Series:
+    """True on the rows at the one power cap a table shows per group of `keys`: uncapped where the group ran
+    a cell (`per_cell`) uncapped, else its highest cap. `power_cap_w` is the cap applied (the queries give a
+    refused cap as none, analysis.common.applied_cap); a sweep's other caps are in the analysis section."""
+    by = [rows[k] for k in keys]
+    uncapped = (per_cell & rows["power_cap_w"].isna()).groupby(by, dropna=False).transform("any")
+    top = rows["power_cap_w"].where(per_cell).groupby(by, dropna=False).transform("max")
+    return (uncapped & rows["power_cap_w"].isna()) | (~uncapped & (rows["power_cap_w"] == top))
+
+
 def _one_cap(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per launch, the cells at one power cap, as the headline picks it: uncapped where it ran uncapped,
-    else its highest."""
-    by_launch = [rows[k] for k in LAUNCH_KEYS]
-    uncapped = rows["power_cap_w"].isna().groupby(by_launch).transform("any")
-    top = rows["power_cap_w"].groupby(by_launch).transform("max")
-    return rows[(uncapped & rows["power_cap_w"].isna()) | (~uncapped & (rows["power_cap_w"] == top))]
+    """Per launch, the cells at the headline's power cap."""
+    return rows[at_headline_cap(rows, LAUNCH_KEYS, pd.Series(True, index=rows.index))]
 
 
 def _keyed_method_rows(measured: pd.DataFrame | None, layout: Layout, records: pd.DataFrame) -> pd.DataFrame:
@@ -370,10 +374,7 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
     rule = rows["metric"].map({c.metric: c.cell for c in HEADLINE})
     # The cap is chosen among the cells' figures; a launch's own figures (pool, VRAM) logged without a cap hold at it.
     per_cell = rule != "any"
-    has_uncapped = (per_cell & rows["power_cap_w"].isna()).groupby([rows[k] for k in keys], dropna=False).transform("any")
-    top_cap = rows["power_cap_w"].where(per_cell).groupby([rows[k] for k in keys], dropna=False).transform("max")
-    at_cap = (has_uncapped & rows["power_cap_w"].isna()) | (~has_uncapped & (rows["power_cap_w"] == top_cap))
-    canonical_cap = at_cap | (~per_cell & rows["power_cap_w"].isna())
+    canonical_cap = at_headline_cap(rows, keys, per_cell) | (~per_cell & rows["power_cap_w"].isna())
     rows, rule = rows[canonical_cap], rule[canonical_cap]
     single = rows["concurrency"] == 1
     unset = rows["concurrency"].isna()

@@ -252,6 +252,24 @@ def test_a_cap_the_gpu_refused_is_no_cap_in_the_headline_and_is_said():
         "test-gpu": "cap not applied on test-gpu (RTX 5090; 300.0 W asked): 300 W is above the maximum limit 250 W"}
 
 
+def test_seed_tables_read_the_cap_applied_not_the_one_asked():
+    """Hand-built rows (test data): the same refused 300 W and applied 220 W cells. The rows a seed table takes
+    (queries.method_input) carry the cap applied, so the one it shows per launch is the stock-power cell."""
+    from types import SimpleNamespace
+
+    from stackbench.report import tables
+
+    base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", variant="mtp-n2", status="ok",
+                stat="median", workload="code", value_min=None, value_max=None, metric="decode_tps", concurrency=1, note=None)
+    rows = store.to_table([dict(base, power_cap_w=220.0, power_cap_enforced_w=220.0, value=116.0),
+                           dict(base, power_cap_w=300.0, power_cap_enforced_w=None, value=175.0),
+                           dict(base, source="published", ref="002_x.txt §a", table_id="t", workload=None, value=90.0)]).to_pandas()
+    picked = queries.method_input(queries.Results(rows), {"t": SimpleNamespace(method=("code",))})
+    caps = {value: None if pd.isna(cap) else cap for value, cap in zip(picked["value"], picked["power_cap_w"])}
+    assert caps == {116.0: 220.0, 175.0: None}
+    assert tables._one_cap(picked)["value"].tolist() == [175.0]
+
+
 def test_measured_variants_share_the_aggregate_concurrency():
     """Hand-built rows (test data): nospec alone swept to c4 (a load workload on one launch), draft-n2 ran
     c1-c2. Both aggregates are read at c2, the highest both ran; a published row keeps its own highest."""
