@@ -152,7 +152,8 @@ def test_the_method_default_comes_from_the_schema():
 
 def test_a_capped_sweep_shows_one_cap_beside_the_post(tmp_path):
     """The method run at two caps (both applied: the GPU read them back) on one launch: its row shows the uncapped cells, one figure per column."""
-    capped = [dict(r, power_cap_w=300.0, power_cap_enforced_w=300.0, value=r["value"] / 2) for r in method_rows() if r.get("workload") == "seed-004-short"]
+    capped = [dict(r, power_cap_w=300.0, power_cap_enforced_w=300.0, value=r["value"] / 2)
+              for r in method_rows() if r.get("workload") == "seed-004-short"]
     lines = table_lines(write(tmp_path, method_rows() + capped), "s004-mtp-ab")
     row = dict(zip(cells(lines[4]), cells(next(line for line in lines if f"{NODE}, same method" in line))))
     assert row["c1"] == "90 tok/s" and row["c4"] == "360 tok/s"
