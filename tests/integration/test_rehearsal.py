@@ -119,6 +119,8 @@ def test_rtx5090_reads_at_the_modeled_pace_and_slows_with_context(rehearsed):
     assert sections[0] == "## Time budget of the real run"
     assert "llamacpp--mtp-n2" in report  # seed 000 section 8's llama.cpp Q4_K_M + MTP
     assert not [line for line in report.splitlines() if "RTX 5090 32GB" in line and "GeForce RTX 5090" in line]  # one GPU
+    # one checkpoint, one spelling: the rows name the node's models as the post does (models.<key>.checkpoint)
+    assert not [line for line in report.splitlines() if line.startswith("- model:") and "qwen38-" in line]
     use_case = (repo / "reports/rehearsal/rtx5090/tables/use-case-rtx5090.md").read_text()
     assert "| chat |" in use_case and "| long context |" in use_case
 

@@ -19,13 +19,21 @@ class Model:
     # The checkpoint family these files are a quantization or copy of, as the node states it (never guessed
     # from names): collect compares the greedy outputs of launches that name the same one across stacks.
     weights: str | None = None
+    # The checkpoint's name as its publisher and the posts write it ("RedHatAI/Qwen3.8-27B-INT4"): the rows'
+    # `model`, so a post's row and a measured one name one checkpoint alike; None: the node's key.
+    checkpoint: str | None = None
 
     @property
     def identity(self) -> dict:
-        """The model's part of a launch fingerprint: `weights` is left out, since it is a statement about
-        the files for pairing launches, not something the server's figures depend on; stating it re-measures
-        nothing."""
-        return {k: v for k, v in asdict(self).items() if k != "weights"}
+        """The model's part of a launch fingerprint: `weights` and `checkpoint` are left out, since they are
+        statements about the files (for pairing launches, for naming them), not something the server's figures
+        depend on; stating them re-measures nothing."""
+        return {k: v for k, v in asdict(self).items() if k not in ("weights", "checkpoint")}
+
+    @property
+    def label(self) -> str:
+        """The name the rows carry in `model`."""
+        return self.checkpoint or self.name
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ class RowMaker:
             "engine_version": spec.engine.get("version", UNKNOWN),
             "engine_image": {"native": "none (native build)", "external": "external endpoint (launch not ours)"}.get(
                 launch.launch_mode, launch.launch_target),
-            "model": launch.model.name, "quant": UNKNOWN if external else launch.model.quant, "kv_dtype": UNKNOWN,
+            "model": launch.model.label, "quant": UNKNOWN if external else launch.model.quant, "kv_dtype": UNKNOWN,
             "context_len": None if external else launch.context_len, "temperature": 0.0, "ttft_included": "no",
             "gpu": node.gpu_model if node.gpu_count else f"none (CPU: {cpu_name()})", "gpu_count": node.gpu_count,
             "tp": None if external else launch.tp, "launch_mode": launch.launch_mode,

@@ -104,7 +104,8 @@ def _model(node_name: str, doc: dict, key: str, where: str, models_dir: str) -> 
         path = spec.get("gguf") or spec["hf_dir"]
     else:
         raise ConfigError(f"{where}: models.{key}: give one of gguf, hf_dir or prepare")
-    return Model(name=key, path=path, quant=spec["quant"], prepare=spec.get("prepare"), weights=spec.get("weights"))
+    return Model(name=key, path=path, quant=spec["quant"], prepare=spec.get("prepare"), weights=spec.get("weights"),
+                 checkpoint=spec.get("checkpoint"))
 
 
 def _expand_variants(stack_doc: dict) -> list[tuple[str, dict]]:

@@ -191,9 +191,10 @@ def test_a_flag_the_pipeline_sets_in_a_stack_file_stops_the_plan_with_its_key(re
         spec_of(repo)
 
 
-def test_stating_the_weights_family_moves_no_fingerprint(repo):
-    """models.<key>.weights pairs launches at collect; the server's figures do not depend on it, so every
-    node's launches keep the fingerprints they had before it was stated (and the spec still names it)."""
+def test_stating_the_weights_family_or_the_checkpoint_moves_no_fingerprint(repo):
+    """models.<key>.weights pairs launches at collect and .checkpoint names them in the rows; the server's
+    figures depend on neither, so every node's launches keep the fingerprints they had before they were
+    stated (and the spec still names them)."""
     names = sorted(p.stem for p in (repo / "configs/nodes").glob("*.yaml"))
 
     def all_fingerprints() -> dict[str, tuple]:
@@ -202,21 +203,27 @@ def test_stating_the_weights_family_moves_no_fingerprint(repo):
             every = expand.load_run_config(repo, {"nodes": [name], "stacks": "all"})
             for index in range(len(expand.load_node(name, every, repo).launches)):
                 spec = spec_of(repo, node=name, index=index, stacks="all")
-                out[f"{name}/{spec.launch.name}"] = (spec.fingerprint, spec.server_fingerprint, spec.launch.model.weights)
+                model = spec.launch.model
+                out[f"{name}/{spec.launch.name}"] = (spec.fingerprint, spec.server_fingerprint, model.weights, model.label)
         return out
 
     stated = all_fingerprints()
     assert stated["local-cpu/llamacpp--nospec"][2] == "SmolLM2-135M-Instruct"
     assert stated["local-cpu/vllm-cpu--nospec"][2] == "SmolLM2-135M-Instruct"
+    # rtx5090's INT4 launch names the checkpoint as seed 000 writes it; local-cpu states none: its key.
+    assert stated["rtx5090/sglang-nospec--nospec"][3] == "RedHatAI/Qwen3.8-27B-INT4"
+    assert stated["local-cpu/llamacpp--nospec"][3] == "smollm2-135m-q4km"
     for name in names:
         path = repo / f"configs/nodes/{name}.yaml"
         doc = yaml.safe_load(path.read_text())
         for model in doc["models"].values():
             model.pop("weights", None)
+            model.pop("checkpoint", None)
         path.write_text(yaml.safe_dump(doc))
     unstated = all_fingerprints()
     assert {k: v[:2] for k, v in unstated.items()} == {k: v[:2] for k, v in stated.items()}
     assert {v[2] for v in unstated.values()} == {None}
+    assert unstated["rtx5090/sglang-nospec--nospec"][3] == "qwen38-int4"
     named = replace(spec_of(repo), launch=replace(spec_of(repo).launch, model=replace(spec_of(repo).launch.model, weights="F")))
     assert named.fingerprint == spec_of(repo).fingerprint
     assert launchspec.read(launchspec.write(named, repo / "launch.json")).launch.model.weights == "F"  # the spec carries it
