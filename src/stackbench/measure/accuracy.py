@@ -1,7 +1,9 @@
 """The accuracy set (workload kind `accuracy`): quality beside speed, once per launch.
 
 One cell sends the workload's questions (models/datasets.subset: a fixed, seeded subset, carried in the
-launch spec as `accuracy.items`) one at a time through the chat endpoint, greedy (the client's temperature 0),
+launch spec as `accuracy.items`) through the chat endpoint on the cell's concurrency of streams (a closed
+loop, measure/client.run_streams; the rows' `concurrency` says how many, since a batch shape can flip a
+greedy near-tie), greedy (the client's temperature 0),
 unsalted, with the workload's thinking setting and EOS honoured (max_tokens = output_tokens caps a reply).
 The answer is the last number in the reply; the reference is GSM8K's `#### N`; they match as numbers.
 Every reply is kept (`outputs`, stored as accuracy_outputs.json beside the launch's cells) with its extracted
@@ -14,8 +16,9 @@ import re
 
 from stackbench.config.model import Workload
 from stackbench.engines.base import Adapter
-from stackbench.measure.client import RequestRecord, StreamClient
+from stackbench.measure.client import RequestRecord, StreamClient, run_streams
 from stackbench.measure.summary import Figure
+from stackbench.measure.workloads import Request
 from stackbench.results.agreement import wilson
 
 # A number as GSM8K writes one: optional sign, thousands separators, decimals ("1,234.50", "-3", ".5").
@@ -56,22 +59,24 @@ def figures(outputs: dict[str, dict], dataset: str) -> list[Figure]:
                    note=f"{invalid} of {n} replies hold no number")]
 
 
-async def run(client: StreamClient, workload: Workload, adapter: Adapter) -> tuple[list[Figure], dict[str, dict], list[RequestRecord]]:
-    """Ask every question once; returns the figures, every reply by question id and the request records."""
+async def run(client: StreamClient, workload: Workload, adapter: Adapter,
+              streams: int = 1) -> tuple[list[Figure], dict[str, dict], list[RequestRecord]]:
+    """Ask every question once on `streams` streams; returns the figures, every reply by question id (in
+    the set's order) and the request records."""
     items = workload.accuracy.get("items")
     if not items:
         raise ValueError(f"{workload.accuracy['dataset']}: no questions in the launch spec (the task set was not "
                          "fetched when it was planned: run the workflow's dataset rule, then plan again)")
-    records: list[RequestRecord] = []
-    outputs: dict[str, dict] = {}
-    for item in items:
-        record = await client.chat([{"role": "user", "content": prompt(workload, item)}], workload.output_tokens, 0,
-                                   len(records), adapter.server_timings)
-        records.append(record)
-        if record.status != "ok":
-            return [], outputs, records  # the runner names the failed request where the figure would have been
-        answer = extract(record.content)
-        outputs[item["id"]] = {"text": record.content, "answer": answer, "reference": item["reference"],
-                               "correct": answer is not None and answer == canonical(item["reference"]),
-                               "completion_tokens": record.completion_tokens}
+    asked = [Request((prompt(workload, item),), workload.output_tokens) for item in items]
+    records = sorted(await run_streams(client, asked, streams, adapter.server_timings), key=lambda r: r.request)
+    outputs = {}
+    for record in records:
+        if record.status == "ok":
+            item = items[record.request]
+            answer = extract(record.content)
+            outputs[item["id"]] = {"text": record.content, "answer": answer, "reference": item["reference"],
+                                   "correct": answer is not None and answer == canonical(item["reference"]),
+                                   "completion_tokens": record.completion_tokens}
+    if len(outputs) < len(items):
+        return [], outputs, records  # the runner names the failed request where the figure would have been
     return figures(outputs, workload.accuracy["dataset"]), outputs, records

@@ -54,6 +54,7 @@ class RequestRecord:
     http_status: int | None = None
     error: str | None = None
     resent: int = 0  # sends again after the server dropped a pooled connection before answering (StreamClient.RESENDS)
+    request: int | None = None  # its conversation's index in the list run_streams was given
     retried: int = 0  # sends again after a 429 or 503 (StreamClient.BUSY_RETRIES)
     content_chunks: int = 0
     reasoning_chunks: int = 0
@@ -402,8 +403,10 @@ async def run_streams(client: StreamClient, requests: list[Request], concurrency
     async def one(stream: int) -> list[RequestRecord]:
         records = []
         while queue:
-            request = queue.pop()
+            request, index = queue.pop(), len(requests) - len(queue) - 1
             done = await _conversation(client, stream, request.turns, request.output_tokens, final_hook)
+            for record in done:
+                record.request = index
             records += done
             if done[-1].status != "ok":
                 break

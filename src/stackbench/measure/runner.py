@@ -27,9 +27,11 @@ from stackbench.plan.launchspec import Cell
 # the request fields of every request. The probes run with thinking off (a reasoning template would spend
 # the answer's tokens thinking); the accuracy set with the workload's own setting (the basis says which).
 # A no-spec launch's probes also measure its own noise floor (probes.noise_floor_figure).
-ONCE = {"probes": lambda workload, launch: (functools.partial(probes.run, noise_floor=launch.spec_method == "none"),
-                                            probes.THINKING_OFF),
-        "accuracy": lambda workload, launch: (accuracy.run, workloads.request_fields(workload))}
+# The probes go one at a time; the accuracy set on the cell's concurrency of streams.
+ONCE = {"probes": lambda cell, launch: (functools.partial(probes.run, noise_floor=launch.spec_method == "none"),
+                                        probes.THINKING_OFF),
+        "accuracy": lambda cell, launch: (functools.partial(accuracy.run, streams=cell.concurrency or 1),
+                                          workloads.request_fields(cell.workload))}
 
 
 class WarmupFailed(RuntimeError):
@@ -138,7 +140,7 @@ class CellRunner:
         runs = KINDS[cell.workload.kind].runs
         if runs in ONCE:
             try:
-                result = asyncio.run(self._once(cell, *ONCE[runs](cell.workload, self.spec.launch)))
+                result = asyncio.run(self._once(cell, *ONCE[runs](cell, self.spec.launch)))
             except ValueError as err:  # an accuracy set planned without its questions
                 result = CellResult(cell, "failed", str(err))
             result.cap, result.seconds = cap, time.monotonic() - t0

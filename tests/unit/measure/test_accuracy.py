@@ -32,11 +32,11 @@ def workload(items: list[dict]) -> Workload:
                     accuracy={"dataset": "gsm8k", "n": len(items), "seed": 0, "items": items})
 
 
-def measured(items: list[dict], share: float):
+def measured(items: list[dict], share: float, streams: int = 1):
     async def scenario(url):
         client = StreamClient(url, "synthetic", {}, stall_timeout_s=10, request_timeout_s=30)
         try:
-            return await accuracy.run(client, workload(items), adapter_for("vllm"))
+            return await accuracy.run(client, workload(items), adapter_for("vllm"), streams=streams)
         finally:
             await client.aclose()
 
@@ -53,6 +53,14 @@ def test_an_engine_answering_60_percent_right_is_reported_at_0_6_with_an_interva
     assert found["accuracy"].ci_high - found["accuracy"].ci_low == pytest.approx(0.26, abs=0.01)  # at n = 50
     assert found["accuracy_invalid"].value == 0.0
     assert len(outputs) == len(records) == 50 and all(o["text"] and o["answer"] for o in outputs.values())
+
+
+def test_four_streams_ask_every_question_once_and_keep_the_sets_order():
+    alone = measured(questions(50), SHARE)
+    figures, outputs, records = measured(questions(50), SHARE, streams=4)
+    assert {f.metric: f.value for f in figures} == {f.metric: f.value for f in alone[0]}
+    assert list(outputs) == [f"q{i}" for i in range(50)] and outputs == alone[1]
+    assert [r.request for r in records] == list(range(50)) and {r.stream for r in records} == {0, 1, 2, 3}
 
 
 def test_an_engine_answering_wrong_at_the_same_speed_is_reported_at_0():
