@@ -77,3 +77,16 @@ def host_lock_dir(tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "host-locks"
     monkeypatch.setenv("STACKBENCH_LOCK_DIR", str(folder))
     return folder
+
+
+# Slowest first, so that pytest-xdist's two workers (pyproject addopts: a file each, kept in this order by
+# --no-loadscope-reorder) finish together: the files that build the vLLM and SGLang environments (minutes of
+# pip each, one worker at a time: helpers.build_in_root) start at once beside the rehearsals (mostly the
+# stand-ins' modeled sleeps); the rest follow in collection order, the unit tests filling the gaps.
+SLOW_FIRST = ("test_conformance.py", "test_rehearsal.py", "test_engine_parsers.py", "test_integration_vllm.py",
+              "test_integration_sglang.py", "test_integration_cross_stack.py", "test_rerun.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort: the rest keep their order
