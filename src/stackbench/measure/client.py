@@ -398,12 +398,12 @@ async def run_streams(client: StreamClient, requests: list[Request], concurrency
     sending the next as soon as its previous answer ends, as vLLM `bench serve --max-concurrency`'s
     semaphore keeps that many in flight: no stream idles while requests wait, so the steady window (all
     streams busy) means what it says. A stream whose request failed stops; the others take the rest."""
-    queue = list(reversed(requests))  # pop() takes them in order
+    queue = list(reversed(list(enumerate(requests))))  # pop() takes them in order, each with its index
 
     async def one(stream: int) -> list[RequestRecord]:
         records = []
         while queue:
-            request, index = queue.pop(), len(requests) - len(queue) - 1
+            index, request = queue.pop()
             done = await _conversation(client, stream, request.turns, request.output_tokens, final_hook)
             for record in done:
                 record.request = index
