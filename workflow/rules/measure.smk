@@ -40,6 +40,7 @@ rule measure:
     params:
         cli=STACKBENCH,
         out_dir=lambda wildcards, output: Path(output[0]).parent,
+    priority: launch_order
     resources:
         **NODE_SLOTS,
         # Each node config maps to its own SLURM partition / constraint / GPUs / CPUs / memory / time.

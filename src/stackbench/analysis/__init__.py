@@ -21,7 +21,7 @@ from stackbench.analysis.correctness import (
     cross_stack_matrices,
     quality_tables,
 )
-from stackbench.analysis.decide import DECIDE_METRICS, what_to_run
+from stackbench.analysis.decide import DECIDE_METRICS, launch_variance, what_to_run
 from stackbench.analysis.energy import ENERGY_METRICS, cap_floors, depth_by_cap, energy_cells, fewest_joules
 from stackbench.analysis.gpustate import slowed_cells
 from stackbench.analysis.kv_audit import kv_audit
@@ -33,7 +33,7 @@ from stackbench.analysis.spread import is_bimodal, spread_flags
 __all__ = [
     "ACCEPTANCE_METRICS", "acceptance_by_workload",
     "BITS_PER_WEIGHT", "CELL", "CORRECTNESS_METRICS", "CROSS_STACK_METRICS", "LAUNCH", "compare",
-    "correctness_by_variant", "cross_stack_matrices", "QUALITY_METRICS", "quality_tables", "DECIDE_METRICS", "what_to_run",
+    "correctness_by_variant", "cross_stack_matrices", "QUALITY_METRICS", "quality_tables", "DECIDE_METRICS", "launch_variance", "what_to_run",
     "ENERGY_METRICS", "cap_floors", "depth_by_cap", "energy_cells", "fewest_joules", "is_bimodal", "slowed_cells", "kv_audit",
     "power_sweet_spots",
     "roofline", "spec_value_by_context", "spread_flags", "weight_format"

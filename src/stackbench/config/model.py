@@ -134,10 +134,18 @@ class Launch:
     accuracy_off: str | None = None  # why this launch runs no accuracy set (accuracy: null)
     power_caps_w: tuple[float, ...] = ()  # the caps its cells sweep (the run's, else the node's)
     repeats: int | None = None  # measured repeats per cell (the run's); None: the config's measure.repeats
+    replicate: int = 1  # which fresh server process of this configuration (node `launches`); round k runs replicate k
+
+    @property
+    def configuration(self) -> str:
+        """The server configuration, the same for every replicate of it."""
+        return f"{self.stack_config}--{self.variant}"
 
     @property
     def name(self) -> str:
-        return f"{self.stack_config}--{self.variant}"
+        """The launch's run folder: the first replicate keeps the configuration's name, so adding replicates
+        re-measures none that exist."""
+        return self.configuration if self.replicate == 1 else f"{self.configuration}--r{self.replicate}"
 
 
 @dataclass(frozen=True)

@@ -288,9 +288,9 @@ class Sampler:
     def close_window(self, window: EnergyWindow) -> WindowReading:
         """End the window now. Energy is the counters' difference between the window's start and end; where
         a counter went backwards (driver reload, reset) or could not be read, the power samples inside
-        the window are integrated instead (trapezoids) and `energy_source` says so. Power mean and p95
-        come from the samples inside the window only (one taken at its end when it was shorter than the
-        sampling period)."""
+        the window are integrated instead (trapezoids) and `energy_source` says so. A counter that did not
+        advance gives no energy figure (counter_stalled). Power mean and p95 come from the samples inside
+        the window only (one taken at its end when it was shorter than the sampling period)."""
         end = self.clock()
         try:
             now_mj = self.gpus.energy_mj()
@@ -306,14 +306,19 @@ class Sampler:
         totals = power_by_time(inside)
         energy_j, source = None, "energy counter"
         if window.energy_mj is not None and now_mj is not None:
-            deltas = [now_mj[uuid] - window.energy_mj[uuid] for uuid in window.energy_mj]
-            if all(d >= 0 for d in deltas):
-                energy_j = sum(deltas) / 1000
-            else:
+            deltas = {uuid: now_mj[uuid] - window.energy_mj[uuid] for uuid in window.energy_mj}
+            stalled = next((uuid for uuid, delta in deltas.items() if delta == 0), None)
+            if any(delta < 0 for delta in deltas.values()):
                 window.why_no_counter = "energy counter went backwards (reset)"
-        if energy_j is None:
+            elif stalled is not None:
+                source = f"no energy figure: {counter_stalled(stalled, end - window.start)}"
+            else:
+                energy_j = sum(deltas.values()) / 1000
+        if window.why_no_counter is not None:
             source = f"integrated {self.period_s:g} s power samples: {window.why_no_counter}"
             energy_j = _integrate(totals) if len(totals) >= 2 else None
+            if energy_j is None:
+                source = f"no energy figure: {window.why_no_counter}, and fewer than 2 power samples to integrate"
         gap = sample_gap_s([t for t, _ in totals], window.start, end)
         if gap > MAX_SAMPLE_GAP_S:  # the samples do not cover the window: neither figure can be checked
             energy_j, source = None, f"no energy figure: a {gap:.1f} s gap between NVML samples (over {MAX_SAMPLE_GAP_S:g} s)"
@@ -345,11 +350,19 @@ def _at(series: list[tuple[float, float]], t: float) -> float | None:
     return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
 
 
+def counter_stalled(uuid: str, seconds: float) -> str:
+    """Why a window whose energy counter read the same at both edges has no energy figure. The counter moves in
+    steps, so a window shorter than one reads no change: 0 J there is not the energy, and nothing divides by it."""
+    return f"the energy counter of {uuid} did not advance over the {seconds:.1f} s window: too short for the counter's step"
+
+
 def counter_energy_j(rows: list[dict], start: float, end: float) -> tuple[float | None, str]:
     """Energy over [start, end] from the nvmlDeviceGetTotalEnergyConsumption readings in the samples: per GPU,
     the counter interpolated at each edge from the two samples that bracket it, end minus start, summed over
-    the GPUs. (None, why) where a sample gap inside the window exceeds MAX_SAMPLE_GAP_S, no sample brackets
-    an edge, or a counter went backwards."""
+    the GPUs. (None, why) where the window is empty, a sample gap inside it exceeds MAX_SAMPLE_GAP_S, no
+    sample brackets an edge, or a counter went backwards or did not advance (counter_stalled)."""
+    if not end > start:
+        return None, f"an empty window ({start:g} s to {end:g} s)"
     by_gpu: dict[str, list[tuple[float, float]]] = {}
     for row in sorted(rows, key=lambda r: r["t"]):
         by_gpu.setdefault(row["gpu_uuid"], []).append((row["t"], row["energy_j"]))
@@ -367,6 +380,8 @@ def counter_energy_j(rows: list[dict], start: float, end: float) -> tuple[float 
             return None, f"a {gap:.1f} s gap between NVML samples on {uuid} (over {MAX_SAMPLE_GAP_S:g} s)"
         if last < first:
             return None, f"the energy counter of {uuid} went backwards (reset)"
+        if last == first:
+            return None, counter_stalled(uuid, end - start)
         total += last - first
     return total, "energy counter"
 

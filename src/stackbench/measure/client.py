@@ -159,7 +159,7 @@ class RequestRecord:
                 last_time, last_count = now, count
             return itl
         chunks = len(self.chunk_times)
-        if chunks < 2 or self.completion_tokens is None:
+        if chunks < 2 or not self.completion_tokens:  # no token reported: no gap to divide among tokens
             return []
         tokens_per_chunk = self.completion_tokens / chunks
         return [(b - a) * 1000 / tokens_per_chunk for a, b in zip(self.chunk_times, self.chunk_times[1:])]

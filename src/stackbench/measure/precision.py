@@ -61,6 +61,8 @@ def saturated(levels: dict[int, dict[str, float]], knee_fraction: float) -> str 
     if len(order) < 2:
         return None
     lower, higher = levels[order[-2]], levels[order[-1]]
+    if not (lower["aggregate_tps"] > 0 and lower["ttft_s"] > 0):  # no rate or TTFT below: no rise to measure
+        return None
     rise = higher["aggregate_tps"] / lower["aggregate_tps"] - 1
     climb = higher["ttft_s"] / lower["ttft_s"] - 1
     if rise <= knee_fraction and climb > knee_fraction:

@@ -56,7 +56,7 @@ class RowMaker:
         self.launch_basis = {
             # A rehearsal's stand-in engines on simulated GPUs measure nothing real: their own source.
             "source": "rehearsal" if spec.rehearsal else "measured", "ref": run_id, "node": node.name,
-            "stack": launch.engine, "variant": launch.variant,
+            "stack": launch.engine, "variant": launch.variant, "replicate": launch.replicate,
             "spec_method": launch.spec_method, "spec_tokens": launch.spec_tokens,
             "os": host_os() if node.os == "auto" else node.os, "engine": adapter.engine_label,
             "engine_version": spec.engine.get("version", UNKNOWN),

@@ -12,6 +12,7 @@ vLLM `bench serve` and ML.ENERGY, as each function says.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, replace
 
@@ -65,10 +66,15 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
     return (ordered[max(ks) - 1], ordered[n - max(ks)]) if ks else None
 
 
-def _median_figure(metric: str, per_repeat: list[float], unit: str, ttft_included: str = "no") -> Figure | None:
-    """Median over repeats with min, max, the repeats' values and the median's 95% interval (median_interval);
-    an interval wider than +-5% of the median says so in the note."""
-    values = [v for v in per_repeat if v is not None]
+def finite(values) -> list[float]:
+    """The values that are numbers: a missing (None) or undefined (NaN, infinite) one has no place in a statistic."""
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def _median_figure(metric: str, per_repeat: list[float | None], unit: str, ttft_included: str = "no") -> Figure | None:
+    """Median over the repeats that have the figure, with min, max, the repeats' values and the median's 95%
+    interval (median_interval); an interval wider than +-5% of the median says so in the note."""
+    values = finite(per_repeat)
     if not values:
         return None
     median = statistics.median(values)
@@ -87,7 +93,9 @@ def percentile_figures(name: str, values: list[float], unit: str, what: str, ove
                        median_metric: str | None = None) -> list[Figure]:
     """Median and p90/p99 of `values` (numpy's linear interpolation, as vLLM `bench serve` reports them),
     each with its sample count and `over`, what the samples are (REQUESTS, TOKENS, CHUNKS); a percentile from
-    fewer than FEW_SAMPLES samples says so. The median is `<name>_p50_<unit>` unless `median_metric` names it."""
+    fewer than FEW_SAMPLES samples says so; missing or undefined samples are not counted. The median is
+    `<name>_p50_<unit>` unless `median_metric` names it."""
+    values = finite(values)
     if not values:
         return []
     n = len(values)
@@ -166,7 +174,9 @@ def stream_overlap(ok: list[RequestRecord]) -> float | None:
             end = max(end, b)
     union += end - start
     room = total - max(b - a for a, b in spans)
-    return (total - union) / room if room > 0 else None
+    if not room > 0:
+        return None
+    return min(1.0, max(0.0, (total - union) / room))  # a share: the sums' rounding must not take it past 0 or 1
 
 
 def aggregate_decode_rate(ok: list[RequestRecord]) -> float | None:
@@ -264,8 +274,10 @@ def degeneration_figures(records: list[RequestRecord]) -> list[Figure]:
 def acceptance_figures(delta: SpecCounters | None, repeats: int) -> list[Figure]:
     """Acceptance length = 1 + accepted / drafts over the cell (vLLM's and llama.cpp's mean acceptance
     length from spec_decode_* counter deltas); rate = accepted / draft tokens; per-position rates."""
-    if delta is None or delta.drafts <= 0:
+    if delta is None or not delta.drafts >= 0:  # no counters (no speculation), a reset between the scrapes, or NaN
         return []
+    if delta.drafts == 0:  # a speculating server that drafted nothing ran its no-spec path (analysis.decide: did not speculate)
+        return [Figure("spec_drafts", 0.0, "tokens", "single", repeats, note="the server's draft counter did not move over the cell")]
     pooled = dict(stat="mean", n=repeats, note="pooled over the cell from /metrics counter deltas")
     figures = [
         Figure("accept_len", 1 + delta.accepted / delta.drafts, "ratio", **pooled),
@@ -300,14 +312,26 @@ def telemetry_figures(reading: WindowReading, output_tokens: int) -> list[Figure
                     Figure("power_p95_w", reading.power_p95_w, "W", "p95", reading.power_samples, ttft_included="yes", note=note)]
     if reading.vram_peak_mib is not None:
         figures.append(Figure("vram_mib", reading.vram_peak_mib, "MiB", "peak", reading.power_samples, note=note))
-    if reading.energy_j is not None and output_tokens > 0:
-        source = energy_note(reading.energy_j, reading.energy_sampled_j) if reading.energy_source == "energy counter" \
+    return [*figures, energy_per_token_figure(reading, output_tokens, note), *clock_figures(reading.clock)]
+
+
+def energy_per_token_figure(reading: WindowReading, output_tokens: int, note: str) -> Figure:
+    """energy_j_per_token over the whole window, or the row without a value and why: no energy reading
+    (energy_source says why), none above 0 J (no GPU spends nothing: a counter that did not resolve the
+    window), or no output tokens to divide it by."""
+    energy = reading.energy_j
+    if energy is None:
+        why = reading.energy_source
+    elif not 0 < energy < math.inf:  # NaN too
+        why = f"no energy figure: {energy:g} J over the {reading.duration_s:.1f} s window ({reading.energy_source})"
+    elif not output_tokens > 0:
+        why = "no energy figure: no output tokens in the window"
+    else:
+        source = energy_note(energy, reading.energy_sampled_j) if reading.energy_source == "energy counter" \
             else f"energy from {reading.energy_source}"
-        figures.append(Figure("energy_j_per_token", reading.energy_j / output_tokens, "J/token", "mean", output_tokens,
-                              ttft_included="yes", note=f"{note}; {source}"))
-    elif reading.energy_j is None:
-        figures.append(Figure("energy_j_per_token", None, "J/token", "mean", None, note=f"{note}; {reading.energy_source}"))
-    return figures + clock_figures(reading.clock)
+        return Figure("energy_j_per_token", energy / output_tokens, "J/token", "mean", output_tokens,
+                      ttft_included="yes", note=f"{note}; {source}")
+    return Figure("energy_j_per_token", None, "J/token", "mean", None, note=f"{note}; {why}")
 
 
 # The clock rows: (metric, key in telemetry.clock_state, unit, stat, worst of the GPUs).
@@ -447,8 +471,9 @@ def steady_telemetry_figures(spans: list[tuple[float, float, float, list[dict]]]
     output tokens inside, the NVML samples from telemetry.MAX_SAMPLE_GAP_S before it to as long after).
     Energy is the energy counter's delta over each window, interpolated at its edges from the samples that
     bracket them (telemetry.counter_energy_j); the integral of the sampled power beside it in the note, with
-    their agreement. A window whose samples leave a gap over the limit gives no energy figure: the row stays,
-    without a value, and says why. Power is the mean of the samples inside (NVML's 1-second averages). With
+    their agreement. A window whose samples leave a gap over the limit, or whose counter did not advance (too
+    short for its step), is left out; with no window left, or no output token inside them, the row stays
+    without a value and says why. Power is the mean of the samples inside (NVML's 1-second averages). With
     `tokens_per_response` (the cell's mean output tokens per response), energy per response too."""
     energy = sampled = seconds = tokens = 0.0
     samples: list[float] = []
@@ -461,26 +486,27 @@ def steady_telemetry_figures(spans: list[tuple[float, float, float, list[dict]]]
         power = [watts for t, watts in power_by_time(rows) if start <= t <= end]
         energy, sampled = energy + joules, sampled + (power_integral(rows, start, end) or 0.0)
         seconds, tokens, samples, windows = seconds + end - start, tokens + inside_tokens, samples + power, windows + 1
-    if why_not and not windows:
+    if not windows:
         return [Figure("energy_j_per_token_steady", None, "J/token", "mean", None,
-                       note=f"no energy figure: {why_not[0]} ({len(why_not)} of {len(spans)} steady windows)")]
-    if not windows or tokens <= 0:
-        return []
+                       note=f"no energy figure: {why_not[0]} ({len(why_not)} of {len(spans)} steady windows)")] if why_not else []
     note = (f"steady windows only ({seconds:.1f} s in {windows} repeats{f', {len(why_not)} left out: ' + why_not[0] if why_not else ''}): "
             f"{energy_note(energy, sampled)}")
-    figures = [Figure("energy_j_per_token_steady", energy / tokens, "J/token", "mean", int(tokens), note=note)]
-    if samples:
-        figures.append(Figure("power_w_steady", statistics.fmean(samples), "W", "mean", len(samples),
-                              note=f"steady windows only: mean of {len(samples)} NVML 1-second power averages inside them"))
-    return figures + steady_response_energy(energy, tokens, tokens_per_response, note)
+    power_row = [Figure("power_w_steady", statistics.fmean(samples), "W", "mean", len(samples),
+                        note=f"steady windows only: mean of {len(samples)} NVML 1-second power averages inside them")] if samples else []
+    if not tokens > 0:  # NaN too
+        return [Figure("energy_j_per_token_steady", None, "J/token", "mean", None,
+                       note=f"no energy figure: no output tokens arrived in the steady windows; {note}"), *power_row]
+    return [Figure("energy_j_per_token_steady", energy / tokens, "J/token", "mean", int(tokens), note=note),
+            *power_row, *steady_response_energy(energy, tokens, tokens_per_response, note)]
 
 
 def energy_note(counter_j: float, sampled_j: float | None) -> str:
-    """Where an energy figure comes from and how the sampled power's integral agrees with it."""
+    """Where an energy figure comes from and how the sampled power's integral agrees with it (in percent of
+    the counter's delta, where that moved: a figure exists only then)."""
     if not sampled_j:
         return f"energy counter delta {counter_j:.1f} J (no sampled power to cross-check)"
-    return (f"energy counter delta {counter_j:.1f} J; sampled power integral {sampled_j:.1f} J "
-            f"({(sampled_j - counter_j) / counter_j:+.1%})")
+    agreement = f" ({(sampled_j - counter_j) / counter_j:+.1%})" if counter_j > 0 else ""
+    return f"energy counter delta {counter_j:.1f} J; sampled power integral {sampled_j:.1f} J{agreement}"
 
 
 # -- energy per response (ML.ENERGY reports it beside energy per token) ------------------------------------
@@ -490,7 +516,7 @@ def steady_response_energy(energy_j: float, tokens: float, tokens_per_response: 
     steady_telemetry_figures) over the responses' worth of output tokens that arrived in them (tokens inside /
     the cell's mean output tokens per response): responses straddle the window's edges, so they are counted
     by their tokens, as ML.ENERGY's energy per response is J/token x the mean response length."""
-    if not tokens_per_response:
+    if not (tokens_per_response and tokens_per_response > 0):  # None, 0, negative or NaN: no response length
         return []
     responses = tokens / tokens_per_response
     return [Figure("energy_j_per_response_steady", energy_j / responses, "J/response", "mean", int(tokens),
@@ -518,12 +544,16 @@ def knee_figure(levels: dict[int, dict[str, float]], load: Load) -> Figure | Non
                       note=f"{rule}; none: SLO attainment below {load.slo_min_attainment:g} already at c={order[0]}")
     knee, why = order[0], None
     for lower, higher in zip(order, order[1:]):
-        rise = levels[higher][metric] / levels[lower][metric] - 1
         if breaks_slo(higher):
             why = f"SLO attainment below {load.slo_min_attainment:g} at c={higher}"
-        elif rise <= load.knee_fraction:
+            break
+        base, top = levels[lower][metric], levels[higher][metric]
+        if not (math.isfinite(top) and math.isfinite(base) and base > 0):  # a rise over nothing is no rise
+            return Figure("knee_concurrency", None, "streams", "single", len(order),
+                          note=f"{rule}; none: {metric} {base:g} at c={lower} and {top:g} at c={higher} give no rise")
+        rise = top / base - 1
+        if rise <= load.knee_fraction:
             why = f"rose {rise:.1%} from c={lower} to c={higher}"
-        if why:
             break
         knee = higher
     why = why or f"lower bound: still rising at the highest level swept (c={order[-1]})"

@@ -11,6 +11,8 @@ measured alike, flags the pipeline sets, streams over a server's slots) sit with
 from __future__ import annotations
 
 import dataclasses
+import random
+import re
 from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, validate
@@ -25,6 +27,7 @@ from stackbench.rehearsal import plan as rehearsal_plan
 
 CONFIG_DIR = Path("configs")
 PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the model's GGUF file>"
+REPLICATE_SUFFIX = re.compile(r"--r(\d+)$")  # Launch.name of a replicate after the first
 
 
 def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
@@ -221,9 +224,12 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     names = [l.name for l in launches]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ConfigError(f"{where}: runs: launch {duplicates[0]!r} appears twice; each server configuration runs once")
+        raise ConfigError(f"{where}: runs: launch {duplicates[0]!r} appears twice; each server configuration is "
+                          "listed once (replicates of it come from `launches`)")
     chosen = _chosen_stacks(doc, cfg["stacks"], where)
-    launches = [l for l in launches if l.stack_config in chosen]
+    replicates = cfg["launches"] or doc["launches"]
+    launches = interleaved_rounds([l for l in launches if l.stack_config in chosen], replicates,
+                                  {w.name: w for w in workloads}, f"{cfg['measure']['order_seed']}/{name}")
     gpu = doc["hardware"]["gpu"]
     return Node(
         name=name,
@@ -246,6 +252,34 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                               for key, spec in doc["models"].items() if "prepare" in spec),
         slurm=Slurm(**doc["slurm"]),
     )
+
+
+def judged_workload(workload: Workload) -> bool:
+    """A workload What to run decides on (a content class at the node's concurrency levels), the part of a
+    launch a replicate repeats; probes, the accuracy set and one-off sweeps (load, Poisson, ladder, long
+    prefill, multi-turn) stay on the first replicate."""
+    return workload.kind == "single" and not workload.load.rates and not workload.own_concurrency \
+        and not workload.ladder and not workload.not_for_ranking
+
+
+def replicate_of(launch_name: str) -> int:
+    """The replicate a launch's name carries (Launch.name: <configuration>--r<k>; 1 without a suffix)."""
+    match = REPLICATE_SUFFIX.search(launch_name)
+    return int(match[1]) if match else 1
+
+
+def interleaved_rounds(launches: list[Launch], replicates: int, workloads: dict[str, Workload], seed: str) -> list[Launch]:
+    """Every launch `replicates` times, in the order they run: round k holds replicate k of every launch, so a
+    slow drift of the host spreads over all variants instead of reading as a difference between them. Round 1
+    keeps the config's order (its launches carry the one-off workloads); each later round is shuffled by a
+    seed of its own (derived from `seed`, the config's measure.order_seed and the node)."""
+    ordered = list(launches)
+    for replicate in range(2, replicates + 1):
+        again = [dataclasses.replace(l, replicate=replicate, workloads=tuple(w for w in l.workloads if judged_workload(workloads[w])))
+                 for l in launches]
+        random.Random(f"{seed}/round-{replicate}").shuffle(again)
+        ordered += [l for l in again if l.workloads]
+    return ordered
 
 
 def _chosen_stacks(doc: dict, asked: list[str] | str | None, where: str) -> set[str]:

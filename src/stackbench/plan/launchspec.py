@@ -33,8 +33,8 @@ FORMAT = 1
 # every cell's fingerprint, so cells measured under other definitions are measured again instead of mixing
 # with new ones. Bump DEFINITIONS when a change there changes a figure, and record those files' sha256 in
 # DEFINITIONS_SOURCES (tests/unit/plan/test_definitions.py fails until both are done, and prints the hash).
-DEFINITIONS = 3
-DEFINITIONS_SOURCES = "d5df7332821f5595e945009f58a17d694db494460a9f1e50e09c9057e5cce371"
+DEFINITIONS = 4
+DEFINITIONS_SOURCES = "b1e59a718c48ebd5e6cd4e59c01cf49bce73b1ff57dad0f9b3ec531635dd2973"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
@@ -43,7 +43,7 @@ SERVER_LAUNCH_FIELDS = ("node", "stack_config", "engine", "variant", "spec_metho
                         "spec_extra", "server_args", "model", "draft_model", "launch_mode", "launch_target", "env_name",
                         "container_cli", "context_len", "bind_host", "env")
 # Measure settings that change how a run is driven, not what a cell's figures mean.
-NOT_IN_CELL_IDENTITY = ("keep_failed", "ready_timeout_s", "stop_saturated")
+NOT_IN_CELL_IDENTITY = ("keep_failed", "ready_timeout_s", "stop_saturated", "order_seed")
 # Repeats to a precision: part of a cell's identity only while a target is set, so cells measured before
 # the setting existed keep their fingerprints.
 PRECISION_SETTINGS = ("target_rel_ci", "max_repeats")

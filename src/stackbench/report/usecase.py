@@ -1,13 +1,16 @@
-"""What to run for chat, for coding, for long context: per node, one pick across every stack and variant it
-measured, from the single-stream decode rate on the workloads of that use (the median of its cells per
-launch; for long context, each launch's longest prompt, among the launches that reach the node's
-longest). The runner-up stands beside the pick with what still separates them (the basis fields that
-differ), and the pick's interval where its cells have one."""
+"""What to run for chat, for coding, for long context: per node, one pick across its stacks, from the
+single-stream decode rate on the workloads of that use (the median of its cells per launch; for long
+context, each launch's longest prompt, among the launches that reach the node's longest). Within a stack
+the variant is the one What to run (analysis.decide) chose on most of the use's cells, so the two tables
+never name different variants of one stack for a cell they share; the stacks are then ranked. The
+runner-up stands beside the pick with what still separates them (the basis fields that differ), and the
+pick's interval where its cells have one."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from stackbench.analysis.decide import NO_SPEC
 from stackbench.report.tables import Table, format_number
 from stackbench.results import basis
 
@@ -43,11 +46,32 @@ def _interval(cells: pd.DataFrame) -> str:
     return "none (one repeat per cell)"
 
 
-def use_case_table(rows: pd.DataFrame, node: str) -> Table | None:
-    """`rows`: the node's measured decode_tps cells at concurrency 1 (status ok)."""
+def _decided_variants(cells: pd.DataFrame, choices: pd.DataFrame) -> pd.DataFrame:
+    """The use's cells of each stack's variant that What to run chose on most of them (no-spec on a tie or
+    where it decided nothing); a stack What to run did not judge keeps every variant."""
+    if choices is None or choices.empty or cells.empty:
+        return cells
+    kept = []
+    for stack, mine in cells.groupby("stack", sort=False):
+        runs = choices[(choices["stack"] == stack) & (choices["concurrency"] == 1) & choices["workload"].isin(mine["workload"])]
+        if runs.empty:
+            kept.append(mine)
+            continue
+        nospec = mine.loc[mine["spec_method"] == "none", "variant"]
+        named = runs["run"].replace({NO_SPEC: nospec.iloc[0] if len(nospec) else NO_SPEC})
+        counts = named.value_counts()
+        top = counts[counts == counts.max()].index
+        variant = nospec.iloc[0] if len(nospec) and (len(top) > 1 or top[0] not in set(mine["variant"])) else top[0]
+        kept.append(mine[mine["variant"] == variant])
+    return pd.concat(kept)
+
+
+def use_case_table(rows: pd.DataFrame, node: str, choices: pd.DataFrame | None = None) -> Table | None:
+    """`rows`: the node's measured decode_tps cells at concurrency 1 (status ok); `choices`: What to run's rows
+    of the node (analysis.what_to_run), whose variant each stack stands with."""
     body, raw, caveats = [], [], []
     for use in USES:
-        cells = _use_rows(rows, use)
+        cells = _decided_variants(_use_rows(rows, use), choices)
         if cells.empty:
             continue
         # The median over the use's cells: one odd cell (a short output's rate) does not make the pick.
@@ -68,11 +92,12 @@ def use_case_table(rows: pd.DataFrame, node: str) -> Table | None:
     if not body:
         return None
     return Table(f"use-case-{node}", f"What to run on {node} for chat / coding / long context",
-                 "report/usecase.py: single-stream decode rate, median of the use's cells per launch",
+                 "report/usecase.py: single-stream decode rate, median of the use's cells per launch; each stack's variant as What to run chose it",
                  ["use", "pick (stack / variant)", "decode", "interval", "runner-up", "workloads"], body, raw,
                  legend=[*caveats, "correctness and quality are not part of the pick: see Correctness beside speed."])
 
 
-def use_case_tables(rows: pd.DataFrame, nodes: list[str]) -> list[Table]:
+def use_case_tables(rows: pd.DataFrame, nodes: list[str], choices: pd.DataFrame | None = None) -> list[Table]:
     by_node = rows.groupby("node", sort=False)
-    return [t for t in (use_case_table(by_node.get_group(n), n) for n in nodes if n in by_node.groups) if t is not None]
+    mine = (lambda n: choices[choices["node"] == n]) if choices is not None else (lambda n: None)
+    return [t for t in (use_case_table(by_node.get_group(n), n, mine(n)) for n in nodes if n in by_node.groups) if t is not None]

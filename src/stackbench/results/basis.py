@@ -158,6 +158,9 @@ def gpu_key(name: str) -> str:
 NORMALISED = {"gpu": gpu_key}
 
 
+DISTINCT_FIRST = 1000  # records above which caveats reduces a table to its distinct combinations first
+
+
 def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[str] = ()) -> list[Caveat]:
     """Caveats for one table.
 
@@ -166,10 +169,17 @@ def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[st
     a before/after's variant); they are not caveats.
     """
     fields = [f for f in WHY_IT_MATTERS if f not in axes and f in records.columns]
-    # One pass over the distinct (row, basis) combinations: a table of many records has few of them.
+    # Per field, its distinct (row, value) pairs from plain lists. A table of many records has few distinct
+    # combinations and is reduced to them first; on a small one that pass costs more than it saves.
+    if len(records) > DISTINCT_FIRST:
+        records = records[[row_column, *fields]].drop_duplicates()
+    rows = records[row_column].tolist()
     seen: dict[str, dict[int, set[str]]] = {f: {} for f in fields}
-    for row, *values in records[[row_column, *fields]].drop_duplicates().itertuples(index=False):
-        for name, value in zip(fields, values):
+    for name in fields:
+        values = records[name].tolist()
+        if records[name].dtype == "float64":  # NaN never equals itself: as None, a row's nulls are one pair
+            values = [None if v != v else v for v in values]
+        for row, value in set(zip(rows, values)):
             seen[name].setdefault(int(row), set()).add(format_value(value))
     found: list[Caveat] = []
     for name in fields:

@@ -23,6 +23,7 @@ IDENTITY = [
     ("node", pa.string()),
     ("stack", pa.string()),  # llamacpp | sglang | vllm
     ("variant", pa.string()),
+    ("replicate", pa.int64()),  # which fresh server process of the launch's configuration (node `launches`); null: published
     ("spec_method", pa.string()),
     ("spec_tokens", pa.int64()),
     ("power_cap_w", pa.float64()),  # the requested cap: a cell keeps it even when the cap could not be applied
@@ -193,3 +194,17 @@ def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike, der
 
 def read_results(path: str | os.PathLike) -> pd.DataFrame:
     return pq.read_table(path).to_pandas()
+
+
+def row_tuples(frame: pd.DataFrame) -> list[tuple]:
+    """A frame's rows as tuples of plain Python values, the values itertuples(index=False) gives, read column
+    by column: itertuples and to_dict box each value one by one, 5x slower on pandas' arrow-backed strings."""
+    if frame.columns.empty:
+        return [()] * len(frame)
+    return list(zip(*(column.tolist() for _, column in frame.items())))
+
+
+def records_of(frame: pd.DataFrame) -> list[dict]:
+    """A frame's rows as dicts, as to_dict("records") gives them (see row_tuples)."""
+    columns = list(frame.columns)
+    return [dict(zip(columns, row)) for row in row_tuples(frame)]

@@ -156,6 +156,18 @@ def test_a_counter_reset_falls_back_to_integrating_the_samples_and_says_so():
     assert reading.energy_j == pytest.approx(250.5 * 1.5, abs=0.01)  # trapezoids over the 4 samples 0.5 s apart
 
 
+def test_a_counter_reset_in_a_window_too_short_to_integrate_gives_no_energy_and_says_why():
+    clock = Clock()
+    fake = NvmlDouble(count=1, clock=clock)
+    sampler = telemetry.Sampler(telemetry.NvmlGpus(fake), clock=clock)
+    window = sampler.open_window()
+    fake.energy_offset_mj = [-10_000_000]
+    clock.now += 0.2  # one sample, taken at the close: nothing to integrate
+    reading = sampler.close_window(window)
+    assert reading.energy_j is None and reading.power_samples == 1
+    assert reading.energy_source == "no energy figure: energy counter went backwards (reset), and fewer than 2 power samples to integrate"
+
+
 def wait_for(condition, timeout_s: float = 10.0) -> bool:
     """Until the sampler thread has done what the test waits for (its state, not a guess at its timing)."""
     deadline = time.monotonic() + timeout_s

@@ -109,13 +109,15 @@ LOOP_CODE = "def f(x):\n    return x\n\n" + "    if x > 0:\n        x = x - 1\n 
 def test_prose_is_not_looping():
     ratio = repetition_ratio(PROSE)
     assert len(PROSE.split()) > 450
-    assert ratio is not None and ratio < 0.05
+    assert ratio == 0  # none of its 518 word 4-grams repeats an earlier one
     assert not is_looping(ratio)
 
 
 def test_boilerplate_code_is_not_looping():
     ratio = repetition_ratio(CODE)
-    assert ratio is not None and 0.05 < ratio < 0.25
+    # 107 words, 104 4-grams: withdraw's signature and first check repeat deposit's ("amount: float) -> float:
+    # if amount <= 0: raise", six 4-grams), and "amount)) return self.balance def" repeats once.
+    assert ratio == pytest.approx(7 / 104)
     assert not is_looping(ratio)
 
 
@@ -128,7 +130,8 @@ def test_greedy_loop_is_looping():
 
 def test_code_loop_is_looping():
     ratio = repetition_ratio(LOOP_CODE)
-    assert ratio is not None and ratio > 0.95
+    # 4 + 60 x 11 words, 661 4-grams: the 15 that start in the header or the first body are new, 646 repeat.
+    assert ratio == pytest.approx(646 / 661)
     assert is_looping(ratio)
 
 

@@ -1,7 +1,9 @@
 """Repeats to a stated precision and the over-saturated sweep, against the synthetic engine (a TEST DOUBLE
 whose timing is known in advance): a noisy engine gets more repeats than a steady one, both rows say how
-many; a saturating engine's concurrency sweep stops with the reason."""
+many; a saturating engine's concurrency sweep stops with the reason. The two tests that serve the double
+are in the integration lane."""
 
+import pytest
 from helpers import serving
 from test_measure_synthetic import external_spec
 
@@ -21,6 +23,7 @@ def decode_row(tmp_path, timing):
     return results[(results["workload"] == "code") & (results["metric"] == "decode_tps")].iloc[0]
 
 
+@pytest.mark.integration
 def test_a_noisy_engine_gets_more_repeats_than_a_steady_one_and_the_rows_say_how_many(tmp_path):
     steady, noisy = decode_row(tmp_path / "steady", STEADY), decode_row(tmp_path / "noisy", NOISY)
     # The median's order-statistic interval exists from 6 repeats, so even the steady engine runs 6.
@@ -37,6 +40,7 @@ def test_without_a_target_the_fingerprint_ignores_the_precision_settings(tmp_pat
     assert plain.cell_fingerprint(cell) == capped.cell_fingerprint(capped.cells[0]) != targeted.cell_fingerprint(targeted.cells[0])
 
 
+@pytest.mark.integration
 def test_a_saturating_engines_sweep_stops_with_the_reason(tmp_path):
     # One slot: a second stream only queues, so the aggregate stays flat while TTFT climbs.
     workload = {"prompts": ["Say hi."], "output_tokens": 31, "concurrency": [1, 2, 3, 4]}

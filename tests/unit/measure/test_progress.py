@@ -10,6 +10,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import pytest
 import yaml
 from helpers import serving
 from paths import ROOT
@@ -64,6 +65,7 @@ def test_the_console_gets_the_progress_and_the_log_the_detail_child_processes_in
     assert "detail from logging" in detail and "detail from a child" in detail and "a traceback-worthy end" in detail
 
 
+@pytest.mark.integration  # serves the double and measures through the run loop
 def test_a_launch_prints_a_line_per_cell_on_its_console(tmp_path):
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     (tmp_path / "configs/nodes/progress-cpu.yaml").write_text(yaml.safe_dump({

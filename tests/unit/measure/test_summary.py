@@ -151,3 +151,13 @@ def test_the_median_interval_is_the_medians_order_statistics():
     # The mean's Student's t interval would centre on 16.3; the median's has no 95% interval at 3 repeats.
     assert (figure.value, figure.ci_low, figure.ci_high) == (10.0, None, None)
     assert figure.spread_over == "repeats" and figure.repeat_values == (9.0, 10.0, 30.0)
+
+
+def test_a_speculating_server_that_drafted_nothing_says_so_and_one_without_counters_says_nothing():
+    from stackbench.engines.base import SpecCounters
+
+    (idle,) = summary.acceptance_figures(SpecCounters(), repeats=2)
+    assert (idle.metric, idle.value, idle.n) == ("spec_drafts", 0.0, 2)  # analysis.decide reads it: did not speculate
+    assert summary.acceptance_figures(None, repeats=2) == []  # no speculation on the server: no counters
+    drafted = {f.metric: f.value for f in summary.acceptance_figures(SpecCounters(drafts=4, draft_tokens=16, accepted=6), 2)}
+    assert drafted["spec_drafts"] == 4 and drafted["accept_len"] == 2.5

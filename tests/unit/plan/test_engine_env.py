@@ -21,7 +21,8 @@ def repo(tmp_path, monkeypatch) -> Path:
 
 
 def local_cpu(repo: Path) -> dict:
-    _, nodes = expand.load_plan(repo, {"nodes": ["local-cpu"], "stacks": "all"})
+    """Every stack's launches on local-cpu, one of each configuration (launches: 1)."""
+    _, nodes = expand.load_plan(repo, {"nodes": ["local-cpu"], "stacks": "all", "launches": 1})
     return {l.name: l for l in nodes[0].launches}
 
 
@@ -43,7 +44,7 @@ def test_a_runs_env_reaches_its_launches_only_and_moves_no_other_fingerprint(rep
         "llamacpp--nospec": {}, "llamacpp--ngram-n8": {}, "llamacpp--ngram-n16": {},
         "vllm-cpu--nospec": {"VLLM_CPU_KVCACHE_SPACE": "2"}, "vllm-cpu--ngram-n3": {"VLLM_CPU_KVCACHE_SPACE": "2"},
         "sglang-cpu--nospec": {}}
-    cfg = expand.load_run_config(repo, {"nodes": ["local-cpu"], "stacks": "all"})
+    cfg = expand.load_run_config(repo, {"nodes": ["local-cpu"], "stacks": "all", "launches": 1})
     node = expand.load_node("local-cpu", cfg, repo)
     before = {l.name: launchspec.build(cfg, node, l).fingerprint for l in node.launches}
     path = repo / "configs/nodes/local-cpu.yaml"
@@ -65,7 +66,7 @@ def test_vllm_on_cpu_binds_its_threads_to_the_nodes_cores_and_the_basis_says_so(
     from stackbench.engines.base import ServerFacts
     from stackbench.measure.rows import engine_setup
 
-    cfg = expand.load_run_config(repo, {"nodes": ["local-cpu"], "stacks": "all"})
+    cfg = expand.load_run_config(repo, {"nodes": ["local-cpu"], "stacks": "all", "launches": 1})
     node = expand.load_node("local-cpu", cfg, repo)
     specs = {l.name: launchspec.build(cfg, node, l) for l in node.launches}
     # Both of the node's 2 cores, as llama.cpp's --threads 2; vLLM's 'auto' would reserve one of them.

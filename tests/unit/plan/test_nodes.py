@@ -1,4 +1,5 @@
-"""Adding a node is adding one file; GPU node configs plan one launch per distinct server configuration."""
+"""Adding a node is adding one file; GPU node configs plan one launch per distinct server configuration.
+The tests that run Snakemake (its dry run, its linter) are in the integration lane."""
 
 import subprocess
 import sys
@@ -21,6 +22,7 @@ def measure_jobs(stdout: str) -> list[str]:
     return planned(stdout, "measure")
 
 
+@pytest.mark.integration  # runs Snakemake
 def test_gpu_nodes_plan_all_four_stacks_one_launch_each(repo_copy):
     done = dry_run(repo_copy, "rtx5090,2x3090-nvlink")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -42,6 +44,7 @@ def test_gpu_nodes_plan_all_four_stacks_one_launch_each(repo_copy):
     assert {l.spec_method for n in nodes for l in n.launches} == {"none", "mtp"}
 
 
+@pytest.mark.integration  # runs Snakemake
 def test_a_copied_node_with_other_hardware_plans_with_no_other_change(repo_copy):
     doc = yaml.safe_load((repo_copy / "configs/nodes/rtx5090.yaml").read_text())
     doc["hardware"]["gpu"].update(model="NVIDIA RTX PRO 6000", memory_gib=96, bandwidth_gbs=1792)
@@ -52,6 +55,7 @@ def test_a_copied_node_with_other_hardware_plans_with_no_other_change(repo_copy)
     assert "node=pro6000" in done.stdout
 
 
+@pytest.mark.integration  # runs Snakemake
 def test_a_broken_copy_fails_with_file_and_field(repo_copy):
     doc = yaml.safe_load((repo_copy / "configs/nodes/rtx5090.yaml").read_text())
     doc["runs"][0]["launch"]["mode"] = "kubernetes"
@@ -120,6 +124,7 @@ def test_init_node_leaves_bandwidth_null_where_nvml_does_not_report_it(repo_copy
     assert yaml.safe_load(path.read_text())["hardware"]["gpu"]["bandwidth_gbs"] is None
 
 
+@pytest.mark.integration  # runs Snakemake
 def test_snakemake_lint_is_clean(repo_copy):
     done = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=repo_copy, capture_output=True, text=True)
     output = done.stdout + done.stderr

@@ -81,6 +81,7 @@ def test_the_selection_moves_no_fingerprint(repo):
     assert [c.key for c in alone.cells] == [c.key for c in together.cells]
 
 
+@pytest.mark.integration  # runs Snakemake
 def test_the_workflow_plans_the_command_lines_selection(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "report", "--config",
@@ -94,6 +95,7 @@ def test_the_workflow_plans_the_command_lines_selection(tmp_path):
             "configs/nodes/rtx5090.yaml; its stacks: vllm-nvfp4-mtp, sglang-eagle, sglang-nospec, llamacpp\n") in wrong.stderr
 
 
+@pytest.mark.integration  # runs Snakemake
 def test_collect_is_given_the_parts_on_disk_of_launches_not_selected(tmp_path):
     """A vLLM part measured under stacks=all goes to collect on a plain (llama.cpp-only) run; a part of
     another node does not (the integration test test_rerun.py measures the whole round trip)."""
@@ -107,4 +109,5 @@ def test_collect_is_given_the_parts_on_disk_of_launches_not_selected(tmp_path):
     command = next(line for line in done.stdout.splitlines() if " collect " in line)
     assert "data/runs/local-cpu/vllm-cpu--nospec/cells.parquet" in command
     assert "data/runs/local-cpu/llamacpp--nospec/cells.parquet" in command and "rtx5090" not in command
-    assert planned(done.stdout, "measure") == ["llamacpp--ngram-n16", "llamacpp--ngram-n8", "llamacpp--nospec"]
+    assert planned(done.stdout, "measure") == sorted(f"llamacpp--{v}{r}" for v in ("nospec", "ngram-n8", "ngram-n16")
+                                                     for r in ("", "--r2", "--r3"))

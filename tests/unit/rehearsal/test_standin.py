@@ -10,7 +10,7 @@ import pytest
 from paths import ROOT
 
 from stackbench.engines import adapter_for
-from stackbench.engines.base import SERVER_SPEC_DRAFTED
+from stackbench.engines.base import SERVER_SPEC_DRAFTED, ServerFacts
 from stackbench.plan import expand
 from stackbench.rehearsal import launcher, simgpu, standin
 from stackbench.rehearsal.standin import Pace, StandinEngine, Timing
@@ -69,7 +69,11 @@ def test_metrics_tokenize_and_context_errors_in_each_engines_format(engine):
     assert said["engine_version"] == standin.VERSION  # its identity read through the engine's own route
     counters = adapter.spec_counters(metrics)
     assert counters is not None and counters.drafts == 2  # two verification steps of 3 tokens after the prefill's
-    assert adapter.facts_from_metrics(metrics) is not None
+    # The facts each engine's /metrics carries, as the stand-in was given them (llama.cpp's holds counters only).
+    assert adapter.facts_from_metrics(metrics) == {
+        "vllm": ServerFacts(kv_pool_tokens=5000, kv_dtype="fp8", extra={"block_size": 16}),
+        "sglang": ServerFacts(kv_pool_tokens=5000, n_ctx=4096, kv_cache_mib=1.5 * 1024),
+        "llamacpp": ServerFacts()}[engine]
     assert too_long.status_code == 400
     assert int(adapter.context_limit.search(too_long.json()["error"]["message"]).group(1)) == 4096
     timings = adapter.server_timings(final)
@@ -77,8 +81,6 @@ def test_metrics_tokenize_and_context_errors_in_each_engines_format(engine):
         assert timings["server_predicted_n"] == 7 and timings[SERVER_SPEC_DRAFTED] == 6
     if engine == "sglang":
         assert timings["server_spec_verify_ct"] == 2 and timings["server_spec_accept_len_vllm_basis"] == 3.0
-    if engine == "vllm":
-        assert adapter.facts_from_metrics(metrics).kv_pool_tokens == 5000
 
 
 def test_a_request_with_tools_is_answered_by_one_call_without_content():

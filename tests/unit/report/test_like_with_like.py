@@ -75,3 +75,19 @@ def test_a_workload_marked_not_for_ranking_never_forms_a_headline_cell():
 def test_a_method_every_variant_ran_is_still_read_alone():
     rows = cells("nospec", {"code": 300.0, "seed-004-short": 94.0}) + cells("mtp-n2", {"code": 310.0, "seed-004-short": 99.0})
     assert decode(headline(rows)) == {("llamacpp", "nospec"): "94", ("llamacpp", "mtp-n2"): "99"}
+
+
+def test_the_cell_lines_do_not_depend_on_the_order_the_records_come_in():
+    """The records come from DuckDB's parallel joins in no fixed order: the lines name the columns in the
+    headline's order whatever it was."""
+    rows = (cells("nospec", {"code": 100.0, "prose": 120.0, "json": 60.0}) + cells("draft-n2", {"code": 150.0, "prose": 170.0})
+            + [dict(row, metric="ttft_s", value=0.1) for row in cells("nospec", {"code": 0, "json": 0})
+               + cells("draft-n2", {"code": 0})])
+    frame = store.to_table(rows).to_pandas()
+    caveats = [headline_of(frame.iloc[order]).caveats for order in (range(len(frame)), reversed(range(len(frame))))]
+    assert caveats[0] == caveats[1]
+    assert [c.split(":")[0] for c in caveats[0][:2]] == ["decode tok/s", "TTFT ms"]
+
+
+def headline_of(frame) -> tables.Table:
+    return tables.headline_table(queries.headline_input(queries.Results(frame.reset_index(drop=True))), "n1")

@@ -1,5 +1,8 @@
 """The report: `snakemake --cores 1 report` end to end in a temporary copy, the headline first, no leaked
-NaN/None/cnan, Snakemake's own --report, and the page in headless Chromium (DOM and screenshot)."""
+NaN/None/cnan, Snakemake's own --report, and the page in headless Chromium (DOM and screenshot).
+
+The tests that run Snakemake (published_report) or Chromium are in the integration lane; the rest render
+the report in-process (write_report) and are in the fast lane."""
 
 import re
 import struct
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from capabilities import require
 from helpers import copy_repo
 from paths import ROOT
 from test_tools import installed_for_tests
@@ -74,6 +78,7 @@ def without_plotly_library(page: str) -> str:
     return PLOTLY_SCRIPT.sub("", page, count=1)
 
 
+@pytest.mark.integration
 def test_report_target_writes_tables_and_html(published_report):
     reports = published_report / "reports"
     assert (reports / "index.html").exists() and (reports / "report.md").exists()
@@ -120,17 +125,25 @@ def test_power_not_measured_is_said_once_per_node_and_cells_without_figures_are_
         "- test-cpu / llamacpp / nospec / long / c1: rejected: HTTP 400: over the context"]
 
 
-def test_no_nan_none_or_cnan_anywhere(mixed_report, published_report):
-    for reports in (mixed_report, published_report / "reports"):
-        for path in [reports / "report.md", reports / "index.html", *sorted((reports / "tables").glob("*.md"))]:
-            text = path.read_text(encoding="utf-8")
-            if path.suffix == ".html":
-                text = without_plotly_library(text)  # the plotly.js library itself names NaN
-                scripts = "".join(SCRIPTS.findall(text))
-                assert not re.search(r"\bNaN\b|cnan", scripts), f"{path.name}: NaN in chart or table data"
-                text = SCRIPTS.sub("", text)  # JSON null in chart and table data is how a gap is written there
-            found = LEAKS.findall(text)
-            assert found == [], f"{path.name}: {found[:5]}"
+def assert_no_leaks(reports: Path) -> None:
+    for path in [reports / "report.md", reports / "index.html", *sorted((reports / "tables").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".html":
+            text = without_plotly_library(text)  # the plotly.js library itself names NaN
+            scripts = "".join(SCRIPTS.findall(text))
+            assert not re.search(r"\bNaN\b|cnan", scripts), f"{path.name}: NaN in chart or table data"
+            text = SCRIPTS.sub("", text)  # JSON null in chart and table data is how a gap is written there
+        found = LEAKS.findall(text)
+        assert found == [], f"{path.name}: {found[:5]}"
+
+
+def test_no_nan_none_or_cnan_anywhere(mixed_report):
+    assert_no_leaks(mixed_report)
+
+
+@pytest.mark.integration
+def test_no_nan_none_or_cnan_in_the_report_targets_output(published_report):
+    assert_no_leaks(published_report / "reports")
 
 
 def test_charts_are_drawn_per_node_and_name_their_sources(mixed_report):
@@ -152,6 +165,7 @@ def test_full_tables_are_files_and_a_paginated_view(mixed_report):
     assert "stackbenchPager('cells-test-cpu')" in page
 
 
+@pytest.mark.integration
 def test_html_is_offline(published_report):
     page = (published_report / "reports/index.html").read_text()
     # plotly.js is inlined: no script or stylesheet is fetched from the network.
@@ -160,6 +174,7 @@ def test_html_is_offline(published_report):
     assert "Plotly.newPlot" in page
 
 
+@pytest.mark.integration
 def test_snakemakes_own_report_holds_the_tables_and_page(published_report):
     done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report", "--config", "nodes=[]",
                            "--report", "report.zip"], cwd=published_report, capture_output=True, text=True)
@@ -171,8 +186,7 @@ def test_snakemakes_own_report_holds_the_tables_and_page(published_report):
 @pytest.fixture(scope="module")
 def chromium_binary() -> str:
     found = installed_for_tests("chromium", "chromium-browser")
-    if found is None:
-        pytest.skip("Debian's chromium is not installed (setup.sh installs it when run as root)")
+    require("Chromium", None if found else "Debian's chromium is not installed (setup.sh installs it when run as root)")
     return found
 
 
@@ -204,6 +218,7 @@ def distinct_scanlines(png: bytes) -> int:
 
 
 @pytest.mark.browser
+@pytest.mark.integration
 def test_html_renders_in_headless_chromium_headline_first(mixed_report, tmp_path, chromium_binary):
     page = mixed_report / "index.html"
     done = chromium(chromium_binary, "--dump-dom", page.as_uri(), tmp_path=tmp_path)
@@ -288,9 +303,9 @@ def test_measured_variants_share_the_aggregate_concurrency():
 
 def test_a_failed_background_write_fails_the_report(tmp_path, monkeypatch):
     """Fault injection: the analysis files are written on a worker thread; its error reaches the caller
-    instead of leaving a report with a missing file."""
-    records = published.load_all(ROOT / "data/published", ROOT) + measured_rows()
-    store.atomic_write_parquet(store.to_table(pd.DataFrame(records)), tmp_path / "results.parquet")
+    instead of leaving a report with a missing file. The hand-built run alone (no published rows: a report in
+    about a tenth of the time) has analysis tables of its own to write."""
+    store.atomic_write_parquet(store.to_table(pd.DataFrame(measured_rows())), tmp_path / "results.parquet")
 
     def disk_full(table, paths):
         raise OSError(f"No space left on device: {paths[0][0].name}")

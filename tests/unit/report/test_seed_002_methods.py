@@ -1,7 +1,7 @@
 """Seed 002's missing methods measured through external mode against the stand-in engine (a TEST DOUBLE,
 not an inference engine) speaking SGLang, as the seed's stack: the tool-call round trip and the multi-turn
 second round run, and their rows stand in seed 002's own table under the rows they reproduce, with
-request_wall_s and tool_call_ok."""
+request_wall_s and tool_call_ok. Every test here reads the served double's run: the integration lane."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from stackbench.plan import expand, launchspec
 from stackbench.rehearsal.standin import Timing
 from stackbench.report import render
 from stackbench.results import store
+
+pytestmark = pytest.mark.integration
 
 # Every answer 300 tokens (the multi-turn round asks 300): the prefill's, then 100 chunks of 3. SGLang's
 # formats and health route (/health_generate), since the node's stack is sglang-nospec.

@@ -64,3 +64,10 @@ def test_two_spellings_of_one_gpu_are_no_caveat_two_gpus_are():
     assert basis.caveats(frame({"gpu": "RTX 5090 32GB"}, {"gpu": "NVIDIA GeForce RTX 5090"})) == []
     found = basis.caveats(frame({"gpu": "RTX 3090 24GB"}, {"gpu": "NVIDIA GeForce RTX 5090"}))
     assert [c.field for c in found] == ["gpu"] and "RTX 3090 24GB" in found[0].text()  # shown as each source spells it
+
+
+def test_a_large_table_gets_the_caveats_of_its_distinct_rows():
+    """Above basis.DISTINCT_FIRST records a table is reduced to its distinct combinations first: the same caveats."""
+    rows = frame({"temperature": 0.7}, {"temperature": None}, {"os": "Debian"})
+    many = pd.concat([rows] * (basis.DISTINCT_FIRST // len(rows) + 1), ignore_index=True)
+    assert [c.text() for c in basis.caveats(many)] == [c.text() for c in basis.caveats(rows)] != []

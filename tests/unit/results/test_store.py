@@ -59,3 +59,14 @@ def test_a_part_written_before_a_column_existed_conforms_to_the_contract(tmp_pat
     table = store.conform(older)
     assert table.schema == store.RESULTS_SCHEMA and table.num_rows == 1
     assert table.column("value").to_pylist() == [60.0] and table.column("logged_per_rank").to_pylist() == [None]
+
+
+def test_row_tuples_and_records_of_give_what_itertuples_and_to_dict_give():
+    """The report reads frames column by column (store.row_tuples): the same plain values, nulls and types as
+    pandas' own row readers, on DuckDB's arrow-backed strings too."""
+    frame = store.to_table([record(), record(workload=None, concurrency=None, value=float("nan"), not_for_ranking=True)]).to_pandas()
+    assert [tuple(map(repr, row)) for row in store.row_tuples(frame)] == \
+        [tuple(map(repr, row)) for row in frame.itertuples(index=False, name=None)]
+    assert [{k: repr(v) for k, v in row.items()} for row in store.records_of(frame)] == \
+        [{k: repr(v) for k, v in row.items()} for row in frame.to_dict("records")]
+    assert store.row_tuples(frame[[]]) == [(), ()]
