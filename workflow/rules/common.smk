@@ -53,6 +53,13 @@ def kept_parts():
     return sorted(part for part in on_disk if part not in planned)
 
 
+def bundle_files():
+    """Result bundles to bring in (results/bundle.py): every *.stackbench.tar in the folder beside the results."""
+    from stackbench.results import bundle as _bundle
+
+    return [str(p) for p in _bundle.found(Path(PATHS["results"]).parent / "bundles")]
+
+
 def parts_gone():
     """Launch parts deleted since the last collect (`rm -rf data/runs/<node>/<launch>` to measure it again).
     Snakemake does not rebuild a missing intermediate file whose consumer is up to date, so results.parquet

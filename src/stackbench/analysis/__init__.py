@@ -16,9 +16,11 @@ from stackbench.analysis.comparison import compare
 from stackbench.analysis.correctness import (
     CORRECTNESS_METRICS,
     CROSS_STACK_METRICS,
+    DIVERGENCE_METRICS,
     QUALITY_METRICS,
     correctness_by_variant,
     cross_stack_matrices,
+    divergence_tables,
     quality_tables,
 )
 from stackbench.analysis.decide import DECIDE_METRICS, launch_variance, what_to_run
@@ -33,7 +35,8 @@ from stackbench.analysis.spread import is_bimodal, spread_flags
 __all__ = [
     "ACCEPTANCE_METRICS", "acceptance_by_workload",
     "BITS_PER_WEIGHT", "CELL", "CORRECTNESS_METRICS", "CROSS_STACK_METRICS", "LAUNCH", "compare",
-    "correctness_by_variant", "cross_stack_matrices", "QUALITY_METRICS", "quality_tables", "DECIDE_METRICS", "launch_variance", "what_to_run",
+    "correctness_by_variant", "cross_stack_matrices", "QUALITY_METRICS", "quality_tables",
+    "DIVERGENCE_METRICS", "divergence_tables", "DECIDE_METRICS", "launch_variance", "what_to_run",
     "ENERGY_METRICS", "cap_floors", "depth_by_cap", "energy_cells", "fewest_joules", "is_bimodal", "slowed_cells", "kv_audit",
     "power_sweet_spots",
     "roofline", "spec_value_by_context", "spread_flags", "weight_format"

@@ -12,7 +12,7 @@ from stackbench.results.store import MEASURED
 CORRECTNESS_METRICS = ["smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement",
                        "first_divergence_token", "loops_charged", "output_len_ok", "repetition_ratio", "looping",
                        "accuracy", "accuracy_invalid", "answer_agreement", "accuracy_below_reference",
-                       "agreement_noise_floor"]
+                       "agreement_noise_floor", "mean_kld"]
 VARIANT = ["node", "stack", "variant"]
 
 # The one verdict rule of every table. Loops: charged only from the probes' greedy outputs, prompt by prompt,
@@ -37,7 +37,7 @@ TOLERANCE = (f"greedy outputs first differing at token {TOLERATED_DIVERGENCE} or
 NOISE_MARGIN = 0.1
 NOISE_RULE = (f"where the no-spec launch measured its own noise floor (its probe prompts two at a time vs alone), a "
               f"variant's greedy disagreement is charged only beyond that floor's by more than {NOISE_MARGIN:g} of the "
-              "output; an accuracy interval wholly below no-spec's is charged whatever the floor")
+              "output; answers worse than no-spec's (exact McNemar test on the flips) are charged whatever the floor")
 
 
 def disagreement_charged(agreement: pd.Series, first_divergence: pd.Series, floor: pd.Series | None = None) -> pd.Series:
@@ -88,7 +88,8 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
         higher_is_worse = ("repetition_ratio", "loops_charged", "looping", "accuracy_invalid", "accuracy_below_reference")
         side = worst["max" if metric in higher_is_worse else "min"]
         table[metric] = side[metric] if metric in side else np.nan
-    table["accuracy_text"] = accuracy_text(rows).reindex(table.index).fillna("")
+    quality = pd.concat([accuracy_text(rows), divergence_text(rows)], axis=1).reindex(table.index).fillna("")
+    table["accuracy_text"] = ["; ".join(t for t in texts if t) for texts in quality.itertuples(index=False)]
     needle = rows[rows["metric"] == "needle_pass"].groupby(VARIANT)["prompt_tokens"].max()
     table["needle_prompt_tokens"] = needle.reindex(table.index)
     units = rows[rows["metric"] == "first_divergence_token"].groupby(VARIANT)["unit"].first()
@@ -113,7 +114,7 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     parts = [words, np.where(loops, "loops where no-spec does not (" + loop_share + " of probe prompts)", ""),
              np.where(table["length_off_in"] != "", "lengths not as asked: " + table["length_off_in"], "")]
     below = table["accuracy_below_reference"].fillna(0) > 0
-    parts.append(np.where(below, "accuracy below no-spec's interval", ""))
+    parts.append(np.where(below, "answers worse than no-spec (flips test)", ""))
     table["outputs"] = ["; ".join(p for p in ps if p) for ps in zip(*parts)]
     table["flagged"] = charged | loops | (table["length_off_in"] != "") | below
     beyond = np.where(floored, f", beyond {NOISE_MARGIN:g} more than " + floor_text,
@@ -124,9 +125,20 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
                     + " of probe prompts): speed of degenerate, predictable text", ""),
            np.where(table["length_off_in"] != "", "output lengths not as asked in " + table["length_off_in"]
                     + ": another workload than the one named", ""),
-           np.where(below, "its accuracy interval lies wholly below its no-spec launch's: it answers worse", "")]
+           np.where(below, "it answers worse than its no-spec launch (exact McNemar test on the flipped answers)", "")]
     table["caveat"] = ["; ".join(p for p in ps if p) for ps in zip(*why)]
     return table.reset_index()
+
+
+def divergence_text(rows: pd.DataFrame) -> pd.Series:
+    """Per variant, its mean KLD from the node's quality reference with the interval: "KLD 0.031 [0.028-0.034]
+    from <reference>" (results/divergence.py; a lower bound over the shared top-k)."""
+    kld = rows[(rows["metric"] == "mean_kld") & rows["value"].notna()]
+    if kld.empty or "row_label" not in kld:
+        return pd.Series(dtype=object)
+    kld = kld.sort_values("value").drop_duplicates(VARIANT, keep="last").set_index(VARIANT)
+    return pd.Series([f"KLD {v:.3g} [{lo:.3g}-{hi:.3g}] from {ref}" for v, lo, hi, ref in
+                      zip(kld["value"], kld["ci_low"], kld["ci_high"], kld["row_label"])], index=kld.index, dtype=object)
 
 
 def accuracy_text(rows: pd.DataFrame) -> pd.Series:
@@ -194,4 +206,53 @@ def quality_tables(rows: pd.DataFrame, by_variant: pd.DataFrame) -> list[tuple[s
         pairs = mine[mine["row_label"] < mine["col_label"]]
         words = [f"{a} vs {b}: {note.split(';')[0]}" for a, b, note in zip(pairs["row_label"], pairs["col_label"], pairs["note"])]
         out.append((family, table, words))
+    return out
+
+
+# The divergence rows (results/divergence.py), and each launch's own perplexity beside them.
+DIVERGENCE_METRICS = ["perplexity", "mean_kld", "kld_p99", "same_top_token", "rms_delta_p", "perplexity_ratio"]
+
+
+def _with_interval(value: float, low: float, high: float, digits: str) -> str:
+    if pd.isna(value):
+        return ""
+    return f"{value:{digits}} [{low:{digits}}-{high:{digits}}]" if pd.notna(low) and pd.notna(high) else f"{value:{digits}}"
+
+
+def divergence_tables(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame, list[str]]]:
+    """Per weights family (table_title of the divergence rows): one row per launch compared with the node's
+    quality reference (row_label), its perplexity with its interval, mean KLD with its interval, KLD p99, the
+    share of positions whose top token is the reference's (Wilson interval) and RMS delta-p; a refused pair
+    (another tokenization) says why in its row. The words are each launch's sentence (the perplexity_ratio note)."""
+    rows = rows[rows["source"].isin(MEASURED)]
+    compared = rows[rows["table_title"].notna() & (rows["metric"] != "perplexity")]
+    own = rows[rows["metric"] == "perplexity"].assign(
+        col_label=lambda f: f["node"] + " / " + f["stack"] + " / " + f["quant"].fillna("unknown"))
+    out = []
+    for family, mine in compared.groupby("table_title", sort=True):
+        lines, words = [], []
+        for (reference, launch), cell in mine.groupby(["row_label", "col_label"], sort=True):
+            by = cell.set_index("metric")
+            ppl = own[own["col_label"] == launch].head(1)
+            line = {"launch": launch, "reference": reference,
+                    "perplexity [95% CI]": _with_interval(*ppl[["value", "ci_low", "ci_high"]].iloc[0], ".3f") if len(ppl) else ""}
+            if (cell["status"] == "rejected").any():
+                line["mean KLD [95% CI]"] = "refused: " + str(cell["reason"].dropna().iloc[0])
+                lines.append(line)
+                continue
+            def get(metric, field="value", by=by):
+                return by.loc[metric, field] if metric in by.index else np.nan
+
+            line.update({
+                "mean KLD [95% CI]": _with_interval(get("mean_kld"), get("mean_kld", "ci_low"), get("mean_kld", "ci_high"), ".4f"),
+                "KLD p99": f"{get('kld_p99'):.4f}",
+                "same top token [95% CI]": _with_interval(get("same_top_token"), get("same_top_token", "ci_low"),
+                                                          get("same_top_token", "ci_high"), ".3f"),
+                "RMS Δp": f"{get('rms_delta_p'):.2%}",
+                "PPL / reference": f"{get('perplexity_ratio'):.4f}",
+            })
+            lines.append(line)
+            note = by.loc["perplexity_ratio", "note"] if "perplexity_ratio" in by.index else ""
+            words += [part for part in str(note).split("; ") if part.startswith(launch)]
+        out.append((family, pd.DataFrame(lines), words))
     return out

@@ -49,8 +49,8 @@ PAIRED_INTERVAL = ("the paired t interval over rounds of launches (df = rounds -
 ONE_LAUNCH = "one launch: launch-to-launch noise not measured, not decided"
 RULE = (f"score = median - {SCALED_MAD} x MAD x {MAD_PENALTY:g} over repeats (vLLM tune_speculative_k.py) of decode tok/s "
         f"at c1, aggregate tok/s above; excluded (named): cells with failed requests, relative MAD > {MAX_REL_MAD:g}, "
-        "variants whose greedy outputs differ from no-spec or ran other lengths, variants whose accuracy interval lies "
-        "wholly below no-spec's, cells that loop more than no-spec's, cells on a GPU slowed by thermal, HW slowdown or "
+        "variants whose greedy outputs differ from no-spec or ran other lengths, variants that answer worse than "
+        "no-spec (exact McNemar test on the flipped answers), cells that loop more than no-spec's, cells on a GPU slowed by thermal, HW slowdown or "
         "power brake; "
         "variants whose counters show no drafts (did not speculate); "
         f"a smaller depth (no-spec = 0) is preferred within {DEPTH_MARGIN:.0%} of the best score; a variant is run only "
@@ -168,10 +168,10 @@ def _exclusions(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Data
             differs &= (verdict["charged"].fillna(False).astype(bool) | verdict["noise_floor"].isna()).to_numpy()
         lengths = verdict["length_off_in"].fillna("").ne("").to_numpy()
         why[differs] = "greedy outputs differ from no-spec"
-        # A variant answering worse than its no-spec launch beyond both accuracy intervals (none ran: no column).
+        # A variant answering worse than its no-spec launch by the flips test (none ran: no column).
         if "accuracy_below_reference" in verdict:
             worse = (verdict["accuracy_below_reference"].fillna(0) > 0).to_numpy() & ~differs
-            why[worse] = "accuracy interval wholly below its no-spec launch's (" + verdict.loc[worse, "accuracy_text"].set_axis(
+            why[worse] = "answers worse than its no-spec launch (flips, exact McNemar; accuracy " + verdict.loc[worse, "accuracy_text"].set_axis(
                 cells.index[worse]) + ")"
         why[lengths & ~differs] = "lengths not as asked in " + verdict.loc[lengths & ~differs, "length_off_in"].set_axis(
             cells.index[lengths & ~differs])
@@ -187,7 +187,24 @@ def _exclusions(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Data
     idle = cells[SPEC_PAIR + ["variant"]].merge(did_not_speculate(results), on=SPEC_PAIR + ["variant"], how="left")["launches"]
     never = idle.notna().to_numpy()
     why[never] = [f"did not speculate (no drafts in its {n:.0f} launch(es))" for n in idle[never]]
+    # -- plausibility (analysis/plausibility.py, set at collect in the `implausible` column): a cell that failed a
+    # check in any of its launches is never chosen. Kept apart from the rules above on purpose.
+    implausible = implausible_of(cells, results)
+    why[implausible != ""] = "implausible: " + implausible[implausible != ""]
     return why
+
+
+def implausible_of(cells: pd.DataFrame, results: pd.DataFrame) -> pd.Series:
+    """Per cell (SPEC_PAIR, variant), the plausibility reasons of its judged rows over every launch ('' where none)."""
+    if "implausible" not in results.columns:
+        return pd.Series("", index=cells.index, dtype=object)
+    flagged = judged(results)
+    flagged = flagged[flagged["implausible"].notna() & (flagged["implausible"] != "")]
+    if flagged.empty:
+        return pd.Series("", index=cells.index, dtype=object)
+    reasons = flagged.groupby(SPEC_PAIR + ["variant"], dropna=False)["implausible"].agg(lambda r: "; ".join(dict.fromkeys(r)))
+    merged = cells[SPEC_PAIR + ["variant"]].merge(reasons.rename("reasons").reset_index(), on=SPEC_PAIR + ["variant"], how="left")
+    return pd.Series(merged["reasons"].fillna("").tolist(), index=cells.index, dtype=object)
 
 
 def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:

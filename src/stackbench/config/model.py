@@ -66,7 +66,7 @@ class Load:
 
 
 # Workload fields added after cells were measured: in a cell's fingerprint only where set.
-OPTIONAL_IDENTITY = ("probes", "accuracy", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale", "tool")
+OPTIONAL_IDENTITY = ("probes", "accuracy", "divergence", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale", "tool")
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class Workload:
     own_concurrency: bool = False  # the file names its list: a run's concurrency does not replace it
     probes: dict | None = None  # kind probe: smoke questions, cache request, needle (workload.schema.yaml)
     accuracy: dict | None = None  # kind accuracy: dataset, n, seed; the plan adds the questions asked (`items`)
+    divergence: dict | None = None  # kind divergence: the text and its cut; the plan adds the text's file and the reference
     thinking: bool | None = None  # chat_template_kwargs.enable_thinking per request; None: the server's default
     reasoning_effort: str | None = None  # the request's reasoning_effort (low | medium | high); None: not sent
     tool: dict | None = None  # a tool schema sent as the request's `tools` (measure/toolcall.py); None: none
@@ -189,6 +190,7 @@ class Node:
     workloads: tuple[Workload, ...]
     launches: tuple[Launch, ...]
     prepared_models: tuple[Model, ...] = ()  # the node's models the pipeline makes (a `prepare` recipe), used or not
+    quality_reference: Model | None = None  # the model every launch's divergence is measured from (node `quality_reference`)
     slurm: Slurm = Slurm()
 
     @property

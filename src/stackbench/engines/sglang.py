@@ -32,6 +32,7 @@ from stackbench.engines.base import (
     render_flags,
     slots_from,
 )
+from stackbench.results.divergence import Position
 
 # The sgl_kernel stand-in's folder, found from the installed package (no import: engines never import provision).
 CPU_OPS_STAND_IN = Path(__file__).resolve().parents[1] / "provision" / "sglang_cpu_ops"
@@ -217,6 +218,29 @@ class SglangAdapter(PythonEngine):
         generated = prometheus.value(samples, "sglang:generation_tokens_total") or 0.0
         requests = prometheus.value(samples, "sglang:num_requests_total") or 0.0
         return SpecCounters(drafts=verify, accepted=generated - requests - verify)
+
+    # Prompt log-probabilities (the divergence pass): the native /generate with return_logprob,
+    # logprob_start_len 0 and top_logprobs_num k (python/sglang/srt/managers/io_struct.py GenerateReqInput).
+    # meta_info.input_token_logprobs holds per prompt token i (logprob, id, text), the first logprob None;
+    # meta_info.input_top_logprobs per i the top-k as (logprob, id, text), None for the first.
+    prompt_logprobs_path = "/generate"
+
+    def prompt_logprobs_body(self, model: str, token_ids: list[int], top_k: int) -> dict:
+        return {"input_ids": token_ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+                "return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": top_k}
+
+    def prompt_positions(self, reply: dict, token_ids: list[int], top_k: int) -> list[Position]:
+        meta = (reply[0] if isinstance(reply, list) else reply)["meta_info"]
+        actual, tops = meta["input_token_logprobs"], meta["input_top_logprobs"]
+        if len(actual) != len(token_ids) or len(tops) != len(token_ids):
+            raise ValueError(f"SGLang input logprobs: {len(actual)} entries for a {len(token_ids)}-token prompt")
+        positions = []
+        for token, (logprob, token_id, *_), top in zip(token_ids[1:], actual[1:], tops[1:]):
+            if token_id != token:
+                raise ValueError(f"SGLang input logprobs: token {token_id} where the prompt has {token}")
+            ranked = sorted(((int(t[1]), t[0]) for t in top[:top_k]), key=lambda t: -t[1])
+            positions.append(Position(token, logprob, tuple(ranked)))
+        return positions
 
     def server_timings(self, final_chunk: dict) -> dict:
         """SGLang's per-request speculative figures (sglext.spec_tokens_details), as SGLang defines them

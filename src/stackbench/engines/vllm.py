@@ -24,6 +24,7 @@ from stackbench.engines.base import (
     slots_from,
     spec_decode_lines,
 )
+from stackbench.results.divergence import Position
 
 # 0.33: "CPU KV cache size: 93,184 tokens, Maximum concurrency for 4,096 tokens per request: 22.75x"
 # older: "GPU KV cache size: 93,184 tokens" and, on its own line, "Maximum concurrency for ... : 22.75x"
@@ -167,6 +168,26 @@ class VllmAdapter(PythonEngine):
 
     def server_timings(self, final_chunk: dict) -> dict:
         return {}
+
+    # Prompt log-probabilities (the divergence pass): /v1/completions with `prompt_logprobs: k` (SamplingParams
+    # .prompt_logprobs; vllm/entrypoints/openai/protocol.py CompletionRequest). choices[0].prompt_logprobs holds
+    # None for the first token, then per token i a {token id: {logprob, rank, decoded_token}} of the top-k at
+    # that position plus token i itself (its rank may be over k): the distribution that predicted token i.
+    prompt_logprobs_path = "/v1/completions"
+
+    def prompt_logprobs_body(self, model: str, token_ids: list[int], top_k: int) -> dict:
+        return {"model": model, "prompt": token_ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": top_k}
+
+    def prompt_positions(self, reply: dict, token_ids: list[int], top_k: int) -> list[Position]:
+        entries = reply["choices"][0]["prompt_logprobs"]
+        if len(entries) != len(token_ids) or entries[0] is not None:
+            raise ValueError(f"vLLM prompt_logprobs: {len(entries)} entries for a {len(token_ids)}-token prompt")
+        positions = []
+        for token, entry in zip(token_ids[1:], entries[1:]):
+            ranked = sorted(((int(i), v["logprob"]) for i, v in entry.items() if v.get("rank", top_k + 1) <= top_k),
+                            key=lambda t: -t[1])
+            positions.append(Position(token, entry[str(token)]["logprob"], tuple(ranked)))
+        return positions
 
     # -- its formats written, for the rehearsal's stand-in (base.Adapter) ------------------------------------
     # The module moved between releases; either import finds the parser `vllm serve` uses.

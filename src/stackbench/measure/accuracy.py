@@ -5,7 +5,8 @@ launch spec as `accuracy.items`) through the chat endpoint on the cell's concurr
 loop, measure/client.run_streams; the rows' `concurrency` says how many, since a batch shape can flip a
 greedy near-tie), greedy (the client's temperature 0),
 unsalted, with the workload's thinking setting and EOS honoured (max_tokens = output_tokens caps a reply).
-The answer is the last number in the reply; the reference is GSM8K's `#### N`; they match as numbers.
+The answer is the last number in the reply; the reference is GSM8K's `#### N`; they match as numbers. A reply cut
+off at max_tokens (finish_reason "length") has no answer: its last number is an intermediate step, not a result.
 Every reply is kept (`outputs`, stored as accuracy_outputs.json beside the launch's cells) with its extracted
 answer, so a score can be re-derived and collect can compare two launches' answers (answer_agreement).
 """
@@ -47,16 +48,18 @@ def prompt(workload: Workload, item: dict) -> str:
 
 def figures(outputs: dict[str, dict], dataset: str) -> list[Figure]:
     """accuracy (share of the questions answered right, with its Wilson 95% interval) and accuracy_invalid
-    (share of replies with no number in them), over the replies kept."""
+    (share of replies with no answer: no number in them, or cut off at max_tokens), over the replies kept."""
     n = len(outputs)
     correct = sum(o["correct"] for o in outputs.values())
     invalid = sum(o["answer"] is None for o in outputs.values())
+    truncated = sum(o.get("finish_reason") == "length" for o in outputs.values())
     low, high = wilson(correct, n)
     return [Figure("accuracy", correct / n, "ratio", "mean", n, ci_low=low, ci_high=high,
                    note=f"{correct} of {n} {dataset} questions right (last number in the reply vs the reference); "
                         f"Wilson 95% interval {low:.2f}-{high:.2f}"),
             Figure("accuracy_invalid", invalid / n, "ratio", "mean", n,
-                   note=f"{invalid} of {n} replies hold no number")]
+                   note=f"{invalid} of {n} replies hold no answer ({truncated} cut off at max_tokens, "
+                        f"{invalid - truncated} without a number)")]
 
 
 async def run(client: StreamClient, workload: Workload, adapter: Adapter,
@@ -73,10 +76,11 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter,
     for record in records:
         if record.status == "ok":
             item = items[record.request]
-            answer = extract(record.content)
+            truncated = record.finish_reason == "length"
+            answer = None if truncated else extract(record.content)
             outputs[item["id"]] = {"text": record.content, "answer": answer, "reference": item["reference"],
                                    "correct": answer is not None and answer == canonical(item["reference"]),
-                                   "completion_tokens": record.completion_tokens}
+                                   "completion_tokens": record.completion_tokens, "finish_reason": record.finish_reason}
     if len(outputs) < len(items):
         return [], outputs, records  # the runner names the failed request where the figure would have been
     return figures(outputs, workload.accuracy["dataset"]), outputs, records

@@ -118,7 +118,8 @@ class CellStore:
         server = self.server_rows()
         if server is not None:
             tables.append(server)
-        for name, runs in ((store.PROBE_OUTPUTS, "probes"), (store.ACCURACY_OUTPUTS, "accuracy")):
+        for name, runs in ((store.PROBE_OUTPUTS, "probes"), (store.ACCURACY_OUTPUTS, "accuracy"),
+                           (store.DIVERGENCE_OUTPUTS, "divergence")):
             outputs = [self._stamped(c) for c in self.spec.cells
                        if KINDS[c.workload.kind].runs == runs and self.outputs_path(c).exists()]
             if outputs:

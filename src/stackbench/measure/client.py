@@ -63,6 +63,9 @@ class RequestRecord:
     cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
     parts: list[str] = field(default_factory=list)  # content pieces as they arrived (kept on a timeout too)
+    # The choice's finish_reason as the server streamed it (OpenAI chat API: stop | length | tool_calls | ...):
+    # "length" is a reply cut off at max_tokens, which the accuracy set scores as invalid, not on its last number.
+    finish_reason: str | None = None
     tool_name: str = ""  # the streamed tool call's function name (delta.tool_calls[0].function.name)
     tool_arguments: str = ""  # its arguments as streamed, concatenated (JSON text when complete)
     reasoning_parts: list[str] = field(default_factory=list)
@@ -338,6 +341,7 @@ class StreamClient:
         usage = chunk.get("usage")
         carried_text = False
         for choice in chunk.get("choices") or []:
+            record.finish_reason = choice.get("finish_reason") or record.finish_reason
             delta = choice.get("delta") or {}
             reasoning = next((delta[name] for name in REASONING_FIELDS if delta.get(name)), None)
             if reasoning:

@@ -14,7 +14,7 @@ from stackbench.engines.base import Adapter, ServerFacts, kv_accounting_columns
 from stackbench.host.facts import cpu_name, host_memory_bandwidth_gbs, host_os, stackbench_version
 from stackbench.measure import summary
 from stackbench.measure.workloads import thinking_basis
-from stackbench.models import geometry
+from stackbench.models import geometry, provenance
 from stackbench.plan.launchspec import Cell, LaunchSpec
 from stackbench.results import basis as caveats
 
@@ -63,6 +63,8 @@ class RowMaker:
             "engine_image": {"native": "none (native build)", "external": "external endpoint (launch not ours)"}.get(
                 launch.launch_mode, launch.launch_target),
             "model": launch.model.label, "quant": UNKNOWN if external else launch.model.quant, "kv_dtype": UNKNOWN,
+            # The weights' bytes (models/provenance.py: hashed once, cached beside them by size and mtime).
+            "weights_id": UNKNOWN if external else provenance.weights_id(launch.model.path),
             "context_len": None if external else launch.context_len, "temperature": 0.0, "ttft_included": "no",
             "gpu": node.gpu_model if node.gpu_count else f"none (CPU: {cpu_name()})", "gpu_count": node.gpu_count,
             "tp": None if external else launch.tp, "launch_mode": launch.launch_mode,

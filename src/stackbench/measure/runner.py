@@ -19,7 +19,7 @@ from stackbench.config.kinds import KINDS
 from stackbench.engines.base import SpecCounters, stated_limit, streams_token_per_chunk
 from stackbench.engines.prometheus import MetricsFormatError
 from stackbench.host import powercap, telemetry
-from stackbench.measure import acceptance, accuracy, calibrate, precision, probes, summary, toolcall, workloads
+from stackbench.measure import acceptance, accuracy, calibrate, divergence, precision, probes, summary, toolcall, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 
@@ -28,10 +28,12 @@ from stackbench.plan.launchspec import Cell
 # the answer's tokens thinking); the accuracy set with the workload's own setting (the basis says which).
 # A no-spec launch's probes also measure its own noise floor (probes.noise_floor_figure).
 # The probes go one at a time; the accuracy set on the cell's concurrency of streams.
-ONCE = {"probes": lambda cell, launch: (functools.partial(probes.run, noise_floor=launch.spec_method == "none"),
-                                        probes.THINKING_OFF),
-        "accuracy": lambda cell, launch: (functools.partial(accuracy.run, streams=cell.concurrency or 1),
-                                          workloads.request_fields(cell.workload))}
+# The divergence pass scores a text through the adapter's route (a server endpoint or the engine's tool).
+ONCE = {"probes": lambda cell, spec: (functools.partial(probes.run, noise_floor=spec.launch.spec_method == "none"),
+                                      probes.THINKING_OFF),
+        "accuracy": lambda cell, spec: (functools.partial(accuracy.run, streams=cell.concurrency or 1),
+                                        workloads.request_fields(cell.workload)),
+        "divergence": lambda cell, spec: (functools.partial(divergence.run, spec=spec), {})}
 
 
 class WarmupFailed(RuntimeError):
@@ -140,8 +142,8 @@ class CellRunner:
         runs = KINDS[cell.workload.kind].runs
         if runs in ONCE:
             try:
-                result = asyncio.run(self._once(cell, *ONCE[runs](cell, self.spec.launch)))
-            except ValueError as err:  # an accuracy set planned without its questions
+                result = asyncio.run(self._once(cell, *ONCE[runs](cell, self.spec)))
+            except ValueError as err:  # an accuracy set planned without its questions, a text no engine scored
                 result = CellResult(cell, "failed", str(err))
             result.cap, result.seconds = cap, time.monotonic() - t0
             return result

@@ -40,10 +40,15 @@ def reference(row: dict) -> str:
     return row["upstream_answer"].rsplit("####", 1)[1].strip().replace(",", "")
 
 
+def rows_of(file: Path) -> list[dict]:
+    """The file's rows in file order."""
+    return [json.loads(line) for line in Path(file).read_text().splitlines() if line.strip()]
+
+
 def subset(file: Path, n: int, seed: int) -> list[dict]:
     """The questions asked: the first n rows of the file shuffled with `seed` (random.Random, so the same on
     every Python), each {id, question, reference}."""
-    rows = [json.loads(line) for line in Path(file).read_text().splitlines() if line.strip()]
+    rows = list(rows_of(file))
     if n > len(rows):
         raise ValueError(f"{file}: accuracy.n {n} is above the {len(rows)} rows it holds")
     random.Random(seed).shuffle(rows)

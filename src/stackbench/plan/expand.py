@@ -21,6 +21,7 @@ from stackbench.config.model import GpuIdle, Launch, Load, Model, Node, Slurm, W
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict
+from stackbench.host import boards
 from stackbench.models import recipes
 from stackbench.plan import probeset
 from stackbench.rehearsal import plan as rehearsal_plan
@@ -60,6 +61,7 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         own_concurrency=bool(doc["concurrency"]),
         probes=doc["probes"],
         accuracy=doc["accuracy"],
+        divergence=doc["divergence"],
         thinking=doc["thinking"],
         reasoning_effort=doc["reasoning_effort"],
         tool=doc["tool"],
@@ -163,6 +165,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         run_workloads, accuracy_off = probeset.launch_workloads(tuple(run["workloads"] or doc["workloads"]),
                                                                 probeset.probe_set(doc, run, "accuracy"), kinds,
                                                                 run_where, "accuracy")
+        run_workloads, _ = probeset.launch_workloads(run_workloads, probeset.probe_set(doc, run, "divergence"), kinds,
+                                                     run_where, "divergence")
         run_workloads, probes_off = probeset.launch_workloads(run_workloads, probeset.probe_set(doc, run), kinds, run_where)
         stack_path = root / CONFIG_DIR / "stacks" / f"{run['stack']}.yaml"
         if not stack_path.exists():
@@ -240,7 +244,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         gpu_memory_gib=gpu["memory_gib"],
         bandwidth_gbs=gpu["bandwidth_gbs"],
         cpu_threads=doc["hardware"]["cpu_threads"],
-        os=doc["os"],
+        # `auto` reads the OS of the host that measures: in a rehearsal that is not the GPU host, so unknown.
+        os=rehearsal_plan.AUTO_OS if doc["os"] == "auto" and rehearsal_plan.node_of(cfg) else doc["os"],
         power_caps_w=tuple(doc["power_caps_w"]),
         api_key_env=doc["api_key_env"],
         lock_dir=doc["hardware"]["lock_dir"],
@@ -251,6 +256,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         prepared_models=tuple(_model(name, doc, key, f"{where}: models.{key}", cfg["paths"]["models"])
                               for key, spec in doc["models"].items() if "prepare" in spec),
         slurm=Slurm(**doc["slurm"]),
+        quality_reference=(_model(name, doc, doc["quality_reference"], f"{where}: quality_reference", cfg["paths"]["models"])
+                           if doc["quality_reference"] else None),
     )
 
 
@@ -349,10 +356,19 @@ def _check_slots(launches: list[Launch], adapter, workloads: dict[str, Workload]
         slots = adapter.concurrent_slots(launch)
         if slots is None:
             continue
-        highest = max(c for name in launch.workloads for c in workloads[name].levels(launch))
+        highest, name = max((c, name) for name in launch.workloads for c in workloads[name].levels(launch))
         if highest > slots.count:
-            raise ConfigError(f"{where}: runs[{run}] ({launch.name}): concurrency {highest} exceeds the server's "
-                              f"{slots.count} concurrent requests ({slots.flag}); give the run its own list "
+            workload = workloads[name]
+            if workload.own_concurrency and workload.kind == "accuracy":  # its own list: the run's cannot lower it
+                field = f"runs[{run}].accuracy"
+                raise ConfigError(f"{where}: runs[{run}] ({launch.name}): workload {name} (kind {workload.kind}) runs at "
+                                  f"concurrency {highest} by its own list (configs/workloads/{name}.yaml), above the "
+                                  f"server's {slots.count} concurrent requests ({slots.flag}); give this run a "
+                                  f"{workload.kind} workload whose concurrency is at most {slots.count} ({field}: a copy of {name}.yaml "
+                                  f"with concurrency: [{slots.count}]), "
+                                  f"raise {slots.flag}, or set allow_queueing: true")
+            raise ConfigError(f"{where}: runs[{run}] ({launch.name}): concurrency {highest} exceeds the "
+                              f"server's {slots.count} concurrent requests ({slots.flag}); give the run its own list "
                               f"(runs[{run}].concurrency), raise {slots.flag}, or set allow_queueing: true")
 
 
@@ -374,6 +390,11 @@ def _check_hardware(doc: dict, launches: list[Launch], where: str) -> None:
             if limits and not limits[0] <= cap <= limits[1]:
                 raise ConfigError(f"{where}: {field_name}[{index}]: {cap:g} W is outside the GPU's range "
                                   f"{limits[0]:g}-{limits[1]:g} W (hardware.gpu.power_limit_w)")
+            board = None if limits else boards.board_power_w(gpu["model"])
+            if board is not None and cap > board:
+                raise ConfigError(f"{where}: {field_name}[{index}]: {cap:g} W is above the {gpu['model']}'s board power "
+                                  f"{board:g} W, its highest power limit ({boards.SOURCE}); lower the cap, or state "
+                                  "this board's range as hardware.gpu.power_limit_w (nvidia-smi -q -d POWER)")
 
 
 def load_plan(root: Path = Path("."), given: dict | None = None) -> tuple[dict, list[Node]]:

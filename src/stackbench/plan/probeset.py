@@ -1,5 +1,6 @@
 """What every launch runs once, whatever its workload list names: the correctness probes (a workload of kind
-probe, the node's `probes`) and the accuracy set (kind accuracy, the node's `accuracy`). The node or a run
+probe, the node's `probes`), the accuracy set (kind accuracy, the node's `accuracy`) and the divergence pass
+(kind divergence, the node's `divergence`). The node or a run
 turns either off with null, which the launch records so the report says so. A launch whose list names a
 workload of that kind itself runs that one."""
 
@@ -11,6 +12,7 @@ from stackbench.config import ConfigError
 ONCE_PER_LAUNCH = {
     "probes": ("probe", "correctness probes off", "no smoke, needle, cache or greedy-agreement check"),
     "accuracy": ("accuracy", "accuracy set off", "no accuracy figure or answer agreement"),
+    "divergence": ("divergence", "divergence off", "no perplexity or divergence from the quality reference"),
 }
 
 

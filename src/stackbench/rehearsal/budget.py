@@ -7,11 +7,16 @@ Read from the rehearsal's own files: each launch's spec (launch.json: its cells,
 the weights per GPU). Every figure is the rehearsal's seconds times its time scale (the stand-in's modeled
 pace, rehearsal/standin.py Pace), then:
 - a cell: once here, `repeats` times in the real run, plus its warm-up requests at the cell's own shape
-  (warmup_requests / requests_per_stream of one repeat: each warm-up request is one request per stream);
-- a launch: its start to ready (the stand-in models start-up plus the weights read at LOAD_BYTES_PER_S),
-  plus, for an image launch, the image pull once per image on the node;
+  (warmup_requests / requests_per_stream of one repeat: each warm-up request is one request per stream); a
+  cell of a once-per-launch set (the accuracy set, the probes: a kind whose runner is not "repeats") once,
+  as the real run runs it, without warm-up;
+- a launch: its start to ready as the stand-in models it (start-up plus the weights read at LOAD_BYTES_PER_S,
+  standin.ready_s; not the rehearsal's ready time x the time scale, which would scale this host's own work),
+  plus each start's compile and CUDA-graph capture (COMPILE_S, a stated assumption per engine: the stand-in
+  does not model it), plus, for an image launch, the image pull once per image on the node;
 - the range: low is the stand-in's pace as modeled; high assumes engines reach HIGH_SHARE of the
-  roofline instead of ROOFLINE_SHARE, a slower disk (LOAD_BYTES_PER_S_HIGH) and a slow pull.
+  roofline instead of ROOFLINE_SHARE (a launch whose pace is fitted to a post, rehearsal/calibration.py:
+  FITTED_MARGIN slower than the post), a slower disk (LOAD_BYTES_PER_S_HIGH), a slow pull and compile.
 """
 
 from __future__ import annotations
@@ -19,12 +24,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stackbench.config.kinds import KINDS
+from stackbench.engines import adapter_for
 from stackbench.rehearsal import standin
 
 HIGH_SHARE = 0.4  # of the bandwidth roofline: the slow end of what engines reach at single-stream decode
+FITTED_MARGIN = 1.3  # a pace fitted to a post: the slow end 30% slower (the posts' own runs spread 5-35%)
 LOAD_BYTES_PER_S_HIGH = 0.5e9  # weights from a network filesystem or a cold page cache
 IMAGE_PULL_S = (120.0, 900.0)  # an engine image of 10-20 GB at about 150 MB/s, and at about 20 MB/s
 TOP_CELLS = 5
+# Each start's compile and CUDA-graph capture, low and high seconds, per engine: assumptions, not the posts'
+# logs (none of the seed posts states it). vLLM: torch.compile of the model (a cold cache; a warm one skips
+# most of it) and graph capture over its batch sizes; SGLang: graph capture over its batch sizes (no
+# torch.compile by default); llama.cpp: none beyond loading (its CUDA graphs build on the first requests).
+COMPILE_S = {"vLLM": (60.0, 240.0), "SGLang": (20.0, 90.0), "llama.cpp": (0.0, 10.0)}  # by Adapter.engine_label
 
 
 def _json(path: Path) -> dict:
@@ -39,30 +52,57 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
     repeats = launch.get("repeats") or real["repeats"]
     workloads = {w["name"]: w for w in spec["node"]["workloads"]}
     timeline = run.get("timeline", [])
-    ready = [e["seconds"] * time_scale for e in timeline if e["event"] == "ready"]
-    start_low = sum(ready)
+    starts = sum(1 for e in timeline if e["event"] == "ready")
+    label = adapter_for(launch["engine"]).engine_label if launch.get("engine") else ""
+    compile_low, compile_high = COMPILE_S.get(label, (0.0, 0.0))
     weights = float(facts.get("weights_gib_per_gpu") or 0.0) * 2**30
-    # The slower load for each start: its modeled seconds with the weights read at the slow rate.
-    start_high = start_low + len(ready) * weights * (1 / LOAD_BYTES_PER_S_HIGH - 1 / standin.LOAD_BYTES_PER_S)
+    # Each start at its modeled seconds (standin.ready_s: start-up and the weights read), never the rehearsal's
+    # ready time x the time scale: that would multiply this host's own work (the flag check's import of the
+    # engine's parser, seconds here) by the time scale. The slow end reads the weights at the slow rate.
+    start_low = starts * (standin.ready_s(weights) + compile_low)
+    start_high = starts * (standin.ready_s(weights) + compile_high
+                           + weights * (1 / LOAD_BYTES_PER_S_HIGH - 1 / standin.LOAD_BYTES_PER_S))
     if launch["launch_mode"] == "image" and launch["launch_target"] not in pulled:
         pulled.add(launch["launch_target"])
         start_low, start_high = start_low + IMAGE_PULL_S[0], start_high + IMAGE_PULL_S[1]
     by_key = {c["key"]: c for c in spec["cells"]}
-    slow = standin.ROOFLINE_SHARE / HIGH_SHARE
+    # A launch whose pace was fitted to a post (rehearsal/calibration.py) is already at the post's pace: its
+    # high end is the post's spread beyond it, FITTED_MARGIN, where the stated shape's is HIGH_SHARE's.
+    slow = max(float(facts.get("step_share") or standin.ROOFLINE_SHARE) / HIGH_SHARE, FITTED_MARGIN)
     cells = []
     for event in (e for e in timeline if e["event"] == "cell"):
         cell = by_key.get(event["cell"])
         if cell is None:
             continue
         once = event["seconds"] * time_scale
-        per_stream = (workloads.get(cell["workload"], {}).get("load") or {}).get("requests_per_stream") or 1
-        low = once * (repeats + real["warmup_requests"] / per_stream)
+        workload = workloads.get(cell["workload"], {})
+        per_stream = (workload.get("load") or {}).get("requests_per_stream") or 1
+        per_launch = once_per_launch(workload)
+        low = once if per_launch else once * (repeats + real["warmup_requests"] / per_stream)
         cells.append({"key": cell["key"], "workload": cell["workload"], "power_cap_w": cell["power_cap_w"],
-                      "low_s": low, "high_s": low * slow})
+                      "low_s": low, "high_s": low * slow, "once_per_launch": per_launch})
+    argv = _json(run_dir / "standin_argv.json")
     return {"launch": f"{launch['stack_config']}--{launch['variant']}", "mode": launch["launch_mode"], "repeats": repeats,
+            "flag_check": argv.get("flag_check") or ("not started" if not argv else "not recorded"),
             "power_caps_w": list(launch.get("power_caps_w") or []), "start_low_s": start_low, "start_high_s": start_high,
             "cells": cells, "low_s": start_low + sum(c["low_s"] for c in cells),
             "high_s": start_high + sum(c["high_s"] for c in cells)}
+
+
+def once_per_launch(workload: dict) -> bool:
+    """Whether a workload runs once per launch (the accuracy set, the probes), not per repeat."""
+    kind = KINDS.get(workload.get("kind") or "")
+    return kind is not None and kind.runs != "repeats"
+
+
+def caps_cost_s(launches: list[dict]) -> tuple[float, float, float, float]:
+    """What the cap sweeps as planned cost (low, high seconds: every capped cell) and the uncapped run's
+    (low, high): the sweep's share of the run."""
+    capped = [c for launch in launches for c in launch["cells"] if c["power_cap_w"] is not None]
+    rest = [c for launch in launches for c in launch["cells"] if c["power_cap_w"] is None]
+    return (sum(c["low_s"] for c in capped), sum(c["high_s"] for c in capped),
+            sum(c["low_s"] for c in rest) + sum(x["start_low_s"] for x in launches),
+            sum(c["high_s"] for c in rest) + sum(x["start_high_s"] for x in launches))
 
 
 def caps_everywhere_s(launches: list[dict]) -> tuple[list[float], float, float]:
@@ -92,17 +132,24 @@ def budget(runs_dir: Path, time_scale: float, real: dict) -> dict:
     top = sorted(((c["low_s"], c["high_s"], launch["launch"], c["key"]) for launch in launches for c in launch["cells"]),
                  reverse=True)[:TOP_CELLS]
     caps, extra_low, extra_high = caps_everywhere_s(launches)
+    capped = caps_cost_s(launches)
     hours = 1 / 3600
     return {
         "time_scale": time_scale, "repeats": real["repeats"], "warmup_requests": real["warmup_requests"],
         "total_h": [sum(x["low_s"] for x in launches) * hours, sum(x["high_s"] for x in launches) * hours],
         "launches": [{"launch": x["launch"], "mode": x["mode"], "repeats": x["repeats"], "cells": len(x["cells"]),
+                      "flag_check": x["flag_check"],
                       "caps": x["power_caps_w"], "start_h": [x["start_low_s"] * hours, x["start_high_s"] * hours],
                       "total_h": [x["low_s"] * hours, x["high_s"] * hours]} for x in launches],
         "workloads": [{"workload": name, "total_h": [low * hours, high * hours]}
                       for name, (low, high) in sorted(workloads.items(), key=lambda item: -item[1][0])],
         "top_cells": [{"launch": launch, "cell": key, "total_h": [low * hours, high * hours]} for low, high, launch, key in top],
         "caps_everywhere": {"caps": caps, "extra_h": [extra_low * hours, extra_high * hours]},
+        "caps_planned": {"caps": caps, "capped_h": [capped[0] * hours, capped[1] * hours],
+                         "uncapped_h": [capped[2] * hours, capped[3] * hours]},
+        "compile_s": {engine: list(pair) for engine, pair in COMPILE_S.items()},
+        "once_per_launch_h": [sum(c["low_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours,
+                              sum(c["high_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours],
     }
 
 

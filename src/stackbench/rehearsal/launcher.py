@@ -18,8 +18,8 @@ from pathlib import Path
 from stackbench.config.model import Launch, Node
 from stackbench.models import geometry
 from stackbench.models.formats import BITS_PER_WEIGHT, KV_DTYPE_BYTES
+from stackbench.rehearsal import calibration, simgpu, standin
 from stackbench.rehearsal import plan as rehearsal_plan
-from stackbench.rehearsal import simgpu, standin
 from stackbench.serve import launchers
 from stackbench.serve.process import NotRunnable, ProcessLauncher
 
@@ -132,8 +132,12 @@ class StandinLauncher(ProcessLauncher):
         if not self.node.bandwidth_gbs:
             raise NotRunnable(f"rehearsal: {self.node.file}: hardware.gpu.bandwidth_gbs is needed to pace the stand-in")
         host = simulated_host(self.node)
+        # The pace fitted to a seed post where one measured this engine and method (calibration.py), else the shape.
+        fit = calibration.fitted(self.adapter.engine_label, self.launch.spec_method) if self.launch.spec_method != "none" else None
         facts = {**engine_facts(self.node, self.launch, self.adapter), "time_scale": self.rehearsal["time_scale"],
-                 "accept_rate": self.rehearsal["accept_rate"], "gpu_uuids": list(self.gpu_devices or []),
+                 "accept_rate": fit[1] if fit else self.rehearsal["accept_rate"],
+                 "step_share": fit[0] if fit else standin.ROOFLINE_SHARE, "calibrated": bool(fit),
+                 "gpu_uuids": list(self.gpu_devices or []),
                  "argv_out": str(self.argv_path), "envs_dir": str(self.envs_dir), "answers": answer_key(self.node, self.launch)}
         if host is not None:
             facts.update(gpu_state=str(gpu_state(self.node.name)), host_gpus=host.count, demand_mw=host.demand_mw,

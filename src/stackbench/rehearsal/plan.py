@@ -15,6 +15,9 @@ from stackbench.rehearsal.standin import VERSION
 DATA = Path("data/rehearsal")
 REPORTS = Path("reports/rehearsal")
 ONCE = {"repeats": 1, "warmup_requests": 0}  # a rehearsal runs each cell once (its basis says so)
+# A node file's `os: auto` is the measuring host's OS: a rehearsal's host is not the GPU node, so its rows say
+# unknown rather than this machine's OS (the node file names the GPU host's OS where it is known).
+AUTO_OS = "unknown"
 
 
 def node_of(cfg: dict) -> str | None:

@@ -42,7 +42,9 @@ def launch_summary(run_dir: Path) -> dict:
     reason = None
     if not ready:
         reason = next((r for r in _cell_reasons(run_dir) if r), "never started")
+    argv = json.loads((run_dir / "standin_argv.json").read_text()) if (run_dir / "standin_argv.json").exists() else {}
     return {"launch": spec["launch"]["stack_config"] + "--" + spec["launch"]["variant"], "ready": ready, "reason": reason,
+            "flag_check": argv.get("flag_check"),
             "cells": statuses, "cell_seconds": sum(e["seconds"] for e in timeline if e["event"] == "cell"),
             "draft_model": (spec["launch"].get("draft_model") or {}).get("path")}
 
@@ -77,7 +79,10 @@ def report_lines(summary: dict) -> list[str]:
             counts[status] = counts.get(status, 0) + 1
         state = "ready" if launch["ready"] else f"NOT READY: {launch['reason']}"
         draft = f", draft {launch['draft_model']}" if launch["draft_model"] else ""
-        lines.append(f"  {launch['launch']}: {state}{draft}; cells " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        flags = launch.get("flag_check") or "not recorded"
+        flags = f"checked by {flags.removeprefix('ok').strip(' ()')}" if flags.startswith("ok") else f"NOT checked ({flags})"
+        lines.append(f"  {launch['launch']}: {state}{draft}; cells " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                     + f"; flags {flags}")
     lines.append(f"  the real run: about {summary['expected_real_hours']:g}-{summary['expected_real_hours_high']:g} GPU-node "
                  f"hours ({summary['expected_basis']})")
     lines.append(f"  report: {rehearsal_plan.paths(summary['node'])['reports']}/index.html")

@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-# Board power (NVML's default limit) per GPU model, from NVIDIA's product pages: what a simulated GPU's
-# limit range is made of. The lowest settable limit differs per board and driver; the double takes
-# MIN_LIMIT_SHARE of the board power, which is no GPU's figure (a rehearsal only checks that caps inside
-# the range are applied, read back and restored).
-BOARD_POWER_W = {"NVIDIA GeForce RTX 5090": 575.0, "NVIDIA GeForce RTX 4090": 450.0,
-                 "NVIDIA GeForce RTX 3090": 350.0, "NVIDIA RTX A6000": 300.0, "NVIDIA H100 80GB HBM3": 700.0}
+from stackbench.host.boards import BOARD_POWER_W
+
+# Board power (NVML's default limit) per GPU model (host/boards.py, which planning checks caps against): what
+# a simulated GPU's limit range is made of. The lowest settable limit differs per board and driver; the
+# double takes MIN_LIMIT_SHARE of the board power, which is no GPU's figure (a rehearsal only checks that
+# caps inside the range are applied, read back and restored).
 MIN_LIMIT_SHARE = 1 / 3
 # Under load the simulated GPU asks for this share of its board power; it draws min(cap, demand).
 DEMAND_SHARE = 0.9

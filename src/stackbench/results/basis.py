@@ -25,6 +25,7 @@ WHY_IT_MATTERS: dict[str, str] = {
     "engine_version": "kernels and schedulers change between engine versions",
     "engine_image": "a different container image is a different build",
     "model": "different checkpoints",
+    "weights_id": "one checkpoint name over different weight bytes (another file, revision or conversion); figures may not be of the same model",
     "quant": "bytes read per token set the decode ceiling; a different quantization is a different workload",
     "kv_dtype": "the KV-cache dtype changes KV bytes per token, pool size and long-context speed",
     "context_len": "server context length changes KV layout and attention cost; speeds at different contexts are not comparable",
@@ -67,6 +68,7 @@ DISPLAY_NAMES = {
     "spec_tokens": "speculative depth",
     "reasoning_effort": "reasoning effort",
     "method_scale": "method scale",
+    "weights_id": "weights id",
 }
 
 
@@ -183,6 +185,8 @@ def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[st
             seen[name].setdefault(int(row), set()).add(format_value(value))
     found: list[Caveat] = []
     for name in fields:
+        if name == "weights_id" and not one_name_two_weights(records):
+            continue  # a weights id differs under other checkpoint names: the model caveat already says so
         values_by_row = {row: tuple(sorted(shown, key=_value_order)) for row, shown in sorted(seen[name].items())}
         normalise = NORMALISED.get(name)
         compared = values_by_row if normalise is None else {
@@ -190,6 +194,17 @@ def caveats(records: pd.DataFrame, row_column: str = "row_no", axes: Sequence[st
         if _differs(name, compared):
             found.append(Caveat(name, values_by_row, WHY_IT_MATTERS[name]))
     return found
+
+
+def one_name_two_weights(records: pd.DataFrame) -> bool:
+    """Whether one checkpoint name (model) stands over two known weights ids in these rows: the weights_id caveat.
+    Unknown ids (published rows, external servers) never raise it; without a model column any difference does."""
+    if "weights_id" not in records.columns:
+        return False
+    known = records[records["weights_id"].notna() & (records["weights_id"] != "unknown")]
+    if "model" not in records.columns:
+        return known["weights_id"].nunique() > 1
+    return bool((known.groupby("model")["weights_id"].nunique() > 1).any())
 
 
 def _value_order(value: str):

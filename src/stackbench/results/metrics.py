@@ -151,13 +151,32 @@ METRICS = _entries(
            "whose last number in the greedy reply equals the reference after `#### `, as lm-evaluation-harness's "
            "gsm8k flexible-extract; n the questions, ci_low/ci_high the Wilson score 95% interval (InferenceX "
            "reports GSM8K with an interval after every sweep)", "higher"),
-    Metric("accuracy_invalid", "ratio", "mean", "share of the accuracy set's replies holding no number (no "
-           "extractable answer; counted wrong in accuracy); our own", "lower"),
+    Metric("accuracy_invalid", "ratio", "mean", "share of the accuracy set's replies holding no answer: no number, "
+           "or cut off at max_tokens (the stream's finish_reason \"length\": its last number is an intermediate "
+           "step); counted wrong in accuracy; our own", "lower"),
     Metric("answer_agreement", "ratio", "mean", "share of the accuracy set's questions a speculative launch "
            "answers with the same extracted answer as its no-spec launch; our own, far more sensitive than "
            "accuracy at small n", "higher"),
-    Metric("accuracy_below_reference", "ratio", "single", "1 where the launch's accuracy Wilson 95% interval lies "
-           "wholly below its no-spec launch's, else 0: What to run leaves it out; our own", "lower"),
+    Metric("accuracy_below_reference", "ratio", "single", "1 where the launch answers worse than its no-spec launch "
+           "on the same questions by the exact McNemar test on the flips (p < 0.05, more right-to-wrong than "
+           "wrong-to-right), else 0: What to run leaves it out; our own", "lower"),
+    Metric("answer_flips", "ratio", "mean", "share of the accuracy set's questions one launch answers right and the "
+           "other wrong (Dutta et al. 2024, arXiv 2407.09141: flips hide under equal accuracy); its note gives the "
+           "count for the worse and the exact McNemar p", "lower"),
+    Metric("perplexity", "ratio", "mean", "exp(mean negative log-likelihood) of the divergence text's actual tokens, "
+           "scored as llama-perplexity scores (second half of each chunk); ci_low/ci_high by the delta method as "
+           "its printout", "lower"),
+    Metric("mean_kld", "nats", "mean", "KL(reference || launch) of the next-token distributions per position of the "
+           "divergence text, llama-perplexity's --kl-divergence figure, over the top-k tokens both return with the "
+           "rest as one bucket (a lower bound of the full-vocabulary KLD); ci_low/ci_high mean +- 1.96 SE", "lower"),
+    Metric("kld_p99", "nats", "p99", "99th percentile of the per-position KLD (same bound), as llama-perplexity's "
+           "\"99.0% KLD\"", "lower"),
+    Metric("same_top_token", "ratio", "mean", "share of positions whose most likely next token is the reference's, "
+           "llama-perplexity's \"Same top p\"; ci_low/ci_high the Wilson 95% interval", "higher"),
+    Metric("rms_delta_p", "probability", "single", "root mean square of p(launch) - p(reference) of the actual next "
+           "token over the positions, llama-perplexity's \"RMS Δp\"", "lower"),
+    Metric("perplexity_ratio", "ratio", "single", "PPL(launch) / PPL(reference) on the same positions, "
+           "llama-perplexity's \"Mean PPL(Q)/PPL(base)\" (the exp of the mean log ratio)", "lower"),
     Metric("cross_stack_answer_agreement", "ratio", "mean", "answer_agreement between two no-spec launches of one "
            "weights family (across stacks, nodes and quantizations) on the same questions; its note says whether "
            "their accuracy intervals overlap; our own", "higher"),

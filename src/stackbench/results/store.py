@@ -56,6 +56,7 @@ BASIS = [
     ("engine_image", pa.string()),
     ("model", pa.string()),
     ("quant", pa.string()),
+    ("weights_id", pa.string()),  # measured: short sha256 of the weights' bytes (+@revision of a hub snapshot), models/provenance.py
     ("kv_dtype", pa.string()),
     ("context_len", pa.int64()),
     ("prompt_tokens", pa.int64()),
@@ -92,6 +93,9 @@ EXTRA = [
     # Set by collect: the row's launch was not in the run's plan (another stacks= selection, or dropped from its
     # node file) and its part was kept from an earlier run; the report names such launches.
     ("launch_kept", pa.bool_()),
+    # Set by collect (analysis/plausibility.py): why the row's cell is physically implausible (decode over its roofline,
+    # acceptance over depth + 1, ...); null: no check failed. A flagged cell is never chosen in What to run.
+    ("implausible", pa.string()),
 ]
 
 # What the analysis needs to know about the engine behind a row, written by the engine's adapter
@@ -117,6 +121,7 @@ MEASURED_SQL = "('measured', 'rehearsal')"
 UNKNOWN = "unknown"
 PROBE_OUTPUTS = "probe_outputs.json"  # beside a launch's cells.parquet: its probe cells' greedy outputs
 ACCURACY_OUTPUTS = "accuracy_outputs.json"  # beside it too: the accuracy cell's replies and extracted answers
+DIVERGENCE_OUTPUTS = "divergence_scores.json"  # and the divergence cell's scored positions (measure/divergence.py)
 
 
 def to_table(records: Iterable[dict] | pd.DataFrame) -> pa.Table:
@@ -180,14 +185,18 @@ def union_parts(part_files: Iterable[str | os.PathLike], kept: Iterable[str | os
 
 
 def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike, derived: Iterable[dict] = (),
-            kept: Iterable[str | os.PathLike] = ()) -> int:
+            kept: Iterable[str | os.PathLike] = (), check=None) -> int:
     """Union the parts (and the `kept` parts of launches not planned, marked launch_kept), add the rows derived
-    from more than one part (results/agreement.py: greedy agreement between launches), write
+    from more than one part (results/agreement.py: greedy agreement between launches) or brought in (result
+    bundles), fill the `implausible` column with `check(frame)` (analysis/plausibility.py flag), write
     data/results.parquet; return the row count."""
     table = union_parts(part_files, kept)
     derived = list(derived)
     if derived:
         table = pa.concat_tables([table, to_table(derived)])
+    if check is not None:
+        flags = pa.array(list(check(table.to_pandas())), type=pa.string())
+        table = table.set_column(COLUMNS.index("implausible"), "implausible", flags)
     atomic_write_parquet(table, out)
     return table.num_rows
 

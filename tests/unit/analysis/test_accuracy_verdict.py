@@ -28,12 +28,12 @@ def test_a_variant_answering_worse_beyond_the_intervals_is_flagged_and_left_out_
                           accuracy_rows("draft-n4", 0.56, 0.42, 0.69, 0.0))
     row = by_variant.set_index("variant")
     assert row.loc["nospec", "accuracy_text"] == "0.60 [0.46-0.72] n=50"
-    assert row.loc["draft-n2", "flagged"] and "accuracy below no-spec's interval" in row.loc["draft-n2", "outputs"]
+    assert row.loc["draft-n2", "flagged"] and "answers worse than no-spec (flips test)" in row.loc["draft-n2", "outputs"]
     assert not row.loc["draft-n4", "flagged"]
     choice = decide.what_to_run(frame(cell("nospec", 60, 0.5, 1), cell("draft-n2", 120, 1, 2, 2), cell("draft-n4", 80, 1, 2, 4)),
                                 by_variant).iloc[0]
     assert choice["run"] == "draft-n4"  # the faster draft-n2 answers worse
-    assert "draft-n2 (accuracy interval wholly below its no-spec launch's (0.10 [0.04-0.21] n=50))" in choice["excluded"]
+    assert "draft-n2 (answers worse than its no-spec launch (flips, exact McNemar; accuracy 0.10 [0.04-0.21] n=50))" in choice["excluded"]
 
 
 def probe_rows(variant: str, agreement: float | None = None, diverges_at: int | None = None,
@@ -63,7 +63,7 @@ def test_a_disagreement_within_no_specs_own_noise_is_ranked_and_one_beyond_it_or
                                       cell("draft-n8", 120, 1, 2, 8)), by_variant).iloc[0]
     assert choice["run"] == "draft-n2"
     assert "draft-n4 (greedy outputs differ from no-spec)" in choice["excluded"]
-    assert "draft-n8 (accuracy interval wholly below" in choice["excluded"]
+    assert "draft-n8 (answers worse than its no-spec launch" in choice["excluded"]
 
 
 def test_without_a_noise_floor_the_fixed_tolerance_still_judges():

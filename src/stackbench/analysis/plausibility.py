@@ -1,0 +1,135 @@
+"""Plausibility checks on every row that comes in (a bundle's, a post's) and on our own: figures that the
+hardware or the definitions cannot produce. Each flagged cell carries its reason on every row of the cell
+(results column `implausible`, set at collect), and What to run never chooses it (analysis/decide.py).
+
+The checks, each against a bound from facts already in the results:
+- decode over its roofline: single-stream decode above ROOFLINE_MARGIN x the bandwidth ceiling of the row's
+  device (analysis/roofline.py: bandwidth from the GPU's node facts or the measured host copy, bytes per token
+  from the engine log, the model file or parameters x bits; x the acceptance length, or x depth + 1 for a
+  speculative row that reports none);
+- acceptance above depth + 1: a draft of n tokens accepts at most n, plus the token the target adds itself;
+- power over the GPU's limit: a central power figure above POWER_MARGIN x the limit the cell ran under (the
+  enforced cap NVML read back, else the limit found at the launch's start or NVML's default: host/telemetry.py
+  rows power_limit_found_w, power_limit_default_w);
+- energy per token below what power and rate allow: J/token under ENERGY_MARGIN x mean power / the cell's
+  fastest token rate (the aggregate, or one stream's decode x streams), which already favours the row;
+- aggregate below one stream: at two or more streams, the aggregate rate below one stream's decode rate of the
+  same cell (an aggregate over n streams is at least one of them, unless first-token waits fill half the window).
+Margins absorb the estimates in each bound (a roofline's bandwidth, NVML's sampling), not doubt about the rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from stackbench.analysis.common import CELL, launch_values, on_launch
+from stackbench.analysis.roofline import roofline
+
+ROOFLINE_MARGIN = 1.25
+POWER_MARGIN = 1.10
+ENERGY_MARGIN = 0.8
+CENTRAL = ("median", "mean", "single")
+COLUMN = "implausible"
+
+
+def _ok(results: pd.DataFrame, metric: str) -> pd.DataFrame:
+    rows = results[(results["metric"] == metric) & results["value"].notna()]
+    return rows[rows["status"].isin(["ok"]) | rows["status"].isna()]
+
+
+def over_roofline(results: pd.DataFrame) -> pd.DataFrame:
+    """Decode rows above their roofline, with the reason (CELL + reason)."""
+    roof = roofline(results)
+    if roof.empty:
+        return pd.DataFrame(columns=CELL + ["reason"])
+    decode = _ok(results, "decode_tps")
+    decode = decode[decode["concurrency"] == 1]
+    keys = ["source", "ref", "node", "stack", "variant", "power_cap_w", "workload"]
+    joined = decode.merge(roof[keys + ["decode_tps", "ceiling_tps", "accept_len", "bandwidth_gbs"]].drop_duplicates(),
+                          left_on=keys + ["value"], right_on=keys + ["decode_tps"], how="inner")
+    speculative = ~joined["spec_method"].isin(["none", "unknown"]) & joined["spec_method"].notna()
+    # roofline multiplies by the acceptance length where one is reported, else by 1; with none reported a
+    # speculative row may still emit up to depth + 1 tokens per weight read.
+    depth_bound = pd.to_numeric(joined["spec_tokens"], errors="coerce").fillna(0) + 1
+    ceiling = joined["ceiling_tps"] * np.where(speculative & joined["accept_len"].isna(), depth_bound, 1.0)
+    over = joined[joined["value"] > ROOFLINE_MARGIN * ceiling]
+    ceiling = ceiling[over.index]
+    reason = [f"decode {v:.4g} tok/s is {v / c:.1f}x its weight-read roofline ({c:.4g} tok/s at {b:g} GB/s)"
+              for v, c, b in zip(over["value"], ceiling, over["bandwidth_gbs"])]
+    return over[CELL].assign(reason=reason)
+
+
+def accept_over_depth(results: pd.DataFrame) -> pd.DataFrame:
+    rows = _ok(results, "accept_len")
+    depth = pd.to_numeric(rows["spec_tokens"], errors="coerce")
+    over = rows[depth.notna() & (rows["value"] > depth + 1 + 1e-9)]
+    reason = [f"acceptance length {v:.3g} above speculative depth {d:g} + 1"
+              for v, d in zip(over["value"], pd.to_numeric(over["spec_tokens"]))]
+    return over[CELL].assign(reason=reason)
+
+
+def power_over_limit(results: pd.DataFrame) -> pd.DataFrame:
+    rows = _ok(results, "power_w")
+    rows = rows[rows["stat"].isin(CENTRAL)]
+    if rows.empty:
+        return pd.DataFrame(columns=CELL + ["reason"])
+    limits = on_launch(rows, launch_values(results, {"power_limit_found_w": "found", "power_limit_default_w": "default"}))
+    limit = rows["power_cap_enforced_w"].astype(float).fillna(limits["found"]).fillna(limits["default"])
+    over = rows[limit.notna() & (rows["value"] > POWER_MARGIN * limit)]
+    reason = [f"power {v:.4g} W above the GPU's limit {lim:g} W" for v, lim in zip(over["value"], limit[over.index])]
+    return over[CELL].assign(reason=reason)
+
+
+def energy_below_power(results: pd.DataFrame) -> pd.DataFrame:
+    energy = _ok(results, "energy_j_per_token")
+    if energy.empty:
+        return pd.DataFrame(columns=CELL + ["reason"])
+    per_cell = {}
+    for metric in ("power_w", "aggregate_tps", "decode_tps"):
+        picked = _ok(results, metric)
+        per_cell[metric] = picked.groupby(CELL, dropna=False, sort=False)["value"].median().rename(metric).reset_index()
+    joined = energy
+    for frame in per_cell.values():
+        joined = joined.merge(frame, on=CELL, how="left")
+    streams = pd.to_numeric(joined["concurrency"], errors="coerce").fillna(1)
+    fastest = np.fmax(joined["aggregate_tps"], joined["decode_tps"] * streams)
+    floor = joined["power_w"] / fastest
+    low = joined[floor.notna() & (joined["value"] < ENERGY_MARGIN * floor)]
+    reason = [f"energy {v:.3g} J/token below what {p:.4g} W at {r:.4g} tok/s allows ({f:.3g} J/token)"
+              for v, p, r, f in zip(low["value"], low["power_w"], fastest[low.index], floor[low.index])]
+    return low[CELL].assign(reason=reason)
+
+
+def aggregate_below_single(results: pd.DataFrame) -> pd.DataFrame:
+    aggregate = _ok(results, "aggregate_tps")
+    aggregate = aggregate[pd.to_numeric(aggregate["concurrency"], errors="coerce") >= 2]
+    decode = _ok(results, "decode_tps").groupby(CELL, dropna=False, sort=False)["value"].median().rename("decode").reset_index()
+    joined = aggregate.merge(decode, on=CELL, how="inner")
+    low = joined[joined["value"] < joined["decode"]]
+    reason = [f"aggregate {a:.4g} tok/s over {c:.0f} streams below one stream's decode {d:.4g} tok/s"
+              for a, c, d in zip(low["value"], low["concurrency"], low["decode"])]
+    return low[CELL].assign(reason=reason)
+
+
+CHECKS = (over_roofline, accept_over_depth, power_over_limit, energy_below_power, aggregate_below_single)
+
+
+def findings(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per flagged cell (CELL) with every reason its rows failed, joined by '; '."""
+    found = [check(results) for check in CHECKS]
+    found = [f for f in found if len(f)]
+    if not found:
+        return pd.DataFrame(columns=CELL + ["reason"])
+    every = pd.concat(found, ignore_index=True).drop_duplicates()
+    return every.groupby(CELL, dropna=False, sort=False)["reason"].agg("; ".join).reset_index()
+
+
+def flag(results: pd.DataFrame) -> pd.Series:
+    """The `implausible` column for `results`: each row's cell's reasons, None where no check failed."""
+    flagged = findings(results)
+    if flagged.empty:
+        return pd.Series([None] * len(results), index=results.index, dtype=object)
+    reasons = results[CELL].merge(flagged, on=CELL, how="left")["reason"]
+    return pd.Series([r if isinstance(r, str) else None for r in reasons.tolist()], index=results.index, dtype=object)
+

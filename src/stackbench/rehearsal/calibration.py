@@ -1,0 +1,40 @@
+"""The stand-in's pace fitted to the seed posts where a post measured the same stack, speculative method and
+shape (issue 47): per (engine, speculative method), the share of the bandwidth roofline one verification step
+reaches and the acceptance of each draft position given the ones before it. Other launches keep the stand-in's
+stated shape (standin.ROOFLINE_SHARE, rehearsal.accept_rate). Plain data: the stand-in (standin.Pace, through
+launcher.py) and the rehearsal's report (report/budget.py, post against model) both read it.
+
+The fit, on the rtx5090 node's own roofline (bandwidth 1792 GB/s over the checkpoint's bytes, rehearsal
+launcher.engine_facts: 124.9 steps/s for the INT4, 118.0 for the NVFP4):
+- SGLang EAGLE 3/1/4 (NEXTN, spec_method mtp), seed 000 section 1.1, short code at c1: 86.1 tok/s at accept
+  length 3.56 (section 6's control): 24.2 verify steps/s = 0.194 of the roofline; 1 + p + p^2 + p^3 = 3.56
+  gives p = 0.926;
+- vLLM MTP, seed 004's short profile at c1: n=2 102 tok/s at lambda 2.01-2.03, n=3 100 tok/s at 2.14-2.18:
+  50.5 and 46.3 steps/s = 0.428 and 0.392 of the roofline (mean 0.41); p = 0.627 and 0.595 (mean 0.61).
+Not fitted, shown against the model in the report: acceptance falling with context (seed 000's 1.68 at 128K;
+the stand-in's acceptance does not depend on context) and every launch without speculation (no seed post
+measured one on these flags).
+"""
+
+from __future__ import annotations
+
+# (engine label as the rows and adapters write it, spec_method) -> (step share of the roofline, acceptance)
+FITTED = {("SGLang", "mtp"): (0.194, 0.926), ("SGLang", "eagle"): (0.194, 0.926), ("vLLM", "mtp"): (0.41, 0.61)}
+
+# The posts' figures the fit and the report compare: (engine label, spec_method, spec_tokens, workload, concurrency,
+# metric, post value, unit, source). spec_tokens None: any depth.
+POINTS = [
+    ("SGLang", "mtp", 3, "seed-000-short-code", 1, "decode_tps", 86.1, "tok/s", "seed 000 §1.1 短上下文 code (fitted)"),
+    ("SGLang", "mtp", 3, "seed-000-short-code", 1, "accept_len", 3.56, "", "seed 000 §6 control, code (fitted)"),
+    ("SGLang", "mtp", 3, "seed-000-128k", 1, "decode_tps", 31.5, "tok/s", "seed 000 §6 decode at 128K (not fitted)"),
+    ("SGLang", "mtp", 3, "seed-000-128k", 1, "accept_len", 1.68, "", "seed 000 §6 accept length at 128K (not fitted)"),
+    ("vLLM", "mtp", 2, "seed-004-short", 1, "decode_tps", 102.0, "tok/s", "seed 004 MTP A/B, n=2 c1 (fitted)"),
+    ("vLLM", "mtp", 3, "seed-004-short", 1, "decode_tps", 100.0, "tok/s", "seed 004 MTP A/B, n=3 c1 (fitted)"),
+    ("vLLM", "mtp", 2, "seed-004-short", 1, "tpot_ms", 9.9, "ms", "seed 004 TPOT n=2, 9.5-10.3 ms (midpoint)"),
+]
+
+
+def fitted(engine_label: str, spec_method: str) -> tuple[float, float] | None:
+    """(step share, acceptance) fitted to a post for this engine (its label: Adapter.engine_label) and method;
+    None where no post measured it."""
+    return FITTED.get((engine_label, spec_method))

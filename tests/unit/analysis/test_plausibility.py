@@ -1,0 +1,120 @@
+"""Plausibility checks (analysis/plausibility.py): each flags a physically impossible figure with its reason on
+every row of the cell, leaves honest rows alone, and a flagged cell is never chosen in What to run."""
+
+import pandas as pd
+import pytest
+from test_analysis import frame, geometry_rows, measured, server
+from test_decide import agreement, cell
+
+from stackbench.analysis import decide, plausibility
+
+CEILING = 10e9 / (98.87 * 2**20 + 23040 * (60 + 24))  # test_analysis: 10 GB/s over the engine log's weights + KV
+
+
+def launch(variant="nospec", depth=None, **extra):
+    """A launch's facts the roofline reads: weights from the log, host bandwidth, the model file's geometry."""
+    spec = {"variant": variant, "spec_method": "none" if variant == "nospec" else "draft", "spec_tokens": depth,
+            "ref": f"run1/{variant}", **extra}
+    return [server("model_mib", 98.87, **spec), server("host_mem_bandwidth_gbs", 10.0, **spec), *geometry_rows(**spec)]
+
+
+def flagged(rows):
+    results = frame(*rows)
+    return results.assign(implausible=plausibility.flag(results))
+
+
+def test_decode_5x_over_its_roofline_is_flagged_on_every_row_of_the_cell():
+    results = flagged([launch(), measured(ref="run1/nospec", value=5 * CEILING),
+                       measured(ref="run1/nospec", metric="ttft_s", value=0.1, unit="s")])
+    cell_rows = results[results["workload"] == "code"]
+    assert cell_rows["implausible"].str.contains("5.0x its weight-read roofline").all()
+    assert results.loc[results["workload"] == "server", "implausible"].isna().all()
+
+
+def test_decode_under_its_roofline_is_not_flagged():
+    results = flagged([launch(), measured(ref="run1/nospec", value=0.9 * CEILING)])
+    assert results["implausible"].isna().all()
+
+
+def test_a_speculative_row_without_acceptance_may_reach_depth_plus_one_times_the_ceiling():
+    ok = flagged([launch("draft-n4", 4), measured(ref="run1/draft-n4", variant="draft-n4", spec_method="draft",
+                                                  spec_tokens=4, value=4 * CEILING)])
+    assert ok["implausible"].isna().all()
+    over = flagged([launch("draft-n4", 4), measured(ref="run1/draft-n4", variant="draft-n4", spec_method="draft",
+                                                    spec_tokens=4, value=7 * CEILING)])
+    assert over["implausible"].notna().any()
+
+
+def test_acceptance_above_depth_plus_one():
+    results = flagged([measured(variant="draft-n2", spec_method="draft", spec_tokens=2, metric="accept_len", value=3.4,
+                                unit="tokens"),
+                       measured(variant="draft-n4", spec_method="draft", spec_tokens=4, metric="accept_len", value=3.4,
+                                unit="tokens")])
+    by_variant = results.set_index("variant")["implausible"]
+    assert by_variant["draft-n2"] == "acceptance length 3.4 above speculative depth 2 + 1"
+    assert by_variant["draft-n4"] is None
+
+
+def test_power_above_the_limit_the_gpu_ran_under():
+    gpu = {"gpu": "RTX 5090", "gpu_count": 1}
+    results = flagged([server("power_limit_found_w", 575.0, **gpu),
+                       measured(metric="power_w", value=700.0, unit="W", stat="mean", **gpu),
+                       measured(workload="prose", metric="power_w", value=500.0, unit="W", stat="mean", **gpu),
+                       measured(workload="json", power_cap_w=260.0, metric="power_w", value=320.0, unit="W", stat="mean", **gpu)])
+    why = results.set_index("workload")["implausible"]
+    assert why["code"] == "power 700 W above the GPU's limit 575 W"
+    assert why["prose"] is None
+    assert why["json"] == "power 320 W above the GPU's limit 260 W"
+
+
+def test_energy_per_token_below_what_power_and_rate_allow():
+    rows = [measured(metric="power_w", value=300.0, unit="W", stat="mean"), measured(value=100.0),
+            measured(metric="aggregate_tps", value=95.0),
+            measured(metric="energy_j_per_token", value=0.5, unit="J/token")]  # 300 W / 100 tok/s = 3 J/token at best
+    why = flagged(rows)["implausible"]
+    assert why.str.contains("energy 0.5 J/token below what 300 W at 100 tok/s allows").all()
+    honest = flagged([*rows[:3], measured(metric="energy_j_per_token", value=3.2, unit="J/token")])
+    assert honest["implausible"].isna().all()
+
+
+def test_aggregate_below_one_streams_decode_at_the_same_cell():
+    results = flagged([measured(concurrency=2, value=40.0), measured(concurrency=2, metric="aggregate_tps", value=30.0),
+                       measured(concurrency=4, value=40.0), measured(concurrency=4, metric="aggregate_tps", value=150.0)])
+    why = results.groupby("concurrency")["implausible"].first()
+    assert "aggregate 30 tok/s over 2 streams below one stream's decode 40 tok/s" == why[2]
+    assert why[4] is None
+
+
+def test_a_doctored_row_5x_over_its_roofline_is_kept_out_of_what_to_run():
+    facts = [*launch(), *launch("draft-n2", 2)]
+    rows = [cell("nospec", 60, 0.5, 1), cell("draft-n2", 5 * CEILING, 1, 2, 2), *facts]
+    results = flagged(rows)
+    correctness = pd.DataFrame([agreement("draft-n2")], columns=["node", "stack", "variant", "first_divergence_token", "length_off_in"])
+    table = decide.what_to_run(results, correctness)
+    row = table.iloc[0]
+    assert row["run"] == "no-spec"
+    assert "draft-n2 (implausible: decode" in row["excluded"]
+    # Without the check the doctored variant wins: the exclusion is the plausibility flag's doing.
+    assert decide.what_to_run(results.assign(implausible=None), correctness).iloc[0]["run"] == "draft-n2"
+
+
+@pytest.mark.parametrize("check", plausibility.CHECKS)
+def test_each_check_passes_an_empty_or_unrelated_table(check):
+    assert check(frame(measured(metric="ttft_s", value=0.2, unit="s"))).empty
+
+
+def test_a_doctored_bundle_row_is_flagged_when_it_comes_in(tmp_path):
+    from stackbench.cli import collect_results
+    from stackbench.plan.launchspec import DEFINITIONS
+    from stackbench.results import bundle, store
+
+    theirs = frame(*launch(), measured(ref="run1/nospec", value=5 * CEILING))
+    out = bundle.write(tmp_path / "eve.stackbench.tar", theirs, {}, {"owner": "eve", "node": "cpu", "definitions": DEFINITIONS})
+    ours = tmp_path / "ours.parquet"
+    store.atomic_write_parquet(store.to_table([measured(node="mine", ref="mine/nospec")]), ours)
+    results = tmp_path / "results.parquet"
+    collect_results([str(ours)], results, bundles=[str(out)])
+    got = store.read_results(results)
+    doctored = got[(got["source"] == "bundle:eve") & (got["metric"] == "decode_tps")]
+    assert doctored["implausible"].str.contains("5.0x its weight-read roofline").all()
+    assert got.loc[got["source"] == "measured", "implausible"].isna().all()

