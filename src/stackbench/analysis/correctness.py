@@ -227,12 +227,12 @@ def divergence_tables(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame, list[
     rows = rows[rows["source"].isin(MEASURED)]
     compared = rows[rows["table_title"].notna() & (rows["metric"] != "perplexity")]
     own = rows[rows["metric"] == "perplexity"].assign(
-        col_label=lambda f: f["node"] + " / " + f["stack"] + " / " + f["quant"].fillna("unknown"))
+        col_label=lambda f: f["node"] + " / " + f["stack"] + " / " + f["variant"] + " / " + f["quant"].fillna("unknown"))
     out = []
     for family, mine in compared.groupby("table_title", sort=True):
         lines, words = [], []
         for (reference, launch), cell in mine.groupby(["row_label", "col_label"], sort=True):
-            by = cell.set_index("metric")
+            by = cell.drop_duplicates("metric").set_index("metric")  # replicates of one launch: the first
             ppl = own[own["col_label"] == launch].head(1)
             line = {"launch": launch, "reference": reference,
                     "perplexity [95% CI]": _with_interval(*ppl[["value", "ci_low", "ci_high"]].iloc[0], ".3f") if len(ppl) else ""}

@@ -223,8 +223,9 @@ class Adapter(Protocol):
         """What scored the text, for the rows' note (engine, version, route, k)."""
 
     def score_with_tool(self, engine: dict, model_path: str, text_file: Path, scoring: dict, threads: int | None,
-                        work: Path) -> tuple[list[list[int]], list, str]:
-        """The tool route: (token ids per chunk, Position per scored position, what scored it)."""
+                        work: Path) -> tuple[list[list[int]], list, str, tuple[float, float]]:
+        """The tool route: (token ids per chunk, Position per scored position, what scored it, the perplexity and
+        its uncertainty as the tool prints them)."""
 
     def tokenize_body(self, model: str, text: str) -> dict:
         """The JSON body asking `tokenize_path` for the tokens of `text` (as served model `model`)."""

@@ -272,7 +272,7 @@ class LlamaCppAdapter:
         return f"llama-perplexity {spec.engine.get('version', 'unknown')}, full vocabulary cut to top-{top_k}"
 
     def score_with_tool(self, engine: dict, model_path: str, text_file: Path, scoring: dict, threads: int | None,
-                        work: Path) -> tuple[list[list[int]], list[Position], str]:
+                        work: Path) -> tuple[list[list[int]], list[Position], str, tuple[float, float]]:
         if not engine.get("perplexity"):
             raise ValueError(f"llama-perplexity: the environment ({engine.get('version', 'unknown')}) records none "
                              "(built before the divergence pass: remove .envs/llamacpp to build it again)")
@@ -288,8 +288,9 @@ class LlamaCppAdapter:
             raise ValueError(f"llama-perplexity on {model_path} exited {done.returncode}: {' / '.join(tail)}")
         tokens, positions = read_kld_base(base, scoring["top_k"])
         base.unlink()
-        return (tokens, positions, f"llama-perplexity {engine.get('version', 'unknown')} on {Path(model_path).name}, "
-                                   f"full vocabulary cut to top-{scoring['top_k']} (its own PPL {printed['ppl']})")
+        scorer = (f"llama-perplexity {engine.get('version', 'unknown')} on {Path(model_path).name}, full vocabulary cut "
+                  f"to top-{scoring['top_k']}")
+        return tokens, positions, scorer, (float(printed["ppl"]), float(printed["unc"]))
 
     def tool_env(self, engine: dict) -> dict[str, str]:
         """The shared libraries beside the binaries (the wheel links them by rpath; a copied tree may not)."""

@@ -14,6 +14,7 @@ server, which also scores the reference's file when it is a GGUF (so a llama.cpp
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import tempfile
 from pathlib import Path
@@ -22,8 +23,8 @@ from stackbench.config.model import Workload
 from stackbench.engines.base import Adapter
 from stackbench.measure.client import StreamClient
 from stackbench.measure.summary import Figure
-from stackbench.models import datasets
-from stackbench.results import divergence
+from stackbench.models import datasets, provenance
+from stackbench.results import divergence, store
 
 
 def text_of(dataset_file: Path, chars: int, template: str) -> str:
@@ -41,9 +42,19 @@ def positions_doc(positions: list[divergence.Position]) -> list[dict]:
     return [{"t": p.token, "lp": p.logprob, "top": [list(t) for t in p.top]} for p in positions]
 
 
-def scored_doc(tokens: list[list[int]], positions: list[divergence.Position], scorer: str, scoring: dict) -> dict:
+def scored_doc(tokens: list[list[int]], positions: list[divergence.Position], scorer: str, scoring: dict,
+               printed: tuple[float, float] | None = None) -> dict:
+    """The scores kept for collect; `printed`: the perplexity and its uncertainty as the scoring tool printed them."""
     return {"text_id": scoring["text_id"], "tokens_id": divergence.tokens_digest(tokens), "scorer": scorer,
-            "positions": positions_doc(positions)}
+            "positions": positions_doc(positions), **({"printed_perplexity": list(printed)} if printed else {})}
+
+
+def reference_cache(reference: dict, text: str, scoring: dict, engine: dict) -> Path:
+    """Where the reference file's scores are kept beside it (data/models/..., never committed): one scoring per
+    node, not one per launch, keyed by the text, its cut, the tool's build and the file's weights id."""
+    key = json.dumps([text, {k: scoring[k] for k in ("chunk_tokens", "chunks", "top_k")}, engine.get("perplexity"),
+                      engine.get("version"), provenance.weights_id(reference["path"])], sort_keys=True)
+    return Path(f"{reference['path']}.divergence-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json")
 
 
 async def by_server(client: StreamClient, adapter: Adapter, text: str, scoring: dict) -> tuple[list[list[int]], list[divergence.Position]]:
@@ -87,23 +98,28 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter, spec) 
             text_file = Path(work) / "text.txt"
             text_file.write_text(text)
 
-            def score(model_path: str) -> tuple[list[list[int]], list[divergence.Position], str]:
-                return adapter.score_with_tool(spec.engine, model_path, text_file, scoring, spec.node.cpu_threads, Path(work))
+            def score(model_path: str) -> dict:
+                tokens, positions, scorer, printed = adapter.score_with_tool(spec.engine, model_path, text_file, scoring,
+                                                                             spec.node.cpu_threads, Path(work))
+                return scored_doc(tokens, positions, scorer, scoring, printed)
 
-            tokens, positions, scorer = await asyncio.to_thread(score, spec.launch.model.path)
-            outputs.update(scored_doc(tokens, positions, scorer, scoring))
+            outputs.update(await asyncio.to_thread(score, spec.launch.model.path))
             outputs["is_reference"] = reference is not None and reference["model"] == spec.launch.model.name
             if reference is not None and not outputs["is_reference"] and reference["scorable_by_tool"]:
-                ref_tokens, ref_positions, ref_scorer = await asyncio.to_thread(score, reference["path"])
-                outputs["reference"] = {**scored_doc(ref_tokens, ref_positions, ref_scorer, scoring), "is_reference": True,
+                cached = reference_cache(reference, text, scoring, spec.engine)
+                if not cached.exists():
+                    store.atomic_write_text(cached, json.dumps(await asyncio.to_thread(score, reference["path"])))
+                outputs["reference"] = {**json.loads(cached.read_text()), "is_reference": True,
                                         "model": reference["model"], "quant": reference["quant"]}
     else:
         raise ValueError(f"divergence: {adapter.engine_label} cannot score a text (no prompt log-probabilities)")
-    ppl, uncertainty = divergence.perplexity(divergence.positions_of(outputs))
+    # The tool's own printout where a tool scored (it reads float logits; its file keeps 16 nats below the top, so
+    # a deeper actual token reads shallower there), else from the positions.
+    ppl, uncertainty = outputs.get("printed_perplexity") or divergence.perplexity(divergence.positions_of(outputs))
     n = len(outputs["positions"])
+    source = "as the tool printed it" if "printed_perplexity" in outputs else "from the returned log-probabilities"
     figure = Figure("perplexity", ppl, "ratio", "mean", n, ci_low=ppl - 1.96 * uncertainty, ci_high=ppl + 1.96 * uncertainty,
                     spread_over="tokens",
-                    note=f"exp(mean NLL) of {n} positions of {scoring['text_id']} ({scoring['chunks']} chunks of "
-                         f"{scoring['chunk_tokens']} tokens, second half of each scored, as llama-perplexity); "
-                         f"{outputs['scorer']}; 95% CI by the delta method")
+                    note=f"exp(mean NLL) of {n} positions of {scoring['text_id']} (the second half of each chunk "
+                         f"scored, as llama-perplexity scores), {source}; {outputs['scorer']}; 95% CI by the delta method")
     return [figure], json.loads(json.dumps(outputs)), []

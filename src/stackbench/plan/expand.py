@@ -223,6 +223,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         if not doc["allow_queueing"]:
             _check_slots(run_launches, adapter, {w.name: w for w in workloads}, where, i)
         launches += run_launches
+    launches = _divergence_once(launches, kinds)
     _check_hardware(doc, launches, where)
     _check_measured_alike(launches, where)
     names = [l.name for l in launches]
@@ -259,6 +260,17 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         quality_reference=(_model(name, doc, doc["quality_reference"], f"{where}: quality_reference", cfg["paths"]["models"])
                            if doc["quality_reference"] else None),
     )
+
+
+def _divergence_once(launches: list[Launch], kinds: dict[str, str]) -> list[Launch]:
+    """The divergence pass scores a prompt, which speculation never touches: where the node has a no-spec launch
+    of the same engine, environment and model, that launch scores the text, and the speculative ones skip it."""
+    def served(launch: Launch) -> tuple:
+        return launch.engine, launch.env_name, launch.launch_mode, launch.launch_target, launch.model.name
+
+    scored = {served(l) for l in launches if l.spec_method == "none"}
+    return [dataclasses.replace(l, workloads=tuple(w for w in l.workloads if kinds[w] != "divergence"))
+            if l.spec_method != "none" and served(l) in scored else l for l in launches]
 
 
 def judged_workload(workload: Workload) -> bool:

@@ -389,12 +389,18 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
         return template.format(**{h["metric"]: shown(h, markers=False, unit=False) for h in hits}) + markers
 
     # One metric per column: a column whose figures come in several units (a MiB figure and a ratio, accept
-    # lengths and tok/s) is shown as one column per unit, titled with it (a bare ratio by its metric).
+    # lengths and tok/s) is shown as one column per unit, titled with it (a bare ratio by its metric). A table
+    # whose rows are its metrics (each row's figures in one unit, as the post's "before / after" tables) is
+    # not split: there the unit belongs to the row, and every figure carries it.
     groups: dict[str, dict[str, None]] = {}
+    row_units: dict[str, set[str]] = {}
     for label, column in ((label, column) for label in row_labels for column in columns[1:]):  # in the table's order
         for hit in by_cell.get((label, column), []):
             if _unit_group(hit):  # a status or text goes with the column's first unit
                 groups.setdefault(column, {})[_unit_group(hit)] = None
+                row_units.setdefault(label, set()).add(_unit_group(hit))
+    if all(len(units) == 1 for units in row_units.values()):
+        groups = {}
     display = []
     for column in columns[1:]:
         found = list(groups.get(column, {})) if not (change and column == change["column"]) else []

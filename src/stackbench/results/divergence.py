@@ -120,15 +120,18 @@ def positions_of(doc: dict) -> list[Position]:
 
 
 def in_words(label: str, reference: str, found: Divergence) -> str:
-    """One sentence on what the figures say ("Q4_K_M: mean KLD 0.031 from Q4_1; top token differs at 8% of
-    positions")."""
+    """One sentence on what the figures say ("Q4_K_M: mean KLD 0.031 from Q4_1, the top token differing at 8% of
+    positions"), without semicolons: it is one part of a row's note."""
     differs = 1 - found.same_top / found.n
-    return (f"{label}: mean KLD {found.mean_kld:.3g} from {reference} (a lower bound over the shared top-k); the top "
-            f"token differs at {differs:.1%} of {found.n} positions; perplexity {found.perplexity_ratio:.3f}x the reference's")
+    return (f"{label}: mean KLD {found.mean_kld:.3g} from {reference} (a lower bound over the shared top-k), the top "
+            f"token differing from the reference's at {differs:.1%} of {found.n} positions, perplexity "
+            f"{found.perplexity_ratio:.3f}x the reference's on the same positions")
 
 
 def _label(doc: dict) -> str:
-    return f"{doc['node']} / {doc['stack']} / {doc.get('quant') or store.UNKNOWN}"
+    """A launch as the divergence table names it (analysis.correctness divergence_tables reads its perplexity row
+    by the same words)."""
+    return f"{doc['node']} / {doc['stack']} / {doc['variant']} / {doc.get('quant') or store.UNKNOWN}"
 
 
 def references_by_family(docs: list[dict]) -> dict[tuple[str, str, str], dict]:

@@ -147,19 +147,27 @@ def conform(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=RESULTS_SCHEMA)
 
 
-def atomic_write_parquet(table: pa.Table, path: str | os.PathLike) -> Path:
-    """Write to a temporary file beside the target, then rename: a crash never leaves a half file."""
+def atomic_write(path: str | os.PathLike, write) -> Path:
+    """write(temporary path) beside the target, then rename: a crash never leaves a half file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        pq.write_table(table, tmp)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_parquet(table: pa.Table, path: str | os.PathLike) -> Path:
+    return atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def union_parts(part_files: Iterable[str | os.PathLike], kept: Iterable[str | os.PathLike] = ()) -> pa.Table:

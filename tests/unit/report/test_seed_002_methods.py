@@ -98,9 +98,10 @@ def test_seed_002s_table_takes_a_no_spec_launch_in_the_block_under_it(measured):
     tool = next(i for i, label in enumerate(labels) if label.startswith(f"工具调用 · {NODE}, same workload, other launch"))
     turn = next(i for i, label in enumerate(labels) if label.startswith(f"多轮 radix 命中 · {NODE}, same workload, other launch"))
     assert block < tool and block < turn
-    # One unit per column (issue 47): the post's 速度 column mixes tok/s, s and ms, so it is shown per unit.
+    # The post's 速度 column holds tok/s, s and ms, one unit per row: it stays whole, each figure with its unit.
     header = rows[0].strip("| ").split(" | ")
-    at = header.index("速度 (s)")
+    assert header == ["场景", "速度", "测法"]
+    at = header.index("速度")
     assert [row.split(" | ")[at].split()[1] for row in (rows[tool], rows[turn])] == ["s", "s"]  # each with its unit
     assert [float(row.split(" | ")[at].split()[0]) for row in (rows[tool], rows[turn])] == pytest.approx([WALL_S] * 2, rel=0.2)
     text = "\n".join(lines)

@@ -3,6 +3,7 @@
 import math
 import re
 
+import pandas as pd
 import pytest
 from paths import ROOT
 
@@ -69,15 +70,20 @@ def test_ranges_keep_both_ends(published_frame):
 def test_seed000_fix_table_has_the_posts_rows_text_cells_and_one_vram_cell(stored_order, layouts):
     t = table(stored_order, layouts, "s000-fix-ab")
     got = cells(t)
+    # The post's rows are its metrics: its own columns, not split by unit; each figure carries its row's unit
+    # (a token count shown bare).
     assert t.columns == ["指标", "修复前", "修复后", "变化"]
     assert list(got) == ["cell_size", "KV 池 token", "单条输入上限", "127K 单路请求", "短上下文 code", "短上下文 抽取",
                          "短上下文 创作", "双流聚合", "运行显存"]
-    assert got["cell_size"] == {"修复前": "163840†", "修复后": "32768†", "变化": "÷5"}
-    assert got["KV 池 token"]["变化"] == "×4.71" and got["单条输入上限"]["变化"] == "×4.65"
+    assert got["cell_size"] == {"修复前": "163840 B†", "修复后": "32768 B†", "变化": "÷5"}
+    assert got["KV 池 token"] == {"修复前": "44913†", "修复后": "211357†", "变化": "×4.71"}
+    assert got["单条输入上限"] == {"修复前": "45417†", "修复后": "211000†", "变化": "×4.65"}
     # 成功 is the post's text, not the prefill figure of section 6.
     assert got["127K 单路请求"] == {"修复前": "被拒（HTTP 400）", "修复后": "成功", "变化": "—"}
-    assert got["短上下文 code"] == {"修复前": "86.1†", "修复后": "86.1†", "变化": "0"}
-    assert got["双流聚合"] == {"修复前": "170.1†", "修复后": "171.8†", "变化": "+1%"}
+    assert got["短上下文 code"] == {"修复前": "86.1 tok/s†", "修复后": "86.1 tok/s†", "变化": "0"}
+    assert got["短上下文 抽取"] == {"修复前": "85.9 tok/s†", "修复后": "85.9 tok/s†", "变化": "0"}
+    assert got["短上下文 创作"] == {"修复前": "59.8 tok/s†", "修复后": "59.8 tok/s†", "变化": "0"}
+    assert got["双流聚合"] == {"修复前": "170.1 tok/s†", "修复后": "171.8 tok/s†", "变化": "+1%"}
     # One post cell, one table cell: VRAM used and left free together.
     assert got["运行显存"] == {"修复前": "26182 MiB（余 6016）†", "修复后": "30626 MiB（余 1572）†", "变化": "预算用满"}
 
@@ -101,8 +107,9 @@ def test_seed004_mtp_ab_keeps_the_posts_column_order_and_ratios(stored_order, la
     assert t.columns == ["MTP", "c1", "c2", "c3", "c4", "接受率", "λ", "KV tokens", "65K 满上下文并发"]
     got = cells(t)
     assert list(got) == ["n=3", "n=2"]
-    assert [got["n=3"][c] for c in ("c1", "c2", "c3", "c4")] == ["100", "179", "271", "—"]
-    assert [got["n=2"][c] for c in ("c1", "c2", "c3", "c4")] == ["102", "188", "276", "366 (358–377)"]
+    assert [got["n=3"][c] for c in ("c1", "c2", "c3", "c4")] == ["100 tok/s", "179 tok/s", "271 tok/s", "—"]
+    assert [got["n=2"][c] for c in ("c1", "c2", "c3", "c4")] == ["102 tok/s", "188 tok/s", "276 tok/s",
+                                                                 "366 tok/s (358–377)"]
     assert got["n=3"]["接受率"] == "38–39%§" and got["n=2"]["接受率"] == "50–51%§"
     assert got["n=3"]["λ"] == "2.14–2.18§" and got["n=2"]["λ"] == "2.01–2.03§"
     assert got["n=3"]["65K 满上下文并发"] == "2.66×†" and got["n=2"]["65K 满上下文并发"] == "2.81×†"
@@ -111,24 +118,32 @@ def test_seed004_mtp_ab_keeps_the_posts_column_order_and_ratios(stored_order, la
 def test_seed004_generations_table_has_the_posts_four_rows(stored_order, layouts):
     t = table(stored_order, layouts, "s004-generations")
     got = cells(t)
+    # Rows are the post's metrics (GiB, a token count, MiB, tok/s): the models' columns stay whole, each figure
+    # with its row's unit.
     assert t.columns == ["项目", "Qwen3.6 n=2", "Qwen3.8 n=2"]
     assert list(got) == ["模型加载显存", "KV Cache token 数", "nvidia-smi 稳态占用", "短档聚合吞吐 c1/c2/c3"]
+    assert got["模型加载显存"] == {"Qwen3.6 n=2": "18.65 GiB†", "Qwen3.8 n=2": "18.41 GiB†"}
+    assert got["KV Cache token 数"] == {"Qwen3.6 n=2": "166931†", "Qwen3.8 n=2": "184242†"}
+    assert got["nvidia-smi 稳态占用"] == {"Qwen3.6 n=2": "32108 MiB†", "Qwen3.8 n=2": "31268 MiB†"}
     throughput = got["短档聚合吞吐 c1/c2/c3"]
-    assert re.sub("[†‡§]", "", throughput["Qwen3.6 n=2"]) == "101 / 198 / 288"
-    assert throughput["Qwen3.8 n=2"] == "102 / 188 / 276"
+    assert re.sub("[†‡§]", "", throughput["Qwen3.6 n=2"]) == "101 tok/s / 198 tok/s / 288 tok/s"
+    assert throughput["Qwen3.8 n=2"] == "102 tok/s / 188 tok/s / 276 tok/s"
     # The power figures are the post's prose, not a row of this table.
     assert not rows_of(stored_order, table_id="s004-generations", metric="power_w").shape[0]
 
 
 def test_seed002_opening_table_keeps_the_method_column(stored_order, layouts):
     t = table(stored_order, layouts, "s002-op")
+    # 速度 holds tok/s, wall seconds and a per-token ms, one unit per row: the post's one column, each figure
+    # in the post's wording with its unit.
     assert t.columns == ["场景", "速度", "测法"]
     got = cells(t)
     assert list(got) == ["常规对话（游记创作）", "中文散文", "工具调用", "多轮 radix 命中", "思考档 medium"]
     assert got["常规对话（游记创作）"] == {"速度": "88 t/s", "测法": "600 tokens 输出计时，3 次取中位"}
-    assert got["中文散文"]["速度"] == "178 t/s†"
-    assert got["工具调用"]["速度"].startswith("3.2–4.2s 完整轮")
-    assert got["多轮 radix 命中"]["速度"] == "第二轮 2.77s†"
+    assert got["中文散文"] == {"速度": "178 t/s†", "测法": "2048 tokens 输出"}
+    assert got["工具调用"] == {"速度": "3.2–4.2s 完整轮§", "测法": "带 tool schema 的完整往返"}
+    assert got["多轮 radix 命中"] == {"速度": "第二轮 2.77s†", "测法": "同前缀第二轮含 300 tokens 输出"}
+    assert got["思考档 medium"] == {"速度": "6.1 ms/tok†", "测法": "reasoning_effort 三档实测，medium 是甜点"}
 
 
 # -- published-basis corrections ------------------------------------------------------------------------------
@@ -187,15 +202,18 @@ def test_figures_worth_adding_are_there(published_frame):
 # -- tables that keep the plain derived layout ------------------------------------------------------------------
 def test_seed002_power_sweep_matches_the_post(stored_order, layouts):
     t = table(stored_order, layouts, "s002-power-sweep")
-    assert [row[:2] for row in t.rows] == [["180 W", "62†"], ["220 W", "116†"], ["260 W", "162†"], ["300 W", "170†"]]
+    assert [row[:2] for row in t.rows] == [["180 W", "62 tok/s†"], ["220 W", "116 tok/s†"], ["260 W", "162 tok/s†"],
+                                               ["300 W", "170 tok/s†"]]
     assert t.caveats == []  # one poster, one basis; the cap is the axis
 
 
 def test_seed001_stage_table_matches_the_post(stored_order, layouts):
     got = cells(table(stored_order, layouts, "s001-stages"))
     assert list(got) == ["1: BF16 TP4 MTP", "2: FP8 TP4 MTP", "3: FP8 TP2 MTP", "4: FP8 TP2 DFlash2"]
-    assert [got[s]["decode"] for s in got] == ["73.4†", "109.1†", "76.4†", "96.1†"]
-    assert got["3: FP8 TP2 MTP"]["conc8 aggregate"] == "356†" and got["4: FP8 TP2 DFlash2"]["conc8 aggregate"] == "227†"
+    assert [got[s]["decode"] for s in got] == ["73.4 tok/s†", "109.1 tok/s†", "76.4 tok/s†", "96.1 tok/s†"]
+    assert [got[s]["weights per GPU"] for s in got] == ["38 GB†", "7.6 GB†", "15 GB†", ""]
+    assert got["3: FP8 TP2 MTP"]["conc8 aggregate"] == "356 tok/s†"
+    assert got["4: FP8 TP2 DFlash2"]["conc8 aggregate"] == "227 tok/s†"
     assert got["4: FP8 TP2 DFlash2"]["accept length"] == "3.3–3.6§"
 
 
@@ -222,15 +240,55 @@ def test_every_published_row_lands_in_exactly_one_cell(stored_order, layouts, ta
     rows = stored_order[stored_order["table_id"] == table_id]
     layout = layouts[table_id]
     t = table(stored_order, layouts, table_id)
-    placed = {(label, col) for label, col in zip(rows["row_label"], rows["col_label"].fillna(t.columns[1]))}
+    first = (layout.columns or ["", *dict.fromkeys(rows["col_label"].dropna()), "value"])[1]
+    post_columns = rows["col_label"].fillna(first)
+    shown_in = [_shown_in(t, *record) for record in zip(post_columns, rows["unit"], rows["metric"], rows["value"])]
+    post_of = {shown: post for shown, post in zip(shown_in, post_columns)}
+    placed = set(zip(rows["row_label"], shown_in))
     assert {label for label, _ in placed} <= {row[0] for row in t.rows}
     assert {col for _, col in placed} <= set(t.columns[1:])
-    # A cell that shows figures shows every record behind it (text cells are the post's own words).
+    # A cell that shows figures shows every record behind it (text cells are the post's own words), and a cell
+    # with none behind it shows none: no figure twice, in another unit's sub-column.
     for row in t.rows:
         for column, text in zip(t.columns[1:], row[1:]):
-            behind = rows[(rows["row_label"] == row[0]) & (rows["col_label"].fillna(t.columns[1]) == column)]
-            if column not in layout.text.get(row[0], {}) and row[0] not in layout.templates and len(behind):
-                assert len(text.split(" / ")) == len(behind), (row[0], column, text)
+            behind = rows[(rows["row_label"] == row[0]).to_numpy() & (pd.Series(shown_in) == column).to_numpy()]
+            if post_of.get(column, column) in layout.text.get(row[0], {}) or (layout.change or {}).get("column") == column:
+                continue
+            if not len(behind):
+                assert text in ("", tables.MISSING), (row[0], column, text)
+            else:
+                assert text not in ("", tables.MISSING), (row[0], column, text)
+                if row[0] in layout.templates:  # the post's wording holds the figures, its units its own
+                    continue
+                parts = text.split(" / ")
+                assert len(parts) == len(behind), (row[0], column, text)
+                if column in post_of.values():  # a whole column (not split by unit): each figure carries its unit
+                    for part, unit, metric, value in zip(parts, behind["unit"], behind["metric"], behind["value"]):
+                        suffix = _suffix(layout, unit, metric)
+                        assert pd_isna(value) or suffix in part, (row[0], column, part, suffix)
+
+
+def _suffix(layout, unit, metric):
+    """What a published figure is written with: the layout's suffix for its metric, or its unit (none shown for
+    a ratio, a count or a rescaled figure)."""
+    fmt = layout.formats.get(metric, {})
+    if fmt.get("suffix") or fmt.get("scale", 1.0) != 1.0 or unit in tables.SHOWN_BARE:
+        return fmt.get("suffix", "")
+    return f" {unit}"
+
+
+def _shown_in(t, column, unit, metric, value):
+    """The table column a published record shows in: its post's whole column where the table keeps it whole (a
+    column of one unit, or a table whose rows are its metrics), else the sub-column titled with the record's
+    unit (one shown bare, a ratio or count, by its metric); a record without a figure (a text cell's) in the first."""
+    split = [c for c in t.columns[1:] if c.startswith(f"{column} (")]
+    if not split:
+        return column
+    if pd_isna(value):
+        return split[0]
+    titled = [c for c in (f"{column} ({unit})", f"{column} ({metric})") if c in split]
+    assert len(titled) == 1, (column, unit, metric, split)
+    return titled[0]
 
 
 def test_a_layout_text_cell_in_an_unknown_column_is_an_error(tmp_path):
