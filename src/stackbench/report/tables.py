@@ -381,6 +381,8 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
         # the post writes its own, and a rescaled one's unit is the layout's to say.
         if unit and not suffix and fmt.get("scale", 1.0) == 1.0 and record.get("unit") not in SHOWN_BARE:
             suffix = f" {record['unit']}"
+        elif unit and not suffix and name_bare and record.get("unit") in ("ratio", "tokens"):
+            suffix = f" ({record['metric']})"  # a bare count or ratio in a column of other units says what it is
         return format_cell(record, fmt.get("scale", 1.0), suffix, markers)
 
     def templated(template: str, hits: list[dict]) -> str:
@@ -399,7 +401,9 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
             if _unit_group(hit):  # a status or text goes with the column's first unit
                 groups.setdefault(column, {})[_unit_group(hit)] = None
                 row_units.setdefault(label, set()).add(_unit_group(hit))
+    name_bare = False
     if all(len(units) == 1 for units in row_units.values()):
+        name_bare = len(set().union(*row_units.values())) > 1 if row_units else False
         groups = {}
     display = []
     for column in columns[1:]:

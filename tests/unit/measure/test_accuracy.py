@@ -105,3 +105,29 @@ def test_the_noise_floor_compares_the_prompts_sent_two_at_a_time_with_them_sent_
     figure = probes.noise_floor_figure(alone, beside)
     assert (figure.metric, figure.n) == ("agreement_noise_floor", 4)
     assert figure.value == pytest.approx((1 + 0.5 + 1 + 1) / 4) and "earliest divergence at 2" in figure.note
+
+
+def test_a_reply_cut_off_at_max_tokens_is_invalid_not_scored_on_its_last_intermediate_number(monkeypatch):
+    """The stream's finish_reason "length": the number it ends on is a step of the working, not an answer."""
+    items = questions(2)
+
+    async def two_replies(client, requests, streams, hook=None):
+        cut = RequestRecord(stream=0, turn=0, t_submit=0.0, request=0, parts=["0 + 1 = 1, so far"], finish_reason="length")
+        done = RequestRecord(stream=0, turn=0, t_submit=0.0, request=1, parts=["1 + 1 = 2"], finish_reason="stop")
+        return [cut, done]
+
+    monkeypatch.setattr(accuracy, "run_streams", two_replies)
+    figures, outputs, _ = asyncio.run(accuracy.run(None, workload(items), adapter_for("vllm")))
+    assert outputs["q0"]["answer"] is None and not outputs["q0"]["correct"] and outputs["q0"]["finish_reason"] == "length"
+    assert outputs["q1"]["correct"]
+    by = {f.metric: f for f in figures}
+    assert by["accuracy"].value == 0.5 and by["accuracy_invalid"].value == 0.5
+    assert "1 cut off at max_tokens" in by["accuracy_invalid"].note
+
+
+def test_the_client_keeps_the_streams_finish_reason():
+    record = RequestRecord(stream=0, turn=0, t_submit=0.0)
+    StreamClient._take(record, {"choices": [{"delta": {"content": "a"}, "finish_reason": None}]}, b"", 0.1, None)
+    StreamClient._take(record, {"choices": [{"delta": {}, "finish_reason": "length"}]}, b"", 0.2, None)
+    StreamClient._take(record, {"choices": [], "usage": {"completion_tokens": 1}}, b"", 0.3, None)
+    assert record.finish_reason == "length" and record.to_row()["finish_reason"] == "length"

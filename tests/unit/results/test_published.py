@@ -76,8 +76,8 @@ def test_seed000_fix_table_has_the_posts_rows_text_cells_and_one_vram_cell(store
     assert list(got) == ["cell_size", "KV 池 token", "单条输入上限", "127K 单路请求", "短上下文 code", "短上下文 抽取",
                          "短上下文 创作", "双流聚合", "运行显存"]
     assert got["cell_size"] == {"修复前": "163840 B†", "修复后": "32768 B†", "变化": "÷5"}
-    assert got["KV 池 token"] == {"修复前": "44913†", "修复后": "211357†", "变化": "×4.71"}
-    assert got["单条输入上限"] == {"修复前": "45417†", "修复后": "211000†", "变化": "×4.65"}
+    assert got["KV 池 token"] == {"修复前": "44913 (kv_pool_tokens)†", "修复后": "211357 (kv_pool_tokens)†", "变化": "×4.71"}
+    assert got["单条输入上限"] == {"修复前": "45417 (max_input_tokens)†", "修复后": "211000 (max_input_tokens)†", "变化": "×4.65"}
     # 成功 is the post's text, not the prefill figure of section 6.
     assert got["127K 单路请求"] == {"修复前": "被拒（HTTP 400）", "修复后": "成功", "变化": "—"}
     assert got["短上下文 code"] == {"修复前": "86.1 tok/s†", "修复后": "86.1 tok/s†", "变化": "0"}
@@ -123,7 +123,7 @@ def test_seed004_generations_table_has_the_posts_four_rows(stored_order, layouts
     assert t.columns == ["项目", "Qwen3.6 n=2", "Qwen3.8 n=2"]
     assert list(got) == ["模型加载显存", "KV Cache token 数", "nvidia-smi 稳态占用", "短档聚合吞吐 c1/c2/c3"]
     assert got["模型加载显存"] == {"Qwen3.6 n=2": "18.65 GiB†", "Qwen3.8 n=2": "18.41 GiB†"}
-    assert got["KV Cache token 数"] == {"Qwen3.6 n=2": "166931†", "Qwen3.8 n=2": "184242†"}
+    assert got["KV Cache token 数"] == {"Qwen3.6 n=2": "166931 (kv_pool_tokens)†", "Qwen3.8 n=2": "184242 (kv_pool_tokens)†"}
     assert got["nvidia-smi 稳态占用"] == {"Qwen3.6 n=2": "32108 MiB†", "Qwen3.8 n=2": "31268 MiB†"}
     throughput = got["短档聚合吞吐 c1/c2/c3"]
     assert re.sub("[†‡§]", "", throughput["Qwen3.6 n=2"]) == "101 tok/s / 198 tok/s / 288 tok/s"
