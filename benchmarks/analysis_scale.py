@@ -24,6 +24,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+from stackbench.cli import collect_results  # noqa: E402
 from stackbench.report import render  # noqa: E402
 from stackbench.results import published, store  # noqa: E402
 
@@ -104,7 +105,8 @@ def main() -> None:
         store.atomic_write_parquet(store.to_table(published.load_all(ROOT / "data/published", ROOT)), published_part)
         results = tmp / "results.parquet"
         collected, reported, reference = timed({
-            "collect": lambda: store.collect([published_part, part], results),
+            # the workflow's collect: the union, the rows derived across launches, the plausibility checks
+            "collect": lambda: collect_results([published_part, part], results),
             "report": lambda: render.write_report(results, tmp / "reports", ROOT / "data/published"),
             "reference": lambda: reference_aggregate(results, tmp / "reference.csv"),
         }, args.repeats).values()

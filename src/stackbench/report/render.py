@@ -357,7 +357,7 @@ def real_repeats(budget_path: Path | None) -> int | None:
     return budget.real_repeats(budget_path) if budget_path else None
 
 
-def bundle_tables(results: Results) -> list[tables.Table]:
+def bundle_tables(results: Results, table_dir: Path, background: Background) -> list[tables.Table]:
     """The Bundles section (docs/bundles.md): each result bundle brought in, with its provenance or why it was refused,
     and every cell a plausibility check flagged (analysis/plausibility.py, set at collect), ours and theirs alike."""
     out = []
@@ -372,14 +372,11 @@ def bundle_tables(results: Results) -> list[tables.Table]:
                                 [[None] * 6 for _ in cells],
                                 legend=["Their rows carry the source shown (never measured or published); the tables "
                                         "above set them beside ours where the basis allows, with every difference under them."]))
-    flagged = results.frame("select distinct source, node, stack, variant, workload, concurrency, implausible from results "
-                            "where implausible is not null order by all")
-    if len(flagged):
-        cells = [[r.source, r.node, r.stack, r.variant, str(r.workload),
-                  "" if pd.isna(r.concurrency) else f"{r.concurrency:.0f}", r.implausible] for r in flagged.itertuples(index=False)]
-        out.append(tables.Table("implausible", "Implausible cells: left out of What to run", "analysis/plausibility.py",
-                                ["source", "node", "stack", "variant", "workload", "concurrency", "why"], cells,
-                                [[None] * 7 for _ in cells]))
+    flagged = results.frame("select distinct source, node, stack, variant, workload, concurrency, implausible as why "
+                            "from results where implausible is not null order by all")
+    if len(flagged):  # every flagged cell in the table's CSV; the page shows the first (derived_table)
+        out.append(derived_table(flagged, "implausible", "Implausible cells: left out of What to run",
+                                 "analysis/plausibility.py", [], table_dir, background))
     return out
 
 
@@ -461,7 +458,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         if rehearsal:
             seed = [t for t in seed if any(tables.SAME_METHOD in row[0] or row[0] == tables.OTHER_LAUNCHES for row in t.rows)]
         figures = _figures(results, spec, nodes)
-        bundled = bundle_tables(results)  # the Bundles section: empty without bundles or flagged cells
+        bundled = bundle_tables(results, table_dir, background)  # the Bundles section: empty without bundles or flagged cells
         fulls = fulls_job.result()
         status = status_lines(results)
         heading = "Stack comparison report"
