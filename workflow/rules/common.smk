@@ -54,10 +54,11 @@ def kept_parts():
 
 
 def bundle_files():
-    """Result bundles to bring in (results/bundle.py): every *.stackbench.tar in the folder beside the results."""
+    """Result bundles to bring in (results/bundle.py): every *.stackbench.tar in the folder beside the results, and
+    those the run config names (`bundles`)."""
     from stackbench.results import bundle as _bundle
 
-    return [str(p) for p in _bundle.found(Path(PATHS["results"]).parent / "bundles")]
+    return [str(p) for p in _bundle.found(Path(PATHS["results"]).parent / "bundles", CFG["bundles"])]
 
 
 def parts_gone():

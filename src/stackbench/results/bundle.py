@@ -186,4 +186,9 @@ def import_rows(path: Path, definitions: int) -> list[dict]:
 def found(folder: Path, named: list[str] | tuple = ()) -> list[Path]:
     """The bundles to import: every *.stackbench.tar in `folder` (data/bundles), and those named in the run config."""
     listed = sorted(Path(folder).glob(f"*{SUFFIX}")) if Path(folder).is_dir() else []
-    return list(dict.fromkeys([*listed, *(Path(n) for n in named)]))
+    paths = [Path(n).expanduser() for n in named]
+    missing = [(i, p) for i, p in enumerate(paths) if not p.is_file()]
+    if missing:
+        i, path = missing[0]
+        raise FileNotFoundError(f"configs/config.yaml (or --config): bundles[{i}]: no bundle file at {path}")
+    return list(dict.fromkeys([*listed, *paths]))

@@ -267,3 +267,14 @@ def test_regenerating_a_bundle_of_a_node_file_this_checkout_has_runs_that_node_u
     (reader / "configs/nodes/cpu.yaml").write_bytes(bundle.read(published[1]).members["config/node.yaml"])
     node_file, commands = publish.regenerate(published[1], root=reader, machine={"hardware": {}})
     assert node_file == reader / "configs/nodes/cpu.yaml" and commands[-1].endswith("--config 'nodes=[cpu]'")
+
+
+def test_bundles_named_in_the_run_config_come_in_beside_the_folders_and_a_missing_one_names_its_field(tmp_path):
+    folder = tmp_path / "bundles"
+    folder.mkdir()
+    (folder / "a.stackbench.tar").write_bytes(b"")
+    named = tmp_path / "elsewhere.stackbench.tar"
+    named.write_bytes(b"")
+    assert bundle.found(folder, [str(named)]) == [folder / "a.stackbench.tar", named]
+    with pytest.raises(FileNotFoundError, match=r"bundles\[1\]: no bundle file at .*gone.stackbench.tar"):
+        bundle.found(folder, [str(named), str(tmp_path / "gone.stackbench.tar")])
