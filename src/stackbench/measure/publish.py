@@ -129,7 +129,8 @@ def regenerate(path: Path, root: Path = Path("."), name: str | None = None, mach
     for key, model in (doc.get("models") or {}).items():
         if isinstance(model, dict) and not model.get("prepare"):
             wid = weights.get(model.get("checkpoint") or key, UNKNOWN)
-            model["path"] = f"<path to {key} on this machine: the bundle's weights id {wid}>"
+            field = "hf_dir" if "hf_dir" in model else "gguf"  # an <angle-bracket> path stops the plan until filled in
+            model[field] = f"<path to {key} on this machine: the bundle's weights id {wid}>"
     written = []
     for member, data in sorted(found.members.items()):
         for kind in ("stacks", "workloads"):

@@ -53,7 +53,7 @@ def published(tmp_path):
     node_doc = {"description": "owner's CPU", "hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": 2},
                 "workloads": ["code", "prose"], "concurrency": [1, 2], "launches": 3,
                 "models": {"smollm2-135m-q4km": {"prepare": "smollm2-q4km", "quant": "Q4_K_M"},
-                           "own-model": {"path": "/home/owner/own.gguf", "quant": "Q8_0"}},
+                           "own-model": {"gguf": "/home/owner/own.gguf", "quant": "Q8_0"}},
                 "runs": [{"stack": "llamacpp", "model": "smollm2-135m-q4km", "variants": ["nospec"], "repeats": 2}]}
     (root / "configs/nodes/cpu.yaml").write_text(yaml.safe_dump(node_doc))
     (root / "configs/stacks/llamacpp-owner.yaml").write_text("engine: llamacpp\n")
@@ -160,7 +160,7 @@ def test_regenerate_writes_a_node_file_for_this_machine_and_the_commands(publish
     assert doc["runs"] == [{"stack": "llamacpp", "model": "smollm2-135m-q4km", "variants": ["nospec"], "repeats": 2}]
     assert doc["workloads"] == ["code", "prose"] and doc["launches"] == 3 and doc["hardware"]["cpu_threads"] == 4
     assert doc["models"]["smollm2-135m-q4km"] == {"prepare": "smollm2-q4km", "quant": "Q4_K_M"}  # the pipeline makes it
-    assert doc["models"]["own-model"]["path"].startswith("<path to own-model")
+    assert doc["models"]["own-model"]["gguf"].startswith("<path to own-model")
     assert (reader / "configs/stacks/llamacpp-owner.yaml").exists()
     assert any("nodes=[cpu-from-alice]" in c for c in commands) and any("data/bundles" in c for c in commands)
 
