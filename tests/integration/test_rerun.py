@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from engine_double import install_ready
 from helpers import copy_repo
 from paths import SUPPORT
 
@@ -54,13 +55,7 @@ def install_engine(repo: Path, version: str) -> None:
     script = repo / "engine-double"
     script.write_text(ENGINE_SCRIPT)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    ready = repo / ".envs/llamacpp/ready.json"
-    ready.parent.mkdir(parents=True, exist_ok=True)
-    ready.write_text(json.dumps({"engine": "llamacpp", "server": str(script), "version": version,
-                                 "requirements": f"engine test double {version}"}))
-    # Newer than every file under envs/ (copied with their old times), so Snakemake takes it as built.
-    newest = max(p.stat().st_mtime for p in (repo / "envs").iterdir())
-    os.utime(ready, (max(newest + 10, os.stat(ready).st_mtime),) * 2)
+    install_ready(repo, script, version)
 
 
 def make_double_repo(repo: Path, draft: Path) -> Path:

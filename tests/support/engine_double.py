@@ -84,14 +84,19 @@ def install_engine(repo: Path, version: str = "b1-double") -> Path:
     script = repo / "engine-double"
     subprocess.run(["cc", "-O1", "-o", str(script), f'-DPYTHON="{sys.executable}"', f'-DSCRIPT="{folder / "server.py"}"',
                     str(folder / "wrapper.c")], check=True, capture_output=True)
+    install_ready(repo, script, version)
+    return script
+
+
+def install_ready(repo: Path, server: Path, version: str) -> None:
+    """`server` as the repo copy's llama.cpp environment: its ready.json, newer than every file under envs/ (copied
+    with their old times), so Snakemake takes the environment as built."""
     ready = repo / ".envs/llamacpp/ready.json"
     ready.parent.mkdir(parents=True, exist_ok=True)
-    ready.write_text(json.dumps({"engine": "llamacpp", "server": str(script), "version": version,
+    ready.write_text(json.dumps({"engine": "llamacpp", "server": str(server), "version": version,
                                  "requirements": f"engine test double {version}"}))
-    # Newer than every file under envs/ (copied with their old times), so Snakemake takes it as built.
     newest = max(p.stat().st_mtime for p in (repo / "envs").iterdir())
     os.utime(ready, (max(newest + 10, os.stat(ready).st_mtime),) * 2)
-    return script
 
 
 def double_ci_repo(repo: Path) -> Path:
