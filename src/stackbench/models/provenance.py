@@ -17,6 +17,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from stackbench.results import store
+
 # A Hugging Face folder's weight files: tensors and the index that says which tensor is in which shard.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".npz", ".h5", ".msgpack")
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -92,10 +94,7 @@ def _read_cache(cache: Path) -> dict[str, dict]:
 
 def _write_cache(cache: Path, doc: dict) -> None:
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(doc, indent=1))
-        os.replace(tmp, cache)
+        store.atomic_write_text(cache, json.dumps(doc, indent=1))
     except OSError:
         pass  # a cache that cannot be written costs a rehash next time, never the run
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import tarfile
 from dataclasses import dataclass
@@ -75,16 +74,16 @@ def write(out: Path, rows: pd.DataFrame, members: dict[str, bytes], provenance: 
     manifest = {"format": FORMAT, **provenance, "rows": len(rows),
                 "files": {name: {"sha256": _sha256(data), "bytes": len(data)} for name, data in sorted(every.items())}}
     manifest["content_hash"] = content_hash(manifest)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in [(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True, default=str).encode()), *sorted(every.items())]:
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            tar.addfile(info, io.BytesIO(data))
-    os.replace(tmp, out)
-    return out
+
+    def write_tar(tmp: str) -> None:
+        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+            for name, data in [(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True, default=str).encode()),
+                               *sorted(every.items())]:
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime, info.mode = len(data), 0, 0o644
+                tar.addfile(info, io.BytesIO(data))
+
+    return store.atomic_write(out, write_tar)
 
 
 @dataclass(frozen=True)
