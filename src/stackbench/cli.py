@@ -34,15 +34,20 @@ def collect_results(parts: list, out: Path, kept: list = (), bundles: list = ())
     derived across launches: greedy agreement needs both launches' outputs, so it is computed here, over every
     part (results/agreement.py). Result bundles (results/bundle.py) come in under their own source, and every
     row is checked for plausibility (analysis/plausibility.py)."""
+    import numpy as np
+    import pyarrow as pa
+
     from stackbench.analysis import plausibility
     from stackbench.plan.launchspec import DEFINITIONS
     from stackbench.results import agreement, bundle, divergence, store
 
     every = [*parts, *kept]
-    measured = store.union_parts(every)
+    union = store.union_parts(parts, kept)  # read once: the derived rows see it with no launch marked kept
+    at = store.COLUMNS.index("launch_kept")
+    measured = union.set_column(at, "launch_kept", pa.array(np.zeros(union.num_rows, dtype=bool)))
     derived = list(agreement.agreement_across(every, measured)) + divergence.divergence_across(every, measured)
     derived += [row for path in bundles for row in bundle.import_rows(Path(path), DEFINITIONS)]
-    return store.collect(parts, out, derived, kept, check=plausibility.flag)
+    return store.collect(parts, out, derived, kept, check=plausibility.flag_table, union=union)
 
 
 def _collect(args) -> None:
@@ -54,7 +59,7 @@ def _report(args) -> None:
     from stackbench.report import render
 
     written = render.write_report(Path(args.results), Path(args.out_dir), Path(args.published_dir),
-                                  Path(args.budget) if args.budget else None)
+                                  Path(args.budget) if args.budget else None, Path(args.kept_dir) if args.kept_dir else None)
     print(f"report: {len(written)} files in {args.out_dir} (open {Path(args.out_dir) / 'index.html'})")
 
 
@@ -173,6 +178,13 @@ def _bundle(args) -> None:
     print(f"bundle: {args.node} -> {out} (docs/bundles.md: how someone else reads it)")
 
 
+def _keep(args) -> None:
+    from stackbench.results import kept
+
+    path, rows = kept.keep(Path(args.results), args.node, Path(args.kept_dir), args.label)
+    print(f"keep: {rows} rows of {args.node} -> {path}; every later report says which of its decisions held")
+
+
 def _regenerate(args) -> None:
     from stackbench.measure import publish
 
@@ -223,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", required=True)
     p.add_argument("--published-dir", default="data/published", help="the posts' table layouts")
     p.add_argument("--budget", help="a rehearsal's time budget of the real run (budget.json), the report's opening")
+    p.add_argument("--kept-dir", help="runs kept by `stackbench keep` (config paths.kept): which decisions held")
     p.set_defaults(func=_report)
 
     p = sub.add_parser("compare", help="compare two results tables on like rows only (compare-llama-bench style)")
@@ -267,6 +280,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default="data/runs", help="the runs folder holding <node>/<launch>/launch.json")
     p.add_argument("--out-dir", default="data/outgoing")
     p.set_defaults(func=_bundle)
+
+    p = sub.add_parser("keep", help="keep a node's run for later reruns to be judged against (docs/what-to-run.md)")
+    p.add_argument("node")
+    p.add_argument("--results", default="data/results.parquet")
+    p.add_argument("--kept-dir", default="data/kept", help="config paths.kept")
+    p.add_argument("--label", help="the kept run's name (default: the UTC time)")
+    p.set_defaults(func=_keep)
 
     p = sub.add_parser("regenerate", help="write a node file for this machine from a result bundle and print the commands")
     p.add_argument("bundle")

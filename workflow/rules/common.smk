@@ -83,12 +83,18 @@ def launch_settings(wildcards):
 
 
 def report_inputs(wildcards):
-    """What the report reads besides the results: a rehearsal's time budget (rehearsal/budget.py)."""
-    return {"budget": BUDGET} if BUDGET else {}
+    """What the report reads besides the results: a rehearsal's time budget (rehearsal/budget.py), and the runs
+    kept by `stackbench keep` (a new one renders the report again)."""
+    kept = sorted(Path(PATHS["kept"]).glob("*/*.parquet"))
+    return ({"budget": BUDGET} if BUDGET else {}) | ({"kept": kept} if kept else {})
 
 
 def budget_flag(wildcards, input):
     return f"--budget {shlex.quote(input.budget)}" if "budget" in input.keys() else ""
+
+
+def kept_flag(wildcards, input):
+    return f"--kept-dir {shlex.quote(PATHS['kept'])}" if "kept" in input.keys() else ""
 
 
 def model_recipe(wildcards):

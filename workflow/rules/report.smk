@@ -17,8 +17,9 @@ rule report:
         out_dir=lambda wildcards, output: Path(output.html).parent,
         published_dir=lambda wildcards, input: Path(input.layouts[0]).parent,
         budget=budget_flag,
+        kept=kept_flag,
     log:
         "logs/report/report.log",
     shell:
         "{params.cli} report --results {input.results:q} --out-dir {params.out_dir:q} "
-        "--published-dir {params.published_dir:q} {params.budget} > {log:q} 2>&1"
+        "--published-dir {params.published_dir:q} {params.budget} {params.kept} > {log:q} 2>&1"

@@ -26,6 +26,7 @@ from stackbench.analysis.correctness import (
 from stackbench.analysis.decide import DECIDE_METRICS, launch_variance, what_to_run
 from stackbench.analysis.energy import ENERGY_METRICS, cap_floors, depth_by_cap, energy_cells, fewest_joules
 from stackbench.analysis.gpustate import slowed_cells
+from stackbench.analysis.held import decisions_held, variant_gains
 from stackbench.analysis.kv_audit import kv_audit
 from stackbench.analysis.power import power_sweet_spots
 from stackbench.analysis.roofline import roofline, weight_format
@@ -37,6 +38,7 @@ __all__ = [
     "BITS_PER_WEIGHT", "CELL", "CORRECTNESS_METRICS", "CROSS_STACK_METRICS", "LAUNCH", "compare",
     "correctness_by_variant", "cross_stack_matrices", "QUALITY_METRICS", "quality_tables",
     "DIVERGENCE_METRICS", "divergence_tables", "DECIDE_METRICS", "launch_variance", "what_to_run",
+    "decisions_held", "variant_gains",
     "ENERGY_METRICS", "cap_floors", "depth_by_cap", "energy_cells", "fewest_joules", "is_bimodal", "slowed_cells", "kv_audit",
     "power_sweet_spots",
     "roofline", "spec_value_by_context", "spread_flags", "weight_format"

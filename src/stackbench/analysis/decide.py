@@ -12,8 +12,8 @@ A variant is chosen over no-spec only when its gain's interval clears zero. With
 `launches`), the gain is paired within each round of launches and its interval spans rounds
 (results/estimators.py), at Bonferroni's level for the number of candidate variants, since the best of them is
 the one tested; where it does not clear, the choice says how many launches would decide at 80% power. With one
-launch, the interval is Welch's over repeats inside it (gain_interval): the choice is shown, marked "one launch",
-and never counted as decided, since no rerun's spread was measured.
+launch, the interval is Welch's over repeats inside it (estimators.welch_gain): the choice is shown, marked "one
+launch", and never counted as decided, since no rerun's spread was measured.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import math
 
 import numpy as np
 import pandas as pd
-import scipy.stats
 
 from stackbench.analysis.common import LAUNCH
 from stackbench.analysis.gpustate import slowed_of
@@ -36,10 +35,6 @@ MAD_PENALTY = 1.0
 MAX_REL_MAD = 0.1
 DEPTH_MARGIN = 0.01
 NO_SPEC = "no-spec"
-LEVEL = 0.95
-GAIN_INTERVAL = ("Welch's t interval (95%) of the difference of the mean log rates over repeats, read as the ratio "
-                 "of the geometric means - 1")
-MOST_REPEATS_SAID = 1000  # repeats_to_decide looks no further
 # The figure a cell is judged on: the per-stream decode rate of a single stream, the aggregate of several.
 SINGLE_STREAM_METRIC, CONCURRENT_METRIC = "decode_tps", "aggregate_tps"
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status", "spec_drafts",
@@ -55,7 +50,7 @@ RULE = (f"score = median - {SCALED_MAD} x MAD x {MAD_PENALTY:g} over repeats (vL
         "variants whose counters show no drafts (did not speculate); "
         f"a smaller depth (no-spec = 0) is preferred within {DEPTH_MARGIN:.0%} of the best score; a variant is run only "
         f"when its gain over no-spec clears zero on {PAIRED_INTERVAL}, else no-spec (with the launches that would "
-        f"decide at {estimators.POWER:.0%} power); with one launch, on {GAIN_INTERVAL}, marked '{ONE_LAUNCH}'. "
+        f"decide at {estimators.POWER:.0%} power); with one launch, on {estimators.WELCH_GAIN}, marked '{ONE_LAUNCH}'. "
         "Price: KV pool tokens and contexts held (pool / context length) beside no-spec's.")
 CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens", "metric", "run",
                   "decided", "rounds", "gain", "gain_low", "gain_high", "launch_noise", "runner_up", "runner_up_gain", "why",
@@ -63,48 +58,9 @@ CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurre
 # A cell's peers: SPEC_PAIR, the same in everything but the launch (each launch's rows carry a ref of their own).
 
 
-def _log_moments(values) -> tuple[float, float, int] | None:
-    """Mean and sample variance of the log rates, and their count; None below two positive repeats."""
-    logs = np.log([v for v in (values if values is not None else ()) if v and v > 0])
-    return (float(logs.mean()), float(logs.var(ddof=1)), len(logs)) if len(logs) >= 2 else None
-
-
-def _welch_t(variance_a: float, variance_b: float, n_a: int, n_b: int) -> tuple[float, float]:
-    """The standard error of a difference of means and Welch-Satterthwaite's t quantile at LEVEL."""
-    a, b = variance_a / n_a, variance_b / n_b
-    se = math.sqrt(a + b)
-    df = (a + b) ** 2 / (a ** 2 / (n_a - 1) + b ** 2 / (n_b - 1)) if se > 0 else float("inf")
-    return se, float(scipy.stats.t.ppf((1 + LEVEL) / 2, df))
-
-
-def gain_interval(variant, reference) -> tuple[float, float, float] | None:
-    """(gain, low, high) of `variant`'s rate over `reference`'s, from their per-repeat rates: GAIN_INTERVAL
-    (rates are positive and their ratio is the question, so the difference is taken on logs). None where
-    either has fewer than two repeats."""
-    a, b = _log_moments(variant), _log_moments(reference)
-    if a is None or b is None:
-        return None
-    diff = a[0] - b[0]
-    se, t = _welch_t(a[1], b[1], a[2], b[2])
-    return math.expm1(diff), math.expm1(diff - t * se), math.expm1(diff + t * se)
-
-
-def repeats_to_decide(variant, reference) -> int | None:
-    """How many repeats of each would make the gain's interval exclude zero, were the log rates' difference and
-    variances what these repeats show; None where none up to MOST_REPEATS_SAID would (or either has < 2)."""
-    a, b = _log_moments(variant), _log_moments(reference)
-    if a is None or b is None or a[0] == b[0]:
-        return None
-    for n in range(2, MOST_REPEATS_SAID + 1):
-        se, t = _welch_t(a[1], b[1], n, n)
-        if t * se < abs(a[0] - b[0]):
-            return n
-    return None
-
-
 def _undecided(variant: str, gain: float, low: float, high: float, more) -> str:
     need = f"about {more} repeats each would decide at the spread seen" if more else \
-        f"more than {MOST_REPEATS_SAID} repeats each would be needed at the spread seen"
+        f"more than {estimators.MOST_REPEATS_SAID} repeats each would be needed at the spread seen"
     return f"{variant} {gain:+.1%} ({low:+.1%} to {high:+.1%}): its interval does not clear zero, no-spec kept; {need}"
 
 
@@ -123,7 +79,7 @@ def _replicates(rows: pd.DataFrame) -> pd.Series:
     return pd.to_numeric(rows["replicate"], errors="coerce").fillna(1).astype(int)
 
 
-def _cells(results: pd.DataFrame) -> pd.DataFrame:
+def cells_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     """One row per measured closed-loop cell and variant over its launch replicates: the median of the
     replicates' figures (value), each replicate's figure by round (rounds), the first replicate's launch (ref)
     and repeats (repeat_values, for the one-launch interval), the median MAD, and depth."""
@@ -279,14 +235,14 @@ def _judge(row) -> tuple[float, float, float, str] | None:
         more = f"about {need} launches each would decide at {estimators.POWER:.0%} power" if need else \
             f"more than {estimators.MOST_LAUNCHES_SAID} launches each would be needed at the spread seen"
         return paired.gain, paired.low, paired.high, f"{stated}: does not clear zero, no-spec kept; {more}"
-    within = gain_interval(row.repeat_values, row.ref_repeat_values)
+    within = estimators.welch_gain(row.repeat_values, row.ref_repeat_values)
     if within is None:
         return np.nan, np.nan, np.nan, ("no interval of the gain (fewer than 2 repeats of either, or no per-repeat "
                                         "values stored): no-spec kept")
     gain, low, high = within
     if low > 0:
         return gain, low, high, "within it, the gain's interval over repeats clears zero"
-    return gain, low, high, _undecided(row.variant, gain, low, high, repeats_to_decide(row.repeat_values, row.ref_repeat_values))
+    return gain, low, high, _undecided(row.variant, gain, low, high, estimators.repeats_to_decide(row.repeat_values, row.ref_repeat_values))
 
 
 def _aa_controls(cells: pd.DataFrame, reference: pd.DataFrame) -> pd.Series:
@@ -309,7 +265,7 @@ def _aa_controls(cells: pd.DataFrame, reference: pd.DataFrame) -> pd.Series:
 def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFrame:
     """One row per (node, stack, model, cap, workload, concurrency, lengths): CHOICE_COLUMNS. `results` holds
     the DECIDE_METRICS rows (with mad, ci_low, ci_high), `correctness` is analysis.correctness_by_variant."""
-    cells = _cells(results)
+    cells = cells_by_variant(results)
     if cells.empty:
         return pd.DataFrame(columns=CHOICE_COLUMNS)
     cells["excluded_why"] = _exclusions(cells, results, correctness)

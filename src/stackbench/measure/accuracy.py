@@ -20,7 +20,7 @@ from stackbench.engines.base import Adapter
 from stackbench.measure.client import RequestRecord, StreamClient, run_streams
 from stackbench.measure.summary import Figure
 from stackbench.measure.workloads import Request
-from stackbench.results.agreement import wilson
+from stackbench.results.estimators import wilson
 
 # A number as GSM8K writes one: optional sign, thousands separators, decimals ("1,234.50", "-3", ".5").
 NUMBER = re.compile(r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)")

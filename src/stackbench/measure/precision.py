@@ -2,7 +2,7 @@
 a figure is known to a margin and detects over-saturation from the slopes of concurrency and TTFT.
 
 With `measure.target_rel_ci` set, a cell is repeated until the 95% interval of the median that its row will
-carry (summary.median_interval, order statistics, which exists from 6 repeats) of its headline figure, the
+carry (estimators.median_interval, order statistics, which exists from 6 repeats) of its headline figure, the
 per-request decode rate of a single stream or the aggregate output throughput of a concurrent (or open-loop)
 cell, is within that share of the median on either side, never fewer than `repeats` nor more than
 `max_repeats` repeats; its rows' `n` says how many ran. The stop rule and the row's interval are one interval.
@@ -14,6 +14,7 @@ import statistics
 
 from stackbench.measure import summary
 from stackbench.measure.client import RequestRecord
+from stackbench.results.estimators import median_interval
 
 
 def headline_metric(concurrency: int | None) -> str:
@@ -35,7 +36,7 @@ def precise_enough(repeats: list[list[RequestRecord]], concurrency: int | None, 
         return True
     metric = headline_metric(concurrency)
     values = [v for v in (summary.repeat_figures(records).get(metric) for records in repeats) if v is not None]
-    interval = summary.median_interval(values)
+    interval = median_interval(values)
     if interval is None:
         return False
     median = statistics.median(values)

@@ -17,7 +17,6 @@ import statistics
 from dataclasses import dataclass, replace
 
 import numpy
-import scipy.stats
 
 from stackbench.config.model import Load
 from stackbench.engines.base import SERVER_DECODE_TPS, SERVER_PREFILL_TPS, SpecCounters
@@ -25,6 +24,7 @@ from stackbench.host.telemetry import WindowReading, counter_energy_j, power_by_
 from stackbench.measure import correctness
 from stackbench.measure.client import RequestRecord
 from stackbench.results import metrics
+from stackbench.results.estimators import median_interval
 
 # A percentile from fewer samples than this says so in its note.
 FEW_SAMPLES = 100
@@ -54,16 +54,6 @@ class Figure:
     mad: float | None = None  # median absolute deviation over repeats (analysis.decide's robust score reads it)
     spread_over: str | None = None  # what value_min / value_max (and a percentile) range over: REPEATS, REQUESTS, ...
     repeat_values: tuple[float, ...] | None = None  # the figure of each repeat, in order (analysis.decide's interval)
-
-
-def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
-    """The median's distribution-free interval: the order statistics (x_(k), x_(n+1-k)) with the largest k
-    whose coverage, 1 - 2 P(Binomial(n, 1/2) < k), is at least `level`. None where even (min, max) covers
-    less (fewer than 6 values at 95%: 1 - 2 / 2^n)."""
-    ordered = sorted(values)
-    n = len(ordered)
-    ks = [k for k in range(1, n // 2 + 1) if 1 - 2 * scipy.stats.binom.cdf(k - 1, n, 0.5) >= level]
-    return (ordered[max(ks) - 1], ordered[n - max(ks)]) if ks else None
 
 
 def finite(values) -> list[float]:

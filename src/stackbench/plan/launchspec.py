@@ -29,12 +29,13 @@ from stackbench.models.recipes import RECIPES
 from stackbench.rehearsal import plan as rehearsal_plan
 
 FORMAT = 1
-# How the measured figures are computed (measure/client.py, measure/summary.py, results/metrics.py): part of
-# every cell's fingerprint, so cells measured under other definitions are measured again instead of mixing
-# with new ones. Bump DEFINITIONS when a change there changes a figure, and record those files' sha256 in
-# DEFINITIONS_SOURCES (tests/unit/plan/test_definitions.py fails until both are done, and prints the hash).
+# How the measured figures are computed (measure/client.py, measure/summary.py, results/metrics.py, and the
+# intervals of results/estimators.py): part of every cell's fingerprint, so cells measured under other
+# definitions are measured again instead of mixing with new ones. Bump DEFINITIONS when a change there changes
+# a figure, and record those files' sha256 in DEFINITIONS_SOURCES (tests/unit/plan/test_definitions.py fails
+# until both are done, and prints the hash).
 DEFINITIONS = 5  # 5: a reply cut off at max_tokens is an invalid answer (accuracy)
-DEFINITIONS_SOURCES = "39deab4998e4030dc3eb7e92f4f1137345ab172f18938868ef39d5d78278f020"
+DEFINITIONS_SOURCES = "7042b64798b517672afda5921f4fd8a257deaff09129c498a1c4bde6e561cd6a"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.

@@ -98,6 +98,24 @@ def what_to_run_tables(choices: pd.DataFrame, nodes: list[str], agreement: pd.Da
     return out + across_stacks(choices, agreement)
 
 
+def held_table(held: pd.DataFrame, node: str, label: str) -> tables.Table:
+    """Which decisions of the run kept as `label` held in this one (analysis.decisions_held), with a count."""
+    shown = pd.DataFrame({"stack": held["stack"], "model": held["model"], "power cap W": held["power_cap_w"],
+                          "workload": held["workload"], "concurrency": held["concurrency"],
+                          "prompt tokens": held["prompt_tokens"], f"kept run {label}": held["earlier"],
+                          "this run": held["now"], "verdict": held["verdict"], "why": held["why"]})
+    table = tables.frame_table(shown, f"decisions-held-{node}-{label}", f"Did the decisions hold on {node}? "
+                               f"This run against the run kept as {label}", "analysis.held over both runs' What to run")
+    counts = held["verdict"].value_counts()
+    said = ", ".join(f"{counts[v]} {v}" for v in ("held", "flipped, inside the intervals", "flipped, neither decided",
+                                                   "did not hold") if v in counts)
+    table.legend.append(f"{len(held)} decisions in both runs: {said or 'none'}. A decision (a variant whose gain's "
+                        "interval clears zero) holds when the other run's point estimate of the same variant's gain lies "
+                        "inside its interval; the kept run's rows go through the same rule as this run's. Keep a run with "
+                        f"`stackbench keep {node}` before measuring again (docs/what-to-run.md).")
+    return table
+
+
 def variance_table(variance: pd.DataFrame, node: str) -> list[tables.Table]:
     """Per variant and judged metric, the share of its rates' variance that lies between server launches rather
     than between repeats inside one, and each level's coefficient of variation (medians over its cells)."""

@@ -46,6 +46,7 @@ from stackbench.report.queries import (
     status_lines,
 )
 from stackbench.results import basis, metrics
+from stackbench.results.kept import kept_runs
 from stackbench.results.store import MEASURED, MEASURED_SQL, read_results
 
 # Rows of the full tables embedded in the page, shared among the nodes (at least 200 each) so the page stays
@@ -395,9 +396,10 @@ def seed_tally(seed: list[tables.Table], layouts: dict) -> str:
 
 
 def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published"),
-                 budget_path: Path | None = None) -> list[Path]:
+                 budget_path: Path | None = None, kept_dir: Path | None = None) -> list[Path]:
     """Every table, the summary (report.md) and the page (index.html); a rehearsal's time budget of the real
-    run (`budget_path`, report/budget.py) opens both."""
+    run (`budget_path`, report/budget.py) opens both; each node's runs kept in `kept_dir` (results/kept.py) are
+    judged against this one's decisions."""
     results = Results(results_path)
     counts = results.frame("select source, count(*) as n from results group by source").set_index("source")["n"].to_dict()
     # Nodes measured here first, then the posts' nodes.
@@ -446,6 +448,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         decide_rows = decide_input(results)
         choices = analysis.what_to_run(decide_rows, by_variant)
         decided = decisions.what_to_run_tables(choices, nodes, agreement, analysis.launch_variance(decide_rows))
+        decided += held_tables(kept_dir, nodes, choices, decide_rows) if kept_dir and not rehearsal else []
         refused = [f"power {why}: those cells are analysed as uncapped." for why in caps_refused.values()]
         decided += decisions.energy_tables(analysis.energy_cells(decide_rows, by_variant), refused)
         spec = analysis.spec_value_by_context(frame)
@@ -531,6 +534,22 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     finally:
         background.wait()  # every file is on disk (or the first error raised) before the report counts as written
     return written
+
+
+def held_tables(kept_dir: Path, nodes: list[str], choices: pd.DataFrame, decide_rows: pd.DataFrame) -> list[tables.Table]:
+    """Per node and run kept for it (results/kept.py), which of the kept run's decisions held in this one
+    (analysis/held.py): the kept rows go through the same queries and the same rule as this run's."""
+    out, gains = [], None
+    for node in nodes:
+        for path in kept_runs(kept_dir, node):
+            earlier = Results(path)
+            earlier_rows = decide_input(earlier)
+            earlier_choices = analysis.what_to_run(earlier_rows, analysis.correctness_by_variant(correctness_input(earlier)))
+            gains = analysis.variant_gains(decide_rows) if gains is None else gains
+            held = analysis.decisions_held(earlier_choices, analysis.variant_gains(earlier_rows),
+                                           choices[choices["node"] == node], gains[gains["node"] == node])
+            out.append(decisions.held_table(held, node, path.stem))
+    return out
 
 
 def _figures(results: Results, spec: pd.DataFrame, nodes: list[str]) -> list:

@@ -13,7 +13,6 @@ The probe outputs themselves are written by the probe cell (measure/probes.py).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stackbench.results import store
+from stackbench.results.estimators import exact_mcnemar, wilson
 
 
 @dataclass(frozen=True)
@@ -182,18 +182,8 @@ def cross_stack_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
     return rows
 
 
-Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
 # The table_id of the quality rows across stacks: one table per weights family (table_title).
 QUALITY_TABLE = "quality-across-stacks"
-
-
-def wilson(correct: int, n: int) -> tuple[float, float]:
-    """Wilson score 95% interval of a share (Wilson 1927; Brown, Cai & DasGupta 2001 recommend it over the
-    normal approximation for small n and shares near 0 or 1): it stays inside [0, 1] and is not empty at 0."""
-    p = correct / n
-    centre = (p + Z95 ** 2 / (2 * n)) / (1 + Z95 ** 2 / n)
-    half = Z95 * (p * (1 - p) / n + Z95 ** 2 / (4 * n * n)) ** 0.5 / (1 + Z95 ** 2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def accuracy_interval(doc: dict) -> tuple[float, float, float, int]:
@@ -201,17 +191,6 @@ def accuracy_interval(doc: dict) -> tuple[float, float, float, int]:
     n = len(doc["outputs"])
     correct = sum(o["correct"] for o in doc["outputs"].values())
     return (correct / n, *wilson(correct, n), n)
-
-
-def exact_mcnemar(worse: int, better: int) -> float:
-    """Two-sided exact McNemar p-value on the discordant pairs (questions one launch got right and the other
-    wrong): under no difference each flip is a fair coin, so p = P(Binomial(b + c, 1/2) at least as far from
-    (b + c) / 2 as observed) (McNemar 1947; the exact form for small counts, Fagerland et al. 2013)."""
-    flips = worse + better
-    if flips == 0:
-        return 1.0
-    tail = sum(math.comb(flips, i) for i in range(min(worse, better) + 1)) / 2 ** flips
-    return min(1.0, 2 * tail)
 
 
 def answers_compared(reference: dict, candidate: dict) -> tuple[float, float, str, tuple[int, int, int]]:

@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stackbench.results import store
-from stackbench.results.agreement import Z95, read_outputs, wilson
+from stackbench.results.agreement import read_outputs
+from stackbench.results.estimators import Z95, wilson
 
 # The metrics divergence_rows writes (and the report's divergence table reads), in that order; the launch's own
 # perplexity is a figure of its divergence cell.

@@ -29,7 +29,7 @@ class Metric:
     better: str | None  # "higher", "lower", or None for a fact of the setup
     group: str = "fact"  # "cell": the summary's per-cell figure over the client's requests; "load": an open- or
     # closed-loop load figure (both medians over repeats, spread_over "repeats", with the median's 95% order-statistic
-    # interval, summary.median_interval, from 6 repeats); "fact": written elsewhere
+    # interval, estimators.median_interval, from 6 repeats); "fact": written elsewhere
     ttft_included: str = "no"  # the row's ttft_included: whether the time to first token is inside the figure
     rate: bool = False  # an output-token rate (spread, power sweet spot, power chart)
     analysed: bool = False  # an analysis reads it: the report loads its rows into pandas

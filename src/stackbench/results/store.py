@@ -38,7 +38,7 @@ FIGURE = [
     ("value", pa.float64()),
     ("value_min", pa.float64()),
     ("value_max", pa.float64()),
-    ("ci_low", pa.float64()),  # the median's 95% order-statistic interval over repeats (summary.median_interval); null below 6
+    ("ci_low", pa.float64()),  # the median's 95% order-statistic interval over repeats (estimators.median_interval); null below 6
     ("ci_high", pa.float64()),
     ("mad", pa.float64()),  # median absolute deviation over repeats, median(|x - median|), unscaled; null below 2 repeats
     ("spread_over", pa.string()),  # what value_min / value_max and a percentile range over: repeats | requests | tokens | chunks
@@ -193,18 +193,20 @@ def union_parts(part_files: Iterable[str | os.PathLike], kept: Iterable[str | os
 
 
 def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike, derived: Iterable[dict] = (),
-            kept: Iterable[str | os.PathLike] = (), check=None) -> int:
+            kept: Iterable[str | os.PathLike] = (), check=None, union: pa.Table | None = None) -> int:
     """Union the parts (and the `kept` parts of launches not planned, marked launch_kept), add the rows derived
     from more than one part (results/agreement.py: greedy agreement between launches) or brought in (result
-    bundles), fill the `implausible` column with `check(frame)` (analysis/plausibility.py flag), write
-    data/results.parquet; return the row count."""
-    table = union_parts(part_files, kept)
+    bundles), fill the `implausible` column with `check(table)` (an Arrow table in, one string per row out:
+    analysis/plausibility.py flag_table), write data/results.parquet; return the row count. `union`: the
+    union_parts(part_files, kept) the caller already has, so it is not read twice. All in Arrow: no pandas copy."""
+    table = union_parts(part_files, kept) if union is None else union
     derived = list(derived)
     if derived:
         table = pa.concat_tables([table, to_table(derived)])
     if check is not None:
-        flags = pa.array(list(check(table.to_pandas())), type=pa.string())
-        table = table.set_column(COLUMNS.index("implausible"), "implausible", flags)
+        flags = check(table)
+        flags = flags if isinstance(flags, (pa.Array, pa.ChunkedArray)) else pa.array(list(flags), type=pa.string())
+        table = table.set_column(COLUMNS.index("implausible"), "implausible", flags.cast(pa.string()))
     atomic_write_parquet(table, out)
     return table.num_rows
 

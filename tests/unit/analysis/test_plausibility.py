@@ -118,3 +118,32 @@ def test_a_doctored_bundle_row_is_flagged_when_it_comes_in(tmp_path):
     doctored = got[(got["source"] == "bundle:eve") & (got["metric"] == "decode_tps")]
     assert doctored["implausible"].str.contains("5.0x its weight-read roofline").all()
     assert got.loc[got["source"] == "measured", "implausible"].isna().all()
+
+
+def test_flag_table_is_flag_over_the_whole_table_in_row_order():
+    """store.collect's check (flag_table, Arrow in and out, the checks' rows and columns alone) gives what the checks
+    over the whole frame give, joined back on every row of each cell, nulls in the cell's keys matching."""
+    from stackbench.analysis.common import CELL
+    from stackbench.results import store
+
+    gpu = {"gpu": "RTX 5090", "gpu_count": 1}
+    rows = [*launch(), measured(ref="run1/nospec", value=5 * CEILING),
+            measured(ref="run1/nospec", metric="ttft_s", value=0.1, unit="s"),
+            measured(variant="draft-n2", spec_method="draft", spec_tokens=2, metric="accept_len", value=3.4, unit="tokens"),
+            measured(variant="draft-n2", spec_method="draft", spec_tokens=2, metric="e2e_s", value=3.0, unit="s"),
+            server("power_limit_found_w", 575.0, **gpu), measured(metric="power_w", value=700.0, unit="W", stat="mean", **gpu),
+            measured(workload="json", power_cap_w=260.0, metric="power_w", value=320.0, unit="W", stat="mean", **gpu),
+            measured(workload="json", power_cap_w=260.0, metric="vram_mib", value=3.0, unit="MiB", **gpu),
+            measured(workload="prose", metric="power_w", value=300.0, unit="W", stat="mean"),
+            measured(workload="prose", value=100.0), measured(workload="prose", metric="aggregate_tps", value=95.0),
+            measured(workload="prose", metric="energy_j_per_token", value=0.5, unit="J/token"),
+            measured(workload="chat", concurrency=2, value=40.0), measured(workload="chat", concurrency=2, metric="aggregate_tps", value=30.0),
+            measured(workload="chat", concurrency=2, metric="ttft_s", value=0.3, unit="s"),
+            measured(workload="chat", concurrency=4, value=40.0), measured(workload="chat", concurrency=4, metric="aggregate_tps", value=150.0)]
+    rows = rows[1::2] + rows[::2]  # the cells' rows interleaved
+    results = frame(*rows)
+    whole = results[CELL].merge(plausibility.findings(results), on=CELL, how="left")["reason"]
+    expected = [r if isinstance(r, str) else None for r in whole]
+    assert sum(r is not None for r in expected) >= 10
+    assert plausibility.flag(results).tolist() == expected
+    assert plausibility.flag_table(store.to_table(results)).to_pylist() == expected

@@ -4,7 +4,6 @@ or None with a note that says why, never an exception that stops the launch; med
 intervals hold their point estimate, energy adds up over adjacent spans."""
 
 import math
-import statistics
 
 import pytest
 from hypothesis import given, settings
@@ -30,17 +29,6 @@ def is_figure(figure: summary.Figure) -> bool:
 
 
 # -- medians over repeats, percentiles over samples --------------------------------------------------------
-@FAST
-@given(st.lists(numbers, max_size=30))
-def test_the_median_interval_holds_the_median_and_exists_from_six_values(values):
-    interval = summary.median_interval(values)
-    if len(values) < 6:  # (min, max) covers 1 - 2 / 2^n < 95%
-        assert interval is None
-    else:
-        low, high = interval
-        assert low in values and high in values and low <= statistics.median(values) <= high
-
-
 @FAST
 @given(maybe_numbers)
 def test_a_median_over_repeats_is_over_the_finite_ones_and_lies_within_them(per_repeat):

@@ -161,7 +161,7 @@ def test_open_loop_cell_is_keyed_by_its_rate_and_says_how_it_was_driven(load_res
     assert {"request_rps", "goodput_rps", "slo_attainment", "aggregate_tps"} <= set(cell.index)
     assert "aggregate_tps_steady" not in cell.index  # no fixed number of streams: no steady window
     # Two repeats: each median keeps both repeats' figures and says its spread is over them; the median's 95%
-    # interval needs 6 repeats (summary.median_interval), so none is stated.
+    # interval needs 6 repeats (estimators.median_interval), so none is stated.
     assert len(cell.loc["aggregate_tps", "repeat_values"]) == 2 and cell.loc["aggregate_tps", "spread_over"] == "repeats"
     assert pd.isna(cell.loc["aggregate_tps", "ci_low"])
 

@@ -1,0 +1,45 @@
+"""Runs kept on purpose for a rerun to be judged against: `stackbench keep <node>` copies the node's measured
+rows out of data/results.parquet into <kept>/<node>/<label>.parquet (docs/what-to-run.md). A kept run is never
+collected into the results again; the report reads each one beside this run's rows and says which of its
+decisions held (analysis/held.py)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+
+from stackbench.config import ConfigError
+from stackbench.results.store import MEASURED_SQL, atomic_write_parquet
+
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def keep(results: Path, node: str, kept_dir: Path, label: str | None = None) -> tuple[Path, int]:
+    """Write the node's measured rows of `results` as <kept_dir>/<node>/<label>.parquet (label: the UTC time by
+    default); returns the file and its row count. A one-line ConfigError names what is wrong."""
+    label = label or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    if not LABEL.fullmatch(label):
+        raise ConfigError(f"keep: --label {label!r}: letters, digits, '.', '_' and '-' only (it names a file)")
+    if not results.is_file():
+        raise ConfigError(f"keep: {results}: no results table; run `snakemake --cores 1 report` first")
+    path = kept_dir / node / f"{label}.parquet"
+    if path.exists():
+        raise ConfigError(f"keep: {path} exists; give another --label")
+    rows = duckdb.connect().sql(f"select * from read_parquet('{_quoted(results)}') where node = $node "
+                                f"and source in {MEASURED_SQL}", params={"node": node}).to_arrow_table()
+    if rows.num_rows == 0:
+        raise ConfigError(f"keep: {results}: no measured rows of node {node!r}")
+    atomic_write_parquet(rows, path)
+    return path, rows.num_rows
+
+
+def kept_runs(kept_dir: Path, node: str) -> list[Path]:
+    """The node's kept runs, the latest kept first."""
+    return sorted((kept_dir / node).glob("*.parquet"), key=lambda path: path.stat().st_mtime, reverse=True)
+
+
+def _quoted(path: Path) -> str:
+    return str(path).replace("'", "''")
