@@ -79,7 +79,9 @@ def plan_inputs(wildcards):
 
 def launch_settings(wildcards):
     """The slice of the top-level config that changes what a launch measures (a param of launch_settings)."""
-    return {"measure": CFG["measure"], "paths": PATHS, "rehearsal": CFG["rehearsal"]}
+    # paths.kept is read by the report alone: a run that gains it plans and measures nothing again.
+    paths = {name: path for name, path in PATHS.items() if name != "kept"}
+    return {"measure": CFG["measure"], "paths": paths, "rehearsal": CFG["rehearsal"]}
 
 
 def report_inputs(wildcards):
