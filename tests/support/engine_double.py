@@ -21,8 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-from helpers import CI_NODE
+from helpers import CI_NODE, write_ci_node
 
 ENGINE_SCRIPT = """\
 # TEST DOUBLE standing in for llama-server (tests/support/engine_double.py): serves
@@ -109,11 +108,4 @@ def double_ci_repo(repo: Path) -> Path:
     for name, quant in (("smollm2-135m-q4km", "Q4_K_M"), ("smollm2-135m-q4-1", "Q4_1")):
         (models / f"{name}.gguf").write_bytes(b"model file stand-in: the engine double loads nothing")
         node["models"][name] = {"gguf": str(models / f"{name}.gguf"), "quant": quant}
-    (repo / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(node))
-    config = yaml.safe_load((repo / "configs/config.yaml").read_text())
-    config["nodes"] = ["ci-cpu"]
-    config["measure"] = {"repeats": 2, "warmup_requests": 1}
-    (repo / "configs/config.yaml").write_text(yaml.safe_dump(config))
-    (repo / "configs/workloads/code.yaml").write_text(yaml.safe_dump({"prompts": ["Write a Python hello world."], "output_tokens": 24}))
-    (repo / "configs/workloads/json.yaml").write_text(yaml.safe_dump({"prompts": ["Return a JSON list of 3 colours."], "output_tokens": 24}))
-    return repo
+    return write_ci_node(repo, node)

@@ -69,6 +69,27 @@ CI_NODE = {
 }
 
 
+def make_ci_repo(repo: Path) -> Path:
+    """`repo` (a copy_repo) with the built engine and models linked in and the ci-cpu node added (CI_NODE)."""
+    (repo / "data/models").parent.mkdir(exist_ok=True)
+    os.symlink(ROOT / ".envs", repo / ".envs")
+    os.symlink(ROOT / "data/models", repo / "data/models")
+    return write_ci_node(repo, CI_NODE)
+
+
+def write_ci_node(repo: Path, node: dict) -> Path:
+    """`node` as configs/nodes/ci-cpu.yaml, the only node of the config (two repeats, one warm-up), and its two
+    short workloads."""
+    (repo / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(node))
+    config = yaml.safe_load((repo / "configs/config.yaml").read_text())
+    config["nodes"] = ["ci-cpu"]
+    config["measure"] = {"repeats": 2, "warmup_requests": 1}
+    (repo / "configs/config.yaml").write_text(yaml.safe_dump(config))
+    (repo / "configs/workloads/code.yaml").write_text(yaml.safe_dump({"prompts": ["Write a Python hello world."], "output_tokens": 24}))
+    (repo / "configs/workloads/json.yaml").write_text(yaml.safe_dump({"prompts": ["Return a JSON list of 3 colours."], "output_tokens": 24}))
+    return repo
+
+
 def report_one_node(repo: Path, node_name: str, output_tokens: int, stacks: list[str] | None = None) -> pd.DataFrame:
     """Run the workflow's report target on one node of a repository copy (its `stacks`, else its default
     ones), with a single short extraction workload at concurrency 1 and two repeats; return the results table."""

@@ -142,8 +142,8 @@ def derived_table(frame: pd.DataFrame, table_id: str, title: str, ref: str, cave
     background.submit(_copy_out, pa.Table.from_pandas(frame, preserve_index=False),
                       [(table_dir / f"{table_id}.csv", "header"), (table_dir / f"{table_id}.parquet", "format parquet")])
     table = tables.frame_table(frame.head(DERIVED_ROWS_SHOWN), table_id, title, ref, caveats)
+    table.written_whole = True  # the main thread writing its CSV too would race the background's COPY to the same file
     if len(frame) > DERIVED_ROWS_SHOWN:
-        table.complete = False
         table.legend.append(f"First {DERIVED_ROWS_SHOWN} of {len(frame)} rows; all of them are in {table_id}.csv and {table_id}.parquet.")
     return table
 
@@ -496,7 +496,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         decided = [dataclasses.replace(t, title=(REHEARSAL_TITLE if rehearsal else "") + t.title) for t in uses] + decided
         written = []
         for table in opening + headlines + decided + correctness + derived + seed + bundled:
-            outputs = [(".md", to_markdown(table))] + ([(".csv", to_csv(table))] if table.complete else [])
+            outputs = [(".md", to_markdown(table))] + ([] if table.written_whole else [(".csv", to_csv(table))])
             for suffix, text in outputs:
                 path = table_dir / f"{table.table_id}{suffix}"
                 path.write_text(text, encoding="utf-8")

@@ -60,7 +60,7 @@ class Table:
     raw_rows: list[list[float | None]]  # the numbers behind the cells, for CSV
     caveats: list[str] = field(default_factory=list)
     legend: list[str] = field(default_factory=list)
-    complete: bool = True  # False: the rows are the first of a longer table whose files were written whole
+    written_whole: bool = False  # True: its CSV and Parquet come from the whole frame, written in the background
 
 
 def _present(value) -> bool:

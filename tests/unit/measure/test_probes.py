@@ -3,15 +3,13 @@ external mode at the same speed, the second answering with other text from token
 are compared with the no-spec launch's at collect, and the headline flags it beside its speed figures.
 
 The tests that serve the doubles and measure through the run loop (the `measured` and `across` fixtures,
-seed 004's probe set) and the one on the real llama-server are in the integration lane; the verdict rules
+seed 004's probe set) are in the integration lane (the real llama-server's probes: tests/integration/test_integration_llamacpp.py); the verdict rules
 on hand-built outputs are in the fast lane."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -178,48 +176,6 @@ def test_a_probe_workload_without_its_probes_is_refused_naming_the_file(tmp_path
     (tmp_path / "configs/workloads/probes.yaml").write_text(yaml.safe_dump({"kind": "probe", "prompts": ["Hi."]}))
     with pytest.raises(ConfigError, match=r"configs/workloads/probes.yaml: probes: required with kind probe"):
         expand.load_workload("probes", [1], tmp_path, "test")
-
-
-@pytest.mark.integration
-def test_the_real_llama_server_runs_the_probes_and_compares_the_draft_launch_with_no_spec(ci_repo):
-    """The CI node's two llama.cpp launches (no-spec, draft n=2) with the probes beside code, through Snakemake.
-    Its 2048-token context over 4 slots takes 512 tokens a request: the ~750-token needle is refused, and
-    the other probes still count."""
-    node_file = ci_repo / "configs/nodes/ci-cpu.yaml"
-    node = yaml.safe_load(node_file.read_text())
-    node_file.write_text(yaml.safe_dump({**node, "workloads": ["code", "probes"], "concurrency": [1]}))
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report"], cwd=ci_repo,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    results = store.read_results(ci_repo / "data/results.parquet")
-    probe = results[(results["workload"] == "probes") & (results["variant"] == "nospec")].set_index("metric")
-    runs = ci_repo / "data/runs/ci-cpu"
-    (nospec,) = json.loads((runs / "llamacpp--nospec" / store.PROBE_OUTPUTS).read_text())
-    (draft,) = json.loads((runs / "llamacpp--draft-n2" / store.PROBE_OUTPUTS).read_text())
-    probe_set = expand.load_workload("probes", [1], ci_repo, "test").probes
-    # What a 135M model answers is not known in advance, but the figures are what its stored greedy answers
-    # make them: the smoke score is the share of the three smoke answers that meet their rules ...
-    smoke = probe_set["smoke"]["questions"]
-    passed = [correctness.grade(nospec["outputs"][f"smoke-{q['id']}"]["text"], q["rule"]) for q in smoke]
-    assert probe.loc["smoke_score", "n"] == len(smoke) == 3
-    assert probe.loc["smoke_score", "value"] == pytest.approx(sum(passed) / len(smoke)), probe.loc["smoke_score", "note"]
-    # ... and the cache probe's hot answer, from one greedy llama-server with the prompt in its cache, is the
-    # cold one word for word: consistent unless the cold answer loops or is shorter than asked.
-    cold = nospec["outputs"]["cache-cold"]
-    consistent = not cold["loops"] and len(cold["text"]) >= probe_set["cache"]["min_chars"]
-    assert probe.loc["cache_consistent", "value"] == float(consistent), probe.loc["cache_consistent", "note"]
-    assert pd.isna(probe.loc["needle_pass", "value"]) and "rejected" in probe.loc["needle_pass", "note"]
-    assert probe.loc["max_input_tokens", "value"] == 512  # what llama-server says a slot takes
-    # The draft launch's agreement is its stored greedy outputs' against no-spec's (results/agreement.py).
-    compared = results[results["metric"] == "output_agreement"]
-    assert list(compared["variant"]) == ["draft-n2"]
-    expected, _, prompts = agreement.agreement(nospec, draft)
-    assert compared["value"].iloc[0] == pytest.approx(expected.output_agreement) and compared["n"].iloc[0] == prompts
-    code = results[(results["workload"] == "code") & (results["metric"] == "output_len_ok")]
-    assert set(code["value"]) == {1.0}  # llama.cpp honours the fixed length (ignore_eos, n_predict)
-    headline = (ci_repo / "reports/tables/headline-ci-cpu.md").read_text()
-    assert "| outputs |" in headline
-    assert nospec["outputs"]["prompt-1"]["pieces_are_tokens"]  # llama.cpp streams one token per chunk
 
 
 # -- greedy agreement across stacks: launches that state the same weights family ----------------------------
