@@ -144,18 +144,10 @@ def findings(results: pd.DataFrame) -> pd.DataFrame:
     return cells.assign(reason=["; ".join(r) for r in reasons])
 
 
-def checked_rows(results: pd.DataFrame) -> pd.DataFrame:
-    """The rows and columns of `results` the checks read (METRICS, READS)."""
-    return results.loc[results["metric"].isin(METRICS), [c for c in READS if c in results.columns]]
-
-
 def flag(results: pd.DataFrame) -> pd.Series:
-    """The `implausible` column for `results`: each row's cell's reasons, None where no check failed."""
-    flagged = findings(checked_rows(results))
-    if flagged.empty:
-        return pd.Series([None] * len(results), index=results.index, dtype=object)
-    reasons = results[CELL].merge(flagged, on=CELL, how="left")["reason"]
-    return pd.Series([r if isinstance(r, str) else None for r in reasons.tolist()], index=results.index, dtype=object)
+    """The `implausible` column for `results` held as a pandas frame (the analyses' tests): flag_table's."""
+    flags = flag_table(pa.Table.from_pandas(results, preserve_index=False))
+    return pd.Series(flags.to_pylist(), index=results.index, dtype=object)
 
 
 def flag_table(table: pa.Table) -> pa.Array:

@@ -539,13 +539,15 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
 def held_tables(kept_dir: Path, nodes: list[str], choices: pd.DataFrame, decide_rows: pd.DataFrame) -> list[tables.Table]:
     """Per node and run kept for it (results/kept.py), which of the kept run's decisions held in this one
     (analysis/held.py): the kept rows go through the same queries and the same rule as this run's."""
-    out, gains = [], None
-    for node in nodes:
-        for path in kept_runs(kept_dir, node):
+    kept = {node: kept_runs(kept_dir, node) for node in nodes}
+    if not any(kept.values()):
+        return []
+    out, gains = [], analysis.variant_gains(decide_rows)
+    for node, paths in kept.items():
+        for path in paths:
             earlier = Results(path)
             earlier_rows = decide_input(earlier)
             earlier_choices = analysis.what_to_run(earlier_rows, analysis.correctness_by_variant(correctness_input(earlier)))
-            gains = analysis.variant_gains(decide_rows) if gains is None else gains
             held = analysis.decisions_held(earlier_choices, analysis.variant_gains(earlier_rows),
                                            choices[choices["node"] == node], gains[gains["node"] == node])
             out.append(decisions.held_table(held, node, path.stem))

@@ -204,9 +204,7 @@ def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike, der
     if derived:
         table = pa.concat_tables([table, to_table(derived)])
     if check is not None:
-        flags = check(table)
-        flags = flags if isinstance(flags, (pa.Array, pa.ChunkedArray)) else pa.array(list(flags), type=pa.string())
-        table = table.set_column(COLUMNS.index("implausible"), "implausible", flags.cast(pa.string()))
+        table = table.set_column(COLUMNS.index("implausible"), "implausible", check(table))
     atomic_write_parquet(table, out)
     return table.num_rows
 
