@@ -16,7 +16,7 @@ from stackbench.results.store import MEASURED
 # Steady-window figures where the cell has them (ramp and tail excluded), else the whole window's.
 PER_TOKEN = ("energy_j_per_token_steady", "energy_j_per_token")
 PER_RESPONSE = "energy_j_per_response_steady"
-POWER = "power_w"
+POWER = "power_w_per_gpu"  # compared with a cap, which is per GPU
 ENERGY_METRICS = (*PER_TOKEN, PER_RESPONSE, POWER)
 CELL_KEYS = ["node", "stack", "variant", "spec_method", "spec_tokens", "power_cap_w", "workload", "concurrency"]
 SWEEP = ["node", "stack", "variant", "workload", "concurrency"]
@@ -67,7 +67,8 @@ def fewest_joules(cells: pd.DataFrame) -> pd.DataFrame:
 def cap_floors(cells: pd.DataFrame) -> pd.DataFrame:
     """Per cap sweep (node, stack, variant, workload, concurrency at two or more caps): walking down from the
     highest cap, the first cap where the next one down loses a larger share of speed than of power; below it
-    speed falls faster than power. Power is the cell's measured mean (power_w), else its cap."""
+    speed falls faster than power. Power is the cell's measured mean per GPU (power_w_per_gpu), else its cap
+    (per GPU too: a two-GPU node's sum against one GPU's cap would halve every step's power loss)."""
     swept = cells[cells["power_cap_w"].notna()].copy()
     if swept.empty:
         return pd.DataFrame()

@@ -8,9 +8,9 @@ The checks, each against a bound from facts already in the results:
   from the engine log, the model file or parameters x bits; x the acceptance length, or x depth + 1 for a
   speculative row that reports none);
 - acceptance above depth + 1: a draft of n tokens accepts at most n, plus the token the target adds itself;
-- power over the GPU's limit: a central power figure above POWER_MARGIN x the limit the cell ran under (the
-  enforced cap NVML read back, else the limit found at the launch's start or NVML's default: host/telemetry.py
-  rows power_limit_found_w, power_limit_default_w);
+- power over the GPU's limit: a central power figure per GPU (power_w_per_gpu, else power_w / gpu_count) above
+  POWER_MARGIN x the per-GPU limit the cell ran under (the enforced cap NVML read back, else the limit found at the
+  launch's start or NVML's default: host/telemetry.py rows power_limit_found_w, power_limit_default_w);
 - energy per token below what power and rate allow: J/token under ENERGY_MARGIN x mean power / the cell's
   fastest token rate (the aggregate, or one stream's decode x streams), which already favours the row;
 - aggregate below one stream: at two or more streams, the aggregate rate below one stream's decode rate of the
@@ -37,12 +37,12 @@ COLUMN = "implausible"
 # What the checks read (and analysis/roofline.py under over_roofline): the rows of these metrics, these columns. Every
 # other row's figure is never looked at, so findings() over these rows alone equals findings() over the whole table;
 # a check that comes to read another metric or column adds it here.
-METRICS = ("decode_tps", "accept_len", "power_w", "energy_j_per_token", "aggregate_tps",
+METRICS = ("decode_tps", "accept_len", "power_w", "power_w_per_gpu", "energy_j_per_token", "aggregate_tps",
            "power_limit_found_w", "power_limit_default_w",
            "model_mib", "load_gib", "host_mem_bandwidth_gbs", "gpu_mem_bandwidth_gbs",
            *(f"geometry_{f}" for f in [*GEOMETRY_FIELDS, "params_b", "weight_mib"]))
 READS = list(dict.fromkeys([*CELL, *LAUNCH, "metric", "value", "status", "stat", "power_cap_enforced_w", "quant", "kv_dtype",
-                            "prompt_tokens", "output_tokens", "tp", "note", "logged_per_rank"]))
+                            "prompt_tokens", "output_tokens", "tp", "gpu_count", "note", "logged_per_rank"]))
 
 
 def _ok(results: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -81,15 +81,31 @@ def accept_over_depth(results: pd.DataFrame) -> pd.DataFrame:
     return over[CELL].assign(reason=reason)
 
 
+def per_gpu_power(results: pd.DataFrame) -> pd.DataFrame:
+    """Each cell's central power per GPU (CELL + value + `basis`): its power_w_per_gpu row where measured (the
+    busiest GPU's own mean), else its power_w (the launch's GPUs together) / gpu_count; a post's power_w with no
+    GPU count stated is taken as one GPU's."""
+    central = results[results["stat"].isin(CENTRAL)]
+    own = _ok(central, "power_w_per_gpu").drop_duplicates(CELL).assign(basis="")
+    total = _ok(central, "power_w")
+    total = total[~total.set_index(CELL).index.isin(own.set_index(CELL).index)].drop_duplicates(CELL)
+    gpus = pd.to_numeric(total["gpu_count"], errors="coerce").where(lambda n: n > 0).fillna(1)
+    basis = [f" ({v:.4g} W over {n:g} GPUs)" if n > 1 else "" for v, n in zip(total["value"], gpus)]
+    total = total.assign(value=total["value"] / gpus, basis=basis)
+    return pd.concat([own, total]) if len(own) else total
+
+
 def power_over_limit(results: pd.DataFrame) -> pd.DataFrame:
-    rows = _ok(results, "power_w")
-    rows = rows[rows["stat"].isin(CENTRAL)]
+    """A cell whose power per GPU is above POWER_MARGIN x the limit each GPU ran under: a per-GPU limit is
+    compared with per-GPU power only (a two-GPU node's sum is twice what either GPU may draw)."""
+    rows = per_gpu_power(results)
     if rows.empty:
         return pd.DataFrame(columns=CELL + ["reason"])
     limits = on_launch(rows, launch_values(results, {"power_limit_found_w": "found", "power_limit_default_w": "default"}))
     limit = rows["power_cap_enforced_w"].astype(float).fillna(limits["found"]).fillna(limits["default"])
     over = rows[limit.notna() & (rows["value"] > POWER_MARGIN * limit)]
-    reason = [f"power {v:.4g} W above the GPU's limit {lim:g} W" for v, lim in zip(over["value"], limit[over.index])]
+    reason = [f"power {v:.4g} W per GPU{b} above the GPU's limit {lim:g} W"
+              for v, b, lim in zip(over["value"], over["basis"], limit[over.index])]
     return over[CELL].assign(reason=reason)
 
 

@@ -222,7 +222,8 @@ class EnergyWindow:
 
 @dataclass(frozen=True)
 class WindowReading:
-    """What the selected GPUs did between open_window and close_window, summed over GPUs."""
+    """What the selected GPUs did between open_window and close_window, summed over GPUs (the node's total),
+    with each GPU's own mean power beside it (power_mean_w_by_gpu)."""
 
     duration_s: float
     energy_j: float | None  # None: no valid figure, energy_source says why
@@ -235,6 +236,7 @@ class WindowReading:
     sampler_errors: tuple[str, ...] = ()
     clock: dict[str, dict[str, float]] = field(default_factory=dict)  # per GPU UUID: clock_state(samples)
     energy_sampled_j: float | None = None  # the sampled power's integral over the window: the counter's cross-check
+    power_mean_w_by_gpu: dict[str, float] = field(default_factory=dict)  # per GPU UUID: its own mean power (W per GPU)
 
 
 class Sampler:
@@ -330,7 +332,8 @@ class Sampler:
             vram_peak_mib=_vram_peak(inside), gpu_uuids=tuple(i.uuid for i in self.gpus.info),
             sampler_errors=tuple(self.errors_between(window.start, end)), clock=clock_state(inside),
             energy_sampled_j=power_integral(self.window(window.start - MAX_SAMPLE_GAP_S, end + MAX_SAMPLE_GAP_S),
-                                            window.start, end))
+                                            window.start, end),
+            power_mean_w_by_gpu=power_by_gpu(inside))
 
 
 def sample_gap_s(times: list[float], start: float, end: float) -> float:
@@ -411,6 +414,14 @@ def clock_state(rows: list[dict]) -> dict[str, dict[str, float]]:
                    "sm_clock_mhz": float(numpy.median([r["sm_clock_mhz"] for r in samples])),
                    "temp_max_c": float(max(r["temperature_c"] for r in samples))}
             for uuid, samples in by_gpu.items()}
+
+
+def power_by_gpu(rows: list[dict]) -> dict[str, float]:
+    """Each GPU's own mean power over these samples (W per GPU): what that GPU's power limit bounds."""
+    by_gpu: dict[str, list[float]] = {}
+    for row in rows:
+        by_gpu.setdefault(row["gpu_uuid"], []).append(row["power_w"])
+    return {uuid: float(numpy.mean(watts)) for uuid, watts in by_gpu.items()}
 
 
 def power_by_time(rows: list[dict]) -> list[tuple[float, float]]:

@@ -287,7 +287,8 @@ def spread_is_wide(figure: Figure, ratio: float) -> bool:
 
 
 def telemetry_figures(reading: WindowReading, output_tokens: int) -> list[Figure]:
-    """NVML figures of one cell's measured window, summed over the launch's GPUs. Power as
+    """NVML figures of one cell's measured window, summed over the launch's GPUs, and per GPU (power_w_per_gpu,
+    energy_j_per_token_per_gpu: what a per-GPU limit is compared with). Power as
     nvmlDeviceGetPowerUsage reports it (a 1 s average on Ampere and newer), sampled every 0.5 s inside the
     window; energy from nvmlDeviceGetTotalEnergyConsumption at the window's edges; J/token = that energy
     over the window's output tokens (reasoning included)."""
@@ -300,9 +301,18 @@ def telemetry_figures(reading: WindowReading, output_tokens: int) -> list[Figure
     if reading.power_mean_w is not None:
         figures += [Figure("power_w", reading.power_mean_w, "W", "mean", reading.power_samples, ttft_included="yes", note=note),
                     Figure("power_p95_w", reading.power_p95_w, "W", "p95", reading.power_samples, ttft_included="yes", note=note)]
+    if reading.power_mean_w_by_gpu:
+        each = ", ".join(f"{uuid} {watts:.1f} W" for uuid, watts in reading.power_mean_w_by_gpu.items())
+        figures.append(Figure("power_w_per_gpu", max(reading.power_mean_w_by_gpu.values()), "W", "mean",
+                              reading.power_samples, ttft_included="yes", note=f"{note}; the highest GPU's; each: {each}"))
     if reading.vram_peak_mib is not None:
         figures.append(Figure("vram_mib", reading.vram_peak_mib, "MiB", "peak", reading.power_samples, note=note))
-    return [*figures, energy_per_token_figure(reading, output_tokens, note), *clock_figures(reading.clock)]
+    per_token = energy_per_token_figure(reading, output_tokens, note)
+    if per_token.value is not None and reading.gpu_uuids:
+        gpus = len(reading.gpu_uuids)
+        figures.append(Figure("energy_j_per_token_per_gpu", per_token.value / gpus, "J/token", "mean", per_token.n,
+                              ttft_included="yes", note=f"energy_j_per_token / {gpus} GPUs"))
+    return [*figures, per_token, *clock_figures(reading.clock)]
 
 
 def energy_per_token_figure(reading: WindowReading, output_tokens: int, note: str) -> Figure:

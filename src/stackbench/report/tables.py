@@ -47,7 +47,26 @@ HEADLINE_KEYS = ["source", "post", "stack", "variant"]
 CELL_FIELDS = ["source", "metric", "value", "value_min", "value_max", "stat", "status", "note", "concurrency"]
 # What the headline reads of a record: its cell, figure and basis. The other columns are left behind before the
 # first filter, which would copy each of them.
-HEADLINE_READS = list(dict.fromkeys([*IDENTITY_COLUMNS, *CELL_FIELDS, "ref", "not_for_ranking", *basis.WHY_IT_MATTERS]))
+HEADLINE_READS = list(dict.fromkeys([*IDENTITY_COLUMNS, *CELL_FIELDS, "ref", "not_for_ranking", "gpu_count",
+                                     *basis.WHY_IT_MATTERS]))
+
+
+def node_gpus(records: pd.DataFrame) -> int | None:
+    """The node's GPU count as its rows state it: the measured rows', else the posts'; None where none says."""
+    if "gpu_count" not in records:
+        return None
+    counts = pd.to_numeric(records["gpu_count"], errors="coerce")
+    mine = counts[records["source"].isin(MEASURED)].dropna()
+    counts = mine if len(mine) else counts.dropna()
+    return int(counts.max()) if len(counts) else None
+
+
+def column_title(column: HeadlineColumn, gpus: int | None) -> str:
+    """A headline column's title; the node's summed power says over how many GPUs ("power W, 2 GPUs"), beside
+    "power W per GPU", so a two-GPU sum is never read as one GPU's draw."""
+    if column.metric == "power_w" and gpus:
+        return f"power W, {gpus} GPU{'s' if gpus > 1 else ''}"
+    return column.title
 
 
 @dataclass
@@ -562,7 +581,10 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     values, concurrencies, slowed_by = field_values["value"], field_values["concurrency"], field_values["slowed"]
     shown_columns = [c for c in HEADLINE if any((k, c.metric) in by_cell for k in order)]
     with_ceiling = any(ceiling_percent.get((node, *k)) is not None for k in order)
-    columns = (["source", "stack", "variant"] + [c.title for c in shown_columns] + ([CEILING_COLUMN] if with_ceiling else [])
+    gpus = node_gpus(records)
+    if gpus == 1:  # one GPU's power is the node's: one column
+        shown_columns = [c for c in shown_columns if c.metric != "power_w_per_gpu"]
+    columns = (["source", "stack", "variant"] + [column_title(c, gpus) for c in shown_columns] + ([CEILING_COLUMN] if with_ceiling else [])
                + ([ACCURACY_COLUMN] if scored else []) + ([OUTPUTS_COLUMN] if verdicts else []))
     several_workloads = False
     rows, raw_rows, flagged_lines = [], [], []

@@ -100,13 +100,19 @@ METRICS = _entries(
     Metric("vram_mib", "MiB", "peak", "NVML nvmlDeviceGetMemoryInfo used, peak over the measured window, summed over the launch's GPUs", "lower",
            headline=Headline("VRAM MiB", "any")),
     Metric("power_w", "W", "mean", "mean of NVML nvmlDeviceGetPowerUsage readings, each NVML's own 1-second trailing "
-           "average (Ampere and newer), sampled every 0.5 s in the measured window, summed over the launch's GPUs", "lower",
-           headline=Headline("power W", "single-or-unset")),
+           "average (Ampere and newer), sampled every 0.5 s in the measured window, summed over the launch's GPUs: the "
+           "node's total (gpu_count says over how many)", "lower",
+           headline=Headline("power W, all GPUs", "single-or-unset")),
+    Metric("power_w_per_gpu", "W", "mean", "per GPU: the same readings as power_w, each GPU's own mean, the highest of "
+           "the launch's GPUs (the figure a per-GPU power limit bounds; each GPU's in the note); equal to power_w on one "
+           "GPU", "lower", headline=Headline("power W per GPU", "single-or-unset")),
     Metric("power_p95_w", "W", "p95", "95th percentile of the same readings as power_w: of NVML's 1-second trailing "
            "averages, so no peak shorter than a second shows", "lower"),
     Metric("energy_j_per_token", "J/token", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption delta over the measured "
            "window, the launch's GPUs only / its output tokens (reasoning included); the integral of the sampled power "
            "beside it in the note", "lower", analysed=True, headline=Headline("J/token", "single-or-unset")),
+    Metric("energy_j_per_token_per_gpu", "J/token", "mean", "per GPU: energy_j_per_token (the launch's GPUs together) "
+           "/ the launch's GPU count, each GPU's share of a token's energy", "lower"),
     # -- GPU state over the measured window (telemetry.clock_state): the worst of the launch's GPUs, each GPU's
     # own value in the note. A slowdown share above 0 flags the cell (summary.slowdown_note) -----------------
     Metric("clock_event_share_thermal", "ratio", "single", "share of NVML samples whose nvmlDeviceGetCurrentClocksEventReasons "

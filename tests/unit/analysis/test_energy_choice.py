@@ -7,11 +7,13 @@ from test_analysis import frame, measured
 from stackbench.analysis import energy, power
 
 
-def cap_cell(variant, cap, rate, watts, j_token, j_response=None, depth=None, concurrency=1):
+def cap_cell(variant, cap, rate, watts, j_token, j_response=None, depth=None, concurrency=1, gpus=1):
+    """`watts` per GPU; power_w is the node's `gpus` together, as the summary writes them."""
     method = "none" if variant == "nospec" else "draft"
-    cell = dict(variant=variant, spec_method=method, spec_tokens=depth, power_cap_w=cap, concurrency=concurrency)
+    cell = dict(variant=variant, spec_method=method, spec_tokens=depth, power_cap_w=cap, concurrency=concurrency, gpu_count=gpus)
     rows = [measured(**cell, metric="decode_tps" if concurrency == 1 else "aggregate_tps", value=rate),
-            measured(**cell, metric="power_w", value=watts, unit="W"),
+            *([measured(**cell, metric="power_w", value=gpus * watts, unit="W"),
+               measured(**cell, metric="power_w_per_gpu", value=watts, unit="W")] if watts is not None else []),
             measured(**cell, metric="energy_j_per_token_steady", value=j_token, unit="J/token")]
     if j_response is not None:
         rows.append(measured(**cell, metric="energy_j_per_response_steady", value=j_response, unit="J/response"))
@@ -27,6 +29,15 @@ def test_the_cap_floor_is_where_speed_starts_falling_faster_than_power():
                                       cap_cell("nospec", 200, 57, 207, 3.6)), NO_FLAGS)
     floor = energy.cap_floors(cells).iloc[0]
     assert floor["cap_floor_w"] == 300 and "from 300 W to 200 W speed falls 40.0%" in floor["why"]
+
+
+def test_a_two_gpu_sweep_compares_power_per_gpu_with_the_per_gpu_cap():
+    # The 300 W cell has no power reading, so its cap stands in: per GPU, 395 -> 300 W is -24% power against -5%
+    # speed, and 300 -> 200 W -31% against -40%. The pair's 790 W against one GPU's 300 W cap read -62%.
+    cells = energy.energy_cells(frame(cap_cell("nospec", 400, 100, 395, 4.0, gpus=2), cap_cell("nospec", 300, 95, None, 3.2, gpus=2),
+                                      cap_cell("nospec", 200, 57, 207, 3.6, gpus=2)), NO_FLAGS)
+    floor = energy.cap_floors(cells).iloc[0]
+    assert floor["cap_floor_w"] == 300 and "from 300 W to 200 W speed falls 40.0%, power 31.0%" in floor["why"]
 
 
 def test_a_sweep_that_never_pays_less_says_it_is_a_lower_bound():

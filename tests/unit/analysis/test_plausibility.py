@@ -62,9 +62,42 @@ def test_power_above_the_limit_the_gpu_ran_under():
                        measured(workload="prose", metric="power_w", value=500.0, unit="W", stat="mean", **gpu),
                        measured(workload="json", power_cap_w=260.0, metric="power_w", value=320.0, unit="W", stat="mean", **gpu)])
     why = results.set_index("workload")["implausible"]
-    assert why["code"] == "power 700 W above the GPU's limit 575 W"
+    assert why["code"] == "power 700 W per GPU above the GPU's limit 575 W"
     assert why["prose"] is None
-    assert why["json"] == "power 320 W above the GPU's limit 260 W"
+    assert why["json"] == "power 320 W per GPU above the GPU's limit 260 W"
+
+
+# A cell as the 2x3090-nvlink and 4xa6000-tp2 rehearsals write it: two GPUs, the per-GPU cap enforced on each,
+# power_w the pair's sum (about twice the cap), power_w_per_gpu the busiest GPU's own mean.
+@pytest.mark.parametrize("gpu,limit", [("NVIDIA GeForce RTX 3090", 350.0), ("NVIDIA RTX A6000", 300.0)])
+@pytest.mark.parametrize("cap", [None, 250.0])
+def test_a_two_gpu_cell_under_its_per_gpu_cap_is_judged(gpu, limit, cap):
+    facts = {"gpu": gpu, "gpu_count": 2, "tp": 2, "power_cap_w": cap}
+    each = 0.9 * (cap or limit)
+    results = flagged([server("power_limit_found_w", limit, gpu=gpu, gpu_count=2, tp=2),
+                       measured(metric="power_w", value=2 * each, unit="W", stat="mean", **facts),
+                       measured(metric="power_w_per_gpu", value=each, unit="W", stat="mean", **facts),
+                       measured(**facts)])
+    assert results["implausible"].isna().all()
+
+
+def test_a_two_gpu_sum_without_a_per_gpu_row_is_divided_by_the_gpu_count():
+    facts = {"gpu": "NVIDIA GeForce RTX 3090", "gpu_count": 2}
+    under = flagged([server("power_limit_found_w", 350.0, **facts),
+                     measured(metric="power_w", value=640.0, unit="W", stat="mean", **facts)])
+    assert under["implausible"].isna().all()
+    over = flagged([server("power_limit_found_w", 350.0, **facts),
+                    measured(metric="power_w", value=900.0, unit="W", stat="mean", **facts)])
+    assert over.loc[over["metric"] == "power_w", "implausible"].item() == \
+        "power 450 W per GPU (900 W over 2 GPUs) above the GPU's limit 350 W"
+
+
+def test_one_gpu_over_its_cap_is_flagged_though_the_pair_averages_under_it():
+    facts = {"gpu": "NVIDIA RTX A6000", "gpu_count": 2, "power_cap_w": 200.0}
+    results = flagged([server("power_limit_found_w", 300.0, gpu="NVIDIA RTX A6000", gpu_count=2),
+                       measured(metric="power_w", value=400.0, unit="W", stat="mean", **facts),
+                       measured(metric="power_w_per_gpu", value=260.0, unit="W", stat="mean", **facts)])
+    assert results["implausible"].dropna().unique().tolist() == ["power 260 W per GPU above the GPU's limit 200 W"]
 
 
 def test_energy_per_token_below_what_power_and_rate_allow():

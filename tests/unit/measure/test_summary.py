@@ -101,9 +101,24 @@ def test_telemetry_figures_name_the_window_and_the_energy_source():
     assert "on the launch's GPUs only: GPU-a, GPU-b" in figures["power_w"].note
     assert (figures["power_w"].value, figures["power_w"].n, figures["power_p95_w"].stat) == (200.0, 20, "p95")
     assert "sampler errors: NVML error while sampling: GPU is lost" in figures["power_w"].note
+    assert "power_w_per_gpu" not in figures  # no GPU's own mean read: no per-GPU figure made up from the sum
     empty = telemetry.WindowReading(0.2, None, "no energy figure: why", None, None, 0, None, ("GPU-a",))
     assert [(f.metric, f.value) for f in summary.telemetry_figures(empty, 10)] == [("energy_j_per_token", None)]
     assert summary.telemetry_figures(empty, 10)[0].note.endswith("no energy figure: why")
+
+
+def test_two_gpus_power_is_carried_per_gpu_beside_the_nodes_total():
+    rows = [{"t": t, "gpu_uuid": uuid, "power_w": watts} for t in (0.0, 0.5, 1.0)
+            for uuid, watts in (("GPU-a", 300.0), ("GPU-b", 200.0 + 20 * t))]
+    by_gpu = telemetry.power_by_gpu(rows)
+    assert by_gpu == {"GPU-a": 300.0, "GPU-b": pytest.approx(210.0)}
+    reading = telemetry.WindowReading(duration_s=1.0, energy_j=1000.0, energy_source="energy counter", power_mean_w=510.0,
+                                      power_p95_w=519.0, power_samples=3, vram_peak_mib=None, gpu_uuids=("GPU-a", "GPU-b"),
+                                      power_mean_w_by_gpu=by_gpu)
+    figures = {f.metric: f for f in summary.telemetry_figures(reading, output_tokens=100)}
+    assert (figures["power_w"].value, figures["power_w_per_gpu"].value) == (510.0, 300.0)
+    assert "each: GPU-a 300.0 W, GPU-b 210.0 W" in figures["power_w_per_gpu"].note
+    assert (figures["energy_j_per_token"].value, figures["energy_j_per_token_per_gpu"].value) == (10.0, 5.0)
 
 
 def test_the_aggregate_decode_rate_sums_the_streams_rates_without_ttft_and_the_wall_aggregate_includes_it(streamed_usage):

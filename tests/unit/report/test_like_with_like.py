@@ -91,3 +91,16 @@ def test_the_cell_lines_do_not_depend_on_the_order_the_records_come_in():
 
 def headline_of(frame) -> tables.Table:
     return tables.headline_table(queries.headline_input(queries.Results(frame.reset_index(drop=True))), "n1")
+
+
+def test_power_columns_say_per_gpu_and_over_how_many_gpus():
+    """A two-GPU node's summed power is titled with its GPU count beside the per-GPU column; on one GPU the two
+    are one figure and one column."""
+    def power(gpus):
+        return [dict(BASE, variant="nospec", workload="code", prompt_tokens=40, gpu_count=gpus, metric=metric, unit="W",
+                     stat="mean", value=value) for metric, value in (("power_w", 300.0 * gpus), ("power_w_per_gpu", 300.0))]
+    two = headline(cells("nospec", {"code": 100.0}) + power(2))
+    at = two.columns.index
+    assert (two.rows[0][at("power W, 2 GPUs")], two.rows[0][at("power W per GPU")]) == ("600", "300")
+    one = headline(cells("nospec", {"code": 100.0}) + power(1))
+    assert "power W, 1 GPU" in one.columns and "power W per GPU" not in one.columns
