@@ -28,7 +28,7 @@ from stackbench.analysis.energy import ENERGY_METRICS, cap_floors, depth_by_cap,
 from stackbench.analysis.gpustate import slowed_cells
 from stackbench.analysis.held import decisions_held, variant_gains
 from stackbench.analysis.kv_audit import kv_audit
-from stackbench.analysis.power import power_sweet_spots
+from stackbench.analysis.power import power_sweet_spots, stock_limits
 from stackbench.analysis.roofline import roofline, weight_format
 from stackbench.analysis.speculative import spec_value_by_context
 from stackbench.analysis.spread import is_bimodal, spread_flags
@@ -40,6 +40,6 @@ __all__ = [
     "DIVERGENCE_METRICS", "divergence_tables", "DECIDE_METRICS", "launch_variance", "what_to_run",
     "decisions_held", "variant_gains",
     "ENERGY_METRICS", "cap_floors", "depth_by_cap", "energy_cells", "fewest_joules", "is_bimodal", "slowed_cells", "kv_audit",
-    "power_sweet_spots",
+    "power_sweet_spots", "stock_limits",
     "roofline", "spec_value_by_context", "spread_flags", "weight_format"
 ]

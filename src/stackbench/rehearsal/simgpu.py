@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from stackbench.host.boards import BOARD_POWER_W
+from stackbench.host.boards import BOARD_POWER_W, limits_w
 
-# Board power (NVML's default limit) per GPU model (host/boards.py, which planning checks caps against): what
-# a simulated GPU's limit range is made of. The lowest settable limit differs per board and driver; the
-# double takes MIN_LIMIT_SHARE of the board power, which is no GPU's figure (a rehearsal only checks that
-# caps inside the range are applied, read back and restored).
+# Board power (NVML's default limit) and the settable range per GPU model (host/boards.py, which planning
+# checks caps against): what a simulated GPU's limits are made of. Where boards.py knows no lowest limit the
+# double takes MIN_LIMIT_SHARE of the board power, and no highest one the board power: no GPU's figures (a
+# rehearsal only checks that caps inside the range are applied, read back and restored).
 MIN_LIMIT_SHARE = 1 / 3
 # Under load the simulated GPU asks for this share of its board power; it draws min(cap, demand).
 DEMAND_SHARE = 0.9
@@ -255,7 +255,9 @@ def simulated_host(gpu_model: str, gpu_count: int, memory_gib: float | None, sta
     """A host of the node's GPUs and EXTRA_GPUS more, every limit at its board power until a cap is set;
     the limits live in `state_path`, so a SIGKILLed measure job leaves them as a real GPU would."""
     board_mw = int(board_power_w(gpu_model) * 1000)
+    low, high = limits_w(gpu_model)
     count = gpu_count + EXTRA_GPUS
     return NvmlDouble(count=count, state_path=state_path, limit_mw=board_mw, names=[gpu_model] * count,
-                      min_mw=int(board_mw * MIN_LIMIT_SHARE), max_mw=board_mw, default_mw=board_mw,
+                      min_mw=int(low * 1000) if low else int(board_mw * MIN_LIMIT_SHARE),
+                      max_mw=int(high * 1000) if high else board_mw, default_mw=board_mw,
                       memory_gib=memory_gib or 24.0, demand_mw=int(board_mw * DEMAND_SHARE), uuid_prefix=UUID_PREFIX)

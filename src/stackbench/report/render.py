@@ -159,7 +159,9 @@ def analysis_tables(frame: pd.DataFrame, roofline: pd.DataFrame, spec_by_context
         (analysis.kv_audit(frame), "analysis-kv-audit", "KV-pool audit: bytes per token, implied vs geometry",
          "engine-reported bytes per token against kv_layers x kv_heads x head_dim x 2 x dtype bytes", []),
         (decisions.power_sweet_spots(frame), "analysis-power-sweet-spot", "Throughput and tokens per joule against power cap",
-         "sweet spot: the lowest cap within 5% of the best throughput of its sweep, over the caps the GPU enforced",
+         "power_cap_w is W per GPU, the stock limit (the uncapped cell, at the limit found at the launch's start) "
+         "among them; sweet spot: the lowest within 5% of the best throughput of its sweep, over the caps the GPU "
+         "enforced; a rehearsal names none (stand-in figures)",
          list(caps_refused)),
         (analysis.spread_flags(frame), "analysis-spread", "Wide spreads and peaks: read the range, not one number",
          "rate figures whose repeats or published range span more than x1.25, and peaks", []),
@@ -417,7 +419,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         present = set(results.frame("select * from results limit 0").columns)  # a file from before a column was added lacks it
         frame = results.frame(f"select * exclude ({', '.join(c for c in NOT_ANALYSED if c in present)}), {GEOMETRY_NOTE} from results "
                               f"where metric in {sql_in(ANALYSIS_METRICS)} "
-                              "or metric like 'accept_rate_pos%' or metric like 'geometry_%'")
+                              "or metric like 'accept_rate_pos%' or metric like 'geometry_%' "
+                              "or metric in ('power_limit_found_w', 'power_limit_default_w')")  # a sweep's stock limit
         if rehearsal:
             frame = own_rows(frame, nodes)
         roofline = analysis.roofline(frame)

@@ -11,6 +11,7 @@ from helpers import smollm2_metadata_gguf
 from paths import ROOT
 
 from stackbench import analysis
+from stackbench.analysis import power
 from stackbench.engines import ADAPTERS, engine_facts
 from stackbench.models import geometry
 from stackbench.results import store
@@ -229,6 +230,38 @@ def test_power_sweet_spot_names_seed_002s_260_watts(published_frame):
     assert sweep["power_cap_w"].tolist() == [180, 220, 260, 300]
     assert sweep.loc[sweep["sweet_spot"] != "", "power_cap_w"].tolist() == [260]
     assert sweep["share_of_best"].round(3).tolist() == [0.365, 0.682, 0.953, 1.0]
+
+
+def stock_sweep(source="measured", found=450.0):
+    """A 2x4090 launch's cells: uncapped (at the limit found at its start) and capped at 250-400 W."""
+    cell = dict(source=source, node="2x4090", stack="vllm", gpu_count=2)
+    rows = [server("power_limit_found_w", found, unit="W", **cell), server("power_limit_default_w", 450.0, unit="W", **cell)]
+    for cap, rate in [(None, 100.0), (250.0, 80.0), (300.0, 90.0), (350.0, 96.0), (400.0, 99.0)]:
+        rows.append(measured(power_cap_w=cap, value=rate, **cell))
+    return frame(*rows)
+
+
+def test_the_stock_limit_is_a_cell_of_the_cap_sweep_and_can_be_its_sweet_spot():
+    sweet = analysis.power_sweet_spots(stock_sweep())
+    assert sweet[["power_cap_w", "limit"]].values.tolist() == [[250.0, "cap"], [300.0, "cap"], [350.0, "cap"],
+                                                               [400.0, "cap"], [450.0, "stock"]]
+    assert sweet.loc[sweet["sweet_spot"] != "", "power_cap_w"].tolist() == [350.0]  # 96 of the stock 100: within 5%
+    no_limit = stock_sweep()
+    no_limit = no_limit[~no_limit["metric"].str.startswith("power_limit")]
+    assert 450.0 not in analysis.power_sweet_spots(no_limit)["power_cap_w"].tolist()  # no limit recorded: left out
+
+
+def test_a_part_of_the_results_reads_the_stock_limit_from_the_whole():
+    results = stock_sweep()
+    cells = results[results["workload"] != "server"]
+    sweet = analysis.power_sweet_spots(cells, limits=power.stock_limits(results))
+    assert sweet.loc[sweet["limit"] == "stock", "power_cap_w"].tolist() == [450.0]
+
+
+def test_a_rehearsal_names_no_sweet_spot_and_says_what_the_real_run_compares():
+    sweet = analysis.power_sweet_spots(stock_sweep(source="rehearsal"))
+    assert "← sweet spot" not in sweet["sweet_spot"].tolist()
+    assert sweet.loc[sweet["limit"] == "stock", "sweet_spot"].item() == power.REHEARSAL_SPOT
 
 
 def test_power_sweet_spot_joins_energy_on_the_whole_cell():
