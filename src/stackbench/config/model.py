@@ -159,6 +159,25 @@ class GpuIdle:
 
 
 @dataclass(frozen=True)
+class HostIdle:
+    """When the host's CPUs count as busy outside a launch, how long to wait for them and what then
+    (node.schema.yaml `host_idle`, host/hostload.py)."""
+
+    busy_share: float
+    window_s: float
+    wait_s: float
+    on_busy: str  # refuse | flag
+
+    @classmethod
+    def from_schema(cls) -> HostIdle:
+        """The schema's defaults: a node built without the field (a test's, or a plan from before it) gets them."""
+        from stackbench.config import load_schema
+
+        fields = load_schema("node")["properties"]["hardware"]["properties"]["host_idle"]["properties"]
+        return cls(**{name: spec["default"] for name, spec in fields.items()})
+
+
+@dataclass(frozen=True)
 class Slurm:
     """Where the node's measure jobs go under the SLURM profile (node.schema.yaml `slurm` documents each)."""
 
@@ -192,6 +211,7 @@ class Node:
     prepared_models: tuple[Model, ...] = ()  # the node's models the pipeline makes (a `prepare` recipe), used or not
     quality_reference: Model | None = None  # the model every launch's divergence is measured from (node `quality_reference`)
     slurm: Slurm = Slurm()
+    host_idle: HostIdle = field(default_factory=HostIdle.from_schema)  # checked before every launch, watched per cell
 
     @property
     def configured_gpus(self) -> tuple[str, ...]:

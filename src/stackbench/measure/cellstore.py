@@ -57,7 +57,7 @@ class CellStore:
         if table is None:
             return None
         statuses = set(table.column("status").to_pylist())
-        return next((s for s in ("failed", "gpu_busy", "not_run", "skipped", "rejected") if s in statuses), "ok")
+        return next((s for s in ("failed", "gpu_busy", "host_busy", "not_run", "skipped", "rejected") if s in statuses), "ok")
 
     def is_done(self, cell: Cell) -> bool:
         status = self.status(cell)

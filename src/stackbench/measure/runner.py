@@ -55,6 +55,7 @@ class CellResult:
     sizing_note: str | None = None  # how its prompts were sized to a length in tokens (calibrate)
     precision_note: str | None = None  # under measure.target_rel_ci: how many repeats, and whether it was reached
     scrape_note: str | None = None  # a speculative launch's /metrics scrape that failed: what is missing and why
+    host_note: str | None = None  # the host was busy outside the launch (sequencer, host/hostload.py): by what
 
     def correctness_notes(self) -> list[str]:
         """Why this cell's speed figures do not mean what they say: it produced other lengths than asked (a
@@ -74,7 +75,7 @@ class CellResult:
         extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
                  "request_rate": self.cell.rate}
         notes = [load_note(self.cell), self.sizing_note, self.precision_note, self.scrape_note, *self.correctness_notes(),
-                 summary.slowdown_note(self.figures, self.cell.power_cap_w is not None)]
+                 summary.slowdown_note(self.figures, self.cell.power_cap_w is not None), self.host_note]
         if self.cap is not None:
             extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
             if not self.cap.applied:

@@ -19,11 +19,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import urlsplit
 
 from stackbench.config import ConfigError
 from stackbench.engines import adapter_for, prometheus
 from stackbench.engines.base import ServerFacts
-from stackbench.host import gpustate, locks, powercap, telemetry
+from stackbench.host import gpustate, hostload, locks, powercap, telemetry
 from stackbench.measure import precision, summary
 from stackbench.measure.cellstore import CellStore
 from stackbench.measure.progress import CellProgress, console_and_log
@@ -44,9 +45,16 @@ class GpuBusy(ServerError):
     its cells get status gpu_busy with this one line, and nothing is measured on it."""
 
 
+class HostBusy(ServerError):
+    """The host's CPUs busy outside the launch after host_idle.wait_s, under host_idle.on_busy: refuse: its cells
+    get status host_busy with this one line naming the processes, and nothing is measured."""
+
+
 def status_of(err: ServerError) -> str:
-    """The cell status of a launch that could not start: gpu_busy, not_run (nothing to start), failed."""
-    return "gpu_busy" if isinstance(err, GpuBusy) else "not_run" if isinstance(err, NotRunnable) else "failed"
+    """The cell status of a launch that could not start: gpu_busy, host_busy, not_run (nothing to start), failed."""
+    if isinstance(err, GpuBusy | HostBusy):
+        return "gpu_busy" if isinstance(err, GpuBusy) else "host_busy"
+    return "not_run" if isinstance(err, NotRunnable) else "failed"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -92,6 +100,10 @@ class LaunchRun:
         self.gpus: telemetry.NvmlGpus | None = None
         self.released: list[tuple[float, list[str]]] = []  # per server stop: seconds until its GPUs were idle, still busy
         self.gpu_ids: list[str] | None = None
+        self.host: hostload.HostSampler | None = None  # the host's CPUs outside the launch, for its whole run
+        self.host_checks: list[hostload.Verdict] = []  # one per server start
+        self.host_flag: str | None = None  # the last start found the host busy (host_idle.on_busy: flag): why
+        self.server_pids: list[int] = []  # what listens on the server's port: inside the launch
         self.lock_dir = rehearsal_plan.lock_dir(self.node.name) if spec.rehearsal else locks.lock_dir(self.node.lock_dir)
         self.leftovers: list[str] = []  # servers and caps a launch that died hard left behind, put right here
         self.console = console  # where the cell progress lines go besides the log (stackbench.measure.progress)
@@ -107,6 +119,7 @@ class LaunchRun:
             self.server = open_launcher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads, self.gpu_ids)
         self.server.record_paths += self._gpu_records()
         self._check_idle()
+        self._check_host()
         try:
             seconds = self.server.start(self.spec.measure["ready_timeout_s"])
         except NotRunnable:
@@ -115,6 +128,8 @@ class LaunchRun:
             self.launches += 1
             raise
         self.launches += 1
+        port = urlsplit(self.server.base_url).port
+        self.server_pids = hostload.listening_pids(port) if port else []
         self.ready_s = self.ready_s if self.ready_s is not None else seconds
         self.timeline.append({"event": "ready", "seconds": seconds, "launch": self.launches})
         self.facts = self.adapter.parse_log(self.server.log_text())
@@ -155,7 +170,7 @@ class LaunchRun:
                 self.released.append((seconds, still))
                 self.timeline.append({"event": "gpu_memory_released" if not still else "gpu_memory_not_released",
                                       "seconds": seconds, "busy": still})
-            self.server = None
+            self.server, self.server_pids = None, []
 
     def _check_idle(self) -> None:
         """Before a server starts on its GPUs: none runs a compute process and each one's memory is under
@@ -168,6 +183,46 @@ class LaunchRun:
             self.timeline.append({"event": "gpu_idle_wait", "seconds": seconds, "busy": still})
         if still:
             raise GpuBusy(f"GPU busy after waiting {seconds:.0f} s (gpu_idle.wait_s): {'; '.join(still)}")
+
+    def _check_host(self) -> None:
+        """Before a server starts: the host's CPUs outside the launch under host_idle.busy_share over the last
+        window_s, waiting up to host_idle.wait_s; else HostBusy (on_busy: refuse) or every cell of this start
+        flagged (on_busy: flag)."""
+        if self.host is None:
+            return
+        idle = self.node.host_idle
+        verdict = hostload.wait_quiet(lambda: self.host.recent(idle.window_s), idle.busy_share, idle.wait_s, self._waiting)
+        self.host_checks.append(verdict)
+        self.host_flag = None
+        if verdict.waited_s > 0:
+            self.timeline.append({"event": "host_busy_wait", "seconds": verdict.waited_s})
+        if not verdict.busy:
+            return
+        line = f"host busy after waiting {verdict.waited_s:.0f} s (host_idle.wait_s): {verdict.load.describe(idle.busy_share)}"
+        self.timeline.append({"event": "host_busy", "on_busy": idle.on_busy, "reason": line})
+        if idle.on_busy == "refuse":
+            raise HostBusy(line)
+        log.warning("%s; measured anyway, every cell flagged (host_idle.on_busy: flag)", line)
+        self.host_flag = f"HOST BUSY before the launch, not the stack's speed (host_idle.on_busy: flag): {line}"
+
+    def _host_roots(self) -> list[int]:
+        return self.server_pids
+
+    def _judge_host(self, result: CellResult, start: float) -> None:
+        """The host over the cell (warm-up included): its rows, and the flag where it was busy outside the launch
+        during the cell or at the launch's start. A cell without figures (failed, not run) gets no rows."""
+        if self.host is None or not result.figures:
+            return
+        idle = self.node.host_idle
+        self.host.take()  # the interval up to the cell's end, however short the cell
+        load = self.host.load(start, time.monotonic(), idle.window_s)
+        if load is None:
+            result.host_note = self.host_flag
+            return
+        during = (f"HOST BUSY during the cell, not the stack's speed: {load.describe(idle.busy_share)}"
+                  if load.busy(idle.busy_share) else None)
+        result.host_note = "; ".join(n for n in (self.host_flag, during) if n) or None
+        result.figures += summary.host_figures(load, result.host_note)
 
     # -- cells -------------------------------------------------------------------------------------
     def _show(self, text: str) -> None:
@@ -195,7 +250,9 @@ class LaunchRun:
         if self.start_error is not None:
             self._record(CellResult(cell, status_of(self.start_error), str(self.start_error)))
             return None
+        started = time.monotonic()
         result = runner.run(cell)
+        self._judge_host(result, started)
         self.timeline.append({"event": "cell", "seconds": result.seconds, "cell": cell.key})
         self._record(result)
         return runner
@@ -260,6 +317,15 @@ class LaunchRun:
                                    f"after each server stop, until its GPUs ran no compute process and held <= "
                                    f"{self.node.gpu_idle.max_used_mib:g} MiB (NVML): {each}")]
 
+    def host_rows(self) -> list[dict]:
+        """The host's CPUs outside the launch over the window_s before its last server start: the launch's own rows."""
+        verdict = self.host_checks[-1] if self.host_checks else None
+        if verdict is None or verdict.load is None:
+            return []
+        busy = self.host_flag if verdict.busy else None
+        return [self.rows.fact_row(f.metric, f.value, f.unit, f"before the launch: {f.note}", f.stat, f.n)
+                for f in summary.host_figures(verdict.load, busy)]
+
     def knee_rows(self) -> list[dict]:
         """knee_concurrency per workload and cap swept over two or more concurrencies, from the stored
         cells' medians (cached cells included): a launch-level row with concurrency null."""
@@ -314,7 +380,8 @@ class LaunchRun:
             with locks.GpuLocks(self.gpu_ids if self.node.gpu_count else (), self.lock_dir, holder, self._waiting):
                 self._stop_leftovers()
                 try:
-                    with self._telemetry(gpus) as (self.sampler, self.capper):
+                    with hostload.HostSampler(self._host_roots) as self.host, \
+                            self._telemetry(gpus) as (self.sampler, self.capper):
                         runner = None
                         for cell in todo:
                             self.progress.start(cell.key)
@@ -331,7 +398,7 @@ class LaunchRun:
         if self.launches:
             ready = self.ready_s * self.spec.rehearsal["time_scale"] if self.spec.rehearsal and self.ready_s else self.ready_s
             self.store.save_server_rows(self.rows.server_rows(self.facts, ready, self.telemetry_why) + self.knee_rows()
-                                        + self.limit_rows() + self.release_rows())
+                                        + self.limit_rows() + self.release_rows() + self.host_rows())
         return self._finish()
 
     @contextlib.contextmanager

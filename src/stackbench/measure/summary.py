@@ -20,6 +20,7 @@ import numpy
 
 from stackbench.config.model import Load
 from stackbench.engines.base import SERVER_DECODE_TPS, SERVER_PREFILL_TPS, SpecCounters
+from stackbench.host.hostload import HostLoad
 from stackbench.host.telemetry import WindowReading, counter_energy_j, power_by_time, power_integral
 from stackbench.measure import correctness
 from stackbench.measure.client import RequestRecord
@@ -366,6 +367,18 @@ def slowdown_note(figures: list[Figure], capped: bool) -> str | None:
     if capped and cap and cap.value > 0:
         return f"SW power cap held the clocks in {cap.value:.0%} of samples (the cell's own cap)"
     return None
+
+
+def host_figures(load: HostLoad, busy: str | None) -> list[Figure]:
+    """The host's CPUs outside the launch over a window (host/hostload.py): the mean and busiest-stretch outside
+    share, the load average per core, and host_busy: 1 with `busy` (the reason, naming the processes) as its
+    note, else 0."""
+    note = f"over {load.seconds:.1f} s on {load.cores} cores; outside the launch: {load.processes()}"
+    return [Figure("host_outside_cpu_share", load.outside_share, "ratio", "mean", load.intervals, note=note),
+            Figure("host_outside_cpu_share_peak", load.peak_share, "ratio", "peak", load.intervals,
+                   note=f"busiest {load.window_s:g} s; {note}"),
+            Figure("host_load_per_core", load.load_per_core, "ratio", "peak", load.intervals, note=note),
+            Figure("host_busy", 1.0 if busy else 0.0, "ratio", "single", 1, note=busy or note)]
 
 
 # -- load: steady state, goodput, knee --------------------------------------------------------------------

@@ -130,6 +130,19 @@ METRICS = _entries(
     Metric("memory_release_s", "s", "single", "seconds from a server's stop (SIGTERM to its process group, SIGKILL after "
            "the grace period) until every GPU of the launch ran no compute process and held <= gpu_idle.max_used_mib "
            "(NVML nvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetMemoryInfo); the longest of the launch's stops", "lower"),
+    # -- the host's CPUs outside the launch (host/hostload.py), over the cell (warm-up included) or, on the
+    # launch's own rows, over the window_s before its last server start. host_busy above 0 flags the cell -----------
+    Metric("host_outside_cpu_share", "ratio", "mean", "CPU seconds the host spent outside the launch (psutil.cpu_times "
+           "user + nice + system + steal, minus the psutil cpu_times of the launch's processes: this client and its "
+           "descendants, the server's tree, the pipeline's ancestors) / (wall seconds x logical cores), sampled once a "
+           "second; the busiest outside processes in the note; our own", "lower"),
+    Metric("host_outside_cpu_share_peak", "ratio", "peak", "host_outside_cpu_share over the busiest host_idle.window_s "
+           "stretch of the window: what host_idle.busy_share is held to", "lower", analysed=True),
+    Metric("host_load_per_core", "ratio", "peak", "highest 1-minute load average (os.getloadavg) sampled in the window "
+           "/ the host's logical cores; counts the launch's own processes too", "lower"),
+    Metric("host_busy", "ratio", "single", "1 where the host was busy outside the launch (host_outside_cpu_share_peak "
+           ">= host_idle.busy_share) during the cell, or before its launch under host_idle.on_busy: flag; else 0. Its "
+           "note names the processes; a flagged cell is never judged", "lower", analysed=True),
     Metric("kv_bytes_per_token", "B", "single", "KV cache MiB / pool tokens, both from the start-up log", None, analysed=True),
     Metric("kv_cache_mib", "MiB", "single", "the KV cache's size, from the start-up log", None, analysed=True),
     Metric("vram_free_mib", "MiB", "single", "GPU memory left free after loading, as the post states it", None, analysed=True),
@@ -214,3 +227,5 @@ HEADLINE = tuple(m for m in METRICS.values() if m.headline is not None)
 # A cell with any of these above 0 ran on a GPU slowed by something other than its own cap: its speed is not
 # the stack's (flagged in its note, marked in the headline, left out of What to run and the cap analyses).
 SLOWDOWN_METRICS = ("clock_event_share_thermal", "clock_event_share_hw_slowdown", "clock_event_share_power_brake")
+# A cell with this above 0 ran on a host busy outside its launch (analysis.hoststate).
+HOST_BUSY_METRIC = "host_busy"
