@@ -186,16 +186,26 @@ METRICS = _entries(
            "scored as llama-perplexity scores (second half of each chunk); ci_low/ci_high by the delta method as "
            "its printout", "lower"),
     Metric("mean_kld", "nats", "mean", "KL(reference || launch) of the next-token distributions per position of the "
-           "divergence text, llama-perplexity's --kl-divergence figure, over the top-k tokens both return with the "
-           "rest as one bucket (a lower bound of the full-vocabulary KLD); ci_low/ci_high mean +- 1.96 SE", "lower"),
-    Metric("kld_p99", "nats", "p99", "99th percentile of the per-position KLD (same bound), as llama-perplexity's "
-           "\"99.0% KLD\"", "lower"),
+           "divergence text, llama-perplexity's --kl-divergence \"Mean KLD\": exact over the full vocabulary where both "
+           "sides were scored by llama-perplexity, else a lower bound over the union of both top-k lists with each "
+           "unknown probability at its most favourable (results/divergence.py kld_bound; the note says which, with k "
+           "and the tail mass); ci_low/ci_high the t interval over the text's chunk means", "lower"),
+    Metric("kld_p99", "nats", "p99", "99th percentile of the per-position KLD (exact or the same bound, as mean_kld's "
+           "note says), as llama-perplexity's \"99.0% KLD\"", "lower"),
     Metric("same_top_token", "ratio", "mean", "share of positions whose most likely next token is the reference's, "
-           "llama-perplexity's \"Same top p\"; ci_low/ci_high the Wilson 95% interval", "higher"),
+           "llama-perplexity's \"Same top p\"; ci_low/ci_high the wider of the t interval over the text's chunk shares "
+           "and the Wilson interval over positions", "higher"),
+    Metric("kld_tail_mass", "probability", "mean", "the mass a divergence row's KLD could not see: 0 where it is exact "
+           "(full vocabulary), else the larger of the two sides' mean mass outside the tokens they returned (top-k "
+           "and the actual token); our own, after vLLM RFC 35962's ask for the tail beside a top-k KLD", "lower"),
+    Metric("quality_beyond_limit", "ratio", "single", "1 where the launch's divergence from the node's quality "
+           "reference is beyond the node's quality_limit (mean KLD above its mean_kld, or same top token under its "
+           "same_top_token), else 0: flagged in the verdict and What to run; our own", "lower"),
     Metric("rms_delta_p", "probability", "single", "root mean square of p(launch) - p(reference) of the actual next "
            "token over the positions, llama-perplexity's \"RMS Δp\"", "lower"),
     Metric("perplexity_ratio", "ratio", "single", "PPL(launch) / PPL(reference) on the same positions, "
-           "llama-perplexity's \"Mean PPL(Q)/PPL(base)\" (the exp of the mean log ratio)", "lower"),
+           "llama-perplexity's \"Mean PPL(Q)/PPL(base)\" (the exp of the mean log ratio), each side's mean NLL from "
+           "its exact source: llama-perplexity's printed PPL (float logits), or a server's returned log-probabilities", "lower"),
     Metric("cross_stack_answer_agreement", "ratio", "mean", "answer_agreement between two no-spec launches of one "
            "weights family (across stacks, nodes and quantizations) on the same questions; its note says whether "
            "their accuracy intervals overlap; our own", "higher"),
