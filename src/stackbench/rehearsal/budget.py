@@ -2,10 +2,13 @@
 GPU-node hours, with start-up, model load (or image pull) and warm-up counted, as a low-high range, and the
 most expensive cells named. The rehearsal's report opens with it (report/budget.py renders it).
 
-Read from the rehearsal's own files: each launch's spec (launch.json: its cells, its real repeats) and run
-(run.json: the seconds each cell and each start took here), and the stand-in's facts (standin_facts.json:
-the weights per GPU). Every figure is the rehearsal's seconds times its time scale (the stand-in's modeled
-pace, rehearsal/standin.py Pace), then:
+Read from the rehearsal's own files: each launch's spec (launch.json: its cells, its real repeats), run
+(run.json: which cells and starts ran), each cell's request records (cells/<cell>--<fingerprint>.requests.parquet:
+each request's prompt and completion tokens, stream and repeat) and the stand-in's facts (standin_facts.json:
+the roofline, the fitted pace, the acceptance, the weights per GPU). A cell's seconds are its requests at the
+stand-in's modeled pace (modeled_cell_s, standin.modeled_request_s), never this host's seconds times the time
+scale, which would multiply the host's own stalls: two rehearsals of one node give one budget. Only a cell
+that left no request records falls back to the host's seconds, and the budget counts those. Then:
 - a cell: once here, `repeats` times in the real run, plus its warm-up requests at the cell's own shape
   (warmup_requests / requests_per_stream of one repeat: each warm-up request is one request per stream); a
   cell of a once-per-launch set (the accuracy set, the probes: a kind whose runner is not "repeats") once,
@@ -24,6 +27,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from stackbench.config.kinds import KINDS
 from stackbench.engines import adapter_for
 from stackbench.rehearsal import standin
@@ -38,6 +43,12 @@ TOP_CELLS = 5
 # most of it) and graph capture over its batch sizes; SGLang: graph capture over its batch sizes (no
 # torch.compile by default); llama.cpp: none beyond loading (its CUDA graphs build on the first requests).
 COMPILE_S = {"vLLM": (60.0, 240.0), "SGLang": (20.0, 90.0), "llama.cpp": (0.0, 10.0)}  # by Adapter.engine_label
+# Each native environment's build or install on the GPU node, once, before the run (not GPU time: listed beside
+# the budget): assumptions, low and high seconds. llama.cpp: a CUDA build from source for the node's compute
+# capability (one architecture, 16 cores); vLLM and SGLang: their wheels and CUDA libraries from PyPI (several GB).
+BUILD_S = {"llama.cpp": (300.0, 1800.0), "vLLM": (180.0, 900.0), "SGLang": (180.0, 900.0)}
+BUILD_WHAT = {"llama.cpp": "CUDA build from source", "vLLM": "pip install (wheels, CUDA libraries)",
+              "SGLang": "pip install (wheels, CUDA libraries)"}
 
 
 def _json(path: Path) -> dict:
@@ -74,19 +85,50 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
         cell = by_key.get(event["cell"])
         if cell is None:
             continue
-        once = event["seconds"] * time_scale
+        once = modeled_cell_s(facts, cell, run_dir)
+        host_timed = once is None
+        if host_timed:  # no request records (a failed cell): this host's seconds are all there is, said so
+            once = event["seconds"] * time_scale
         workload = workloads.get(cell["workload"], {})
         per_stream = (workload.get("load") or {}).get("requests_per_stream") or 1
         per_launch = once_per_launch(workload)
         low = once if per_launch else once * (repeats + real["warmup_requests"] / per_stream)
         cells.append({"key": cell["key"], "workload": cell["workload"], "power_cap_w": cell["power_cap_w"],
-                      "low_s": low, "high_s": low * slow, "once_per_launch": per_launch})
+                      "low_s": low, "high_s": low * slow, "once_per_launch": per_launch, "host_timed": host_timed})
     argv = _json(run_dir / "standin_argv.json")
+    build = launch.get("env_name") if launch["launch_mode"] == "native" and label in BUILD_S else None
     return {"launch": f"{launch['stack_config']}--{launch['variant']}", "mode": launch["launch_mode"], "repeats": repeats,
+            "build": {"env": build, "engine": label} if build else None,
             "flag_check": argv.get("flag_check") or ("not started" if not argv else "not recorded"),
             "power_caps_w": list(launch.get("power_caps_w") or []), "start_low_s": start_low, "start_high_s": start_high,
             "cells": cells, "low_s": start_low + sum(c["low_s"] for c in cells),
             "high_s": start_high + sum(c["high_s"] for c in cells)}
+
+
+def modeled_cell_s(facts: dict, cell: dict, run_dir: Path) -> float | None:
+    """One repeat of a cell in real seconds at the stand-in's modeled pace, from the requests it sent (the
+    cell's request records: each one's prompt and completion tokens, its stream and repeat), never from how
+    long this host took: each request's modeled seconds (standin.modeled_request_s at the cell's cap); a closed
+    loop takes its busiest stream's sum, or all requests over the server's slots where they queue; an open
+    loop its requests at the offered rate plus one request. None where the cell left no request records."""
+    found = sorted((run_dir / "cells").glob(f"{cell['key']}--{cell.get('fingerprint') or '*'}.requests.parquet"))
+    if not found or not facts.get("roofline_decode_tps"):
+        return None
+    requests = pd.read_parquet(found[-1], columns=["stream", "repeat", "prompt_tokens", "completion_tokens"])
+    requests = requests.dropna(subset=["prompt_tokens", "completion_tokens"])
+    if requests.empty:
+        return None
+    seconds = [standin.modeled_request_s(facts, p, c, cell.get("power_cap_w"))
+               for p, c in zip(requests["prompt_tokens"], requests["completion_tokens"])]
+    requests = requests.assign(seconds=seconds)
+    slots = max(int(facts.get("slots") or 1), 1)
+    per_repeat = []
+    for _, one in requests.groupby("repeat"):
+        if cell.get("rate"):
+            per_repeat.append(len(one) / float(cell["rate"]) + float(one["seconds"].mean()))
+        else:
+            per_repeat.append(max(float(one.groupby("stream")["seconds"].sum().max()), float(one["seconds"].sum()) / slots))
+    return sum(per_repeat) / len(per_repeat)
 
 
 def once_per_launch(workload: dict) -> bool:
@@ -148,9 +190,23 @@ def budget(runs_dir: Path, time_scale: float, real: dict) -> dict:
         "caps_planned": {"caps": caps, "capped_h": [capped[0] * hours, capped[1] * hours],
                          "uncapped_h": [capped[2] * hours, capped[3] * hours]},
         "compile_s": {engine: list(pair) for engine, pair in COMPILE_S.items()},
+        "host_timed_cells": sum(1 for x in launches for c in x["cells"] if c["host_timed"]),
+        "builds": builds(launches),
         "once_per_launch_h": [sum(c["low_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours,
                               sum(c["high_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours],
     }
+
+
+def builds(launches: list[dict]) -> list[dict]:
+    """Each native environment the launches need, once, with its build or install time (BUILD_S, hours)."""
+    seen: dict[str, dict] = {}
+    for launch in launches:
+        build = launch["build"]
+        if build and build["env"] not in seen:
+            low, high = BUILD_S[build["engine"]]
+            seen[build["env"]] = {"env": build["env"], "engine": build["engine"], "what": BUILD_WHAT[build["engine"]],
+                                  "h": [low / 3600, high / 3600]}
+    return list(seen.values())
 
 
 def main(runs_dir: Path, time_scale: float, real: dict, out: Path) -> Path:

@@ -185,6 +185,35 @@ class Pace:
         return self.slowdown(context) / (self.decode_tps * self.cap_factor()) / self.time_scale
 
 
+def tokens_per_step(facts: dict) -> float:
+    """The expected tokens one verification step emits: 1 + p + ... + p^k for k drafts, each position accepted
+    with probability p given the ones before it (accept_rate), as accepted_drafts draws them; 1 without drafts."""
+    drafts = int(facts.get("spec_tokens") or 0)
+    rate = float(facts.get("accept_rate") or 0.0) if drafts else 0.0
+    return sum(rate ** i for i in range(drafts + 1))
+
+
+def cap_factor_at(facts: dict, cap_w: float | None) -> float:
+    """Pace.cap_factor for a GPU capped at `cap_w`: it draws min(cap, demand); 1 uncapped or without a demand."""
+    demand_mw = facts.get("demand_mw")
+    if not cap_w or not demand_mw:
+        return 1.0
+    return (min(cap_w * 1000, demand_mw) / demand_mw) ** CAP_EXPONENT
+
+
+def modeled_request_s(facts: dict, prompt_tokens: int, completion_tokens: int, cap_w: float | None = None) -> float:
+    """The real seconds (the time scale undone) the stand-in models for one request: the prefill of its prompt
+    (Pace.ttft_s, nothing cached: the rehearsal's stand-in caches nothing), then (completion - 1) tokens at the
+    expected tokens per step (tokens_per_step), each step slowed by the context at the reply's middle
+    (Pace.slowdown). The budget's figure: the pace as modeled, never this host's seconds."""
+    rate = float(facts.get("step_share") or ROOFLINE_SHARE) * facts["roofline_decode_tps"] * cap_factor_at(facts, cap_w)
+    n = max(int(prompt_tokens), 1)
+    ttft = (n + n ** 2 / (2 * PREFILL_ATTENTION_TOKENS)) / (PREFILL_PER_DECODE * rate)
+    steps = max(int(completion_tokens) - 1, 0) / tokens_per_step(facts)
+    slowdown = 1 + (n + completion_tokens / 2) * float(facts.get("kv_share_per_token") or 0.0)
+    return ttft + steps * slowdown / rate
+
+
 def ready_s(weight_bytes_per_gpu: float) -> float:
     """The modeled seconds from launch to ready: start-up plus the weights read (each GPU its share at once)."""
     return STARTUP_S + weight_bytes_per_gpu / LOAD_BYTES_PER_S

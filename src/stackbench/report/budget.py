@@ -12,7 +12,8 @@ import pandas as pd
 from stackbench.rehearsal import calibration
 from stackbench.report.tables import Table, format_number
 
-BASIS = ("the rehearsal's seconds x its time scale (the stand-in's modeled pace), each cell x the real run's repeats "
+BASIS = ("each cell's requests (their prompt and output tokens, streams and slots) at the stand-in's modeled pace, "
+         "never this host's seconds, so two rehearsals of one node give one budget; each cell x the real run's repeats "
          "plus its warm-up requests, a once-per-launch set (accuracy, probes) once; each start's ready time (start-up "
          "and model load), its compile and CUDA-graph capture (an assumption per engine, below) and an image's pull "
          "counted. Low: the stand-in's pace (fitted to a seed post where one measured the launch's engine and "
@@ -49,6 +50,9 @@ def budget_tables(path: Path) -> list[Table]:
     if doc.get("compile_s"):
         legend.append("Compile and graph capture per start, assumed (no seed post's log states it): " + "; ".join(
             f"{engine} {low:g}-{high:g} s" for engine, (low, high) in doc["compile_s"].items()) + ".")
+    if doc.get("host_timed_cells"):
+        legend.append(f"{doc['host_timed_cells']} cells left no request records (they failed here): those count this "
+                      "host's seconds x the time scale, and move between rehearsals.")
     if doc.get("once_per_launch_h"):
         legend.append(f"Once-per-launch sets (accuracy, probes) are counted once per launch: {hours(doc['once_per_launch_h'])} in all.")
     extra, planned = doc["caps_everywhere"], doc.get("caps_planned")
@@ -64,6 +68,7 @@ def budget_tables(path: Path) -> list[Table]:
                           f"(+{share:.0%}); the per-run cap lists save that.")
         else:
             legend.append(f"Every launch already sweeps the caps {caps} W: sweeping them on every launch would add nothing more.")
+    builds = doc.get("builds") or []
     return [
         Table("budget-launches", "Time budget of the real run: GPU-node hours per launch", "rehearsal/budget.py",
               ["launch", "mode", "repeats", "cells", "caps W", "start-up + load", "total", "flags checked"], launches,
@@ -74,6 +79,11 @@ def budget_tables(path: Path) -> list[Table]:
         Table("budget-top-cells", "Time budget of the real run: the most expensive cells", "rehearsal/budget.py",
               ["launch", "cell", "hours"], [[c["launch"], c["cell"], hours(c["total_h"])] for c in doc["top_cells"]],
               [[None] * 3 for _ in doc["top_cells"]]),
+        *([Table("budget-builds", "Before the run, on the GPU node: builds and installs, once each, beside the GPU-node hours (not in them)",
+                 "rehearsal/budget.py BUILD_S", ["environment", "engine", "what", "hours"],
+                 [[b["env"], b["engine"], b["what"], hours(b["h"])] for b in builds], [[None] * 4 for _ in builds],
+                 legend=["Assumed ranges (no seed post states them); an image launch's pull is in its start-up above, "
+                         "and an environment already built on the node costs nothing."])] if builds else []),
     ]
 
 

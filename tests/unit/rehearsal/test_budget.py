@@ -67,3 +67,78 @@ def test_a_per_run_cap_list_is_measured_against_caps_on_every_launch(tmp_path):
     assert launches.rows[-1][0] == "all launches" and launches.rows[1][4] == "180/260"  # llamacpp first (name order)
     assert any("on every launch would add" in c for c in launches.legend)
     assert workloads.rows[0][0] == "chat" and len(top.rows) == 4
+
+
+# -- the budget from the stand-in's modeled pace (issue 52): never this host's seconds -----------------------------
+FACTS = {"weights_gib_per_gpu": 8.0, "roofline_decode_tps": 100.0, "step_share": 0.7, "kv_share_per_token": 1e-6,
+         "slots": 2, "demand_mw": 405_000}
+
+
+def write_modeled(runs, name, host_s, facts, requests, caps=(None,), env=None, rate=None):
+    """A launch whose cells left request records (stream, repeat, prompt and completion tokens) and took
+    `host_s` seconds here: the host's seconds differ between two rehearsals, the records do not."""
+    import pandas as pd
+    folder = runs / name
+    (folder / "cells").mkdir(parents=True)
+    stack, variant = name.split("--")
+    cells = [{"key": f"code--c2--{cap or 'nocap'}", "workload": "code", "power_cap_w": cap, "rate": rate,
+              "fingerprint": "f" + str(i)} for i, cap in enumerate(caps)]
+    (folder / "launch.json").write_text(json.dumps({
+        "launch": {"stack_config": stack, "variant": variant, "launch_mode": "native", "launch_target": None,
+                   "repeats": None, "power_caps_w": [c for c in caps if c], "engine": "llamacpp", "env_name": env},
+        "node": {"workloads": [{"name": "code", "load": {"requests_per_stream": 2}}]}, "cells": cells}))
+    (folder / "run.json").write_text(json.dumps({"timeline": [{"event": "ready", "seconds": 1.0},
+                                                              *[{"event": "cell", "seconds": host_s, "cell": c["key"]} for c in cells]]}))
+    (folder / "standin_facts.json").write_text(json.dumps(facts))
+    for cell in cells:
+        pd.DataFrame(requests).to_parquet(folder / "cells" / f"{cell['key']}--{cell['fingerprint']}.requests.parquet")
+
+
+TWO_STREAMS = [{"stream": s, "repeat": 0, "prompt_tokens": 400, "completion_tokens": 257} for s in (0, 1) for _ in range(2)]
+
+
+def test_two_rehearsals_whose_host_stalled_differently_give_one_budget(tmp_path):
+    write_modeled(tmp_path / "one", "llamacpp--nospec", 1.5, FACTS, TWO_STREAMS)
+    write_modeled(tmp_path / "two", "llamacpp--nospec", 33.7, FACTS, TWO_STREAMS)  # one host stall, as in the issue
+    one, two = (budget.budget(tmp_path / d, SCALE, REAL) for d in ("one", "two"))
+    assert one["total_h"] == two["total_h"] and one["top_cells"] == two["top_cells"]
+    assert one["host_timed_cells"] == 0
+    # Each stream: two requests of 400 prompt tokens and 256 decode steps at 70 tok/s, slowed by their context.
+    request = (400 + 400 ** 2 / (2 * standin.PREFILL_ATTENTION_TOKENS)) / (standin.PREFILL_PER_DECODE * 70.0) \
+        + 256 * (1 + (400 + 257 / 2) * 1e-6) / 70.0
+    cell = one["launches"][0]["total_h"][0] - one["launches"][0]["start_h"][0]
+    assert cell == pytest.approx(2 * request * (3 + 1 / 2) / 3600)  # 3 repeats + one warm-up round of 1 of 2 requests
+
+
+def test_speculation_that_emits_more_tokens_per_step_costs_less_and_a_cap_more(tmp_path):
+    write_modeled(tmp_path, "llamacpp--nospec", 1.0, FACTS, TWO_STREAMS, caps=(None, 250.0))
+    write_modeled(tmp_path, "llamacpp--mtp-n3", 9.0, {**FACTS, "spec_tokens": 3, "accept_rate": 0.6}, TWO_STREAMS)
+    doc = budget.budget(tmp_path, SCALE, REAL)
+    cells = {(x["launch"], c["key"]): c["low_s"] for x in [budget.launch_budget(tmp_path / n, SCALE, REAL, set())
+                                                            for n in ("llamacpp--nospec", "llamacpp--mtp-n3")] for c in x["cells"]}
+    assert cells[("llamacpp--mtp-n3", "code--c2--nocap")] < cells[("llamacpp--nospec", "code--c2--nocap")]
+    assert cells[("llamacpp--nospec", "code--c2--250.0")] > cells[("llamacpp--nospec", "code--c2--nocap")]
+    assert standin.tokens_per_step({"spec_tokens": 3, "accept_rate": 0.6}) == pytest.approx(1 + 0.6 + 0.36 + 0.216)
+    assert doc["host_timed_cells"] == 0
+
+
+def test_requests_over_the_slots_queue_and_an_open_loop_runs_at_its_rate(tmp_path):
+    four = [{"stream": s, "repeat": 0, "prompt_tokens": 100, "completion_tokens": 101} for s in range(4)]
+    request = standin.modeled_request_s(FACTS, 100, 101)
+    write_modeled(tmp_path, "llamacpp--nospec", 1.0, FACTS, four)  # 4 streams on 2 slots: two rounds
+    assert budget.modeled_cell_s(FACTS, {"key": "code--c2--nocap", "fingerprint": "f0"}, tmp_path / "llamacpp--nospec") \
+        == pytest.approx(2 * request)
+    write_modeled(tmp_path, "llamacpp--rate", 1.0, FACTS, four, rate=0.5)
+    assert budget.modeled_cell_s(FACTS, {"key": "code--c2--nocap", "fingerprint": "f0", "rate": 0.5},
+                                 tmp_path / "llamacpp--rate") == pytest.approx(4 / 0.5 + request)
+
+
+def test_builds_and_installs_are_listed_once_beside_the_budget(tmp_path):
+    write_modeled(tmp_path, "llamacpp--nospec", 1.0, FACTS, TWO_STREAMS, env="llamacpp-cuda-sm89")
+    write_modeled(tmp_path, "llamacpp--mtp-n2", 1.0, {**FACTS, "spec_tokens": 2, "accept_rate": 0.6}, TWO_STREAMS,
+                  env="llamacpp-cuda-sm89")
+    doc = budget.budget(tmp_path, SCALE, REAL)
+    assert doc["builds"] == [{"env": "llamacpp-cuda-sm89", "engine": "llama.cpp", "what": "CUDA build from source",
+                              "h": [b / 3600 for b in budget.BUILD_S["llama.cpp"]]}]
+    tables = budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))
+    assert tables[-1].table_id == "budget-builds" and tables[-1].rows[0][0] == "llamacpp-cuda-sm89"
