@@ -262,10 +262,11 @@ class Verdict:
 def wait_quiet(measure: Callable[[], HostLoad | None], busy_share: float, wait_s: float, on_wait=None,
                poll_s: float = PERIOD_S, clock=time.monotonic, sleep=time.sleep) -> Verdict:
     """Measure the host until it is quiet or `wait_s` has passed. `on_wait` is told, once, what is being waited
-    for. A host quiet at the first look took 0 s; a host the sampler could not read counts as quiet."""
+    for. A host quiet at the first look took 0 s (the first measurement's own wait for history is not counted);
+    a host the sampler could not read counts as quiet."""
+    load = measure()
     start, waited = clock(), 0.0
     while True:
-        load = measure()
         busy = load is not None and load.busy(busy_share)
         if not busy or waited >= wait_s:
             return Verdict(waited, load, busy)
@@ -274,6 +275,7 @@ def wait_quiet(measure: Callable[[], HostLoad | None], busy_share: float, wait_s
             on_wait = None
         sleep(min(poll_s, wait_s - waited))
         waited = clock() - start
+        load = measure()
 
 
 def listening_pids(port: int) -> list[int]:

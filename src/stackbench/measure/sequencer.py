@@ -222,7 +222,7 @@ class LaunchRun:
         during = (f"HOST BUSY during the cell, not the stack's speed: {load.describe(idle.busy_share)}"
                   if load.busy(idle.busy_share) else None)
         result.host_note = "; ".join(n for n in (self.host_flag, during) if n) or None
-        result.figures += summary.host_figures(load, result.host_note)
+        result.figures += summary.host_figures(load, result.host_note is not None)
 
     # -- cells -------------------------------------------------------------------------------------
     def _show(self, text: str) -> None:
@@ -322,9 +322,8 @@ class LaunchRun:
         verdict = self.host_checks[-1] if self.host_checks else None
         if verdict is None or verdict.load is None:
             return []
-        busy = self.host_flag if verdict.busy else None
         return [self.rows.fact_row(f.metric, f.value, f.unit, f"before the launch: {f.note}", f.stat, f.n)
-                for f in summary.host_figures(verdict.load, busy)]
+                for f in summary.host_figures(verdict.load, verdict.busy, self.host_flag)]
 
     def knee_rows(self) -> list[dict]:
         """knee_concurrency per workload and cap swept over two or more concurrencies, from the stored

@@ -369,16 +369,16 @@ def slowdown_note(figures: list[Figure], capped: bool) -> str | None:
     return None
 
 
-def host_figures(load: HostLoad, busy: str | None) -> list[Figure]:
+def host_figures(load: HostLoad, busy: bool, why: str | None = None) -> list[Figure]:
     """The host's CPUs outside the launch over a window (host/hostload.py): the mean and busiest-stretch outside
-    share, the load average per core, and host_busy: 1 with `busy` (the reason, naming the processes) as its
-    note, else 0."""
+    share, the load average per core, and host_busy (1 where `busy`, with `why` as its note: a launch's own row;
+    a cell's reason reaches every row of the cell through its note instead)."""
     note = f"over {load.seconds:.1f} s on {load.cores} cores; outside the launch: {load.processes()}"
     return [Figure("host_outside_cpu_share", load.outside_share, "ratio", "mean", load.intervals, note=note),
             Figure("host_outside_cpu_share_peak", load.peak_share, "ratio", "peak", load.intervals,
                    note=f"busiest {load.window_s:g} s; {note}"),
             Figure("host_load_per_core", load.load_per_core, "ratio", "peak", load.intervals, note=note),
-            Figure("host_busy", 1.0 if busy else 0.0, "ratio", "single", 1, note=busy or note)]
+            Figure("host_busy", 1.0 if busy else 0.0, "ratio", "single", 1, note=why or note)]
 
 
 # -- load: steady state, goodput, knee --------------------------------------------------------------------
