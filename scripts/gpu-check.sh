@@ -3,6 +3,8 @@
 # every GPU) for about 20 s through the project's own sampler (stackbench.host.telemetry) and prints power,
 # the energy counter's delta, memory, SM clock and power limits. It never changes a limit.
 #   scripts/gpu-check.sh [seconds]
+# Before a real run, `stackbench preflight --node N` checks the machine against the node file (GPUs, idle,
+# driver, caps set and restored, P2P, engines, models, disk): one line per check, with what to do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-20}"

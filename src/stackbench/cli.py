@@ -56,11 +56,49 @@ def _collect(args) -> None:
 
 
 def _report(args) -> None:
+    import json
+
+    from stackbench.config.model import Decision
     from stackbench.report import render
 
+    rules = {node: Decision(**rule) for node, rule in json.loads(args.rules).items()} if args.rules else None
     written = render.write_report(Path(args.results), Path(args.out_dir), Path(args.published_dir),
-                                  Path(args.budget) if args.budget else None, Path(args.kept_dir) if args.kept_dir else None)
+                                  Path(args.budget) if args.budget else None, Path(args.kept_dir) if args.kept_dir else None,
+                                  rules)
     print(f"report: {len(written)} files in {args.out_dir} (open {Path(args.out_dir) / 'index.html'})")
+
+
+def launch_seconds(parts: list) -> tuple[float, float]:
+    """The measuring seconds the sequence spent (each launch: its server_command.json, written as the server
+    starts, to its cells.parquet) and the mean of one launch after the first round (the one-off workloads ride
+    on round 1), from the launch folders' file times."""
+    spans, later = [], []
+    for part in map(Path, parts):
+        start = part.parent / "server_command.json"
+        if part.exists() and start.exists():
+            span = max(0.0, part.stat().st_mtime - start.stat().st_mtime)
+            spans.append(span)
+            later += [span] if "--r" in part.parent.name else []
+    later = later or spans
+    return sum(spans), (sum(later) / len(later) if later else 0.0)
+
+
+def _round_verdict(args) -> None:
+    import json
+    import sys
+    import tempfile
+
+    from stackbench.config.model import Decision
+    from stackbench.report import provisional
+
+    rule = Decision(**json.loads(args.rule))
+    with tempfile.TemporaryDirectory() as tmp:
+        results = Path(tmp) / "results.parquet"
+        collect_results(args.parts, results)
+        choices = provisional.choices_of(results, args.node, rule)
+    spent, launch = launch_seconds(args.parts)
+    _, lines = provisional.write(choices, args.node, args.round, rule, spent, launch, Path(args.out), Path(args.provisional))
+    print("\n".join(lines), file=sys.stderr)  # the job's stderr reaches the console
 
 
 def _compare(args) -> None:
@@ -92,6 +130,61 @@ def _commands(args) -> None:
         command = launchers.server_command(launch, adapter_for(launch.engine), env_info, node.cpu_threads,
                                            list(node.configured_gpus) or None)
         print(f"{launch.name} {command}")
+
+
+def preflight_expected(node, cfg: dict):
+    """The node's facts the preflight (host/preflight.py) compares with the machine: its GPUs, caps, TP sizes,
+    each engine's environment, binary or image, and the model files it names (a recipe's the pipeline makes)."""
+    from stackbench.config import load_file
+    from stackbench.host import preflight
+    from stackbench.plan import launchspec
+
+    doc = load_file(Path(node.file), "node")
+    envs, engines, seen = cfg["paths"]["envs"], [], set()
+    for launch in node.launches:
+        ready = launchspec.env_ready(launch, envs)
+        target = str(ready) if ready else launch.launch_target
+        if (launch.launch_mode, target) in seen:
+            continue
+        seen.add((launch.launch_mode, target))
+        engines.append(preflight.Engine(launch.name, launch.launch_mode, target, launch.container_cli,
+                                        f".venv/bin/snakemake --cores 1 {ready}" if ready else ""))
+    models = {m.name: m for launch in node.launches for m in (launch.model, launch.draft_model) if m and not m.prepare}
+    return preflight.Expected(
+        file=node.file, gpu_model=node.gpu_model, gpu_count=node.gpu_count, memory_gib=node.gpu_memory_gib,
+        compute_capability=doc["hardware"]["gpu"].get("compute_capability"),
+        interconnect=doc["hardware"].get("interconnect") or "pcie", devices=tuple(node.gpu_devices),
+        max_used_mib=node.gpu_idle.max_used_mib, caps_w=tuple(sorted({c for l in node.launches for c in l.power_caps_w})),
+        tp_sizes=tuple(sorted({l.tp for l in node.launches})), engines=tuple(engines),
+        models=tuple((f"models.{k}", m.path) for k, m in models.items()), envs_dir=envs)
+
+
+def _preflight(args) -> None:
+    import tempfile
+
+    from stackbench.host import locks, preflight
+    from stackbench.plan import expand
+
+    cfg = {**expand.load_run_config(Path(".")), "stacks": "all"}
+    node = expand.load_node(args.node, cfg)
+    want = preflight_expected(node, cfg)
+    machine = preflight.Machine(state_dir=locks.lock_dir(node.lock_dir))
+    with tempfile.TemporaryDirectory(prefix="stackbench-preflight-") as scratch:
+        if args.simulated:
+            from stackbench.rehearsal import simgpu
+
+            machine = preflight.Machine(state_dir=Path(scratch), environ={}, nvml=simgpu.simulated_host(
+                node.gpu_model, node.gpu_count, node.gpu_memory_gib, Path(scratch) / "gpus.json",
+                want.compute_capability, want.interconnect))
+            print(f"preflight {args.node}: SIMULATED GPUs (rehearsal/simgpu.py, a test double), not this machine's")
+        checks = preflight.preflight(want, machine)
+    for check in checks:
+        print(check.text())
+    failed = [c.name for c in checks if c.status == preflight.FAIL]
+    print(f"preflight {args.node}: {len(checks) - len(failed)} of {len(checks)} checks pass"
+          + (f"; fix {', '.join(failed)} before the run" if failed else ""))
+    if failed:
+        sys.exit(1)
 
 
 def _validate(args) -> None:
@@ -214,6 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launch", help="one launch only, e.g. sglang-eagle--eagle-3-1-4")
     p.set_defaults(func=_commands)
 
+    p = sub.add_parser("preflight", help="check the GPU machine before the real run: one line per check, with what to do")
+    p.add_argument("--node", required=True, help="a node config name (configs/nodes/<name>.yaml)")
+    p.add_argument("--simulated", action="store_true",
+                   help="check against simulated GPUs of the node's model (the rehearsal's NVML double), not this machine's")
+    p.set_defaults(func=_preflight)
+
     p = sub.add_parser("init-node", help="write a starting configs/nodes/<name>.yaml from this machine")
     p.add_argument("name")
     p.set_defaults(func=_init_node)
@@ -230,12 +329,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=_collect)
 
+    p = sub.add_parser("round-verdict", help="What to run so far on a node after a round: the next round's launches, a provisional report")
+    p.add_argument("parts", nargs="+", help="the cells.parquet of every launch of the node's rounds so far")
+    p.add_argument("--node", required=True)
+    p.add_argument("--round", type=int, required=True, help="the round just measured (the look)")
+    p.add_argument("--rule", required=True, help="the node's rule as JSON (config.model.Decision)")
+    p.add_argument("--out", required=True, help="the look's verdict (JSON: the next round's launches)")
+    p.add_argument("--provisional", required=True, help="the provisional report (markdown)")
+    p.set_defaults(func=_round_verdict)
+
     p = sub.add_parser("report", help="render reports/ from the results table")
     p.add_argument("--results", required=True)
     p.add_argument("--out-dir", required=True)
     p.add_argument("--published-dir", default="data/published", help="the posts' table layouts")
     p.add_argument("--budget", help="a rehearsal's time budget of the real run (budget.json), the report's opening")
     p.add_argument("--kept-dir", help="runs kept by `stackbench keep` (config paths.kept): which decisions held")
+    p.add_argument("--rules", help="each node's What to run rule as JSON ({node: config.model.Decision}); else the schema's")
     p.set_defaults(func=_report)
 
     p = sub.add_parser("compare", help="compare two results tables on like rows only (compare-llama-bench style)")

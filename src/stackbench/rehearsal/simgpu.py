@@ -53,13 +53,19 @@ class NvmlDouble:
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
     NVML_TEMPERATURE_GPU = 0
+    NVML_P2P_CAPS_INDEX_READ, NVML_P2P_CAPS_INDEX_NVLINK = 0, 2
+    NVML_P2P_STATUS_OK, NVML_P2P_STATUS_NOT_SUPPORTED = 0, 5
 
     def __init__(self, count=2, state_path: Path | None = None, limit_mw=300_000, deny_set=False,
                  names: list[str] | None = None, bus_ids: list[str] | None = None, no_driver=False,
                  enforce=True, clock=time.monotonic, bus_width_supported=True, min_mw=100_000, max_mw=350_000,
                  default_mw=350_000, memory_gib=24.0, demand_mw: int | None = None, uuid_prefix="GPU-fake-",
-                 energy_step_mj: int = 1):
+                 energy_step_mj: int = 1, compute_capability=(8, 6), driver="simulated 0.0", cuda_driver=12080,
+                 p2p_read=0, p2p_nvlink=5):
         self.state_path = Path(state_path) if state_path else None
+        # What the preflight reads (host/preflight.py): a P2P status is NVML's (0 ok, 5 not supported) per capability.
+        self.compute_capability, self.driver, self.cuda_driver = compute_capability, driver, cuda_driver
+        self.p2p = {self.NVML_P2P_CAPS_INDEX_READ: p2p_read, self.NVML_P2P_CAPS_INDEX_NVLINK: p2p_nvlink}
         self.energy_step_mj = energy_step_mj
         self.deny_set, self.no_driver, self.enforce = deny_set, no_driver, enforce
         self.bus_width_supported = bus_width_supported
@@ -162,7 +168,18 @@ class NvmlDouble:
         return SimpleNamespace(busId=self.bus_ids[h].encode())
 
     def nvmlDeviceGetCudaComputeCapability(self, h):
-        return (8, 6)  # an RTX 3090
+        return self.compute_capability  # (8, 6) unless told: an RTX 3090
+
+    def nvmlSystemGetDriverVersion(self):
+        if self.no_driver:
+            raise NVMLError("Driver Not Loaded")
+        return self.driver.encode()
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return self.cuda_driver
+
+    def nvmlDeviceGetP2PStatus(self, h1, h2, index):
+        return self.p2p.get(index, self.NVML_P2P_STATUS_NOT_SUPPORTED)
 
     def nvmlDeviceGetName(self, h):
         return self.names[h].encode()
@@ -251,13 +268,19 @@ def board_power_w(gpu_model: str) -> float:
     return BOARD_POWER_W[gpu_model]
 
 
-def simulated_host(gpu_model: str, gpu_count: int, memory_gib: float | None, state_path: Path) -> NvmlDouble:
+def simulated_host(gpu_model: str, gpu_count: int, memory_gib: float | None, state_path: Path,
+                   compute_capability: str | None = None, interconnect: str | None = None) -> NvmlDouble:
     """A host of the node's GPUs and EXTRA_GPUS more, every limit at its board power until a cap is set;
-    the limits live in `state_path`, so a SIGKILLed measure job leaves them as a real GPU would."""
+    the limits live in `state_path`, so a SIGKILLed measure job leaves them as a real GPU would. With the node's
+    compute capability and interconnect (the preflight's simulated machine) it reports those: NVLink peer
+    access only where the interconnect is nvlink."""
     board_mw = int(board_power_w(gpu_model) * 1000)
     low, high = limits_w(gpu_model)
     count = gpu_count + EXTRA_GPUS
     return NvmlDouble(count=count, state_path=state_path, limit_mw=board_mw, names=[gpu_model] * count,
                       min_mw=int(low * 1000) if low else int(board_mw * MIN_LIMIT_SHARE),
                       max_mw=int(high * 1000) if high else board_mw, default_mw=board_mw,
-                      memory_gib=memory_gib or 24.0, demand_mw=int(board_mw * DEMAND_SHARE), uuid_prefix=UUID_PREFIX)
+                      memory_gib=memory_gib or 24.0, demand_mw=int(board_mw * DEMAND_SHARE), uuid_prefix=UUID_PREFIX,
+                      **({"compute_capability": tuple(int(p) for p in compute_capability.split("."))}
+                         if compute_capability else {}),
+                      p2p_nvlink=0 if interconnect == "nvlink" else 5)
