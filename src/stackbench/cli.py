@@ -110,16 +110,50 @@ def _compare(args) -> None:
 def _init_node(args) -> None:
     from stackbench.provision import nodeinit
 
-    print(f"wrote {nodeinit.write_node(args.name)}: edit its model paths and runs")
+    if args.count != 1 and not args.gpu:
+        raise ConfigError("init-node: --count names how many of the --gpu model; without --gpu this machine's GPUs are read")
+    try:
+        path = nodeinit.write_node(args.name, gpu=args.gpu, count=args.count)
+    except ValueError as err:
+        raise ConfigError(f"init-node: {err}") from err
+    print(f"wrote {path}: edit its model paths and runs")
+
+
+def stack_variants(root: Path = Path(".")) -> list[str]:
+    """Per stack config: its engine, the variant names a run's `variants` takes (each point of a sweep its own
+    launch), and the server_args keys: each becomes --<key with - for _> on the engine's command line, the
+    engine's own parser being the reference for which exist; the keys the pipeline sets itself are named."""
+    from stackbench.config import load_file
+    from stackbench.engines import adapter_for
+    from stackbench.plan import expand
+
+    lines = []
+    for path in sorted((root / "configs/stacks").glob("*.yaml")):
+        doc = load_file(path, "stack")
+        adapter = adapter_for(doc["engine"])
+        names = [name for name, _ in expand._expand_variants(doc)]
+        own = ", ".join(sorted(doc.get("server_args") or {})) or "none"
+        keys = [*adapter.parallel_args(2, 4), adapter.kv_dtype_arg, *filter(None, [adapter.reasoning_parser_arg])]
+        lines += [f"{path.stem} ({adapter.engine_label}): variants {', '.join(names)}",
+                  f"  server_args in the stack file: {own}",
+                  "  GPUs, slots, KV dtype, reasoning: " + ", ".join(f"{k} (--{k.replace('_', '-')})" for k in keys)]
+    return lines
+
+
+def _variants(args) -> None:
+    print("\n".join(stack_variants()))
 
 
 def _commands(args) -> None:
+    from stackbench.config import load_file
     from stackbench.engines import adapter_for
+    from stackbench.host import boards
     from stackbench.plan import expand, launchspec
     from stackbench.serve import launchers
 
     cfg = {**expand.load_run_config(Path(".")), "stacks": "all"}  # a named node's every launch, selected or not
     node = expand.load_node(args.node, cfg)
+    capability = load_file(Path(node.file), "node")["hardware"]["gpu"].get("compute_capability")
     launches = [l for l in node.launches if args.launch in (None, l.name)]
     if not launches:
         raise ConfigError(f"{node.file}: no launch {args.launch!r}; its launches: {', '.join(l.name for l in node.launches)}")
@@ -130,6 +164,9 @@ def _commands(args) -> None:
         command = launchers.server_command(launch, adapter_for(launch.engine), env_info, node.cpu_threads,
                                            list(node.configured_gpus) or None)
         print(f"{launch.name} {command}")
+        warning = boards.fp4_warning(node.gpu_model, capability, launch.model.quant)
+        if warning:
+            print(f"warning: {launch.name}: {warning}", file=sys.stderr)
 
 
 def preflight_expected(node, cfg: dict):
@@ -313,9 +350,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check against simulated GPUs of the node's model (the rehearsal's NVML double), not this machine's")
     p.set_defaults(func=_preflight)
 
-    p = sub.add_parser("init-node", help="write a starting configs/nodes/<name>.yaml from this machine")
+    p = sub.add_parser("init-node", help="write a starting configs/nodes/<name>.yaml from this machine, or for --count x --gpu")
     p.add_argument("name")
+    p.add_argument("--gpu", help="a GPU model for a box that is not this one, e.g. \"RTX 4090\" (host/boards.py SPECS)")
+    p.add_argument("--count", type=int, default=1, help="how many of --gpu the box has")
     p.set_defaults(func=_init_node)
+
+    p = sub.add_parser("variants", help="each stack's variant names and the server_args keys a node's runs may set")
+    p.set_defaults(func=_variants)
 
     p = sub.add_parser("published", help="turn data/published/*.yaml into a results part")
     p.add_argument("--data-dir", default="data/published")

@@ -21,6 +21,14 @@ LIMITS_W: dict[str, tuple[float | None, float | None]] = {
     "NVIDIA GeForce RTX 3090": (100.0, None), "NVIDIA RTX A6000": (100.0, 300.0),
     "NVIDIA H100 80GB HBM3": (200.0, 700.0)}
 SOURCE = "stackbench/host/boards.py LIMITS_W"
+# Per model, what a node file states about it without the GPU at hand (`stackbench init-node --gpu`): memory
+# (GiB), peak memory bandwidth (GB/s: bus width x memory clock, as nodeinit.memory_bandwidth_gbs reads it from
+# NVML) and CUDA compute capability, from NVIDIA's specifications.
+SPECS = {"NVIDIA GeForce RTX 5090": (32, 1792, "12.0"), "NVIDIA GeForce RTX 4090": (24, 1008, "8.9"),
+         "NVIDIA GeForce RTX 3090": (24, 936, "8.6"), "NVIDIA RTX A6000": (48, 768, "8.6"),
+         "NVIDIA H100 80GB HBM3": (80, 3350, "9.0")}
+CAP_SHARES = (5 / 9, 6 / 9, 7 / 9, 8 / 9)  # a starter cap sweep below the stock limit: 250-400 W on a 450 W board
+FP4_MAJOR = 10  # FP4 tensor cores from Blackwell (sm_100, sm_120) on
 
 
 def board_power_w(gpu_model: str) -> float | None:
@@ -51,3 +59,37 @@ def cap_error(gpu_model: str, cap_w: float, stated: list[float] | None = None) -
         return (f"{cap_w:g} W is above the {gpu_model}'s highest power limit {high:g} W ({SOURCE}); lower the cap, "
                 f"{state}")
     return None
+
+
+def resolve(name: str) -> str:
+    """The model NVML names for `name` ("RTX 4090" -> "NVIDIA GeForce RTX 4090"); ValueError naming the known
+    models where it matches none or several."""
+    matches = [model for model in SPECS if name.lower() == model.lower()] or \
+        [model for model in SPECS if name.lower() in model.lower()]
+    if len(matches) != 1:
+        raise ValueError(f"--gpu {name!r} matches {'none' if not matches else 'several'} of the GPUs known here "
+                         f"({', '.join(SPECS)}; {SOURCE.rsplit(' ', 1)[0]} SPECS); write hardware.gpu by hand for another")
+    return matches[0]
+
+
+def starter_caps_w(gpu_model: str) -> list[int]:
+    """A cap sweep below the model's stock limit (CAP_SHARES of it, to 10 W) inside its settable range; the stock
+    limit itself is every sweep's first cell."""
+    stock, (low, _) = BOARD_POWER_W[gpu_model], limits_w(gpu_model)
+    caps = {round(stock * share / 10) * 10 for share in CAP_SHARES}
+    return sorted(c for c in caps if low is None or c >= low)
+
+
+def fp4_warning(gpu_model: str, compute_capability: str | None, quant: str | None) -> str | None:
+    """A line where a 4-bit float checkpoint (NVFP4, MXFP4) meets a GPU without FP4 tensor cores (before
+    Blackwell, sm_100+): the engine unpacks it to wider math (vLLM's Marlin kernels) or refuses, so it is not the
+    speed a Blackwell post reports. None otherwise, or where the compute capability is not known."""
+    if not quant or "FP4" not in quant.upper() or not compute_capability:
+        return None
+    major = int(str(compute_capability).split(".")[0])
+    if major >= FP4_MAJOR:
+        return None
+    sm = str(compute_capability).replace(".", "")
+    return (f"{quant} on the {gpu_model} (sm_{sm}): no FP4 tensor cores before Blackwell (sm_100+); the engine "
+            "unpacks it to wider math or refuses it, so its speed is not a Blackwell post's: an INT4 or AWQ "
+            "checkpoint is the like-for-like choice here")

@@ -13,7 +13,7 @@ import yaml
 
 from stackbench.config import load_file
 from stackbench.engines import adapter_for
-from stackbench.host import telemetry
+from stackbench.host import boards, telemetry
 from stackbench.host.facts import cpu_name, host_os
 
 STARTER = Path("configs/starter")  # the runs a starter gets, as config text with comments
@@ -56,6 +56,20 @@ def describe_machine(nvml=None) -> dict:
     }
 
 
+def describe_gpus(gpu: str, count: int) -> dict:
+    """A machine that is not this one, from its GPU model's specifications (host/boards.py SPECS): memory,
+    bandwidth, compute capability, and a cap sweep below its stock limit inside the board's settable range."""
+    model = boards.resolve(gpu)
+    memory, bandwidth, capability = boards.SPECS[model]
+    return {
+        "description": f"{count}x {model} (written by init-node --gpu for a box that is not this one)",
+        "hardware": {"gpu": {"model": model, "count": count, "memory_gib": memory, "bandwidth_gbs": bandwidth,
+                             "compute_capability": capability},
+                     "interconnect": "pcie"},
+        "power_caps_w": boards.starter_caps_w(model),
+    }
+
+
 def _flow(args: dict) -> str:
     return yaml.safe_dump(args, default_flow_style=True, sort_keys=False).strip()
 
@@ -89,20 +103,31 @@ def gpu_runs(gpu_count: int, root: Path = Path(".")) -> str:
 
 
 
-def write_node(name: str, root: Path = Path("."), nvml=None) -> Path:
+def write_node(name: str, root: Path = Path("."), nvml=None, gpu: str | None = None, count: int = 1) -> Path:
+    """configs/nodes/<name>.yaml for this machine, or, with `gpu`, for `count` of that GPU model on a box that
+    is not this one (its OS read there at run time: `os: auto`)."""
     path = root / "configs/nodes" / f"{name}.yaml"
     if path.exists():
         raise FileExistsError(f"{path} exists; choose another name or edit it")
-    machine = describe_machine(nvml)
-    doc = {**machine, "os": host_os(), "context_len": 32768, "concurrency": CONCURRENCY,
+    machine = describe_gpus(gpu, count) if gpu else describe_machine(nvml)
+    doc = {**machine, "os": "auto" if gpu else host_os(), "context_len": 32768, "concurrency": CONCURRENCY,
            "workloads": ["code", "extraction", "prose", "json", "long-prefill", "multi-turn"]}
     gpu_count = machine["hardware"]["gpu"]["count"]
-    bandwidth = ("# bandwidth_gbs: NVML's bus width x max memory clock x 2 / 8 / 1000; null where NVML did not say\n"
-                 if gpu_count else "")
-    header = (f"# Starting config for this machine, written by `stackbench init-node {name}`.\n"
+    if gpu:
+        bandwidth = (f"# From {boards.SOURCE.rsplit(' ', 1)[0]} SPECS for the {machine['hardware']['gpu']['model']}: check "
+                     "memory, bandwidth and interconnect (pcie or nvlink) against the box; caps are W per GPU, and every\n"
+                     "# sweep also runs the stock limit first. `stackbench preflight --node NAME` on the box checks them.\n")
+    else:
+        bandwidth = ("# bandwidth_gbs: NVML's bus width x max memory clock x 2 / 8 / 1000; null where NVML did not say\n"
+                     if gpu_count else "")
+    header = (f"# Starting config for {'a ' + str(count) + 'x ' + gpu + ' box' if gpu else 'this machine'}, written by "
+              f"`stackbench init-node {name}{f' --gpu {gpu!r} --count {count}' if gpu else ''}`.\n"
               f"{bandwidth}"
-              "# Set the model paths, check the runs, print their server commands, then measure:\n"
+              "# Set the model paths, check the runs (stackbench variants lists each stack's variants and flag keys),\n"
+              "# print their server commands, rehearse here, check the box, then measure (docs/nodes.md):\n"
               f"#   stackbench commands --node {name}\n"
+              f"#   snakemake --cores 1 rehearse --config 'nodes=[{name}]'\n"
+              f"#   stackbench preflight --node {name}   (on the GPU box)\n"
               f"#   snakemake --cores 1 report --config 'nodes=[{name}]'\n")
     runs = gpu_runs(gpu_count, root) if gpu_count else _template(root, "cpu-runs.yaml")
     path.write_text(header + yaml.safe_dump(doc, sort_keys=False) + runs)
