@@ -361,8 +361,7 @@ def real_repeats(budget_path: Path | None) -> int | None:
 
 
 def bundle_tables(results: Results, table_dir: Path, background: Background) -> list[tables.Table]:
-    """The Bundles section (docs/bundles.md): each result bundle brought in, with its provenance or why it was refused,
-    and every cell a plausibility check flagged (analysis/plausibility.py, set at collect), ours and theirs alike."""
+    """The Bundles section (docs/bundles.md): each result bundle brought in, with its provenance or why it was refused."""
     out = []
     found = results.frame("select table_title, source, node, value, status, reason, note from results "
                           "where metric = 'bundle_manifest' order by table_title")
@@ -375,12 +374,31 @@ def bundle_tables(results: Results, table_dir: Path, background: Background) -> 
                                 [[None] * 6 for _ in cells],
                                 legend=["Their rows carry the source shown (never measured or published); the tables "
                                         "above set them beside ours where the basis allows, with every difference under them."]))
+    return out
+
+
+def implausible_tables(results: Results, table_dir: Path, background: Background) -> list[tables.Table]:
+    """Every cell a plausibility check flagged (analysis/plausibility.py, set at collect), ours and theirs alike:
+    its own section, not the Bundles'."""
     flagged = results.frame("select distinct source, node, stack, variant, workload, concurrency, implausible as why "
                             "from results where implausible is not null order by all")
-    if len(flagged):  # every flagged cell in the table's CSV; the page shows the first (derived_table)
-        out.append(derived_table(flagged, "implausible", "Implausible cells: left out of What to run",
-                                 "analysis/plausibility.py", [], table_dir, background))
-    return out
+    if not len(flagged):
+        return []
+    # every flagged cell in the table's CSV; the page shows the first (derived_table)
+    return [derived_table(flagged, "implausible", "Implausible cells: left out of What to run",
+                          "analysis/plausibility.py", [], table_dir, background)]
+
+
+def figures_intro(results: Results, counts: dict, nodes: list[str]) -> str:
+    """A rehearsal's count of figures: its stand-ins', and the posts' about its node or its GPU (own_rows), or
+    that no post describes it; never the count of every post's rows."""
+    posts = results.frame("select source, node, gpu from results where source = 'published' or node in "
+                          f"{sql_in(nodes)}")
+    mine = own_rows(posts, nodes)
+    published = int(mine["source"].eq("published").sum())
+    said = (f"{published} from the seed posts about this node or its GPU" if published
+            else "no seed post describes this node or its GPU")
+    return f"{counts.get('rehearsal', 0)} figures rehearsed here (stand-ins, not measurements); {said}."
 
 
 def rehearsed(results: Results) -> bool:
@@ -430,7 +448,9 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         by_variant = analysis.correctness_by_variant(correctness_input(results))
         by_node = candidates.groupby("node", sort=False).indices  # each node's headline reads its own rows only
         slowed = analysis.slowed_cells(frame)
-        headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), by_variant,
+        # A rehearsal's outputs and quality are a stand-in's: no headline column shows them as measured.
+        judged = None if rehearsal else by_variant
+        headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), judged,
                                                        slowed) for n in nodes if n in by_node) if t is not None]
         caps_refused, kept = caps_not_applied(results), kept_launches(results)
         for table in headlines:
@@ -464,13 +484,15 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         if rehearsal:
             seed = [t for t in seed if any(tables.SAME_METHOD in row[0] or row[0] == tables.OTHER_LAUNCHES for row in t.rows)]
         figures = _figures(results, spec, nodes)
-        bundled = bundle_tables(results, table_dir, background)  # the Bundles section: empty without bundles or flagged cells
+        bundled = bundle_tables(results, table_dir, background)  # the Bundles section: empty without bundles
+        implausible = implausible_tables(results, table_dir, background)  # its own section: empty without flagged cells
         fulls = fulls_job.result()
         status = status_lines(results)
         heading = "Stack comparison report"
         if rehearsal:
-            headlines, derived, seed, bundled = ([dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in group]
-                                                 for group in (headlines, derived, seed, bundled))
+            headlines, derived, seed, bundled, implausible = (
+                [dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in group]
+                for group in (headlines, derived, seed, bundled, implausible))
             # What the real run will decide and how (cells, launches, rule), never a choice from stand-in figures.
             decided = [dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in decisions.rehearsal_tables(
                 decide_rows, nodes, rehearsed_launches(decide_rows), real_repeats(budget_path))] \
@@ -498,16 +520,16 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             if rehearsal else usecase.use_case_tables(use_rows, nodes, choices)
         decided = [dataclasses.replace(t, title=(REHEARSAL_TITLE if rehearsal else "") + t.title) for t in uses] + decided
         written = []
-        for table in opening + headlines + decided + correctness + derived + seed + bundled:
+        for table in opening + headlines + decided + correctness + derived + seed + bundled + implausible:
             outputs = [(".md", to_markdown(table))] + ([] if table.written_whole else [(".csv", to_csv(table))])
             for suffix, text in outputs:
                 path = table_dir / f"{table.table_id}{suffix}"
                 path.write_text(text, encoding="utf-8")
                 written.append(path)
         written += [p for f in fulls for p in (f.csv_path, f.parquet_path)]
-        here = "rehearsed here (stand-ins)" if counts.get("rehearsal") else "measured here"
-        intro = (f"{sum(counts.values())} figures: {counts.get('measured', 0) + counts.get('rehearsal', 0)} {here}, "
-                 f"{counts.get('published', 0)} transcribed from the seed posts.")
+        intro = figures_intro(results, counts, nodes) if rehearsal else (
+            f"{sum(counts.values())} figures: {counts.get('measured', 0)} measured here, "
+            f"{counts.get('published', 0)} transcribed from the seed posts.")
         summary = [f"# {heading}", ""]
         if opening:
             summary += ["## Time budget of the real run", "", *[to_markdown(t) for t in opening]]
@@ -519,6 +541,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             summary += ["## Correctness beside speed", "", *[to_markdown(t) for t in correctness]]
         if status:
             summary += ["## Cells without a figure", "", *[f"- {s}" for s in status], ""]
+        if implausible:
+            summary += ["## Implausible cells", "", *[to_markdown(t) for t in implausible]]
         if bundled:
             summary += ["## Bundles", "", *[to_markdown(t) for t in bundled]]
         summary += ["## Full tables", "", *[full_markdown(f) for f in fulls]]
@@ -530,7 +554,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         written.append(summary_path)
 
         html_path = out_dir / "index.html"
-        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived + bundled, seed, status, figures, decided, heading,
+        html_path.write_text(page_html(intro, headlines, correctness, fulls, derived + implausible + bundled, seed, status, figures, decided, heading,
                                        opening),
                              encoding="utf-8")
         written.append(html_path)

@@ -183,3 +183,26 @@ def test_the_budget_counts_once_per_launch_sets_once_compile_and_the_sweep_and_s
     legend = " ".join(launches.legend)
     assert "The cap sweep as planned (200/250 W) costs" in legend and "0-0 h" not in legend and "(+0%)" not in legend
     assert "Flags not checked by the engine's own argument parser on 1 of 2 launches" in legend
+
+
+def test_the_report_is_about_its_node_its_posts_counted_only_where_they_describe_it(reports, tmp_path):
+    report = (reports[0] / "report.md").read_text(encoding="utf-8")
+    assert "transcribed from the seed posts" not in report
+    assert re.search(r"figures rehearsed here \(stand-ins, not measurements\); \d+ from the seed posts about this node or "
+                     r"its GPU\.", report)  # seed 004 ran an RTX 5090
+    rows = [dict(r, gpu="NVIDIA GeForce RTX 4090", node="my4090", ref=r["ref"].replace(NODE, "my4090"))
+            for r in rehearsal_rows()]
+    rows.append(dict(rows[0], workload="gpu-accuracy", metric="accuracy", unit="ratio", value=0.6, ci_low=0.46,
+                     ci_high=0.72, n=50, stat="mean", concurrency=1, power_cap_w=None, power_cap_enforced_w=None))
+    rows[1] = dict(rows[1], implausible="power 900 W per GPU above the GPU's limit 450 W")
+    records = published.load_all(ROOT / "data/published", ROOT) + rows
+    store.atomic_write_parquet(store.to_table(pd.DataFrame(records)), tmp_path / "results.parquet")
+    render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")
+    other = (tmp_path / "reports/report.md").read_text(encoding="utf-8")
+    assert "no seed post describes this node or its GPU." in other and "transcribed from the seed posts" not in other
+    # A stand-in's answers are no quality figure: the headline shows none.
+    headline = (tmp_path / "reports/tables/headline-my4090.md").read_text(encoding="utf-8")
+    assert "quality" not in headline and "0.6" not in headline
+    # Flagged cells stand under their own heading, not under Bundles (no bundle was brought in).
+    assert "## Implausible cells" in other and "## Bundles" not in other
+    assert "power 900 W per GPU" in section(other, "Implausible cells")
