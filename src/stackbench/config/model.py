@@ -230,6 +230,9 @@ def from_json(kind, value):
     if dataclasses.is_dataclass(kind):
         hints = typing.get_type_hints(kind)
         return kind(**{f.name: from_json(hints[f.name], value[f.name]) for f in dataclasses.fields(kind) if f.name in value})
+    # The largest divergence from quality_reference the node's owner accepts (node `quality_limit`: mean_kld,
+    # same_top_token; either null: not judged); a launch beyond it is flagged in the verdict. None: not judged.
+    quality_limit: dict | None = None
     if typing.get_origin(kind) is tuple:
         args = typing.get_args(kind)
         if len(args) == 2 and args[1] is Ellipsis:

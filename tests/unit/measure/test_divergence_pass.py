@@ -29,27 +29,36 @@ def workload(tmp_path: Path, reference: dict | None) -> Workload:
                     prompt_tokens=None, turns=1, salt=False, concurrency=(1,), divergence=scoring)
 
 
-def spec(model: str, path: str) -> SimpleNamespace:
-    return SimpleNamespace(launch=SimpleNamespace(model=SimpleNamespace(name=model, path=path)),
+def spec(model: str, path: str, server_args: dict | None = None) -> SimpleNamespace:
+    return SimpleNamespace(launch=SimpleNamespace(model=SimpleNamespace(name=model, path=path), server_args=server_args or {}),
                            engine={"version": "double", "perplexity": "/double/llama-perplexity"},
-                           node=SimpleNamespace(cpu_threads=2))
+                           node=SimpleNamespace(cpu_threads=2, quality_limit={"mean_kld": 0.1, "same_top_token": None}))
 
 
 class ToolDouble:
     """A TEST DOUBLE of a tool-route adapter: every position's next token has probability 1/2 on the launch's
-    model and 1/4 on the reference's, and the tool 'prints' a perplexity of its own."""
+    model and 1/4 on the reference's, the tool 'prints' a perplexity of its own and writes a file whose exact
+    KLD is the file's size; its scoring flags are the launch's cache_type_k (none for the reference)."""
 
     engine_label = "tool double"
     scores_prompts = "tool"
 
     def __init__(self):
-        self.scored: list[str] = []
+        self.scored: list[tuple[str, list[str]]] = []
 
-    def score_with_tool(self, engine, model_path, text_file, scoring, threads, work):
-        self.scored.append(model_path)
+    def scoring_flags(self, launch, reference=False):
+        return [] if reference or "cache_type_k" not in launch.server_args else ["--cache-type-k", launch.server_args["cache_type_k"]]
+
+    def score_with_tool(self, engine, model_path, text_file, scoring, threads, base, flags=()):
+        self.scored.append((model_path, list(flags)))
+        base.write_bytes(b"x" * (len(self.scored) + 1))
         p = 0.25 if Path(model_path).name == "ref.gguf" else 0.5
         positions = [Position(1, math.log(p), ((1, math.log(p)), (2, math.log(1 - p)))) for _ in range(6)]
         return [[0, 1, 2], [3, 1, 2]], positions, f"double on {Path(model_path).name}", (1 / p, 0.0)
+
+    def exact_kld(self, reference_base, candidate_base):
+        assert reference_base.exists() and candidate_base.exists()
+        return [0.1] * 6
 
 
 def test_a_gguf_reference_is_scored_once_per_node_and_the_tools_printed_perplexity_is_the_figure(tmp_path):
@@ -59,11 +68,26 @@ def test_a_gguf_reference_is_scored_once_per_node_and_the_tools_printed_perplexi
     w = workload(tmp_path, reference)
     for _ in range(2):  # two launches of the node
         figures, outputs, _ = asyncio.run(divergence_pass.run(None, w, adapter, spec("q4km", str(tmp_path / "q4km.gguf"))))
-    assert adapter.scored.count(reference["path"]) == 1
+    assert [path for path, _ in adapter.scored].count(reference["path"]) == 1
     assert figures[0].metric == "perplexity" and figures[0].value == 2.0 and "as the tool printed it" in figures[0].note
     assert outputs["reference"]["is_reference"] and not outputs["is_reference"]
+    assert outputs["exact"] == {"against": divergence.reference_key(outputs["reference"]), "kld": [0.1] * 6}
+    assert outputs["quality_limit"]["mean_kld"] == 0.1 and outputs["chunks"] == 2
     found = divergence.compare(divergence.positions_of(outputs["reference"]), divergence.positions_of(outputs))
     assert found.rms_delta_p == pytest.approx(0.25)
+
+
+def test_the_tool_scores_a_launch_with_its_kv_cache_and_the_reference_with_the_references(tmp_path):
+    """The reference model served with a q8_0 KV cache is not the reference: it is measured against it."""
+    reference = {"model": "ref", "path": str(tmp_path / "ref.gguf"), "quant": "Q4_1", "scorable_by_tool": True}
+    Path(reference["path"]).write_bytes(b"GGUF double")
+    adapter = ToolDouble()
+    w = workload(tmp_path, reference)
+    _, plain, _ = asyncio.run(divergence_pass.run(None, w, adapter, spec("ref", reference["path"])))
+    _, cached, _ = asyncio.run(divergence_pass.run(None, w, adapter, spec("ref", reference["path"], {"cache_type_k": "q8_0"})))
+    assert plain["is_reference"] and "exact" not in plain
+    assert not cached["is_reference"] and cached["reference"]["is_reference"] and "exact" in cached
+    assert adapter.scored[1] == (reference["path"], ["--cache-type-k", "q8_0"]) and adapter.scored[2] == (reference["path"], [])
 
 
 class ServerDouble:
