@@ -12,7 +12,7 @@ from stackbench.results.store import MEASURED
 CORRECTNESS_METRICS = ["smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement",
                        "first_divergence_token", "loops_charged", "output_len_ok", "repetition_ratio", "looping",
                        "accuracy", "accuracy_invalid", "answer_agreement", "accuracy_below_reference",
-                       "agreement_noise_floor", "mean_kld"]
+                       "agreement_noise_floor", "mean_kld", "perplexity"]
 VARIANT = ["node", "stack", "variant"]
 
 # The one verdict rule of every table. Loops: charged only from the probes' greedy outputs, prompt by prompt,
@@ -131,14 +131,20 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def divergence_text(rows: pd.DataFrame) -> pd.Series:
-    """Per variant, its mean KLD from the node's quality reference with the interval: "KLD 0.031 [0.028-0.034]
-    from <reference>" (results/divergence.py; a lower bound over the shared top-k)."""
+    """Per variant, its mean KLD from the node's quality reference with the interval and whether it is exact or a
+    bound: "KLD 0.031 [0.028-0.034] exact from <reference>" (results/divergence.py); a variant whose launch scored
+    the text but has no figure from a reference says so. The reference is the node's one quality_reference, so
+    every stack of a node is read from the same one."""
+    scored = rows[rows["metric"] == "perplexity"].drop_duplicates(VARIANT).set_index(VARIANT)
     kld = rows[(rows["metric"] == "mean_kld") & rows["value"].notna()]
-    if kld.empty or "row_label" not in kld:
-        return pd.Series(dtype=object)
-    kld = kld.sort_values("value").drop_duplicates(VARIANT, keep="last").set_index(VARIANT)
-    return pd.Series([f"KLD {v:.3g} [{lo:.3g}-{hi:.3g}] from {ref}" for v, lo, hi, ref in
-                      zip(kld["value"], kld["ci_low"], kld["ci_high"], kld["row_label"])], index=kld.index, dtype=object)
+    texts = pd.Series("KLD: no figure from a quality reference (none on this node, or its tokens differ)", index=scored.index, dtype=object)
+    if not kld.empty and "row_label" in kld:
+        kld = kld.sort_values("value").drop_duplicates(VARIANT, keep="last").set_index(VARIANT)
+        kind = ["exact" if "exact:" in str(note) else "bound" for note in kld["note"]]
+        texts = pd.concat([texts.drop(kld.index, errors="ignore"), pd.Series(
+            [f"KLD {v:.3g} [{lo:.3g}-{hi:.3g}] {how} from {ref}" for v, lo, hi, how, ref in
+             zip(kld["value"], kld["ci_low"], kld["ci_high"], kind, kld["row_label"])], index=kld.index, dtype=object)])
+    return texts[~texts.index.duplicated(keep="last")]
 
 
 def accuracy_text(rows: pd.DataFrame) -> pd.Series:
