@@ -216,7 +216,7 @@ def quality_tables(rows: pd.DataFrame, by_variant: pd.DataFrame) -> list[tuple[s
 
 
 # The divergence rows (results/divergence.py), and each launch's own perplexity beside them.
-DIVERGENCE_METRICS = ["perplexity", "mean_kld", "kld_p99", "same_top_token", "rms_delta_p", "perplexity_ratio"]
+DIVERGENCE_METRICS = ["perplexity", "mean_kld", "kld_p99", "same_top_token", "rms_delta_p", "perplexity_ratio", "kld_tail_mass"]
 
 
 def _with_interval(value: float, low: float, high: float, digits: str) -> str:
@@ -256,6 +256,9 @@ def divergence_tables(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame, list[
                                                           get("same_top_token", "ci_high"), ".3f"),
                 "RMS Δp": f"{get('rms_delta_p'):.2%}",
                 "PPL / reference": f"{get('perplexity_ratio'):.4f}",
+                # kld_tail_mass's note opens with the basis: "exact: ..." or "bound: ... (k = ...), mean tail mass ..."
+                "KLD basis": ("exact, full vocabulary" if str(get("kld_tail_mass", "note")).startswith("exact")
+                              else f"bound, unseen mass {get('kld_tail_mass'):.3g}" if "kld_tail_mass" in by.index else ""),
             })
             lines.append(line)
             note = by.loc["perplexity_ratio", "note"] if "perplexity_ratio" in by.index else ""

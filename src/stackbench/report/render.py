@@ -235,9 +235,11 @@ def divergence_tables(rows: pd.DataFrame, table_dir: Path, background: Backgroun
         table = derived_table(frame, f"divergence-from-reference-{slug}", f"Divergence from the quality reference: {family}",
                               "divergence workload: one fixed text scored once per launch, as llama-perplexity cuts it "
                               "(second half of each chunk); the reference and what scored it in each row", [], table_dir, background)
-        table.legend += ["Mean KLD: KL(reference || launch) per position, over the tokens in both top-k lists with the "
-                         "rest as one bucket, so a lower bound of the full-vocabulary KLD; 95% CI mean +- 1.96 SE. Same "
-                         "top token: share of positions whose most likely token is the reference's (Wilson 95%). RMS Δp: "
+        table.legend += ["Mean KLD: KL(reference || launch) per position, exact over the full vocabulary where "
+                         "llama-perplexity scored both sides, else a lower bound over the union of both top-k lists (the "
+                         "KLD basis column says which, with k and the tail mass); 95% CI: t over the chunk means. Same "
+                         "top token: share of positions whose most likely token is the reference's (the wider of t over "
+                         "chunks and Wilson 95%). RMS Δp: "
                          "of the actual next token's probability. Perplexity: exp(mean NLL) of the actual tokens. "
                          "docs/quality.md says what each can and cannot see.", *words]
         out.append(table)

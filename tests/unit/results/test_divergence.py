@@ -188,6 +188,11 @@ def test_collect_compares_with_the_reference_the_launch_scored_and_refuses_anoth
     assert ours["mean_kld"]["note"].startswith("KL(reference || launch), a lower bound over the union")
     assert ours["kld_tail_mass"]["value"] == pytest.approx(0, abs=1e-12)  # a two-token vocabulary: nothing unseen
     assert ours["quality_beyond_limit"]["value"] == 1.0 and "above the node's limit" in ours["quality_beyond_limit"]["note"]
+    from stackbench.analysis.correctness import divergence_tables
+
+    frame = pd.DataFrame([{**r, "source": "measured", "quant": "Q4_K_M"} for r in rows if r["ref"].startswith("run-a")])
+    (_, table, _), = divergence_tables(frame)
+    assert table["KLD basis"].tolist() == ["bound, unseen mass 0"]
     refused = [r for r in rows if r["ref"].startswith("run-b")]
     assert len(refused) == 1 and refused[0]["status"] == "rejected"
     assert refused[0]["reason"].startswith("tokenizer mismatch") and "run-b" not in refused[0]["reason"]
