@@ -180,3 +180,35 @@ def test_flag_table_is_flag_over_the_whole_table_in_row_order():
     assert sum(r is not None for r in expected) >= 10
     assert plausibility.flag(results).tolist() == expected
     assert plausibility.flag_table(store.to_table(results)).to_pylist() == expected
+
+
+@pytest.mark.parametrize("node_gpu,cap", [("NVIDIA GeForce RTX 3090", 180.0), ("NVIDIA GeForce RTX 3090", None),
+                                          ("NVIDIA RTX A6000", None)])
+def test_a_rehearsals_two_gpu_window_is_judged_not_excluded(tmp_path, node_gpu, cap):
+    """The 2x3090-nvlink and 4xa6000-tp2 rehearsals' telemetry, end to end: two simulated GPUs each drawing
+    min(cap, 90% of board power), sampled, summed and per GPU (measure/summary.py), then checked: judged."""
+    from stackbench.host import powercap, telemetry
+    from stackbench.measure import summary
+    from stackbench.rehearsal import simgpu
+
+    now = [0.0]
+    host = simgpu.simulated_host(node_gpu, 2, 24, tmp_path / "gpus.json")
+    host.clock = lambda: now[0]
+    gpus, _ = telemetry.open_gpus(2, host)
+    with powercap.PowerCapper(gpus, state_dir=tmp_path, settle_s=0, sleep=lambda s: None) as capper:
+        if cap:
+            capper.apply(cap)
+        sampler = telemetry.Sampler(gpus, clock=lambda: now[0])
+        window = sampler.open_window()
+        for step in range(1, 21):
+            now[0] = step * 0.5
+            sampler.take()
+        reading = sampler.close_window(window)
+    figures = {f.metric: f for f in summary.telemetry_figures(reading, output_tokens=600)}  # 10 s at 60 tok/s
+    limit = cap or simgpu.board_power_w(node_gpu)
+    assert figures["power_w"].value > 1.5 * limit  # the pair's sum: what every cell was excluded on before
+    facts = {"gpu": node_gpu, "gpu_count": 2, "tp": 2, "power_cap_w": cap}
+    rows = [server("power_limit_found_w", simgpu.board_power_w(node_gpu), gpu=node_gpu, gpu_count=2, tp=2),
+            measured(**facts)] + [measured(metric=f.metric, value=f.value, unit=f.unit, stat=f.stat, **facts)
+                                  for f in figures.values() if f.value is not None]
+    assert flagged(rows)["implausible"].isna().all()
