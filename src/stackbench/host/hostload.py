@@ -242,10 +242,12 @@ class HostSampler:
         return summarise([i for i in list(self.intervals) if i.end > start and i.start < end], self.cores, window_s)
 
     def recent(self, window_s: float, sleep: Callable[[float], None] = time.sleep) -> HostLoad | None:
-        """The host over the last `window_s`, waiting first until the sampler has looked that long."""
-        short = self.started + window_s + self.period_s - self.clock()
+        """The host over the last `window_s`, waiting first until the sampler has looked that long; a look now
+        closes the window."""
+        short = self.started + window_s - self.clock()
         if short > 0:
             sleep(short)
+        self.take()
         now = self.clock()
         return self.load(now - window_s, now, window_s)
 

@@ -158,10 +158,13 @@ def test_the_sampler_keeps_intervals_and_a_window_reads_those_that_overlap_it():
     assert sampler.load(1.2, 1.8, 2).outside_share == 1.0  # inside one interval: that interval
     slept = []
     now[0] = 3.0
+    shares = iter([3.0])  # the look recent() takes to close its window: quiet since the last
     assert sampler.recent(2, sleep=slept.append).outside_share == pytest.approx(0.5) and slept == []
+    assert sampler.intervals[-1].end == 3.0
+    shares = iter([0.0])
     fresh = hostload.HostSampler(period_s=1.0, clock=lambda: 0.5, looker=looker, cores=2, me=1)
     fresh.started = 0.0
-    assert fresh.recent(2, sleep=slept.append) is None and slept == [2.5]  # waited for window_s and one look
+    assert fresh.recent(2, sleep=slept.append) is None and slept == [1.5]  # waited for window_s; one look: no interval
 
 
 def test_reading_this_host_finds_this_process_inside_and_a_listening_server_by_its_port():
