@@ -11,7 +11,9 @@ CPU time spent OUTSIDE the launch is measured, from psutil's reading of /proc:
   a server it started), the server's own tree found by its listening port (a container's engine, an
   external server on this host), and this process's ancestors (the measure job's shell, Snakemake, the
   login that started it);
-- over wall time x the host's logical cores: 1.0 is every core busy outside the launch.
+- over wall time x the host's logical cores: 1.0 is every core busy outside the launch. Where this process may
+  use only some CPUs (a SLURM job's cpuset, taskset), those CPUs' counters and cores, and only the processes
+  that may run on them.
 
 The busiest outside processes are named with their own share. What no live process accounts for ran in
 processes that exited between two looks: it is charged to the outside parents that reaped them (a `make`
@@ -57,16 +59,22 @@ class Look:
     procs: dict[int, Proc]
 
 
-def look(clock: Callable[[], float] = time.monotonic) -> Look:
-    """Read the host now (psutil)."""
+def look(clock: Callable[[], float] = time.monotonic, cpus: frozenset[int] | None = None) -> Look:
+    """Read the host now (psutil). With `cpus` (this process may run on these only: a SLURM job's cpuset,
+    taskset), the counters of those CPUs, and only the processes that may run on one of them."""
     times = psutil.cpu_times()
+    if cpus is not None:
+        per_cpu = psutil.cpu_times(percpu=True)  # one per online CPU, in CPU order
+        times = type(times)(*(sum(values) for values in zip(*(per_cpu[i] for i in cpus if i < len(per_cpu)))))
     steal = getattr(times, "steal", 0.0)
     procs = {}
-    for p in psutil.process_iter(["name", "create_time", "cpu_times", "ppid"]):
+    for p in psutil.process_iter(["name", "create_time", "cpu_times", "ppid", *(["cpu_affinity"] if cpus else [])]):
         info = p.info
         cpu = info["cpu_times"]
         if cpu is None or info["create_time"] is None:  # gone, or not readable
             continue
+        if cpus is not None and info["cpu_affinity"] and cpus.isdisjoint(info["cpu_affinity"]):
+            continue  # it never runs on this launch's CPUs
         procs[p.pid] = Proc(info["name"] or "?", info["create_time"], cpu.user + cpu.system,
                             getattr(cpu, "children_user", 0.0) + getattr(cpu, "children_system", 0.0), info["ppid"] or 0)
     return Look(clock(), times.user + times.nice + times.system + steal, steal, os.getloadavg()[0], procs)
@@ -204,7 +212,10 @@ class HostSampler:
                  clock: Callable[[], float] = time.monotonic, looker: Callable[..., Look] = look,
                  cores: int | None = None, me: int | None = None):
         self.roots, self.period_s, self.clock, self.looker = roots, period_s, clock, looker
-        self.cores = cores or psutil.cpu_count() or 1
+        # The CPUs this process may use: all of the host's, or a cpuset's (other jobs on other CPUs are no load here).
+        usable = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
+        self.cpus = usable if usable and len(usable) < (psutil.cpu_count() or 0) else None
+        self.cores = cores or (len(self.cpus) if self.cpus else psutil.cpu_count()) or 1
         self.me = os.getpid() if me is None else me
         self.intervals: list[Interval] = []
         self.errors: list[str] = []
@@ -216,7 +227,7 @@ class HostSampler:
 
     def take(self) -> None:
         with self._lock:
-            now = self.looker(self.clock)
+            now = self.looker(self.clock, self.cpus)
             if self._last is not None:
                 self.intervals.append(between(self._last, now, [self.me, *self.roots()], self.me))
             self._last = now

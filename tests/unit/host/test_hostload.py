@@ -5,6 +5,8 @@ says it reads the host."""
 
 import os
 import socket
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -147,7 +149,7 @@ def test_the_sampler_keeps_intervals_and_a_window_reads_those_that_overlap_it():
     now = [0.0]
     shares = iter([0.0, 1.0, 3.0, 3.0])  # host busy seconds at each look
 
-    def looker(clock):
+    def looker(clock, cpus):
         return Look(clock(), next(shares), 0.0, 0.0, {})
 
     sampler = hostload.HostSampler(period_s=1.0, clock=lambda: now[0], looker=looker, cores=2, me=1)
@@ -170,6 +172,21 @@ def test_the_sampler_keeps_intervals_and_a_window_reads_those_that_overlap_it():
 def test_reading_this_host_finds_this_process_inside_and_a_listening_server_by_its_port():
     here = hostload.look()
     assert os.getpid() in here.procs and os.getpid() in hostload.inside(here.procs, [], os.getpid())
+    # On one CPU of the host: its counters alone (never more than the whole host's), this process still seen.
+    one = hostload.look(cpus=frozenset({0}))
+    assert one.busy_s <= hostload.look().busy_s and os.getpid() in one.procs
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin a process away from one")
+def test_on_a_cpuset_a_process_pinned_elsewhere_is_no_load():
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        os.sched_setaffinity(other.pid, {max(os.sched_getaffinity(0))})
+        mine = frozenset({min(os.sched_getaffinity(0))})
+        assert other.pid in hostload.look().procs and other.pid not in hostload.look(cpus=mine).procs
+    finally:
+        other.kill()
+        other.wait()
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
