@@ -28,6 +28,7 @@ localrules:
     prepare_hf_model,
     launch_settings,
     plan_launch,
+    round_verdict,
     published_part,
     collect,
     report,

@@ -20,7 +20,7 @@ rule published_part:
 rule collect:
     input:
         rules.published_part.output,
-        measured_parts(),
+        measured_parts,
     output:
         PATHS["results"],
     params:

@@ -1,5 +1,7 @@
 # Shared state for every rule: the validated config and the expanded plan. Invalid config stops here,
 # before any job is planned, with one line naming the file and the field.
+import dataclasses
+import json
 import re
 import shlex
 import sys
@@ -30,6 +32,7 @@ SETTINGS = f"{RUNS}/launch-settings.json"
 wildcard_constraints:
     node=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     launch=r"[^/]+",
+    round=r"\d+",
     engine=r"[^/]+",
 
 
@@ -37,9 +40,54 @@ def node_named(name):
     return next(n for n in NODES if n.name == name)
 
 
-def measured_parts():
-    """One cells.parquet per server launch of every selected node."""
-    return [f"{RUNS}/{node.name}/{launch.name}/cells.parquet" for node in NODES for launch in node.launches]
+def _part(node, launch):
+    return f"{RUNS}/{node.name}/{launch.name}/cells.parquet"
+
+
+def round_verdict_file(node, round_no):
+    return f"{RUNS}/{node.name}/rounds/round-{round_no}.json"
+
+
+def _asked(verdict_path):
+    """The (engine, variant) pairs a look's verdict asks the next round to launch again."""
+    return {tuple(pair) for pair in json.loads(Path(verdict_path).read_text())["next"]}
+
+
+def _later_parts(node, upto, verdict_of):
+    """The parts of the rounds after the first look up to round `upto`: round k + 1 holds the launches the look
+    after round k asked for (verdict_of(k): its verdict file, or None where there is none yet)."""
+    parts, look = [], max((l.replicate for l in node.launches), default=0)
+    while node.later_rounds and look < min(upto, node.decision.most):
+        verdict = verdict_of(look)
+        asked = _asked(verdict) if verdict else set()
+        if not asked:
+            break
+        parts += [_part(node, l) for l in node.later_rounds if l.replicate == look + 1 and (l.engine, l.variant) in asked]
+        look += 1
+    return parts
+
+
+def sequence_parts(node, upto=None):
+    """One cells.parquet per server launch of the node's sequence so far (docs/what-to-run.md): the first rounds,
+    then each later round as the checkpoint after the round before asks (Snakemake re-plans after each)."""
+    return [_part(node, l) for l in node.launches] + _later_parts(
+        node, node.decision.most if upto is None else upto,
+        lambda look: checkpoints.round_verdict.get(node=node.name, round=look).output[0])
+
+
+def measured_parts(wildcards=None):
+    """Every selected node's launches, later rounds as their checkpoints ask (an input function)."""
+    return [part for node in NODES for part in sequence_parts(node)]
+
+
+def parts_on_disk_plan():
+    """The parts planned so far as the verdict files on disk say, read without waiting on a checkpoint: what
+    kept_parts and parts_gone compare with while the DAG is being built."""
+    def on_disk(node):
+        return lambda look: (path if Path(path := round_verdict_file(node, look)).exists() else None)
+
+    return [part for node in NODES for part in
+            [_part(node, l) for l in node.launches] + _later_parts(node, node.decision.most, on_disk(node))]
 
 
 def kept_parts():
@@ -47,7 +95,7 @@ def kept_parts():
     selection, or a launch since dropped from the node file): collect keeps their rows, marked launch_kept
     and named in the report, until their run folder is deleted. A param, not an input, so no rule is asked
     to remake them; a deleted one changes the list, which makes collect rerun without it."""
-    planned = set(measured_parts())
+    planned = set(parts_on_disk_plan())
     on_disk = (f"{RUNS}/{node.name}/{part.parent.name}/cells.parquet" for node in NODES
                for part in Path(RUNS, node.name).glob("*/cells.parquet"))
     return sorted(part for part in on_disk if part not in planned)
@@ -68,7 +116,7 @@ def parts_gone():
     which measures the launch again."""
     if not Path(PATHS["results"]).exists():
         return []
-    return [part for part in measured_parts() if not Path(part).exists()]
+    return [part for part in parts_on_disk_plan() if not Path(part).exists()]
 
 
 def plan_inputs(wildcards):
@@ -82,6 +130,11 @@ def launch_settings(wildcards):
     # paths.kept is read by the report alone: a run that gains it plans and measures nothing again.
     paths = {name: path for name, path in PATHS.items() if name != "kept"}
     return {"measure": CFG["measure"], "paths": paths, "rehearsal": CFG["rehearsal"]}
+
+
+def decision_rules(wildcards=None):
+    """Each node's What to run rule (config.model.Decision) as JSON, for the report and the round checkpoints."""
+    return json.dumps({n.name: dataclasses.asdict(n.decision) for n in NODES})
 
 
 def report_inputs(wildcards):
@@ -136,7 +189,7 @@ def launch_order(wildcards):
     """A measure job's priority: the node's launches run in the order plan/expand.py interleaved_rounds gives
     (round k's replicates before any of round k+1)."""
     node = node_named(wildcards.node)
-    return -next(i for i, launch in enumerate(node.launches) if launch.name == wildcards.launch)
+    return -next(i for i, launch in enumerate(node.launches + node.later_rounds) if launch.name == wildcards.launch)
 
 
 def slurm_resource(name, default=None):

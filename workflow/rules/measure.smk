@@ -59,3 +59,23 @@ rule measure:
     # job's wildcards in Snakemake's output, which `snakemake -n` readers use.
     shell:
         "{params.cli} measure --spec {input.spec:q} --out-dir {params.out_dir:q} --log {log:q}"
+
+
+# The look after each round from the node's first (What to run's sequential rule, docs/what-to-run.md): the
+# verdict so far on the console and in reports/provisional/<node>.md, and which variants the next round launches
+# again (only those of cells still undecided, within the budget). A checkpoint: Snakemake re-plans the DAG after
+# it, so `snakemake -n` shows the rounds planned so far, and a resumed run continues the sequence from the files.
+checkpoint round_verdict:
+    input:
+        parts=lambda wildcards: sequence_parts(node_named(wildcards.node), upto=int(wildcards.round)),
+    output:
+        f"{RUNS}/{{node}}/rounds/round-{{round}}.json",
+    params:
+        cli=STACKBENCH,
+        rule=lambda wildcards: json.dumps(dataclasses.asdict(node_named(wildcards.node).decision)),
+        provisional=lambda wildcards: f"{PATHS['reports']}/provisional/{wildcards.node}.md",
+    log:
+        "logs/rounds/{node}/round-{round}.log",
+    shell:
+        "{params.cli} round-verdict {input.parts:q} --node {wildcards.node:q} --round {wildcards.round} "
+        "--rule {params.rule:q} --out {output:q} --provisional {params.provisional:q} > {log:q}"

@@ -18,8 +18,9 @@ rule report:
         published_dir=lambda wildcards, input: Path(input.layouts[0]).parent,
         budget=budget_flag,
         kept=kept_flag,
+        rules=decision_rules(),
     log:
         "logs/report/report.log",
     shell:
         "{params.cli} report --results {input.results:q} --out-dir {params.out_dir:q} "
-        "--published-dir {params.published_dir:q} {params.budget} {params.kept} > {log:q} 2>&1"
+        "--published-dir {params.published_dir:q} {params.budget} {params.kept} --rules {params.rules:q} > {log:q} 2>&1"

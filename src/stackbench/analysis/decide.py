@@ -1,75 +1,84 @@
-"""What to run: per node, stack, power cap, workload and concurrency, the variant to run, its gain over the
-stack's no-spec with an interval, the runner-up, and the price of the choice in KV pool and contexts held.
+"""What to run: per node, stack, power cap, workload and concurrency, one of three verdicts on the stack's
+speculative variants against its no-spec, with the gain's interval, the runner-up and the price in KV pool.
 
-The score follows vLLM benchmarks/sweep/tune_speculative_k.py: each cell's median penalised by its spread,
-median - 1.4826 x MAD x MAD_PENALTY (1.4826 x MAD estimates a normal standard deviation); cells with failed
-requests or a relative MAD above MAX_REL_MAD are excluded and named; a smaller depth (no-spec is depth 0) is
-preferred when its score is within DEPTH_MARGIN of the best. Only variants whose greedy outputs agree with
-no-spec (analysis.correctness: no divergence, lengths as asked, the headline's rule), that loop no more
-than their reference cell and that drafted at all are candidates.
+- **run V**: V's gain over no-spec clears zero, with error controlled across the node's cells and across the
+  looks the sequence took;
+- **not worth it**: every candidate's upper bound lies below the node's `decide.min_gain`, the smallest gain
+  worth switching for (an equivalence test, Schuirmann 1987: "no gain" is a decision, not a failure to decide);
+- **undecided**: neither; the verdict says how many more rounds of launches would settle it at the spread seen.
 
-A variant is chosen over no-spec only when its gain's interval clears zero. With launch replicates (node
-`launches`), the gain is paired within each round of launches and its interval spans rounds
-(results/estimators.py), at Bonferroni's level for the number of candidate variants, since the best of them is
-the one tested; where it does not clear, the choice says how many launches would decide at 80% power. With one
-launch, the interval is Welch's over repeats inside it (estimators.welch_gain): the choice is shown, marked "one
-launch", and never counted as decided, since no rerun's spread was measured.
+The unit is the launch: each variant's figure in a round is one fresh server's median over its repeats, paired
+with its no-spec launched in the same round, and the gain's interval is Student's t over rounds of the paired
+log ratios (results/estimators.py). The rule is sequential (docs/what-to-run.md): the first look comes after
+the node's `launches` rounds; a round then adds launches only while a cell is undecided, up to
+`decide.most_launches` rounds or `decide.budget_minutes`. Each look spends a share of the error, Kim & DeMets'
+power family (estimators.spent_alpha), so stopping when decided keeps the error at 5% over all looks; at each
+look Benjamini & Hochberg's step-up (estimators.benjamini_hochberg) runs over every (cell, variant) of the node,
+since one launch's speed factor is shared by all its cells. A decided cell keeps its verdict at later looks.
+The rule is a pure function of the rows: the report replays the same looks the run took.
+
+A round's figure of a cell is left out, and named, where that launch's cell is not its stack's speed: failed
+requests, a GPU slowed by thermal, HW slowdown or power brake, an implausible figure, a busy host, or a
+relative MAD over repeats above MAX_REL_MAD. That applies to the no-spec reference's launches too (its round
+then pairs with nothing). A variant whose greedy outputs differ from no-spec, that answers worse, loops more or
+never drafted is no candidate at all. A cell whose candidates have fewer than two valid rounds is undecided.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from stackbench.analysis.common import LAUNCH
 from stackbench.analysis.gpustate import slowed_of
+from stackbench.analysis.hoststate import busy_of
 from stackbench.analysis.speculative import SPEC_PAIR
+from stackbench.config import default_decision
+from stackbench.config.model import Decision
 from stackbench.results import estimators
-from stackbench.results.metrics import SLOWDOWN_METRICS
+from stackbench.results.metrics import HOST_BUSY_METRIC, SLOWDOWN_METRICS
 from stackbench.results.store import MEASURED
 
-SCALED_MAD = 1.4826
-MAD_PENALTY = 1.0
 MAX_REL_MAD = 0.1
-DEPTH_MARGIN = 0.01
 NO_SPEC = "no-spec"
+RUN, NOT_WORTH_IT, UNDECIDED = "run", "not worth it", "undecided"
+VERDICTS = (RUN, NOT_WORTH_IT, UNDECIDED)
 # The figure a cell is judged on: the per-stream decode rate of a single stream, the aggregate of several.
 SINGLE_STREAM_METRIC, CONCURRENT_METRIC = "decode_tps", "aggregate_tps"
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status", "spec_drafts",
-                  *SLOWDOWN_METRICS)
-PAIRED_INTERVAL = ("the paired t interval over rounds of launches (df = rounds - 1) of the log ratio of each round's "
-                   "medians, at 1 - 0.05/m for m candidate variants (Bonferroni: the best of them is the one tested)")
-ONE_LAUNCH = "one launch: launch-to-launch noise not measured, not decided"
-RULE = (f"score = median - {SCALED_MAD} x MAD x {MAD_PENALTY:g} over repeats (vLLM tune_speculative_k.py) of decode tok/s "
-        f"at c1, aggregate tok/s above; excluded (named): cells with failed requests, relative MAD > {MAX_REL_MAD:g}, "
-        "variants whose greedy outputs differ from no-spec or ran other lengths, variants that answer worse than "
-        "no-spec (exact McNemar test on the flipped answers), cells that loop more than no-spec's, cells on a GPU slowed by thermal, HW slowdown or "
-        "power brake; "
-        "variants whose counters show no drafts (did not speculate); "
-        f"a smaller depth (no-spec = 0) is preferred within {DEPTH_MARGIN:.0%} of the best score; a variant is run only "
-        f"when its gain over no-spec clears zero on {PAIRED_INTERVAL}, else no-spec (with the launches that would "
-        f"decide at {estimators.POWER:.0%} power); with one launch, on {estimators.WELCH_GAIN}, marked '{ONE_LAUNCH}'. "
+                  *SLOWDOWN_METRICS, HOST_BUSY_METRIC, "host_outside_cpu_share_peak")
+RULE = ("Rule (docs/what-to-run.md): each round launches every variant and its no-spec afresh; a variant's gain is "
+        "paired within a round and its interval is Student's t over rounds of the log ratios. Looks from the node's "
+        "first look (`launches` rounds) on, each spending part of a 5% error (Kim & DeMets' power family to "
+        "`decide.most_launches` rounds), with Benjamini & Hochberg's step-up over every cell and variant of the node: "
+        "'run V' where V's lower bound clears zero; 'not worth it' where every candidate's upper bound lies below "
+        "`decide.min_gain`; else 'undecided', with the rounds that would settle it at the spread seen. Judged on "
+        "decode tok/s at c1, aggregate tok/s above. A round's figure is left out where its launch's cell failed, ran "
+        f"on a slowed GPU or a busy host, was implausible or spread over {MAX_REL_MAD:.0%} (relative MAD); a variant "
+        "whose greedy outputs differ, that answers worse, loops more than no-spec or never drafted is no candidate. "
         "Price: KV pool tokens and contexts held (pool / context length) beside no-spec's.")
-CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens", "metric", "run",
-                  "decided", "rounds", "gain", "gain_low", "gain_high", "launch_noise", "runner_up", "runner_up_gain", "why",
-                  "kv_pool_tokens", "kv_pool_tokens_nospec", "contexts_held", "contexts_held_nospec", "excluded"]
+CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens", "metric",
+                  "verdict", "run", "decided", "rounds", "decided_at", "gain", "gain_low", "gain_high", "alpha",
+                  "settle_rounds", "runner_up", "runner_up_gain", "why", "kv_pool_tokens", "kv_pool_tokens_nospec",
+                  "contexts_held", "contexts_held_nospec", "excluded"]
 # A cell's peers: SPEC_PAIR, the same in everything but the launch (each launch's rows carry a ref of their own).
+VARIANT_KEY = SPEC_PAIR + ["variant"]
 
 
-def _undecided(variant: str, gain: float, low: float, high: float, more) -> str:
-    need = f"about {more} repeats each would decide at the spread seen" if more else \
-        f"more than {estimators.MOST_REPEATS_SAID} repeats each would be needed at the spread seen"
-    return f"{variant} {gain:+.1%} ({low:+.1%} to {high:+.1%}): its interval does not clear zero, no-spec kept; {need}"
+def judged_metric(concurrency) -> str:
+    """The figure a cell with `concurrency` streams is judged on, everywhere the report compares variants."""
+    return SINGLE_STREAM_METRIC if concurrency == 1 else CONCURRENT_METRIC
 
 
 def judged(results: pd.DataFrame) -> pd.DataFrame:
-    """The row each measured closed-loop cell is judged on: decode rate at c1, aggregate above."""
+    """The row each measured closed-loop cell is judged on in each launch: decode rate at c1, aggregate above."""
     measured = results[results["source"].isin(MEASURED) & results["concurrency"].notna()]
     metric = np.where(measured["concurrency"] == 1, SINGLE_STREAM_METRIC, CONCURRENT_METRIC)
     cells = measured[(measured["metric"] == metric) & (measured["status"] == "ok") & measured["value"].notna()]
-    return cells.assign(round=_replicates(cells)).drop_duplicates(SPEC_PAIR + ["variant", "round"]).reset_index(drop=True)
+    return cells.assign(round=_replicates(cells)).drop_duplicates(VARIANT_KEY + ["round"]).reset_index(drop=True)
 
 
 def _replicates(rows: pd.DataFrame) -> pd.Series:
@@ -79,27 +88,47 @@ def _replicates(rows: pd.DataFrame) -> pd.Series:
     return pd.to_numeric(rows["replicate"], errors="coerce").fillna(1).astype(int)
 
 
-def cells_by_variant(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per measured closed-loop cell and variant over its launch replicates: the median of the
-    replicates' figures (value), each replicate's figure by round (rounds), the first replicate's launch (ref)
-    and repeats (repeat_values, for the one-launch interval), the median MAD, and depth."""
+def invalid_rounds(each: pd.DataFrame, results: pd.DataFrame) -> pd.Series:
+    """Why each launch's cell (a row of judged) is not its stack's speed ('' where it is): a relative MAD over
+    MAX_REL_MAD, a slowed GPU, an implausible figure, or a busy host (analysis.hoststate)."""
+    why = pd.Series("", index=each.index, dtype=object)
+    rel = pd.Series([estimators.relative_spread(m, v) for m, v in zip(each["mad"], each["value"])], index=each.index)
+    wide = rel > MAX_REL_MAD
+    why[wide] = [f"relative MAD {r:.2f} > {MAX_REL_MAD:g}" for r in rel[wide]]
+    if "implausible" in each.columns:
+        flagged = each["implausible"].fillna("") != ""
+        why[flagged] = "implausible: " + each.loc[flagged, "implausible"]
+    slowed = slowed_of(each, results)
+    why[slowed != ""] = "GPU slowed: " + slowed[slowed != ""]
+    loaded = busy_of(each, results, every_replicate=False)
+    why[loaded != ""] = loaded[loaded != ""]
+    return why
+
+
+def launch_rounds(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured closed-loop cell and variant over its launch replicates: its valid figure by round
+    (rounds: {round: value}), the rounds left out with why (left_out), the median of the launches' figures
+    (value), the first replicate's launch (ref) and depth."""
     each = judged(results)
-    keys = SPEC_PAIR + ["variant"]
+    each["invalid"] = invalid_rounds(each, results)
     each = each.sort_values("round", kind="stable")
-    each["cell_id"] = each.groupby(keys, dropna=False, sort=False).ngroup()
+    each["cell_id"] = each.groupby(VARIANT_KEY, dropna=False, sort=False).ngroup()
     by_cell = each.groupby("cell_id", sort=False)
     cells = by_cell.head(1).set_index("cell_id")
     rounds: dict[int, dict] = {}  # from plain lists: a Python loop over groups costs seconds at a million rows
-    for cell, round_no, value in zip(each["cell_id"].tolist(), each["round"].tolist(), each["value"].tolist()):
-        rounds.setdefault(cell, {})[round_no] = value
-    cells["rounds"] = pd.Series(rounds)
-    cells["value"] = by_cell["value"].median()
-    cells["mad"] = by_cell["mad"].median()
+    left_out: dict[int, list] = {}
+    for cell, round_no, value, invalid in zip(each["cell_id"].tolist(), each["round"].tolist(), each["value"].tolist(),
+                                              each["invalid"].tolist()):
+        if invalid:
+            left_out.setdefault(cell, []).append(f"round {round_no}: {invalid}")
+        else:
+            rounds.setdefault(cell, {})[round_no] = value
+    cells["rounds"] = pd.Series(rounds, dtype=object).reindex(cells.index)
+    cells["left_out"] = pd.Series({k: "; ".join(v) for k, v in left_out.items()}, dtype=object).reindex(cells.index).fillna("")
+    cells["value"] = by_cell["value"].agg(lambda v: estimators.median_of_launches(list(v)))
     cells = cells.reset_index(drop=True)
     cells["depth"] = np.where(cells["spec_method"] == "none", 0, cells["spec_tokens"].astype(float).fillna(0))
-    cells["score"] = cells["value"] - SCALED_MAD * cells["mad"].astype(float).fillna(0) * MAD_PENALTY
-    cells["rel_mad"] = cells["mad"].astype(float) / cells["value"]
-    return cells.reset_index(drop=True)
+    return cells
 
 
 def did_not_speculate(results: pd.DataFrame) -> pd.DataFrame:
@@ -107,68 +136,50 @@ def did_not_speculate(results: pd.DataFrame) -> pd.DataFrame:
     launches): a variant that never drafted ran its engine's no-spec path."""
     drafts = results[(results["metric"] == "spec_drafts") & results["source"].isin(MEASURED) & (results["spec_method"] != "none")]
     if drafts.empty:
-        return pd.DataFrame(columns=SPEC_PAIR + ["variant", "launches"])
-    by_cell = drafts.groupby(SPEC_PAIR + ["variant"], dropna=False).agg(total=("value", "sum"), launches=("ref", "nunique")).reset_index()
+        return pd.DataFrame(columns=VARIANT_KEY + ["launches"])
+    by_cell = drafts.groupby(VARIANT_KEY, dropna=False).agg(total=("value", "sum"), launches=("ref", "nunique")).reset_index()
     return by_cell[by_cell["total"] == 0].drop(columns="total")
 
 
-def _exclusions(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.DataFrame) -> pd.Series:
-    """Why each cell may not be chosen ('' where it may)."""
+def _no_candidate(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.DataFrame) -> pd.Series:
+    """Why each speculative variant is no candidate in its cell ('' where it is one): what it answers or does,
+    not how fast one launch ran."""
     why = pd.Series("", index=cells.index, dtype=object)
-    wide = cells["rel_mad"] > MAX_REL_MAD
-    why[wide] = "relative MAD " + cells.loc[wide, "rel_mad"].map("{:.2f}".format).astype(str) + f" > {MAX_REL_MAD:g}"
+    spec = (cells["spec_method"] != "none").to_numpy()
     if not correctness.empty:
         verdict = cells[["node", "stack", "variant"]].merge(correctness, on=["node", "stack", "variant"], how="left")
-        differs = verdict["first_divergence_token"].notna().to_numpy() & (cells["spec_method"] != "none").to_numpy()
+        differs = verdict["first_divergence_token"].notna().to_numpy() & spec
         if "noise_floor" in verdict:  # judged against no-spec's own noise where it measured it (analysis.correctness)
             differs &= (verdict["charged"].fillna(False).astype(bool) | verdict["noise_floor"].isna()).to_numpy()
-        lengths = verdict["length_off_in"].fillna("").ne("").to_numpy()
+        lengths = verdict["length_off_in"].fillna("").ne("").to_numpy() & spec
         why[differs] = "greedy outputs differ from no-spec"
-        # A variant answering worse than its no-spec launch by the flips test (none ran: no column).
-        if "accuracy_below_reference" in verdict:
-            worse = (verdict["accuracy_below_reference"].fillna(0) > 0).to_numpy() & ~differs
-            why[worse] = "answers worse than its no-spec launch (flips, exact McNemar; accuracy " + verdict.loc[worse, "accuracy_text"].set_axis(
-                cells.index[worse]) + ")"
+        if "accuracy_below_reference" in verdict:  # answers worse than its no-spec launch by the flips test
+            worse = (verdict["accuracy_below_reference"].fillna(0) > 0).to_numpy() & ~differs & spec
+            why[worse] = "answers worse than its no-spec launch (flips, exact McNemar; accuracy " + verdict.loc[
+                worse, "accuracy_text"].set_axis(cells.index[worse]) + ")"
         why[lengths & ~differs] = "lengths not as asked in " + verdict.loc[lengths & ~differs, "length_off_in"].set_axis(
             cells.index[lengths & ~differs])
-    looping = results[(results["metric"] == "looping") & results["value"].notna()].drop_duplicates(SPEC_PAIR + ["variant"])
-    loops = cells[SPEC_PAIR + ["variant"]].merge(looping[SPEC_PAIR + ["variant", "value"]], on=SPEC_PAIR + ["variant"], how="left")["value"]
+    looping = results[(results["metric"] == "looping") & results["value"].notna()].drop_duplicates(VARIANT_KEY)
+    loops = cells[VARIANT_KEY].merge(looping[VARIANT_KEY + ["value"]], on=VARIANT_KEY, how="left")["value"]
     reference = looping[looping["spec_method"] == "none"][SPEC_PAIR + ["value"]]
     ref_loops = cells[SPEC_PAIR].merge(reference, on=SPEC_PAIR, how="left")["value"].fillna(0)
-    more = (loops.fillna(0) > ref_loops).to_numpy() & (why == "").to_numpy()
+    more = (loops.fillna(0) > ref_loops).to_numpy() & (why == "").to_numpy() & spec
     why[more] = "loops in " + loops[more].map("{:.0%}".format).astype(str).to_numpy() + " of requests, no-spec " + ref_loops[more].map(
         "{:.0%}".format).astype(str).to_numpy()
-    slowed = slowed_of(cells, results)
-    why[slowed != ""] = "GPU slowed: " + slowed[slowed != ""]
-    idle = cells[SPEC_PAIR + ["variant"]].merge(did_not_speculate(results), on=SPEC_PAIR + ["variant"], how="left")["launches"]
-    never = idle.notna().to_numpy()
+    idle = cells[VARIANT_KEY].merge(did_not_speculate(results), on=VARIANT_KEY, how="left")["launches"]
+    never = idle.notna().to_numpy() & spec
     why[never] = [f"did not speculate (no drafts in its {n:.0f} launch(es))" for n in idle[never]]
-    # -- plausibility (analysis/plausibility.py, set at collect in the `implausible` column): a cell that failed a
-    # check in any of its launches is never chosen. Kept apart from the rules above on purpose.
-    implausible = implausible_of(cells, results)
-    why[implausible != ""] = "implausible: " + implausible[implausible != ""]
     return why
 
 
-def implausible_of(cells: pd.DataFrame, results: pd.DataFrame) -> pd.Series:
-    """Per cell (SPEC_PAIR, variant), the plausibility reasons of its judged rows over every launch ('' where none)."""
-    if "implausible" not in results.columns:
-        return pd.Series("", index=cells.index, dtype=object)
-    flagged = judged(results)
-    flagged = flagged[flagged["implausible"].notna() & (flagged["implausible"] != "")]
-    if flagged.empty:
-        return pd.Series("", index=cells.index, dtype=object)
-    reasons = flagged.groupby(SPEC_PAIR + ["variant"], dropna=False)["implausible"].agg(lambda r: "; ".join(dict.fromkeys(r)))
-    merged = cells[SPEC_PAIR + ["variant"]].merge(reasons.rename("reasons").reset_index(), on=SPEC_PAIR + ["variant"], how="left")
-    return pd.Series(merged["reasons"].fillna("").tolist(), index=cells.index, dtype=object)
-
-
 def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:
-    """Cells that produced no figure (failed requests, rejections), named by group and variant."""
+    """Launches' cells that produced no figure (failed requests, rejections), by cell, variant and round."""
     bad = results[results["source"].isin(MEASURED) & (results["metric"] == "cell_status")
-                  & results["status"].isin(["failed", "rejected", "not_run", "gpu_busy"]) & results["concurrency"].notna()]
-    bad = bad.drop_duplicates(SPEC_PAIR + ["variant"])
-    return bad.assign(why=bad["status"] + ": " + bad["reason"].fillna("no reason given"))[SPEC_PAIR + ["variant", "why"]]
+                  & results["status"].isin(["failed", "rejected", "not_run", "gpu_busy", "host_busy"])
+                  & results["concurrency"].notna()]
+    bad = bad.assign(round=_replicates(bad)).drop_duplicates(VARIANT_KEY + ["round"])
+    return bad.assign(why="round " + bad["round"].astype(str) + ": " + bad["status"] + ": "
+                      + bad["reason"].fillna("no reason given"))[VARIANT_KEY + ["why"]]
 
 
 def _launch_price(results: pd.DataFrame) -> pd.DataFrame:
@@ -180,11 +191,6 @@ def _launch_price(results: pd.DataFrame) -> pd.DataFrame:
                          "contexts_held": pools["value"] / context})
 
 
-def _first(frame: pd.DataFrame, order: list[str], ascending: list[bool]) -> pd.DataFrame:
-    return frame.sort_values(SPEC_PAIR + order, ascending=[True] * len(SPEC_PAIR) + ascending, kind="stable",
-                             na_position="last").drop_duplicates(SPEC_PAIR)
-
-
 LAUNCH_VARIANCE_COLUMNS = ["node", "stack", "variant", "metric", "launches", "cells", "between_launch_share",
                            "between_launch_cv", "within_launch_cv"]
 
@@ -193,12 +199,13 @@ def launch_variance(results: pd.DataFrame) -> pd.DataFrame:
     """Where each variant's judged rates vary, per node, stack, variant and metric: the between-launch and
     within-launch variance components of each cell's log rates over its launch replicates (the repeats inside
     each; results/estimators.variance_components), their medians over the cells. Variants with one launch
-    have none."""
+    have none; launches' cells that What to run leaves out (invalid_rounds) are left out here too."""
     each = judged(results)
+    each = each[each["repeat_values"].notna()]
+    each = each[invalid_rounds(each, results) == ""] if len(each) else each
     # Only a cell with repeats from two launches or more has components: the others are left out before the
     # per-cell loop, which would otherwise visit each cell of a million-row sweep to find none.
-    each = each[each["repeat_values"].notna()]
-    each = each[each.groupby(SPEC_PAIR + ["variant", "metric"], dropna=False)["value"].transform("size") >= 2]
+    each = each[each.groupby(VARIANT_KEY + ["metric"], dropna=False)["value"].transform("size") >= 2]
     rows = []
     for (node, stack, variant, metric), mine in each.groupby(["node", "stack", "variant", "metric"], sort=False):
         splits = [estimators.variance_components([list(v) for v in cell["repeat_values"] if v is not None])
@@ -213,120 +220,180 @@ def launch_variance(results: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=LAUNCH_VARIANCE_COLUMNS)
 
 
-def _paired_rounds(row) -> np.ndarray:
-    mine, theirs = row.rounds, row.ref_rounds
+@dataclass
+class _Hypothesis:
+    """One candidate variant of one cell: its paired log ratios by round, and what the looks made of it."""
+
+    cell: int
+    variant: str
+    logs: dict[int, float]
+    judged: estimators.OneSided | None = None  # at the look that decided its cell, else at the last look
+    run: bool = False
+
+
+def _paired(mine, theirs) -> dict[int, float]:
     if not isinstance(mine, dict) or not isinstance(theirs, dict):
-        return np.array([])
-    return estimators.paired_log_ratios(mine, theirs)
+        return {}
+    both = sorted(k for k in mine.keys() & theirs.keys() if mine[k] > 0 and theirs[k] > 0)
+    return {k: math.log(mine[k] / theirs[k]) for k in both}
 
 
-def _judge(row) -> tuple[float, float, float, str] | None:
-    """(gain, low, high, why) of a picked variant over its no-spec: paired over rounds where two or more rounds
-    ran both (at the level corrected for the contenders), else Welch's over the one launch's repeats."""
-    contenders = int(row.contenders) if pd.notna(row.contenders) else 1
-    level = estimators.corrected_level(contenders)
-    paired = estimators.paired_gain(row.rounds, row.ref_rounds, level) if len(_paired_rounds(row)) >= 2 else None
-    if paired is not None:
-        stated = (f"{row.variant} {paired.gain:+.1%} ({paired.low:+.1%} to {paired.high:+.1%}) paired over {paired.rounds} "
-                  f"rounds of launches, {level:.1%} interval ({contenders} candidate variant(s))")
-        if paired.clears_zero:
-            return paired.gain, paired.low, paired.high, f"{stated}: clears zero"
-        need = estimators.launches_to_decide(paired.sd_log, paired.mean_log, level)
-        more = f"about {need} launches each would decide at {estimators.POWER:.0%} power" if need else \
-            f"more than {estimators.MOST_LAUNCHES_SAID} launches each would be needed at the spread seen"
-        return paired.gain, paired.low, paired.high, f"{stated}: does not clear zero, no-spec kept; {more}"
-    within = estimators.welch_gain(row.repeat_values, row.ref_repeat_values)
-    if within is None:
-        return np.nan, np.nan, np.nan, ("no interval of the gain (fewer than 2 repeats of either, or no per-repeat "
-                                        "values stored): no-spec kept")
-    gain, low, high = within
-    if low > 0:
-        return gain, low, high, "within it, the gain's interval over repeats clears zero"
-    return gain, low, high, _undecided(row.variant, gain, low, high, estimators.repeats_to_decide(row.repeat_values, row.ref_repeat_values))
+def _looks(hypotheses: list[_Hypothesis], decision: Decision) -> dict[int, tuple[str, int]]:
+    """Replay the node's looks: at each round from decision.first on, the spent error (estimators.spent_alpha),
+    Benjamini & Hochberg over every hypothesis, and the not-worth-it test per cell. {cell: (verdict, round)} of
+    the cells decided; each hypothesis keeps its figures at its cell's deciding look, else at the last one."""
+    last = max((max(h.logs) for h in hypotheses if h.logs), default=0)
+    logs = np.full((len(hypotheses), last), np.nan)
+    for i, h in enumerate(hypotheses):
+        for k, v in h.logs.items():
+            logs[i, k - 1] = v
+    cell = np.array([h.cell for h in hypotheses])
+    cells, cell_index = np.unique(cell, return_inverse=True)
+    margin = math.log1p(decision.min_gain)
+    decided: dict[int, tuple[str, int]] = {}
+    fixed: list[tuple[int, float] | None] = [None] * len(hypotheses)  # (look, alpha) each one's figures come from
+    for look in range(decision.first, min(last, decision.most) + 1):
+        alpha = estimators.spent_alpha(look, decision.first, decision.most)
+        was_open = np.array([c not in decided for c in cell])
+        mean, high, p = estimators.t_over_rounds(logs[:, :look], alpha, decision.first)
+        # Not worth it first: a gain surely below the margin is no reason to switch, even where it surely exists.
+        above = np.bincount(cell_index, weights=~(np.isfinite(high) & (high < margin)), minlength=len(cells))
+        for c in cells[above == 0]:
+            decided.setdefault(c, (NOT_WORTH_IT, look))
+        is_open = np.array([c not in decided for c in cell])
+        p = np.where(is_open, p, 1.0)
+        rejected = np.array(estimators.benjamini_hochberg(list(p), alpha))
+        for i in np.flatnonzero(rejected & is_open):
+            hypotheses[i].run = True
+            # a selected gain's interval at Benjamini & Yekutieli's (2005) false-coverage level, R alpha / m
+            fixed[i] = (look, alpha * rejected.sum() / len(hypotheses))
+            decided[cell[i]] = (RUN, look)
+        for i in np.flatnonzero(was_open & ~(rejected & is_open)):
+            fixed[i] = (look, alpha)
+    for h, at in zip(hypotheses, fixed):
+        if at is not None:
+            h.judged = estimators.one_sided([v for k, v in h.logs.items() if k <= at[0]], at[1])
+    return decided
+
+
+def _settle(h: _Hypothesis | None, decision: Decision) -> int | None:
+    """More rounds that would settle an undecided cell's leading candidate at the spread seen (None: not within
+    estimators.MOST_ROUNDS_SAID, or no spread yet)."""
+    if h is None or h.judged is None:
+        return None
+    need = estimators.rounds_to_settle(h.judged.mean_log, h.judged.sd_log, h.judged.rounds, decision.min_gain,
+                                       decision.first, decision.most)
+    return need - h.judged.rounds if need else None
+
+
+def _said(h: _Hypothesis) -> str:
+    j = h.judged
+    return f"{h.variant} {j.gain:+.1%} ({j.low:+.1%} to {j.high:+.1%})"
+
+
+def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dict[str, Decision] | None = None) -> pd.DataFrame:
+    """One row per (node, stack, model, cap, workload, concurrency, lengths): CHOICE_COLUMNS. `results` holds
+    the DECIDE_METRICS rows (with mad, implausible), `correctness` is analysis.correctness_by_variant,
+    `decisions` each node's rule (config.model.Decision; a node not named: the schema's defaults)."""
+    cells = launch_rounds(results)
+    if cells.empty:
+        return pd.DataFrame(columns=CHOICE_COLUMNS)
+    cells["no_candidate"] = _no_candidate(cells, results, correctness)
+    keys = cells[SPEC_PAIR].drop_duplicates().reset_index(drop=True)
+    keys["cell"] = range(len(keys))
+    cells = cells.merge(keys, on=SPEC_PAIR, how="left")
+    reference = cells[cells["spec_method"] == "none"].drop_duplicates("cell").set_index("cell")
+    spec = cells[cells["spec_method"] != "none"]
+    named = pd.concat([cells.loc[cells["left_out"] != "", VARIANT_KEY + ["left_out"]].rename(columns={"left_out": "why"}),
+                       spec.loc[spec["no_candidate"] != "", VARIANT_KEY + ["no_candidate"]].rename(columns={"no_candidate": "why"}),
+                       _failed_cells(results)], ignore_index=True)
+    excluded = (named["variant"] + " (" + named["why"] + ")").groupby([named[c] for c in SPEC_PAIR], dropna=False).agg(
+        "; ".join) if len(named) else pd.Series(dtype=object, index=pd.MultiIndex.from_tuples([], names=SPEC_PAIR))
+
+    hypotheses: dict[str, list[_Hypothesis]] = {}
+    for row in spec[spec["no_candidate"] == ""].itertuples(index=False):
+        ref_rounds = reference["rounds"].get(row.cell)
+        hypotheses.setdefault(row.node, []).append(_Hypothesis(row.cell, row.variant, _paired(row.rounds, ref_rounds)))
+    verdicts: dict[int, tuple[str, int]] = {}
+    for node, mine in hypotheses.items():
+        decision = (decisions or {}).get(node) or default_decision()
+        verdicts |= _looks(mine, decision)
+    by_cell: dict[int, list[_Hypothesis]] = {}
+    for mine in hypotheses.values():
+        for h in mine:
+            by_cell.setdefault(h.cell, []).append(h)
+
+    price = _launch_price(results)
+    out = []
+    for key in keys.itertuples(index=False):
+        mine = sorted((h for h in by_cell.get(key.cell, []) if h.judged is not None), key=lambda h: -h.judged.gain)
+        verdict, at = verdicts.get(key.cell, (UNDECIDED, None))
+        decision = (decisions or {}).get(key.node) or default_decision()
+        has_ref = key.cell in reference.index
+        chosen = next((h for h in mine if h.run), None) if verdict == RUN else None
+        lead = chosen or (mine[0] if mine else None)
+        rest = [h for h in mine if h is not lead]
+        rounds = max((h.judged.rounds for h in mine), default=0)
+        settle = _settle(lead, decision) if verdict == UNDECIDED else None
+        if verdict == RUN:
+            why = f"{_said(chosen)} clears zero at round {at}"
+        elif verdict == NOT_WORTH_IT:
+            why = f"below +{decision.min_gain:.0%} at round {at}: " + ", ".join(
+                f"{h.variant} at most {h.judged.high:+.1%}" for h in mine)
+        elif not has_ref:
+            why = "no no-spec launch here: no gain can be measured"
+        elif not by_cell.get(key.cell):
+            why = "no candidate variant (each is named under excluded)"
+        elif lead is None or rounds < decision.first:
+            why = f"{rounds or 'fewer than 2'} valid round(s), the first look is at {decision.first}: not decided"
+        else:
+            why = f"{_said(lead)} after {rounds} rounds"
+        spec_mine = by_cell.get(key.cell, [])
+        run = chosen.variant if chosen else NO_SPEC if has_ref else "none eligible"
+        out.append({
+            **{c: getattr(key, c) for c in SPEC_PAIR}, "cell": key.cell,
+            "metric": judged_metric(key.concurrency), "verdict": verdict, "run": run, "decided": verdict != UNDECIDED,
+            "rounds": rounds, "decided_at": at,
+            "gain": lead.judged.gain if lead else np.nan, "gain_low": lead.judged.low if lead else np.nan,
+            "gain_high": lead.judged.high if lead else np.nan, "alpha": lead.judged.alpha if lead else np.nan,
+            "settle_rounds": settle, "leading": lead.variant if lead else None,
+            "runner_up": rest[0].variant if rest else (NO_SPEC if chosen else None),
+            "runner_up_gain": rest[0].judged.gain if rest else (0.0 if chosen else np.nan),
+            "why": why, "candidates": len(spec_mine), "contenders": ", ".join(sorted(h.variant for h in spec_mine))})
+    table = pd.DataFrame(out)
+    table = table.merge(reference[["ref", "source", "variant"]].rename(columns=lambda c: f"ref_{c}"),
+                        left_on="cell", right_index=True, how="left")
+    chosen_launch = cells.drop_duplicates(["cell", "variant"]).set_index(["cell", "variant"])[["ref", "source"]]
+    picked = [chosen_launch.loc[(c, v)] if v not in (NO_SPEC, "none eligible") else None
+              for c, v in zip(table["cell"], table["run"])]
+    nospec = pd.DataFrame({"source": table["ref_source"], "ref": table["ref_ref"], "node": table["node"],
+                           "stack": table["stack"], "variant": table["ref_variant"]}).merge(price, on=LAUNCH, how="left")
+    runs = pd.DataFrame({"source": [p["source"] if p is not None else s for p, s in zip(picked, table["ref_source"])],
+                         "ref": [p["ref"] if p is not None else r for p, r in zip(picked, table["ref_ref"])],
+                         "node": table["node"], "stack": table["stack"],
+                         "variant": [v if p is not None else rv for p, v, rv in zip(picked, table["run"], table["ref_variant"])]}
+                        ).merge(price, on=LAUNCH, how="left")
+    table["kv_pool_tokens"], table["kv_pool_tokens_nospec"] = runs["kv_pool_tokens"].to_numpy(), nospec["kv_pool_tokens"].to_numpy()
+    table["contexts_held"], table["contexts_held_nospec"] = runs["contexts_held"].to_numpy(), nospec["contexts_held"].to_numpy()
+    table["excluded"] = table[SPEC_PAIR].merge(excluded.rename("excluded").reset_index(), on=SPEC_PAIR, how="left")[
+        "excluded"].fillna("").to_numpy()
+    table["excluded"] = table["excluded"] + _aa_controls(cells, reference).reindex(table["cell"], fill_value="").to_numpy()
+    return table[CHOICE_COLUMNS + ["leading", "candidates", "contenders", "ref_variant"]].sort_values(
+        ["node", "stack", "model", "power_cap_w", "workload", "concurrency"], kind="stable").reset_index(drop=True)
 
 
 def _aa_controls(cells: pd.DataFrame, reference: pd.DataFrame) -> pd.Series:
     """For each cell whose speculative variant never drafted (it ran the no-spec path: an A/A comparison), a
-    note where its paired interval over rounds nonetheless excludes zero: the launch noise is then larger than
-    the intervals hold. Indexed by SPEC_PAIR."""
-    idle = cells[cells["excluded_why"].str.startswith("did not speculate")]
-    notes = {}
-    for row in idle.merge(reference[SPEC_PAIR + ["rounds"]].rename(columns={"rounds": "ref_rounds"}), on=SPEC_PAIR).itertuples(index=False):
-        paired = estimators.paired_gain(row.rounds, row.ref_rounds)
+    note where its paired 95% interval over rounds nonetheless excludes zero: the launch noise is then larger
+    than the intervals hold. Indexed by cell."""
+    idle = cells[cells["no_candidate"].str.startswith("did not speculate")]
+    notes: dict[int, str] = {}
+    for row in idle.itertuples(index=False):
+        paired = estimators.paired_gain(row.rounds, reference["rounds"].get(row.cell)) \
+            if isinstance(row.rounds, dict) and isinstance(reference["rounds"].get(row.cell), dict) else None
         if paired is not None and (paired.low > 0 or paired.high < 0):
-            key = tuple(getattr(row, c) for c in SPEC_PAIR)
-            notes[key] = notes.get(key, "") + (
+            notes[row.cell] = notes.get(row.cell, "") + (
                 f"; A/A control: {row.variant} never drafted, yet its {paired.gain:+.1%} ({paired.low:+.1%} to "
                 f"{paired.high:+.1%}) over {paired.rounds} rounds excludes zero: the launch noise is larger than the "
                 "intervals hold")
-    return pd.Series(notes, dtype=object) if notes else pd.Series(dtype=object, index=pd.MultiIndex.from_tuples([], names=SPEC_PAIR))
-
-
-def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame) -> pd.DataFrame:
-    """One row per (node, stack, model, cap, workload, concurrency, lengths): CHOICE_COLUMNS. `results` holds
-    the DECIDE_METRICS rows (with mad, ci_low, ci_high), `correctness` is analysis.correctness_by_variant."""
-    cells = cells_by_variant(results)
-    if cells.empty:
-        return pd.DataFrame(columns=CHOICE_COLUMNS)
-    cells["excluded_why"] = _exclusions(cells, results, correctness)
-    named = cells.loc[cells["excluded_why"] != "", SPEC_PAIR + ["variant", "excluded_why"]].rename(columns={"excluded_why": "why"})
-    named = pd.concat([named, _failed_cells(results)], ignore_index=True)
-    excluded = (named["variant"] + " (" + named["why"] + ")").groupby([named[c] for c in SPEC_PAIR], dropna=False).agg("; ".join)
-    candidates = cells[cells["excluded_why"] == ""].copy()
-    best = candidates.groupby(SPEC_PAIR, dropna=False)["score"].transform("max")
-    candidates["within"] = candidates["score"] >= best * (1 - DEPTH_MARGIN)
-    pick = _first(candidates, ["within", "depth", "score"], [False, True, False])
-    rest = candidates.merge(pick[SPEC_PAIR + ["variant"]].assign(picked=True), on=SPEC_PAIR + ["variant"], how="left")
-    runner = _first(rest[rest["picked"].isna()], ["score"], [False])
-    reference = cells[cells["spec_method"] == "none"].drop_duplicates(SPEC_PAIR)
-    # m: the candidate variants the best was chosen from (the correction's count)
-    contenders = candidates[candidates["spec_method"] != "none"].groupby(SPEC_PAIR, dropna=False).size().rename("contenders")
-
-    keys = cells[SPEC_PAIR].drop_duplicates()
-    out = keys.merge(pick, on=SPEC_PAIR, how="left").merge(
-        runner[SPEC_PAIR + ["variant", "value", "spec_method"]].rename(columns=lambda c: c if c in SPEC_PAIR else f"runner_{c}"),
-        on=SPEC_PAIR, how="left").merge(
-        reference[SPEC_PAIR + ["source", "ref", "variant", "value", "repeat_values", "rounds"]].rename(
-            columns=lambda c: c if c in SPEC_PAIR else f"ref_{c}"),
-        on=SPEC_PAIR, how="left").merge(contenders.reset_index(), on=SPEC_PAIR, how="left")
-    has_ref = out["ref_value"].notna()
-    picked_spec = out["variant"].notna() & (out["spec_method"] != "none")
-    judgements = [_judge(row) if spec else None for row, spec in zip(out.itertuples(index=False), picked_spec & has_ref)]
-    gain, low, high = (pd.Series([j[k] if j else np.nan for j in judgements], index=out.index, dtype=float) for k in range(3))
-    clears = picked_spec & has_ref & (low > 0)
-    falls_back = picked_spec & has_ref & ~clears
-    run = np.select([out["variant"].isna(), ~has_ref | clears, falls_back], ["none eligible", out["variant"], NO_SPEC], NO_SPEC)
-    # Who else: when a variant's gain did not clear, that variant; else the next score down.
-    runner_up = np.where(falls_back, out["variant"], np.where(out["runner_spec_method"] == "none", NO_SPEC, out["runner_variant"]))
-    runner_value = np.where(falls_back, out["value"], out["runner_value"])
-    rounds = pd.Series([len(_paired_rounds(r)) for r in out.itertuples(index=False)], index=out.index)
-    one_launch = rounds < 2
-    said = pd.Series([j[3] if j else "" for j in judgements], index=out.index)
-    why = np.select(
-        [out["variant"].isna(), ~has_ref, picked_spec & has_ref, out["spec_method"] == "none"],
-        ["every cell excluded", "no no-spec launch here: variants ranked without a reference", said,
-         "no-spec scores best (or within the depth margin)"], "")
-    why = np.where(one_launch & has_ref & out["variant"].notna(), ONE_LAUNCH + "; " + pd.Series(why, index=out.index), why)
-    price = _launch_price(results)
-    runs_reference = run == NO_SPEC
-    chosen = pd.DataFrame({"source": np.where(runs_reference, out["ref_source"], out["source"]),
-                           "ref": np.where(runs_reference, out["ref_ref"], out["ref"]), "node": out["node"],
-                           "stack": out["stack"], "variant": np.where(runs_reference, out["ref_variant"], out["variant"])})
-    chosen = chosen.merge(price, on=LAUNCH, how="left")
-    nospec = pd.DataFrame({"source": out["ref_source"], "ref": out["ref_ref"], "node": out["node"], "stack": out["stack"],
-                           "variant": out["ref_variant"]}).merge(price, on=LAUNCH, how="left")
-    table = pd.DataFrame({
-        **{c: out[c] for c in ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens"]},
-        "metric": np.where(out["concurrency"] == 1, SINGLE_STREAM_METRIC, CONCURRENT_METRIC), "run": run,
-        "decided": ~one_launch & has_ref, "rounds": rounds,
-        "gain": gain.where(clears), "gain_low": low.where(clears), "gain_high": high.where(clears),
-        "launch_noise": [estimators.launch_noise(r) if isinstance(r, dict) else np.nan for r in out["ref_rounds"]],
-        "runner_up": runner_up, "runner_up_gain": (pd.Series(runner_value, index=out.index) / out["ref_value"] - 1),
-        "why": why,
-        "kv_pool_tokens": chosen["kv_pool_tokens"].to_numpy(), "kv_pool_tokens_nospec": nospec["kv_pool_tokens"].to_numpy(),
-        "contexts_held": chosen["contexts_held"].to_numpy(), "contexts_held_nospec": nospec["contexts_held"].to_numpy(),
-        "excluded": out[SPEC_PAIR].merge(excluded.rename("excluded").reset_index(), on=SPEC_PAIR, how="left")["excluded"].fillna("").to_numpy(),
-    })
-    table["excluded"] = table["excluded"] + _aa_controls(cells, reference).reindex(
-        pd.MultiIndex.from_frame(out[SPEC_PAIR]), fill_value="").to_numpy()
-    return table.sort_values(["node", "stack", "model", "power_cap_w", "workload", "concurrency"], kind="stable").reset_index(drop=True)
+    return pd.Series(notes, dtype=object)

@@ -103,3 +103,11 @@ def load_file(path: Path, schema_name: str) -> dict:
     if data is None:
         data = {}
     return validate(data, load_schema(schema_name), str(path))
+
+
+def default_decision():
+    """What to run's rule for a node whose file is not at hand (a kept run, a bundle): the node schema's defaults."""
+    from stackbench.config.model import Decision
+
+    node = load_schema("node")["properties"]
+    return Decision.of({"launches": node["launches"]["default"], "decide": validate({}, node["decide"], "node.schema.yaml: decide")})

@@ -178,6 +178,25 @@ class HostIdle:
 
 
 @dataclass(frozen=True)
+class Decision:
+    """What to run's sequential rule for a node (node.schema.yaml `launches` and `decide`): the first look's
+    round, the budget's most rounds and minutes, and the smallest gain worth switching for."""
+
+    first: int
+    most: int
+    min_gain: float
+    budget_minutes: float | None
+
+    @classmethod
+    def of(cls, node_doc: dict) -> Decision:
+        """From a validated node document (defaults filled): the first look after `launches` rounds, at least two
+        (a paired interval needs two), the rest from `decide`."""
+        decide = node_doc["decide"]
+        return cls(first=max(2, node_doc["launches"]), most=max(decide["most_launches"], node_doc["launches"]),
+                   min_gain=decide["min_gain"], budget_minutes=decide["budget_minutes"])
+
+
+@dataclass(frozen=True)
 class Slurm:
     """Where the node's measure jobs go under the SLURM profile (node.schema.yaml `slurm` documents each)."""
 
@@ -200,6 +219,7 @@ class Node:
     gpu_memory_gib: float | None
     bandwidth_gbs: float | None
     cpu_threads: int | None
+    client_cpus: tuple[int, ...] | None  # the measuring process's cores; the server gets the rest (host/affinity.py)
     os: str
     power_caps_w: tuple[float, ...]
     api_key_env: str | None
@@ -210,7 +230,12 @@ class Node:
     launches: tuple[Launch, ...]
     prepared_models: tuple[Model, ...] = ()  # the node's models the pipeline makes (a `prepare` recipe), used or not
     quality_reference: Model | None = None  # the model every launch's divergence is measured from (node `quality_reference`)
+    # The largest divergence from quality_reference the node's owner accepts (node `quality_limit`: mean_kld,
+    # same_top_token; either null: not judged); a launch beyond it is flagged in the verdict. None: not judged.
+    quality_limit: dict | None = None
     slurm: Slurm = Slurm()
+    decision: Decision | None = None  # What to run's sequential rule (analysis/decide.py)
+    later_rounds: tuple[Launch, ...] = ()  # rounds past `launches`, launched only while a cell is undecided
     host_idle: HostIdle = field(default_factory=HostIdle.from_schema)  # checked before every launch, watched per cell
 
     @property
@@ -230,9 +255,6 @@ def from_json(kind, value):
     if dataclasses.is_dataclass(kind):
         hints = typing.get_type_hints(kind)
         return kind(**{f.name: from_json(hints[f.name], value[f.name]) for f in dataclasses.fields(kind) if f.name in value})
-    # The largest divergence from quality_reference the node's owner accepts (node `quality_limit`: mean_kld,
-    # same_top_token; either null: not judged); a launch beyond it is flagged in the verdict. None: not judged.
-    quality_limit: dict | None = None
     if typing.get_origin(kind) is tuple:
         args = typing.get_args(kind)
         if len(args) == 2 and args[1] is Ellipsis:

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from stackbench.config import ConfigError
 from stackbench.engines import adapter_for, prometheus
 from stackbench.engines.base import ServerFacts
-from stackbench.host import gpustate, hostload, locks, powercap, telemetry
+from stackbench.host import affinity, gpustate, hostload, locks, powercap, telemetry
 from stackbench.measure import precision, summary
 from stackbench.measure.cellstore import CellStore
 from stackbench.measure.progress import CellProgress, console_and_log
@@ -130,6 +130,10 @@ class LaunchRun:
         self.launches += 1
         port = urlsplit(self.server.base_url).port
         self.server_pids = hostload.listening_pids(port) if port else []
+        if self.node.client_cpus and self.server.pgid:  # the server's threads off the client's cores (host/affinity.py)
+            pinned = affinity.pin_tree(self.server.pgid, self.server_cores)
+            log.info("server pinned: %d threads on cores %s, the client on %s", pinned, sorted(self.server_cores),
+                     list(self.node.client_cpus))
         self.ready_s = self.ready_s if self.ready_s is not None else seconds
         self.timeline.append({"event": "ready", "seconds": seconds, "launch": self.launches})
         self.facts = self.adapter.parse_log(self.server.log_text())
@@ -362,6 +366,9 @@ class LaunchRun:
     # -- the launch --------------------------------------------------------------------------------
     def run(self) -> Path:
         api_key(self.node)  # a missing key stops the launch here, before any server starts
+        if self.node.client_cpus:  # this process and its threads on the client's cores, the server on the rest
+            self.server_cores = affinity.server_cpus(self.node.client_cpus)
+            affinity.pin_self(set(self.node.client_cpus))
         todo = self.store.todo()
         cells = self.spec.cells
         log.info("%s: %d cells, %d already measured", self.launch.name, len(cells), len(cells) - len(todo))

@@ -24,7 +24,7 @@ from stackbench.host.hostload import HostLoad
 from stackbench.host.telemetry import WindowReading, counter_energy_j, power_by_time, power_integral
 from stackbench.measure import correctness
 from stackbench.measure.client import RequestRecord
-from stackbench.results import metrics
+from stackbench.results import estimators, metrics
 from stackbench.results.estimators import median_interval
 
 # A percentile from fewer samples than this says so in its note.
@@ -73,7 +73,7 @@ def _median_figure(metric: str, per_repeat: list[float | None], unit: str, ttft_
     note = None
     if ci and max(median - ci[0], ci[1] - median) > CI_FLAG_FRACTION * abs(median):
         note = f"{MEDIAN_INTERVAL} wider than +-{CI_FLAG_FRACTION:.0%} of its value ({len(values)} repeats)"
-    mad = statistics.median(abs(v - median) for v in values) if len(values) > 1 else None
+    mad = estimators.mad(values)
     # One repeat has no range: "8940 (8940-8940)" would read as a spread of zero.
     low, high = (min(values), max(values)) if len(values) > 1 else (None, None)
     return Figure(metric, median, unit, "median", len(values), low, high, ttft_included, note,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, validate
 from stackbench.config.kinds import KINDS
-from stackbench.config.model import GpuIdle, Launch, Load, Model, Node, Slurm, Workload
+from stackbench.config.model import Decision, GpuIdle, Launch, Load, Model, Node, Slurm, Workload
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict
@@ -233,8 +233,13 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                           "listed once (replicates of it come from `launches`)")
     chosen = _chosen_stacks(doc, cfg["stacks"], where)
     replicates = cfg["launches"] or doc["launches"]
-    launches = interleaved_rounds([l for l in launches if l.stack_config in chosen], replicates,
-                                  {w.name: w for w in workloads}, f"{cfg['measure']['order_seed']}/{name}")
+    decision = Decision.of({**doc, "launches": replicates})
+    # Every round the sequence may reach (What to run's rule, docs/what-to-run.md): the first `launches` rounds are
+    # planned; each later one only as the checkpoint after the round before asks. A rehearsal plans the first only.
+    rounds = replicates if rehearsal_plan.node_of(cfg) else max(replicates, decision.most)
+    every = interleaved_rounds([l for l in launches if l.stack_config in chosen], rounds,
+                               {w.name: w for w in workloads}, f"{cfg['measure']['order_seed']}/{name}")
+    launches = [l for l in every if l.replicate <= replicates]
     gpu = doc["hardware"]["gpu"]
     return Node(
         name=name,
@@ -245,6 +250,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         gpu_memory_gib=gpu["memory_gib"],
         bandwidth_gbs=gpu["bandwidth_gbs"],
         cpu_threads=doc["hardware"]["cpu_threads"],
+        client_cpus=tuple(doc["hardware"]["client_cpus"]) if doc["hardware"]["client_cpus"] else None,
         # `auto` reads the OS of the host that measures: in a rehearsal that is not the GPU host, so unknown.
         os=rehearsal_plan.AUTO_OS if doc["os"] == "auto" and rehearsal_plan.node_of(cfg) else doc["os"],
         power_caps_w=tuple(doc["power_caps_w"]),
@@ -257,6 +263,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         prepared_models=tuple(_model(name, doc, key, f"{where}: models.{key}", cfg["paths"]["models"])
                               for key, spec in doc["models"].items() if "prepare" in spec),
         slurm=Slurm(**doc["slurm"]),
+        decision=decision,
+        later_rounds=tuple(l for l in every if l.replicate > replicates),
         quality_reference=(_model(name, doc, doc["quality_reference"], f"{where}: quality_reference", cfg["paths"]["models"])
                            if doc["quality_reference"] else None),
     )
@@ -417,7 +425,7 @@ def load_plan(root: Path = Path("."), given: dict | None = None) -> tuple[dict, 
 def find_launch(nodes: list[Node], node: str, launch: str) -> tuple[Node, Launch]:
     for candidate in nodes:
         if candidate.name == node:
-            for item in candidate.launches:
+            for item in candidate.launches + candidate.later_rounds:
                 if item.name == launch:
                     return candidate, item
     raise KeyError(f"no launch {launch!r} on node {node!r}")

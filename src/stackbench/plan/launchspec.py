@@ -39,7 +39,7 @@ DEFINITIONS_SOURCES = "7042b64798b517672afda5921f4fd8a257deaff09129c498a1c4bde6e
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
-SERVER_NODE_FIELDS = ("gpu_model", "gpu_count", "gpu_devices", "cpu_threads", "os", "api_key_env", "gpu_memory_gib")
+SERVER_NODE_FIELDS = ("gpu_model", "gpu_count", "gpu_devices", "cpu_threads", "client_cpus", "os", "api_key_env", "gpu_memory_gib")
 SERVER_LAUNCH_FIELDS = ("node", "stack_config", "engine", "variant", "spec_method", "spec_engine_type", "spec_tokens",
                         "spec_extra", "server_args", "model", "draft_model", "launch_mode", "launch_target", "env_name",
                         "container_cli", "context_len", "bind_host", "env")
@@ -93,7 +93,7 @@ class Cell:
 
 # What only the workflow asks of a node (which models it makes, where SLURM sends its jobs): not a
 # launch's, so not in its spec.
-NODE_WORKFLOW_FIELDS = ("prepared_models", "slurm", "quality_reference")
+NODE_WORKFLOW_FIELDS = ("prepared_models", "slurm", "quality_reference", "decision", "later_rounds")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,10 @@ import pandas as pd
 from stackbench import analysis
 from stackbench.analysis import decide
 from stackbench.report import tables
+from stackbench.results import estimators
+
+# Past these bounds an interval says only that the launches disagree: it is not printed as a figure.
+TOO_NOISY = (-0.9, 9.0)
 
 
 def _percent(value) -> str:
@@ -24,12 +28,31 @@ def _against(value, reference, spec: str) -> str:
     return text if pd.isna(reference) or reference == value else f"{text} (no-spec {spec.format(reference)})"
 
 
-def _launches(rounds, noise) -> str:
-    """Rounds of launches the gain is paired over, and no-spec's own launch-to-launch half-width (a gain whose
-    truth is zero would read within it)."""
+def _rounds(rounds, decided_at) -> str:
+    """The valid rounds of launches behind the verdict, and the look that decided it."""
     if pd.isna(rounds) or rounds < 2:
-        return "1 (noise not measured)"
-    return f"{rounds:.0f} (±{noise:.1%})" if pd.notna(noise) else f"{rounds:.0f}"
+        return "1 (launch noise not measured)" if rounds == 1 else "none"
+    return f"{rounds:.0f} (decided at {decided_at:.0f})" if pd.notna(decided_at) else f"{rounds:.0f}"
+
+
+def _settle(choice) -> str:
+    """What would settle an undecided cell: the rounds at the spread seen, or why not."""
+    if choice["verdict"] != decide.UNDECIDED:
+        return ""
+    if pd.notna(choice["settle_rounds"]):
+        return f"about {choice['settle_rounds']:.0f} more round(s) at the spread seen"
+    if choice["rounds"] >= 2 and pd.notna(choice["gain"]):
+        return f"more than {estimators.MOST_ROUNDS_SAID} rounds at the spread seen"
+    return ""
+
+
+def _interval(gain, low, high) -> str:
+    """A gain with its interval; 'too noisy to state' past what a node can mean (a bound beyond -90% / +900%)."""
+    if pd.isna(gain):
+        return ""
+    if pd.isna(low) or pd.isna(high) or low < TOO_NOISY[0] or high > TOO_NOISY[1]:
+        return f"{_percent(gain)} (interval too noisy to state: beyond {TOO_NOISY[0]:+.0%} / {TOO_NOISY[1]:+.0%})"
+    return f"{_percent(gain)} ({_percent(low)} to {_percent(high)})"
 
 
 def _tokens(value) -> str:
@@ -61,20 +84,52 @@ def _qualifier(column: str, value) -> str:
 
 
 def _display(choices: pd.DataFrame) -> pd.DataFrame:
-    gain = [f"{_percent(g)} ({_percent(lo)} to {_percent(hi)})" if pd.notna(g) else ""
-            for g, lo, hi in zip(choices["gain"], choices["gain_low"], choices["gain_high"])]
+    gain = [(f"{lead}: " if isinstance(lead, str) else "") + _interval(g, lo, hi) if pd.notna(g) else ""
+            for lead, g, lo, hi in zip(choices["leading"], choices["gain"], choices["gain_low"], choices["gain_high"])]
     runner = [f"{r} ({_percent(g)})" if isinstance(r, str) and pd.notna(g) else (r if isinstance(r, str) else "")
               for r, g in zip(choices["runner_up"], choices["runner_up_gain"])]
     return pd.DataFrame({
         "stack": choices["stack"], "model": choices["model"], "power cap W": choices["power_cap_w"],
         "workload": choices["workload"], "concurrency": choices["concurrency"],
         "prompt tokens": choices["prompt_tokens"], "judged on": choices["metric"],
-        "run": choices["run"], "gain over no-spec (interval)": gain,
-        "launches (noise floor)": [_launches(n, noise) for n, noise in zip(choices["rounds"], choices["launch_noise"])],
-        "runner-up (gain)": runner, "why": choices["why"],
+        "verdict": choices["verdict"], "run": choices["run"], "gain over no-spec (interval)": gain,
+        "rounds (decided at)": [_rounds(n, at) for n, at in zip(choices["rounds"], choices["decided_at"])],
+        "what would settle it": [_settle(c) for _, c in choices.iterrows()],
+        "runner-up (paired gain)": runner, "why": choices["why"],
         "KV pool tokens": [_against(v, r, "{:.0f}") for v, r in zip(choices["kv_pool_tokens"], choices["kv_pool_tokens_nospec"])],
         "contexts held": [_against(v, r, "{:.2f}x") for v, r in zip(choices["contexts_held"], choices["contexts_held_nospec"])],
         "excluded": choices["excluded"]})
+
+
+def verdict_summary(mine: pd.DataFrame) -> str:
+    """'10 judged cells: 4 run, 3 not worth it, 3 undecided'."""
+    counts = mine["verdict"].value_counts()
+    return f"{len(mine)} judged cells: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in decide.VERDICTS)
+
+
+def answer_tables(choices: pd.DataFrame, nodes: list[str], notes: dict[str, list[str]] | None = None) -> list[tables.Table]:
+    """The answer first, per node: each judged cell's verdict, the gain with its interval, the price in KV pool,
+    and what would settle the rest; `notes` the node's own lines to say before anything (a busy host)."""
+    out = []
+    for node in nodes:
+        mine = choices[choices["node"] == node]
+        if mine.empty:
+            continue
+        shown = pd.DataFrame({
+            "stack": mine["stack"], "workload": mine["workload"], "concurrency": mine["concurrency"],
+            "power cap W": mine["power_cap_w"], "verdict": mine["verdict"], "run": mine["run"],
+            "gain over no-spec (interval)": _display(mine)["gain over no-spec (interval)"],
+            "KV pool tokens": [_against(v, r, "{:.0f}") for v, r in zip(mine["kv_pool_tokens"], mine["kv_pool_tokens_nospec"])],
+            "what would settle it": [_settle(c) for _, c in mine.iterrows()]})
+        if shown["power cap W"].isna().all():
+            shown = shown.drop(columns="power cap W")
+        table = tables.frame_table(shown, f"answer-{node}", f"The answer on {node}: {verdict_summary(mine)}",
+                                   "analysis.decide: the sequential rule over rounds of launches")
+        table.legend = [*(notes or {}).get(node, []), "run V: V's gain clears zero; not worth it: every candidate's upper "
+                        "bound is below the node's smallest gain worth switching for; undecided: neither, with the rounds "
+                        "that would settle it. The rule and each cell's detail are under What to run."]
+        out.append(table)
+    return out
 
 
 def what_to_run_tables(choices: pd.DataFrame, nodes: list[str], agreement: pd.DataFrame,
@@ -107,12 +162,12 @@ def held_table(held: pd.DataFrame, node: str, label: str) -> tables.Table:
     table = tables.frame_table(shown, f"decisions-held-{node}-{label}", f"Did the decisions hold on {node}? "
                                f"This run against the run kept as {label}", "analysis.held over both runs' What to run")
     counts = held["verdict"].value_counts()
-    said = ", ".join(f"{counts[v]} {v}" for v in ("held", "flipped, inside the intervals", "flipped, neither decided",
-                                                   "did not hold") if v in counts)
-    table.legend.append(f"{len(held)} decisions in both runs: {said or 'none'}. A decision (a variant whose gain's "
-                        "interval clears zero) holds when the other run's point estimate of the same variant's gain lies "
-                        "inside its interval; the kept run's rows go through the same rule as this run's. Keep a run with "
-                        f"`stackbench keep {node}` before measuring again (docs/what-to-run.md).")
+    said = ", ".join(f"{counts[v]} {v}" for v in ("held", "did not hold", "not compared") if v in counts)
+    table.legend.append(f"{len(held)} cells with a contender in both runs: {said or 'none'}. A cell holds when the two "
+                        "runs' gains of the variant either run decided on (else each run's leading candidate) do not "
+                        "differ: Welch's t test of their paired log ratios over rounds, at 95%. The kept run's rows go "
+                        f"through the same rule as this run's. Keep a run with `stackbench keep {node}` before measuring "
+                        "again (docs/what-to-run.md).")
     return table
 
 
@@ -221,7 +276,7 @@ def rehearsal_tables(cells: pd.DataFrame, nodes: list[str], launches: dict[tuple
                              "the rehearsal's plan (its cells, any status); analysis.decide's rule", columns, body,
                              [[None] * len(columns) for _ in body])
         table.legend += [NO_CHOICE, "Judged on: decode tok/s at c1, aggregate tok/s above (closed loop); with one launch "
-                         f"per variant a choice is marked '{decide.ONE_LAUNCH}'.", decide.RULE]
+                         "per variant a cell is never decided: the rule needs two rounds or more.", decide.RULE]
         out.append(table)
     return out
 

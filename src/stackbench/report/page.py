@@ -140,7 +140,7 @@ def _json(value) -> str:
 
 
 def page_html(intro: str, headlines, correctness, fulls, derived, seed, status, figures, decided,
-              heading: str = "Stack comparison report", opening=()) -> str:
+              heading: str = "Stack comparison report", opening=(), answers=()) -> str:
     figure_html = "".join(
         f"<div class='chart' id='chart-{i}'></div><script>Plotly.newPlot('chart-{i}', "
         f"{_json(fig['data'])}, {_json(fig['layout'])}, {{responsive: true}})</script>" for i, fig in enumerate(figures))
@@ -153,6 +153,7 @@ def page_html(intro: str, headlines, correctness, fulls, derived, seed, status, 
         f"<style>{STYLE}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
         f"<script>{PAGER_JS}</script></head><body>"
         f"<h1>{html.escape(heading)}</h1>"
+        + ("<h2>The answer: what to run on each node</h2>" + "".join(to_html(t) for t in answers) if answers else "")
         + ("<h2>Time budget of the real run</h2>" + "".join(to_html(t) for t in opening) if opening else "")
         + "<h2>Headline: one row per stack variant, per node</h2>"
         + "".join(to_html(t, "headline") for t in headlines) +

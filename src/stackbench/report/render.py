@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from stackbench import analysis
+from stackbench.analysis import hoststate
 from stackbench.report import budget, charts, decisions, tables, usecase
 from stackbench.report.layouts import Layout, load_layouts
 from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
@@ -47,6 +48,7 @@ from stackbench.report.queries import (
 )
 from stackbench.results import basis, metrics
 from stackbench.results.kept import kept_runs
+from stackbench.results.metrics import HOST_BUSY_METRIC
 from stackbench.results.store import MEASURED, MEASURED_SQL, read_results
 
 # Rows of the full tables embedded in the page, shared among the nodes (at least 200 each) so the page stays
@@ -418,10 +420,11 @@ def seed_tally(seed: list[tables.Table], layouts: dict) -> str:
 
 
 def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("data/published"),
-                 budget_path: Path | None = None, kept_dir: Path | None = None) -> list[Path]:
+                 budget_path: Path | None = None, kept_dir: Path | None = None, rules: dict | None = None) -> list[Path]:
     """Every table, the summary (report.md) and the page (index.html); a rehearsal's time budget of the real
     run (`budget_path`, report/budget.py) opens both; each node's runs kept in `kept_dir` (results/kept.py) are
-    judged against this one's decisions."""
+    judged against this one's decisions; `rules` each node's What to run rule (config.model.Decision), the
+    schema's defaults for a node not named."""
     results = Results(results_path)
     counts = results.frame("select source, count(*) as n from results group by source").set_index("source")["n"].to_dict()
     # Nodes measured here first, then the posts' nodes.
@@ -471,9 +474,10 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         correctness = correctness_tables(by_variant, nodes)
         agreement = cross_stack_input(results)
         decide_rows = decide_input(results)
-        choices = analysis.what_to_run(decide_rows, by_variant)
+        choices = analysis.what_to_run(decide_rows, by_variant, rules)
         decided = decisions.what_to_run_tables(choices, nodes, agreement, analysis.launch_variance(decide_rows))
-        decided += held_tables(kept_dir, nodes, choices, decide_rows) if kept_dir and not rehearsal else []
+        decided += held_tables(kept_dir, nodes, choices, decide_rows, rules) if kept_dir and not rehearsal else []
+        answers = [] if rehearsal else decisions.answer_tables(choices, nodes, busy_notes(results))
         refused = [f"power {why}: those cells are analysed as uncapped." for why in caps_refused.values()]
         decided += decisions.energy_tables(analysis.energy_cells(decide_rows, by_variant), refused)
         spec = analysis.spec_value_by_context(frame)
@@ -522,7 +526,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             if rehearsal else usecase.use_case_tables(use_rows, nodes, choices)
         decided = [dataclasses.replace(t, title=(REHEARSAL_TITLE if rehearsal else "") + t.title) for t in uses] + decided
         written = []
-        for table in opening + headlines + decided + correctness + derived + seed + bundled + implausible:
+        for table in answers + opening + headlines + decided + correctness + derived + seed + bundled + implausible:
             outputs = [(".md", to_markdown(table))] + ([] if table.written_whole else [(".csv", to_csv(table))])
             for suffix, text in outputs:
                 path = table_dir / f"{table.table_id}{suffix}"
@@ -533,6 +537,8 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             f"{sum(counts.values())} figures: {counts.get('measured', 0)} measured here, "
             f"{counts.get('published', 0)} transcribed from the seed posts.")
         summary = [f"# {heading}", ""]
+        if answers:
+            summary += ["## The answer: what to run on each node", "", *[to_markdown(t) for t in answers]]
         if opening:
             summary += ["## Time budget of the real run", "", *[to_markdown(t) for t in opening]]
         summary += ["## Headline: one row per stack variant, per node", "",
@@ -557,7 +563,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
 
         html_path = out_dir / "index.html"
         html_path.write_text(page_html(intro, headlines, correctness, fulls, derived + implausible + bundled, seed, status, figures, decided, heading,
-                                       opening),
+                                       opening, answers),
                              encoding="utf-8")
         written.append(html_path)
     finally:
@@ -565,7 +571,16 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     return written
 
 
-def held_tables(kept_dir: Path, nodes: list[str], choices: pd.DataFrame, decide_rows: pd.DataFrame) -> list[tables.Table]:
+def busy_notes(results: Results) -> dict[str, list[str]]:
+    """Per node, the launches that ran (or were refused) on a busy host, said before its answer (analysis.hoststate)."""
+    rows = results.frame(f"select * from results where source in {MEASURED_SQL} and (metric in "
+                         f"{sql_in([HOST_BUSY_METRIC, 'host_outside_cpu_share_peak'])} or status = '{hoststate.REFUSED}')")
+    return {node: ["A busy host: " + line + "." for line in hoststate.busy_lines(mine)]
+            for node, mine in rows.groupby("node", sort=False) if hoststate.busy_lines(mine)}
+
+
+def held_tables(kept_dir: Path, nodes: list[str], choices: pd.DataFrame, decide_rows: pd.DataFrame,
+                rules: dict | None = None) -> list[tables.Table]:
     """Per node and run kept for it (results/kept.py), which of the kept run's decisions held in this one
     (analysis/held.py): the kept rows go through the same queries and the same rule as this run's."""
     kept = {node: kept_runs(kept_dir, node) for node in nodes}
@@ -576,7 +591,7 @@ def held_tables(kept_dir: Path, nodes: list[str], choices: pd.DataFrame, decide_
         for path in paths:
             earlier = Results(path)
             earlier_rows = decide_input(earlier)
-            earlier_choices = analysis.what_to_run(earlier_rows, analysis.correctness_by_variant(correctness_input(earlier)))
+            earlier_choices = analysis.what_to_run(earlier_rows, analysis.correctness_by_variant(correctness_input(earlier)), rules)
             held = analysis.decisions_held(earlier_choices, analysis.variant_gains(earlier_rows),
                                            choices[choices["node"] == node], gains[gains["node"] == node])
             out.append(decisions.held_table(held, node, path.stem))

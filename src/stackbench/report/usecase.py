@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from stackbench.analysis.decide import NO_SPEC
+from stackbench.analysis.decide import RUN
 from stackbench.report.tables import Table, format_number
 from stackbench.results import basis
 
@@ -41,12 +41,13 @@ LONG_MIN_TOKENS = 8192  # a shorter prompt is no long-context answer (long-prefi
 OUTPUT_TOKENS = 512  # a long-context request's output where its cell does not state one
 SEPARATING = ("engine", "quant", "model", "kv_dtype", "context_len", "spec_method", "spec_tokens", "engine_version")
 DECODE, TTFT = "decode_tps", "ttft_s"
-RULE = ("Rule: each stack stands with the variant What to run chose on most of the use's cells (its rule is under "
-        "What to run); stacks are compared on the use's workloads every compared stack ran; chat and coding on the "
-        "single-stream decode rate (median of those cells), long context on a request's time, TTFT + output tokens "
-        f"/ decode rate, at each launch's longest prompt among those reaching {LONG_SHARE:.0%} of the node's longest "
-        f"(at least {LONG_MIN_TOKENS} tokens); the pick is separated from the runner-up only where their intervals "
-        "do not overlap.")
+RULE = ("Rule: each stack stands with the variant What to run decided to run on the use's cells (no-spec where it "
+        "decided no run there, or runs differing variants; its rule is under What to run), and its verdicts are "
+        "said beside it; stacks are compared on the use's workloads every compared stack ran; chat and coding on the "
+        "single-stream decode rate (median of those cells over their launches), long context on a request's time, "
+        f"TTFT + output tokens / decode rate, at each launch's longest prompt among those reaching {LONG_SHARE:.0%} "
+        f"of the node's longest (at least {LONG_MIN_TOKENS} tokens). Stacks are not tested against each other: "
+        "their quantizations answer differently by design, and What to run judges each against its own no-spec.")
 
 
 def _metric(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -102,29 +103,36 @@ def _use_rows(rows: pd.DataFrame, use: str, node: str = "") -> tuple[pd.DataFram
     return picked, left
 
 
-def _interval(cells: pd.DataFrame) -> str:
-    if cells[["ci_low", "ci_high"]].notna().all(axis=None):
-        return f"{format_number(cells['ci_low'].mean())}–{format_number(cells['ci_high'].mean())}"
-    return "none (one repeat per cell)"
+def _stack_verdict(stack: str, workloads, choices: pd.DataFrame | None) -> tuple[str | None, str]:
+    """What to run's verdicts (the one decision object) on the use's c1 cells of one stack: the variant it decided
+    to run where every cell it decided "run" names the same one (else None: the stack stands with no-spec), and
+    the verdicts said per workload."""
+    if choices is None or choices.empty:
+        return None, "not judged"
+    mine = choices[(choices["stack"] == stack) & (choices["concurrency"] == 1) & choices["workload"].isin(set(workloads))]
+    if mine.empty:
+        return None, "not judged"
+    runs = set(mine.loc[mine["verdict"] == RUN, "run"])
+    said = "; ".join(f"{verdict}{' ' + ', '.join(sorted(set(rows['run']))) if verdict == RUN else ''} on "
+                     + ", ".join(sorted(set(rows["workload"]))) for verdict, rows in mine.groupby("verdict", sort=True))
+    return (runs.pop() if len(runs) == 1 else None), said
 
 
 def _decided_variants(cells: pd.DataFrame, choices: pd.DataFrame) -> pd.DataFrame:
-    """The use's cells of each stack's variant that What to run chose on most of them (no-spec on a tie or
-    where it decided nothing); a stack What to run did not judge keeps every variant."""
+    """The use's cells of each stack's variant that What to run decided to run on the use's cells (no-spec where it
+    decided no run, or runs differing variants); a stack What to run did not judge keeps every variant."""
     if choices is None or choices.empty or cells.empty:
         return cells
     kept = []
     for stack, mine in cells.groupby("stack", sort=False):
-        runs = choices[(choices["stack"] == stack) & (choices["concurrency"] == 1) & choices["workload"].isin(mine["workload"])]
-        if runs.empty:
+        judged = choices[(choices["stack"] == stack) & (choices["concurrency"] == 1) & choices["workload"].isin(mine["workload"])]
+        if judged.empty:
             kept.append(mine)
             continue
+        variant, _ = _stack_verdict(stack, mine["workload"], choices)
         nospec = mine.loc[mine["spec_method"] == "none", "variant"]
-        named = runs["run"].replace({NO_SPEC: nospec.iloc[0] if len(nospec) else NO_SPEC})
-        counts = named.value_counts()
-        top = counts[counts == counts.max()].index
-        variant = nospec.iloc[0] if len(nospec) and (len(top) > 1 or top[0] not in set(mine["variant"])) else top[0]
-        kept.append(mine[mine["variant"] == variant])
+        variant = variant if variant in set(mine["variant"]) else (nospec.iloc[0] if len(nospec) else None)
+        kept.append(mine[mine["variant"] == variant] if variant else mine)
     return pd.concat(kept)
 
 
@@ -149,13 +157,6 @@ def _score(cells: pd.DataFrame, rows: pd.DataFrame, use: str) -> tuple[pd.Series
     return cells.groupby(LAUNCH)["value"].median().sort_values(ascending=False), True
 
 
-def _separated(pick: pd.DataFrame, runner: pd.DataFrame) -> str:
-    if not (pick[["ci_low", "ci_high"]].notna().all(axis=None) and runner[["ci_low", "ci_high"]].notna().all(axis=None)):
-        return "not decided (no interval)"
-    apart = pick["ci_low"].mean() > runner["ci_high"].mean() or pick["ci_high"].mean() < runner["ci_low"].mean()
-    return "yes" if apart else "no: the intervals overlap"
-
-
 def use_case_table(rows: pd.DataFrame, node: str, choices: pd.DataFrame | None = None) -> Table | None:
     """`rows`: the node's measured cells at concurrency 1 (status ok): decode_tps and, for long context, ttft_s
     (a `metric` column; without one every row is a decode rate); `choices`: What to run's rows of the node
@@ -174,25 +175,25 @@ def use_case_table(rows: pd.DataFrame, node: str, choices: pd.DataFrame | None =
         pick = cells[(cells["stack"] == stack) & (cells["variant"] == variant)]
         rate = pick["value"].median()
         figure = f"{format_number(rate)} tok/s" + ("" if higher else f"; request {format_number(best)} s")
-        runner, separated = "none", ""
+        runner = "none"
         if len(score) > 1:
             (r_stack, r_variant), second = score.index[1], score.iloc[1]
             other = cells[(cells["stack"] == r_stack) & (cells["variant"] == r_variant)]
             runner = f"{r_stack} / {r_variant} (" + (f"{format_number(second)} tok/s" if higher else
                                                     f"request {format_number(second)} s") + ")"
-            separated = _separated(pick, other)
             pair = pd.concat([pick.head(1).assign(row_no=1), other.head(1).assign(row_no=2)])
             fields = [c.field for c in basis.caveats(pair[[c for c in pair.columns if c in (*SEPARATING, "row_no")]])]
             caveats.append(f"{use}: {stack} / {variant} and {runner} differ in " + (", ".join(fields) or "nothing stated"))
         workloads = ", ".join(sorted(set(pick["workload"])))
-        body.append([use, f"{stack} / {variant}", figure, _interval(pick), runner, separated, workloads])
-        raw.append([None, None, rate, None, None, None, None])
+        body.append([use, f"{stack} / {variant}", figure, _stack_verdict(stack, pick["workload"], choices)[1], runner,
+                     workloads])
+        raw.append([None, None, rate, None, None, None])
     if not body:
         return None
     return Table(f"use-case-{node}", f"What to run on {node} for chat / coding / long context",
                  "report/usecase.py: single-stream decode rate (long context: TTFT + output / decode) over the use's "
                  "workloads every compared stack ran; each stack's variant as What to run chose it",
-                 ["use", "pick (stack / variant)", "decode", "interval", "runner-up", "separated", "workloads"], body, raw,
+                 ["use", "pick (stack / variant)", "decode", "What to run within the stack", "runner-up", "workloads"], body, raw,
                  legend=[*left_out, *caveats, RULE, "correctness and quality are not part of the pick: see Correctness beside speed."])
 
 

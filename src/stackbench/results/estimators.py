@@ -5,11 +5,14 @@ between launches, the power that says how many more runs would decide, and the v
   writes it as a row's ci_low / ci_high; measure/precision.py stops repeating on it).
 - wilson: the Wilson score interval of a share (accuracy, the share of positions with the reference's top token).
 - exact_mcnemar: the exact McNemar test on paired flips (answers one launch got right and the other wrong).
-- welch_gain, repeats_to_decide: a variant's gain over its reference with Welch's t interval over repeats inside
-  one launch (WELCH_GAIN), and the repeats that would make it exclude zero.
-- paired_gain (paired_log_ratios), corrected_level, launches_to_decide, launch_noise: the gain paired within
-  rounds of launch replicates with its t interval over rounds, Bonferroni's level for choosing among variants,
-  the launches that would decide at 80% power, and the launch-noise floor of a node.
+- mad, relative_spread, median_of_launches: a cell's spread over repeats, that spread as a share of its median,
+  and a variant's figure over its launches.
+- paired_gain (paired_log_ratios): the gain paired within rounds of launch replicates with its t interval over
+  rounds (a two-sided interval at a given level, for display and the rerun check).
+- What to run's sequential rule (analysis/decide.py): spent_alpha (the error spent at each look after a round,
+  Kim & DeMets' power family), one_sided (a gain's one-sided bounds and p-value at a look's alpha),
+  benjamini_hochberg (error control across a node's cells), rounds_to_settle (the rounds that would decide at the
+  spread seen), and gains_differ (the rerun check: do two runs' gains differ).
 - variance_components: the variance split between launches and repeats inside one.
 
 The unit of replication is the launch (a fresh server process), as JMH's forks and pyperf's worker processes
@@ -30,12 +33,10 @@ import numpy as np
 import scipy.stats
 
 LEVEL = 0.95
-POWER = 0.80
-MOST_LAUNCHES_SAID = 100  # launches_to_decide looks no further
-MOST_REPEATS_SAID = 1000  # repeats_to_decide looks no further
+MOST_ROUNDS_SAID = 100  # rounds_to_settle looks no further
 Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
-WELCH_GAIN = ("Welch's t interval (95%) of the difference of the mean log rates over repeats, read as the ratio "
-              "of the geometric means - 1")
+ALPHA = 0.05  # What to run's error: a false "run" (across a node's cells) or a false "not worth it" (per cell)
+SPENDING_RHO = 2  # Kim & DeMets (1987) power family alpha x t^rho: spends little at the early looks
 
 
 def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
@@ -66,45 +67,6 @@ def exact_mcnemar(worse: int, better: int) -> float:
         return 1.0
     tail = sum(math.comb(flips, i) for i in range(min(worse, better) + 1)) / 2 ** flips
     return min(1.0, 2 * tail)
-
-
-def _log_moments(values) -> tuple[float, float, int] | None:
-    """Mean and sample variance of the log rates, and their count; None below two positive repeats."""
-    logs = np.log([v for v in (values if values is not None else ()) if v and v > 0])
-    return (float(logs.mean()), float(logs.var(ddof=1)), len(logs)) if len(logs) >= 2 else None
-
-
-def _welch_t(variance_a: float, variance_b: float, n_a: int, n_b: int) -> tuple[float, float]:
-    """The standard error of a difference of means and Welch-Satterthwaite's t quantile at LEVEL."""
-    a, b = variance_a / n_a, variance_b / n_b
-    se = math.sqrt(a + b)
-    df = (a + b) ** 2 / (a ** 2 / (n_a - 1) + b ** 2 / (n_b - 1)) if se > 0 else float("inf")
-    return se, float(scipy.stats.t.ppf((1 + LEVEL) / 2, df))
-
-
-def welch_gain(variant, reference) -> tuple[float, float, float] | None:
-    """(gain, low, high) of `variant`'s rate over `reference`'s, from their per-repeat rates inside one launch:
-    WELCH_GAIN (rates are positive and their ratio is the question, so the difference is taken on logs). None
-    where either has fewer than two repeats."""
-    a, b = _log_moments(variant), _log_moments(reference)
-    if a is None or b is None:
-        return None
-    diff = a[0] - b[0]
-    se, t = _welch_t(a[1], b[1], a[2], b[2])
-    return math.expm1(diff), math.expm1(diff - t * se), math.expm1(diff + t * se)
-
-
-def repeats_to_decide(variant, reference) -> int | None:
-    """How many repeats of each would make welch_gain's interval exclude zero, were the log rates' difference and
-    variances what these repeats show; None where none up to MOST_REPEATS_SAID would (or either has < 2)."""
-    a, b = _log_moments(variant), _log_moments(reference)
-    if a is None or b is None or a[0] == b[0]:
-        return None
-    for n in range(2, MOST_REPEATS_SAID + 1):
-        se, t = _welch_t(a[1], b[1], n, n)
-        if t * se < abs(a[0] - b[0]):
-            return n
-    return None
 
 
 @dataclass(frozen=True)
@@ -145,29 +107,6 @@ def paired_gain(variant: dict[int, float], reference: dict[int, float], level: f
     return PairedGain(math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), len(logs), level, mean, sd)
 
 
-def corrected_level(candidates: int, level: float = LEVEL) -> float:
-    """Bonferroni's level for choosing the best of `candidates` variants and then testing it: each interval at
-    1 - (1 - level) / m, so more depths swept do not mean more false wins (family-wise error at most 1 - level)."""
-    return 1 - (1 - level) / max(candidates, 1)
-
-
-def launches_to_decide(sd_log: float, mean_log: float, level: float = LEVEL, power: float = POWER) -> int | None:
-    """Rounds of launches at which the paired t interval at `level` excludes zero with probability `power`, were
-    the true mean log ratio and its spread what was measured (the noncentral t's power); None where none up to
-    MOST_LAUNCHES_SAID would, or the measured gain is zero."""
-    if not mean_log or not math.isfinite(mean_log):
-        return None
-    if sd_log <= 0:
-        return 2
-    for n in range(2, MOST_LAUNCHES_SAID + 1):
-        df = n - 1
-        critical = scipy.stats.t.ppf((1 + level) / 2, df)
-        shift = abs(mean_log) / (sd_log / math.sqrt(n))
-        if scipy.stats.nct.sf(critical, df, shift) + scipy.stats.nct.cdf(-critical, df, shift) >= power:
-            return n
-    return None
-
-
 @dataclass(frozen=True)
 class VarianceComponents:
     """The variance of a figure's logs split by level: between launches, and between repeats inside one."""
@@ -206,12 +145,123 @@ def variance_components(per_launch: Sequence[Sequence[float]]) -> VarianceCompon
     return VarianceComponents(between, within, len(groups), repeats)
 
 
-def launch_noise(reference: dict[int, float], level: float = LEVEL) -> float | None:
-    """The launch-noise floor of a node: the half-width, as a share, of the paired interval that two series of
-    its reference's launches would give for a gain whose truth is zero (sqrt(2) x their between-launch standard
-    deviation of logs, over the rounds measured). None below two launches."""
-    logs = np.log([v for v in reference.values() if _positive(v)])
-    if len(logs) < 2:
+def mad(values: Sequence[float]) -> float | None:
+    """The median absolute deviation, median(|x - median|), unscaled; None below two values."""
+    if len(values) < 2:
         return None
-    half = float(scipy.stats.t.ppf((1 + level) / 2, len(logs) - 1)) * math.sqrt(2) * float(logs.std(ddof=1)) / math.sqrt(len(logs))
-    return math.expm1(half)
+    centre = float(np.median(values))
+    return float(np.median([abs(v - centre) for v in values]))
+
+
+def relative_spread(mad_value, median) -> float:
+    """A cell's MAD as a share of its median (NaN where either is missing or the median is not positive)."""
+    known = mad_value is not None and not (isinstance(mad_value, float) and math.isnan(mad_value))
+    return float(mad_value) / float(median) if known and _positive(median) else math.nan
+
+
+def median_of_launches(per_launch: Sequence[float]) -> float:
+    """A variant's figure over its launch replicates: the median of each launch's median."""
+    return float(np.median(per_launch)) if len(per_launch) else math.nan
+
+
+# -- What to run's sequential rule ---------------------------------------------------------------------------
+def spent_alpha(look: int, first: int, most: int, alpha: float = ALPHA) -> float:
+    """The error spent at the look after round `look`: Kim & DeMets' (1987) power family, alpha x (n / most)^rho
+    spent by round n, so the first look (round `first`) spends alpha x (first / most)^rho and each later look the
+    increment. Summed over the looks it is at most alpha whatever round the sequence stops at (a union bound over
+    the looks, Lan & DeMets 1983: the rounds need not be planned ahead). 0 outside first..most."""
+    if look < first or look > most:
+        return 0.0
+    before = 0 if look == first else look - 1
+    return alpha * ((look / most) ** SPENDING_RHO - (before / most) ** SPENDING_RHO)
+
+
+@dataclass(frozen=True)
+class OneSided:
+    """A gain's one-sided bounds at one look: low (the gain exceeds it, with error alpha) and high (it is below it,
+    with error alpha), from the paired log ratios' t over rounds; p the one-sided p-value of "no gain"."""
+
+    gain: float
+    low: float
+    high: float
+    p: float
+    rounds: int
+    alpha: float
+    mean_log: float
+    sd_log: float
+
+
+def one_sided(logs: Sequence[float], alpha: float) -> OneSided | None:
+    """Student's t over rounds (df = rounds - 1) of the paired log ratios; None below two rounds."""
+    logs = np.asarray(logs, dtype=float)
+    if len(logs) < 2 or alpha <= 0:
+        return None
+    mean, sd = float(logs.mean()), float(logs.std(ddof=1))
+    se = sd / math.sqrt(len(logs))
+    t_crit = float(scipy.stats.t.ppf(1 - alpha, len(logs) - 1))
+    p = float(scipy.stats.t.sf(mean / se, len(logs) - 1)) if se > 0 else (0.0 if mean > 0 else 1.0)
+    return OneSided(math.expm1(mean), math.expm1(mean - t_crit * se), math.expm1(mean + t_crit * se), p, len(logs),
+                    alpha, mean, sd)
+
+
+def t_over_rounds(logs: np.ndarray, alpha: float, least: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """one_sided for many at once: per row of `logs` (rounds as columns, NaN where a round is missing) the mean,
+    the upper one-sided bound at `alpha` and the p-value of "no gain" (NaN bound and p 1 below `least` rounds,
+    at least two)."""
+    n = np.sum(~np.isnan(logs), axis=1)
+    enough = n >= max(2, least)
+    safe = np.where(enough[:, None], logs, 0.0)
+    counted = np.where(enough, n, 2)
+    mean = np.where(enough, np.nansum(safe, axis=1) / counted, np.nan)
+    squares = np.nansum((safe - np.where(enough, mean, 0.0)[:, None]) ** 2 * ~np.isnan(safe), axis=1)
+    se = np.sqrt(squares / (counted - 1) / counted)
+    df = counted - 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stat = np.where(se > 0, mean / se, np.where(mean > 0, np.inf, -np.inf))
+    high = np.where(enough, mean + scipy.stats.t.ppf(1 - alpha, df) * se, np.nan)
+    p = np.where(enough, scipy.stats.t.sf(stat, df), 1.0)
+    return mean, high, p
+
+
+def benjamini_hochberg(p_values: Sequence[float], level: float) -> list[bool]:
+    """Which hypotheses Benjamini & Hochberg's (1995) step-up procedure rejects at false-discovery rate `level`:
+    the k smallest p-values, k the largest with p_(k) <= k x level / m. Valid under positive dependence
+    (Benjamini & Yekutieli 2001), as a launch's speed factor shared by all its cells makes them; under no true
+    difference anywhere it is the family-wise error, so at most `level` of nodes see a false "run" at a look."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    passed = [k for k, i in enumerate(order, start=1) if p_values[i] <= k * level / m]
+    cut = max(passed, default=0)
+    rejected = [False] * m
+    for i in order[:cut]:
+        rejected[i] = True
+    return rejected
+
+
+def rounds_to_settle(mean_log: float, sd_log: float, rounds: int, margin: float, first: int, most: int) -> int | None:
+    """The rounds at which a look would settle the gain, were its mean and spread what `rounds` rounds show: the
+    smallest n past `rounds` whose last look's bound clears zero (a gain over half the margin) or falls below the
+    margin (the rest), at the error the look at round n would spend with the budget stretched to n. None where
+    none up to MOST_ROUNDS_SAID would, or the spread is not known."""
+    if not math.isfinite(sd_log) or not math.isfinite(mean_log):
+        return None
+    n = np.arange(max(rounds + 1, first, 2), MOST_ROUNDS_SAID + 1)
+    if not len(n):
+        return None
+    most_n = np.maximum(most, n)
+    alpha = ALPHA * ((n / most_n) ** SPENDING_RHO - ((n - 1) / most_n) ** SPENDING_RHO)
+    half = scipy.stats.t.ppf(1 - alpha, n - 1) * sd_log / np.sqrt(n)
+    settles = mean_log - half > 0 if mean_log > math.log1p(margin) / 2 else mean_log + half < math.log1p(margin)
+    return int(n[np.argmax(settles)]) if settles.any() else None
+
+
+def gains_differ(logs_a: Sequence[float], logs_b: Sequence[float], level: float = LEVEL) -> tuple[float, bool] | None:
+    """Do two runs' gains of one variant differ: Welch's t test of their paired log ratios' means (two-sided, at
+    1 - level). (p-value, differ); None where either run has fewer than two rounds."""
+    a, b = np.asarray(logs_a, dtype=float), np.asarray(logs_b, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if a.std(ddof=1) == 0 and b.std(ddof=1) == 0:
+        return (1.0, False) if a.mean() == b.mean() else (0.0, True)
+    p = float(scipy.stats.ttest_ind(a, b, equal_var=False).pvalue)
+    return p, p < 1 - level

@@ -1,24 +1,32 @@
-"""What to run: rows of known spread, correctness gate, depth margin, the no-spec fallback, no reference."""
+"""What to run on rows of known figures (TEST DATA): three verdicts, the runner-up's paired gain, the price, and
+every exclusion applied to each launch, the no-spec reference's included."""
 
 import pandas as pd
 from test_analysis import frame, measured, server
 
 from stackbench.analysis import decide
+from stackbench.config.model import Decision
+
+RULE = {"cpu": Decision(first=3, most=16, min_gain=0.1, budget_minutes=None)}
+WOBBLE = (1.0, 0.99, 1.01, 1.0)  # each round's launch factor, shared by its variants: a paired gain cancels it
+OWN = (1.0, 1.004, 0.996, 1.002)  # a speculative launch's own factor on top: the paired log ratios spread a little
 
 
-def cell(variant, median, mad, spread, depth=None, concurrency=1, workload="code", **extra):
-    """One cell's judged figure: its median and MAD over three repeats, median - spread, median, median + spread."""
+def cell(variant, median, mad, spread, depth=None, concurrency=1, workload="code", rounds=3, **extra):
+    """One cell's judged figure in each of `rounds` launches: its median (times the round's WOBBLE) and MAD over
+    three repeats, median - spread, median, median + spread."""
     method = "none" if variant == "nospec" else "draft"
     metric = "decode_tps" if concurrency == 1 else "aggregate_tps"
     # Each launch's rows carry a ref of their own, as measured runs write them (<node>/<launch>/...).
-    return measured(ref=f"run1/{variant}", variant=variant, spec_method=method, spec_tokens=depth, concurrency=concurrency,
-                    workload=workload, metric=metric, value=median, mad=mad,
-                    repeat_values=[median - spread, median, median + spread], **extra)
+    return [measured(ref=f"run1/{variant}--r{k}", replicate=k, variant=variant, spec_method=method, spec_tokens=depth,
+                     concurrency=concurrency, workload=workload, metric=metric,
+                     value=median * WOBBLE[k - 1] * (OWN[k - 1] if depth else 1.0), mad=mad,
+                     repeat_values=[median - spread, median, median + spread], **extra) for k in range(1, rounds + 1)]
 
 
 def pool(variant, tokens, depth=None):
-    return server("kv_pool_tokens", tokens, ref=f"run1/{variant}", variant=variant, spec_method="none" if variant == "nospec" else "draft",
-                  spec_tokens=depth, context_len=4096)
+    return server("kv_pool_tokens", tokens, ref=f"run1/{variant}--r1", replicate=1, variant=variant,
+                  spec_method="none" if variant == "nospec" else "draft", spec_tokens=depth, context_len=4096)
 
 
 def agreement(variant, diverges_at=None):
@@ -28,31 +36,36 @@ def agreement(variant, diverges_at=None):
 
 def choose(*rows, correctness=()):
     return decide.what_to_run(frame(*rows), pd.DataFrame(list(correctness),
-                                                         columns=["node", "stack", "variant", "first_divergence_token", "length_off_in"]))
+                                                         columns=["node", "stack", "variant", "first_divergence_token", "length_off_in"]),
+                              RULE | {"cpu2": RULE["cpu"]})
 
 
-def test_picks_the_variant_whose_robust_score_is_best_and_names_the_runner_up():
+def test_runs_the_variant_with_the_largest_gain_and_names_the_runner_up_on_its_paired_gain():
     table = choose(cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 90, 1, 2, 4),
                    pool("nospec", 4096), pool("draft-n4", 3000, 4),
                    correctness=[agreement("draft-n2"), agreement("draft-n4")])
     row = table.iloc[0]
-    assert row["run"] == "draft-n4" and row["runner_up"] == "draft-n2"
-    assert abs(row["gain"] - 0.5) < 1e-3 and 0 < row["gain_low"] < row["gain"] < row["gain_high"]
+    assert (row["verdict"], row["run"], row["runner_up"]) == (decide.RUN, "draft-n4", "draft-n2")
+    assert abs(row["gain"] - 0.5) < 3e-3 and 0 < row["gain_low"] < row["gain"] < row["gain_high"]
+    assert abs(row["runner_up_gain"] - 80 / 60 + 1) < 3e-3  # paired within rounds, as the choice's own gain
+    assert row["decided_at"] == 3 and "clears zero at round 3" in row["why"]
     assert row["kv_pool_tokens"] == 3000 and row["kv_pool_tokens_nospec"] == 4096
     assert abs(row["contexts_held"] - 3000 / 4096) < 1e-9
 
 
-def test_a_wide_spread_loses_to_a_steady_cell_and_a_too_wide_one_is_excluded_by_name():
-    # n4's median is higher, but 1.4826 x MAD 6 takes it below n2 (score 91.1 vs 88.5); n8's MAD is 12% of it.
-    table = choose(cell("nospec", 60, 0.5, 1), cell("draft-n2", 90, 1, 2, 2), cell("draft-n4", 95, 6, 3, 4),
-                   cell("draft-n8", 120, 14.4, 3, 8),
-                   correctness=[agreement("draft-n2"), agreement("draft-n4"), agreement("draft-n8")])
-    row = table.iloc[0]
-    assert row["run"] == "draft-n2" and row["runner_up"] == "draft-n4"
-    assert "draft-n8 (relative MAD 0.12 > 0.1)" in row["excluded"]
+def test_a_round_whose_cell_spread_too_wide_is_left_out_and_named():
+    rows = cell("nospec", 60, 0.5, 1, rounds=4) + cell("draft-n2", 90, 1, 2, 2, rounds=4)
+    rows[5]["mad"] = 8.5  # draft-n2's round 2: MAD under 10% of its median
+    row = choose(*rows, correctness=[agreement("draft-n2")]).iloc[0]
+    assert (row["rounds"], row["decided_at"], row["verdict"]) == (3, 3, decide.RUN)
+    assert "relative MAD" not in row["excluded"]
+    rows[5]["mad"] = 12.0
+    row = choose(*rows, correctness=[agreement("draft-n2")]).iloc[0]
+    assert (row["rounds"], row["decided_at"]) == (3, 4)  # rounds 1, 3 and 4 paired: the look after round 4
+    assert "draft-n2 (round 2: relative MAD 0.13 > 0.1)" in row["excluded"]
 
 
-def test_a_variant_whose_outputs_differ_is_never_chosen():
+def test_a_variant_whose_outputs_differ_is_no_candidate():
     table = choose(cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 120, 1, 2, 4),
                    correctness=[agreement("draft-n2"), agreement("draft-n4", diverges_at=17)])
     row = table.iloc[0]
@@ -61,31 +74,36 @@ def test_a_variant_whose_outputs_differ_is_never_chosen():
 
 
 def test_a_variant_that_loops_more_than_no_spec_is_excluded_but_equal_looping_is_not():
-    rows = [cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 120, 1, 2, 4),
-            measured(ref="run1/nospec", metric="looping", value=0.25),
-            measured(ref="run1/draft-n2", variant="draft-n2", spec_method="draft", spec_tokens=2, metric="looping", value=0.25),
-            measured(ref="run1/draft-n4", variant="draft-n4", spec_method="draft", spec_tokens=4, metric="looping", value=0.5)]
+    rows = [*cell("nospec", 60, 0.5, 1), *cell("draft-n2", 80, 1, 2, 2), *cell("draft-n4", 120, 1, 2, 4),
+            measured(ref="run1/nospec--r1", metric="looping", value=0.25),
+            measured(ref="run1/draft-n2--r1", variant="draft-n2", spec_method="draft", spec_tokens=2, metric="looping", value=0.25),
+            measured(ref="run1/draft-n4--r1", variant="draft-n4", spec_method="draft", spec_tokens=4, metric="looping", value=0.5)]
     row = choose(*rows, correctness=[agreement("draft-n2"), agreement("draft-n4")]).iloc[0]
     assert row["run"] == "draft-n2"
     assert "draft-n4 (loops in 50% of requests, no-spec 25%)" in row["excluded"]
 
 
-def test_the_smaller_depth_is_preferred_within_the_margin():
-    table = choose(cell("nospec", 60, 0, 1), cell("draft-n2", 99.5, 0, 2, 2), cell("draft-n4", 100, 0, 2, 4),
-                   correctness=[agreement("draft-n2"), agreement("draft-n4")])
-    assert table.iloc[0]["run"] == "draft-n2" and table.iloc[0]["runner_up"] == "draft-n4"
-    outside = choose(cell("nospec", 60, 0, 1), cell("draft-n2", 98, 0, 2, 2), cell("draft-n4", 100, 0, 2, 4),
-                     correctness=[agreement("draft-n2"), agreement("draft-n4")])
-    assert outside.iloc[0]["run"] == "draft-n4"
+def test_no_gain_worth_switching_for_reads_not_worth_it():
+    row = choose(cell("nospec", 60, 0.2, 1), cell("draft-n2", 60.3, 0.2, 1, 2), correctness=[agreement("draft-n2")]).iloc[0]
+    assert (row["verdict"], row["run"]) == (decide.NOT_WORTH_IT, decide.NO_SPEC)
+    assert "below +10% at round 3: draft-n2 at most" in row["why"]
 
 
-def test_no_spec_when_no_gain_clears_its_interval():
-    # +5% on the median, with repeats 57-63 against 59-67: Welch's interval on 3 + 3 repeats spans zero.
-    row = choose(cell("nospec", 60, 1, 3), cell("draft-n2", 63, 1, 4, 2), correctness=[agreement("draft-n2")]).iloc[0]
-    assert row["run"] == "no-spec" and row["runner_up"] == "draft-n2"
-    assert pd.isna(row["gain"]) and "does not clear zero" in row["why"] and "+4.9%" in row["why"]
-    # At that spread (log sd 0.050 and 0.064, difference 0.0483): 12 each give a half-width of 0.0486, 13 give 0.0465.
-    assert "about 13 repeats each would decide" in row["why"]
+def test_a_gain_the_rounds_cannot_resolve_is_undecided_and_says_what_would_settle_it():
+    rows = cell("nospec", 60, 0.5, 1) + cell("draft-n2", 66, 0.5, 1, 2)
+    for row, factor in zip(rows[3:], (1.0, 1.12, 0.9)):  # the variant's own launches scatter by +-10%
+        row["value"] *= factor
+    row = choose(*rows, correctness=[agreement("draft-n2")]).iloc[0]
+    assert (row["verdict"], row["run"]) == (decide.UNDECIDED, decide.NO_SPEC)
+    assert row["why"].startswith("draft-n2 +") and "after 3 rounds" in row["why"]
+    assert row["settle_rounds"] > 0
+
+
+def test_one_launch_is_never_decided():
+    row = choose(cell("nospec", 60, 0.5, 1, rounds=1), cell("draft-n2", 90, 1, 2, 2, rounds=1),
+                 correctness=[agreement("draft-n2")]).iloc[0]
+    assert (row["verdict"], row["run"], row["decided"]) == (decide.UNDECIDED, decide.NO_SPEC, False)
+    assert "the first look is at 3" in row["why"]
 
 
 def test_each_concurrency_is_decided_on_its_own_figure():
@@ -94,21 +112,24 @@ def test_each_concurrency_is_decided_on_its_own_figure():
                    correctness=[agreement("draft-n2")])
     by_c = table.set_index("concurrency")
     assert by_c.loc[1, "run"] == "draft-n2" and by_c.loc[1, "metric"] == "decode_tps"
-    assert by_c.loc[2, "run"] == "no-spec" and by_c.loc[2, "metric"] == "aggregate_tps"
+    assert by_c.loc[2, "verdict"] == decide.NOT_WORTH_IT and by_c.loc[2, "metric"] == "aggregate_tps"
+    assert decide.judged_metric(1) == "decode_tps" and decide.judged_metric(4) == "aggregate_tps"
 
 
-def test_a_node_without_no_spec_ranks_its_variants_and_says_so():
+def test_a_node_without_no_spec_decides_nothing_and_says_so():
     row = choose(cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 90, 1, 2, 4)).iloc[0]
-    assert row["run"] == "draft-n4" and row["runner_up"] == "draft-n2"
+    assert (row["verdict"], row["run"]) == (decide.UNDECIDED, "none eligible")
     assert "no no-spec launch" in row["why"] and pd.isna(row["gain"])
 
 
-def test_a_failed_cell_is_named_among_the_excluded():
-    failed = measured(ref="run1/draft-n4", variant="draft-n4", spec_method="draft", spec_tokens=4, metric="cell_status", value=None,
-                      status="failed", reason="timeout after 60 s")
-    row = choose(cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), failed,
-                 correctness=[agreement("draft-n2")]).iloc[0]
-    assert row["run"] == "draft-n2" and "draft-n4 (failed: timeout after 60 s)" in row["excluded"]
+def test_a_failed_round_is_named_and_its_variant_judged_on_the_rounds_left():
+    failed = measured(ref="run1/draft-n4--r2", replicate=2, variant="draft-n4", spec_method="draft", spec_tokens=4,
+                      metric="cell_status", value=None, status="failed", reason="timeout after 60 s")
+    rows = cell("nospec", 60, 0.5, 1) + cell("draft-n2", 80, 1, 2, 2) + [r for r in cell("draft-n4", 120, 1, 2, 4)
+                                                                          if r["replicate"] != 2] + [failed]
+    row = choose(*rows, correctness=[agreement("draft-n2"), agreement("draft-n4")]).iloc[0]
+    assert "draft-n4 (round 2: failed: timeout after 60 s)" in row["excluded"]
+    assert row["run"] == "draft-n2"  # draft-n4's two rounds are fewer than the first look's three
 
 
 def test_across_stacks_each_choice_stands_side_by_side_with_agreement_shown_not_gating():
@@ -118,8 +139,7 @@ def test_across_stacks_each_choice_stands_side_by_side_with_agreement_shown_not_
             cell("nospec", 30, 0.5, 1, node="cpu2", stack="vllm"), cell("draft-n2", 31, 1, 2, 2, node="cpu2", stack="vllm")]
     correctness = [agreement("draft-n2"), {**agreement("draft-n2"), "node": "cpu2", "stack": "vllm"}]
     choices = choose(*rows, correctness=correctness)
-    # vLLM's draft scores 31 - 1.48 = 29.5 against no-spec's 29.3: within 1%, so the smaller depth (no-spec).
-    assert choices.set_index("stack").loc["vllm", "run"] == "no-spec"
+    assert choices.set_index("stack").loc["vllm", "verdict"] == decide.NOT_WORTH_IT
     pairs = pd.DataFrame([{"metric": "cross_stack_agreement", "row_label": "cpu / llamacpp / Q4_K_M",
                            "col_label": "cpu2 / vllm / BF16", "value": 0.62}])
     table = decisions.across_stacks(choices, pairs)[0]
@@ -129,20 +149,25 @@ def test_across_stacks_each_choice_stands_side_by_side_with_agreement_shown_not_
 
 
 def test_a_cell_on_a_thermally_slowed_gpu_is_excluded_by_name_and_a_capped_sw_cap_cell_is_not():
-    slowed = dict(ref="run1/draft-n4", variant="draft-n4", spec_method="draft", spec_tokens=4)
-    capped = dict(ref="run1/draft-n2", variant="draft-n2", spec_method="draft", spec_tokens=2)
-    rows = [cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 120, 1, 2, 4),
-            measured(**slowed, metric="clock_event_share_thermal", value=1.0, unit="ratio", stat="single"),
-            measured(**capped, metric="clock_event_share_thermal", value=0.0, unit="ratio", stat="single"),
-            measured(**capped, metric="clock_event_share_sw_power_cap", value=1.0, unit="ratio", stat="single")]
+    slowed = dict(variant="draft-n4", spec_method="draft", spec_tokens=4)
+    capped = dict(variant="draft-n2", spec_method="draft", spec_tokens=2)
+    rows = [*cell("nospec", 60, 0.5, 1), *cell("draft-n2", 80, 1, 2, 2), *cell("draft-n4", 120, 1, 2, 4, rounds=4)]
+    for k in (1, 2, 3, 4):  # every launch of draft-n4 but its fourth ran on a thermally slowed GPU
+        rows += [measured(ref=f"run1/draft-n4--r{k}", replicate=k, **slowed, metric="clock_event_share_thermal",
+                          value=1.0 if k < 4 else 0.0, unit="ratio", stat="single"),
+                 measured(ref=f"run1/draft-n2--r{k}", replicate=k, **capped, metric="clock_event_share_sw_power_cap",
+                          value=1.0, unit="ratio", stat="single")]
     row = choose(*rows, correctness=[agreement("draft-n2"), agreement("draft-n4")]).iloc[0]
     assert row["run"] == "draft-n2"
-    assert "draft-n4 (GPU slowed: thermal 100%)" in row["excluded"] and "draft-n2 (" not in row["excluded"]
+    assert "draft-n4 (round 1: GPU slowed: thermal 100%; round 2" in row["excluded"]
+    assert "round 3: GPU slowed: thermal 100%" in row["excluded"] and "draft-n2 (" not in row["excluded"]
+
+
 def test_a_ladder_gets_a_row_per_prompt_length_and_no_two_rows_share_a_visible_key():
     from stackbench.report import decisions
 
     rows = [cell(v, median, 0.5, 1, depth, workload="ladder-cpu", prompt_tokens=tokens)
-            for tokens, gains in ((512, 80), (1024, 70), (2048, 50)) for v, median, depth in (("nospec", 60, None), ("ngram-n8", gains, 8))]
+            for tokens, gains in ((512, 80), (1024, 70), (2048, 61)) for v, median, depth in (("nospec", 60, None), ("ngram-n8", gains, 8))]
     choices = choose(*rows, correctness=[agreement("ngram-n8")])
     table = decisions.what_to_run_tables(choices, ["cpu"], pd.DataFrame())[0]
     key = [table.columns.index(c) for c in ("stack", "model", "power cap W", "workload", "concurrency", "prompt tokens")]

@@ -63,16 +63,6 @@ def test_no_true_difference_is_declared_a_gain_in_at_most_2_of_40_runs_at_the_de
     assert declared <= 2
 
 
-def test_a_true_40_percent_gain_is_decided_in_at_least_32_of_40_runs_at_the_launch_count_the_power_figure_names():
-    first = chosen(rounds_of(np.random.default_rng(1000), 3, {"ngram-n16": 0.40}))
-    # the launch count the rule names at this spread (or the gain already decided at 3 launches)
-    named = int(first["why"].split("about ")[1].split(" launches")[0]) if not first["decided"] or first["run"] == decide.NO_SPEC else 3
-    sd_log = LAUNCH_CV * math.sqrt(2)
-    assert named >= estimators.launches_to_decide(sd_log, math.log(1.4), estimators.corrected_level(2)) - 3
-    runs = chosen_per_seed(range(40), named, {"ngram-n16": 0.40})
-    assert sum(r["run"] == "ngram-n16" and r["decided"] for r in runs) >= 32
-
-
 def test_the_gain_is_paired_within_rounds_and_its_interval_spans_them():
     # round 2 ran 30% slower for both variants (a drift of the host): paired, the gain is steady at +20%
     rows = [launch_cell("nospec", 1, 100), launch_cell("ngram-n16", 1, 120),
@@ -80,16 +70,14 @@ def test_the_gain_is_paired_within_rounds_and_its_interval_spans_them():
             launch_cell("nospec", 3, 101), launch_cell("ngram-n16", 3, 121)]
     row = chosen(frame(*rows))
     assert row["run"] == "ngram-n16" and row["decided"] and row["rounds"] == 3
-    assert 0.18 < row["gain_low"] < row["gain"] < row["gain_high"] < 0.22
-    assert "paired over 3 rounds of launches" in row["why"] and "clears zero" in row["why"]
-    # no-spec's own launches moved 30% between rounds: its floor is theirs over the three rounds (about 1.08)
-    assert row["launch_noise"] == pytest.approx(estimators.launch_noise({1: 100, 2: 70, 3: 101}))
+    assert 0.10 < row["gain_low"] < row["gain"] < row["gain_high"] < 0.30 and abs(row["gain"] - 0.20) < 0.005
+    assert "clears zero at round 3" in row["why"]
 
 
-def test_one_launch_is_shown_but_never_decided():
+def test_one_launch_is_never_decided():
     row = chosen(frame(launch_cell("nospec", 1, 100), launch_cell("ngram-n16", 1, 150)))
-    assert row["run"] == "ngram-n16" and not row["decided"] and row["rounds"] == 1
-    assert row["why"].startswith(decide.ONE_LAUNCH)
+    assert (row["verdict"], row["run"], row["decided"]) == (decide.UNDECIDED, decide.NO_SPEC, False)
+    assert "the first look is at" in row["why"]
 
 
 def test_a_variant_that_never_drafted_is_never_chosen_and_reads_as_an_aa_control():
@@ -109,7 +97,7 @@ def test_what_to_run_and_the_use_case_table_name_the_same_variant_on_every_cell_
     rng = np.random.default_rng(5)
     rows = []
     for workload, truth in (("code", {"ngram-n16": 0.5}), ("json", {"ngram-n16": 0.5}), ("prose", {})):
-        for k in range(1, 4):
+        for k in range(1, 9):
             for variant in VARIANTS:
                 rate = 100 * (1 + truth.get(variant, 0)) * math.exp(rng.normal(0, 0.02))
                 rows += [{**r, "workload": workload} for r in launch_cell(variant, k, rate)]

@@ -1,6 +1,7 @@
 """The estimators (results/estimators.py): the median's order-statistic interval, Wilson's interval, the exact
-McNemar test, Welch's gain over repeats, paired gains over rounds, the choice correction, the launches and
-repeats that would decide, and the variance split between launches and repeats."""
+McNemar test, paired gains over rounds, What to run's sequential rule (the error spent per look, one-sided bounds,
+Benjamini & Hochberg, the rounds that would settle a gain, the rerun check), and the variance split between
+launches and repeats."""
 
 import math
 import statistics
@@ -44,20 +45,6 @@ def test_the_paired_interval_matches_a_t_interval_computed_by_hand():
     assert gain.low == pytest.approx(math.expm1(logs.mean() - half)) and gain.high == pytest.approx(math.expm1(logs.mean() + half))
 
 
-def test_the_choice_correction_widens_with_the_candidates():
-    assert estimators.corrected_level(1) == pytest.approx(0.95)
-    assert estimators.corrected_level(2) == pytest.approx(0.975)
-    assert estimators.corrected_level(4) == pytest.approx(0.9875)
-
-
-def test_launches_to_decide_grows_with_the_spread_and_shrinks_with_the_gain():
-    base = estimators.launches_to_decide(0.2, math.log(1.4))
-    assert base == estimators.launches_to_decide(0.2, -math.log(1.4))
-    assert estimators.launches_to_decide(0.4, math.log(1.4)) > base > estimators.launches_to_decide(0.2, math.log(2.0))
-    assert estimators.launches_to_decide(0.2, 0.0) is None
-    assert estimators.launches_to_decide(5.0, 0.001) is None  # past MOST_LAUNCHES_SAID
-
-
 def test_variance_components_find_the_launch_level():
     rng = np.random.default_rng(7)
     launches = [list(np.exp(rng.normal(shift, 0.02, 5)) * 100) for shift in rng.normal(0, 0.15, 40)]
@@ -69,15 +56,6 @@ def test_variance_components_find_the_launch_level():
     # Repeats are cheap beside a launch, but the variance is between launches: few repeats per launch.
     assert split.repeats_per_launch(launch_cost_s=10, repeat_cost_s=5) == 1
     assert estimators.variance_components([[100.0, 101.0]]) is None
-
-
-def test_launch_noise_is_zero_for_identical_launches_and_none_for_one():
-    assert estimators.launch_noise({1: 80.0, 2: 80.0, 3: 80.0}) == pytest.approx(0.0)
-    assert estimators.launch_noise({1: 80.0}) is None
-    # Three launches: t(0.975, 2 df) x sqrt(2) x the standard deviation of their logs / sqrt(3), as a share.
-    logs = np.log([70.0, 80.0, 90.0])
-    half = scipy.stats.t.ppf(0.975, 2) * math.sqrt(2) * logs.std(ddof=1) / math.sqrt(3)
-    assert estimators.launch_noise({1: 70.0, 2: 80.0, 3: 90.0}) == pytest.approx(math.expm1(half)) == pytest.approx(0.555, abs=1e-3)
 
 
 def test_the_median_interval_is_the_medians_order_statistics():
@@ -104,21 +82,61 @@ def test_the_wilson_interval_matches_its_closed_form_values():
     assert (low, high) == (pytest.approx(0.4618, abs=1e-4), pytest.approx(0.7239, abs=1e-4))
 
 
-def test_the_welch_gain_is_welchs_on_log_rates_and_covers_a_known_difference():
-    """A known truth: rates drawn from lognormals 10% apart (sd 0.05 in log), fixed seed. Welch's interval on
-    the log rates is exact for normal logs: over 400 draws of 5 repeats each it covers the true +10% in 95% of
-    them (within sampling error), and clears zero in about 3 of 4 (its power at this spread: difference 0.095,
-    half-width about 0.073); the point is the geometric-mean ratio."""
-    rng = np.random.default_rng(35)
-    covered = cleared = 0
-    for _ in range(400):
-        variant, reference = np.exp(rng.normal(np.log(110), 0.05, 5)), np.exp(rng.normal(np.log(100), 0.05, 5))
-        gain, low, high = estimators.welch_gain(variant, reference)
-        assert gain == pytest.approx(np.exp(np.log(variant).mean() - np.log(reference).mean()) - 1)
-        covered += low <= 0.1 <= high
-        cleared += low > 0
-    assert 0.92 <= covered / 400 <= 0.98 and 0.65 < cleared / 400 < 0.9
-    assert estimators.welch_gain([100.0], [90.0, 91.0]) is None  # one repeat: no interval
-    # Repeats the same: no spread, the interval is the point and any difference decides at two repeats.
-    assert estimators.welch_gain([110.0, 110.0], [100.0, 100.0]) == pytest.approx((0.1, 0.1, 0.1))
-    assert estimators.repeats_to_decide([110.0, 110.0], [100.0, 100.0]) == 2
+@given(st.integers(2, 10), st.integers(0, 30))
+def test_the_error_spent_over_every_look_never_passes_alpha(first, extra):
+    most = first + extra
+    spent = [estimators.spent_alpha(look, first, most) for look in range(1, most + 3)]
+    assert all(a >= 0 for a in spent)
+    assert sum(spent) == pytest.approx(estimators.ALPHA)
+    assert spent[:first - 1] == [0.0] * (first - 1) and spent[most:] == [0.0, 0.0]
+
+
+@settings(max_examples=50)
+@given(st.lists(st.floats(-0.5, 0.5, allow_nan=False), min_size=2, max_size=12), st.floats(1e-4, 0.2))
+def test_the_vectorised_bounds_are_one_sideds(logs, alpha):
+    one = estimators.one_sided(logs, alpha)
+    mean, high, p = estimators.t_over_rounds(np.array([logs + [np.nan]]), alpha)
+    assert mean[0] == pytest.approx(one.mean_log, abs=1e-12)
+    if one.sd_log > 1e-9:
+        assert math.expm1(high[0]) == pytest.approx(one.high, rel=1e-9, abs=1e-12)
+        assert p[0] == pytest.approx(one.p, rel=1e-9, abs=1e-12)
+
+
+def test_one_sided_bounds_match_a_t_computed_by_hand():
+    logs = [0.10, 0.20, 0.15, 0.05]
+    one = estimators.one_sided(logs, 0.025)
+    se = statistics.stdev(logs) / 2
+    t = scipy.stats.t.ppf(0.975, 3)
+    assert one.low == pytest.approx(math.expm1(0.125 - t * se)) and one.high == pytest.approx(math.expm1(0.125 + t * se))
+    assert one.p == pytest.approx(scipy.stats.t.sf(0.125 / se, 3))
+    assert estimators.one_sided([0.1], 0.05) is None
+
+
+def test_benjamini_hochberg_rejects_the_step_up_set():
+    # m = 4 at 0.05: thresholds 0.0125, 0.025, 0.0375, 0.05; the third smallest passes, so the three smallest go
+    assert estimators.benjamini_hochberg([0.03, 0.001, 0.2, 0.02], 0.05) == [True, True, False, True]
+    assert estimators.benjamini_hochberg([0.04, 0.03], 0.05) == [True, True]
+    assert estimators.benjamini_hochberg([0.9, 0.6], 0.05) == [False, False]
+
+
+def test_the_rounds_to_settle_grow_with_the_spread_and_fall_with_the_gain():
+    base = estimators.rounds_to_settle(math.log(1.3), 0.2, 3, 0.1, 3, 16)
+    assert base > 3
+    assert estimators.rounds_to_settle(math.log(1.3), 0.4, 3, 0.1, 3, 16) > base
+    assert estimators.rounds_to_settle(math.log(1.6), 0.2, 3, 0.1, 3, 16) < base
+    # a gain near zero settles as "not worth it": the upper bound must fall under the margin
+    assert estimators.rounds_to_settle(0.0, 0.05, 3, 0.1, 3, 16) > 3
+    assert estimators.rounds_to_settle(math.log(1.05), 5.0, 3, 0.1, 3, 16) is None  # past MOST_ROUNDS_SAID
+
+
+def test_two_runs_gains_differ_only_where_welch_says_so():
+    same = estimators.gains_differ([0.18, 0.19, 0.17], [0.185, 0.175, 0.19])
+    assert same is not None and not same[1]
+    apart = estimators.gains_differ([0.18, 0.19, 0.17], [0.01, 0.02, 0.0])
+    assert apart[1] and apart[0] < 0.05
+    assert estimators.gains_differ([0.1], [0.1, 0.2]) is None
+
+
+def test_the_mad_and_its_share_of_the_median():
+    assert estimators.mad([1.0, 2.0, 4.0]) == 1.0 and estimators.mad([3.0]) is None
+    assert estimators.relative_spread(1.0, 20.0) == 0.05 and math.isnan(estimators.relative_spread(None, 20.0))
