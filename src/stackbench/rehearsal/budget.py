@@ -98,7 +98,7 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
     argv = _json(run_dir / "standin_argv.json")
     build = launch.get("env_name") if launch["launch_mode"] == "native" and label in BUILD_S else None
     return {"launch": f"{launch['stack_config']}--{launch['variant']}", "mode": launch["launch_mode"], "repeats": repeats,
-            "build": {"env": build, "engine": label} if build else None,
+            "build": {"env": build, "engine": label} if build else None, "tp_cost": facts.get("tp_cost") or "",
             "flag_check": argv.get("flag_check") or ("not started" if not argv else "not recorded"),
             "power_caps_w": list(launch.get("power_caps_w") or []), "start_low_s": start_low, "start_high_s": start_high,
             "cells": cells, "low_s": start_low + sum(c["low_s"] for c in cells),
@@ -192,6 +192,7 @@ def budget(runs_dir: Path, time_scale: float, real: dict) -> dict:
         "compile_s": {engine: list(pair) for engine, pair in COMPILE_S.items()},
         "host_timed_cells": sum(1 for x in launches for c in x["cells"] if c["host_timed"]),
         "builds": builds(launches),
+        "tp_cost": sorted({x["tp_cost"] for x in launches if x["tp_cost"]}),
         "once_per_launch_h": [sum(c["low_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours,
                               sum(c["high_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours],
     }

@@ -101,6 +101,10 @@ def engine_facts(node: Node, launch: Launch, adapter) -> dict:
             "reasoning_tokens": REASONING_TOKENS if adapter.reasoning_parser_arg and launch.server_args.get(adapter.reasoning_parser_arg) else 0,
             "spec_tokens": launch.spec_tokens if launch.spec_method != "none" else 0,
             "roofline_decode_tps": standin.roofline_decode_tps(node.bandwidth_gbs or 0.0, weight_bytes, tp),
+            # TP's all-reduces per decode step over the node's interconnect, or why they are not modeled
+            **dict(zip(("allreduce_s_per_step", "tp_cost"),
+                       standin.allreduce_s_per_step(int(figures.get("layers") or layers), tp,
+                                                    getattr(node, "interconnect", None)))),
             # what each token of KV in use adds to a decode step's bytes, against the weights (Pace.slowdown)
             "kv_share_per_token": per_token * tp / weight_bytes}
 

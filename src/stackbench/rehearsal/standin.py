@@ -141,6 +141,25 @@ PREFILL_PER_DECODE = 40.0
 #   the rtx5090 stand-in's 128,180-token prefill at seed 000's 1,136 tok/s (112.9 s) from its short rate;
 #   seed 001's 1,655-token prefill (0.6-1.2 s cold on 4x A6000) is within 2% of the short rate either way.
 PREFILL_ATTENTION_TOKENS = 38_000
+# Tensor parallelism's cost: each decode step all-reduces the activations twice per layer across the TP group.
+# At one token per step the messages are a few KiB, so each all-reduce costs its latency, not bandwidth: NCCL's
+# small-message latency, a stated shape per interconnect (over NVLink a few us; over PCIe without peer access
+# through host memory, tens of us), not a measurement. Prefill's all-reduces are bandwidth-bound and left out.
+ALLREDUCE_S = {"nvlink": 8e-6, "pcie": 25e-6}
+
+
+def allreduce_s_per_step(layers: int, tp: int, interconnect: str | None) -> tuple[float, str]:
+    """(seconds each decode step spends in all-reduces, what the model assumed or why it is not modeled)."""
+    if tp < 2:
+        return 0.0, ""
+    if interconnect not in ALLREDUCE_S:
+        return 0.0, (f"TP {tp} all-reduce not modeled: no interconnect known for the node ({interconnect or 'none'}; "
+                     "hardware.interconnect pcie or nvlink)")
+    seconds = 2 * layers * ALLREDUCE_S[interconnect]
+    return seconds, (f"TP {tp} over {interconnect}: 2 all-reduces x {layers} layers x {ALLREDUCE_S[interconnect] * 1e6:g} us "
+                     f"= {seconds * 1e3:.2f} ms per decode step (a shape, rehearsal/standin.py ALLREDUCE_S)")
+
+
 # Ready time: the engine's start (process, CUDA context, graphs) plus the weights read at this rate.
 STARTUP_S = 20.0
 LOAD_BYTES_PER_S = 2e9
@@ -160,6 +179,7 @@ class Pace:
         self.decode_tps = float(facts.get("step_share") or ROOFLINE_SHARE) * facts["roofline_decode_tps"]
         self.time_scale = float(facts["time_scale"])
         self.kv_share = float(facts.get("kv_share_per_token") or 0.0)
+        self.allreduce_s = float(facts.get("allreduce_s_per_step") or 0.0)  # TP's per-step cost (allreduce_s_per_step)
         self.gpus, self.uuids = gpus, list(facts.get("gpu_uuids") or [])
 
     def cap_factor(self) -> float:
@@ -182,7 +202,7 @@ class Pace:
 
     def interval_s(self, context: int = 0) -> float:
         """Seconds per verification step (one token without speculation) with `context` tokens of KV in use."""
-        return self.slowdown(context) / (self.decode_tps * self.cap_factor()) / self.time_scale
+        return (self.slowdown(context) / (self.decode_tps * self.cap_factor()) + self.allreduce_s) / self.time_scale
 
 
 def tokens_per_step(facts: dict) -> float:
@@ -205,13 +225,13 @@ def modeled_request_s(facts: dict, prompt_tokens: int, completion_tokens: int, c
     """The real seconds (the time scale undone) the stand-in models for one request: the prefill of its prompt
     (Pace.ttft_s, nothing cached: the rehearsal's stand-in caches nothing), then (completion - 1) tokens at the
     expected tokens per step (tokens_per_step), each step slowed by the context at the reply's middle
-    (Pace.slowdown). The budget's figure: the pace as modeled, never this host's seconds."""
+    (Pace.slowdown) plus TP's all-reduces (allreduce_s_per_step). The budget's figure: the pace as modeled, never this host's seconds."""
     rate = float(facts.get("step_share") or ROOFLINE_SHARE) * facts["roofline_decode_tps"] * cap_factor_at(facts, cap_w)
     n = max(int(prompt_tokens), 1)
     ttft = (n + n ** 2 / (2 * PREFILL_ATTENTION_TOKENS)) / (PREFILL_PER_DECODE * rate)
     steps = max(int(completion_tokens) - 1, 0) / tokens_per_step(facts)
     slowdown = 1 + (n + completion_tokens / 2) * float(facts.get("kv_share_per_token") or 0.0)
-    return ttft + steps * slowdown / rate
+    return ttft + steps * (slowdown / rate + float(facts.get("allreduce_s_per_step") or 0.0))
 
 
 def ready_s(weight_bytes_per_gpu: float) -> float:
@@ -419,7 +439,9 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 step = steps + 1
                 accepted = accepted_drafts()
                 tokens = min(accepted + 1, output - emitted)
-                due += interval * (pace.slowdown(prompt_tokens + emitted) if pace else 1.0)
+                # The weights-and-KV part slows with the context; TP's all-reduces do not.
+                fixed = pace.allreduce_s / pace.time_scale if pace else 0.0
+                due += (interval - fixed) * (pace.slowdown(prompt_tokens + emitted) if pace else 1.0) + fixed
                 if step - 1 == timing.broken_line_after:
                     wait_until(due)
                     self.wfile.write(b"data: <html>upstream reset</html>\n\n")

@@ -50,6 +50,7 @@ def budget_tables(path: Path) -> list[Table]:
     if doc.get("compile_s"):
         legend.append("Compile and graph capture per start, assumed (no seed post's log states it): " + "; ".join(
             f"{engine} {low:g}-{high:g} s" for engine, (low, high) in doc["compile_s"].items()) + ".")
+    legend += [f"{line}." for line in doc.get("tp_cost") or []]
     if doc.get("host_timed_cells"):
         legend.append(f"{doc['host_timed_cells']} cells left no request records (they failed here): those count this "
                       "host's seconds x the time scale, and move between rehearsals.")

@@ -142,3 +142,18 @@ def test_builds_and_installs_are_listed_once_beside_the_budget(tmp_path):
                               "h": [b / 3600 for b in budget.BUILD_S["llama.cpp"]]}]
     tables = budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))
     assert tables[-1].table_id == "budget-builds" and tables[-1].rows[0][0] == "llamacpp-cuda-sm89"
+
+
+def test_tensor_parallel_pays_its_all_reduces_over_the_interconnect_or_says_it_is_not_modeled(tmp_path):
+    pcie, said = standin.allreduce_s_per_step(64, 2, "pcie")
+    nvlink, _ = standin.allreduce_s_per_step(64, 2, "nvlink")
+    assert pcie == pytest.approx(2 * 64 * 25e-6) and 0 < nvlink < pcie and "TP 2 over pcie" in said
+    assert standin.allreduce_s_per_step(64, 1, "pcie") == (0.0, "")
+    assert standin.allreduce_s_per_step(64, 2, None)[1].startswith("TP 2 all-reduce not modeled")
+    facts = {**FACTS, "allreduce_s_per_step": pcie}
+    assert standin.modeled_request_s(facts, 100, 101) == pytest.approx(standin.modeled_request_s(FACTS, 100, 101) + 100 * pcie)
+    pace = standin.Pace({**facts, "time_scale": 1})
+    assert pace.interval_s() == pytest.approx(1 / 70.0 + pcie)  # 0.7 of the 100 tok/s roofline, plus the all-reduces
+    write_modeled(tmp_path, "sglang--nospec", 1.0, {**facts, "tp_cost": said}, TWO_STREAMS)
+    launches, *_ = budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))
+    assert any(line.startswith("TP 2 over pcie: 2 all-reduces x 64 layers") for line in launches.legend)
