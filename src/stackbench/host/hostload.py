@@ -210,10 +210,11 @@ class HostSampler:
 
     def __init__(self, roots: Callable[[], Iterable[int]] = tuple, period_s: float = PERIOD_S,
                  clock: Callable[[], float] = time.monotonic, looker: Callable[..., Look] = look,
-                 cores: int | None = None, me: int | None = None):
+                 cores: int | None = None, me: int | None = None, cpus: frozenset[int] | None = None):
         self.roots, self.period_s, self.clock, self.looker = roots, period_s, clock, looker
-        # The CPUs this process may use: all of the host's, or a cpuset's (other jobs on other CPUs are no load here).
-        usable = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
+        # The launch's CPUs (`cpus`, where the client is pinned to some of them), else those this process may use:
+        # all of the host's, or a cpuset's (other jobs on other CPUs are no load here).
+        usable = cpus or (frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset())
         self.cpus = usable if usable and len(usable) < (psutil.cpu_count() or 0) else None
         self.cores = cores or (len(self.cpus) if self.cpus else psutil.cpu_count()) or 1
         self.me = os.getpid() if me is None else me

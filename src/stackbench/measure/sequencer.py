@@ -212,6 +212,11 @@ class LaunchRun:
     def _host_roots(self) -> list[int]:
         return self.server_pids
 
+    def _launch_cpus(self) -> frozenset[int] | None:
+        """The cores the launch may use, where this process is pinned to the client's (host/affinity.py): the
+        client's and the server's; None: those this process may use."""
+        return frozenset(self.node.client_cpus) | frozenset(self.server_cores) if self.node.client_cpus else None
+
     def _judge_host(self, result: CellResult, start: float) -> None:
         """The host over the cell (warm-up included): its rows, and the flag where it was busy outside the launch
         during the cell or at the launch's start. A cell without figures (failed, not run) gets no rows."""
@@ -386,7 +391,7 @@ class LaunchRun:
             with locks.GpuLocks(self.gpu_ids if self.node.gpu_count else (), self.lock_dir, holder, self._waiting):
                 self._stop_leftovers()
                 try:
-                    with hostload.HostSampler(self._host_roots) as self.host, \
+                    with hostload.HostSampler(self._host_roots, cpus=self._launch_cpus()) as self.host, \
                             self._telemetry(gpus) as (self.sampler, self.capper):
                         runner = None
                         for cell in todo:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -175,6 +176,13 @@ def test_reading_this_host_finds_this_process_inside_and_a_listening_server_by_i
     # On one CPU of the host: its counters alone (never more than the whole host's), this process still seen.
     one = hostload.look(cpus=frozenset({0}))
     assert one.busy_s <= hostload.look().busy_s and os.getpid() in one.procs
+
+
+def test_the_sampler_takes_the_launch_cpus_over_this_process_pinned_client_cores():
+    every = frozenset(range(psutil.cpu_count()))
+    assert hostload.HostSampler(cpus=every).cpus is None and hostload.HostSampler(cpus=every).cores == len(every)
+    one = hostload.HostSampler(cpus=frozenset({0}))
+    assert (one.cpus, one.cores) == (frozenset({0}), 1) or len(every) == 1
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin a process away from one")
