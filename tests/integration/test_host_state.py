@@ -87,7 +87,6 @@ def engine_pid(url: str) -> int:
 
 
 def test_a_loaded_host_flags_every_cell_with_the_process_named_or_refuses_the_launch(engine, busy_loops, tmp_path):
-    started = time.monotonic()
     results, _ = run(spec_for(tmp_path / "flag", engine, "flag", wait_s=0), tmp_path / "flag/run")
     named = [f"busyloop (pid {pid})" for pid in busy_loops]
     busy = cell_rows(results, "host_busy")
@@ -111,7 +110,6 @@ def test_a_loaded_host_flags_every_cell_with_the_process_named_or_refuses_the_la
     assert "\n" not in reason and reason.startswith("host busy after waiting 1 s (host_idle.wait_s)")
     assert any(name in reason for name in named), reason
     assert hoststate.busy_launches(results)["refused"].tolist() == [True]
-    assert time.monotonic() - started < 45
 
 
 def test_the_launch_own_client_and_server_never_count_as_load(engine, tmp_path):
