@@ -100,6 +100,7 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
     return {"launch": f"{launch['stack_config']}--{launch['variant']}", "mode": launch["launch_mode"], "repeats": repeats,
             "build": {"env": build, "engine": label} if build else None, "tp_cost": facts.get("tp_cost") or "",
             "flag_check": argv.get("flag_check") or ("not started" if not argv else "not recorded"),
+            "pinned": facts.get("pinned"),
             "power_caps_w": list(launch.get("power_caps_w") or []), "start_low_s": start_low, "start_high_s": start_high,
             "cells": cells, "low_s": start_low + sum(c["low_s"] for c in cells),
             "high_s": start_high + sum(c["high_s"] for c in cells)}
@@ -180,7 +181,7 @@ def budget(runs_dir: Path, time_scale: float, real: dict) -> dict:
         "time_scale": time_scale, "repeats": real["repeats"], "warmup_requests": real["warmup_requests"],
         "total_h": [sum(x["low_s"] for x in launches) * hours, sum(x["high_s"] for x in launches) * hours],
         "launches": [{"launch": x["launch"], "mode": x["mode"], "repeats": x["repeats"], "cells": len(x["cells"]),
-                      "flag_check": x["flag_check"],
+                      "flag_check": x["flag_check"], "pinned": x["pinned"],
                       "caps": x["power_caps_w"], "start_h": [x["start_low_s"] * hours, x["start_high_s"] * hours],
                       "total_h": [x["low_s"] * hours, x["high_s"] * hours]} for x in launches],
         "workloads": [{"workload": name, "total_h": [low * hours, high * hours]}

@@ -109,6 +109,18 @@ def engine_facts(node: Node, launch: Launch, adapter) -> dict:
             "kv_share_per_token": per_token * tp / weight_bytes}
 
 
+def pinned(launch: Launch, root: Path = Path(".")) -> str | None:
+    """What the real run starts, as pinned: a native environment's first requirement (envs/<env>.txt, e.g.
+    vllm==0.33.0), an image's reference; None for a binary or a URL."""
+    if launch.launch_mode == "image":
+        return launch.launch_target
+    requirements = root / "envs" / f"{launch.env_name}.txt"
+    if launch.launch_mode != "native" or launch.launch_target or not requirements.exists():
+        return None
+    lines = [line.split("#")[0].strip() for line in requirements.read_text().splitlines()]
+    return next((line for line in lines if line), None)
+
+
 def answer_key(node: Node, launch: Launch) -> dict[str, str]:
     """The launch's accuracy questions (as the spec carries them) -> reference: the stand-in answers a stated
     share of them right (standin.accuracy_answer)."""
@@ -141,6 +153,7 @@ class StandinLauncher(ProcessLauncher):
         facts = {**engine_facts(self.node, self.launch, self.adapter), "time_scale": self.rehearsal["time_scale"],
                  "accept_rate": fit[1] if fit else self.rehearsal["accept_rate"],
                  "step_share": fit[0] if fit else standin.ROOFLINE_SHARE, "calibrated": bool(fit),
+                 "pinned": pinned(self.launch),
                  "gpu_uuids": list(self.gpu_devices or []),
                  "argv_out": str(self.argv_path), "envs_dir": str(self.envs_dir), "answers": answer_key(self.node, self.launch)}
         if host is not None:

