@@ -7,6 +7,7 @@ server never count as load."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -71,8 +72,8 @@ def spec_for(tmp_path: Path, url: str, on_busy: str, wait_s: float) -> launchspe
     return dataclasses.replace(spec, node=dataclasses.replace(spec.node, host_idle=HostIdle(0.25, 2, wait_s, on_busy)))
 
 
-def run(spec: launchspec.LaunchSpec, out: Path) -> tuple[pd.DataFrame, dict]:
-    results = store.read_results(sequencer.LaunchRun(spec, out).run())
+def run(spec: launchspec.LaunchSpec, out: Path, console: io.StringIO | None = None) -> tuple[pd.DataFrame, dict]:
+    results = store.read_results(sequencer.LaunchRun(spec, out, console=console).run())
     return results, json.loads((out / "run.json").read_text())
 
 
@@ -87,8 +88,11 @@ def engine_pid(url: str) -> int:
 
 
 def test_a_loaded_host_flags_every_cell_with_the_process_named_or_refuses_the_launch(engine, busy_loops, tmp_path):
-    results, _ = run(spec_for(tmp_path / "flag", engine, "flag", wait_s=0), tmp_path / "flag/run")
+    console = io.StringIO()
+    results, _ = run(spec_for(tmp_path / "flag", engine, "flag", wait_s=0), tmp_path / "flag/run", console)
     named = [f"busyloop (pid {pid})" for pid in busy_loops]
+    last = console.getvalue().splitlines()[-1]  # the person sees it on the console too
+    assert "2/2 cells" in last and "HOST BUSY in 2 cells" in last and any(name in last for name in named), last
     busy = cell_rows(results, "host_busy")
     assert len(busy) == 2 and set(busy["value"]) == {1.0}  # c1 and c2
     for note in busy["note"]:

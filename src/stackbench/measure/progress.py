@@ -66,5 +66,7 @@ class CellProgress:
         """Something the person should see between cells (waiting for a GPU another launch holds)."""
         self._say(text)
 
-    def close(self) -> None:
-        self._say(f"{self.done}/{self.total} cells, {self.measured_here} measured in {duration(self.clock() - self.started)}")
+    def close(self, also: str | None = None) -> None:
+        """The launch's last line; `also` adds what the person must know about its cells (a busy host)."""
+        self._say(f"{self.done}/{self.total} cells, {self.measured_here} measured in {duration(self.clock() - self.started)}"
+                  + (f"; {also}" if also else ""))

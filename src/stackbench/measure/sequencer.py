@@ -104,6 +104,7 @@ class LaunchRun:
         self.host_checks: list[hostload.Verdict] = []  # one per server start
         self.host_flag: str | None = None  # the last start found the host busy (host_idle.on_busy: flag): why
         self.server_pids: list[int] = []  # what listens on the server's port: inside the launch
+        self.host_busy_cells: dict[str, tuple[str, ...]] = {}  # cell key -> the busiest outside processes of a busy cell
         self.lock_dir = rehearsal_plan.lock_dir(self.node.name) if spec.rehearsal else locks.lock_dir(self.node.lock_dir)
         self.leftovers: list[str] = []  # servers and caps a launch that died hard left behind, put right here
         self.console = console  # where the cell progress lines go besides the log (stackbench.measure.progress)
@@ -212,6 +213,14 @@ class LaunchRun:
     def _host_roots(self) -> list[int]:
         return self.server_pids
 
+    def _host_summary(self) -> str | None:
+        """For the launch's last console line: the cells measured on a busy host, and by what."""
+        if not self.host_busy_cells:
+            return None
+        named = ", ".join(dict.fromkeys(name for names in self.host_busy_cells.values() for name in names))
+        return (f"HOST BUSY in {len(self.host_busy_cells)} cell{'s' if len(self.host_busy_cells) != 1 else ''}, "
+                f"flagged and left out of What to run (docs/host-state.md): {named}")
+
     def _launch_cpus(self) -> frozenset[int] | None:
         """The cores the launch may use, where this process is pinned to the client's (host/affinity.py): the
         client's and the server's; None: those this process may use."""
@@ -227,11 +236,15 @@ class LaunchRun:
         load = self.host.load(start, time.monotonic(), idle.window_s)
         if load is None:
             result.host_note = self.host_flag
+            if self.host_flag:
+                self.host_busy_cells[result.cell.key] = tuple(name for name, _ in self.host_checks[-1].load.busiest)
             return
         during = (f"HOST BUSY during the cell, not the stack's speed: {load.describe(idle.busy_share)}"
                   if load.busy(idle.busy_share) else None)
         result.host_note = "; ".join(n for n in (self.host_flag, during) if n) or None
         result.figures += summary.host_figures(load, result.host_note is not None)
+        if result.host_note:
+            self.host_busy_cells[result.cell.key] = tuple(name for name, _ in load.busiest)
 
     # -- cells -------------------------------------------------------------------------------------
     def _show(self, text: str) -> None:
@@ -405,7 +418,7 @@ class LaunchRun:
                 finally:
                     self._stop_server()  # inside the locks: the next launch on these GPUs starts after the release
         finally:
-            self.progress.close()
+            self.progress.close(self._host_summary())
         if self.launches:
             ready = self.ready_s * self.spec.rehearsal["time_scale"] if self.spec.rehearsal and self.ready_s else self.ready_s
             self.store.save_server_rows(self.rows.server_rows(self.facts, ready, self.telemetry_why) + self.knee_rows()
