@@ -328,6 +328,10 @@ CANNOT_DECIDE = {
     "decide": "a rehearsal runs each cell once, so there is no interval of a difference to decide on; the real "
               "run's repeats decide",
     "correctness": "a stand-in's text is not a model's, so correctness and quality are not checked; the real run checks them",
+    "energy": "a stand-in's power is a simulated GPU's, min(cap, demand): no joules to choose on. The real run compares "
+              "each stack and variant's J/token and J/response at each concurrency, every cap of its sweep beside the "
+              "stock limit's cell (the limit found at the launch's start), W per GPU, and names the cap below which "
+              "speed falls faster than power",
 }
 
 
@@ -502,7 +506,7 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             # What the real run will decide and how (cells, launches, rule), never a choice from stand-in figures.
             decided = [dataclasses.replace(t, title=REHEARSAL_TITLE + t.title) for t in decisions.rehearsal_tables(
                 decide_rows, nodes, rehearsed_launches(decide_rows), real_repeats(budget_path))] \
-                + [undecided(t, CANNOT_DECIDE["decide"]) for t in decided if t.table_id.startswith("what-to-run-energy")]
+                + [undecided(t, CANNOT_DECIDE["energy"]) for t in decided if t.table_id.startswith("what-to-run-energy")]
             correctness = [undecided(t, CANNOT_DECIDE["correctness"]) for t in correctness]
             fulls = [dataclasses.replace(f, title_prefix=REHEARSAL_TITLE) for f in fulls]
             heading = REHEARSAL_TITLE + heading

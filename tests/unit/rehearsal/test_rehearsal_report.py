@@ -206,3 +206,15 @@ def test_the_report_is_about_its_node_its_posts_counted_only_where_they_describe
     # Flagged cells stand under their own heading, not under Bundles (no bundle was brought in).
     assert "## Implausible cells" in other and "## Bundles" not in other
     assert "power 900 W per GPU" in section(other, "Implausible cells")
+
+
+def test_what_to_run_for_energy_says_what_the_real_run_compares(tmp_path):
+    rows = rehearsal_rows()
+    rows += [dict(r, metric=metric, unit=unit, value=value, stat="mean") for r in rehearsal_rows() if r["metric"] == "decode_tps"
+             for metric, unit, value in (("energy_j_per_token", "J/token", 3.0), ("power_w_per_gpu", "W", 200.0))]
+    records = published.load_all(ROOT / "data/published", ROOT) + rows
+    store.atomic_write_parquet(store.to_table(pd.DataFrame(records)), tmp_path / "results.parquet")
+    render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")
+    energy = (tmp_path / "reports/tables/what-to-run-energy.md").read_text(encoding="utf-8")
+    assert "The real run compares each stack and variant's J/token and J/response" in energy
+    assert "stock limit's cell" in energy and not re.search(r"\d J/token", energy)  # no stand-in joules chosen on
