@@ -252,8 +252,7 @@ def _looks(hypotheses: list[_Hypothesis], decision: Decision) -> dict[int, tuple
     margin = math.log1p(decision.min_gain)
     decided: dict[int, tuple[str, int]] = {}
     fixed: list[tuple[int, float] | None] = [None] * len(hypotheses)  # (look, alpha) each one's figures come from
-    for look in range(decision.first, min(last, decision.most) + 1):
-        alpha = estimators.spent_alpha(look, decision.first, decision.most)
+    for look, alpha in _schedule(decision, last):
         was_open = np.array([c not in decided for c in cell])
         mean, high, p = estimators.t_over_rounds(logs[:, :look], alpha, decision.first)
         # Not worth it first: a gain surely below the margin is no reason to switch, even where it surely exists.
@@ -274,6 +273,16 @@ def _looks(hypotheses: list[_Hypothesis], decision: Decision) -> dict[int, tuple
         if at is not None:
             h.judged = estimators.one_sided([v for k, v in h.logs.items() if k <= at[0]], at[1])
     return decided
+
+
+def _schedule(decision: Decision, last: int) -> list[tuple[int, float]]:
+    """(round, alpha) of each look: from decision.first to decision.most, spending as estimators.spent_alpha; a
+    node without a sequence (most below first: its file not at hand, or `decide.most_launches` null) has one look,
+    at the last round it measured, with the whole error."""
+    if decision.most < decision.first:
+        return [(last, estimators.ALPHA)] if last >= 2 else []
+    return [(look, estimators.spent_alpha(look, decision.first, decision.most))
+            for look in range(decision.first, min(last, decision.most) + 1)]
 
 
 def _settle(h: _Hypothesis | None, decision: Decision) -> int | None:
@@ -344,8 +353,9 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
             why = "no no-spec launch here: no gain can be measured"
         elif not by_cell.get(key.cell):
             why = "no candidate variant (each is named under excluded)"
-        elif lead is None or rounds < decision.first:
-            why = f"{rounds or 'fewer than 2'} valid round(s), the first look is at {decision.first}: not decided"
+        elif lead is None or rounds < min(decision.first, max(decision.most, 2)):
+            why = (f"{rounds or 'fewer than 2'} valid round(s), the first look is at "
+                   f"{min(decision.first, max(decision.most, 2))}: not decided")
         else:
             why = f"{_said(lead)} after {rounds} rounds"
         spec_mine = by_cell.get(key.cell, [])
@@ -366,13 +376,14 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     chosen_launch = cells.drop_duplicates(["cell", "variant"]).set_index(["cell", "variant"])[["ref", "source"]]
     picked = [chosen_launch.loc[(c, v)] if v not in (NO_SPEC, "none eligible") else None
               for c, v in zip(table["cell"], table["run"])]
+    price = price.astype({c: object for c in LAUNCH})
     nospec = pd.DataFrame({"source": table["ref_source"], "ref": table["ref_ref"], "node": table["node"],
-                           "stack": table["stack"], "variant": table["ref_variant"]}).merge(price, on=LAUNCH, how="left")
+                           "stack": table["stack"], "variant": table["ref_variant"]}, dtype=object).merge(price, on=LAUNCH, how="left")
     runs = pd.DataFrame({"source": [p["source"] if p is not None else s for p, s in zip(picked, table["ref_source"])],
                          "ref": [p["ref"] if p is not None else r for p, r in zip(picked, table["ref_ref"])],
                          "node": table["node"], "stack": table["stack"],
-                         "variant": [v if p is not None else rv for p, v, rv in zip(picked, table["run"], table["ref_variant"])]}
-                        ).merge(price, on=LAUNCH, how="left")
+                         "variant": [v if p is not None else rv for p, v, rv in zip(picked, table["run"], table["ref_variant"])]},
+                        dtype=object).merge(price, on=LAUNCH, how="left")
     table["kv_pool_tokens"], table["kv_pool_tokens_nospec"] = runs["kv_pool_tokens"].to_numpy(), nospec["kv_pool_tokens"].to_numpy()
     table["contexts_held"], table["contexts_held_nospec"] = runs["contexts_held"].to_numpy(), nospec["contexts_held"].to_numpy()
     table["excluded"] = table[SPEC_PAIR].merge(excluded.rename("excluded").reset_index(), on=SPEC_PAIR, how="left")[

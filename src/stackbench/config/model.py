@@ -190,9 +190,10 @@ class Decision:
     @classmethod
     def of(cls, node_doc: dict) -> Decision:
         """From a validated node document (defaults filled): the first look after `launches` rounds, at least two
-        (a paired interval needs two), the rest from `decide`."""
+        (a paired interval needs two), the last at `decide.most_launches` (null: the first is the last), the rest
+        from `decide`."""
         decide = node_doc["decide"]
-        return cls(first=max(2, node_doc["launches"]), most=max(decide["most_launches"], node_doc["launches"]),
+        return cls(first=max(2, node_doc["launches"]), most=max(decide["most_launches"] or 0, node_doc["launches"]),
                    min_gain=decide["min_gain"], budget_minutes=decide["budget_minutes"])
 
 
@@ -219,7 +220,6 @@ class Node:
     gpu_memory_gib: float | None
     bandwidth_gbs: float | None
     cpu_threads: int | None
-    client_cpus: tuple[int, ...] | None  # the measuring process's cores; the server gets the rest (host/affinity.py)
     os: str
     power_caps_w: tuple[float, ...]
     api_key_env: str | None
@@ -236,6 +236,7 @@ class Node:
     slurm: Slurm = Slurm()
     decision: Decision | None = None  # What to run's sequential rule (analysis/decide.py)
     later_rounds: tuple[Launch, ...] = ()  # rounds past `launches`, launched only while a cell is undecided
+    client_cpus: tuple[int, ...] | None = None  # the measuring process's cores; the server gets the rest (host/affinity.py)
     host_idle: HostIdle = field(default_factory=HostIdle.from_schema)  # checked before every launch, watched per cell
 
     @property

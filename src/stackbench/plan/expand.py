@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, validate
 from stackbench.config.kinds import KINDS
-from stackbench.config.model import Decision, GpuIdle, Launch, Load, Model, Node, Slurm, Workload
+from stackbench.config.model import Decision, GpuIdle, HostIdle, Launch, Load, Model, Node, Slurm, Workload
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict
@@ -257,6 +257,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         api_key_env=doc["api_key_env"],
         lock_dir=doc["hardware"]["lock_dir"],
         gpu_idle=GpuIdle(**doc["hardware"]["gpu_idle"]),
+        host_idle=HostIdle(**doc["hardware"]["host_idle"]),
         allow_queueing=doc["allow_queueing"],
         workloads=workloads,
         launches=tuple(launches),

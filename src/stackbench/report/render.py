@@ -459,8 +459,10 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         slowed = analysis.slowed_cells(frame)
         # A rehearsal's outputs and quality are a stand-in's: no headline column shows them as measured.
         judged = None if rehearsal else by_variant
+        # Published rows without a node sit under their post (the seed tables), not under a node named "unknown".
         headlines = [t for t in (tables.headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), judged,
-                                                       slowed) for n in nodes if n in by_node) if t is not None]
+                                                       slowed) for n in nodes if n in by_node and n != NO_NODE)
+                     if t is not None]
         caps_refused, kept = caps_not_applied(results), kept_launches(results)
         for table in headlines:
             node = table.table_id.removeprefix("headline-")
@@ -573,6 +575,9 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
     finally:
         background.wait()  # every file is on disk (or the first error raised) before the report counts as written
     return written
+
+
+NO_NODE = "unknown"  # the node of a published row whose post names none
 
 
 def busy_notes(results: Results) -> dict[str, list[str]]:

@@ -200,8 +200,12 @@ def one_sided(logs: Sequence[float], alpha: float) -> OneSided | None:
     se = sd / math.sqrt(len(logs))
     t_crit = float(scipy.stats.t.ppf(1 - alpha, len(logs) - 1))
     p = float(scipy.stats.t.sf(mean / se, len(logs) - 1)) if se > 0 else (0.0 if mean > 0 else 1.0)
-    return OneSided(math.expm1(mean), math.expm1(mean - t_crit * se), math.expm1(mean + t_crit * se), p, len(logs),
-                    alpha, mean, sd)
+    return OneSided(math.expm1(mean), _expm1(mean - t_crit * se), _expm1(mean + t_crit * se), p, len(logs), alpha, mean, sd)
+
+
+def _expm1(x: float) -> float:
+    """expm1, infinite past what a float holds (a bound at a tiny alpha over two rounds can be)."""
+    return math.expm1(x) if x < 700 else math.inf
 
 
 def t_over_rounds(logs: np.ndarray, alpha: float, least: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

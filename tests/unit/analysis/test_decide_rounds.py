@@ -42,13 +42,13 @@ def chosen(results: pd.DataFrame) -> pd.Series:
     return decide.what_to_run(results, NO_CORRECTNESS).iloc[0]
 
 
-def chosen_per_seed(seeds: range, launches: int, truth: dict[str, float]) -> list[pd.Series]:
+def chosen_per_seed(seeds: range, launches: int, truth: dict[str, float], rule=None) -> list[pd.Series]:
     """chosen(rounds_of(default_rng(seed), ...)) for every seed, in one what_to_run call: each seed's launches
     on a node of their own, which what_to_run decides apart from the others (its groups include the node).
     Forty runs in one pass take a fortieth of the time of forty calls."""
     nodes = {seed: f"cpu-{seed:04d}" for seed in seeds}
     rows = [row for seed in seeds for row in round_rows(np.random.default_rng(seed), launches, truth, node=nodes[seed])]
-    table = decide.what_to_run(frame(*rows), NO_CORRECTNESS).set_index("node")
+    table = decide.what_to_run(frame(*rows), NO_CORRECTNESS, {n: rule for n in nodes.values()} if rule else None).set_index("node")
     assert len(table) == len(nodes)  # one choice per seed's node
     return [table.loc[nodes[seed]] for seed in seeds]
 
@@ -59,7 +59,7 @@ def test_no_true_difference_is_declared_a_gain_in_at_most_2_of_40_runs_at_the_de
     _, (node,) = expand.load_plan(repo_copy, {"nodes": ["local-cpu"]})
     launches = max(l.replicate for l in node.launches)
     assert launches >= 2  # the default measures launch-to-launch noise
-    declared = sum(row["run"] != decide.NO_SPEC for row in chosen_per_seed(range(40), launches, {}))
+    declared = sum(row["run"] != decide.NO_SPEC for row in chosen_per_seed(range(40), launches, {}, node.decision))
     assert declared <= 2
 
 

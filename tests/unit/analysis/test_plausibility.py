@@ -119,14 +119,15 @@ def test_aggregate_below_one_streams_decode_at_the_same_cell():
 
 
 def test_a_doctored_row_5x_over_its_roofline_is_kept_out_of_what_to_run():
-    facts = [*launch(), *launch("draft-n2", 2)]
+    facts = [fact for k in (1, 2, 3) for fact in [*launch(ref=f"run1/nospec--r{k}", replicate=k),
+                                                  *launch("draft-n2", 2, ref=f"run1/draft-n2--r{k}", replicate=k)]]
     rows = [cell("nospec", 60, 0.5, 1), cell("draft-n2", 5 * CEILING, 1, 2, 2), *facts]
     results = flagged(rows)
     correctness = pd.DataFrame([agreement("draft-n2")], columns=["node", "stack", "variant", "first_divergence_token", "length_off_in"])
     table = decide.what_to_run(results, correctness)
     row = table.iloc[0]
     assert row["run"] == "no-spec"
-    assert "draft-n2 (implausible: decode" in row["excluded"]
+    assert "draft-n2 (round 1: implausible: decode" in row["excluded"]
     # Without the check the doctored variant wins: the exclusion is the plausibility flag's doing.
     assert decide.what_to_run(results.assign(implausible=None), correctness).iloc[0]["run"] == "draft-n2"
 

@@ -92,16 +92,17 @@ def test_report_target_writes_tables_and_html(published_report):
     assert (~rows["metric"].str.startswith("geometry_")).sum() == 179  # the seeds' figures, beside their model's geometry
 
 
-def test_the_headline_comes_first(mixed_report):
+def test_the_answer_comes_first_then_the_headline(mixed_report):
     markdown = (mixed_report / "report.md").read_text(encoding="utf-8")
-    first_table = markdown.split("### ", 2)[1]
-    assert first_table.startswith("Headline on test-cpu")  # measured nodes first
+    first_table, second_table = markdown.split("### ", 3)[1:3]
+    assert first_table.startswith("The answer on test-cpu: 4 judged cells")  # the verdict before any headline
+    assert second_table.startswith("Headline on test-cpu")  # measured nodes first
     page = without_plotly_library((mixed_report / "index.html").read_text(encoding="utf-8"))
     body = page.split("<body>", 1)[1]
-    assert body.index("<table>") == body.index("<section class='headline' id='headline-test-cpu'>") + body[
-        body.index("<section class='headline' id='headline-test-cpu'>"):].index("<table>")
-    for node in ("test-cpu", "rtx5090", "2x3090-nvlink", "4xa6000", "unknown"):
+    assert body.index("The answer: what to run on each node") < body.index("<section class='headline' id='headline-test-cpu'>")
+    for node in ("test-cpu", "rtx5090", "2x3090-nvlink", "4xa6000"):
         assert f"id='headline-{node}'" in body
+    assert "headline-unknown" not in body  # published rows without a node sit under their post
 
 
 def test_headline_rows_are_variants_at_canonical_cells(mixed_report):
@@ -219,14 +220,17 @@ def distinct_scanlines(png: bytes) -> int:
 
 @pytest.mark.browser
 @pytest.mark.integration
-def test_html_renders_in_headless_chromium_headline_first(mixed_report, tmp_path, chromium_binary):
+def test_html_renders_in_headless_chromium_answer_then_headline_first(mixed_report, tmp_path, chromium_binary):
     page = mixed_report / "index.html"
     done = chromium(chromium_binary, "--dump-dom", page.as_uri(), tmp_path=tmp_path)
     console_errors = [line for line in done.stderr.splitlines() if "CONSOLE" in line and ("Error" in line or "Uncaught" in line)]
     assert console_errors == []
     dom = done.stdout
     first = dom[dom.index("<table>"):dom.index("</table>")]
-    assert "decode tok/s" in first and "draft-n2" in first and "81.3" in first  # the headline is the first table
+    assert "<th>verdict</th>" in first  # the answer is the first table, the headline the next
+    after = dom[dom.index("</table>") + 8:]
+    second = after[after.index("<table>"):after.index("</table>")]
+    assert "decode tok/s" in second and "draft-n2" in second and "81.3" in second
     assert dom.count('class="main-svg"') >= 2 * 4  # plotly drew the charts
     assert "rows 1-10 of 10" in dom  # the paginated full table filled itself in
     shot = tmp_path / "headline.png"
@@ -321,10 +325,10 @@ def test_what_to_run_comes_per_node_and_concurrency_with_its_rule_under_it(mixed
     assert "### What to run on test-cpu" in section
     assert decide.RULE in section
     table = (mixed_report / "tables" / "what-to-run-test-cpu.csv").read_text(encoding="utf-8")
-    # The hand-built run states no interval: draft-n2's +19% is not enough to leave no-spec, and it is the runner-up.
+    # The hand-built run is one launch: nothing is decided, and each row says why.
     rows = [line for line in table.splitlines() if line.startswith("llamacpp,")]
     assert len(rows) == 4  # code and json, c1 and c2
-    assert all(",no-spec," in row and "draft-n2" in row for row in rows)
+    assert all(",undecided,no-spec," in row and "the first look is at" in row for row in rows)
     assert "<h2>What to run</h2>" in (mixed_report / "index.html").read_text(encoding="utf-8")
 
 

@@ -1,6 +1,6 @@
 """The use-case rule of a real run (report/usecase.py, issue 47) on hand-built rows (test data, not
 measurements): long context weighs TTFT, stacks are compared on like workload sets, a stack left out is said,
-and a pick whose interval overlaps the runner-up's is not called separated."""
+and each stack stands with what What to run decided for it."""
 
 import pandas as pd
 
@@ -43,9 +43,17 @@ def test_stacks_are_compared_on_the_workloads_both_ran_and_a_stack_left_out_is_s
                for line in legend)
 
 
-def test_a_pick_within_the_runner_ups_interval_is_not_separated():
-    rows = [cell("a", "prose", "decode_tps", 100.0, ci=(90.0, 110.0)), cell("b", "prose", "decode_tps", 95.0, ci=(85.0, 105.0)),
-            cell("a", "code", "decode_tps", 100.0, ci=(98.0, 102.0)), cell("b", "code", "decode_tps", 80.0, ci=(78.0, 82.0))]
-    table, _ = picks(rows)
-    assert table["chat"]["separated"] == "no: the intervals overlap"
-    assert table["coding"]["separated"] == "yes"
+def test_each_stack_stands_with_what_to_run_decided_and_its_verdicts_are_said():
+    rows = [cell("a", "code", "decode_tps", 100.0), cell("a", "prose", "decode_tps", 70.0),
+            {**cell("a", "code", "decode_tps", 130.0), "variant": "ngram-n8", "spec_method": "ngram"},
+            {**cell("a", "prose", "decode_tps", 90.0), "variant": "ngram-n8", "spec_method": "ngram"}]
+    choices = pd.DataFrame([
+        {"node": "box", "stack": "a", "workload": "code", "concurrency": 1, "verdict": "run", "run": "ngram-n8"},
+        {"node": "box", "stack": "a", "workload": "prose", "concurrency": 1, "verdict": "undecided", "run": "no-spec"}])
+    (table,) = use_case_tables(pd.DataFrame(rows), ["box"], choices)
+    by_use = {row[0]: dict(zip(table.columns, row)) for row in table.rows}
+    # coding: What to run decided ngram-n8 on code; chat: undecided on prose, so the stack stands with no-spec
+    assert by_use["coding"]["pick (stack / variant)"] == "a / ngram-n8"
+    assert by_use["coding"]["What to run within the stack"] == "run ngram-n8 on code"
+    assert by_use["chat"]["pick (stack / variant)"] == "a / nospec"
+    assert by_use["chat"]["What to run within the stack"] == "undecided on prose"

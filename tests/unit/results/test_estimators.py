@@ -97,7 +97,7 @@ def test_the_vectorised_bounds_are_one_sideds(logs, alpha):
     one = estimators.one_sided(logs, alpha)
     mean, high, p = estimators.t_over_rounds(np.array([logs + [np.nan]]), alpha)
     assert mean[0] == pytest.approx(one.mean_log, abs=1e-12)
-    if one.sd_log > 1e-9:
+    if one.sd_log > 1e-9 and high[0] < 700:
         assert math.expm1(high[0]) == pytest.approx(one.high, rel=1e-9, abs=1e-12)
         assert p[0] == pytest.approx(one.p, rel=1e-9, abs=1e-12)
 
