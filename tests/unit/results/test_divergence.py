@@ -196,3 +196,22 @@ def test_collect_compares_with_the_reference_the_launch_scored_and_refuses_anoth
     refused = [r for r in rows if r["ref"].startswith("run-b")]
     assert len(refused) == 1 and refused[0]["status"] == "rejected"
     assert refused[0]["reason"].startswith("tokenizer mismatch") and "run-b" not in refused[0]["reason"]
+
+
+def test_collect_takes_the_exact_values_computed_against_this_reference_and_the_bound_against_another():
+    ref_pos = [position(1, [0.2, 0.8], k=1), position(0, [0.6, 0.4], k=1), position(1, [0.5, 0.5], k=1),
+               position(0, [0.7, 0.3], k=1)]
+    cand_pos = [position(1, [0.3, 0.7], k=1), position(0, [0.5, 0.5], k=1), position(1, [0.4, 0.6], k=1),
+                position(0, [0.6, 0.4], k=1)]
+    reference = {**doc("x", "q4-1", [[5, 1, 0]], ref_pos, quant="Q4_1"), "is_reference": True, "chunks": 2}
+    exact = [0.01, 0.02, 0.03, 0.04]
+    launch = doc("run-a", "q4km", [[5, 1, 0]], cand_pos, reference=reference, chunks=2,
+                 exact={"against": divergence.reference_key(reference), "kld": exact})
+    stale = doc("run-b", "q4km", [[5, 1, 0]], cand_pos, reference=reference, chunks=2,
+                exact={"against": "another reference / 0", "kld": exact})
+    rows = divergence.divergence_rows([launch, stale], pd.DataFrame([basis("run-a"), basis("run-b")]))
+    ours = {r["metric"]: r for r in rows if r["ref"].startswith("run-a")}
+    other = {r["metric"]: r for r in rows if r["ref"].startswith("run-b")}
+    assert ours["mean_kld"]["value"] == pytest.approx(0.025) and "exact" in ours["mean_kld"]["note"]
+    assert ours["mean_kld"]["ci_low"] < 0.025 < ours["mean_kld"]["ci_high"] and ours["kld_tail_mass"]["value"] == 0
+    assert "lower bound" in other["mean_kld"]["note"] and other["kld_tail_mass"]["value"] > 0
