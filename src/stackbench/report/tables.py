@@ -584,6 +584,8 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     gpus = node_gpus(records)
     if gpus == 1:  # one GPU's power is the node's: one column
         shown_columns = [c for c in shown_columns if c.metric != "power_w_per_gpu"]
+    power = next(c for c in HEADLINE if c.metric == "power_w")
+    like = [line.replace(power.title, column_title(power, gpus)) for line in like]  # the caveats name the columns as shown
     columns = (["source", "stack", "variant"] + [column_title(c, gpus) for c in shown_columns] + ([CEILING_COLUMN] if with_ceiling else [])
                + ([ACCURACY_COLUMN] if scored else []) + ([OUTPUTS_COLUMN] if verdicts else []))
     several_workloads = False

@@ -102,5 +102,9 @@ def test_power_columns_say_per_gpu_and_over_how_many_gpus():
     two = headline(cells("nospec", {"code": 100.0}) + power(2))
     at = two.columns.index
     assert (two.rows[0][at("power W, 2 GPUs")], two.rows[0][at("power W per GPU")]) == ("600", "300")
+    # The caveats name the columns as shown: nospec also ran prose, so each column's line says which cells it reads.
+    wider = headline(cells("nospec", {"code": 100.0, "prose": 90.0}) + cells("draft-n2", {"code": 150.0}) + power(2)
+                     + [dict(r, variant="draft-n2") for r in power(2)] + [dict(r, workload="prose") for r in power(2)])
+    assert "power W, 2 GPUs" in " ".join(wider.caveats) and "all GPUs" not in " ".join(wider.caveats)
     one = headline(cells("nospec", {"code": 100.0}) + power(1))
     assert "power W, 1 GPU" in one.columns and "power W per GPU" not in one.columns
