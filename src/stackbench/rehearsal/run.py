@@ -67,8 +67,9 @@ def summarize(node: str, seconds: float, time_scale: float) -> dict:
     low, high = budget["total_h"]
     return {"node": node, "rehearsal_seconds": round(seconds, 1), "time_scale": time_scale, "launches": launches,
             "expected_real_hours": round(low, 2), "expected_real_hours_high": round(high, 2),
-            "expected_basis": f"the rehearsal's time budget ({budget_path}): cell and start times x time scale "
-                              f"{time_scale:g}, the real repeats and warm-up, start-up, model load and image pulls"}
+            "expected_basis": f"the rehearsal's time budget ({budget_path}): each cell's requests at the stand-in's "
+                              "modeled pace (never this host's seconds), the real repeats and warm-up, start-up, "
+                              "compile, model load and image pulls; builds and installs beside it"}
 
 
 def report_lines(summary: dict) -> list[str]:
