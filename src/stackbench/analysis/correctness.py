@@ -210,7 +210,8 @@ def quality_tables(rows: pd.DataFrame, by_variant: pd.DataFrame) -> list[tuple[s
                                                  (f"{agree[(other, label)]:.2f}" if (other, label) in agree else "")
                                                  for label in labels]
         pairs = mine[mine["row_label"] < mine["col_label"]]
-        words = [f"{a} vs {b}: {note.split(';')[0]}" for a, b, note in zip(pairs["row_label"], pairs["col_label"], pairs["note"])]
+        # The note is "<words>; <what the share is>", and the words hold "; " themselves (flips; intervals): cut at the last.
+        words = [f"{a} vs {b}: {note.rsplit('; ', 1)[0]}" for a, b, note in zip(pairs["row_label"], pairs["col_label"], pairs["note"])]
         out.append((family, table, words))
     return out
 

@@ -89,3 +89,9 @@ def test_the_quality_table_puts_each_launch_of_a_family_beside_its_accuracy_and_
         {"launch": "cpu / vllm / BF16", "accuracy [95% CI]": "0.06 [0.02-0.16] n=50",
          "same answers as cpu / llamacpp / Q4_K_M": "0.80", "same answers as cpu / vllm / BF16": "—"}]
     assert words == ["cpu / llamacpp / Q4_K_M vs cpu / vllm / BF16: accuracy not distinguishable at n = 50"]
+    # results/agreement.py's words hold "; " inside their parenthesis: the sentence stays whole.
+    said = "not distinguishable from the reference (flips: 0 of 50 questions, 0 for the worse; exact McNemar p = 1; " \
+           "accuracy 0.60 [0.46-0.72] vs 0.60 [0.46-0.72])"
+    ((_, _, words),) = analysis.quality_tables(rows.assign(note=f"{said}; same extracted answer on this share of the questions"),
+                                               by_variant)
+    assert words == [f"cpu / llamacpp / Q4_K_M vs cpu / vllm / BF16: {said}"]
