@@ -489,8 +489,9 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         spec = analysis.spec_value_by_context(frame)
         derived = analysis_tables(frame, roofline, spec, table_dir, background, refused)
         derived += cross_stack_tables(agreement, table_dir, background)
-        derived += quality_tables(quality_input(results), by_variant, table_dir, background)
-        derived += divergence_tables(divergence_input(results), table_dir, background)
+        if not rehearsal:  # a stand-in's answers and logits are no model's: no quality figure (Correctness says why)
+            derived += quality_tables(quality_input(results), by_variant, table_dir, background)
+            derived += divergence_tables(divergence_input(results), table_dir, background)
         layouts = load_layouts(published_dir)
         seed = seed_tables(results.rows("source = 'published'"), layouts, method_input(results, layouts))
         if rehearsal:

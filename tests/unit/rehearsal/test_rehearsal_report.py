@@ -195,6 +195,13 @@ def test_the_report_is_about_its_node_its_posts_counted_only_where_they_describe
     rows.append(dict(rows[0], workload="gpu-accuracy", metric="accuracy", unit="ratio", value=0.6, ci_low=0.46,
                      ci_high=0.72, n=50, stat="mean", concurrency=1, power_cap_w=None, power_cap_enforced_w=None))
     rows[1] = dict(rows[1], implausible="power 900 W per GPU above the GPU's limit 450 W")
+    # Two no-spec launches' answers compared across stacks, as collect writes them (results/agreement.py)
+    rows += [dict(rows[0], workload="gpu-accuracy", metric="cross_stack_answer_agreement", unit="ratio", value=1.0,
+                  stat="mean", table_title="Qwen3.8-27B", row_label=a, col_label=b, stack=stack,
+                  note="not distinguishable from the reference (flips: 0 of 50 questions, 0 for the worse; exact McNemar "
+                       "p = 1; accuracy 0.60 [0.46-0.72] vs 0.60 [0.46-0.72]); same extracted answer on this share")
+             for a, b, stack in (("my4090 / sglang / INT4", "my4090 / vllm / NVFP4", "vllm"),
+                                 ("my4090 / vllm / NVFP4", "my4090 / sglang / INT4", "sglang"))]
     records = published.load_all(ROOT / "data/published", ROOT) + rows
     store.atomic_write_parquet(store.to_table(pd.DataFrame(records)), tmp_path / "results.parquet")
     render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")
@@ -203,6 +210,7 @@ def test_the_report_is_about_its_node_its_posts_counted_only_where_they_describe
     # A stand-in's answers are no quality figure: the headline shows none.
     headline = (tmp_path / "reports/tables/headline-my4090.md").read_text(encoding="utf-8")
     assert "quality" not in headline and "0.6" not in headline
+    assert "Quality across stacks" not in other and "0.60 [0.46-0.72]" not in other
     # Flagged cells stand under their own heading, not under Bundles (no bundle was brought in).
     assert "## Implausible cells" in other and "## Bundles" not in other
     assert "power 900 W per GPU" in section(other, "Implausible cells")
