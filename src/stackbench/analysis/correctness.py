@@ -257,7 +257,7 @@ def divergence_tables(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame, list[
                                                           get("same_top_token", "ci_high"), ".3f"),
                 "RMS Δp": f"{get('rms_delta_p'):.2%}",
                 "PPL / reference": f"{get('perplexity_ratio'):.4f}",
-                # kld_tail_mass's note opens with the basis: "exact: ..." or "bound: ... (k = ...), mean tail mass ..."
+                # kld_tail_mass's note opens with the basis: "exact: ..." or "a lower bound ... (k = ...), mean tail mass ..."
                 "KLD basis": ("exact, full vocabulary" if str(get("kld_tail_mass", "note")).startswith("exact")
                               else f"bound, unseen mass {get('kld_tail_mass'):.3g}" if "kld_tail_mass" in by.index else ""),
             })

@@ -351,7 +351,7 @@ def divergence_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
              "n": found.n, "note": f"exp(mean NLL(launch) - mean NLL(reference)): PPL(Q)/PPL(base), {found.ratio_from}; "
                                    f"{in_words(_label(doc), reference['model'], found)}; {how}"},
             {**base, "metric": "kld_tail_mass", "value": max(found.tail_mass), "unit": "probability", "stat": "mean",
-             "n": found.n, "note": f"{'exact' if found.exact else 'bound'}: {kind}; {how}"},
+             "n": found.n, "note": f"{kind}; {how}"},
         ]
         if doc.get("quality_limit"):
             why = beyond(found, doc["quality_limit"])
