@@ -51,6 +51,12 @@ DIVERGENCE_METRICS = ["mean_kld", "kld_p99", "same_top_token", "rms_delta_p", "p
 # The table_id of the divergence rows: one table per weights family (table_title).
 DIVERGENCE_TABLE = "divergence-from-reference"
 MASS_FLOOR = 1e-12  # a mass at or below this is zero (the rounding of log-probabilities near 0)
+# The most a returned top-k's summed mass can be off by rounding: llama-perplexity's file keeps log-probabilities to
+# 16/65535 nats (a relative 1.2e-4 on each probability), a server its float32 log-softmax. A launch's tail computed
+# under this may still hold this much, so the bound never takes it as smaller: it would read a token the launch
+# does not list as far rarer than it may be, and overstate the KLD. (More mass on the launch's side only lowers
+# sum p log(p / q), so the allowance keeps the bound sound.)
+TAIL_ROUNDING = 2.5e-4
 TOOL_FLOOR = -16.0  # llama-perplexity's kl_divergence leaves out reference tokens at or below log p = -16
 CONVERGED = 1e-13  # nats: the alternating minimisation stops once a round gains less than this
 
@@ -77,10 +83,10 @@ class Known:
     cap: float
 
 
-def known(position: Position) -> Known:
+def known(position: Position, floor: float = 0.0) -> Known:
     probs = {t: math.exp(lp) for t, lp in position.top}
     probs.setdefault(position.token, math.exp(position.logprob))
-    tail = max(0.0, 1.0 - sum(probs.values()))
+    tail = max(floor, 1.0 - sum(probs.values()))
     kth = math.exp(position.top[-1][1]) if position.top else 1.0
     return Known(probs, tail, min(kth, tail))
 
@@ -110,7 +116,7 @@ def _xlogy(a: float, b: float) -> float:
 def kld_bound(reference: Position, candidate: Position) -> float:
     """A lower bound of KL(reference || candidate) from the two top-k lists (the module's docstring): the union
     of the known tokens one by one, the rest one bucket, the unknown probabilities at their most favourable."""
-    p, q = known(reference), known(candidate)
+    p, q = known(reference), known(candidate, TAIL_ROUNDING)
     both = [t for t in p.probs if t in q.probs]
     only_p = np.array([v for t, v in p.probs.items() if t not in q.probs])  # q of these: at most q.cap each
     only_q = np.array([v for t, v in q.probs.items() if t not in p.probs])  # p of these: at most p.cap each

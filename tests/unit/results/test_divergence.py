@@ -215,3 +215,16 @@ def test_collect_takes_the_exact_values_computed_against_this_reference_and_the_
     assert ours["mean_kld"]["value"] == pytest.approx(0.025) and "exact" in ours["mean_kld"]["note"]
     assert ours["mean_kld"]["ci_low"] < 0.025 < ours["mean_kld"]["ci_high"] and ours["kld_tail_mass"]["value"] == 0
     assert "lower bound" in other["mean_kld"]["note"] and other["kld_tail_mass"]["value"] > 0
+
+
+def test_a_tail_rounded_to_nothing_still_leaves_room_for_a_missing_token():
+    """The launch's top 2 hold all but 1e-6 of the mass (rounding), and the reference's top token is missing from
+    them: the bound takes the token's share as up to the rounding allowance, never as zero (which would read
+    p log(p / 1e-12), far above any full KLD the returned figures allow), and it still reads far."""
+    reference = Position(1, math.log(0.3), ((0, math.log(0.5)), (1, math.log(0.3))))
+    candidate = Position(1, math.log(0.7), ((1, math.log(0.7)), (2, math.log(0.3 - 1e-6))))
+    found = divergence.kld_bound(reference, candidate)
+    # A full pair these lists allow within the rounding: token 0 holds the allowance on the launch, token 2 holds
+    # 0.2 on the reference, the launch's 0.7 and 0.3 shrink by the allowance to make room.
+    p, q = [0.5, 0.3, 0.2], [divergence.TAIL_ROUNDING, 0.7 - divergence.TAIL_ROUNDING / 2, 0.3 - divergence.TAIL_ROUNDING / 2]
+    assert 3 < found <= kl(p, q) + 1e-3  # far (the reference's top token is nearly absent), never beyond that pair
