@@ -144,6 +144,17 @@ def _variants(args) -> None:
     print("\n".join(stack_variants()))
 
 
+def rounds_planned(node) -> str:
+    """What to run's rounds as planned (docs/what-to-run.md): the first rounds, the later ones the sequence may add."""
+    rule, first = node.decision, max((l.replicate for l in node.launches), default=0)
+    later = sorted({l.replicate for l in node.later_rounds})
+    said = (f"then up to {len(later)} more (rounds {later[0]}-{later[-1]}), each launching again only the variants of "
+            "cells still undecided" + (f", within {rule.budget_minutes:g} minutes of launches" if rule.budget_minutes else "")
+            if later else "no rounds past them (decide.most_launches)")
+    decides = "" if first >= 2 else "; one launch per variant decides nothing: set launches: 3 or more"
+    return f"# What to run on {node.name}: {len(node.launches)} launches in {first} round(s) first, {said}{decides}"
+
+
 def _commands(args) -> None:
     from stackbench.config import load_file
     from stackbench.engines import adapter_for
@@ -167,6 +178,8 @@ def _commands(args) -> None:
         warning = boards.fp4_warning(node.gpu_model, capability, launch.model.quant)
         if warning:
             print(f"warning: {launch.name}: {warning}", file=sys.stderr)
+    if args.launch is None:
+        print(rounds_planned(node), file=sys.stderr)
 
 
 def preflight_expected(node, cfg: dict):

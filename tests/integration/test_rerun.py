@@ -267,3 +267,26 @@ def test_launch_replicates_run_in_interleaved_rounds_and_a_new_round_measures_on
     again = runs()
     assert {name for name in again if name not in first} == {"llamacpp--draft-n2--r3", "llamacpp--nospec--r3"}
     assert all(again[name] == first[name] for name in first)  # rounds 1 and 2 untouched
+
+
+def test_the_sequence_launches_a_later_round_only_as_its_look_asks_and_says_the_verdict_so_far(double_repo):
+    """Process handling, on the engine double: with `decide.most_launches`, the checkpoint after each round from
+    the first look writes the verdict so far (console, provisional report, rounds/round-k.json), and every later
+    round launches exactly the (stack, variant) pairs the look before asked for; a rerun has nothing to do."""
+    node_file = double_repo / "configs/nodes/node-a.yaml"
+    node = yaml.safe_load(node_file.read_text())
+    node["decide"] = {"most_launches": 4}
+    node_file.write_text(yaml.safe_dump(node))
+    done = snakemake(double_repo, "report", config=("launches=2",))
+    assert done.returncode == 0, done.stderr[-3000:]
+    looks = {int(p.stem.removeprefix("round-")): json.loads(p.read_text())
+             for p in (double_repo / "data/runs/node-a/rounds").glob("round-*.json")}
+    assert min(looks) == 2 and max(looks) <= 4  # the first look after the node's two rounds, the last at the budget's
+    for look, verdict in looks.items():
+        launched = {p.name for p in (double_repo / "data/runs/node-a").glob(f"*--r{look + 1}")}
+        assert launched == {f"{stack}--{variant}--r{look + 1}" for stack, variant in verdict["next"]}
+        assert sum(verdict["counts"].values()) > 0 and verdict["why"]
+    assert "What to run on node-a after round 2 (provisional)" in done.stderr
+    assert (double_repo / "reports/provisional/node-a.md").read_text().startswith("# PROVISIONAL: the answer on node-a")
+    again = snakemake(double_repo, "-n", "report", config=("launches=2",))
+    assert again.returncode == 0 and "round_verdict" not in again.stdout  # the sequence continues, never restarts

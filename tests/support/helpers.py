@@ -143,7 +143,7 @@ def planned(stdout: str, rule: str) -> list[str]:
     """The launch of every job of `rule` in a dry run's output."""
     jobs, current = [], None
     for line in stdout.splitlines():
-        if line.startswith(("rule ", "localrule ")):
+        if line.startswith(("rule ", "localrule ", "checkpoint ", "localcheckpoint ")):
             current = line.split()[1].rstrip(":")
         elif current == rule and "wildcards: node=" in line:
             jobs.append(line.split("launch=")[1].strip())

@@ -237,6 +237,7 @@ class Node:
     decision: Decision | None = None  # What to run's sequential rule (analysis/decide.py)
     later_rounds: tuple[Launch, ...] = ()  # rounds past `launches`, launched only while a cell is undecided
     client_cpus: tuple[int, ...] | None = None  # the measuring process's cores; the server gets the rest (host/affinity.py)
+    interconnect: str = "none"  # between the node's GPUs: none | pcie | nvlink (a TP launch's all-reduces)
     host_idle: HostIdle = field(default_factory=HostIdle.from_schema)  # checked before every launch, watched per cell
 
     @property

@@ -251,6 +251,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         bandwidth_gbs=gpu["bandwidth_gbs"],
         cpu_threads=doc["hardware"]["cpu_threads"],
         client_cpus=tuple(doc["hardware"]["client_cpus"]) if doc["hardware"]["client_cpus"] else None,
+        interconnect=doc["hardware"]["interconnect"],
         # `auto` reads the OS of the host that measures: in a rehearsal that is not the GPU host, so unknown.
         os=rehearsal_plan.AUTO_OS if doc["os"] == "auto" and rehearsal_plan.node_of(cfg) else doc["os"],
         power_caps_w=tuple(doc["power_caps_w"]),
@@ -401,21 +402,15 @@ def _check_hardware(doc: dict, launches: list[Launch], where: str) -> None:
         if gpu["count"] and launch.tp > gpu["count"]:
             raise ConfigError(f"{where}: runs (launch {launch.name}): tp_size {launch.tp} needs {launch.tp} GPUs; "
                               f"hardware.gpu.count is {gpu['count']}")
-    limits = gpu["power_limit_w"]
     lists = [("power_caps_w", doc["power_caps_w"])] + [(f"runs[{i}].power_caps_w", run.get("power_caps_w") or [])
                                                        for i, run in enumerate(doc["runs"])]
     for field_name, caps in lists:
         for index, cap in enumerate(caps):
             if not gpu["count"]:
                 continue  # a CPU node records why no cap was applied
-            if limits and not limits[0] <= cap <= limits[1]:
-                raise ConfigError(f"{where}: {field_name}[{index}]: {cap:g} W is outside the GPU's range "
-                                  f"{limits[0]:g}-{limits[1]:g} W (hardware.gpu.power_limit_w)")
-            board = None if limits else boards.board_power_w(gpu["model"])
-            if board is not None and cap > board:
-                raise ConfigError(f"{where}: {field_name}[{index}]: {cap:g} W is above the {gpu['model']}'s board power "
-                                  f"{board:g} W, its highest power limit ({boards.SOURCE}); lower the cap, or state "
-                                  "this board's range as hardware.gpu.power_limit_w (nvidia-smi -q -d POWER)")
+            why = boards.cap_error(gpu["model"], cap, gpu["power_limit_w"])
+            if why:
+                raise ConfigError(f"{where}: {field_name}[{index}]: {why}")
 
 
 def load_plan(root: Path = Path("."), given: dict | None = None) -> tuple[dict, list[Node]]:

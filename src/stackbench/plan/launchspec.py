@@ -34,12 +34,14 @@ FORMAT = 1
 # definitions are measured again instead of mixing with new ones. Bump DEFINITIONS when a change there changes
 # a figure, and record those files' sha256 in DEFINITIONS_SOURCES (tests/unit/plan/test_definitions.py fails
 # until both are done, and prints the hash).
-DEFINITIONS = 5  # 5: a reply cut off at max_tokens is an invalid answer (accuracy)
+DEFINITIONS = 6  # 6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded
+# (5: a reply cut off at max_tokens is an invalid answer, accuracy)
 DEFINITIONS_SOURCES = "7042b64798b517672afda5921f4fd8a257deaff09129c498a1c4bde6e561cd6a"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
-SERVER_NODE_FIELDS = ("gpu_model", "gpu_count", "gpu_devices", "cpu_threads", "client_cpus", "os", "api_key_env", "gpu_memory_gib")
+SERVER_NODE_FIELDS = ("gpu_model", "gpu_count", "gpu_devices", "cpu_threads", "client_cpus", "interconnect", "os", "api_key_env",
+                      "gpu_memory_gib")
 SERVER_LAUNCH_FIELDS = ("node", "stack_config", "engine", "variant", "spec_method", "spec_engine_type", "spec_tokens",
                         "spec_extra", "server_args", "model", "draft_model", "launch_mode", "launch_target", "env_name",
                         "container_cli", "context_len", "bind_host", "env")

@@ -284,11 +284,12 @@ def rehearsal_tables(cells: pd.DataFrame, nodes: list[str], launches: dict[tuple
 def power_sweet_spots(frame: pd.DataFrame) -> pd.DataFrame:
     """analysis.power_sweet_spots along the cap axis only, like with like: one sweep per prompt length too (a
     context ladder's lengths at several caps are several sweeps, never one), with the prompt length shown."""
+    limits = analysis.stock_limits(frame)  # the launches' own rows: a per-length slice of the frame drops them
     if "prompt_tokens" not in frame.columns or frame.empty:
-        return analysis.power_sweet_spots(frame)
+        return analysis.power_sweet_spots(frame, limits)
     parts = []
     for tokens, rows in frame.groupby(frame["prompt_tokens"].astype("Float64"), dropna=False, sort=True):
-        found = analysis.power_sweet_spots(rows)
+        found = analysis.power_sweet_spots(rows, limits)
         if len(found):
             parts.append(found.assign(prompt_tokens=tokens))
     if not parts:

@@ -484,6 +484,12 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         decided = decisions.what_to_run_tables(choices, nodes, agreement, analysis.launch_variance(decide_rows))
         decided += held_tables(kept_dir, nodes, choices, decide_rows, rules) if kept_dir and not rehearsal else []
         answers = [] if rehearsal else decisions.answer_tables(choices, nodes, busy_notes(results))
+        for table in ([] if rehearsal else headlines):  # the headline's differences say whether What to run decided them
+            mine = choices[choices["node"] == table.table_id.removeprefix("headline-")]
+            if len(mine):
+                table.legend.append(f"A difference between two rows here is a decision only where What to run made it "
+                                    f"({decisions.verdict_summary(mine)}); elsewhere it lies inside the launch-to-launch "
+                                    "noise, and the rows read as the same speed.")
         refused = [f"power {why}: those cells are analysed as uncapped." for why in caps_refused.values()]
         decided += decisions.energy_tables(analysis.energy_cells(decide_rows, by_variant), refused)
         spec = analysis.spec_value_by_context(frame)

@@ -69,14 +69,15 @@ def test_vllm_on_cpu_binds_its_threads_to_the_nodes_cores_and_the_basis_says_so(
     cfg = expand.load_run_config(repo, {"nodes": ["local-cpu"], "stacks": "all", "launches": 1})
     node = expand.load_node("local-cpu", cfg, repo)
     specs = {l.name: launchspec.build(cfg, node, l) for l in node.launches}
-    # Both of the node's 2 cores, as llama.cpp's --threads 2; vLLM's 'auto' would reserve one of them.
+    # The node's server core, as llama.cpp's --threads 1 (cpu_threads; the client has core 1, hardware.client_cpus);
+    # vLLM's 'auto' would reserve a core of its own.
     assert {name: s.engine.get("setup_env") for name, s in specs.items() if s.launch.engine == "vllm"} == {
-        "vllm-cpu--nospec": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}, "vllm-cpu--ngram-n3": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}}
+        "vllm-cpu--nospec": {"VLLM_CPU_OMP_THREADS_BIND": "0-0"}, "vllm-cpu--ngram-n3": {"VLLM_CPU_OMP_THREADS_BIND": "0-0"}}
     assert not any("setup_env" in s.engine for s in specs.values() if s.launch.engine != "vllm")
     vllm = specs["vllm-cpu--nospec"]
     unbound = replace(vllm, engine={k: v for k, v in vllm.engine.items() if k != "setup_env"})
     assert unbound.server_fingerprint != vllm.server_fingerprint  # the binding changes the figures: it re-measures
-    assert engine_setup(ServerFacts(backend="CPU"), (), vllm.engine["setup_env"]) == "backend CPU; VLLM_CPU_OMP_THREADS_BIND=0-1"
+    assert engine_setup(ServerFacts(backend="CPU"), (), vllm.engine["setup_env"]) == "backend CPU; VLLM_CPU_OMP_THREADS_BIND=0-0"
     # vLLM on a GPU (seed 004's image) gets no CPU binding.
     _, gpu = expand.load_plan(repo, {"nodes": ["rtx5090"], "stacks": ["vllm-nvfp4-mtp"]})
     assert adapter_for("vllm").native_env(gpu[0].launches[0], None) == {}

@@ -34,9 +34,16 @@ def load(repo: Path, name: str, **given):
 
 def test_a_650_w_cap_on_an_rtx_5090_is_refused_naming_the_field(repo):
     edit_node(repo, "rtx5090", lambda doc: doc.update(power_caps_w=[400, 650]))
-    with pytest.raises(ConfigError, match=re.escape("power_caps_w[1]: 650 W is above the NVIDIA GeForce RTX 5090's board "
-                                                    "power 575 W")):
+    with pytest.raises(ConfigError, match=re.escape("power_caps_w[1]: 650 W is above the NVIDIA GeForce RTX 5090's highest "
+                                                    "power limit 600 W")):
         load(repo, "rtx5090")
+
+
+def test_a_cap_below_the_boards_lowest_limit_is_refused_at_planning(repo):
+    edit_node(repo, "2x4090", lambda doc: doc.update(power_caps_w=[100]))
+    with pytest.raises(ConfigError, match=re.escape("power_caps_w[0]: 100 W is below the NVIDIA GeForce RTX 4090's lowest "
+                                                    "power limit 150 W")):
+        load(repo, "2x4090")
 
 
 def test_a_run_cap_above_the_board_power_names_the_runs_field(repo):
