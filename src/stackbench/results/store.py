@@ -77,7 +77,9 @@ BASIS = [
 
 # Bookkeeping that lets tables be regenerated and failures be shown.
 EXTRA = [
-    ("status", pa.string()),  # ok | rejected | failed | not_run | skipped (a sweep stopped before it) | gpu_busy (host/gpustate.py) | host_busy (host/hostload.py): reason says why
+    # ok | rejected | failed | not_run | skipped (a sweep stopped before it) | gpu_busy (host/gpustate.py) |
+    # host_busy (host/hostload.py): reason says why
+    ("status", pa.string()),
     ("reason", pa.string()),
     # Published rows: the seed table and the cell the figure belongs to. Measured cross_stack_* rows
     # (results/agreement.py cross_stack_rows): the matrix and its cell, table_title the weights family, row_label

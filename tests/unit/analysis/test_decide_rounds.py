@@ -6,11 +6,9 @@ import math
 
 import numpy as np
 import pandas as pd
-import pytest
 from test_analysis import frame, measured
 
 from stackbench.analysis import decide
-from stackbench.results import estimators
 
 NO_CORRECTNESS = pd.DataFrame(columns=["node", "stack", "variant", "first_divergence_token", "length_off_in"])
 LAUNCH_CV = 0.15  # each launch's speed factor: lognormal, its log's sd ~ the coefficient of variation
