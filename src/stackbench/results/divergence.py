@@ -58,7 +58,6 @@ MASS_FLOOR = 1e-12  # a mass at or below this is zero (the rounding of log-proba
 # sum p log(p / q), so the allowance keeps the bound sound.)
 TAIL_ROUNDING = 2.5e-4
 TOOL_FLOOR = -16.0  # llama-perplexity's kl_divergence leaves out reference tokens at or below log p = -16
-CONVERGED = 1e-13  # nats: the alternating minimisation stops once a round gains less than this
 
 
 @dataclass(frozen=True)
@@ -94,50 +93,67 @@ def known(position: Position, floor: float = 0.0) -> Known:
 def _spread(total: float, weights: np.ndarray, cap: float, rest: float) -> np.ndarray:
     """min(cap, lam * w) with lam solving lam * rest + sum(min(cap, lam * w)) = total: the minimiser over
     0 <= v <= cap of sum(w log(w / v)) + rest log(rest / (total - sum(v))) (KKT: v = w (total - sum v) / rest
-    where uncapped), and the same equation with the roles of the sides swapped. rest = 0: as much as the caps
-    and the total allow, in proportion to w."""
+    where uncapped); with rest = 0, the v of sum(v) = total (or every v at the cap) in proportion to w, which also
+    minimises sum(v log(v / w)) at that sum."""
     if not len(weights) or total <= 0:
         return np.zeros(len(weights))
     order = np.sort(weights)[::-1]
-    for j in range(len(order) + 1):  # the j largest capped: lam (rest + sum(w[j:])) + j cap = total
-        slope = rest + float(order[j:].sum())
-        lam = (total - j * cap) / slope if slope > 0 else math.inf
-        if lam <= (cap / order[j] if j < len(order) else math.inf):
-            break
-    if math.isinf(lam):
+    j = np.arange(len(order) + 1)  # the j largest capped: lam (rest + sum(w[j:])) + j cap = total
+    slope = rest + np.concatenate([np.cumsum(order[::-1])[::-1], [0.0]])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = np.where(slope > 0, (total - j * cap) / slope, np.inf)
+        breaks = np.concatenate([cap / order, [np.inf]])
+    first = int(np.argmax(lam <= breaks))
+    if not lam[first] <= breaks[first] or np.isinf(lam[first]):
         return np.full(len(weights), cap)
-    return np.minimum(cap, lam * weights)
+    return np.minimum(cap, lam[first] * weights)
 
 
 def _xlogy(a: float, b: float) -> float:
     return 0.0 if a <= MASS_FLOOR else a * math.log(a / max(b, MASS_FLOOR))
 
 
+def _xlogy_sum(a: np.ndarray, b: np.ndarray) -> float:
+    kept = a > MASS_FLOOR
+    return float(np.sum(a[kept] * np.log(a[kept] / np.maximum(b[kept], MASS_FLOOR))))
+
+
+GOLDEN = (math.sqrt(5) - 1) / 2
+SEARCH_STEPS = 60  # golden-section steps: the bracket shrinks to 0.618^60 = 3e-13 of the reference's tail
+
+
 def kld_bound(reference: Position, candidate: Position) -> float:
     """A lower bound of KL(reference || candidate) from the two top-k lists (the module's docstring): the union
-    of the known tokens one by one, the rest one bucket, the unknown probabilities at their most favourable."""
+    of the known tokens one by one, the rest one bucket, the unknown probabilities at their most favourable.
+    The minimum is over a = the reference's mass in the rest bucket (convex in a): for each a, the reference's
+    unknown probabilities hold its tail less a in proportion to the launch's, within the caps, and the launch's
+    unknown probabilities are the exact minimiser given a (_spread)."""
     p, q = known(reference), known(candidate, TAIL_ROUNDING)
     both = [t for t in p.probs if t in q.probs]
     only_p = np.array([v for t, v in p.probs.items() if t not in q.probs])  # q of these: at most q.cap each
     only_q = np.array([v for t, v in q.probs.items() if t not in p.probs])  # p of these: at most p.cap each
     fixed = sum(_xlogy(p.probs[t], q.probs[t]) for t in both)
-    x = np.zeros(len(only_p))  # the candidate's unknown probabilities of only_p
-    y = np.zeros(len(only_q))  # the reference's unknown probabilities of only_q
 
-    def value() -> float:
-        rest_p, rest_q = p.tail - float(y.sum()), q.tail - float(x.sum())
-        return (fixed + sum(_xlogy(a, b) for a, b in zip(only_p, x)) + sum(_xlogy(a, b) for a, b in zip(y, only_q))
-                + _xlogy(rest_p, rest_q))
+    def value(rest_p: float) -> float:
+        y = _spread(p.tail - rest_p, only_q, p.cap, 0.0)
+        x = _spread(q.tail, only_p, q.cap, rest_p)
+        return fixed + _xlogy_sum(only_p, x) + _xlogy_sum(y, only_q) + _xlogy(rest_p, q.tail - float(x.sum()))
 
-    best = math.inf
-    for _ in range(500):
-        x = _spread(q.tail, only_p, max(q.cap, MASS_FLOOR), max(p.tail - float(y.sum()), 0.0))
-        y = _spread(p.tail, only_q, p.cap, max(q.tail - float(x.sum()), 0.0))
-        found = value()
-        if best - found < CONVERGED:
-            best = min(best, found)
-            break
-        best = found
+    low, high = max(0.0, p.tail - len(only_q) * p.cap), p.tail
+    if not only_q.size or high <= low:
+        return max(value(high), 0.0)
+    inner = [high - GOLDEN * (high - low), low + GOLDEN * (high - low)]
+    values = [value(inner[0]), value(inner[1])]
+    for _ in range(SEARCH_STEPS):
+        if values[0] <= values[1]:  # the minimum is in [low, inner[1]]
+            high, inner[1], values[1] = inner[1], inner[0], values[0]
+            inner[0] = high - GOLDEN * (high - low)
+            values[0] = value(inner[0])
+        else:  # in [inner[0], high]
+            low, inner[0], values[0] = inner[0], inner[1], values[1]
+            inner[1] = low + GOLDEN * (high - low)
+            values[1] = value(inner[1])
+    best = min(value(low), value(high), *values)
     return max(best, 0.0)  # rounding of log-probabilities near 0 can give -1e-9
 
 
