@@ -85,10 +85,11 @@ def test_the_bound_at_vocabulary_1000_and_k_20_stays_under_the_full_kld(seed, si
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10**6), sigma=st.floats(1.5, 6.0), steps=st.tuples(st.integers(0, 9), st.integers(1, 10)))
+@given(seed=st.integers(0, 10**6), sigma=st.floats(2.0, 6.0), steps=st.tuples(st.integers(0, 9), st.integers(1, 10)))
 def test_mixing_the_candidate_further_towards_a_distant_distribution_never_lowers_the_reported_kld(seed, sigma, steps):
     """Twelve positions (vocabulary 1,000, top-20), the candidate mixed a share alpha of the way from the reference
-    to a distant distribution: the reported mean KLD at a larger alpha is never lower."""
+    to a distant distribution: the reported mean KLD at a larger alpha is never lower. Logit scales from 2 (the top
+    20 hold about 60% of the mass) to 6: flatter still, a step can fall (docs/quality.md: 1 of 6,000 steps at 1.55)."""
     low, high = sorted((steps[0], steps[0] + steps[1]))
     rng = np.random.default_rng(seed)
     cases = [(vocabulary_distribution(seed + 2 * i, sigma), vocabulary_distribution(seed + 2 * i + 1, sigma),
