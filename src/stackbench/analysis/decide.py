@@ -35,6 +35,7 @@ import pandas as pd
 from stackbench.analysis.common import LAUNCH
 from stackbench.analysis.gpustate import slowed_of
 from stackbench.analysis.hoststate import busy_of
+from stackbench.analysis.quality import beyond_limit
 from stackbench.analysis.speculative import SPEC_PAIR
 from stackbench.config import default_decision
 from stackbench.config.model import Decision
@@ -49,7 +50,7 @@ VERDICTS = (RUN, NOT_WORTH_IT, UNDECIDED)
 # The figure a cell is judged on: the per-stream decode rate of a single stream, the aggregate of several.
 SINGLE_STREAM_METRIC, CONCURRENT_METRIC = "decode_tps", "aggregate_tps"
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status", "spec_drafts",
-                  *SLOWDOWN_METRICS, HOST_BUSY_METRIC, "host_outside_cpu_share_peak")
+                  *SLOWDOWN_METRICS, HOST_BUSY_METRIC, "host_outside_cpu_share_peak", "quality_beyond_limit")
 RULE = ("Rule (docs/what-to-run.md): each round launches every variant and its no-spec afresh; a variant's gain is "
         "paired within a round and its interval is Student's t over rounds of the log ratios. Looks from the node's "
         "first look (`launches` rounds) on, each spending part of a 5% error (Kim & DeMets' power family to "
@@ -166,6 +167,10 @@ def _no_candidate(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Da
     more = (loops.fillna(0) > ref_loops).to_numpy() & (why == "").to_numpy() & spec
     why[more] = "loops in " + loops[more].map("{:.0%}".format).astype(str).to_numpy() + " of requests, no-spec " + ref_loops[more].map(
         "{:.0%}".format).astype(str).to_numpy()
+    if "note" in results.columns:  # the served model beyond the node's quality limit (analysis/quality.py)
+        beyond = cells[["node", "stack", "variant"]].merge(beyond_limit(results), on=["node", "stack", "variant"], how="left")
+        far = beyond["reason"].notna().to_numpy() & spec & (why == "").to_numpy()
+        why[far] = "beyond the node's quality limit: " + beyond.loc[far, "reason"].set_axis(cells.index[far])
     idle = cells[VARIANT_KEY].merge(did_not_speculate(results), on=VARIANT_KEY, how="left")["launches"]
     never = idle.notna().to_numpy() & spec
     why[never] = [f"did not speculate (no drafts in its {n:.0f} launch(es))" for n in idle[never]]

@@ -252,6 +252,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         cpu_threads=doc["hardware"]["cpu_threads"],
         client_cpus=tuple(doc["hardware"]["client_cpus"]) if doc["hardware"]["client_cpus"] else None,
         interconnect=doc["hardware"]["interconnect"],
+        quality_limit=doc["quality_limit"],
         # `auto` reads the OS of the host that measures: in a rehearsal that is not the GPU host, so unknown.
         os=rehearsal_plan.AUTO_OS if doc["os"] == "auto" and rehearsal_plan.node_of(cfg) else doc["os"],
         power_caps_w=tuple(doc["power_caps_w"]),

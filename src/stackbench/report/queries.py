@@ -199,7 +199,8 @@ def correctness_input(results: Results) -> pd.DataFrame:
 def decide_input(results: Results) -> pd.DataFrame:
     """What analysis.decide and analysis.energy read: the judged rates (with their MAD and repeats), loops,
     pools, power and energy, and the cells without a figure, measured rows only."""
-    return results.frame("select * exclude (note) from results "
+    # notes only where a verdict reads them (a launch beyond its node's quality limit says why in its note)
+    return results.frame("select * exclude (note), case when metric = 'quality_beyond_limit' then note end as note from results "
                          f"where source in {MEASURED_SQL} and metric in {sql_in(analysis.DECIDE_METRICS + analysis.ENERGY_METRICS)}")
 
 

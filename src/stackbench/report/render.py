@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from stackbench import analysis
-from stackbench.analysis import hoststate
+from stackbench.analysis import hoststate, quality
 from stackbench.report import budget, charts, decisions, tables, usecase
 from stackbench.report.layouts import Layout, load_layouts
 from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
@@ -483,7 +483,11 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         choices = analysis.what_to_run(decide_rows, by_variant, rules)
         decided = decisions.what_to_run_tables(choices, nodes, agreement, analysis.launch_variance(decide_rows))
         decided += held_tables(kept_dir, nodes, choices, decide_rows, rules) if kept_dir and not rehearsal else []
-        answers = [] if rehearsal else decisions.answer_tables(choices, nodes, busy_notes(results))
+        notes = busy_notes(results)
+        for row in quality.beyond_limit(decide_rows).itertuples(index=False):  # the served model, whatever the variant
+            notes.setdefault(row.node, []).append(f"Quality: {row.stack} {row.variant} is beyond the node's quality limit "
+                                                  f"(quality_limit): {row.reason}; its speed is not the answer it gives.")
+        answers = [] if rehearsal else decisions.answer_tables(choices, nodes, notes)
         for table in ([] if rehearsal else headlines):  # the headline's differences say whether What to run decided them
             mine = choices[choices["node"] == table.table_id.removeprefix("headline-")]
             if len(mine):

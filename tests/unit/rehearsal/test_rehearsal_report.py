@@ -82,7 +82,7 @@ def test_no_pick_is_named_and_two_rehearsals_say_the_same(reports):
     # vLLM's 64K context never reaches the 128K prompt: left out, with a sentence saying so.
     assert "long context on my5090: vllm left out: it ran none of the use's workloads" in use_case
     decide = (one / "tables" / f"what-to-run-{NODE}.md").read_text(encoding="utf-8")
-    assert "| sglang | eagle-3-1-4 | nospec |" in decide and "200/250 W" in decide and "score = median" in decide
+    assert "| sglang | eagle-3-1-4 | nospec |" in decide and "200/250 W" in decide and "Benjamini & Hochberg" in decide
 
 
 def test_no_caveat_from_the_rehearsal_host(reports):
