@@ -190,3 +190,27 @@ def test_the_section_says_in_one_sentence_where_the_choice_differs_by_content_cl
                                "llamacpp: ngram-n8 on code c1, extraction; no-spec on code c2, prose.")
     alike = choose(*[cell("nospec", 60, 0.5, 1, workload=w) for w in ("code", "prose")])
     assert decisions.by_content_class(alike) == ""
+
+
+def test_a_round_on_a_busy_host_is_left_out_of_the_verdict_and_the_variance_and_names_the_process():
+    busy = "HOST BUSY during the cell: busyloop (pid 4242) 98%"
+    rows = cell("nospec", 60, 0.5, 1, rounds=4) + cell("draft-n2", 90, 1, 2, 2, rounds=4)
+    for row in rows[:4] + rows[4:]:  # round 2's no-spec launch ran beside a busy loop
+        row_busy = row["variant"] == "nospec" and row["replicate"] == 2
+        rows.append(measured(ref=row["ref"], replicate=row["replicate"], variant=row["variant"], spec_method=row["spec_method"],
+                             spec_tokens=row["spec_tokens"], metric="host_busy", value=1.0 if row_busy else 0.0,
+                             unit="ratio", stat="single", note=busy if row_busy else "quiet"))
+    table = choose(*rows, correctness=[agreement("draft-n2")])
+    row = table.iloc[0]
+    assert (row["rounds"], row["decided_at"]) == (3, 4)  # rounds 1, 3 and 4 paired
+    assert "nospec (round 2: host busy during the cell" in row["excluded"] and "busyloop (pid 4242)" in row["excluded"]
+    variance = decide.launch_variance(frame(*rows)).set_index("variant")
+    assert variance.loc["nospec", "launches"] == 3 and variance.loc["draft-n2", "launches"] == 4
+
+
+def test_an_interval_past_what_a_node_can_mean_is_not_printed_as_a_figure():
+    from stackbench.report import decisions
+
+    assert decisions._interval(0.12, 0.03, 0.22) == "+12.0% (+3.0% to +22.0%)"
+    assert decisions._interval(0.12, -0.95, 0.22).startswith("+12.0% (interval too noisy to state")
+    assert "too noisy to state" in decisions._interval(0.5, 0.1, 12.0)
