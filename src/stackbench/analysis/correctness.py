@@ -140,9 +140,10 @@ def divergence_text(rows: pd.DataFrame) -> pd.Series:
     texts = pd.Series("KLD: no figure from a quality reference (none on this node, or its tokens differ)", index=scored.index, dtype=object)
     if not kld.empty and "row_label" in kld:
         kld = kld.sort_values("value").drop_duplicates(VARIANT, keep="last").set_index(VARIANT)
-        kind = ["exact" if "exact:" in str(note) else "bound" for note in kld["note"]]
+        notes = kld["note"] if "note" in kld else pd.Series("", index=kld.index)  # a frame without notes cannot say
+        kind = ["exact" if "exact:" in str(note) else "bound" if "bound" in str(note) else "" for note in notes]
         texts = pd.concat([texts.drop(kld.index, errors="ignore"), pd.Series(
-            [f"KLD {v:.3g} [{lo:.3g}-{hi:.3g}] {how} from {ref}" for v, lo, hi, how, ref in
+            [f"KLD {v:.3g} [{lo:.3g}-{hi:.3g}] {how + ' ' if how else ''}from {ref}" for v, lo, hi, how, ref in
              zip(kld["value"], kld["ci_low"], kld["ci_high"], kind, kld["row_label"])], index=kld.index, dtype=object)])
     return texts[~texts.index.duplicated(keep="last")]
 

@@ -313,14 +313,20 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     if cells.empty:
         return pd.DataFrame(columns=CHOICE_COLUMNS)
     cells["no_candidate"] = _no_candidate(cells, results, correctness)
-    keys = cells[SPEC_PAIR].drop_duplicates().reset_index(drop=True)
+    # Judged: the cells where a speculative variant ran (a sweep or ladder of no-spec alone decides nothing).
+    failed = _failed_cells(results)
+    raced = pd.concat([cells.loc[cells["spec_method"] != "none", SPEC_PAIR],
+                       failed.loc[failed["variant"].isin(set(cells.loc[cells["spec_method"] != "none", "variant"])), SPEC_PAIR]])
+    keys = cells[SPEC_PAIR].drop_duplicates().merge(raced.drop_duplicates(), on=SPEC_PAIR).reset_index(drop=True)
+    if keys.empty:
+        return pd.DataFrame(columns=CHOICE_COLUMNS)
     keys["cell"] = range(len(keys))
     cells = cells.merge(keys, on=SPEC_PAIR, how="left")
     reference = cells[cells["spec_method"] == "none"].drop_duplicates("cell").set_index("cell")
     spec = cells[cells["spec_method"] != "none"]
     named = pd.concat([cells.loc[cells["left_out"] != "", VARIANT_KEY + ["left_out"]].rename(columns={"left_out": "why"}),
                        spec.loc[spec["no_candidate"] != "", VARIANT_KEY + ["no_candidate"]].rename(columns={"no_candidate": "why"}),
-                       _failed_cells(results)], ignore_index=True)
+                       failed], ignore_index=True)
     excluded = (named["variant"] + " (" + named["why"] + ")").groupby([named[c] for c in SPEC_PAIR], dropna=False).agg(
         "; ".join) if len(named) else pd.Series(dtype=object, index=pd.MultiIndex.from_tuples([], names=SPEC_PAIR))
 

@@ -192,7 +192,7 @@ def headline_input(results: Results) -> pd.DataFrame:
 def correctness_input(results: Results) -> pd.DataFrame:
     """The measured correctness rows only (probes, agreement, validity and loops of every cell): small."""
     return results.frame("select node, stack, variant, workload, metric, value, unit, prompt_tokens, source, status, "
-                         "ci_low, ci_high, n, row_label "
+                         "ci_low, ci_high, n, row_label, case when metric = 'mean_kld' then note end as note "  # exact or bound
                          f"from results where source in {MEASURED_SQL} and metric in {sql_in(analysis.CORRECTNESS_METRICS)}")
 
 
