@@ -69,16 +69,19 @@ def _report(args) -> None:
 
 
 def launch_seconds(parts: list) -> tuple[float, float]:
-    """The measuring seconds the sequence spent (each launch: its server_command.json, written as the server
-    starts, to its cells.parquet) and the mean of one launch after the first round (the one-off workloads ride
-    on round 1), from the launch folders' file times."""
+    """The measuring seconds the sequence spent and the mean of one launch after the first round (the one-off
+    workloads ride on round 1), from the times its cells were stored (cells/<cell>--<fingerprint>.parquet, written
+    as each cell ends and kept when a rerun finds it cached): a launch's span is its first to last cell stored,
+    stretched by one cell's mean for the first."""
     spans, later = [], []
     for part in map(Path, parts):
-        start = part.parent / "server_command.json"
-        if part.exists() and start.exists():
-            span = max(0.0, part.stat().st_mtime - start.stat().st_mtime)
-            spans.append(span)
-            later += [span] if "--r" in part.parent.name else []
+        stored = sorted(f.stat().st_mtime for f in (part.parent / "cells").glob("*.parquet")
+                        if not f.name.endswith(".requests.parquet"))
+        if len(stored) < 2:
+            continue
+        span = (stored[-1] - stored[0]) * len(stored) / (len(stored) - 1)
+        spans.append(span)
+        later += [span] if "--r" in part.parent.name else []
     later = later or spans
     return sum(spans), (sum(later) / len(later) if later else 0.0)
 
