@@ -160,7 +160,9 @@ def _no_candidate(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Da
                 worse, "accuracy_text"].set_axis(cells.index[worse]) + ")"
         why[lengths & ~differs] = "lengths not as asked in " + verdict.loc[lengths & ~differs, "length_off_in"].set_axis(
             cells.index[lengths & ~differs])
-    looping = results[(results["metric"] == "looping") & results["value"].notna()].drop_duplicates(VARIANT_KEY)
+    # the share of looping requests over every launch of the cell (not one launch's: their order is arbitrary)
+    looping = results[(results["metric"] == "looping") & results["value"].notna()].groupby(
+        VARIANT_KEY + ["spec_method"], dropna=False, as_index=False)["value"].mean()
     loops = cells[VARIANT_KEY].merge(looping[VARIANT_KEY + ["value"]], on=VARIANT_KEY, how="left")["value"]
     reference = looping[looping["spec_method"] == "none"][SPEC_PAIR + ["value"]]
     ref_loops = cells[SPEC_PAIR].merge(reference, on=SPEC_PAIR, how="left")["value"].fillna(0)
