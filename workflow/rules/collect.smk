@@ -19,8 +19,10 @@ rule published_part:
 
 rule collect:
     input:
-        rules.published_part.output,
-        measured_parts,
+        published=rules.published_part.output,
+        first=first_round_parts(),
+        later=later_round_parts,
+        looks=first_looks,
     output:
         PATHS["results"],
     params:
@@ -32,7 +34,7 @@ rule collect:
     log:
         "logs/collect/collect.log",
     shell:
-        "{params.cli} collect {input:q} --kept {params.kept:q} --bundles {params.bundles:q} --out {output:q} > {log:q} 2>&1"
+        "{params.cli} collect {input.published:q} {input.first:q} {input.later:q} --kept {params.kept:q} --bundles {params.bundles:q} --out {output:q} > {log:q} 2>&1"
 
 
 import os

@@ -75,9 +75,27 @@ def sequence_parts(node, upto=None):
         lambda look: checkpoints.round_verdict.get(node=node.name, round=look).output[0])
 
 
-def measured_parts(wildcards=None):
-    """Every selected node's launches, later rounds as their checkpoints ask (an input function)."""
-    return [part for node in NODES for part in sequence_parts(node)]
+def first_round_parts():
+    """Every selected node's planned launches (its first `launches` rounds): known before any checkpoint, so a
+    deleted one is measured again and collect reruns."""
+    return [_part(node, l) for node in NODES for l in node.launches]
+
+
+def _first_look(node):
+    return round_verdict_file(node, max((l.replicate for l in node.launches), default=0))
+
+
+def later_round_parts(wildcards=None):
+    """The later rounds' launches, as the nodes' checkpoints ask for them (an input function)."""
+    return [part for node in NODES if Path(_first_look(node)).exists()
+            for part in sequence_parts(node)[len(node.launches):]]
+
+
+def first_looks(wildcards=None):
+    """The first look's verdict file of each node running a sequence that has none yet (a new run, or `rm -rf
+    data/runs/<node>`): Snakemake does not plan a consumer whose input waits on a checkpoint nothing else asks
+    for, so collect asks for the first look by name; the later rounds follow once it exists."""
+    return [_first_look(node) for node in NODES if node.later_rounds and not Path(_first_look(node)).exists()]
 
 
 def parts_on_disk_plan():

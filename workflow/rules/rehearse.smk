@@ -25,7 +25,7 @@ if REHEARSAL:
     # The real run's hours from the rehearsal's cells and starts (rehearsal/budget.py): the report opens with it.
     rule rehearsal_budget:
         input:
-            measured_parts(),
+            first_round_parts(),  # a rehearsal plans its first rounds only
         output:
             BUDGET,
         params:
