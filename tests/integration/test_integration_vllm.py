@@ -52,7 +52,7 @@ def configure(repo: Path) -> None:
     # The accuracy set and the divergence pass are not what these tests check: on the CPU engines (about 10-15
     # tok/s) the 50 questions would take 5-7 minutes a launch, the divergence text about 40 s.
     path.write_text(yaml.safe_dump({**node, "workloads": ["extraction", "probes"], "accuracy": None, "divergence": None,
-                                    "concurrency": [1], "launches": 1, "runs": runs}))
+                                    "concurrency": [1], "launches": 1, "decide": {}, "runs": runs}))
     (repo / "configs/workloads/extraction.yaml").write_text(yaml.safe_dump({
         "prompts": ["Copy this list exactly, twice: alpha beta gamma delta epsilon zeta eta theta iota kappa."],
         "output_tokens": 32}))

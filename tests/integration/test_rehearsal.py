@@ -128,7 +128,7 @@ def test_rtx5090_reads_at_the_modeled_pace_and_slows_with_context(rehearsed):
     assert 40 < short < 150 and 1.1 < short / long < 1.7, (short, long)
     assert ok.loc[ok["metric"] == "decode_tps", "value_min"].isna().all()
     report = (repo / "reports/rehearsal/rtx5090/report.md").read_text()
-    assert "a rehearsal runs each cell once" in report
+    assert "A rehearsal chooses nothing: it runs each cell once" in report
     sections = [line for line in report.splitlines() if line.startswith("## ")]
     assert sections[0] == "## Time budget of the real run"
     assert "llamacpp--mtp-n2" in report  # seed 000 section 8's llama.cpp Q4_K_M + MTP
