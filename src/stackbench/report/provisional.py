@@ -38,7 +38,8 @@ def write(choices: pd.DataFrame, node: str, look: int, rule: Decision, spent_s: 
                "spent_s": spent_s, "launch_s": launch_s}
     atomic_write_text(out, json.dumps(verdict, indent=1))
     tables = decisions.answer_tables(choices, [node])
-    title = f"PROVISIONAL: the answer on {node} after round {look} (the run goes on: {why})"
+    title = (f"PROVISIONAL: the answer on {node} after round {look} (the run goes on: {why})" if asked else
+             f"PROVISIONAL: the answer on {node} after round {look}, the last look ({why}); the report follows")
     body = [f"# {title}", "", "Each later round sharpens it; the final report (reports/index.html) replaces it.", "",
             *[to_markdown(t) for t in tables]]
     provisional.parent.mkdir(parents=True, exist_ok=True)
