@@ -238,13 +238,6 @@ class _Hypothesis:
     run: bool = False
 
 
-def _paired(mine, theirs) -> dict[int, float]:
-    if not isinstance(mine, dict) or not isinstance(theirs, dict):
-        return {}
-    both = sorted(k for k in mine.keys() & theirs.keys() if mine[k] > 0 and theirs[k] > 0)
-    return {k: math.log(mine[k] / theirs[k]) for k in both}
-
-
 def _looks(hypotheses: list[_Hypothesis], decision: Decision) -> dict[int, tuple[str, int]]:
     """Replay the node's looks: at each round from decision.first on, the spent error (estimators.spent_alpha),
     Benjamini & Hochberg over every hypothesis, and the not-worth-it test per cell. {cell: (verdict, round)} of
@@ -332,14 +325,15 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     excluded = (named["variant"] + " (" + named["why"] + ")").groupby([named[c] for c in SPEC_PAIR], dropna=False).agg(
         "; ".join) if len(named) else pd.Series(dtype=object, index=pd.MultiIndex.from_tuples([], names=SPEC_PAIR))
 
+    default = default_decision()  # read from the schema once, not per node or cell
+    rule = {node: (decisions or {}).get(node) or default for node in keys["node"].unique()}
     hypotheses: dict[str, list[_Hypothesis]] = {}
     for row in spec[spec["no_candidate"] == ""].itertuples(index=False):
-        ref_rounds = reference["rounds"].get(row.cell)
-        hypotheses.setdefault(row.node, []).append(_Hypothesis(row.cell, row.variant, _paired(row.rounds, ref_rounds)))
+        logs = estimators.paired_logs_by_round(row.rounds, reference["rounds"].get(row.cell))
+        hypotheses.setdefault(row.node, []).append(_Hypothesis(row.cell, row.variant, logs))
     verdicts: dict[int, tuple[str, int]] = {}
     for node, mine in hypotheses.items():
-        decision = (decisions or {}).get(node) or default_decision()
-        verdicts |= _looks(mine, decision)
+        verdicts |= _looks(mine, rule[node])
     by_cell: dict[int, list[_Hypothesis]] = {}
     for mine in hypotheses.values():
         for h in mine:
@@ -350,7 +344,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     for key in keys.itertuples(index=False):
         mine = sorted((h for h in by_cell.get(key.cell, []) if h.judged is not None), key=lambda h: -h.judged.gain)
         verdict, at = verdicts.get(key.cell, (UNDECIDED, None))
-        decision = (decisions or {}).get(key.node) or default_decision()
+        decision = rule[key.node]
         has_ref = key.cell in reference.index
         chosen = next((h for h in mine if h.run), None) if verdict == RUN else None
         lead = chosen or (mine[0] if mine else None)

@@ -12,6 +12,9 @@ run, the cell is "not compared".
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pandas as pd
 
 from stackbench.analysis import decide
@@ -30,11 +33,10 @@ def variant_gains(decide_rows: pd.DataFrame) -> pd.DataFrame:
     cells = decide.launch_rounds(decide_rows)
     reference = cells[cells["spec_method"] == "none"].drop_duplicates(SPEC_PAIR)[SPEC_PAIR + ["rounds"]]
     spec = cells[cells["spec_method"] != "none"].merge(reference.rename(columns={"rounds": "ref_rounds"}), on=SPEC_PAIR)
-    logs = [list(estimators.paired_log_ratios(m, t)) if isinstance(m, dict) and isinstance(t, dict) else []
-            for m, t in zip(spec["rounds"], spec["ref_rounds"])]
-    gains = [estimators.paired_gain(m, t) if isinstance(m, dict) and isinstance(t, dict) else None
-             for m, t in zip(spec["rounds"], spec["ref_rounds"])]
-    return spec[DECISION + ["variant"]].assign(logs=logs, gain=[g.gain if g else float("nan") for g in gains])
+    logs = [list(estimators.paired_logs_by_round(m, t).values()) for m, t in zip(spec["rounds"], spec["ref_rounds"])]
+    # paired_gain's point estimate, from the logs already in hand
+    return spec[DECISION + ["variant"]].assign(logs=logs, gain=[math.expm1(np.mean(v)) if len(v) >= 2 else math.nan
+                                                                for v in logs])
 
 
 def _key(record: dict, columns: list[str]) -> tuple:

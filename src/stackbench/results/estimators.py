@@ -86,11 +86,18 @@ class PairedGain:
         return self.low > 0
 
 
+def paired_logs_by_round(variant, reference) -> dict[int, float]:
+    """{round: log(variant / reference)} for each round both measured with a positive figure (rounds keyed by
+    replicate); empty where either has no rounds (a dict)."""
+    if not isinstance(variant, dict) or not isinstance(reference, dict):
+        return {}
+    rounds = sorted(k for k in variant.keys() & reference.keys() if _positive(variant[k]) and _positive(reference[k]))
+    return {k: math.log(variant[k] / reference[k]) for k in rounds}
+
+
 def paired_log_ratios(variant: dict[int, float], reference: dict[int, float]) -> np.ndarray:
-    """log(variant / reference) for each round both measured with a positive figure (rounds keyed by replicate)."""
-    rounds = sorted(k for k in variant.keys() & reference.keys()
-                    if _positive(variant[k]) and _positive(reference[k]))
-    return np.array([math.log(variant[k] / reference[k]) for k in rounds])
+    """paired_logs_by_round's ratios in round order."""
+    return np.array(list(paired_logs_by_round(variant, reference).values()))
 
 
 def _positive(value) -> bool:
