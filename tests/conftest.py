@@ -1,6 +1,7 @@
 """Fixtures every test may ask for; helpers a test imports live in tests/support (on pytest's pythonpath)."""
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +13,15 @@ from paths import ROOT
 
 from stackbench.cli import published_records
 from stackbench.results import store
+
+
+@pytest.fixture(autouse=True)
+def cores_left_as_found():
+    """A launch measured in this process pins it to the node's client cores (host/affinity.py) and must give them
+    back: a worker left on one core runs every later test's servers there (the CI failure of stop 56)."""
+    before = os.sched_getaffinity(0)
+    yield
+    assert os.sched_getaffinity(0) == before, "the test left this process pinned to other cores"
 
 
 @pytest.fixture(scope="session")

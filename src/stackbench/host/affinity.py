@@ -6,19 +6,34 @@ measured it before and after). On a GPU node it keeps the client off the cores t
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import psutil
 
 
-def server_cpus(client_cpus: tuple[int, ...]) -> set[int]:
-    """The cores left to the server: every core this process may use but the client's."""
-    return set(os.sched_getaffinity(0)) - set(client_cpus)
+def split(client_cpus: tuple[int, ...]) -> set[int]:
+    """The cores left to the server: every core this process may use but the client's. ValueError where a client
+    core is not one this process may use, or none is left to the server."""
+    usable = set(os.sched_getaffinity(0))
+    if not set(client_cpus) <= usable:
+        raise ValueError(f"{sorted(client_cpus)} are not all among the cores this process may use, {sorted(usable)}")
+    if not usable - set(client_cpus):
+        raise ValueError(f"{sorted(client_cpus)} leave the server none of the cores this process may use, {sorted(usable)}")
+    return usable - set(client_cpus)
 
 
-def pin_self(cpus: set[int]) -> None:
-    """This process (and the threads it starts from now on) on `cpus`."""
+@contextlib.contextmanager
+def pinned_self(cpus: set[int]) -> Iterator[None]:
+    """This process (and the threads it starts meanwhile) on `cpus`, then back on the cores it had: a caller in
+    the same process (a test, a notebook) must not inherit the client's cores."""
+    before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def pin_tree(pid: int, cpus: set[int]) -> int:
@@ -38,6 +53,6 @@ def pin_tree(pid: int, cpus: set[int]) -> int:
             try:
                 os.sched_setaffinity(thread.id, cpus)
                 pinned += 1
-            except (ProcessLookupError, PermissionError):
+            except OSError:  # the thread ended (ESRCH), or is not ours to move (EPERM)
                 continue
     return pinned

@@ -104,6 +104,7 @@ class LaunchRun:
         self.host_checks: list[hostload.Verdict] = []  # one per server start
         self.host_flag: str | None = None  # the last start found the host busy (host_idle.on_busy: flag): why
         self.server_pids: list[int] = []  # what listens on the server's port: inside the launch
+        self.server_cores: set[int] = set()  # where the node pins the client (hardware.client_cpus): the cores left to the server
         self.host_busy_cells: dict[str, tuple[str, ...]] = {}  # cell key -> the busiest outside processes of a busy cell
         self.lock_dir = rehearsal_plan.lock_dir(self.node.name) if spec.rehearsal else locks.lock_dir(self.node.lock_dir)
         self.leftovers: list[str] = []  # servers and caps a launch that died hard left behind, put right here
@@ -384,9 +385,16 @@ class LaunchRun:
     # -- the launch --------------------------------------------------------------------------------
     def run(self) -> Path:
         api_key(self.node)  # a missing key stops the launch here, before any server starts
-        if self.node.client_cpus:  # this process and its threads on the client's cores, the server on the rest
-            self.server_cores = affinity.server_cpus(self.node.client_cpus)
-            affinity.pin_self(set(self.node.client_cpus))
+        if not self.node.client_cpus:
+            return self._run()
+        try:  # this process and its threads on the client's cores, the server on the rest
+            self.server_cores = affinity.split(self.node.client_cpus)
+        except ValueError as err:
+            raise ConfigError(f"{self.node.file}: hardware.client_cpus: {err}") from None
+        with affinity.pinned_self(set(self.node.client_cpus)):
+            return self._run()
+
+    def _run(self) -> Path:
         todo = self.store.todo()
         cells = self.spec.cells
         log.info("%s: %d cells, %d already measured", self.launch.name, len(cells), len(cells) - len(todo))
