@@ -154,8 +154,27 @@ def rounds_planned(node) -> str:
     said = (f"then up to {len(later)} more (rounds {later[0]}-{later[-1]}), each launching again only the variants of "
             "cells still undecided" + (f", within {rule.budget_minutes:g} minutes of launches" if rule.budget_minutes else "")
             if later else "no rounds past them (decide.most_launches)")
-    decides = "" if first >= 2 else "; one launch per variant decides nothing: set launches: 3 or more"
-    return f"# What to run on {node.name}: {len(node.launches)} launches in {first} round(s) first, {said}{decides}"
+    decides = "" if first >= 2 else "; one launch per variant decides nothing"
+    return f"# What to run on {node.name}: {len(node.launches)} launches in {first} round(s) first, {said}{decides}\n" + \
+        what_it_resolves(rule)
+
+
+def what_it_resolves(rule) -> str:
+    """The gain the node's rounds resolve at assumed launch-to-launch CVs, and the cheapest plan resolving its margin
+    (results/estimators.py; the GPU-node hours come from a rehearsal, rehearsal/budget.py)."""
+    from stackbench.rehearsal.budget import ASSUMED_LAUNCH_CV
+    from stackbench.results import estimators
+
+    said = []
+    for cv in ASSUMED_LAUNCH_CV:
+        sd = estimators.paired_sd_of_launch_cv(cv)
+        last = estimators.resolvable_gain(sd, rule.most, rule.first, rule.most)
+        cheapest = estimators.rounds_to_resolve(sd, rule.min_gain)
+        said.append(f"CV {cv:.0%}: " + (f"the last look (round {rule.most}) resolves ±{last:.0%}" if last < float("inf") else "no look")
+                    + ("" if last < rule.min_gain else
+                       f", short of the {rule.min_gain:.0%} margin; the cheapest plan that resolves it: "
+                       + (f"launches: {cheapest}" if cheapest else "none up to 100 rounds")))
+    return "# at a launch-to-launch " + "; ".join(said) + " (rehearse the node for the hours: docs/what-to-run.md)"
 
 
 def _commands(args) -> None:
@@ -279,10 +298,12 @@ def _rehearse(args) -> None:
 
 
 def _rehearsal_budget(args) -> None:
+    from stackbench.plan import expand
     from stackbench.rehearsal import budget
 
     real = {"repeats": args.repeats, "warmup_requests": args.warmup_requests}
-    print(f"budget: {budget.main(Path(args.runs), args.time_scale, real, Path(args.out))}")
+    decision = expand.load_node(args.node, expand.load_run_config(Path("."))).decision if args.node else None
+    print(f"budget: {budget.main(Path(args.runs), args.time_scale, real, Path(args.out), decision)}")
 
 
 def _build_env(args) -> None:
@@ -434,6 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rehearsal-budget", help="the real run's GPU hours per launch and workload, from a rehearsal's runs")
     p.add_argument("--runs", required=True, help="the rehearsal's runs folder of its node")
+    p.add_argument("--node", help="the node rehearsed, whose What to run rule prices the rounds (default: the schema's)")
     p.add_argument("--time-scale", type=float, required=True, help="rehearsal.time_scale")
     p.add_argument("--repeats", type=int, required=True, help="the real run's measure.repeats (a run's own wins)")
     p.add_argument("--warmup-requests", type=int, required=True, help="the real run's measure.warmup_requests")

@@ -36,6 +36,12 @@ DOUBLE_SERVER = textwrap.dedent("""
 """)
 
 
+def spec_workload(name: str, kind: str = "single", per_stream: int = 1) -> dict:
+    """A workload as a launch spec writes it (launch.json's node.workloads), for hand-built spec files."""
+    return {"name": name, "kind": kind, "prompts": [], "output_tokens": 32, "prompt_tokens": None, "turns": 1,
+            "salt": False, "concurrency": [1], "load": {"requests_per_stream": per_stream}}
+
+
 def make_launch(engine: str = "llamacpp", model_path: str = "/models/q", **overrides) -> Launch:
     """The one Launch builder of the tests: a launch as the plan makes it (its TP size read by the engine's
     adapter), for tests that need one without config files. Defaults: seed 000's context, one model."""

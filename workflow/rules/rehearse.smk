@@ -31,11 +31,12 @@ if REHEARSAL:
         params:
             cli=STACKBENCH,
             runs=f"{RUNS}/{REHEARSAL}",
+            node=REHEARSAL,
             time_scale=CFG["rehearsal"]["time_scale"],
             repeats=REAL_MEASURE["repeats"],
             warmup=REAL_MEASURE["warmup_requests"],
         log:
             "logs/rehearsal/budget.log",
         shell:
-            "{params.cli} rehearsal-budget --runs {params.runs:q} --time-scale {params.time_scale} "
+            "{params.cli} rehearsal-budget --runs {params.runs:q} --node {params.node} --time-scale {params.time_scale} "
             "--repeats {params.repeats} --warmup-requests {params.warmup} --out {output:q} > {log:q} 2>&1"

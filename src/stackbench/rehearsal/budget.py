@@ -29,15 +29,23 @@ from pathlib import Path
 
 import pandas as pd
 
+from stackbench.config import default_decision
 from stackbench.config.kinds import KINDS
+from stackbench.config.model import Decision, Workload, from_json
 from stackbench.engines import adapter_for
+from stackbench.plan.expand import judged_workload
 from stackbench.rehearsal import standin
+from stackbench.results import estimators
 
 HIGH_SHARE = 0.4  # of the bandwidth roofline: the slow end of what engines reach at single-stream decode
 FITTED_MARGIN = 1.3  # a pace fitted to a post: the slow end 30% slower (the posts' own runs spread 5-35%)
 LOAD_BYTES_PER_S_HIGH = 0.5e9  # weights from a network filesystem or a cold page cache
 IMAGE_PULL_S = (120.0, 900.0)  # an engine image of 10-20 GB at about 150 MB/s, and at about 20 MB/s
 TOP_CELLS = 5
+# Launch-to-launch CVs the rounds are priced at (what gain a budget resolves): this machine's pinned llama.cpp
+# (2.7-7.5%, docs/benchmarks.md), a GPU server's usual few percent, and vLLM issue 53436's up to 19.65% with
+# speculation at c2. An assumption, stated, until the node's own runs show its spread.
+ASSUMED_LAUNCH_CV = (0.03, 0.05, 0.10, 0.20)
 # Each start's compile and CUDA-graph capture, low and high seconds, per engine: assumptions, not the posts'
 # logs (none of the seed posts states it). vLLM: torch.compile of the model (a cold cache; a warm one skips
 # most of it) and graph capture over its batch sizes; SGLang: graph capture over its batch sizes (no
@@ -94,7 +102,8 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
         per_launch = once_per_launch(workload)
         low = once if per_launch else once * (repeats + real["warmup_requests"] / per_stream)
         cells.append({"key": cell["key"], "workload": cell["workload"], "power_cap_w": cell["power_cap_w"],
-                      "low_s": low, "high_s": low * slow, "once_per_launch": per_launch, "host_timed": host_timed})
+                      "low_s": low, "high_s": low * slow, "once_per_launch": per_launch, "host_timed": host_timed,
+                      "judged": workload_judged(workload)})
     argv = _json(run_dir / "standin_argv.json")
     build = launch.get("env_name") if launch["launch_mode"] == "native" and label in BUILD_S else None
     return {"launch": f"{launch['stack_config']}--{launch['variant']}", "mode": launch["launch_mode"], "repeats": repeats,
@@ -103,7 +112,15 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
             "pinned": facts.get("pinned"),
             "power_caps_w": list(launch.get("power_caps_w") or []), "start_low_s": start_low, "start_high_s": start_high,
             "cells": cells, "low_s": start_low + sum(c["low_s"] for c in cells),
-            "high_s": start_high + sum(c["high_s"] for c in cells)}
+            "high_s": start_high + sum(c["high_s"] for c in cells), "replicate": launch.get("replicate") or 1,
+            # a later round launches it again for the cells What to run judges only (expand.interleaved_rounds)
+            "round_low_s": start_low + sum(c["low_s"] for c in cells if c["judged"]),
+            "round_high_s": start_high + sum(c["high_s"] for c in cells if c["judged"])}
+
+
+def workload_judged(workload: dict) -> bool:
+    """Whether What to run judges a workload of the spec, so a later round repeats it (expand.judged_workload)."""
+    return bool(workload) and judged_workload(from_json(Workload, workload))
 
 
 def modeled_cell_s(facts: dict, cell: dict, run_dir: Path) -> float | None:
@@ -161,9 +178,9 @@ def caps_everywhere_s(launches: list[dict]) -> tuple[list[float], float, float]:
     return caps, low, high
 
 
-def budget(runs_dir: Path, time_scale: float, real: dict) -> dict:
-    """The node's budget in hours: per launch, per workload, the most expensive cells, and what sweeping
-    the caps on every launch would add."""
+def budget(runs_dir: Path, time_scale: float, real: dict, decision: Decision | None = None) -> dict:
+    """The node's budget in hours: per launch, per workload, the most expensive cells, what sweeping the caps on
+    every launch would add, and What to run's rounds under the node's rule (`decision`; the schema's default)."""
     pulled: set[str] = set()
     launches = [launch_budget(d, time_scale, real, pulled) for d in sorted(runs_dir.iterdir())
                 if (d / "launch.json").exists()] if runs_dir.exists() else []
@@ -194,9 +211,34 @@ def budget(runs_dir: Path, time_scale: float, real: dict) -> dict:
         "host_timed_cells": sum(1 for x in launches for c in x["cells"] if c["host_timed"]),
         "builds": builds(launches),
         "tp_cost": sorted({x["tp_cost"] for x in launches if x["tp_cost"]}),
+        "rounds": rounds(launches, decision or default_decision()),
         "once_per_launch_h": [sum(c["low_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours,
                               sum(c["high_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours],
     }
+
+
+def rounds(launches: list[dict], decision: Decision) -> dict:
+    """What to run's rounds priced: the first rounds as rehearsed, one later round (each configuration again, the
+    judged cells only), the budget (the first rounds, then later ones up to decide.most_launches), and the gain
+    each resolves at ASSUMED_LAUNCH_CV: at the first look, at the budget's last, and the fewest rounds of a single
+    look that resolve decide.min_gain (the cheapest plan that decides)."""
+    hours = 1 / 3600
+    first = [sum(x[key] for x in launches) * hours for key in ("low_s", "high_s")]
+    later = [sum(x[key] for x in launches if x["replicate"] == 1) * hours for key in ("round_low_s", "round_high_s")]
+    planned = max((x["replicate"] for x in launches), default=0)
+    extra = max(decision.most - planned, 0)
+    resolves = []
+    for cv in ASSUMED_LAUNCH_CV:
+        sd = estimators.paired_sd_of_launch_cv(cv)
+        cheapest = estimators.rounds_to_resolve(sd, decision.min_gain)
+        resolves.append({"cv": cv, "first_look": estimators.resolvable_gain(sd, decision.first, decision.first, decision.most),
+                         "last_look": estimators.resolvable_gain(sd, decision.most, decision.first, decision.most),
+                         "cheapest_rounds": cheapest,
+                         "cheapest_h": None if cheapest is None else [first[i] + (cheapest - max(planned, 1)) * later[i]
+                                                                      if cheapest > planned else first[i] for i in (0, 1)]})
+    return {"first_rounds": planned, "most": decision.most, "first_look": decision.first, "min_gain": decision.min_gain,
+            "first_h": first, "later_round_h": later, "budget_h": [first[i] + extra * later[i] for i in (0, 1)],
+            "resolves": resolves}
 
 
 def builds(launches: list[dict]) -> list[dict]:
@@ -211,9 +253,9 @@ def builds(launches: list[dict]) -> list[dict]:
     return list(seen.values())
 
 
-def main(runs_dir: Path, time_scale: float, real: dict, out: Path) -> Path:
+def main(runs_dir: Path, time_scale: float, real: dict, out: Path, decision: Decision | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(budget(runs_dir, time_scale, real), indent=1))
+    tmp.write_text(json.dumps(budget(runs_dir, time_scale, real, decision), indent=1))
     tmp.replace(out)
     return out

@@ -5,6 +5,7 @@ expensive cells, and what the per-run cap lists save against sweeping every cap 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -86,7 +87,49 @@ def budget_tables(path: Path) -> list[Table]:
                  [[b["env"], b["engine"], b["what"], hours(b["h"])] for b in builds], [[None] * 4 for _ in builds],
                  legend=["Assumed ranges (no seed post states them); an image launch's pull is in its start-up above, "
                          "and an environment already built on the node costs nothing."])] if builds else []),
+        *rounds_tables(doc.get("rounds")),
     ]
+
+
+def gain(value: float | None) -> str:
+    return "beyond reach" if value is None or not math.isfinite(value) else f"±{value:.0%}"
+
+
+def rounds_tables(rounds: dict | None) -> list[Table]:
+    """What to run's rounds priced in GPU-node hours (rehearsal/budget.py rounds), and the gain each resolves at
+    the assumed launch-to-launch noise; a plan that cannot decide says so, with the cheapest one that could."""
+    if not rounds:
+        return []
+    first, most = rounds["first_rounds"], rounds["most"]
+    priced = [[f"round{'s 1-' + str(first) if first > 1 else ' 1'}, as rehearsed (every cell, one-off sets included)",
+               hours(rounds["first_h"])],
+              ["one later round (each configuration again, the cells What to run judges only)", hours(rounds["later_round_h"])],
+              [f"the budget: {first} round(s) first" + (f", then up to {most - first} more (decide.most_launches {most})"
+                                                       if most > first else ", no later round (decide.most_launches not set)"),
+               hours(rounds["budget_h"])]]
+    margin, looks = rounds["min_gain"], most >= rounds["first_look"]
+    resolves = []
+    for row in rounds["resolves"]:
+        cheapest = row["cheapest_rounds"]
+        resolves.append([f"{row['cv']:.0%}", gain(row["first_look"]) if looks else "no look",
+                         gain(row["last_look"]) if looks else "no look",
+                         "none up to 100 rounds" if cheapest is None else f"{cheapest} rounds, {hours(row['cheapest_h'])}"])
+    cannot = [f"{r['cv']:.0%}" for r in rounds["resolves"] if not r["last_look"] < margin]
+    legend = [f"Resolves: how far a true gain must lie from zero to read \"run\", or under the {margin:.0%} margin "
+              "(decide.min_gain) to read \"not worth it\", per cell before the correction across cells "
+              "(results/estimators.py resolvable_gain: Student's t at the error that look spends). Launch-to-launch CV "
+              "assumed (rehearsal/budget.py ASSUMED_LAUNCH_CV): no stand-in measures a real launch's spread."]
+    if not looks:
+        legend.append("One launch a variant: What to run takes no look (a paired interval needs two rounds) and decides "
+                      "nothing; set `launches:` to the cheapest plan's rounds, or 3 with `decide.most_launches` for a sequence.")
+    if cannot:
+        legend.append(f"This plan cannot decide a gain near the {margin:.0%} margin at a launch CV of {', '.join(cannot)}: "
+                      "the last column is the cheapest plan that could (`launches:` that many, one look).")
+    return [Table("budget-rounds", "What to run's rounds: GPU-node hours", "rehearsal/budget.py rounds",
+                  ["rounds", "hours"], priced, [[None] * 2 for _ in priced]),
+            Table("budget-resolves", "What each plan can decide, at an assumed launch-to-launch CV", "rehearsal/budget.py rounds",
+                  ["launch CV", f"first look (round {rounds['first_look']}) resolves", f"last look (round {most}) resolves",
+                   f"cheapest plan resolving {margin:.0%}"], resolves, [[None] * 4 for _ in resolves], legend=legend)]
 
 
 def real_repeats(path: Path) -> int | None:

@@ -266,6 +266,29 @@ def rounds_to_settle(mean_log: float, sd_log: float, rounds: int, margin: float,
     return int(n[np.argmax(settles)]) if settles.any() else None
 
 
+def paired_sd_of_launch_cv(cv: float) -> float:
+    """The spread of a round's paired log ratio where each launch's speed varies by `cv` between launches, the
+    two launches independent: sqrt(2) x log(1 + cv)."""
+    return math.sqrt(2) * math.log1p(cv)
+
+
+def resolvable_gain(sd_log: float, look: int, first: int, most: int) -> float:
+    """The gain a look at round `look` resolves, were the paired log ratios' spread `sd_log`: the one-sided bound's
+    distance from the mean, exp(t x sd / sqrt(n)) - 1, at the error that look spends (spent_alpha). A true gain
+    this far above zero reads "run"; one this far under the margin reads "not worth it". Per cell, before the
+    correction across a node's cells; inf where the look spends nothing."""
+    alpha = spent_alpha(look, first, most)
+    if alpha <= 0 or look < 2:
+        return math.inf
+    return math.expm1(float(scipy.stats.t.ppf(1 - alpha, look - 1)) * sd_log / math.sqrt(look))
+
+
+def rounds_to_resolve(sd_log: float, margin: float) -> int | None:
+    """The fewest rounds whose single look (all the error spent at once: the cheapest plan) resolves the margin at
+    spread `sd_log`: resolvable_gain under `margin`. None where no plan up to MOST_ROUNDS_SAID does."""
+    return next((n for n in range(2, MOST_ROUNDS_SAID + 1) if resolvable_gain(sd_log, n, n, n) < margin), None)
+
+
 def gains_differ(logs_a: Sequence[float], logs_b: Sequence[float], level: float = LEVEL) -> tuple[float, bool] | None:
     """Do two runs' gains of one variant differ: Welch's t test of their paired log ratios' means (two-sided, at
     1 - level). (p-value, differ); None where either run has fewer than two rounds."""

@@ -61,6 +61,9 @@ def test_commands_warns_about_nvfp4_on_a_4090(repo_copy, monkeypatch, capsys):
     assert cli.main(["commands", "--node", "2x4090"]) == 0
     err = capsys.readouterr().err
     assert "warning: vllm-nvfp4-mtp--mtp-n2: NVFP4 (compressed-tensors) on the NVIDIA GeForce RTX 4090 (sm_89)" in err
+    # one launch a variant: the plan says it decides nothing, and the cheapest plan that would at each assumed noise
+    assert "one launch per variant decides nothing" in err
+    assert "CV 5%: no look, short of the 10% margin; the cheapest plan that resolves it: launches: 4" in err
 
 
 def test_a_starter_sweep_stays_inside_the_boards_settable_range():

@@ -3,9 +3,12 @@ rehearsal's report opens with (report/budget.py). The launch and run files here 
 the shape the sequencer writes, not a rehearsal's output."""
 
 import json
+import shutil
 
 import pytest
+from launch_helpers import spec_workload
 
+from stackbench.plan import expand
 from stackbench.rehearsal import budget, standin
 from stackbench.report.budget import budget_tables
 
@@ -21,7 +24,7 @@ def write_launch(runs, name, mode, cells, ready_s, caps=(), repeats=None, weight
     (folder / "launch.json").write_text(json.dumps({
         "launch": {"stack_config": stack, "variant": variant, "launch_mode": mode, "launch_target": "img@sha256:1" if mode == "image" else None,
                    "repeats": repeats, "power_caps_w": list(caps)},
-        "node": {"workloads": [{"name": w, "load": {"requests_per_stream": per_stream}} for w in workloads]},
+        "node": {"workloads": [spec_workload(w, "probe" if w == "probes" else "single", per_stream) for w in workloads]},
         "cells": [{"key": key, "workload": workload, "power_cap_w": cap} for key, workload, cap, _ in cells]}))
     (folder / "run.json").write_text(json.dumps({"timeline": [{"event": "ready", "seconds": ready_s},
                                                               *[{"event": "cell", "seconds": s, "cell": key} for key, _, _, s in cells]]}))
@@ -63,7 +66,7 @@ def test_a_per_run_cap_list_is_measured_against_caps_on_every_launch(tmp_path):
     # Without the run's list, the llama.cpp launch would run its uncapped cell again at both caps.
     assert doc["caps_everywhere"]["caps"] == [180, 260]
     assert doc["caps_everywhere"]["extra_h"][0] == pytest.approx(2 * 3.0 * SCALE * 4 / 3600)
-    launches, workloads, top = budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))
+    launches, workloads, top, *_ = budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))
     assert launches.rows[-1][0] == "all launches" and launches.rows[1][4] == "180/260"  # llamacpp first (name order)
     assert any("on every launch would add" in c for c in launches.legend)
     assert workloads.rows[0][0] == "chat" and len(top.rows) == 4
@@ -86,7 +89,7 @@ def write_modeled(runs, name, host_s, facts, requests, caps=(None,), env=None, r
     (folder / "launch.json").write_text(json.dumps({
         "launch": {"stack_config": stack, "variant": variant, "launch_mode": "native", "launch_target": None,
                    "repeats": None, "power_caps_w": [c for c in caps if c], "engine": "llamacpp", "env_name": env},
-        "node": {"workloads": [{"name": "code", "load": {"requests_per_stream": 2}}]}, "cells": cells}))
+        "node": {"workloads": [spec_workload("code", per_stream=2)]}, "cells": cells}))
     (folder / "run.json").write_text(json.dumps({"timeline": [{"event": "ready", "seconds": 1.0},
                                                               *[{"event": "cell", "seconds": host_s, "cell": c["key"]} for c in cells]]}))
     (folder / "standin_facts.json").write_text(json.dumps(facts))
@@ -140,8 +143,8 @@ def test_builds_and_installs_are_listed_once_beside_the_budget(tmp_path):
     doc = budget.budget(tmp_path, SCALE, REAL)
     assert doc["builds"] == [{"env": "llamacpp-cuda-sm89", "engine": "llama.cpp", "what": "CUDA build from source",
                               "h": [b / 3600 for b in budget.BUILD_S["llama.cpp"]]}]
-    tables = budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))
-    assert tables[-1].table_id == "budget-builds" and tables[-1].rows[0][0] == "llamacpp-cuda-sm89"
+    tables = {t.table_id: t for t in budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))}
+    assert tables["budget-builds"].rows[0][0] == "llamacpp-cuda-sm89"
 
 
 def test_tensor_parallel_pays_its_all_reduces_over_the_interconnect_or_says_it_is_not_modeled(tmp_path):
@@ -177,3 +180,48 @@ def test_the_checked_version_stands_beside_the_pinned_one(monkeypatch):
     rtx5090 = expand.load_node("rtx5090", cfg, ROOT)
     image = next(launch for launch in rtx5090.launches if launch.launch_mode == "image")
     assert launcher.pinned(image) == image.launch_target
+
+
+def test_rounds_are_priced_and_a_plan_that_cannot_decide_names_the_cheapest_that_could(tmp_path):
+    """A one-launch GPU node (the schema's default: no later rounds): round 1 costs every cell, a later round the
+    judged cells and the start only (never the once-per-launch probes), and the resolvable gains fall as rounds grow."""
+    write_launch(tmp_path, "vllm--nospec", "image", [("code--c1--nocap", "code", None, 2.0), ("probes--c1--nocap", "probes", None, 4.0)],
+                 ready_s=1.0)
+    doc = budget.budget(tmp_path, SCALE, REAL)
+    rounds, launch = doc["rounds"], doc["launches"][0]
+    start, code = launch["start_h"][0], 2.0 * SCALE * (3 + 1) / 3600
+    assert rounds["first_rounds"] == 1 and rounds["most"] == 1  # the schema's default: one launch, no later round
+    assert rounds["first_h"][0] == pytest.approx(doc["total_h"][0])
+    assert rounds["later_round_h"][0] == pytest.approx(start + code)  # the probes are not repeated
+    assert rounds["budget_h"][0] == pytest.approx(doc["total_h"][0])
+    by_cv = {r["cv"]: r for r in rounds["resolves"]}
+    assert all(r["last_look"] == float("inf") for r in rounds["resolves"])  # one launch a variant: no look at all
+    assert by_cv[0.03]["cheapest_rounds"] < by_cv[0.10]["cheapest_rounds"]
+    # the cheapest plan: round 1 as rehearsed, each further round at the later round's price
+    n = by_cv[0.10]["cheapest_rounds"]
+    assert by_cv[0.10]["cheapest_h"][0] == pytest.approx(doc["total_h"][0] + (n - 1) * (start + code))
+    tables = {t.table_id: t for t in budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))}
+    assert [row[:3] for row in tables["budget-resolves"].rows][0] == ["3%", "no look", "no look"]
+    assert any("cannot decide a gain near the 10% margin" in line for line in tables["budget-resolves"].legend)
+    # a node with a sequence: three rounds first, then up to eight (its replicates as the plan names them)
+    for replicate in (2, 3):
+        shutil.copytree(tmp_path / "vllm--nospec", tmp_path / f"vllm--nospec--r{replicate}")
+    for spec in tmp_path.glob("*/launch.json"):
+        doc = json.loads(spec.read_text())
+        doc["launch"]["replicate"] = expand.replicate_of(spec.parent.name)
+        spec.write_text(json.dumps(doc))
+    rounds = budget.budget(tmp_path, SCALE, REAL, budget.Decision(first=3, most=8, min_gain=0.1, budget_minutes=None))["rounds"]
+    assert (rounds["first_rounds"], rounds["most"]) == (3, 8)
+    assert rounds["budget_h"][0] == pytest.approx(rounds["first_h"][0] + 5 * rounds["later_round_h"][0])
+    by_cv = {r["cv"]: r for r in rounds["resolves"]}
+    assert by_cv[0.03]["last_look"] < by_cv[0.03]["first_look"] < by_cv[0.20]["first_look"]
+
+
+def test_resolvable_gain_falls_with_rounds_and_the_cheapest_plan_is_the_first_that_resolves():
+    from stackbench.results import estimators
+
+    sd = estimators.paired_sd_of_launch_cv(0.05)
+    assert estimators.resolvable_gain(sd, 3, 3, 8) > estimators.resolvable_gain(sd, 8, 3, 8)
+    n = estimators.rounds_to_resolve(sd, 0.10)
+    assert estimators.resolvable_gain(sd, n, n, n) < 0.10 <= estimators.resolvable_gain(sd, n - 1, n - 1, n - 1)
+    assert estimators.resolvable_gain(sd, 2, 3, 8) == float("inf")  # before the first look nothing is spent

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from launch_helpers import spec_workload
 from paths import ROOT
 
 from stackbench.host.facts import host_os
@@ -148,8 +149,7 @@ def write_launch(runs: Path, name: str, engine: str, check: str | None) -> None:
     (folder / "launch.json").write_text(json.dumps({
         "launch": {"stack_config": stack, "variant": variant, "engine": engine, "launch_mode": "native", "launch_target": None,
                    "repeats": None, "power_caps_w": [200, 250]},
-        "node": {"workloads": [{"name": "code", "kind": "single", "load": {"requests_per_stream": 1}},
-                               {"name": "accuracy", "kind": "accuracy"}, {"name": "probes", "kind": "probe"}]},
+        "node": {"workloads": [spec_workload("code"), spec_workload("accuracy", "accuracy"), spec_workload("probes", "probe")]},
         "cells": [{"key": "code--c1--nocap", "workload": "code", "power_cap_w": None},
                   {"key": "code--c1--200W", "workload": "code", "power_cap_w": 200},
                   {"key": "code--c1--250W", "workload": "code", "power_cap_w": 250},
