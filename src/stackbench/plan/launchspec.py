@@ -36,7 +36,7 @@ FORMAT = 1
 # until both are done, and prints the hash).
 DEFINITIONS = 6  # 6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "978b3cc666eb0db9f85b8fada774098c4b4b687c2f30296a5fa91e22f0f2023a"
+DEFINITIONS_SOURCES = "58313ae34317af7c786356c5b961c8249df6ab7a02bb7e6b21be5a9ca3ce2f0b"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
