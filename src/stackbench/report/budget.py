@@ -128,7 +128,8 @@ def rounds_tables(rounds: dict | None) -> list[Table]:
     return [Table("budget-rounds", "What to run's rounds: GPU-node hours", "rehearsal/budget.py rounds",
                   ["rounds", "hours"], priced, [[None] * 2 for _ in priced]),
             Table("budget-resolves", "What each plan can decide, at an assumed launch-to-launch CV", "rehearsal/budget.py rounds",
-                  ["launch CV", f"first look (round {rounds['first_look']}) resolves", f"last look (round {most}) resolves",
+                  ["launch CV", f"first look (round {rounds['first_look']}) resolves" if looks else "first look",
+                   f"last look (round {most}) resolves" if looks else "last look",
                    f"cheapest plan resolving {margin:.0%}"], resolves, [[None] * 4 for _ in resolves], legend=legend)]
 
 
