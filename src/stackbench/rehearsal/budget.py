@@ -128,11 +128,14 @@ def modeled_cell_s(facts: dict, cell: dict, run_dir: Path) -> float | None:
     cell's request records: each one's prompt and completion tokens, its stream and repeat), never from how
     long this host took: each request's modeled seconds (standin.modeled_request_s at the cell's cap); a closed
     loop takes its busiest stream's sum, or all requests over the server's slots where they queue; an open
-    loop its requests at the offered rate plus one request. None where the cell left no request records."""
+    loop its requests at the offered rate plus one request; 0 where the server rejected every request (a ladder point
+    over the context). None where the cell left no request records."""
     found = sorted((run_dir / "cells").glob(f"{cell['key']}--{cell.get('fingerprint') or '*'}.requests.parquet"))
     if not found or not facts.get("roofline_decode_tps"):
         return None
-    requests = pd.read_parquet(found[-1], columns=["stream", "repeat", "prompt_tokens", "completion_tokens"])
+    requests = pd.read_parquet(found[-1], columns=["stream", "repeat", "prompt_tokens", "completion_tokens", "status"])
+    if len(requests) and (requests["status"] == "rejected").all():
+        return 0.0  # the server refused each request before any prefill (over its context): no GPU time
     requests = requests.dropna(subset=["prompt_tokens", "completion_tokens"])
     if requests.empty:
         return None

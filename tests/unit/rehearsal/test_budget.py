@@ -97,7 +97,7 @@ def write_modeled(runs, name, host_s, facts, requests, caps=(None,), env=None, r
         pd.DataFrame(requests).to_parquet(folder / "cells" / f"{cell['key']}--{cell['fingerprint']}.requests.parquet")
 
 
-TWO_STREAMS = [{"stream": s, "repeat": 0, "prompt_tokens": 400, "completion_tokens": 257} for s in (0, 1) for _ in range(2)]
+TWO_STREAMS = [{"stream": s, "repeat": 0, "prompt_tokens": 400, "completion_tokens": 257, "status": "ok"} for s in (0, 1) for _ in range(2)]
 
 
 def test_two_rehearsals_whose_host_stalled_differently_give_one_budget(tmp_path):
@@ -113,6 +113,16 @@ def test_two_rehearsals_whose_host_stalled_differently_give_one_budget(tmp_path)
     assert cell == pytest.approx(2 * request * (3 + 1 / 2) / 3600)  # 3 repeats + one warm-up round of 1 of 2 requests
 
 
+def test_a_ladder_point_the_server_rejects_costs_no_gpu_time_and_is_not_host_timed(tmp_path):
+    """A prompt over the launch's context is refused before any prefill (HTTP 400): the records say so, and two
+    rehearsals price it alike (before, its host seconds x the time scale moved the 2x4090 total by 0.2%)."""
+    rejected = [{"stream": 0, "repeat": r, "prompt_tokens": None, "completion_tokens": None, "status": "rejected"} for r in range(3)]
+    write_modeled(tmp_path, "llamacpp--nospec", 0.06, FACTS, rejected)
+    doc = budget.budget(tmp_path, SCALE, REAL)
+    launch = doc["launches"][0]
+    assert launch["total_h"] == launch["start_h"] and doc["host_timed_cells"] == 0
+
+
 def test_speculation_that_emits_more_tokens_per_step_costs_less_and_a_cap_more(tmp_path):
     write_modeled(tmp_path, "llamacpp--nospec", 1.0, FACTS, TWO_STREAMS, caps=(None, 250.0))
     write_modeled(tmp_path, "llamacpp--mtp-n3", 9.0, {**FACTS, "spec_tokens": 3, "accept_rate": 0.6}, TWO_STREAMS)
@@ -126,7 +136,7 @@ def test_speculation_that_emits_more_tokens_per_step_costs_less_and_a_cap_more(t
 
 
 def test_requests_over_the_slots_queue_and_an_open_loop_runs_at_its_rate(tmp_path):
-    four = [{"stream": s, "repeat": 0, "prompt_tokens": 100, "completion_tokens": 101} for s in range(4)]
+    four = [{"stream": s, "repeat": 0, "prompt_tokens": 100, "completion_tokens": 101, "status": "ok"} for s in range(4)]
     request = standin.modeled_request_s(FACTS, 100, 101)
     write_modeled(tmp_path, "llamacpp--nospec", 1.0, FACTS, four)  # 4 streams on 2 slots: two rounds
     assert budget.modeled_cell_s(FACTS, {"key": "code--c2--nocap", "fingerprint": "f0"}, tmp_path / "llamacpp--nospec") \
