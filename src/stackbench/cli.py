@@ -39,13 +39,14 @@ def collect_results(parts: list, out: Path, kept: list = (), bundles: list = ())
 
     from stackbench.analysis import plausibility
     from stackbench.plan.launchspec import DEFINITIONS
-    from stackbench.results import agreement, bundle, divergence, store
+    from stackbench.results import agreement, bundle, divergence, pairing, store
 
     every = [*parts, *kept]
     union = store.union_parts(parts, kept)  # read once: the derived rows see it with no launch marked kept
     at = store.COLUMNS.index("launch_kept")
     measured = union.set_column(at, "launch_kept", pa.array(np.zeros(union.num_rows, dtype=bool)))
     derived = list(agreement.agreement_across(every, measured)) + divergence.divergence_across(every, measured)
+    derived += pairing.pairing_across(every, measured)
     derived += [row for path in bundles for row in bundle.import_rows(Path(path), DEFINITIONS)]
     return store.collect(parts, out, derived, kept, check=plausibility.flag_table, union=union)
 
@@ -91,16 +92,22 @@ def _round_verdict(args) -> None:
     import sys
     import tempfile
 
+    from stackbench.analysis import sequence
     from stackbench.config.model import Decision
     from stackbench.report import provisional
 
     rule = Decision(**json.loads(args.rule))
+    spent, launch = launch_seconds(args.parts)
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "results.parquet"
         collect_results(args.parts, results)
         choices = provisional.choices_of(results, args.node, rule)
-    spent, launch = launch_seconds(args.parts)
-    _, lines = provisional.write(choices, args.node, args.round, rule, spent, launch, Path(args.out), Path(args.provisional))
+        fixed = None
+        if args.round == rule.first:  # the first look fixes the horizon, then judges under it
+            rule, fixed = sequence.horizon(rule, args.round, spent, launch * sequence.judged_launches(choices))
+            choices = provisional.choices_of(results, args.node, rule)
+    _, lines = provisional.write(choices, args.node, args.round, rule, spent, launch, Path(args.out), Path(args.provisional),
+                                 fixed)
     print("\n".join(lines), file=sys.stderr)  # the job's stderr reaches the console
 
 
@@ -155,8 +162,10 @@ def rounds_planned(node) -> str:
             "cells still undecided" + (f", within {rule.budget_minutes:g} minutes of launches" if rule.budget_minutes else "")
             if later else "no rounds past them (decide.most_launches)")
     decides = "" if first >= 2 else "; one launch per variant decides nothing"
-    return f"# What to run on {node.name}: {len(node.launches)} launches in {first} round(s) first, {said}{decides}\n" + \
-        what_it_resolves(rule)
+    once = [l.name for l in node.launches if l.once]
+    apart = f"; the one-off sets last, on {', '.join(once)}" if once else ""
+    return (f"# What to run on {node.name}: {len(node.launches) - len(once)} launches in {first} round(s) first, {said}"
+            f"{decides}{apart}\n") + what_it_resolves(rule)
 
 
 def what_it_resolves(rule) -> str:
@@ -279,6 +288,8 @@ def _plan_launch(args) -> None:
                                              "launches": expand.replicate_of(args.launch)})
     node, launch = expand.find_launch([expand.load_node(args.node, cfg)], args.node, args.launch)
     spec = launchspec.build(cfg, node, launch)
+    if args.open_cells:  # a later round measures only the cells its look left open (docs/what-to-run.md)
+        spec = launchspec.only_cells(spec, json.loads(Path(args.open_cells).read_text())["open_cells"])
     launchspec.write(spec, Path(args.out))
     print(f"plan: {args.node}/{args.launch}: {len(spec.cells)} cells, fingerprint {spec.fingerprint} -> {args.out}")
 
@@ -348,7 +359,7 @@ def _bundle(args) -> None:
 def _keep(args) -> None:
     from stackbench.results import kept
 
-    path, rows = kept.keep(Path(args.results), args.node, Path(args.kept_dir), args.label)
+    path, rows = kept.keep(Path(args.results), args.node, Path(args.kept_dir), args.label, Path(args.runs) / args.node / "rounds")
     print(f"keep: {rows} rows of {args.node} -> {path}; every later report says which of its decisions held")
 
 
@@ -437,6 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", required=True)
     p.add_argument("--launch", required=True)
     p.add_argument("--settings", help="a JSON file of measure settings and paths (rule launch_settings writes the merged config's)")
+    p.add_argument("--open-cells", help="a look's verdict file (data/runs/<node>/rounds/round-<k>.json): measure only the "
+                                        "cells it leaves open (a later round of What to run's sequence)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_plan_launch)
 
@@ -475,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="data/results.parquet")
     p.add_argument("--kept-dir", default="data/kept", help="config paths.kept")
     p.add_argument("--label", help="the kept run's name (default: the UTC time)")
+    p.add_argument("--runs", default="data/runs", help="config paths.runs: the node's looks there give the rule it ran under")
     p.set_defaults(func=_keep)
 
     p = sub.add_parser("regenerate", help="write a node file for this machine from a result bundle and print the commands")

@@ -282,11 +282,22 @@ def test_the_sequence_launches_a_later_round_only_as_its_look_asks_and_says_the_
     looks = {int(p.stem.removeprefix("round-")): json.loads(p.read_text())
              for p in (double_repo / "data/runs/node-a/rounds").glob("round-*.json")}
     assert min(looks) == 2 and max(looks) <= 4  # the first look after the node's two rounds, the last at the budget's
+    assert looks[2]["rule"]["most"] <= 4  # the horizon, fixed at the first look, never past most_launches
     for look, verdict in looks.items():
         launched = {p.name for p in (double_repo / "data/runs/node-a").glob(f"*--r{look + 1}")}
         assert launched == {f"{stack}--{variant}--r{look + 1}" for stack, variant in verdict["next"]}
         assert sum(verdict["counts"].values()) > 0 and verdict["why"]
+        assert verdict["rule"]["most"] == looks[2]["rule"]["most"]  # every later look judges under that horizon
+        for name in launched:  # a later round measures only the cells its look left open
+            cells = json.loads((double_repo / "data/runs/node-a" / name / "launch.json").read_text())["cells"]
+            assert {(c["workload"], c["concurrency"]) for c in cells} == {
+                (workload, concurrency) for stack, workload, concurrency, _ in verdict["open_cells"] if name.startswith(stack)}
+    assert "What to run on node-a: horizon: round" in done.stderr
     assert "What to run on node-a after round 2 (provisional)" in done.stderr
+    # every variant of a round sent its no-spec's texts, request by request (results/pairing.py)
+    rows = measured(double_repo)
+    paired = rows[rows["metric"] == "paired_prompts_identical"]
+    assert len(paired) and (paired["value"] == 1.0).all()
     assert (double_repo / "reports/provisional/node-a.md").read_text().startswith("# PROVISIONAL: the answer on node-a")
     again = snakemake(double_repo, "-n", "report", config=("launches=2",))
     assert again.returncode == 0 and "round_verdict" not in again.stdout  # the sequence continues, never restarts

@@ -70,7 +70,7 @@ def _later_parts(node, upto, verdict_of):
 def sequence_parts(node, upto=None):
     """One cells.parquet per server launch of the node's sequence so far (docs/what-to-run.md): the first rounds,
     then each later round as the checkpoint after the round before asks (Snakemake re-plans after each)."""
-    return [_part(node, l) for l in node.launches] + _later_parts(
+    return [_part(node, l) for l in node.launches if not l.once] + _later_parts(
         node, node.decision.most if upto is None else upto,
         lambda look: checkpoints.round_verdict.get(node=node.name, round=look).output[0])
 
@@ -88,7 +88,7 @@ def _first_look(node):
 def later_round_parts(wildcards=None):
     """The later rounds' launches, as the nodes' checkpoints ask for them (an input function)."""
     return [part for node in NODES if Path(_first_look(node)).exists()
-            for part in sequence_parts(node)[len(node.launches):]]
+            for part in sequence_parts(node)[sum(not l.once for l in node.launches):]]
 
 
 def first_looks(wildcards=None):
@@ -138,9 +138,18 @@ def parts_gone():
 
 
 def plan_inputs(wildcards):
-    """What a launch spec is made from (plan/launchspec.py inputs)."""
+    """What a launch spec is made from (plan/launchspec.py inputs); a later round's launch also reads the look
+    before it, which names the cells still open (it measures only those)."""
     node, launch = _expand.find_launch(NODES, wildcards.node, wildcards.launch)
-    return _launchspec.inputs(node, launch, PATHS, rehearsal=bool(REHEARSAL))
+    needed = _launchspec.inputs(node, launch, PATHS, rehearsal=bool(REHEARSAL))
+    if launch in node.later_rounds:
+        needed["look"] = round_verdict_file(node, launch.replicate - 1)
+    return needed
+
+
+def open_cells_flag(wildcards, input):
+    """--open-cells <the look before> for a later round's launch (plan_inputs), else nothing."""
+    return f"--open-cells {shlex.quote(input.look)}" if "look" in input.keys() else ""
 
 
 def launch_settings(wildcards):
@@ -150,9 +159,16 @@ def launch_settings(wildcards):
     return {"measure": CFG["measure"], "paths": paths, "rehearsal": CFG["rehearsal"]}
 
 
+def node_rule(node):
+    """The node's What to run decision settings (config.model.Decision) as a dict, the node file's, with the
+    horizon its first look fixed once that look's file exists, so every later look and the report judge under it."""
+    first = Path(_first_look(node))
+    return json.loads(first.read_text())["rule"] if first.exists() else dataclasses.asdict(node.decision)
+
+
 def decision_rules(wildcards=None):
-    """Each node's What to run rule (config.model.Decision) as JSON, for the report and the round checkpoints."""
-    return json.dumps({n.name: dataclasses.asdict(n.decision) for n in NODES})
+    """Each node's What to run rule as JSON (node_rule), for the report."""
+    return json.dumps({n.name: node_rule(n) for n in NODES})
 
 
 def report_inputs(wildcards):
@@ -207,7 +223,9 @@ def launch_order(wildcards):
     """A measure job's priority: the node's launches run in the order plan/expand.py interleaved_rounds gives
     (round k's replicates before any of round k+1)."""
     node = node_named(wildcards.node)
-    return -next(i for i, launch in enumerate(node.launches + node.later_rounds) if launch.name == wildcards.launch)
+    # the one-off sets' launches (Launch.once) after every round the sequence may reach
+    ordered = [l for l in node.launches if not l.once] + list(node.later_rounds) + [l for l in node.launches if l.once]
+    return -next(i for i, launch in enumerate(ordered) if launch.name == wildcards.launch)
 
 
 def slurm_resource(name, default=None):

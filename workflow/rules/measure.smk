@@ -25,11 +25,12 @@ rule plan_launch:
         f"{RUNS}/{{node}}/{{launch}}/launch.json",
     params:
         cli=STACKBENCH,
+        open_cells=open_cells_flag,
     log:
         "logs/plan/{node}/{launch}.log",
     shell:
         "{params.cli} plan-launch --node {wildcards.node:q} --launch {wildcards.launch:q} "
-        "--settings {input.settings:q} --out {output:q} > {log:q} 2>&1"
+        "--settings {input.settings:q} {params.open_cells} --out {output:q} > {log:q} 2>&1"
 
 
 rule measure:
@@ -72,7 +73,7 @@ checkpoint round_verdict:
         f"{RUNS}/{{node}}/rounds/round-{{round}}.json",
     params:
         cli=STACKBENCH,
-        rule=lambda wildcards: json.dumps(dataclasses.asdict(node_named(wildcards.node).decision)),
+        rule=lambda wildcards: json.dumps(node_rule(node_named(wildcards.node))),
         provisional=lambda wildcards: f"{PATHS['reports']}/provisional/{wildcards.node}.md",
     log:
         "logs/rounds/{node}/round-{round}.log",

@@ -9,19 +9,25 @@ speculative variants against its no-spec, with the gain's interval, the runner-u
 
 The unit is the launch: each variant's figure in a round is one fresh server's median over its repeats, paired
 with its no-spec launched in the same round, and the gain's interval is Student's t over rounds of the paired
-log ratios (results/estimators.py). The rule is sequential (docs/what-to-run.md): the first look comes after
-the node's `launches` rounds; a round then adds launches only while a cell is undecided, up to
-`decide.most_launches` rounds or `decide.budget_minutes`. Each look spends a share of the error, Kim & DeMets'
-power family (estimators.spent_alpha), so stopping when decided keeps the error at 5% over all looks; at each
-look Benjamini & Hochberg's step-up (estimators.benjamini_hochberg) runs over every (cell, variant) of the node,
-since one launch's speed factor is shared by all its cells. A decided cell keeps its verdict at later looks.
-The rule is a pure function of the rows: the report replays the same looks the run took.
+log ratios (results/estimators.py). The rule is sequential (docs/what-to-run.md): a round adds launches only
+while a cell is undecided, up to the horizon, `decide.most_launches` rounds, fixed before the first look to
+the rounds the budget affords. The looks are the rounds from the first that can decide (estimators.looks: from
+the node's `launches` rounds on, skipping any whose critical t would pass estimators.MAX_CRITICAL_T) to the
+horizon; each spends a share of the 5% error, Kim & DeMets' power family (estimators.spent_alpha), through
+exact group-sequential boundaries for Student's t (estimators.critical_t: P(first crossing at a look) is its
+share, from the looks' joint law), so stopping when decided keeps the error at 5% over all looks. At each look
+Benjamini & Hochberg's step-up (estimators.benjamini_hochberg) runs over every (cell, variant) of the node on
+each one's sequential level (estimators.sequential_level), since one launch's speed factor is shared by all
+its cells. A decided cell keeps its verdict at later looks. The rule is a pure function of the rows: the
+report replays the same looks the run took.
 
 A round's figure of a cell is left out, and named, where that launch's cell is not its stack's speed: failed
-requests, a GPU slowed by thermal, HW slowdown or power brake, an implausible figure, a busy host, or a
-relative MAD over repeats above MAX_REL_MAD. That applies to the no-spec reference's launches too (its round
-then pairs with nothing). A variant whose greedy outputs differ from no-spec, that answers worse, loops more or
-never drafted is no candidate at all. A cell whose candidates have fewer than two valid rounds is undecided.
+requests, a GPU slowed by thermal, HW slowdown or power brake, an implausible figure or a busy host. The spread
+over a cell's repeats is not one: each repeat sends other texts, so it is the texts' spread, not the launch's.
+That applies to the no-spec reference's launches too (its round then pairs with nothing). A variant whose
+greedy outputs differ from no-spec, that answers worse, loops more or never drafted is no candidate at all. A
+candidate with fewer valid rounds than the first look (three at the schema's first look of round 3 or later)
+is not tested; a cell with no tested candidate is undecided.
 """
 
 from __future__ import annotations
@@ -43,7 +49,6 @@ from stackbench.results import estimators
 from stackbench.results.metrics import HOST_BUSY_METRIC, SLOWDOWN_METRICS
 from stackbench.results.store import MEASURED
 
-MAX_REL_MAD = 0.1
 NO_SPEC = "no-spec"
 RUN, NOT_WORTH_IT, UNDECIDED = "run", "not worth it", "undecided"
 VERDICTS = (RUN, NOT_WORTH_IT, UNDECIDED)
@@ -52,18 +57,20 @@ SINGLE_STREAM_METRIC, CONCURRENT_METRIC = "decode_tps", "aggregate_tps"
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status", "spec_drafts",
                   *SLOWDOWN_METRICS, HOST_BUSY_METRIC, "host_outside_cpu_share_peak", "quality_beyond_limit")
 RULE = ("Rule (docs/what-to-run.md): each round launches every variant and its no-spec afresh; a variant's gain is "
-        "paired within a round and its interval is Student's t over rounds of the log ratios. Looks from the node's "
-        "first look (`launches` rounds) on, each spending part of a 5% error (Kim & DeMets' power family to "
-        "`decide.most_launches` rounds), with Benjamini & Hochberg's step-up over every cell and variant of the node: "
-        "'run V' where V's lower bound clears zero; 'not worth it' where every candidate's upper bound lies below "
-        "`decide.min_gain`; else 'undecided', with the rounds that would settle it at the spread seen. Judged on "
-        "decode tok/s at c1, aggregate tok/s above. A round's figure is left out where its launch's cell failed, ran "
-        f"on a slowed GPU or a busy host, was implausible or spread over {MAX_REL_MAD:.0%} (relative MAD); a variant "
-        "whose greedy outputs differ, that answers worse, loops more than no-spec or never drafted is no candidate. "
-        "Price: KV pool tokens and contexts held (pool / context length) beside no-spec's.")
+        "paired within a round and its interval is Student's t over rounds of the log ratios. Looks at the rounds "
+        "that can decide, from the node's first look (`launches` rounds) to the horizon (`decide.most_launches`, "
+        "fixed before the first look), spending a 5% error in all over exact group-sequential boundaries for t "
+        "(Kim & DeMets' power family, rho 3), with Benjamini & Hochberg's step-up over every cell and variant of the "
+        "node: 'run V' where V's lower bound clears zero; 'not worth it' where every candidate's upper bound lies "
+        "below `decide.min_gain`; else 'undecided', with the rounds that would settle it at the spread seen, or the "
+        "budget that would where this one cannot. Each interval is printed at the one-sided level its look spent. "
+        "Judged on decode tok/s at c1, aggregate tok/s above. A round's figure is left out where its launch's cell "
+        "failed, ran on a slowed GPU or a busy host, or was implausible; a variant whose greedy outputs differ, that "
+        "answers worse, loops more than no-spec or never drafted is no candidate. Price: KV pool tokens and contexts "
+        "held (pool / context length) beside no-spec's.")
 CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens", "metric",
                   "verdict", "run", "decided", "rounds", "decided_at", "gain", "gain_low", "gain_high", "alpha",
-                  "settle_rounds", "runner_up", "runner_up_gain", "why", "kv_pool_tokens", "kv_pool_tokens_nospec",
+                  "level", "settle_rounds", "settle_beyond", "runner_up", "runner_up_gain", "why", "kv_pool_tokens", "kv_pool_tokens_nospec",
                   "contexts_held", "contexts_held_nospec", "excluded"]
 # A cell's peers: SPEC_PAIR, the same in everything but the launch (each launch's rows carry a ref of their own).
 VARIANT_KEY = SPEC_PAIR + ["variant"]
@@ -90,12 +97,10 @@ def _replicates(rows: pd.DataFrame) -> pd.Series:
 
 
 def invalid_rounds(each: pd.DataFrame, results: pd.DataFrame) -> pd.Series:
-    """Why each launch's cell (a row of judged) is not its stack's speed ('' where it is): a relative MAD over
-    MAX_REL_MAD, a slowed GPU, an implausible figure, or a busy host (analysis.hoststate)."""
+    """Why each launch's cell (a row of judged) is not its stack's speed ('' where it is): a slowed GPU, an
+    implausible figure, or a busy host (analysis.hoststate). Not its spread over repeats: each repeat sends other
+    texts, so that spread is the texts', not the launch's."""
     why = pd.Series("", index=each.index, dtype=object)
-    rel = pd.Series([estimators.relative_spread(m, v) for m, v in zip(each["mad"], each["value"])], index=each.index)
-    wide = rel > MAX_REL_MAD
-    why[wide] = [f"relative MAD {r:.2f} > {MAX_REL_MAD:g}" for r in rel[wide]]
     if "implausible" in each.columns:
         flagged = each["implausible"].fillna("") != ""
         why[flagged] = "implausible: " + each.loc[flagged, "implausible"]
@@ -239,9 +244,12 @@ class _Hypothesis:
 
 
 def _looks(hypotheses: list[_Hypothesis], decision: Decision) -> dict[int, tuple[str, int]]:
-    """Replay the node's looks: at each round from decision.first on, the spent error (estimators.spent_alpha),
-    Benjamini & Hochberg over every hypothesis, and the not-worth-it test per cell. {cell: (verdict, round)} of
-    the cells decided; each hypothesis keeps its figures at its cell's deciding look, else at the last one."""
+    """Replay the node's looks (_design): at each, the not-worth-it test per cell, each candidate's upper bound
+    against the look's exact boundary at the whole error, then Benjamini & Hochberg over every hypothesis of the
+    node on its sequential level (estimators.sequential_level, its running minimum: a valid p-value of the whole
+    sequence, so every "run" the looks declare lies in the step-up set of the last look's levels and the error
+    holds over all looks). {cell: (verdict, round)} of the cells decided; each hypothesis keeps its figures at its
+    cell's deciding look, else at the last one, at the level that decided or would have (_Hypothesis.judged)."""
     last = max((max(h.logs) for h in hypotheses if h.logs), default=0)
     logs = np.full((len(hypotheses), last), np.nan)
     for i, h in enumerate(hypotheses):
@@ -250,54 +258,78 @@ def _looks(hypotheses: list[_Hypothesis], decision: Decision) -> dict[int, tuple
     cell = np.array([h.cell for h in hypotheses])
     cells, cell_index = np.unique(cell, return_inverse=True)
     margin = math.log1p(decision.min_gain)
+    first, horizon = _design(decision, last)
+    alpha, m = estimators.ALPHA, len(hypotheses)
     decided: dict[int, tuple[str, int]] = {}
-    fixed: list[tuple[int, float] | None] = [None] * len(hypotheses)  # (look, alpha) each one's figures come from
-    for look, alpha in _schedule(decision, last):
+    level = np.ones(m)  # each hypothesis's sequential level so far, and the look that gave it
+    best = np.zeros(m, dtype=int)
+    fixed: list[tuple[int, float] | None] = [None] * m  # (look, error) each one's figures come from
+    for look in (k for k in estimators.looks(first, horizon) if k <= last):
         was_open = np.array([c not in decided for c in cell])
-        mean, high, p = estimators.t_over_rounds(logs[:, :look], alpha, decision.first)
-        # Not worth it first: a gain surely below the margin is no reason to switch, even where it surely exists.
-        above = np.bincount(cell_index, weights=~(np.isfinite(high) & (high < margin)), minlength=len(cells))
-        for c in cells[above == 0]:
-            decided.setdefault(c, (NOT_WORTH_IT, look))
-        is_open = np.array([c not in decided for c in cell])
-        p = np.where(is_open, p, 1.0)
-        rejected = np.array(estimators.benjamini_hochberg(list(p), alpha))
-        for i in np.flatnonzero(rejected & is_open):
+        rounds, mean, se = estimators.t_over_rounds(logs[:, :look])
+        with np.errstate(invalid="ignore"):
+            high = mean + estimators.critical_t(rounds, alpha, first, horizon) * se
+            # Not worth it first: a gain surely below the margin is no reason to switch, even where it surely exists.
+            above = np.bincount(cell_index, weights=~(high < margin), minlength=len(cells))
+            for c in cells[above == 0]:
+                decided.setdefault(c, (NOT_WORTH_IT, look))
+            stat = np.where(se > 0, mean / se, np.where(mean > 0, np.inf, -np.inf))
+        now = estimators.sequential_level(estimators.t_sf(stat, rounds), rounds, first, horizon)
+        best = np.where(now < level, look, best)
+        level = np.minimum(level, now)
+        out = np.array([decided.get(c, (RUN,))[0] == NOT_WORTH_IT for c in cell])
+        rejected = np.array(estimators.benjamini_hochberg(list(np.where(out, 1.0, level)), alpha))
+        runs = rejected & np.array([c not in decided for c in cell])
+        for i in np.flatnonzero(runs):
             hypotheses[i].run = True
-            # a selected gain's interval at Benjamini & Yekutieli's (2005) false-coverage level, R alpha / m
-            fixed[i] = (look, alpha * rejected.sum() / len(hypotheses))
+            # a selected gain's bounds at Benjamini & Yekutieli's (2005) false-coverage error, R alpha / m, at the
+            # look whose level decided it (there its lower bound clears zero)
+            fixed[i] = (int(best[i]), alpha * rejected.sum() / m)
             decided[cell[i]] = (RUN, look)
-        for i in np.flatnonzero(was_open & ~(rejected & is_open)):
-            fixed[i] = (look, alpha)
+        for i in np.flatnonzero(was_open & ~runs):
+            # not chosen: at the whole error where its cell was found not worth it, else at the error one more
+            # rejection would need, (R + 1) alpha / m, where its lower bound cannot clear zero
+            fixed[i] = (look, alpha if out[i] else alpha * min(1.0, (rejected.sum() + 1) / m))
+    taken = estimators.looks(first, horizon)
     for h, at in zip(hypotheses, fixed):
         if at is not None:
-            h.judged = estimators.one_sided([v for k, v in h.logs.items() if k <= at[0]], at[1])
+            mine = [v for k, v in h.logs.items() if k <= at[0]]
+            nominal = estimators.nominal_level(np.array([len(mine)]), at[1], first, horizon)[0]
+            h.judged = estimators.one_sided(mine, nominal, at[1])
+        elif taken and len(h.logs) >= 2:
+            # before the first look (a provisional report): the interval at the level the first look will use for
+            # an undecided cell, alpha / m, so it reads as that look would, were the rounds so far all it had
+            error = alpha / m
+            h.judged = estimators.one_sided(list(h.logs.values()), estimators.nominal_level(
+                np.array([taken[0]]), error, first, horizon)[0], error)
     return decided
 
 
-def _schedule(decision: Decision, last: int) -> list[tuple[int, float]]:
-    """(round, alpha) of each look: from decision.first to decision.most, spending as estimators.spent_alpha; a
-    node without a sequence (most below first: its file not at hand, or `decide.most_launches` null) has one look,
-    at the last round it measured, with the whole error."""
-    if decision.most < decision.first:
-        return [(last, estimators.ALPHA)] if last >= 2 else []
-    return [(look, estimators.spent_alpha(look, decision.first, decision.most))
-            for look in range(decision.first, min(last, decision.most) + 1)]
+def _design(decision: Decision, last: int) -> tuple[int, int]:
+    """(first, horizon) of the node's sequence: the rule's first look and `decision.most`, the horizon fixed before
+    the first look. A node without its rule (most below first: its file not at hand, or `decide.most_launches`
+    null with one launch) is replayed as a sequence from its first look to the last round it measured: never as
+    one look at the whole error, which a sequence that stopped when decided would make anti-conservative."""
+    return (decision.first, decision.most) if decision.most >= decision.first else (decision.first, max(last, decision.first))
 
 
-def _settle(h: _Hypothesis | None, decision: Decision) -> int | None:
-    """More rounds that would settle an undecided cell's leading candidate at the spread seen (None: not within
-    estimators.MOST_ROUNDS_SAID, or no spread yet)."""
+def _settle(h: _Hypothesis | None, decision: Decision, last: int) -> tuple[int | None, int | None]:
+    """(more rounds within the horizon, the horizon in rounds) that would settle an undecided cell's leading
+    candidate at the spread seen: the first where a look up to the horizon would, else the second where a longer
+    budget would (None: not up to estimators.MOST_ROUNDS_SAID, or no spread yet)."""
     if h is None or h.judged is None:
-        return None
-    need = estimators.rounds_to_settle(h.judged.mean_log, h.judged.sd_log, h.judged.rounds, decision.min_gain,
-                                       decision.first, decision.most)
-    return need - h.judged.rounds if need else None
+        return None, None
+    first, horizon = _design(decision, last)
+    j = h.judged
+    need = estimators.rounds_to_settle(j.mean_log, j.sd_log, j.rounds, decision.min_gain, first, horizon)
+    if need:
+        return need - j.rounds, None
+    return None, estimators.budget_to_settle(j.mean_log, j.sd_log, decision.min_gain, first, horizon)
 
 
 def _said(h: _Hypothesis) -> str:
     j = h.judged
-    return f"{h.variant} {j.gain:+.1%} ({j.low:+.1%} to {j.high:+.1%})"
+    return f"{h.variant} {j.gain:+.1%} ({j.low:+.1%} to {j.high:+.1%}, one-sided bounds at {j.level:.2%})"
 
 
 def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dict[str, Decision] | None = None) -> pd.DataFrame:
@@ -332,6 +364,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
         logs = estimators.paired_logs_by_round(row.rounds, reference["rounds"].get(row.cell))
         hypotheses.setdefault(row.node, []).append(_Hypothesis(row.cell, row.variant, logs))
     verdicts: dict[int, tuple[str, int]] = {}
+    last = {node: max((max(h.logs) for h in mine if h.logs), default=0) for node, mine in hypotheses.items()}
     for node, mine in hypotheses.items():
         verdicts |= _looks(mine, rule[node])
     by_cell: dict[int, list[_Hypothesis]] = {}
@@ -350,7 +383,8 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
         lead = chosen or (mine[0] if mine else None)
         rest = [h for h in mine if h is not lead]
         rounds = max((h.judged.rounds for h in mine), default=0)
-        settle = _settle(lead, decision) if verdict == UNDECIDED else None
+        settle, beyond = _settle(lead, decision, last.get(key.node, 0)) if verdict == UNDECIDED else (None, None)
+        taken = estimators.looks(*_design(decision, last.get(key.node, 0)))
         if verdict == RUN:
             why = f"{_said(chosen)} clears zero at round {at}"
         elif verdict == NOT_WORTH_IT:
@@ -360,9 +394,10 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
             why = "no no-spec launch here: no gain can be measured"
         elif not by_cell.get(key.cell):
             why = "no candidate variant (each is named under excluded)"
-        elif lead is None or rounds < min(decision.first, max(decision.most, 2)):
-            why = (f"{rounds or 'fewer than 2'} valid round(s), the first look is at "
-                   f"{min(decision.first, max(decision.most, 2))}: not decided")
+        elif lead is None or not taken or rounds < taken[0]:
+            valid = max((len(h.logs) for h in by_cell[key.cell]), default=0)
+            why = f"{valid} valid round(s), " + (f"the first look is at {taken[0]}: not decided" if taken
+                                                 else "no look can decide under the node's rule")
         else:
             why = f"{_said(lead)} after {rounds} rounds"
         spec_mine = by_cell.get(key.cell, [])
@@ -372,8 +407,9 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
             "metric": judged_metric(key.concurrency), "verdict": verdict, "run": run, "decided": verdict != UNDECIDED,
             "rounds": rounds, "decided_at": at,
             "gain": lead.judged.gain if lead else np.nan, "gain_low": lead.judged.low if lead else np.nan,
-            "gain_high": lead.judged.high if lead else np.nan, "alpha": lead.judged.alpha if lead else np.nan,
-            "settle_rounds": settle, "leading": lead.variant if lead else None,
+            "gain_high": lead.judged.high if lead else np.nan, "alpha": lead.judged.error if lead else np.nan,
+            "level": lead.judged.level if lead else np.nan, "settle_rounds": settle, "settle_beyond": beyond,
+            "leading": lead.variant if lead else None,
             "runner_up": rest[0].variant if rest else (NO_SPEC if chosen else None),
             "runner_up_gain": rest[0].judged.gain if rest else (0.0 if chosen else np.nan),
             "why": why, "candidates": len(spec_mine), "contenders": ", ".join(sorted(h.variant for h in spec_mine))})

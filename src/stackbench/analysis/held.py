@@ -2,12 +2,17 @@
 (`stackbench keep <node>`, docs/what-to-run.md), cell by cell.
 
 Only cells where a speculative variant was a contender in both runs are compared (a cell of no-spec alone, a
-ladder or a long prefill, decides nothing). A cell that either run decided holds when the two runs' gains of its
-variants do not differ: Welch's t test of the two runs' paired log ratios over rounds, at 95%
-(estimators.gains_differ), for each variant either run decided on. A point estimate against the other run's
-interval would not do: at three rounds a decision is made mostly when the spread read small by chance, so a
-correct interval misses the rerun's point in about a third of decided cells. Where a figure is missing from one
-run, the cell is "not compared".
+ladder or a long prefill, decides nothing). For each variant either run decided on (else each run's leading
+candidate), the difference of the two runs' mean paired log ratios goes through an equivalence test
+(estimators.rerun_check, Welch's t): the cell "held" where every such difference is shown within +-d (both of
+Schuirmann's one-sided tests reject), d = log1p of the node's `decide.min_gain` (the smallest gain worth
+switching for: a smaller difference would change no choice); it "differs" where Welch's two-sided test finds
+one; else one "cannot tell". Benjamini & Hochberg's step-up holds each family at 5% across the compared cells'
+tests (a false "differs" anywhere in at most 5% of reruns where nothing changed; the cells share each launch's
+speed factor, the positive dependence it needs): "no difference found" over ten or twenty uncorrected tests
+would call about one cell per rerun falsely. A point
+estimate against the other run's interval would not do either: at three rounds a decision is made mostly when
+the spread read small by chance. Where a figure is missing from one run, the cell is "not compared".
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import pandas as pd
 
 from stackbench.analysis import decide
 from stackbench.analysis.speculative import SPEC_PAIR
+from stackbench.config import default_decision
 from stackbench.results import estimators
 
 # What identifies a decision (analysis.decide's CHOICE_COLUMNS up to the choice)
 DECISION = ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens"]
 HELD_COLUMNS = [*DECISION, "earlier", "now", "verdict", "why"]
-HELD, DID_NOT_HOLD, NOT_COMPARED = "held", "did not hold", "not compared"
+HELD, DIFFERS, CANNOT_TELL, NOT_COMPARED = "held", "differs", "cannot tell", "not compared"
+VERDICTS = (HELD, DIFFERS, CANNOT_TELL, NOT_COMPARED)
 
 
 def variant_gains(decide_rows: pd.DataFrame) -> pd.DataFrame:
@@ -46,17 +53,20 @@ def _key(record: dict, columns: list[str]) -> tuple:
 
 def _said(choice: dict) -> str:
     if choice["verdict"] == decide.RUN:
-        return f"run {choice['run']} {choice['gain']:+.1%} ({choice['gain_low']:+.1%} to {choice['gain_high']:+.1%})"
+        return (f"run {choice['run']} {choice['gain']:+.1%} ({choice['gain_low']:+.1%} to {choice['gain_high']:+.1%}, "
+                f"one-sided bounds at {choice['level']:.2%})")
     return str(choice["verdict"])
 
 
 def decisions_held(earlier: pd.DataFrame, earlier_gains: pd.DataFrame, now: pd.DataFrame,
-                   now_gains: pd.DataFrame) -> pd.DataFrame:
+                   now_gains: pd.DataFrame, min_gain: float | None = None) -> pd.DataFrame:
     """One row per cell with a contender in both runs (HELD_COLUMNS): each run's verdict, whether it held, and
-    why. `earlier` and `now` are analysis.what_to_run tables, the gains variant_gains of the same runs."""
+    why. `earlier` and `now` are analysis.what_to_run tables, the gains variant_gains of the same runs;
+    `min_gain` the node's `decide.min_gain` (None: the schema's)."""
+    margin = math.log1p(min_gain if min_gain is not None else default_decision().min_gain)
     before = {_key(r, DECISION): r for r in earlier.to_dict("records")}
     logs_before, logs_now = _lookup(earlier_gains), _lookup(now_gains)
-    rows = []
+    compared = []
     for choice in now.to_dict("records"):
         old = before.get(_key(choice, DECISION))
         if old is None or not (old.get("candidates", 0) and choice.get("candidates", 0)):
@@ -64,18 +74,27 @@ def decisions_held(earlier: pd.DataFrame, earlier_gains: pd.DataFrame, now: pd.D
         # the variants either run decided on, else each run's leading candidate
         asked = {c["run"] for c in (old, choice) if c["verdict"] == decide.RUN} or \
             {c.get("leading") for c in (old, choice) if isinstance(c.get("leading"), str)}
-        tests = {v: estimators.gains_differ(logs_before.get(_key(old, DECISION) + (v,), []),
-                                            logs_now.get(_key(choice, DECISION) + (v,), [])) for v in asked}
-        missing = sorted(v for v, t in tests.items() if t is None)
-        differ = sorted(v for v, t in tests.items() if t is not None and t[1])
-        if missing or not tests:
+        compared.append((old, choice, {v: estimators.rerun_check(logs_before.get(_key(old, DECISION) + (v,), []),
+                                                                 logs_now.get(_key(choice, DECISION) + (v,), []), margin)
+                                       for v in sorted(asked)}))
+    tests = [t for _, _, checks in compared for t in checks.values() if t is not None]
+    equivalent = iter(estimators.benjamini_hochberg([t.equivalent for t in tests], estimators.ALPHA))
+    differ = iter(estimators.benjamini_hochberg([t.differ for t in tests], estimators.ALPHA))
+    rows = []
+    for old, choice, checks in compared:
+        shown = {v: (t, next(equivalent), next(differ)) for v, t in checks.items() if t is not None}
+        missing = [v for v, t in checks.items() if t is None]
+        said = "; ".join(f"{v} {t.difference:+.3f} in log (TOST p {t.equivalent:.3f}, Welch p {t.differ:.3f})"
+                         for v, (t, _, _) in shown.items())
+        if missing or not checks:
             verdict, why = NOT_COMPARED, f"no gain of {', '.join(missing) or 'a contender'} in one of the runs"
-        elif differ:
-            verdict, why = DID_NOT_HOLD, "; ".join(f"{v}'s gains differ between the runs (Welch p {tests[v][0]:.3f})" for v in differ)
-        else:
+        elif all(same for _, same, _ in shown.values()):
             verdict = HELD
-            why = "" if old["verdict"] == choice["verdict"] else "the verdicts differ, the gains do not: " + "; ".join(
-                f"{v} p {tests[v][0]:.2f}" for v in sorted(tests))
+            why = "" if old["verdict"] == choice["verdict"] else f"the verdicts differ, the gains do not: {said}"
+        elif any(apart for _, _, apart in shown.values()):
+            verdict, why = DIFFERS, f"the gains differ between the runs: {said}"
+        else:
+            verdict, why = CANNOT_TELL, f"neither shown within ±{math.expm1(margin):.0%} nor apart: {said}"
         rows.append([*(choice[c] for c in DECISION), _said(old), _said(choice), verdict, why])
     return pd.DataFrame(rows, columns=HELD_COLUMNS)
 

@@ -136,6 +136,7 @@ class Launch:
     power_caps_w: tuple[float, ...] = ()  # the caps its cells sweep (the run's, else the node's)
     repeats: int | None = None  # measured repeats per cell (the run's); None: the config's measure.repeats
     replicate: int = 1  # which fresh server process of this configuration (node `launches`); round k runs replicate k
+    once: bool = False  # the launch of the configuration's one-off workloads, after What to run's rounds (expand.one_offs_apart)
 
     @property
     def configuration(self) -> str:
@@ -146,6 +147,8 @@ class Launch:
     def name(self) -> str:
         """The launch's run folder: the first replicate keeps the configuration's name, so adding replicates
         re-measures none that exist."""
+        if self.once:
+            return f"{self.configuration}--once"
         return self.configuration if self.replicate == 1 else f"{self.configuration}--r{self.replicate}"
 
 

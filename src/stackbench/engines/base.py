@@ -363,6 +363,18 @@ class FlagConflict(ValueError):
                          "speculative settings); remove it from server_args")
 
 
+class CacheOutlivesLaunch(FlagConflict):
+    """A server argument that keeps prefix caches beyond the server process (a storage tier on disk or elsewhere):
+    What to run's rounds send every launch the same texts (measure/workloads.py Texts), so a later launch would
+    find an earlier one's prefixes cached."""
+
+    def __init__(self, key: str):
+        ValueError.__init__(self, f"{key}: a cache tier that outlives the server serves one launch's prompts to the "
+                                  "next, and What to run's rounds send every launch the same texts "
+                                  "(docs/what-to-run.md); remove it")
+        self.key = key
+
+
 def render_flags(*groups: dict) -> list[str]:
     """The one renderer of engine flags: underscores become dashes, true is a bare flag, false and null drop
     it, dicts are JSON, lists repeat the value. Each flag comes from one group: the pipeline's own (model,

@@ -20,6 +20,7 @@ from stackbench.engines import prometheus
 from stackbench.engines.base import (
     SERVER_SPEC_ACCEPTED,
     SERVER_SPEC_DRAFTED,
+    CacheOutlivesLaunch,
     KvAccounting,
     PythonEngine,
     RequestTrace,
@@ -115,6 +116,8 @@ class SglangAdapter(PythonEngine):
         return {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": str(CPU_OPS_STAND_IN)}
 
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
+        if launch.server_args.get("hicache_storage_backend"):  # HiCache's storage tier (docs.sglang.io "HiCache")
+            raise CacheOutlivesLaunch("hicache_storage_backend")
         own = {"model_path": launch.model.path, "served_model_name": launch.model.name, "host": host, "port": port,
                "context_length": launch.context_len, "enable_metrics": True}
         spec = {}

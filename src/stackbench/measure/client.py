@@ -19,6 +19,7 @@ streams in tests/integration/test_conformance.py):
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -55,6 +56,8 @@ class RequestRecord:
     error: str | None = None
     resent: int = 0  # sends again after the server dropped a pooled connection before answering (StreamClient.RESENDS)
     request: int | None = None  # its conversation's index in the list run_streams was given
+    salt: str = ""  # its conversation's salt (workloads.salt; "" unsalted): the same on every variant of a round
+    prompt_sha: str = ""  # its conversation's first turn, salt included (workloads.Request.prompt_sha)
     retried: int = 0  # sends again after a 429 or 503 (StreamClient.BUSY_RETRIES)
     content_chunks: int = 0
     reasoning_chunks: int = 0
@@ -173,6 +176,8 @@ class RequestRecord:
             row.pop(bulky)
         row["content"] = self.content[:200]
         row["content_chars"], row["reasoning_chars"] = len(self.content), len(self.reasoning)
+        # the whole reply's identity: a variant's greedy reply against no-spec's to the same request (analysis/pairing.py)
+        row["reply_sha"] = hashlib.sha256((self.reasoning + "\x00" + self.content).encode()).hexdigest()[:16]
         row.update(self.server)
         row.update(ttft_s=self.ttft_s, ttfc_s=self.ttfc_s, decode_tps=self.decode_tps, tpot_ms=self.tpot_ms,
                    e2e_tps=self.e2e_tps, tokens=self.tokens, counted_text=self.counted_text,
@@ -410,7 +415,7 @@ async def run_streams(client: StreamClient, requests: list[Request], concurrency
             index, request = queue.pop()
             done = await _conversation(client, stream, request.turns, request.output_tokens, final_hook)
             for record in done:
-                record.request = index
+                record.request, record.salt, record.prompt_sha = index, request.salt, request.prompt_sha
             records += done
             if done[-1].status != "ok":
                 break
@@ -435,7 +440,10 @@ async def run_open_loop(client: StreamClient, requests: list[Request], send_at_s
 
     async def one(index: int, request: Request) -> list[RequestRecord]:
         await asyncio.sleep(max(0.0, start + send_at_s[index] - time.perf_counter()))
-        return await _conversation(client, index, request.turns, request.output_tokens, final_hook)
+        done = await _conversation(client, index, request.turns, request.output_tokens, final_hook)
+        for record in done:
+            record.request, record.salt, record.prompt_sha = index, request.salt, request.prompt_sha
+        return done
 
     results = await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
     return [r for stream in results for r in stream]

@@ -8,7 +8,8 @@ cell whose requests arrive at that rate (Poisson, constant or gamma, as vLLM `be
 
 from __future__ import annotations
 
-import secrets
+import hashlib
+import random
 from dataclasses import dataclass, field
 
 import numpy
@@ -25,6 +26,13 @@ class Request:
 
     turns: tuple[str, ...]
     output_tokens: int
+    salt: str = ""  # the salt at the start of its first turn ("" unsalted): the request files record it
+
+    @property
+    def prompt_sha(self) -> str:
+        """Its first turn's identity, salt included: paired requests (same round, cell, repeat and index on two
+        variants) must have the same (analysis/pairing.py checks it)."""
+        return hashlib.sha256(self.turns[0].encode()).hexdigest()[:16] if self.turns else ""
 
 
 # Common short English words, each one token (with its leading space) in the BPE vocabularies of the
@@ -81,8 +89,28 @@ class Sizing:
         return cut.rsplit(" ", 1)[0] if " " in cut else cut
 
 
-def salt() -> str:
-    return "[run " + " ".join(secrets.choice(SALT_WORDS) for _ in range(4)) + "] "
+@dataclass(frozen=True)
+class Texts:
+    """Where a launch's salts come from (docs/what-to-run.md, "The same texts"): the run's `measure.text_seed` and
+    the text round. Salts are drawn, never random, so no-spec and every speculative variant of a round answer the
+    same requests and their gain is paired request by request (common random numbers, Law & Kelton ch. 11). The
+    text round is 1 on every launch where texts are kept across rounds (`measure.texts_across_rounds: same`, the
+    default: a verdict covers these texts), else the launch's round (`new`: each round draws new texts, so a
+    verdict covers the workload's kind of text)."""
+
+    seed: int = 0
+    round: int = 1
+
+
+WARM_UP = -1  # the repeat warm-up requests are salted as: never a measured repeat's texts, so its cache helps none
+
+
+def salt(texts: Texts, workload: str, index: int, repeat: int) -> str:
+    """Conversation `index` of `repeat`'s salt: from a generator seeded by the text seed, the workload, the index,
+    the repeat and the text round, no other input. Inside one launch every request's salt differs (index and repeat
+    differ), so no prefix cache helps across its requests."""
+    rng = random.Random(f"{texts.seed}/{workload}/{index}/{repeat}/{texts.round}")
+    return "[run " + " ".join(rng.choice(SALT_WORDS) for _ in range(4)) + "] "
 
 
 @dataclass(frozen=True)
@@ -104,10 +132,10 @@ class _Shape:
 
 
 def conversations(workload: Workload, count: int, repeat: int, prompt_tokens: list[int] | None = None,
-                  sizing: Sizing | None = None) -> list[list[str]]:
-    """For each of `count` conversations, the user turns it sends, as the workload's kind builds them
-    (config/kinds); a random salt at the start of each conversation keeps prefix caches from helping across
-    requests. `prompt_tokens` sizes each conversation's prompt (synthetic lengths) by repeating its text, as
+                  sizing: Sizing | None = None, texts: Texts = Texts()) -> list[tuple[str, list[str]]]:
+    """For each of `count` conversations, its salt and the user turns it sends, as the workload's kind builds
+    them (config/kinds); the salt (`salt`, drawn from `texts`) at the start of each conversation keeps prefix
+    caches from helping across requests. `prompt_tokens` sizes each conversation's prompt (synthetic lengths) by repeating its text, as
     long-prefill does; `sizing` builds every prompt to a length in the served model's tokens
     (prompt_tokens_target, ladder points).
     """
@@ -115,21 +143,23 @@ def conversations(workload: Workload, count: int, repeat: int, prompt_tokens: li
     out = []
     for index in range(count):
         turns = KINDS[workload.kind].turns(workload, index, count, repeat, shape)
-        if workload.salt:
-            turns[0] = salt() + turns[0]
-        out.append(turns)
+        salted = salt(texts, workload.name, index, repeat) if workload.salt else ""
+        turns[0] = salted + turns[0]
+        out.append((salted, turns))
     return out
 
 
-def requests(workload: Workload, load: Load, count: int, repeat: int, sizing: Sizing | None = None) -> list[Request]:
+def requests(workload: Workload, load: Load, count: int, repeat: int, sizing: Sizing | None = None,
+             texts: Texts = Texts()) -> list[Request]:
     """`count` requests of one repeat; synthetic lengths are drawn from a generator seeded with
-    (seed, repeat), so every run of a repeat asks for the same lengths."""
-    rng = numpy.random.default_rng([load.seed, repeat])
+    (seed, repeat), so every run of a repeat asks for the same lengths, and salts from `texts`, so every
+    variant of a round sends the same texts."""
+    rng = numpy.random.default_rng([load.seed, max(repeat, 0)])  # the warm-up: repeat 0's lengths, texts of its own
     draw = (lambda bounds: [int(n) for n in rng.integers(bounds[0], bounds[1], count, endpoint=True)])
     prompt_tokens = draw(load.input_tokens) if load.input_tokens else None
     outputs = draw(load.output_tokens) if load.output_tokens else [workload.output_tokens] * count
-    built = conversations(workload, count, repeat, prompt_tokens, sizing)
-    return [Request(tuple(turns), out) for turns, out in zip(built, outputs)]
+    built = conversations(workload, count, repeat, prompt_tokens, sizing, texts)
+    return [Request(tuple(turns), out, salted) for (salted, turns), out in zip(built, outputs)]
 
 
 def arrival_offsets(load: Load, rate: float, repeat: int) -> list[float]:

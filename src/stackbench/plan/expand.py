@@ -239,6 +239,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     rounds = replicates if rehearsal_plan.node_of(cfg) else max(replicates, decision.most)
     every = interleaved_rounds([l for l in launches if l.stack_config in chosen], rounds,
                                {w.name: w for w in workloads}, f"{cfg['measure']['order_seed']}/{name}")
+    if rounds > replicates:  # a sequence of looks: its first comes before the one-off sets
+        every = one_offs_apart(every, {w.name: w for w in workloads})
     launches = [l for l in every if l.replicate <= replicates]
     gpu = doc["hardware"]["gpu"]
     return Node(
@@ -296,6 +298,34 @@ def replicate_of(launch_name: str) -> int:
     """The replicate a launch's name carries (Launch.name: <configuration>--r<k>; 1 without a suffix)."""
     match = REPLICATE_SUFFIX.search(launch_name)
     return int(match[1]) if match else 1
+
+
+def per_launch_check(workload: Workload) -> bool:
+    """A workload every first-round launch runs once for itself, to compare variants by what they answer: probes,
+    the accuracy set, the divergence text (a kind that is not measured in repeats)."""
+    return KINDS[workload.kind].runs != "repeats"
+
+
+def one_offs_apart(ordered: list[Launch], workloads: dict[str, Workload]) -> list[Launch]:
+    """`ordered` with a first-round launch's one-off sets (load sweeps, Poisson rates, ladders, long prefill,
+    multi-turn: neither judged nor a per-launch check) moved onto a launch of their own (Launch.once), after every
+    round, where they hold more cells than its judged workloads: What to run's first look then waits only for the
+    launches it judges (docs/what-to-run.md), at the price of one more server start, which a lone long-prefill
+    cell is not worth."""
+    def cells(names) -> int:  # uncapped: a cell per concurrency and prompt length, and per request rate
+        return sum(len(KINDS[workloads[w].kind].points(workloads[w])) * len(workloads[w].levels(launch))
+                   + len(workloads[w].load.rates) for w in names)
+
+    kept, apart = [], []
+    for launch in ordered:
+        one_off = tuple(w for w in launch.workloads if not judged_workload(workloads[w]) and not per_launch_check(workloads[w]))
+        judged = [w for w in launch.workloads if judged_workload(workloads[w])]
+        if launch.replicate != 1 or cells(one_off) <= cells(judged):
+            kept.append(launch)
+            continue
+        kept.append(dataclasses.replace(launch, workloads=tuple(w for w in launch.workloads if w not in one_off)))
+        apart.append(dataclasses.replace(launch, workloads=one_off, once=True))
+    return kept + apart
 
 
 def interleaved_rounds(launches: list[Launch], replicates: int, workloads: dict[str, Workload], seed: str) -> list[Launch]:

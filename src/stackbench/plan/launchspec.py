@@ -34,9 +34,10 @@ FORMAT = 1
 # definitions are measured again instead of mixing with new ones. Bump DEFINITIONS when a change there changes
 # a figure, and record those files' sha256 in DEFINITIONS_SOURCES (tests/unit/plan/test_definitions.py fails
 # until both are done, and prints the hash).
-DEFINITIONS = 6  # 6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded
+DEFINITIONS = 7  # 7: salts drawn from the text seed (measure/workloads.py Texts), paired across a round's variants
+# (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "58313ae34317af7c786356c5b961c8249df6ab7a02bb7e6b21be5a9ca3ce2f0b"
+DEFINITIONS_SOURCES = "e47ac856b854a802c474ec4b389ad29601181fd43120d659409cf23bd9770b14"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
@@ -283,6 +284,14 @@ def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     return LaunchSpec(node=bare, launch=launch, measure=measure,
                       engine={**engine, "setup_env": bound} if bound else engine, models=models,
                       cells=cells_of(node, launch), rehearsal=rehearsal)
+
+
+def only_cells(spec: LaunchSpec, open_cells: list[list]) -> LaunchSpec:
+    """The spec cut to the cells a look left open ([stack, workload, concurrency, power cap], analysis/sequence.py
+    open_cells), for a later round: a cell decided early costs no more launches."""
+    wanted = {(stack, workload, concurrency, cap) for stack, workload, concurrency, cap in open_cells}
+    return dataclasses.replace(spec, cells=tuple(c for c in spec.cells if (spec.launch.engine, c.workload.name,
+                                                                           c.concurrency, c.power_cap_w) in wanted))
 
 
 def write(spec: LaunchSpec, out: Path) -> Path:

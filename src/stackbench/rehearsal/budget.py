@@ -230,16 +230,18 @@ def rounds(launches: list[dict], decision: Decision) -> dict:
     later = [sum(x[key] for x in launches if x["replicate"] == 1) * hours for key in ("round_low_s", "round_high_s")]
     planned = max((x["replicate"] for x in launches), default=0)
     extra = max(decision.most - planned, 0)
+    taken = estimators.looks(decision.first, decision.most)  # the first round whose look can decide, if any
+    first_look = taken[0] if taken else decision.first
     resolves = []
     for cv in ASSUMED_LAUNCH_CV:
         sd = estimators.paired_sd_of_launch_cv(cv)
         cheapest = estimators.rounds_to_resolve(sd, decision.min_gain)
-        resolves.append({"cv": cv, "first_look": estimators.resolvable_gain(sd, decision.first, decision.first, decision.most),
+        resolves.append({"cv": cv, "first_look": estimators.resolvable_gain(sd, first_look, decision.first, decision.most),
                          "last_look": estimators.resolvable_gain(sd, decision.most, decision.first, decision.most),
                          "cheapest_rounds": cheapest,
                          "cheapest_h": None if cheapest is None else [first[i] + (cheapest - max(planned, 1)) * later[i]
                                                                       if cheapest > planned else first[i] for i in (0, 1)]})
-    return {"first_rounds": planned, "most": decision.most, "first_look": decision.first, "min_gain": decision.min_gain,
+    return {"first_rounds": planned, "most": decision.most, "first_look": first_look, "min_gain": decision.min_gain,
             "first_h": first, "later_round_h": later, "budget_h": [first[i] + extra * later[i] for i in (0, 1)],
             "resolves": resolves}
 

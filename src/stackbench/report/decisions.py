@@ -9,6 +9,7 @@ import pandas as pd
 
 from stackbench import analysis
 from stackbench.analysis import decide
+from stackbench.analysis import held as held_verdicts
 from stackbench.report import tables
 from stackbench.results import estimators
 
@@ -36,23 +37,28 @@ def _rounds(rounds, decided_at) -> str:
 
 
 def _settle(choice) -> str:
-    """What would settle an undecided cell: the rounds at the spread seen, or why not."""
+    """What would settle an undecided cell: the rounds within the budget at the spread seen, else the budget
+    that would, or why not."""
     if choice["verdict"] != decide.UNDECIDED:
         return ""
     if pd.notna(choice["settle_rounds"]):
         return f"about {choice['settle_rounds']:.0f} more round(s) at the spread seen"
+    if pd.notna(choice.get("settle_beyond")):
+        return f"not within this budget (about {choice['settle_beyond']:.0f} rounds would settle it)"
     if choice["rounds"] >= 2 and pd.notna(choice["gain"]):
-        return f"more than {estimators.MOST_ROUNDS_SAID} rounds at the spread seen"
+        return f"not within this budget, nor {estimators.MOST_ROUNDS_SAID} rounds at the spread seen"
     return ""
 
 
-def _interval(gain, low, high) -> str:
-    """A gain with its interval; 'too noisy to state' past what a node can mean (a bound beyond -90% / +900%)."""
+def _interval(gain, low, high, level=None) -> str:
+    """A gain with its interval and the one-sided level its bounds stand at (the error the look spent); 'too
+    noisy to state' past what a node can mean (a bound beyond -90% / +900%)."""
     if pd.isna(gain):
         return ""
     if pd.isna(low) or pd.isna(high) or low < TOO_NOISY[0] or high > TOO_NOISY[1]:
         return f"{_percent(gain)} (interval too noisy to state: beyond {TOO_NOISY[0]:+.0%} / {TOO_NOISY[1]:+.0%})"
-    return f"{_percent(gain)} ({_percent(low)} to {_percent(high)})"
+    at = f", one-sided bounds at {level:.2%}" if level is not None and pd.notna(level) else ""
+    return f"{_percent(gain)} ({_percent(low)} to {_percent(high)}{at})"
 
 
 def _tokens(value) -> str:
@@ -84,8 +90,9 @@ def _qualifier(column: str, value) -> str:
 
 
 def _display(choices: pd.DataFrame) -> pd.DataFrame:
-    gain = [(f"{lead}: " if isinstance(lead, str) else "") + _interval(g, lo, hi) if pd.notna(g) else ""
-            for lead, g, lo, hi in zip(choices["leading"], choices["gain"], choices["gain_low"], choices["gain_high"])]
+    gain = [(f"{lead}: " if isinstance(lead, str) else "") + _interval(g, lo, hi, level) if pd.notna(g) else ""
+            for lead, g, lo, hi, level in zip(choices["leading"], choices["gain"], choices["gain_low"], choices["gain_high"],
+                                              choices["level"])]
     runner = [f"{r} ({_percent(g)})" if isinstance(r, str) and pd.notna(g) else (r if isinstance(r, str) else "")
               for r, g in zip(choices["runner_up"], choices["runner_up_gain"])]
     return pd.DataFrame({
@@ -162,12 +169,14 @@ def held_table(held: pd.DataFrame, node: str, label: str) -> tables.Table:
     table = tables.frame_table(shown, f"decisions-held-{node}-{label}", f"Did the decisions hold on {node}? "
                                f"This run against the run kept as {label}", "analysis.held over both runs' What to run")
     counts = held["verdict"].value_counts()
-    said = ", ".join(f"{counts[v]} {v}" for v in ("held", "did not hold", "not compared") if v in counts)
-    table.legend.append(f"{len(held)} cells with a contender in both runs: {said or 'none'}. A cell holds when the two "
-                        "runs' gains of the variant either run decided on (else each run's leading candidate) do not "
-                        "differ: Welch's t test of their paired log ratios over rounds, at 95%. The kept run's rows go "
-                        f"through the same rule as this run's. Keep a run with `stackbench keep {node}` before measuring "
-                        "again (docs/what-to-run.md).")
+    said = ", ".join(f"{counts[v]} {v}" for v in held_verdicts.VERDICTS if v in counts)
+    table.legend.append(f"{len(held)} cells with a contender in both runs: {said or 'none'}. A cell held where the two "
+                        "runs' gains of the variant either run decided on (else each run's leading candidate) are shown "
+                        "equal within the node's smallest gain worth switching for (two one-sided Welch t tests on "
+                        "their paired log ratios over rounds); it differs where Welch's two-sided test finds a "
+                        "difference; else one cannot tell. Benjamini & Hochberg hold each at 5% across the cells compared. "
+                        f"The kept run's rows go through the same rule as this run's. Keep a run with `stackbench keep {node}` "
+                        "before measuring again (docs/what-to-run.md).")
     return table
 
 

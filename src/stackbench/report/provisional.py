@@ -29,11 +29,13 @@ def choices_of(results_path: Path, node: str, rule: Decision) -> pd.DataFrame:
 
 
 def write(choices: pd.DataFrame, node: str, look: int, rule: Decision, spent_s: float, launch_s: float,
-          out: Path, provisional: Path) -> tuple[dict, list[str]]:
-    """The look's verdict as JSON (`out`: next, why, counts, spent_s, launch_s) and the provisional report
-    (`provisional`, markdown); returns the JSON and the console's lines."""
+          out: Path, provisional: Path, horizon: str | None = None) -> tuple[dict, list[str]]:
+    """The look's verdict as JSON (`out`: the rule it judged under, its horizon `rule.most`; next, the open cells the
+    next round measures, why, counts, spent_s, launch_s) and the provisional report (`provisional`, markdown);
+    returns the JSON and the console's lines, the first look's with the horizon it fixed (`horizon`)."""
     asked, why = sequence.next_round(choices, look, rule, spent_s, launch_s)
     verdict = {"node": node, "round": look, "rule": rule.__dict__, "next": [list(pair) for pair in asked], "why": why,
+               "open_cells": sequence.open_cells(choices) if asked else [],
                "counts": {v: int((choices["verdict"] == v).sum()) for v in decide.VERDICTS},
                "spent_s": spent_s, "launch_s": launch_s}
     atomic_write_text(out, json.dumps(verdict, indent=1))
@@ -44,10 +46,12 @@ def write(choices: pd.DataFrame, node: str, look: int, rule: Decision, spent_s: 
             *[to_markdown(t) for t in tables]]
     provisional.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(provisional, "\n".join(body))
-    lines = [f"What to run on {node} after round {look} (provisional): {decisions.verdict_summary(choices)}; {why}"]
+    lines = [f"What to run on {node}: {horizon}"] if horizon else []
+    lines += [f"What to run on {node} after round {look} (provisional): {decisions.verdict_summary(choices)}; {why}"]
     lines += [f"  {row.workload} c{row.concurrency:.0f}: {row.verdict}"
               + (f" {row.run}" if row.verdict == decide.RUN else "")
-              + (f", {row.leading} {row.gain:+.1%} ({row.gain_low:+.1%} to {row.gain_high:+.1%})" if pd.notna(row.gain) else "")
+              + (f", {row.leading} {row.gain:+.1%} ({row.gain_low:+.1%} to {row.gain_high:+.1%}, one-sided bounds at "
+                 f"{row.level:.2%})" if pd.notna(row.gain) else "")
               for row in choices.itertuples(index=False)]
     lines.append(f"  provisional report: {provisional}")
     return verdict, lines

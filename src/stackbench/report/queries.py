@@ -13,6 +13,7 @@ from stackbench.analysis.common import CAP_NOT_APPLIED
 from stackbench.report import charts, tables
 from stackbench.report.layouts import AGGREGATE_METRICS, Layout
 from stackbench.results import published
+from stackbench.results.pairing import PROMPTS, REPLIES
 from stackbench.results.store import MEASURED_SQL, RESULTS_SCHEMA
 
 LIKE_COLUMNS = ", ".join(charts.LIKE_BASIS)
@@ -202,6 +203,12 @@ def decide_input(results: Results) -> pd.DataFrame:
     # notes only where a verdict reads them (a launch beyond its node's quality limit says why in its note)
     return results.frame("select * exclude (note), case when metric = 'quality_beyond_limit' then note end as note from results "
                          f"where source in {MEASURED_SQL} and metric in {sql_in(analysis.DECIDE_METRICS + analysis.ENERGY_METRICS)}")
+
+
+def pairing_input(results: Results) -> pd.DataFrame:
+    """The pairing rows (results/pairing.py): per speculative launch's cell, identical prompts and replies."""
+    return results.frame("select node, stack, variant, replicate, workload, concurrency, metric, value, n, note from results "
+                         f"where source in {MEASURED_SQL} and metric in {sql_in([PROMPTS, REPLIES])}")
 
 
 def cross_stack_input(results: Results) -> pd.DataFrame:

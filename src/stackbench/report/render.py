@@ -22,8 +22,10 @@ import pandas as pd
 import pyarrow as pa
 
 from stackbench import analysis
-from stackbench.analysis import hoststate, quality
-from stackbench.report import budget, charts, decisions, tables, usecase
+from stackbench.analysis import hoststate, levels, quality
+from stackbench.config import default_decision
+from stackbench.config.model import Decision
+from stackbench.report import budget, charts, decisions, pairing, tables, usecase
 from stackbench.report.layouts import Layout, load_layouts
 from stackbench.report.page import FullTable, full_markdown, page_html, to_csv, to_markdown
 from stackbench.report.queries import (
@@ -38,6 +40,7 @@ from stackbench.report.queries import (
     kept_launches,
     ladder_input,
     method_input,
+    pairing_input,
     pareto_input,
     power_not_measured,
     probes_off,
@@ -47,7 +50,7 @@ from stackbench.report.queries import (
     status_lines,
 )
 from stackbench.results import basis, metrics
-from stackbench.results.kept import kept_runs
+from stackbench.results.kept import kept_rule, kept_runs
 from stackbench.results.metrics import HOST_BUSY_METRIC
 from stackbench.results.store import MEASURED, MEASURED_SQL, read_results
 
@@ -483,6 +486,9 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
         choices = analysis.what_to_run(decide_rows, by_variant, rules)
         decided = decisions.what_to_run_tables(choices, nodes, agreement, analysis.launch_variance(decide_rows))
         decided += held_tables(kept_dir, nodes, choices, decide_rows, rules) if kept_dir and not rehearsal else []
+        paired, gain_levels = pairing_input(results), levels.gain_levels(decide_rows)
+        for node in nodes:
+            decided += pairing.pairing_table(paired, node) + pairing.levels_table(gain_levels, node)
         notes = busy_notes(results)
         for row in quality.beyond_limit(decide_rows).itertuples(index=False):  # the served model, whatever the variant
             notes.setdefault(row.node, []).append(f"Quality: {row.stack} {row.variant} is beyond the node's quality limit "
@@ -611,9 +617,13 @@ def held_tables(kept_dir: Path, nodes: list[str], choices: pd.DataFrame, decide_
         for path in paths:
             earlier = Results(path)
             earlier_rows = decide_input(earlier)
-            earlier_choices = analysis.what_to_run(earlier_rows, analysis.correctness_by_variant(correctness_input(earlier)), rules)
+            # the kept run under the rule it ran under (results/kept.py), where it was kept with it
+            own = kept_rule(path)
+            earlier_choices = analysis.what_to_run(earlier_rows, analysis.correctness_by_variant(correctness_input(earlier)),
+                                                   {**(rules or {}), node: Decision(**own)} if own else rules)
             held = analysis.decisions_held(earlier_choices, analysis.variant_gains(earlier_rows),
-                                           choices[choices["node"] == node], gains[gains["node"] == node])
+                                           choices[choices["node"] == node], gains[gains["node"] == node],
+                                           min_gain=((rules or {}).get(node) or default_decision()).min_gain)
             out.append(decisions.held_table(held, node, path.stem))
     return out
 

@@ -5,14 +5,15 @@ between launches, the power that says how many more runs would decide, and the v
   writes it as a row's ci_low / ci_high; measure/precision.py stops repeating on it).
 - wilson: the Wilson score interval of a share (accuracy, the share of positions with the reference's top token).
 - exact_mcnemar: the exact McNemar test on paired flips (answers one launch got right and the other wrong).
-- mad, relative_spread, median_of_launches: a cell's spread over repeats, that spread as a share of its median,
-  and a variant's figure over its launches.
+- mad, median_of_launches: a cell's spread over repeats and a variant's figure over its launches.
 - paired_gain (paired_log_ratios): the gain paired within rounds of launch replicates with its t interval over
   rounds (a two-sided interval at a given level, for display and the rerun check).
-- What to run's sequential rule (analysis/decide.py): spent_alpha (the error spent at each look after a round,
-  Kim & DeMets' power family), one_sided (a gain's one-sided bounds and p-value at a look's alpha),
-  benjamini_hochberg (error control across a node's cells), rounds_to_settle (the rounds that would decide at the
-  spread seen), and gains_differ (the rerun check: do two runs' gains differ).
+- What to run's sequential rule (analysis/decide.py): looks (the rounds whose look can decide), spent_alpha (the
+  error spent at each, Kim & DeMets' power family), the exact group-sequential boundaries for Student's t at
+  those looks (critical_t, nominal_level; sequential_level, a candidate's p-value over the looks), one_sided (a
+  gain's one-sided bounds at a look's level), benjamini_hochberg (error control across a node's cells),
+  rounds_to_settle and budget_to_settle (the rounds that would decide at the spread seen, within the horizon
+  or past it), and rerun_check (did a gain hold on a rerun: an equivalence test).
 - variance_components: the variance split between launches and repeats inside one.
 
 The unit of replication is the launch (a fresh server process), as JMH's forks and pyperf's worker processes
@@ -25,6 +26,7 @@ components and the allocation of repetitions between them.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,10 +35,10 @@ import numpy as np
 import scipy.stats
 
 LEVEL = 0.95
-MOST_ROUNDS_SAID = 100  # rounds_to_settle looks no further
+MOST_ROUNDS_SAID = 100  # budget_to_settle looks no further
 Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
 ALPHA = 0.05  # What to run's error: a false "run" (across a node's cells) or a false "not worth it" (per cell)
-SPENDING_RHO = 2  # Kim & DeMets (1987) power family alpha x t^rho: spends little at the early looks
+SPENDING_RHO = 3  # Kim & DeMets (1987) power family alpha x t^rho: spends little at the early looks
 
 
 def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
@@ -160,78 +162,192 @@ def mad(values: Sequence[float]) -> float | None:
     return float(np.median([abs(v - centre) for v in values]))
 
 
-def relative_spread(mad_value, median) -> float:
-    """A cell's MAD as a share of its median (NaN where either is missing or the median is not positive)."""
-    known = mad_value is not None and not (isinstance(mad_value, float) and math.isnan(mad_value))
-    return float(mad_value) / float(median) if known and _positive(median) else math.nan
-
-
 def median_of_launches(per_launch: Sequence[float]) -> float:
     """A variant's figure over its launch replicates: the median of each launch's median."""
     return float(np.median(per_launch)) if len(per_launch) else math.nan
 
 
 # -- What to run's sequential rule ---------------------------------------------------------------------------
+# Why a boundary of our own: gsDesign's Python port (gsdesign), spotify-confidence's sequential bounds and the
+# rest compute group-sequential boundaries for a normal statistic; at three to six rounds the t statistic's
+# heavy tails and the looks' shared spread estimate make those boundaries wrong by far (t at df 2 and 5% is
+# 2.92, z 1.64). The t statistics at successive looks of one sequence of iid normal paired logs are pivotal:
+# their joint law under "no gain" does not depend on the spread, so one seeded Monte Carlo of it serves every
+# node. With BOUNDARY_DRAWS draws the error a design spends is exact to sqrt(alpha / draws): +-0.05 points at 5%.
+BOUNDARY_DRAWS = 200_000
+BOUNDARY_SEED = 52
+# Error levels (a fraction of ALPHA) at which every design is solved: a hypothesis's sequential level, the least
+# error at which its design's boundary is crossed, is read off them (log-linear between two).
+DESIGN_ERRORS = ALPHA * np.geomspace(1e-3, 1, 31)
+# A look whose critical t at its share of the error exceeds this decides next to nothing (at df 2 a bound five
+# standard errors out is crossed, at a gain the horizon resolves half the time, only where three rounds agree
+# several times closer than launches do): its share moves to the next look.
+MAX_CRITICAL_T = 5.0
+
+
+def looks(first: int, horizon: int, alpha: float = ALPHA) -> range:
+    """The rounds whose look can decide: from the earliest round from `first` on (two at least: a t needs two)
+    whose error spent so far, alpha x (n / horizon)^rho, puts Student's critical t (df n - 1) at most
+    MAX_CRITICAL_T, or the horizon itself, to the horizon. Fixed by (first, horizon) before any round is seen."""
+    for n in range(max(first, 2), horizon + 1):
+        share = alpha * (n / horizon) ** SPENDING_RHO
+        if n == horizon or scipy.stats.t.isf(share, n - 1) <= MAX_CRITICAL_T:
+            return range(n, horizon + 1)
+    return range(0)
+
+
 def spent_alpha(look: int, first: int, most: int, alpha: float = ALPHA) -> float:
-    """The error spent at the look after round `look`: Kim & DeMets' (1987) power family, alpha x (n / most)^rho
-    spent by round n, so the first look (round `first`) spends alpha x (first / most)^rho and each later look the
-    increment. Summed over the looks it is at most alpha whatever round the sequence stops at (a union bound over
-    the looks, Lan & DeMets 1983: the rounds need not be planned ahead). 0 outside first..most."""
-    if look < first or look > most:
+    """The error spent at the look after round `look` of the sequence from `first` to the horizon `most`: Kim &
+    DeMets' (1987) power family, alpha x (n / most)^rho spent by round n, rho 3 (close to O'Brien & Fleming's
+    boundary: at df 2 or 3 an early look decides little, so it is spent late). The first look (looks) spends
+    what the rounds before it would have; summed over the looks it is alpha. 0 at a round that is no look."""
+    taken = looks(first, most)
+    if look not in taken:
         return 0.0
-    before = 0 if look == first else look - 1
+    before = 0 if look == taken[0] else look - 1
     return alpha * ((look / most) ** SPENDING_RHO - (before / most) ** SPENDING_RHO)
+
+
+@functools.lru_cache(maxsize=64)
+def _design(first: int, horizon: int) -> tuple[range, np.ndarray]:
+    """(looks, nominal): per DESIGN_ERRORS level (rows) and look (columns) the one-sided nominal level of the
+    exact boundary, P(t_{n-1} > c): boundaries c such that under no gain P(crossing first at look k) is the
+    increment spent_alpha gives at that error, solved on BOUNDARY_DRAWS seeded sequences of iid normal rounds."""
+    taken = looks(first, horizon)
+    if len(taken) <= 1:  # one look: Student's t itself
+        return taken, np.tile(DESIGN_ERRORS[:, None], (1, len(taken)))
+    z = np.random.default_rng(BOUNDARY_SEED).standard_normal((BOUNDARY_DRAWS, horizon)).astype(np.float32)
+    n = np.arange(1, horizon + 1, dtype=np.float32)
+    mean = np.cumsum(z, axis=1) / n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = mean / np.sqrt((np.cumsum(z * z, axis=1) - n * mean ** 2) / (n - 1) / n)
+    alive = np.ones((len(DESIGN_ERRORS), BOUNDARY_DRAWS), dtype=bool)
+    nominal = np.zeros((len(DESIGN_ERRORS), len(taken)))
+    tail = int(2 * ALPHA * BOUNDARY_DRAWS)
+    for j, look in enumerate(taken):
+        # The boundary is the crossing-th largest t among the sequences still running (inf where too little
+        # error is left to cross): it lies among the largest 2 ALPHA x draws, as at most ALPHA x draws stopped.
+        top = np.argpartition(-t[:, look - 1], tail)[:tail]
+        order = top[np.argsort(-t[top, look - 1])]
+        ranked = t[order, look - 1]
+        alive_ranked = np.cumsum(alive[:, order], axis=1, dtype=np.int32)
+        crossing = np.round([spent_alpha(look, first, horizon, error) * BOUNDARY_DRAWS for error in DESIGN_ERRORS])
+        c = np.array([ranked[int(np.searchsorted(row, k))] if k >= 1 else np.inf for row, k in zip(alive_ranked, crossing)])
+        if j == 0:  # the first look's boundary is Student's quantile itself, free of Monte Carlo error
+            c = scipy.stats.t.isf(crossing / BOUNDARY_DRAWS, look - 1)
+        alive &= t[None, :, look - 1] < c[:, None]
+        nominal[:, j] = scipy.stats.t.sf(c, look - 1)
+    return taken, np.maximum.accumulate(nominal, axis=0)
+
+
+def nominal_level(rounds, error: float, first: int, horizon: int) -> np.ndarray:
+    """The one-sided nominal level of the exact boundary a candidate with `rounds` rounds meets in the design
+    from `first` to `horizon` spending `error` in all (0 where `rounds` is no look: its bound is infinite)."""
+    taken, nominal = _design(first, horizon)
+    rounds = np.asarray(rounds)
+    out = np.zeros(rounds.shape)
+    for j, look in enumerate(taken):
+        at = rounds == look
+        if at.any():
+            level = np.exp(np.interp(math.log(error), np.log(DESIGN_ERRORS), np.log(np.maximum(nominal[:, j], 1e-300))))
+            out[at] = level if nominal[-1, j] > 0 else 0.0
+    return out
+
+
+def critical_t(rounds, error: float, first: int, horizon: int) -> np.ndarray:
+    """The exact boundary's critical t at `rounds` rounds (inf where that is no look): nominal_level's t."""
+    rounds = np.asarray(rounds)
+    level = nominal_level(rounds, error, first, horizon)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(level > 0, scipy.stats.t.isf(level, np.maximum(rounds - 1, 1)), np.inf)
+
+
+def sequential_level(p: np.ndarray, rounds: np.ndarray, first: int, horizon: int) -> np.ndarray:
+    """Per candidate, the least error whose design boundary its nominal one-sided p-value (at `rounds` rounds)
+    crosses: 1 past ALPHA's boundary, DESIGN_ERRORS[0] below the smallest solved. Its running minimum over the
+    looks is a valid p-value of the whole sequence, the only one Benjamini & Hochberg may step up on."""
+    taken, nominal = _design(first, horizon)
+    p, rounds = np.asarray(p, dtype=float), np.asarray(rounds)
+    out = np.ones(p.shape)
+    for j, look in enumerate(taken):
+        at = (rounds == look) & (p <= nominal[-1, j])
+        if at.any():
+            out[at] = np.exp(np.interp(np.log(np.maximum(p[at], 1e-300)), np.log(np.maximum(nominal[:, j], 1e-300)),
+                                       np.log(DESIGN_ERRORS)))
+    return out
+
+
+@dataclass(frozen=True)
+class Boundaries:
+    """A design's looks with, at each, the critical t, the error it spends and its one-sided nominal level."""
+
+    looks: tuple[int, ...]
+    critical_t: tuple[float, ...]
+    spent: tuple[float, ...]
+    nominal: tuple[float, ...]
+
+
+def boundaries(first: int, horizon: int, alpha: float = ALPHA) -> Boundaries:
+    """The exact boundaries of the sequence from `first` to `horizon` spending `alpha` (for the docs and tests)."""
+    taken = tuple(looks(first, horizon))
+    return Boundaries(taken, tuple(float(c) for c in critical_t(np.array(taken), alpha, first, horizon)),
+                      tuple(spent_alpha(n, first, horizon, alpha) for n in taken),
+                      tuple(float(v) for v in nominal_level(np.array(taken), alpha, first, horizon)))
 
 
 @dataclass(frozen=True)
 class OneSided:
-    """A gain's one-sided bounds at one look: low (the gain exceeds it, with error alpha) and high (it is below it,
-    with error alpha), from the paired log ratios' t over rounds; p the one-sided p-value of "no gain"."""
+    """A gain's one-sided bounds at one look: low (the gain exceeds it) and high (it is below it), each at the
+    nominal one-sided `level` of the look's exact boundary for the design's `error`, from the paired log ratios'
+    t over rounds; p the nominal one-sided p-value of "no gain"."""
 
     gain: float
     low: float
     high: float
     p: float
     rounds: int
-    alpha: float
+    level: float
     mean_log: float
     sd_log: float
+    error: float = math.nan  # the design's error behind `level` (ALPHA, or R x ALPHA / m for a chosen gain)
 
 
-def one_sided(logs: Sequence[float], alpha: float) -> OneSided | None:
-    """Student's t over rounds (df = rounds - 1) of the paired log ratios; None below two rounds."""
+def one_sided(logs: Sequence[float], level: float, error: float = math.nan) -> OneSided | None:
+    """Student's t over rounds (df = rounds - 1) of the paired log ratios at nominal one-sided `level`; None below
+    two rounds or at level 0 (a look that is none)."""
     logs = np.asarray(logs, dtype=float)
-    if len(logs) < 2 or alpha <= 0:
+    if len(logs) < 2 or level <= 0:
         return None
     mean, sd = float(logs.mean()), float(logs.std(ddof=1))
     se = sd / math.sqrt(len(logs))
-    t_crit = float(scipy.stats.t.ppf(1 - alpha, len(logs) - 1))
+    t_crit = float(scipy.stats.t.isf(level, len(logs) - 1))
     p = float(scipy.stats.t.sf(mean / se, len(logs) - 1)) if se > 0 else (0.0 if mean > 0 else 1.0)
-    return OneSided(math.expm1(mean), _expm1(mean - t_crit * se), _expm1(mean + t_crit * se), p, len(logs), alpha, mean, sd)
+    return OneSided(math.expm1(mean), _expm1(mean - t_crit * se), _expm1(mean + t_crit * se), p, len(logs), level,
+                    mean, sd, error)
 
 
 def _expm1(x: float) -> float:
-    """expm1, infinite past what a float holds (a bound at a tiny alpha over two rounds can be)."""
+    """expm1, infinite past what a float holds (a bound at a tiny level over two rounds can be)."""
     return math.expm1(x) if x < 700 else math.inf
 
 
-def t_over_rounds(logs: np.ndarray, alpha: float, least: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """one_sided for many at once: per row of `logs` (rounds as columns, NaN where a round is missing) the mean,
-    the upper one-sided bound at `alpha` and the p-value of "no gain" (NaN bound and p 1 below `least` rounds,
-    at least two)."""
+def t_over_rounds(logs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of `logs` (rounds as columns, NaN where a round is missing): the rounds, the mean and its
+    standard error (NaN mean and se below two rounds; se 0 where every round agrees)."""
     n = np.sum(~np.isnan(logs), axis=1)
-    enough = n >= max(2, least)
+    enough = n >= 2
     safe = np.where(enough[:, None], logs, 0.0)
     counted = np.where(enough, n, 2)
-    mean = np.where(enough, np.nansum(safe, axis=1) / counted, np.nan)
-    squares = np.nansum((safe - np.where(enough, mean, 0.0)[:, None]) ** 2 * ~np.isnan(safe), axis=1)
+    mean = np.nansum(safe, axis=1) / counted
+    squares = np.nansum((safe - mean[:, None]) ** 2 * ~np.isnan(safe), axis=1)
     se = np.sqrt(squares / (counted - 1) / counted)
-    df = counted - 1
-    with np.errstate(divide="ignore", invalid="ignore"):
-        stat = np.where(se > 0, mean / se, np.where(mean > 0, np.inf, -np.inf))
-    high = np.where(enough, mean + scipy.stats.t.ppf(1 - alpha, df) * se, np.nan)
-    p = np.where(enough, scipy.stats.t.sf(stat, df), 1.0)
-    return mean, high, p
+    return n, np.where(enough, mean, np.nan), np.where(enough, se, np.nan)
+
+
+def t_sf(stat: np.ndarray, rounds: np.ndarray) -> np.ndarray:
+    """The one-sided nominal p-value of t statistics over `rounds` rounds (1 below two rounds)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(rounds >= 2, scipy.stats.t.sf(stat, np.maximum(rounds - 1, 1)), 1.0)
 
 
 def benjamini_hochberg(p_values: Sequence[float], level: float) -> list[bool]:
@@ -249,20 +365,38 @@ def benjamini_hochberg(p_values: Sequence[float], level: float) -> list[bool]:
     return rejected
 
 
+def _settles(mean_log: float, sd_log: float, n: np.ndarray, t_crit: np.ndarray, margin: float) -> np.ndarray:
+    """Whether a look at n rounds with critical t `t_crit` settles a gain of mean and spread as seen: its lower
+    bound clears zero (a gain over half the margin) or its upper bound falls below the margin (the rest)."""
+    half = t_crit * sd_log / np.sqrt(n)
+    return mean_log - half > 0 if mean_log > math.log1p(margin) / 2 else mean_log + half < math.log1p(margin)
+
+
 def rounds_to_settle(mean_log: float, sd_log: float, rounds: int, margin: float, first: int, most: int) -> int | None:
-    """The rounds at which a look would settle the gain, were its mean and spread what `rounds` rounds show: the
-    smallest n past `rounds` whose last look's bound clears zero (a gain over half the margin) or falls below the
-    margin (the rest), at the error the look at round n would spend with the budget stretched to n. None where
-    none up to MOST_ROUNDS_SAID would, or the spread is not known."""
+    """The round of the sequence from `first` to the horizon `most` whose look would settle the gain, were its
+    mean and spread what `rounds` rounds show: the first look past `rounds` whose exact boundary at ALPHA (per
+    cell, before the correction across a node's cells) settles it. None where no look up to the horizon would:
+    a budget fixed in advance is never stretched (budget_to_settle says what would), or the spread is unknown."""
     if not math.isfinite(sd_log) or not math.isfinite(mean_log):
         return None
-    n = np.arange(max(rounds + 1, first, 2), MOST_ROUNDS_SAID + 1)
+    n = np.array([k for k in looks(first, most) if k > rounds])
     if not len(n):
         return None
-    most_n = np.maximum(most, n)
-    alpha = ALPHA * ((n / most_n) ** SPENDING_RHO - ((n - 1) / most_n) ** SPENDING_RHO)
-    half = scipy.stats.t.ppf(1 - alpha, n - 1) * sd_log / np.sqrt(n)
-    settles = mean_log - half > 0 if mean_log > math.log1p(margin) / 2 else mean_log + half < math.log1p(margin)
+    settles = _settles(mean_log, sd_log, n, critical_t(n, ALPHA, first, most), margin)
+    return int(n[np.argmax(settles)]) if settles.any() else None
+
+
+def budget_to_settle(mean_log: float, sd_log: float, margin: float, first: int, most: int) -> int | None:
+    """The horizon in rounds whose last look would settle a gain of mean and spread as seen, where the horizon
+    `most` would not: the fewest rounds n past it whose Student's t at the nominal level of `most`'s last look
+    settles it (a later horizon's last look spends about that level). None up to MOST_ROUNDS_SAID."""
+    if not math.isfinite(sd_log) or not math.isfinite(mean_log) or not looks(first, most):
+        return None
+    level = float(nominal_level(np.array([most]), ALPHA, first, most)[0])
+    n = np.arange(most + 1, MOST_ROUNDS_SAID + 1)
+    if not len(n) or level <= 0:
+        return None
+    settles = _settles(mean_log, sd_log, n, scipy.stats.t.isf(level, n - 1), margin)
     return int(n[np.argmax(settles)]) if settles.any() else None
 
 
@@ -274,13 +408,12 @@ def paired_sd_of_launch_cv(cv: float) -> float:
 
 def resolvable_gain(sd_log: float, look: int, first: int, most: int) -> float:
     """The gain a look at round `look` resolves, were the paired log ratios' spread `sd_log`: the one-sided bound's
-    distance from the mean, exp(t x sd / sqrt(n)) - 1, at the error that look spends (spent_alpha). A true gain
-    this far above zero reads "run"; one this far under the margin reads "not worth it". Per cell, before the
-    correction across a node's cells; inf where the look spends nothing."""
-    alpha = spent_alpha(look, first, most)
-    if alpha <= 0 or look < 2:
+    distance from the mean, exp(t x sd / sqrt(n)) - 1, at that look's exact boundary in the sequence from `first`
+    to `most` (critical_t). A true gain this far above zero reads "run"; one this far under the margin reads "not
+    worth it". Per cell, before the correction across a node's cells; inf at a round that is no look."""
+    if look < 2 or look not in looks(first, most):
         return math.inf
-    return math.expm1(float(scipy.stats.t.ppf(1 - alpha, look - 1)) * sd_log / math.sqrt(look))
+    return math.expm1(float(critical_t(np.array([look]), ALPHA, first, most)[0]) * sd_log / math.sqrt(look))
 
 
 def rounds_to_resolve(sd_log: float, margin: float) -> int | None:
@@ -289,13 +422,30 @@ def rounds_to_resolve(sd_log: float, margin: float) -> int | None:
     return next((n for n in range(2, MOST_ROUNDS_SAID + 1) if resolvable_gain(sd_log, n, n, n) < margin), None)
 
 
-def gains_differ(logs_a: Sequence[float], logs_b: Sequence[float], level: float = LEVEL) -> tuple[float, bool] | None:
-    """Do two runs' gains of one variant differ: Welch's t test of their paired log ratios' means (two-sided, at
-    1 - level). (p-value, differ); None where either run has fewer than two rounds."""
+@dataclass(frozen=True)
+class RerunCheck:
+    """Two runs' gains of one variant compared: the difference of their mean paired log ratios (`difference`,
+    the second run's less the first's), the p-value that it lies within +-margin (equivalent, the larger of
+    Schuirmann's two one-sided tests) and the two-sided p-value that it is not zero (differ), both Welch's t."""
+
+    difference: float
+    equivalent: float
+    differ: float
+
+
+def rerun_check(logs_a: Sequence[float], logs_b: Sequence[float], margin: float) -> RerunCheck | None:
+    """Welch's t on two runs' paired log ratios over rounds (Welch-Satterthwaite df): TOST against +-`margin` (a
+    log) and the two-sided test of no difference. None where either run has fewer than two rounds."""
     a, b = np.asarray(logs_a, dtype=float), np.asarray(logs_b, dtype=float)
     if len(a) < 2 or len(b) < 2:
         return None
-    if a.std(ddof=1) == 0 and b.std(ddof=1) == 0:
-        return (1.0, False) if a.mean() == b.mean() else (0.0, True)
-    p = float(scipy.stats.ttest_ind(a, b, equal_var=False).pvalue)
-    return p, p < 1 - level
+    difference = float(b.mean() - a.mean())
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        inside = abs(difference) < margin
+        return RerunCheck(difference, 0.0 if inside else 1.0, 1.0 if difference == 0 else 0.0)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    equivalent = max(scipy.stats.t.sf((difference + margin) / se, df), scipy.stats.t.cdf((difference - margin) / se, df))
+    return RerunCheck(difference, float(equivalent), float(2 * scipy.stats.t.sf(abs(difference) / se, df)))
+

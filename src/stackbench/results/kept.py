@@ -5,6 +5,7 @@ decisions held (analysis/held.py)."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,14 +13,17 @@ from pathlib import Path
 import duckdb
 
 from stackbench.config import ConfigError
-from stackbench.results.store import MEASURED_SQL, atomic_write_parquet
+from stackbench.results.store import MEASURED_SQL, atomic_write_parquet, atomic_write_text
 
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+RULE_SUFFIX = ".rule.json"  # beside <label>.parquet: the rule its last look ran under
 
 
-def keep(results: Path, node: str, kept_dir: Path, label: str | None = None) -> tuple[Path, int]:
+def keep(results: Path, node: str, kept_dir: Path, label: str | None = None, looks: Path | None = None) -> tuple[Path, int]:
     """Write the node's measured rows of `results` as <kept_dir>/<node>/<label>.parquet (label: the UTC time by
-    default); returns the file and its row count. A one-line ConfigError names what is wrong."""
+    default), and beside it the rule its looks ran under (`looks`: its round-<k>.json files; RULE_SUFFIX), so a
+    later report replays the kept run under its own rule; returns the file and its row count. A one-line
+    ConfigError names what is wrong."""
     label = label or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     if not LABEL.fullmatch(label):
         raise ConfigError(f"keep: --label {label!r}: letters, digits, '.', '_' and '-' only (it names a file)")
@@ -33,7 +37,16 @@ def keep(results: Path, node: str, kept_dir: Path, label: str | None = None) -> 
     if rows.num_rows == 0:
         raise ConfigError(f"keep: {results}: no measured rows of node {node!r}")
     atomic_write_parquet(rows, path)
+    found = sorted(looks.glob("round-*.json"), key=lambda f: int(f.stem.split("-")[1])) if looks and looks.is_dir() else []
+    if found:
+        atomic_write_text(path.with_suffix(RULE_SUFFIX), json.dumps(json.loads(found[-1].read_text())["rule"]))
     return path, rows.num_rows
+
+
+def kept_rule(path: Path) -> dict | None:
+    """The rule a kept run's looks ran under (config.model.Decision's fields), None where it was not kept."""
+    rule = path.with_suffix(RULE_SUFFIX)
+    return json.loads(rule.read_text()) if rule.exists() else None
 
 
 def kept_runs(kept_dir: Path, node: str) -> list[Path]:

@@ -213,6 +213,14 @@ METRICS = _entries(
            "(concurrency 2) against the same prompts sent alone, mean common prefix / the alone output's length as "
            "output_agreement: the disagreement its own batch shape causes; a variant is charged only beyond it "
            "(analysis.correctness NOISE_MARGIN); our own", "higher"),
+    Metric("paired_prompts_identical", "ratio", "mean", "a speculative launch's cell against its no-spec launch of the "
+           "same round (results/pairing.py): the share of requests, paired by repeat, conversation and turn, whose prompt "
+           "(salt included, sha256) is identical; 1 where the texts are paired, as What to run's paired gain needs; our own",
+           "higher", analysed=True),
+    Metric("paired_replies_identical", "ratio", "mean", "of those requests with identical prompts, the share whose whole "
+           "reply (sha256 of reasoning and content) is identical to no-spec's: greedy speculative decoding is lossless "
+           "up to numerics (vLLM docs, \"Lossless guarantees of Speculative Decoding\"); its note says where they "
+           "diverged; our own", "higher", analysed=True),
     Metric("energy_j_per_token_steady", "J/token", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption deltas over the "
            "steady windows (ML.ENERGY's steady state), interpolated at their edges from the bracketing samples, the launch's "
            "GPUs only / the output tokens inside them; no value where a sample gap exceeds 2 s (the note says)", "lower"),

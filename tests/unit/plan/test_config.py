@@ -34,10 +34,13 @@ def test_defaults_come_from_the_schema(configs):
 
 def test_the_default_plan_has_one_launch_per_server_configuration_and_round(configs):
     _, nodes = expand.load_plan(configs)
-    first_round = [l for l in nodes[0].launches if l.replicate == 1]
+    first_round = [l for l in nodes[0].launches if l.replicate == 1 and not l.once]
     assert [l.name for l in first_round] == ["llamacpp--nospec", "llamacpp--ngram-n8", "llamacpp--ngram-n16"]
     assert [l.spec_tokens for l in first_round] == [None, 8, 16]
-    assert sorted(l.configuration for l in nodes[0].launches) == sorted([l.configuration for l in first_round] * 3)
+    rounds = [l for l in nodes[0].launches if not l.once]
+    assert sorted(l.configuration for l in rounds) == sorted([l.configuration for l in first_round] * 3)
+    # and no-spec's one-off sets on a launch of their own, last (plan/expand.py one_offs_apart)
+    assert [l.name for l in nodes[0].launches if l.once] == [nodes[0].launches[-1].name] == ["llamacpp--nospec--once"]
 
 
 def test_wrong_type_names_file_and_field(configs):

@@ -41,7 +41,7 @@ def test_only_sglang_on_cpu_gets_its_cpu_engine_and_the_stand_in(repo):
 def test_a_runs_env_reaches_its_launches_only_and_moves_no_other_fingerprint(repo):
     launches = local_cpu(repo)
     assert {name: l.env for name, l in launches.items()} == {
-        "llamacpp--nospec": {}, "llamacpp--ngram-n8": {}, "llamacpp--ngram-n16": {},
+        "llamacpp--nospec": {}, "llamacpp--nospec--once": {}, "llamacpp--ngram-n8": {}, "llamacpp--ngram-n16": {},
         "vllm-cpu--nospec": {"VLLM_CPU_KVCACHE_SPACE": "2"}, "vllm-cpu--ngram-n3": {"VLLM_CPU_KVCACHE_SPACE": "2"},
         "sglang-cpu--nospec": {}}
     cfg = expand.load_run_config(repo, {"nodes": ["local-cpu"], "stacks": "all", "launches": 1})

@@ -22,9 +22,14 @@ def repo(tmp_path) -> Path:
 
 
 def spec_of(repo: Path, node: str = "local-cpu", index: int = 0, **given) -> launchspec.LaunchSpec:
+    """The spec of the node's launch `index`, with the cells of its configuration's one-off launch (Launch.once)
+    added: what the configuration's first round measures."""
     cfg = expand.load_run_config(repo, {"nodes": [node], **given})
     loaded = expand.load_node(node, cfg, repo)
-    return launchspec.build(cfg, loaded, loaded.launches[index])
+    spec = launchspec.build(cfg, loaded, loaded.launches[index])
+    once = [launchspec.build(cfg, loaded, l).cells for l in loaded.launches
+            if l.once and l.configuration == spec.launch.configuration and spec.launch.replicate == 1]
+    return replace(spec, cells=spec.cells + sum(once, ())) if once else spec
 
 
 def fingerprints(spec: launchspec.LaunchSpec) -> dict[str, str]:

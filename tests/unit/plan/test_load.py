@@ -140,10 +140,11 @@ def repo(tmp_path) -> Path:
     return tmp_path
 
 
-def spec_of(repo: Path) -> launchspec.LaunchSpec:
+def spec_of(repo: Path, launch: str = "llamacpp--nospec--once") -> launchspec.LaunchSpec:
+    """A launch of the default; by default its no-spec launch of the one-off sets (code-load among them: Launch.once)."""
     cfg = expand.load_run_config(repo, {"nodes": ["local-cpu"]})
     node = expand.load_node("local-cpu", cfg, repo)
-    return launchspec.build(cfg, node, node.launches[0])
+    return launchspec.build(cfg, node, next(l for l in node.launches if l.name == launch))
 
 
 # The workload fields a cell's fingerprint held before load settings existed.
@@ -151,7 +152,7 @@ CELL_WORKLOAD_FIELDS = ("name", "kind", "prompts", "output_tokens", "prompt_toke
 
 
 def test_closed_loop_cells_without_load_settings_keep_their_fingerprints(repo):
-    spec = spec_of(repo)
+    spec = spec_of(repo, "llamacpp--nospec")
     prose = next(c for c in spec.cells if c.workload.name == "prose")
     assert prose.load == Load() and prose.key == "prose--c1--nocap"
     # The cell fingerprint as it was computed before loads (and repeats to a precision) existed, under the

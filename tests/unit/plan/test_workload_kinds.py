@@ -42,7 +42,7 @@ def test_ladder_points_are_its_lengths_and_other_kinds_run_one_point():
 
 @pytest.mark.parametrize(("kind", "turns"), [("single", 1), ("long-prefill", 1), ("multi-turn", 2)])
 def test_each_kind_builds_its_turns(kind, turns):
-    built = workloads.conversations(_workload(kind), 3, 0)
+    built = [turns for _, turns in workloads.conversations(_workload(kind), 3, 0)]
     assert [len(t) for t in built] == [turns] * 3
     if kind == "long-prefill":
         assert all(len(t[0]) > 1024 for t in built)  # repeated to its default length

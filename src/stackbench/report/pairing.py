@@ -1,0 +1,72 @@
+"""The report's view of What to run's pairing (docs/what-to-run.md, "The same texts"): whether each round's variants
+sent the same texts as their no-spec (results/pairing.py) and where a speculative gain's variance lies, by text,
+launch and within (analysis/levels.py)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from stackbench.report import tables
+from stackbench.results.pairing import PROMPTS, REPLIES
+
+
+def pairing_table(rows: pd.DataFrame, node: str) -> list[tables.Table]:
+    """Per stack, variant, workload and concurrency over its rounds: the share of paired requests with identical
+    prompts (it must be 100%) and, of those, with identical replies; where they diverged."""
+    mine = rows[rows["node"] == node]
+    if mine.empty:
+        return []
+    keys = ["stack", "variant", "workload", "concurrency"]
+    wide = mine.pivot_table(index=keys + ["replicate"], columns="metric", values=["value", "n"], aggfunc="first")
+    counts = wide.reset_index()
+    counts.columns = [a if not b else f"{a}_{b}" for a, b in counts.columns]
+    counts["prompts_same"] = (counts[f"value_{PROMPTS}"] * counts[f"n_{PROMPTS}"]).round()
+    counts["replies_same"] = (counts[f"value_{REPLIES}"].fillna(0) * counts[f"n_{REPLIES}"].fillna(0)).round()
+    by_cell = counts.groupby(keys, sort=True).agg(rounds=("replicate", "nunique"), pairs=(f"n_{PROMPTS}", "sum"),
+                                                  prompts_same=("prompts_same", "sum"),
+                                                  compared=(f"n_{REPLIES}", "sum"), replies_same=("replies_same", "sum"))
+    by_cell = by_cell.reset_index()
+    diverged = mine[(mine["metric"] == REPLIES) & (mine["value"] < 1)].groupby(keys)["note"].first()
+    shown = pd.DataFrame({
+        "stack": by_cell["stack"], "variant": by_cell["variant"], "workload": by_cell["workload"],
+        "concurrency": by_cell["concurrency"], "rounds": by_cell["rounds"], "paired requests": by_cell["pairs"],
+        "same prompt": (by_cell["prompts_same"] / by_cell["pairs"]).map("{:.0%}".format),
+        "same reply": [f"{s / c:.0%}" if c else "" for s, c in zip(by_cell["replies_same"], by_cell["compared"])],
+        "where replies diverged (one round)": [diverged.get(tuple(k), "") for k in by_cell[keys].itertuples(index=False)]})
+    table = tables.frame_table(shown, f"pairing-{node}", f"The same texts on {node}: each variant against its no-spec "
+                               "of the same round, request by request", "results.pairing over the cells' request files")
+    total, same = by_cell["compared"].sum(), by_cell["replies_same"].sum()
+    table.legend.append(
+        f"Every variant of a round sends the same texts as its no-spec (measure/workloads.py Texts: the salt is drawn "
+        f"from the text seed, the workload, the conversation, the repeat and the text round), so a round's gain is paired "
+        f"request by request. Same prompt must read 100%; below it the round compared different texts. Same reply: "
+        f"{same:.0f} of {total:.0f} identical prompts ({same / total:.0%}) were answered identically at temperature 0; "
+        "a reply that differs on an identical prompt is the variant's own doing (numerics, batch shape), not the "
+        "pairing's." if total else "No identical prompt was compared.")
+    return [table]
+
+
+def levels_table(levels: pd.DataFrame, node: str) -> list[tables.Table]:
+    """Per speculative variant and judged metric, a paired gain's SD by level (analysis.levels), medians over cells."""
+    mine = levels[levels["node"] == node]
+    if mine.empty:
+        return []
+    shown = pd.DataFrame({
+        "stack": mine["stack"], "variant": mine["variant"], "judged on": mine["metric"], "cells": mine["cells"],
+        "rounds": mine["rounds"], "texts a cell": mine["texts"],
+        "SD between texts": mine["text_sd"].map("{:.3f}".format),
+        "SD between launches": mine["launch_sd"].map("{:.3f}".format),
+        "SD within": mine["within_sd"].map("{:.3f}".format),
+        "SD of a round's gain": mine["round_gain_sd"].map("{:.3f}".format),
+        "texts a cell for new texts each round": mine["texts_needed"]})
+    table = tables.frame_table(shown, f"gain-levels-{node}", f"Where a speculative gain's variance is on {node}: "
+                               "between texts, between launches, within", "analysis.levels: texts x rounds of each cell's "
+                               "paired log ratios, two-way components, medians over the cells")
+    covered = ("Where the texts are kept across rounds (measure.texts_across_rounds: same, the default) the text level "
+               "moves no round's gain: What to run's interval sees the launch level and the rest, and its verdict covers "
+               "these texts. Where each round draws new texts (new), a round's gain carries the text level over the texts "
+               "a cell, and the verdict covers the workload's kind of text.")
+    table.legend.append("SDs are of log ratios (about a relative spread). " + covered + " The last column is how many "
+                        "texts a cell would need, were each round to draw new ones, for the text level to weigh no more "
+                        "than the launch level in a round's gain (Kalibera & Jones, ISMM 2013).")
+    return [table]

@@ -1,0 +1,114 @@
+"""The pairing check, a step of collect (data/results.parquet): What to run's gain is paired within a round, so a
+speculative variant and its no-spec launch of the same round must have sent the same texts (measure/workloads.py
+Texts). It reads the request files of both launches, so, like greedy agreement (results/agreement.py), it runs
+over every part at once.
+
+Per speculative launch and closed-loop cell, against the no-spec launch of the same node, stack, model and round,
+request by request (the same repeat, conversation index and turn):
+
+- paired_prompts_identical: the share of paired requests whose prompt (salt included) is identical. It must be 1:
+  below it the round compared different texts, and What to run leaves that round out;
+- paired_replies_identical: of the requests with identical prompts, the share whose whole reply is identical. At
+  temperature 0 a lossless speculative variant answers as no-spec does (vLLM's "Lossless guarantees of
+  Speculative Decoding"); batch shape and kernels can flip a near-tie, and the row's note says where the replies
+  diverged. A low share on identical prompts is the variant's own doing, never the pairing's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+PAIR = ["node", "stack", "model", "replicate", "key", "repeat", "request", "turn"]
+SHOWN_CHARS = 200  # the request files keep the first 200 characters of a reply (measure/client.py to_row)
+PROMPTS, REPLIES = "paired_prompts_identical", "paired_replies_identical"
+
+
+def launch_requests(part: Path) -> pd.DataFrame:
+    """Every closed-loop request a launch's current cells sent (its launch.json names them with their
+    fingerprints), with the launch's identity; empty where the files predate the pairing (no prompt_sha)."""
+    spec_path = part.parent / "launch.json"
+    if not spec_path.exists():
+        return pd.DataFrame()
+    spec = json.loads(spec_path.read_text())
+    launch = spec["launch"]
+    frames = []
+    for cell in spec["cells"]:
+        path = part.parent / "cells" / f"{cell['key']}--{cell['fingerprint']}.requests.parquet"
+        if cell["concurrency"] is None or not path.exists():
+            continue
+        requests = pd.read_parquet(path)
+        if "prompt_sha" not in requests or requests.empty:
+            continue
+        frames.append(requests[["repeat", "request", "turn", "status", "prompt_sha", "reply_sha", "content"]].assign(
+            key=cell["key"], workload=cell["workload"], concurrency=cell["concurrency"], power_cap_w=cell["power_cap_w"]))
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True).assign(
+        node=launch["node"], stack=launch["engine"], model=launch["model"]["name"], replicate=launch["replicate"],
+        variant=launch["variant"], spec_method=launch["spec_method"])
+
+
+def first_difference(a: str, b: str) -> int | None:
+    """The first character at which two replies' shown text differs; None where the shown text is the same."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def pairing_rows(requests: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
+    """The two pairing rows of each speculative launch's cell (module docstring), on the basis of its judged row."""
+    if requests.empty:
+        return []
+    ok = requests[requests["status"] == "ok"]
+    spec, nospec = ok[ok["spec_method"] != "none"], ok[ok["spec_method"] == "none"]
+    paired = spec.merge(nospec[PAIR + ["prompt_sha", "reply_sha", "content", "variant"]], on=PAIR, suffixes=("", "_ref"))
+    rows = []
+    for (variant, replicate, _), cell in paired.groupby(["variant", "replicate", "key"], sort=True):
+        first = cell.iloc[0]
+        base = results[(results["node"] == first["node"]) & (results["stack"] == first["stack"])
+                       & (results["variant"] == variant) & (results["replicate"] == replicate)
+                       & (results["workload"] == first["workload"]) & (results["concurrency"] == first["concurrency"])
+                       & (results["metric"].isin(["decode_tps", "aggregate_tps"]))]
+        if first["power_cap_w"] is not None and not pd.isna(first["power_cap_w"]):
+            base = base[base["power_cap_w"] == first["power_cap_w"]]
+        if base.empty:
+            continue
+        same_prompt = cell["prompt_sha"] == cell["prompt_sha_ref"]
+        compared = cell[same_prompt]
+        same_reply = compared["reply_sha"] == compared["reply_sha_ref"]
+        where = [first_difference(a, b) for a, b in zip(compared.loc[~same_reply, "content"],
+                                                          compared.loc[~same_reply, "content_ref"])]
+        shown = sorted(w for w in where if w is not None)
+        reference = f"{first['variant_ref']} of round {replicate}"
+        diverged = ("" if not where else
+                    f"; {len(where)} diverged, the earliest at character {shown[0]} of the reply" if shown else
+                    f"; {len(where)} diverged after the first {SHOWN_CHARS} characters")
+        common = {**base.iloc[0].to_dict(), "value_min": None, "value_max": None, "ci_low": None, "ci_high": None,
+                  "mad": None, "repeat_values": None, "spread_over": None, "status": "ok", "reason": None,
+                  "unit": "ratio", "stat": "mean", "ttft_included": "no"}
+        rows += [{**common, "metric": PROMPTS, "value": float(same_prompt.mean()), "n": len(cell),
+                  "note": f"{int(same_prompt.sum())} of {len(cell)} requests sent the same prompt, salt included, as "
+                          f"{reference}"},
+                 {**common, "metric": REPLIES, "value": float(same_reply.mean()) if len(compared) else None,
+                  "n": len(compared),
+                  "note": f"{int(same_reply.sum())} of {len(compared)} identical prompts answered identically by "
+                          f"{reference}{diverged}"}]
+    return rows
+
+
+def pairing_across(part_files, results: pa.Table) -> list[dict]:
+    """The pairing rows of every speculative launch among the parts (module docstring)."""
+    frames = [launch_requests(Path(part)) for part in part_files]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return []
+    requests = pd.concat(frames, ignore_index=True)
+    measured = results.select([c for c in ("node", "stack", "variant", "replicate", "workload", "concurrency", "metric",
+                                           "power_cap_w") if c in results.column_names]).to_pandas()
+    judged = measured[measured["metric"].isin(["decode_tps", "aggregate_tps"])].index
+    return pairing_rows(requests, results.take(pa.array(judged)).to_pandas())

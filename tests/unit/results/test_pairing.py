@@ -1,0 +1,51 @@
+"""The pairing check (results/pairing.py) on request records built here (TEST DATA: no engine ran): a variant's
+requests against its no-spec launch of the same round, request by request."""
+
+import pandas as pd
+
+from stackbench.results import pairing
+
+
+def _requests(variant: str, replicate: int, salts: list[str], replies: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({
+        "node": "n", "stack": "llamacpp", "model": "m", "replicate": replicate, "key": "code--c1--nocap",
+        "workload": "code", "concurrency": 1, "power_cap_w": None, "repeat": range(len(salts)), "request": 0,
+        "turn": 0, "status": "ok", "prompt_sha": salts, "reply_sha": [r[:16] for r in replies],
+        "content": replies, "variant": variant, "spec_method": "none" if variant == "nospec" else "ngram"})
+
+
+RESULTS = pd.DataFrame([{"node": "n", "stack": "llamacpp", "variant": v, "replicate": k, "workload": "code",
+                         "concurrency": 1, "power_cap_w": None, "metric": "decode_tps", "value": 30.0,
+                         "source": "measured", "ref": f"n/{v}--r{k}"} for v in ("nospec", "ngram-n8") for k in (1, 2)])
+
+
+def _rows(requests: pd.DataFrame) -> dict:
+    return {(r["metric"], r["replicate"]): r for r in pairing.pairing_rows(requests, RESULTS)}
+
+
+def test_paired_texts_read_one_and_the_replies_that_diverge_say_where():
+    rows = _rows(pd.concat([_requests("nospec", 1, ["a", "b"], ["The cat sat.", "Hello there"]),
+                            _requests("ngram-n8", 1, ["a", "b"], ["The cat sat.", "Hello world"])]))
+    assert rows[(pairing.PROMPTS, 1)]["value"] == 1.0
+    replies = rows[(pairing.REPLIES, 1)]
+    assert replies["value"] == 0.5 and replies["n"] == 2
+    assert "1 diverged, the earliest at character 6" in replies["note"]
+
+
+def test_unpaired_texts_are_told_apart_from_diverging_replies():
+    rows = _rows(pd.concat([_requests("nospec", 2, ["a", "b"], ["x", "y"]),
+                            _requests("ngram-n8", 2, ["a", "c"], ["x", "z"])]))
+    assert rows[(pairing.PROMPTS, 2)]["value"] == 0.5
+    # only the request with the same prompt is judged on its reply, and it answered identically
+    assert rows[(pairing.REPLIES, 2)]["value"] == 1.0 and rows[(pairing.REPLIES, 2)]["n"] == 1
+
+
+def test_a_variant_pairs_only_with_the_no_spec_of_its_own_round():
+    rows = _rows(pd.concat([_requests("nospec", 1, ["a"], ["x"]), _requests("ngram-n8", 2, ["a"], ["x"])]))
+    assert rows == {}
+
+
+def test_first_difference():
+    assert pairing.first_difference("abc", "abd") == 2
+    assert pairing.first_difference("abc", "abc") is None
+    assert pairing.first_difference("ab", "abc") == 2
