@@ -290,9 +290,11 @@ class Adapter(Protocol):
     def parallel_args(self, tp: int, slots: int) -> dict:
         """The server arguments that run it on `tp` GPUs with `slots` requests at once (what init-node writes)."""
 
-    def request_extras(self, launch: Launch, output_tokens: int | None) -> dict:
+    def request_extras(self, launch: Launch, output_tokens: int | None, reuse_prefix: bool = True) -> dict:
         """Engine-specific request body fields (fixed output length, stream_options, ...); `output_tokens`
-        None: no fixed length, the answer ends where the model ends it (a tool call)."""
+        None: no fixed length, the answer ends where the model ends it (a tool call). `reuse_prefix` False: a
+        salted workload's request, which no earlier request's prefix may serve (the engine's per-request switch,
+        where it has one)."""
 
     def parse_log(self, text: str) -> ServerFacts: ...
 

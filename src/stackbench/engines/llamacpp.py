@@ -356,10 +356,14 @@ class LlamaCppAdapter:
         lib = str(Path(engine["perplexity"]).parent)
         return {"LD_LIBRARY_PATH": os.pathsep.join(p for p in (lib, os.environ.get("LD_LIBRARY_PATH")) if p)}
 
-    def request_extras(self, launch: Launch, output_tokens: int) -> dict:
+    def request_extras(self, launch: Launch, output_tokens: int, reuse_prefix: bool = True) -> dict:
         # Fixed output length: llama-server honours ignore_eos; n_predict mirrors max_tokens.
         fixed = {} if output_tokens is None else {"ignore_eos": True, "n_predict": output_tokens}
-        return {**fixed, "cache_prompt": True}
+        # cache_prompt off for a salted request: llama-server would reuse the chat template's preamble from the slot
+        # it picks by prompt similarity and last use, which after a concurrent cell depends on timing; the reused
+        # length changes the prompt's batch split and with it a greedy near-tie, so the same text answered
+        # differently from one launch to the next (40% of c1 replies identical across launches, 100% without).
+        return {**fixed, "cache_prompt": reuse_prefix}
 
     def parse_log(self, text: str) -> ServerFacts:
         """KV pool, weights and placement from the start-up log (needs -lv 4 for the KV size line).

@@ -138,7 +138,7 @@ class SglangAdapter(PythonEngine):
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         return slots_from(launch, "max_running_requests")
 
-    def request_extras(self, launch: Launch, output_tokens: int) -> dict:
+    def request_extras(self, launch: Launch, output_tokens: int, reuse_prefix: bool = True) -> dict:
         extras = {} if output_tokens is None else {"ignore_eos": True, "min_tokens": output_tokens}
         if launch.spec_method != "none":
             extras["return_spec_tokens_details"] = True

@@ -117,7 +117,7 @@ class VllmAdapter(PythonEngine):
     def concurrent_slots(self, launch: Launch) -> Slots | None:
         return slots_from(launch, "max_num_seqs")
 
-    def request_extras(self, launch: Launch, output_tokens: int) -> dict:
+    def request_extras(self, launch: Launch, output_tokens: int, reuse_prefix: bool = True) -> dict:
         # continuous_usage_stats puts the running completion_tokens on every chunk, so the client knows
         # how many tokens each chunk carries under MTP/EAGLE (per-token ITL without guessing).
         usage = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}

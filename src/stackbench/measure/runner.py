@@ -182,7 +182,9 @@ class CellRunner:
         measure = self.spec.measure
         # A tool call ends where the model ends it: no fixed length (output_tokens only caps it).
         fixed = None if cell.workload.tool is not None else cell.workload.output_tokens
-        extras = {**self.adapter.request_extras(self.spec.launch, fixed),
+        # a salted conversation's first turn is served by no earlier request; its later turns reuse its own prefix
+        reuse = not cell.workload.salt or cell.workload.turns > 1
+        extras = {**self.adapter.request_extras(self.spec.launch, fixed, reuse_prefix=reuse),
                   **workloads.request_fields(cell.workload)}
         client = StreamClient(self.base_url, self.spec.launch.model.name, extras,
                               measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)

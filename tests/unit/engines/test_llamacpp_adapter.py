@@ -155,3 +155,12 @@ def test_a_changed_target_list_builds_anew_instead_of_taking_the_wheel_pip_built
     before = adapter.build_settings("llamacpp", targets.parent / "llamacpp.txt")["PIP_CACHE_DIR"]
     targets.write_text("set(queue llama-server llama-perplexity)")
     assert adapter.build_settings("llamacpp", targets.parent / "llamacpp.txt")["PIP_CACHE_DIR"] != before
+
+
+def test_a_salted_request_reuses_no_cached_prefix():
+    """cache_prompt off where the workload is salted: llama-server picks the slot whose cached prefix it reuses by
+    similarity and last use, which after a concurrent cell depends on timing, and the reused length moved greedy
+    replies between launches (engines/llamacpp.py request_extras)."""
+    adapter = LlamaCppAdapter()
+    assert adapter.request_extras(make_launch(), 48, reuse_prefix=False) == {"ignore_eos": True, "n_predict": 48, "cache_prompt": False}
+    assert adapter.request_extras(make_launch(), None)["cache_prompt"] is True  # multi-turn and unsalted sets keep it
