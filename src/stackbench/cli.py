@@ -70,8 +70,8 @@ def _report(args) -> None:
 
 
 def launch_seconds(parts: list) -> tuple[float, float]:
-    """The measuring seconds the sequence spent and the mean of one launch after the first round (the one-off
-    workloads ride on round 1), from the times its cells were stored (cells/<cell>--<fingerprint>.parquet, written
+    """The measuring seconds the sequence spent and the mean of one launch after the first round (round 1's carry
+    the probes and the divergence text), from the times its cells were stored (cells/<cell>--<fingerprint>.parquet, written
     as each cell ends and kept when a rerun finds it cached): a launch's span is its first to last cell stored,
     stretched by one cell's mean for the first."""
     spans, later = [], []
@@ -103,7 +103,7 @@ def _round_verdict(args) -> None:
         collect_results(args.parts, results)
         choices = provisional.choices_of(results, args.node, rule)
         fixed = None
-        if args.round == rule.first:  # the first look fixes the horizon, then judges under it
+        if args.fix_horizon:  # the node's first look fixes the horizon, then judges under it
             rule, fixed = sequence.horizon(rule, args.round, spent, launch * sequence.judged_launches(choices))
             choices = provisional.choices_of(results, args.node, rule)
     _, lines = provisional.write(choices, args.node, args.round, rule, spent, launch, Path(args.out), Path(args.provisional),
@@ -423,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("parts", nargs="+", help="the cells.parquet of every launch of the node's rounds so far")
     p.add_argument("--node", required=True)
     p.add_argument("--round", type=int, required=True, help="the round just measured (the look)")
+    p.add_argument("--fix-horizon", action="store_true", help="the node's first look: fix the horizon from the budget")
     p.add_argument("--rule", required=True, help="the node's rule as JSON (config.model.Decision)")
     p.add_argument("--out", required=True, help="the look's verdict (JSON: the next round's launches)")
     p.add_argument("--provisional", required=True, help="the provisional report (markdown)")

@@ -82,7 +82,7 @@ def first_round_parts():
 
 
 def _first_look(node):
-    return round_verdict_file(node, max((l.replicate for l in node.launches), default=0))
+    return round_verdict_file(node, first_look_round(node))
 
 
 def later_round_parts(wildcards=None):
@@ -159,11 +159,20 @@ def launch_settings(wildcards):
     return {"measure": CFG["measure"], "paths": paths, "rehearsal": CFG["rehearsal"]}
 
 
-def node_rule(node):
-    """The node's What to run decision settings (config.model.Decision) as a dict, the node file's, with the
-    horizon its first look fixed once that look's file exists, so every later look and the report judge under it."""
+def first_look_round(node):
+    """The round after which the node's first look runs: its last planned round."""
+    return max((l.replicate for l in node.launches), default=0)
+
+
+def node_rule(node, round_no=None):
+    """The node's What to run decision settings (config.model.Decision) as a dict: the node file's for its first
+    look (`round_no`; which fixes the horizon), and, once that look's file exists, the settings it wrote, horizon
+    included, for every later look and the report. The first look's own settings never change with its output,
+    so its job is not run again."""
     first = Path(_first_look(node))
-    return json.loads(first.read_text())["rule"] if first.exists() else dataclasses.asdict(node.decision)
+    if (round_no is not None and round_no <= first_look_round(node)) or not first.exists():
+        return dataclasses.asdict(node.decision)
+    return json.loads(first.read_text())["rule"]
 
 
 def decision_rules(wildcards=None):

@@ -73,10 +73,11 @@ checkpoint round_verdict:
         f"{RUNS}/{{node}}/rounds/round-{{round}}.json",
     params:
         cli=STACKBENCH,
-        rule=lambda wildcards: json.dumps(node_rule(node_named(wildcards.node))),
+        rule=lambda wildcards: json.dumps(node_rule(node_named(wildcards.node), int(wildcards.round))),
+        fix=lambda wildcards: "--fix-horizon" if int(wildcards.round) == first_look_round(node_named(wildcards.node)) else "",
         provisional=lambda wildcards: f"{PATHS['reports']}/provisional/{wildcards.node}.md",
     log:
         "logs/rounds/{node}/round-{round}.log",
     shell:
         "{params.cli} round-verdict {input.parts:q} --node {wildcards.node:q} --round {wildcards.round} "
-        "--rule {params.rule:q} --out {output:q} --provisional {params.provisional:q} > {log:q}"
+        "--rule {params.rule:q} {params.fix} --out {output:q} --provisional {params.provisional:q} > {log:q}"

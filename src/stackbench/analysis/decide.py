@@ -44,7 +44,7 @@ from stackbench.analysis.hoststate import busy_of
 from stackbench.analysis.quality import beyond_limit
 from stackbench.analysis.speculative import SPEC_PAIR
 from stackbench.config import default_decision
-from stackbench.config.model import Decision
+from stackbench.config.model import ONCE_SUFFIX, Decision
 from stackbench.results import estimators
 from stackbench.results.metrics import HOST_BUSY_METRIC, SLOWDOWN_METRICS
 from stackbench.results.store import MEASURED
@@ -57,7 +57,8 @@ SINGLE_STREAM_METRIC, CONCURRENT_METRIC = "decode_tps", "aggregate_tps"
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status", "spec_drafts",
                   *SLOWDOWN_METRICS, HOST_BUSY_METRIC, "host_outside_cpu_share_peak", "quality_beyond_limit")
 RULE = ("Rule (docs/what-to-run.md): each round launches every variant and its no-spec afresh; a variant's gain is "
-        "paired within a round and its interval is Student's t over rounds of the log ratios. Looks at the rounds "
+        "paired within a round (the same texts, kept across rounds: the verdict covers these texts) and its interval "
+        "is Student's t over rounds of the log ratios. Looks at the rounds "
         "that can decide, from the node's first look (`launches` rounds) to the horizon (`decide.most_launches`, "
         "fixed before the first look), spending a 5% error in all over exact group-sequential boundaries for t "
         "(Kim & DeMets' power family, rho 3), with Benjamini & Hochberg's step-up over every cell and variant of the "
@@ -83,7 +84,8 @@ def judged_metric(concurrency) -> str:
 
 def judged(results: pd.DataFrame) -> pd.DataFrame:
     """The row each measured closed-loop cell is judged on in each launch: decode rate at c1, aggregate above."""
-    measured = results[results["source"].isin(MEASURED) & results["concurrency"].notna()]
+    measured = results[results["source"].isin(MEASURED) & results["concurrency"].notna()
+                       & ~results["ref"].fillna("").str.contains(ONCE_SUFFIX + "@", regex=False)]  # no look saw them
     metric = np.where(measured["concurrency"] == 1, SINGLE_STREAM_METRIC, CONCURRENT_METRIC)
     cells = measured[(measured["metric"] == metric) & (measured["status"] == "ok") & measured["value"].notna()]
     return cells.assign(round=_replicates(cells)).drop_duplicates(VARIANT_KEY + ["round"]).reset_index(drop=True)
@@ -334,7 +336,7 @@ def _said(h: _Hypothesis) -> str:
 
 def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dict[str, Decision] | None = None) -> pd.DataFrame:
     """One row per (node, stack, model, cap, workload, concurrency, lengths): CHOICE_COLUMNS. `results` holds
-    the DECIDE_METRICS rows (with mad, implausible), `correctness` is analysis.correctness_by_variant,
+    the DECIDE_METRICS rows (with implausible), `correctness` is analysis.correctness_by_variant,
     `decisions` each node's rule (config.model.Decision; a node not named: the schema's defaults)."""
     cells = launch_rounds(results)
     if cells.empty:

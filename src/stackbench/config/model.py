@@ -106,6 +106,9 @@ class Workload:
         return self.concurrency if self.own_concurrency or not launch.concurrency else launch.concurrency
 
 
+ONCE_SUFFIX = "--once"  # a configuration's launch of its one-off sets (Launch.once): after every round, judged in none
+
+
 @dataclass(frozen=True)
 class Launch:
     """One server launch: everything that needs a restart to change."""
@@ -148,7 +151,7 @@ class Launch:
         """The launch's run folder: the first replicate keeps the configuration's name, so adding replicates
         re-measures none that exist."""
         if self.once:
-            return f"{self.configuration}--once"
+            return self.configuration + ONCE_SUFFIX
         return self.configuration if self.replicate == 1 else f"{self.configuration}--r{self.replicate}"
 
 

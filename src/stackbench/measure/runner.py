@@ -110,11 +110,10 @@ class CellRunner:
         self.warmed: set[tuple] = set()
         self.chars_per_token: dict[str, tuple[float, str | None]] = {}  # calibrated once per launch (calibrate)
 
-    @property
-    def texts(self) -> workloads.Texts:
-        """The launch's texts (workloads.Texts): its round's where each round draws new texts, else round 1's."""
+    def texts_of(self, cell: Cell) -> workloads.Texts:
+        """The cell's texts (workloads.Texts): its round's where each round draws new texts, else round 1's."""
         fresh = self.spec.measure["texts_across_rounds"] == "new"
-        return workloads.Texts(self.spec.measure["text_seed"], self.spec.launch.replicate if fresh else 1)
+        return workloads.Texts(self.spec.measure["text_seed"], self.spec.launch.replicate if fresh else 1, cell.key)
 
     def apply_cap(self, cell: Cell) -> powercap.CapResult | None:
         if cell.power_cap_w is None:
@@ -231,7 +230,7 @@ class CellRunner:
         streams = cell.concurrency or 1
         for _ in range(self.spec.measure["warmup_requests"]):
             records = await run_streams(client, workloads.requests(cell.workload, cell.load, streams, workloads.WARM_UP, sizing,
-                                                                   self.texts), streams)
+                                                                   self.texts_of(cell)), streams)
             bad = next((r for r in records if r.status != "ok"), None)
             if bad is not None and bad.status == "rejected":
                 return
@@ -259,9 +258,10 @@ class CellRunner:
         load, hook = cell.load, self.adapter.server_timings
         if cell.rate is not None:
             offsets = workloads.arrival_offsets(load, cell.rate, repeat)
-            return await run_open_loop(client, workloads.requests(cell.workload, load, len(offsets), repeat, sizing, self.texts),
-                                       offsets, hook)
-        requests = workloads.requests(cell.workload, load, cell.concurrency * load.requests_per_stream, repeat, sizing, self.texts)
+            return await run_open_loop(client, workloads.requests(cell.workload, load, len(offsets), repeat, sizing,
+                                                                  self.texts_of(cell)), offsets, hook)
+        requests = workloads.requests(cell.workload, load, cell.concurrency * load.requests_per_stream, repeat, sizing,
+                                      self.texts_of(cell))
         return await run_streams(client, requests, cell.concurrency, hook)
 
     def steady_spans(self, cell: Cell, repeats: list[list[RequestRecord]]) -> list[tuple[float, float, float, list[dict]]]:

@@ -100,16 +100,17 @@ class Texts:
 
     seed: int = 0
     round: int = 1
+    cell: str = ""  # the cell's key (workload, load, prompt length, cap): no two cells of a launch share a salt
 
 
 WARM_UP = -1  # the repeat warm-up requests are salted as: never a measured repeat's texts, so its cache helps none
 
 
 def salt(texts: Texts, workload: str, index: int, repeat: int) -> str:
-    """Conversation `index` of `repeat`'s salt: from a generator seeded by the text seed, the workload, the index,
-    the repeat and the text round, no other input. Inside one launch every request's salt differs (index and repeat
-    differ), so no prefix cache helps across its requests."""
-    rng = random.Random(f"{texts.seed}/{workload}/{index}/{repeat}/{texts.round}")
+    """Conversation `index` of `repeat`'s salt: from a generator seeded by the text seed, the cell (its workload,
+    load, prompt length and cap), the index, the repeat and the text round, no other input. Inside one launch every
+    request's salt differs (cell, index or repeat differ), so no prefix cache helps across its requests."""
+    rng = random.Random(f"{texts.seed}/{texts.cell or workload}/{index}/{repeat}/{texts.round}")
     return "[run " + " ".join(rng.choice(SALT_WORDS) for _ in range(4)) + "] "
 
 

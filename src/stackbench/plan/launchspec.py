@@ -34,7 +34,8 @@ FORMAT = 1
 # definitions are measured again instead of mixing with new ones. Bump DEFINITIONS when a change there changes
 # a figure, and record those files' sha256 in DEFINITIONS_SOURCES (tests/unit/plan/test_definitions.py fails
 # until both are done, and prints the hash).
-DEFINITIONS = 7  # 7: salts drawn from the text seed (measure/workloads.py Texts), paired across a round's variants
+DEFINITIONS = 8  # 8: llama.cpp's salted single-turn requests reuse no cached prefix; the probes first on a launch
+# (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
 # (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
 DEFINITIONS_SOURCES = "e47ac856b854a802c474ec4b389ad29601181fd43120d659409cf23bd9770b14"
@@ -152,12 +153,16 @@ def _plain(value):
 def cells_of(node: Node, launch: Launch) -> tuple[Cell, ...]:
     """Per cap and each of the launch's workloads: a closed-loop cell per concurrency (per prompt length of
     a ladder), then an open-loop cell per request rate. Power-cap sweeps thus run the same load at every cap,
-    and uncapped first (the limit as found at the launch's start, so a post measured at stock power is matched)."""
+    and uncapped first (the limit as found at the launch's start, so a post measured at stock power is matched).
+    The probes come first, on the fresh server: the greedy outputs compared across launches then start from the
+    same empty cache (llama-server's reuse of a cached prefix depends on what its slots hold, and moved a variant's
+    first tokens), and the cache probe's cold request is cold."""
     caps = [None, *launch.power_caps_w]  # a sweep's first cell is the uncapped state, the limit found at the start
     by_name = {w.name: w for w in node.workloads}
+    ordered = sorted(launch.workloads, key=lambda name: by_name[name].kind != "probe")  # stable: the rest as listed
     cells = []
     for cap in caps:
-        for w in (by_name[name] for name in launch.workloads if cap is None or KINDS[by_name[name].kind].every_cap):
+        for w in (by_name[name] for name in ordered if cap is None or KINDS[by_name[name].kind].every_cap):
             cells += [Cell(w, c, cap, ladder_tokens=n) for n in KINDS[w.kind].points(w) for c in w.levels(launch)]
             cells += [Cell(w, None, cap, rate=rate) for rate in w.load.rates]
     return tuple(cells)

@@ -16,7 +16,8 @@ def pairing_table(rows: pd.DataFrame, node: str) -> list[tables.Table]:
     mine = rows[rows["node"] == node]
     if mine.empty:
         return []
-    keys = ["stack", "variant", "workload", "concurrency"]
+    keys = ["stack", "model", "power_cap_w", "variant", "workload", "concurrency"]
+    mine = mine.assign(power_cap_w=mine["power_cap_w"].fillna(-1))  # uncapped (NaN) groups with itself
     wide = mine.pivot_table(index=keys + ["replicate"], columns="metric", values=["value", "n"], aggfunc="first")
     counts = wide.reset_index()
     counts.columns = [a if not b else f"{a}_{b}" for a, b in counts.columns]
@@ -28,7 +29,9 @@ def pairing_table(rows: pd.DataFrame, node: str) -> list[tables.Table]:
     by_cell = by_cell.reset_index()
     diverged = mine[(mine["metric"] == REPLIES) & (mine["value"] < 1)].groupby(keys)["note"].first()
     shown = pd.DataFrame({
-        "stack": by_cell["stack"], "variant": by_cell["variant"], "workload": by_cell["workload"],
+        "stack": by_cell["stack"], "model": by_cell["model"],
+        "power cap W": by_cell["power_cap_w"].where(by_cell["power_cap_w"] >= 0), "variant": by_cell["variant"],
+        "workload": by_cell["workload"],
         "concurrency": by_cell["concurrency"], "rounds": by_cell["rounds"], "paired requests": by_cell["pairs"],
         "same prompt": (by_cell["prompts_same"] / by_cell["pairs"]).map("{:.0%}".format),
         "same reply": [f"{s / c:.0%}" if c else "" for s, c in zip(by_cell["replies_same"], by_cell["compared"])],
@@ -65,7 +68,8 @@ def levels_table(levels: pd.DataFrame, node: str) -> list[tables.Table]:
     covered = ("Where the texts are kept across rounds (measure.texts_across_rounds: same, the default) the text level "
                "moves no round's gain: What to run's interval sees the launch level and the rest, and its verdict covers "
                "these texts. Where each round draws new texts (new), a round's gain carries the text level over the texts "
-               "a cell, and the verdict covers the workload's kind of text.")
+               "a cell, and the verdict covers the workload's kind of text; a text is then another one each round, so this "
+               "split reads its text level as launch level.")
     table.legend.append("SDs are of log ratios (about a relative spread). " + covered + " The last column is how many "
                         "texts a cell would need, were each round to draw new ones, for the text level to weigh no more "
                         "than the launch level in a round's gain (Kalibera & Jones, ISMM 2013).")

@@ -207,7 +207,8 @@ def decide_input(results: Results) -> pd.DataFrame:
 
 def pairing_input(results: Results) -> pd.DataFrame:
     """The pairing rows (results/pairing.py): per speculative launch's cell, identical prompts and replies."""
-    return results.frame("select node, stack, variant, replicate, workload, concurrency, metric, value, n, note from results "
+    return results.frame("select node, stack, model, power_cap_w, variant, replicate, workload, concurrency, metric, value, n, "
+                         "note from results "
                          f"where source in {MEASURED_SQL} and metric in {sql_in([PROMPTS, REPLIES])}")
 
 

@@ -68,9 +68,10 @@ def pairing_rows(requests: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
     spec, nospec = ok[ok["spec_method"] != "none"], ok[ok["spec_method"] == "none"]
     paired = spec.merge(nospec[PAIR + ["prompt_sha", "reply_sha", "content", "variant"]], on=PAIR, suffixes=("", "_ref"))
     rows = []
-    for (variant, replicate, _), cell in paired.groupby(["variant", "replicate", "key"], sort=True):
+    for (_, _, _, variant, replicate, _), cell in paired.groupby(["node", "stack", "model", "variant", "replicate", "key"],
+                                                                 sort=True):
         first = cell.iloc[0]
-        base = results[(results["node"] == first["node"]) & (results["stack"] == first["stack"])
+        base = results[(results["node"] == first["node"]) & (results["stack"] == first["stack"]) & (results["model"] == first["model"])
                        & (results["variant"] == variant) & (results["replicate"] == replicate)
                        & (results["workload"] == first["workload"]) & (results["concurrency"] == first["concurrency"])
                        & (results["metric"].isin(["decode_tps", "aggregate_tps"]))]
@@ -108,7 +109,6 @@ def pairing_across(part_files, results: pa.Table) -> list[dict]:
     if not frames:
         return []
     requests = pd.concat(frames, ignore_index=True)
-    measured = results.select([c for c in ("node", "stack", "variant", "replicate", "workload", "concurrency", "metric",
-                                           "power_cap_w") if c in results.column_names]).to_pandas()
+    measured = results.select(["metric"]).to_pandas()
     judged = measured[measured["metric"].isin(["decode_tps", "aggregate_tps"])].index
     return pairing_rows(requests, results.take(pa.array(judged)).to_pandas())

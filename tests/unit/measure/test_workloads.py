@@ -49,3 +49,11 @@ def test_the_warm_up_never_sends_a_measured_text_and_new_seeds_or_rounds_draw_ne
         assert not {r.turns[0] for r in workloads.requests(_workload(), Load(), 4, 0, texts=other)} & measured
     # another workload with the same prompts is salted apart
     assert workloads.salt(texts, "code", 0, 0) != workloads.salt(texts, "json", 0, 0)
+
+
+def test_no_two_cells_of_a_launch_share_a_prompt():
+    """The same workload at c1 and c2 (or at two caps, or two ladder points) would send its request 0 of repeat 0
+    twice in one launch, and a prefix cache would serve the second: the cell is in the salt's seed."""
+    cells = ("code--c1--nocap", "code--c2--nocap", "code--c1--300W")
+    prompts = [r.turns[0] for key in cells for r in workloads.requests(_workload(), Load(), 2, 0, texts=workloads.Texts(0, 1, key))]
+    assert len(set(prompts)) == len(prompts)

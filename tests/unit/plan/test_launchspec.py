@@ -257,3 +257,9 @@ def test_a_run_may_sweep_its_own_caps_and_repeats_and_the_node_keeps_its_default
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match=r"runs\[0\].power_caps_w\[0\]: 400 W is outside the GPU's range 100-350 W"):
         spec_of(repo, "2x3090-nvlink", index=0)
+
+
+def test_the_probes_run_first_on_the_fresh_server(repo):
+    """The greedy outputs compared across launches start from the same empty cache (plan/launchspec.py cells_of)."""
+    spec = spec_of(repo)
+    assert spec.cells[0].workload.kind == "probe" and [c.workload.name for c in spec.cells[1:3]] == ["code-edit", "code-edit"]

@@ -48,8 +48,9 @@ def test_a_node_runs_a_method_reduced_and_says_so(tmp_path):
     _, plain = load(repo(tmp_path / "plain", {"workloads": ["seed-004-short"]}))
     assert plain.workloads[0].method_scale is None
     # A reduced method is another cell: its fingerprint is not the full method's.
-    fingerprints = [launchspec.build(c, n, n.launches[0]).cell_fingerprint(launchspec.cells_of(n, n.launches[0])[0])
-                    for c, n in ((cfg, node), load(tmp_path / "plain"))]
+    fingerprints = [launchspec.build(c, n, n.launches[0]).cell_fingerprint(
+        next(cell for cell in launchspec.cells_of(n, n.launches[0]) if cell.workload.name == "seed-004-short"))
+        for c, n in ((cfg, node), load(tmp_path / "plain"))]
     assert fingerprints[0] != fingerprints[1]
 
 

@@ -14,7 +14,7 @@ def _requests(variant: str, replicate: int, salts: list[str], replies: list[str]
         "content": replies, "variant": variant, "spec_method": "none" if variant == "nospec" else "ngram"})
 
 
-RESULTS = pd.DataFrame([{"node": "n", "stack": "llamacpp", "variant": v, "replicate": k, "workload": "code",
+RESULTS = pd.DataFrame([{"node": "n", "stack": "llamacpp", "model": "m", "variant": v, "replicate": k, "workload": "code",
                          "concurrency": 1, "power_cap_w": None, "metric": "decode_tps", "value": 30.0,
                          "source": "measured", "ref": f"n/{v}--r{k}"} for v in ("nospec", "ngram-n8") for k in (1, 2)])
 
