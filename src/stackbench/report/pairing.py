@@ -41,7 +41,7 @@ def pairing_table(rows: pd.DataFrame, node: str) -> list[tables.Table]:
     total, same = by_cell["compared"].sum(), by_cell["replies_same"].sum()
     table.legend.append(
         f"Every variant of a round sends the same texts as its no-spec (measure/workloads.py Texts: the salt is drawn "
-        f"from the text seed, the workload, the conversation, the repeat and the text round), so a round's gain is paired "
+        f"from the text seed, the cell, the conversation, the repeat and the text round), so a round's gain is paired "
         f"request by request. Same prompt must read 100%; below it the round compared different texts. Same reply: "
         f"{same:.0f} of {total:.0f} identical prompts ({same / total:.0%}) were answered identically at temperature 0; "
         "a reply that differs on an identical prompt is the variant's own doing (numerics, batch shape), not the "
