@@ -110,5 +110,5 @@ def test_collect_is_given_the_parts_on_disk_of_launches_not_selected(tmp_path):
     assert "data/runs/local-cpu/vllm-cpu--nospec/cells.parquet" in command and "rtx5090" not in command
     # the node's own parts reach collect once What to run's checkpoint after round 3 has planned the rest
     assert "round_verdict" in done.stdout
-    assert planned(done.stdout, "measure") == sorted(f"llamacpp--{v}{r}" for v in ("nospec", "ngram-n8", "ngram-n16")
-                                                     for r in ("", "--r2", "--r3"))
+    assert planned(done.stdout, "measure") == sorted([f"llamacpp--{v}{r}" for v in ("nospec", "ngram-n8", "ngram-n16")
+                                                      for r in ("", "--r2", "--r3")] + ["llamacpp--nospec--once"])
