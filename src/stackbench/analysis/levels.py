@@ -60,7 +60,7 @@ def gain_levels(results: pd.DataFrame) -> pd.DataFrame:
     if each.empty:
         return pd.DataFrame(columns=LEVEL_COLUMNS)
     each = each[each["repeat_values"].notna() & (decide.invalid_rounds(each, results) == "")]
-    each = each.assign(cell=[repr(tuple(row)) for row in each[SPEC_PAIR].astype(object).itertuples(index=False)])  # NaN (no cap) never equals itself
+    each = each.assign(cell=each.groupby(SPEC_PAIR, dropna=False, sort=False).ngroup())  # as decide.launch_rounds keys cells
     reference = {cell: group for cell, group in each[each["spec_method"] == "none"].groupby("cell")}
     found: dict[tuple, list] = {}
     for (cell, variant), group in each[each["spec_method"] != "none"].groupby(["cell", "variant"]):
