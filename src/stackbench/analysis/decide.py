@@ -46,6 +46,7 @@ from stackbench.analysis.speculative import SPEC_PAIR
 from stackbench.config import default_decision
 from stackbench.config.model import ONCE_SUFFIX, Decision
 from stackbench.results import estimators
+from stackbench.results.judged import CONCURRENT_METRIC, SINGLE_STREAM_METRIC, judged_metric, judged_rows
 from stackbench.results.metrics import HOST_BUSY_METRIC, SLOWDOWN_METRICS
 from stackbench.results.store import MEASURED
 
@@ -53,7 +54,6 @@ NO_SPEC = "no-spec"
 RUN, NOT_WORTH_IT, UNDECIDED = "run", "not worth it", "undecided"
 VERDICTS = (RUN, NOT_WORTH_IT, UNDECIDED)
 # The figure a cell is judged on: the per-stream decode rate of a single stream, the aggregate of several.
-SINGLE_STREAM_METRIC, CONCURRENT_METRIC = "decode_tps", "aggregate_tps"
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status", "spec_drafts",
                   *SLOWDOWN_METRICS, HOST_BUSY_METRIC, "host_outside_cpu_share_peak", "quality_beyond_limit")
 RULE = ("Rule (docs/what-to-run.md): each round launches every variant and its no-spec afresh; a variant's gain is "
@@ -77,17 +77,11 @@ CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurre
 VARIANT_KEY = SPEC_PAIR + ["variant"]
 
 
-def judged_metric(concurrency) -> str:
-    """The figure a cell with `concurrency` streams is judged on, everywhere the report compares variants."""
-    return SINGLE_STREAM_METRIC if concurrency == 1 else CONCURRENT_METRIC
-
-
 def judged(results: pd.DataFrame) -> pd.DataFrame:
     """The row each measured closed-loop cell is judged on in each launch: decode rate at c1, aggregate above."""
     measured = results[results["source"].isin(MEASURED) & results["concurrency"].notna()
                        & ~results["ref"].fillna("").str.contains(ONCE_SUFFIX + "@", regex=False)]  # no look saw them
-    metric = np.where(measured["concurrency"] == 1, SINGLE_STREAM_METRIC, CONCURRENT_METRIC)
-    cells = measured[(measured["metric"] == metric) & (measured["status"] == "ok") & measured["value"].notna()]
+    cells = measured[judged_rows(measured) & (measured["status"] == "ok") & measured["value"].notna()]
     return cells.assign(round=_replicates(cells)).drop_duplicates(VARIANT_KEY + ["round"]).reset_index(drop=True)
 
 

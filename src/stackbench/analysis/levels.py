@@ -21,6 +21,7 @@ import pandas as pd
 
 from stackbench.analysis import decide
 from stackbench.analysis.speculative import SPEC_PAIR
+from stackbench.results.judged import judged_metric
 
 LEVEL_COLUMNS = ["node", "stack", "variant", "metric", "cells", "rounds", "texts", "text_sd", "launch_sd", "within_sd",
                  "round_gain_sd", "texts_needed"]
@@ -70,7 +71,7 @@ def gain_levels(results: pd.DataFrame) -> pd.DataFrame:
         if levels is None:
             continue
         first = group.iloc[0]
-        found.setdefault((first["node"], first["stack"], variant, decide.judged_metric(first["concurrency"])), []).append(
+        found.setdefault((first["node"], first["stack"], variant, judged_metric(first["concurrency"])), []).append(
             (levels, paired.shape, float(paired.mean(axis=0).std(ddof=1))))
     rows = []
     for (node, stack, variant, metric), cells in found.items():

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from stackbench.analysis.common import CELL, GEOMETRY_FIELDS, LAUNCH, launch_values, on_launch
 from stackbench.analysis.roofline import roofline
+from stackbench.results.judged import single_stream
 
 ROOFLINE_MARGIN = 1.25
 POWER_MARGIN = 1.10
@@ -56,7 +57,7 @@ def over_roofline(results: pd.DataFrame) -> pd.DataFrame:
     if roof.empty:
         return pd.DataFrame(columns=CELL + ["reason"])
     decode = _ok(results, "decode_tps")
-    decode = decode[decode["concurrency"] == 1]
+    decode = decode[single_stream(decode)]
     keys = ["source", "ref", "node", "stack", "variant", "power_cap_w", "workload"]
     joined = decode.merge(roof[keys + ["decode_tps", "ceiling_tps", "accept_len", "bandwidth_gbs"]].drop_duplicates(),
                           left_on=keys + ["value"], right_on=keys + ["decode_tps"], how="inner")

@@ -19,6 +19,7 @@ from stackbench.analysis.common import (
     tp_of,
 )
 from stackbench.models import geometry
+from stackbench.results.judged import single_stream
 
 
 def weight_format(quant: pd.Series) -> pd.Series:
@@ -41,7 +42,7 @@ def roofline(results: pd.DataFrame) -> pd.DataFrame:
     ceiling is slightly low for untied models; not counted: recurrent (linear-attention) state reads.
     Rows without bandwidth or weights are left out.
     """
-    rows = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & (results["concurrency"] == 1)
+    rows = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & single_stream(results)
                    & results["value"].notna()]
     if rows.empty:
         return pd.DataFrame()

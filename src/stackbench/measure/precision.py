@@ -15,10 +15,7 @@ import statistics
 from stackbench.measure import summary
 from stackbench.measure.client import RequestRecord
 from stackbench.results.estimators import median_interval
-
-
-def headline_metric(concurrency: int | None) -> str:
-    return "decode_tps" if concurrency == 1 else "aggregate_tps"
+from stackbench.results.judged import judged_metric
 
 
 def most_repeats(measure: dict) -> int:
@@ -34,7 +31,7 @@ def precise_enough(repeats: list[list[RequestRecord]], concurrency: int | None, 
     target = measure.get("target_rel_ci")
     if target is None:
         return True
-    metric = headline_metric(concurrency)
+    metric = judged_metric(concurrency)
     values = [v for v in (summary.repeat_figures(records).get(metric) for records in repeats) if v is not None]
     interval = median_interval(values)
     if interval is None:
@@ -48,7 +45,7 @@ def precision_note(repeats: list[list[RequestRecord]], concurrency: int | None, 
     target = measure.get("target_rel_ci")
     if target is None:
         return None
-    what = f"95% interval of the median of {headline_metric(concurrency)} within +-{target:.0%} of its median"
+    what = f"95% interval of the median of {judged_metric(concurrency)} within +-{target:.0%} of its median"
     if precise_enough(repeats, concurrency, measure):
         return f"repeated {len(repeats)} times: {what}"
     return f"repeated {len(repeats)} times (measure.max_repeats): {what} not reached"

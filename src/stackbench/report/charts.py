@@ -16,6 +16,7 @@ import pandas as pd
 
 from stackbench.analysis.common import RATE_METRICS
 from stackbench.results import published
+from stackbench.results.judged import SINGLE_STREAM_METRIC, single_stream
 from stackbench.results.store import MEASURED, row_tuples
 
 Figure = dict
@@ -81,7 +82,7 @@ def power_sweep(rows: pd.DataFrame, node: str) -> Figure | None:
     """Single-stream throughput against power cap on one node, one line per sweep (source, stack, variant,
     metric), the median over the sweep's workloads at each cap."""
     rows = rows[rows["power_cap_w"].notna() & rows["metric"].isin(RATE_METRICS) & (rows["status"] == "ok")
-                & (rows["concurrency"].isna() | (rows["concurrency"] == 1))]
+                & (rows["concurrency"].isna() | single_stream(rows))]
     if rows.empty:
         return None
     rows = _with_source(rows)
@@ -98,7 +99,7 @@ def power_sweep(rows: pd.DataFrame, node: str) -> Figure | None:
 def rate_by_workload(rows: pd.DataFrame, node: str) -> Figure | None:
     """Single-stream decode rate per workload and variant on one node (at its headline power cap), spread
     across repeats as error bars."""
-    rows = rows[(rows["metric"] == "decode_tps") & (rows["concurrency"] == 1) & (rows["status"] == "ok")]
+    rows = rows[(rows["metric"] == SINGLE_STREAM_METRIC) & single_stream(rows) & (rows["status"] == "ok")]
     if rows.empty:
         return None
     rows = _canonical_cap(_with_source(rows), ["series_source", "stack", "variant"])

@@ -12,6 +12,7 @@ from stackbench.analysis import decide
 from stackbench.analysis import held as held_verdicts
 from stackbench.report import tables
 from stackbench.results import estimators
+from stackbench.results.judged import judged_rows
 
 # Past these bounds an interval says only that the launches disagree: it is not printed as a figure.
 TOO_NOISY = (-0.9, 9.0)
@@ -256,11 +257,9 @@ def rehearsal_tables(cells: pd.DataFrame, nodes: list[str], launches: dict[tuple
     under it. `cells`: the rehearsal's judged rows (decide_input), any status: its plan, not its pace;
     `launches`: (stack, variant) -> launch replicates; `repeats`: the real run's repeats per cell."""
     out = []
-    judged = cells[cells["metric"].isin([decide.SINGLE_STREAM_METRIC, decide.CONCURRENT_METRIC]) & cells["workload"].notna()]
+    judged = cells[judged_rows(cells) & cells["workload"].notna()]
     if "request_rate" in judged.columns:
         judged = judged[judged["request_rate"].isna()]  # closed loop only, as analysis.decide judges
-    judged = judged[((judged["metric"] == decide.SINGLE_STREAM_METRIC) & (judged["concurrency"] == 1))
-                    | ((judged["metric"] == decide.CONCURRENT_METRIC) & (judged["concurrency"] > 1))]
     for node in nodes:
         mine = judged[judged["node"] == node]
         if mine.empty:

@@ -13,6 +13,7 @@ from stackbench.analysis.common import CAP_NOT_APPLIED
 from stackbench.report import charts, tables
 from stackbench.report.layouts import AGGREGATE_METRICS, Layout
 from stackbench.results import published
+from stackbench.results.judged import single_stream_sql
 from stackbench.results.pairing import PROMPTS, REPLIES
 from stackbench.results.store import MEASURED_SQL, RESULTS_SCHEMA
 
@@ -186,7 +187,7 @@ def headline_input(results: Results) -> pd.DataFrame:
         select r.* exclude (post) from rows r join chosen v using (node, source, post, stack, variant)
         where ((r.metric in {sql_in(launch_metrics)} and r.power_cap_w is null)
                or case when v.uncapped then r.power_cap_w is null else r.power_cap_w = v.top_cap end)
-          and (r.concurrency is null or r.concurrency = 1 or (r.metric = 'aggregate_tps' and r.concurrency = v.aggregate_concurrency))""",
+          and (r.concurrency is null or {single_stream_sql('r')} or (r.metric = 'aggregate_tps' and r.concurrency = v.aggregate_concurrency))""",
                          [published.METHOD_WORKLOAD_SQL])
 
 
@@ -255,7 +256,7 @@ def ladder_input(results: Results) -> pd.DataFrame:
     like = LIKE_COLUMNS
     return results.frame(f"""
         with c1 as (select ref, node, stack, variant, workload, prompt_tokens, metric, value, {like} from results
-                    where source in {MEASURED_SQL} and status = 'ok' and concurrency = 1 and workload is not null
+                    where source in {MEASURED_SQL} and status = 'ok' and {single_stream_sql()} and workload is not null
                       and prompt_tokens is not null and value is not null and metric in (select unnest(?::varchar[]))),
         ladders as (select ref, node, stack, variant, workload from c1 group by all
                     having count(distinct prompt_tokens) >= ?)

@@ -50,6 +50,7 @@ from stackbench.report.queries import (
     status_lines,
 )
 from stackbench.results import basis, metrics
+from stackbench.results.judged import single_stream_sql
 from stackbench.results.kept import kept_rule, kept_runs
 from stackbench.results.metrics import HOST_BUSY_METRIC
 from stackbench.results.store import MEASURED, MEASURED_SQL, read_results
@@ -537,13 +538,13 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
             fitted = budget.calibration_table(results.frame(
                 "select engine, spec_method, spec_tokens, workload, concurrency, metric, value from results "
                 "where source = 'rehearsal' and status = 'ok' and value is not null and metric in ('decode_tps', "
-                "'accept_len', 'tpot_ms') and concurrency = 1"))
+                "'accept_len', 'tpot_ms') and " + single_stream_sql()))
             opening += [dataclasses.replace(fitted, title=REHEARSAL_TITLE + fitted.title)] if fitted else []
         # The use-case answer leads What to run; a rehearsal's says what the real run will decide, never a pick.
         use_rows = results.frame(
             f"select node, ref, stack, variant, workload, prompt_tokens, output_tokens, metric, value, ci_low, ci_high, "
             f"{', '.join(usecase.SEPARATING)} from results where source in {MEASURED_SQL} and metric in "
-            f"{sql_in([usecase.DECODE, usecase.TTFT])} and concurrency = 1 and workload is not null"
+            f"{sql_in([usecase.DECODE, usecase.TTFT])} and {single_stream_sql()} and workload is not null"
             + ("" if rehearsal else " and status = 'ok' and value is not null"))
         uses = usecase.rehearsal_use_case_tables(use_rows, nodes, rehearsed_launches(decide_rows), real_repeats(budget_path)) \
             if rehearsal else usecase.use_case_tables(use_rows, nodes, choices)

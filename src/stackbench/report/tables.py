@@ -19,6 +19,7 @@ import pandas as pd
 from stackbench.report import layouts
 from stackbench.report.layouts import Layout
 from stackbench.results import basis, metrics, published
+from stackbench.results.judged import single_stream
 from stackbench.results.store import IDENTITY_COLUMNS, MEASURED, records_of, row_tuples
 
 MISSING = "—"
@@ -231,7 +232,7 @@ def _method_rows(measured: pd.DataFrame | None, layout: Layout, column_keys: dic
                 hits = rows[rows["workload"].notna() & (rows["concurrency"] == concurrency)]
             else:
                 own = rows[rows["workload"].isna()]  # the launch's own figure (pool, VRAM)
-                at_one = rows[rows["workload"].notna() & (rows["concurrency"] == 1)]
+                at_one = rows[rows["workload"].notna() & single_stream(rows)]
                 has_own = own[LAUNCH_KEYS].drop_duplicates().assign(has_own=True)
                 at_one = at_one.merge(has_own, on=LAUNCH_KEYS, how="left")
                 hits = pd.concat([own, at_one[at_one["has_own"].isna()].drop(columns="has_own")])
@@ -484,7 +485,7 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
     per_cell = rule != "any"
     canonical_cap = at_headline_cap(rows, keys, per_cell) | (~per_cell & rows["power_cap_w"].isna())
     rows, rule = rows[canonical_cap], rule[canonical_cap]
-    single = rows["concurrency"] == 1
+    single = single_stream(rows)
     unset = rows["concurrency"].isna()
     highest = rows["concurrency"] == rows[rows["metric"] == "aggregate_tps"].groupby(keys, dropna=False)["concurrency"] \
         .transform("max").reindex(rows.index)

@@ -24,6 +24,7 @@ import pandas as pd
 from stackbench.analysis.decide import RUN
 from stackbench.report.tables import Table, format_number
 from stackbench.results import basis
+from stackbench.results.judged import single_stream
 
 # The node's workloads that stand for each use: content classes for chat and coding, the longest prompts
 # for long context. A use none of whose workloads the node measured has no row.
@@ -109,7 +110,7 @@ def _stack_verdict(stack: str, workloads, choices: pd.DataFrame | None) -> tuple
     the verdicts said per workload."""
     if choices is None or choices.empty:
         return None, "not judged"
-    mine = choices[(choices["stack"] == stack) & (choices["concurrency"] == 1) & choices["workload"].isin(set(workloads))]
+    mine = choices[(choices["stack"] == stack) & single_stream(choices) & choices["workload"].isin(set(workloads))]
     if mine.empty:
         return None, "not judged"
     runs = set(mine.loc[mine["verdict"] == RUN, "run"])
@@ -125,7 +126,7 @@ def _decided_variants(cells: pd.DataFrame, choices: pd.DataFrame) -> pd.DataFram
         return cells
     kept = []
     for stack, mine in cells.groupby("stack", sort=False):
-        judged = choices[(choices["stack"] == stack) & (choices["concurrency"] == 1) & choices["workload"].isin(mine["workload"])]
+        judged = choices[(choices["stack"] == stack) & single_stream(choices) & choices["workload"].isin(mine["workload"])]
         if judged.empty:
             kept.append(mine)
             continue

@@ -6,6 +6,7 @@ from test_analysis import frame, measured, server
 
 from stackbench.analysis import decide
 from stackbench.config.model import Decision
+from stackbench.results import judged
 
 # A horizon of four rounds: looks at rounds 3 and 4 (at a horizon of 16 the first look that can decide is round 6)
 RULE = {"cpu": Decision(first=3, most=4, min_gain=0.1, budget_minutes=None)}
@@ -114,7 +115,7 @@ def test_each_concurrency_is_decided_on_its_own_figure():
     by_c = table.set_index("concurrency")
     assert by_c.loc[1, "run"] == "draft-n2" and by_c.loc[1, "metric"] == "decode_tps"
     assert by_c.loc[2, "verdict"] == decide.NOT_WORTH_IT and by_c.loc[2, "metric"] == "aggregate_tps"
-    assert decide.judged_metric(1) == "decode_tps" and decide.judged_metric(4) == "aggregate_tps"
+    assert judged.judged_metric(1) == "decode_tps" and judged.judged_metric(4) == "aggregate_tps"
 
 
 def test_a_node_without_no_spec_decides_nothing_and_says_so():
