@@ -1,10 +1,14 @@
-"""Rendering one fixed results table gives the same report files as before the package's modules moved.
+"""Rendering fixed results tables gives the same report files as before the package's modules moved.
 
 tests/fixtures/results/report/ holds the input (results.parquet: the published rows plus the hand-built
 measured run of test_report.measured_rows, test data, not a measurement; published/: the posts' layouts
 it was rendered with) and the files main rendered from it before the arch moves (expected/: report.md,
-every table's .csv and .md, and index.html without the Plotly library it inlines). A change meant to change
-the report regenerates expected/ with STACKBENCH_REGOLD=1 and shows the difference in its commit.
+every table's .csv and .md, and index.html without the Plotly library it inlines).
+tests/fixtures/results/report-rehearsal/ is a rehearsal's: the published rows plus
+test_rehearsal_report.rehearsal_rows (hand-built stand-in rows, test data) and the time budget of two
+hand-built launches (budget.json, rehearsal/budget.py on test_rehearsal_report.write_launch's files).
+A change meant to change a report regenerates expected/ with STACKBENCH_REGOLD=1 and shows the difference
+in its commit.
 """
 
 import os
@@ -17,7 +21,7 @@ from paths import ROOT
 
 from stackbench.report import render
 
-GOLDEN = ROOT / "tests/fixtures/results/report"
+FIXTURES = ROOT / "tests/fixtures/results"
 PLOTLY_LIBRARY = re.compile(r"<script type='text/javascript'>.*?</script>", re.S)
 
 
@@ -31,17 +35,16 @@ def compared_files(reports: Path) -> dict[str, str]:
     return files
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory) -> dict[str, str]:
-    out = tmp_path_factory.mktemp("golden") / "reports"
-    render.write_report(GOLDEN / "results.parquet", out, GOLDEN / "published")
-    return compared_files(out)
-
-
-def test_the_fixed_results_render_the_same_report(rendered):
-    expected_dir = GOLDEN / "expected"
+@pytest.mark.parametrize("golden", ["report", "report-rehearsal"])
+def test_the_fixed_results_render_the_same_report(golden, tmp_path):
+    given = FIXTURES / golden
+    budget = given / "budget.json"
+    render.write_report(given / "results.parquet", tmp_path / "reports", given / "published",
+                        budget_path=budget if budget.exists() else None)
+    rendered = compared_files(tmp_path / "reports")
+    expected_dir = given / "expected"
     if os.environ.get("STACKBENCH_REGOLD"):
-        shutil.rmtree(expected_dir)
+        shutil.rmtree(expected_dir, ignore_errors=True)
         for name, text in rendered.items():
             (expected_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (expected_dir / name).write_text(text)
