@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from stackbench.rehearsal import calibration
-from stackbench.report.tables import Table, format_number
+from stackbench.report.table import Table, format_number
 
 BASIS = ("each cell's requests (their prompt and output tokens, streams and slots) at the stand-in's modeled pace, "
          "never this host's seconds, so two rehearsals of one node give one budget; each cell x the real run's repeats "

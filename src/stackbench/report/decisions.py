@@ -10,7 +10,7 @@ import pandas as pd
 from stackbench import analysis
 from stackbench.analysis import decide
 from stackbench.analysis import held as held_verdicts
-from stackbench.report import tables
+from stackbench.report.table import Table, frame_table
 from stackbench.results import estimators
 from stackbench.results.judged import judged_rows
 
@@ -115,7 +115,7 @@ def verdict_summary(mine: pd.DataFrame) -> str:
     return f"{len(mine)} judged cells: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in decide.VERDICTS)
 
 
-def answer_tables(choices: pd.DataFrame, nodes: list[str], notes: dict[str, list[str]] | None = None) -> list[tables.Table]:
+def answer_tables(choices: pd.DataFrame, nodes: list[str], notes: dict[str, list[str]] | None = None) -> list[Table]:
     """The answer first, per node: each judged cell's verdict, the gain with its interval, the price in KV pool,
     and what would settle the rest; `notes` the node's own lines to say before anything (a busy host)."""
     out = []
@@ -131,7 +131,7 @@ def answer_tables(choices: pd.DataFrame, nodes: list[str], notes: dict[str, list
             "what would settle it": [_settle(c) for _, c in mine.iterrows()]})
         if shown["power cap W"].isna().all():
             shown = shown.drop(columns="power cap W")
-        table = tables.frame_table(shown, f"answer-{node}", f"The answer on {node}: {verdict_summary(mine)}",
+        table = frame_table(shown, f"answer-{node}", f"The answer on {node}: {verdict_summary(mine)}",
                                    "analysis.decide: the sequential rule over rounds of launches")
         table.legend = [*(notes or {}).get(node, []), "run V: V's gain clears zero; not worth it: every candidate's upper "
                         "bound is below the node's smallest gain worth switching for; undecided: neither, with the rounds "
@@ -141,7 +141,7 @@ def answer_tables(choices: pd.DataFrame, nodes: list[str], notes: dict[str, list
 
 
 def what_to_run_tables(choices: pd.DataFrame, nodes: list[str], agreement: pd.DataFrame,
-                       variance: pd.DataFrame | None = None) -> list[tables.Table]:
+                       variance: pd.DataFrame | None = None) -> list[Table]:
     """Per node its choices and, with launch replicates, where its rates vary (`variance`:
     analysis.launch_variance); then, where two or more stacks were decided, the choices side by side.
     `agreement` holds the cross_stack_agreement rows (report.queries.cross_stack_input)."""
@@ -151,7 +151,7 @@ def what_to_run_tables(choices: pd.DataFrame, nodes: list[str], agreement: pd.Da
         mine = choices[choices["node"] == node]
         if mine.empty:
             continue
-        table = tables.frame_table(_display(mine), f"what-to-run-{node}", f"What to run on {node}",
+        table = frame_table(_display(mine), f"what-to-run-{node}", f"What to run on {node}",
                                    "analysis.decide over every measured closed-loop cell")
         sentence = by_content_class(mine)
         if sentence:
@@ -161,13 +161,13 @@ def what_to_run_tables(choices: pd.DataFrame, nodes: list[str], agreement: pd.Da
     return out + across_stacks(choices, agreement)
 
 
-def held_table(held: pd.DataFrame, node: str, label: str) -> tables.Table:
+def held_table(held: pd.DataFrame, node: str, label: str) -> Table:
     """Which decisions of the run kept as `label` held in this one (analysis.decisions_held), with a count."""
     shown = pd.DataFrame({"stack": held["stack"], "model": held["model"], "power cap W": held["power_cap_w"],
                           "workload": held["workload"], "concurrency": held["concurrency"],
                           "prompt tokens": held["prompt_tokens"], f"kept run {label}": held["earlier"],
                           "this run": held["now"], "verdict": held["verdict"], "why": held["why"]})
-    table = tables.frame_table(shown, f"decisions-held-{node}-{label}", f"Did the decisions hold on {node}? "
+    table = frame_table(shown, f"decisions-held-{node}-{label}", f"Did the decisions hold on {node}? "
                                f"This run against the run kept as {label}", "analysis.held over both runs' What to run")
     counts = held["verdict"].value_counts()
     said = ", ".join(f"{counts[v]} {v}" for v in held_verdicts.VERDICTS if v in counts)
@@ -181,7 +181,7 @@ def held_table(held: pd.DataFrame, node: str, label: str) -> tables.Table:
     return table
 
 
-def variance_table(variance: pd.DataFrame, node: str) -> list[tables.Table]:
+def variance_table(variance: pd.DataFrame, node: str) -> list[Table]:
     """Per variant and judged metric, the share of its rates' variance that lies between server launches rather
     than between repeats inside one, and each level's coefficient of variation (medians over its cells)."""
     mine = variance[variance["node"] == node]
@@ -192,7 +192,7 @@ def variance_table(variance: pd.DataFrame, node: str) -> list[tables.Table]:
                           "between launches (share of variance)": mine["between_launch_share"].map("{:.0%}".format),
                           "CV between launches": mine["between_launch_cv"].map("{:.1%}".format),
                           "CV within a launch": mine["within_launch_cv"].map("{:.1%}".format)})
-    table = tables.frame_table(shown, f"launch-variance-{node}", f"Where the variance is on {node}: between launches or inside one",
+    table = frame_table(shown, f"launch-variance-{node}", f"Where the variance is on {node}: between launches or inside one",
                                "analysis.decide.launch_variance: one-way variance components of each cell's log rates over its "
                                "launch replicates and their repeats (results/estimators.py), medians over the cells")
     table.legend.append("A large share between launches is what repeats inside one launch cannot see: it is why What to "
@@ -201,7 +201,7 @@ def variance_table(variance: pd.DataFrame, node: str) -> list[tables.Table]:
     return [table]
 
 
-def across_stacks(choices: pd.DataFrame, agreement: pd.DataFrame) -> list[tables.Table]:
+def across_stacks(choices: pd.DataFrame, agreement: pd.DataFrame) -> list[Table]:
     """Each node / stack's choice per workload, concurrency and cap, side by side, where two or more ran;
     under it the greedy agreement of every pair of the stacks' no-spec launches."""
     labelled = choices.assign(launch=choices["node"] + " / " + choices["stack"])
@@ -211,7 +211,7 @@ def across_stacks(choices: pd.DataFrame, agreement: pd.DataFrame) -> list[tables
     wide = labelled.pivot_table(index=keys, columns="launch", values="run", aggfunc="first", dropna=False).reset_index()
     picks = wide.drop(columns=keys)
     wide["same choice"] = picks.nunique(axis=1, dropna=True).map({1: "yes"}).fillna("no").where(picks.notna().sum(axis=1) > 1, "")
-    table = tables.frame_table(wide.rename(columns={"power_cap_w": "power cap W", "prompt_tokens": "prompt tokens"}), "what-to-run-across-stacks",
+    table = frame_table(wide.rename(columns={"power_cap_w": "power cap W", "prompt_tokens": "prompt tokens"}), "what-to-run-across-stacks",
                                "What to run, each stack's choice side by side", "analysis.decide per node and stack")
     table.legend.append("Not gating: each stack is judged against its own no-spec; stacks with other quantizations "
                         "answer differently by design (their greedy agreement is in the agreement-across-stacks tables).")
@@ -222,7 +222,7 @@ def across_stacks(choices: pd.DataFrame, agreement: pd.DataFrame) -> list[tables
     return [table]
 
 
-def energy_tables(cells: pd.DataFrame, caps_refused: list[str] = ()) -> list[tables.Table]:
+def energy_tables(cells: pd.DataFrame, caps_refused: list[str] = ()) -> list[Table]:
     """Fewest joules per concurrency, the cap floor of every cap sweep, and depth x cap where both are swept;
     `cells` is analysis.energy_cells (caps as applied), `caps_refused` the lines naming where a cap was not
     applied and why, said under each. A table with nothing to say is left out."""
@@ -236,7 +236,7 @@ def energy_tables(cells: pd.DataFrame, caps_refused: list[str] = ()) -> list[tab
         (analysis.depth_by_cap(cells), "what-to-run-depth-by-cap", "Speculative depth x power cap (depth 0 = no-spec)",
          "judged rate (decode at c1, aggregate above) and J/token of each cell, where one stack swept both"),
     ]
-    return [tables.frame_table(frame, table_id, title, ref, list(caps_refused))
+    return [frame_table(frame, table_id, title, ref, list(caps_refused))
             for frame, table_id, title, ref in sections if len(frame)]
 
 
@@ -251,7 +251,7 @@ def _levels(values) -> str:
 
 
 def rehearsal_tables(cells: pd.DataFrame, nodes: list[str], launches: dict[tuple, int] | None = None,
-                     repeats: int | None = None) -> list[tables.Table]:
+                     repeats: int | None = None) -> list[Table]:
     """Per node, one row per stack: the variants What to run will judge against no-spec, the cells it will
     judge (workloads, concurrencies, caps), the metric, the launches and repeats behind each figure; the rule
     under it. `cells`: the rehearsal's judged rows (decide_input), any status: its plan, not its pace;
@@ -280,7 +280,7 @@ def rehearsal_tables(cells: pd.DataFrame, nodes: list[str], launches: dict[tuple
                          str(repeats) if repeats else "the node's repeats"])
         columns = ["stack", "candidates", "against (no-spec)", "workloads", "concurrency", "caps", "cells judged",
                    "launches per variant", "repeats per cell"]
-        table = tables.Table(f"what-to-run-{node}", f"What the real run on {node} will decide: What to run",
+        table = Table(f"what-to-run-{node}", f"What the real run on {node} will decide: What to run",
                              "the rehearsal's plan (its cells, any status); analysis.decide's rule", columns, body,
                              [[None] * len(columns) for _ in body])
         table.legend += [NO_CHOICE, "Judged on: decode tok/s at c1, aggregate tok/s above (closed loop); with one launch "

@@ -1,80 +1,13 @@
-"""The report's page and text forms: a table as Markdown, CSV or HTML, and the one offline HTML page
-(plotly.js inlined once; these machines have no internet, so no CDN)."""
+"""The report's two documents from one list of built sections (report/section.py): report.md, and the one
+offline HTML page (plotly.js inlined once; these machines have no internet, so no CDN)."""
 
 from __future__ import annotations
 
-import csv
 import html
-import io
-import json
-from dataclasses import dataclass
-from pathlib import Path
 
 import plotly.offline
 
-from stackbench.report import tables
-
-MARKDOWN_ROWS_PER_NODE = 200  # rows of a node's full table in report.md; all of them are in its CSV and Parquet
-
-
-@dataclass
-class FullTable:
-    """One node's full per-cell table: written whole to CSV and Parquet, shown paginated in the page."""
-
-    node: str
-    columns: list[str]
-    rows: list[list]  # the first rows, for the page and report.md
-    total: int
-    csv_path: Path
-    parquet_path: Path
-    varying: list[str]  # basis fields whose values differ between the table's rows
-    title_prefix: str = ""  # a rehearsal's "REHEARSAL ...: " (render.REHEARSAL_TITLE)
-
-    @property
-    def table_id(self) -> str:
-        return f"cells-{self.node}"
-
-
-def to_markdown(table: tables.Table) -> str:
-    def line(cells):
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-    out = [f"### {table.title}", "", f"Source: {table.ref}", "", line(table.columns),
-           line(["---"] * len(table.columns))]
-    out += [line(row) for row in table.rows]
-    if table.legend:
-        out += ["", *[f"{item}  " for item in table.legend]]
-    if table.caveats:
-        out += ["", "**Basis differs between rows:**", "", *[f"- {c}" for c in table.caveats]]
-    return "\n".join(out) + "\n"
-
-
-def to_csv(table: tables.Table) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(table.columns)
-    for cells, raw in zip(table.rows, table.raw_rows):
-        writer.writerow([cell if number is None else number for cell, number in zip(cells, raw)])
-    return buffer.getvalue()
-
-
-def _notes_html(table: tables.Table) -> str:
-    notes = ""
-    if table.legend:
-        notes += "<p class='legend'>" + "<br>".join(html.escape(x) for x in table.legend) + "</p>"
-    if table.caveats:
-        notes += "<div class='caveats'><b>Basis differs between rows:</b><ul>" + "".join(
-            f"<li>{html.escape(c)}</li>" for c in table.caveats) + "</ul></div>"
-    return notes
-
-
-def to_html(table: tables.Table, css_class: str = "table") -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
-    return (f"<section class='{css_class}' id='{html.escape(table.table_id)}'><h3>{html.escape(table.title)}</h3>"
-            f"<p class='ref'>Source: {html.escape(table.ref)}</p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{_notes_html(table)}</section>")
-
+from stackbench.report.section import Section, html_of, markdown_of
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
@@ -109,61 +42,21 @@ function stackbenchPager(id){
 """
 
 
-def full_markdown(full: FullTable) -> str:
-    table = tables.Table(full.table_id, f"{full.title_prefix}All cells on {full.node}", f"{full.csv_path.name}, {full.parquet_path.name}",
-                         full.columns, [[tables.format_number(v) if isinstance(v, (int, float)) else (tables.MISSING if v is None else str(v))
-                                         for v in row] for row in full.rows[:MARKDOWN_ROWS_PER_NODE]], [], caveats=full.varying)
-    text = to_markdown(table)
-    if full.total > MARKDOWN_ROWS_PER_NODE:
-        text += f"\nFirst {MARKDOWN_ROWS_PER_NODE} of {full.total} rows; all of them are in {full.csv_path.name} and {full.parquet_path.name}.\n"
-    return text
+def markdown_document(heading: str, built: list[tuple[Section, list]]) -> str:
+    lines = [f"# {heading}", ""]
+    for section, parts in built:
+        texts = [text for text in map(markdown_of, parts) if text is not None]
+        if section.markdown and (texts or section.always):
+            lines += [f"## {section.title}", "", *texts]
+    return "\n".join(lines)
 
 
-def full_html(full: FullTable) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in full.columns)
-    data = _json({"rows": full.rows})
-    more = (f" The page holds the first {len(full.rows)} of {full.total} rows." if full.total > len(full.rows) else "")
-    caveats = ("<div class='caveats'><b>Basis differs between rows:</b><ul>" + "".join(
-        f"<li>{html.escape(c)}</li>" for c in full.varying) + "</ul></div>") if full.varying else ""
-    return (f"<section class='full' id='{html.escape(full.table_id)}'><h3>{html.escape(full.title_prefix)}All cells on {html.escape(full.node)}</h3>"
-            f"<p class='ref'>Every row: {html.escape(full.csv_path.name)}, {html.escape(full.parquet_path.name)}.{more}</p>"
-            "<div class='pager'><input class='filter' placeholder='filter rows'> <button class='prev'>previous</button> "
-            "<button class='next'>next</button> <span class='info'></span></div>"
-            f"<table><thead><tr>{head}</tr></thead><tbody></tbody></table>{caveats}"
-            f"<script type='application/json'>{data}</script></section>"
-            f"<script>stackbenchPager('{html.escape(full.table_id)}')</script>")
-
-
-def _json(value) -> str:
-    # allow_nan=False: a NaN would make the page's JSON invalid; charts write gaps as null.
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
-
-
-def page_html(intro: str, headlines, correctness, fulls, derived, seed, status, figures, decided,
-              heading: str = "Stack comparison report", opening=(), answers=()) -> str:
-    figure_html = "".join(
-        f"<div class='chart' id='chart-{i}'></div><script>Plotly.newPlot('chart-{i}', "
-        f"{_json(fig['data'])}, {_json(fig['layout'])}, {{responsive: true}})</script>" for i, fig in enumerate(figures))
-    status_html = ""
-    if status:
-        status_html = "<div class='status'><h2>Cells without a figure</h2><ul>" + "".join(
-            f"<li>{html.escape(s)}</li>" for s in status) + "</ul></div>"
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stack comparison report</title>"
-        f"<style>{STYLE}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
-        f"<script>{PAGER_JS}</script></head><body>"
-        f"<h1>{html.escape(heading)}</h1>"
-        + ("<h2>The answer: what to run on each node</h2>" + "".join(to_html(t) for t in answers) if answers else "")
-        + ("<h2>Time budget of the real run</h2>" + "".join(to_html(t) for t in opening) if opening else "")
-        + "<h2>Headline: one row per stack variant, per node</h2>"
-        + "".join(to_html(t, "headline") for t in headlines) +
-        f"<p>{html.escape(intro)} Every table lists, under it, the basis fields that differ between its rows; "
-        "figures marked †, ‡ or § are single figures, peaks or ranges.</p>"
-        + ("<h2>What to run</h2>" + "".join(to_html(t) for t in decided) if decided else "")
-        + ("<h2>Correctness beside speed</h2>" + "".join(to_html(t) for t in correctness) if correctness else "") +
-        f"{status_html}<h2>Full tables</h2>" + "".join(full_html(f) for f in fulls) +
-        f"<h2>Charts</h2>{figure_html}"
-        "<h2>Analysis</h2>" + "".join(to_html(t) for t in derived) +
-        "<h2>The seeds' tables, regenerated from data in each post's own layout</h2>" + "".join(to_html(t) for t in seed) +
-        "</body></html>"
-    )
+def html_document(heading: str, built: list[tuple[Section, list]]) -> str:
+    body = ""
+    for section, parts in built:
+        if parts or section.always:
+            inner = f"<h2>{html.escape(section.title, quote=False)}</h2>" + "".join(html_of(p, section.css) for p in parts)
+            body += f"<div class='{section.boxed}'>{inner}</div>" if section.boxed else inner
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stack comparison report</title>"
+            f"<style>{STYLE}</style><script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>"
+            f"<script>{PAGER_JS}</script></head><body><h1>{html.escape(heading)}</h1>{body}</body></html>")

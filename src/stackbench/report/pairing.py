@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from stackbench.report import tables
+from stackbench.report.table import Table, frame_table
 from stackbench.results.pairing import PROMPTS, REPLIES
 
 
-def pairing_table(rows: pd.DataFrame, node: str) -> list[tables.Table]:
+def pairing_table(rows: pd.DataFrame, node: str) -> list[Table]:
     """Per stack, variant, workload and concurrency over its rounds: the share of paired requests with identical
     prompts (it must be 100%) and, of those, with identical replies; where they diverged."""
     mine = rows[rows["node"] == node]
@@ -36,7 +36,7 @@ def pairing_table(rows: pd.DataFrame, node: str) -> list[tables.Table]:
         "same prompt": (by_cell["prompts_same"] / by_cell["pairs"]).map("{:.0%}".format),
         "same reply": [f"{s / c:.0%}" if c else "" for s, c in zip(by_cell["replies_same"], by_cell["compared"])],
         "where replies diverged (one round)": [diverged.get(tuple(k), "") for k in by_cell[keys].itertuples(index=False)]})
-    table = tables.frame_table(shown, f"pairing-{node}", f"The same texts on {node}: each variant against its no-spec "
+    table = frame_table(shown, f"pairing-{node}", f"The same texts on {node}: each variant against its no-spec "
                                "of the same round, request by request", "results.pairing over the cells' request files")
     total, same = by_cell["compared"].sum(), by_cell["replies_same"].sum()
     table.legend.append(
@@ -49,7 +49,7 @@ def pairing_table(rows: pd.DataFrame, node: str) -> list[tables.Table]:
     return [table]
 
 
-def levels_table(levels: pd.DataFrame, node: str) -> list[tables.Table]:
+def levels_table(levels: pd.DataFrame, node: str) -> list[Table]:
     """Per speculative variant and judged metric, a paired gain's SD by level (analysis.levels), medians over cells."""
     mine = levels[levels["node"] == node]
     if mine.empty:
@@ -62,7 +62,7 @@ def levels_table(levels: pd.DataFrame, node: str) -> list[tables.Table]:
         "SD within": mine["within_sd"].map("{:.3f}".format),
         "SD of a round's gain": mine["round_gain_sd"].map("{:.3f}".format),
         "texts a cell for new texts each round": mine["texts_needed"]})
-    table = tables.frame_table(shown, f"gain-levels-{node}", f"Where a speculative gain's variance is on {node}: "
+    table = frame_table(shown, f"gain-levels-{node}", f"Where a speculative gain's variance is on {node}: "
                                "between texts, between launches, within", "analysis.levels: texts x rounds of each cell's "
                                "paired log ratios, two-way components, medians over the cells")
     covered = ("Where the texts are kept across rounds (measure.texts_across_rounds: same, the default) the text level "

@@ -1,5 +1,6 @@
-"""The report's DuckDB queries over data/results.parquet (bound parameters): the few thousand rows the
-headline, the correctness section, the charts and the same-method rows read, however many the results hold."""
+"""The report's SQL, all of it: DuckDB queries over data/results.parquet (bound parameters) for the few thousand
+rows the headline, the analyses, the charts and the same-method rows read, however many the results hold, and
+the COPY statements that write whole tables (the full per-cell tables, the analysis tables) to CSV and Parquet."""
 
 from __future__ import annotations
 
@@ -7,17 +8,33 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 from stackbench import analysis
+from stackbench.analysis import hoststate
 from stackbench.analysis.common import CAP_NOT_APPLIED
-from stackbench.report import charts, tables
+from stackbench.report import charts, usecase
+from stackbench.report.headline import HEADLINE, HEADLINE_METRICS
 from stackbench.report.layouts import AGGREGATE_METRICS, Layout
-from stackbench.results import published
+from stackbench.results import metrics, published
 from stackbench.results.judged import single_stream_sql
+from stackbench.results.metrics import HOST_BUSY_METRIC
 from stackbench.results.pairing import PROMPTS, REPLIES
 from stackbench.results.store import MEASURED_SQL, RESULTS_SCHEMA
 
 LIKE_COLUMNS = ", ".join(charts.LIKE_BASIS)
+# What the analysis functions read (the metric registry's `analysed`), besides the model's geometry_* figures.
+ANALYSIS_METRICS = metrics.names(analysed=True)
+# Bookkeeping columns the analysis functions never read: left in DuckDB, not converted to pandas (a
+# geometry row's note, which says where the geometry came from, is the one note they read).
+NOT_ANALYSED = ("reason", "table_id", "table_title", "row_label", "col_label", "note", "unit", "repeat_values")
+GEOMETRY_NOTE = "case when metric like 'geometry_%' then note end as note"
+CHART_METRICS = metrics.names(charted=True)
+CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency",
+                 "metric", "value", "value_min", "value_max", "status")
+# The full tables' row keys, and the metrics they show in ms (renamed with their unit).
+FULL_KEYS = ["source", "ref", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency"]
+MILLISECONDS = {"ttft_s": ("ttft_ms", 1000), "ttfc_s": ("ttfc_ms", 1000)}
 DUCKDB_TYPES = {"int64": "bigint", "double": "double", "string": "varchar", "bool": "boolean", "list<item: double>": "double[]"}
 
 # analysis.common.applied_cap in SQL: the cap a measured cell ran under is the one read back, a refused cap none.
@@ -132,25 +149,25 @@ def status_lines(results: Results) -> list[str]:
 
 
 def headline_input(results: Results) -> pd.DataFrame:
-    """Only the rows a headline can show (tables.headline_records makes the final choice): its metrics at
+    """Only the rows a headline can show (headline_records makes the final choice): its metrics at
     concurrency 1 (or unset) and each variant's aggregate at one higher concurrency, at the variant's
     canonical power cap (uncapped where it ran uncapped, else its highest; a measured cell's cap is the one
     the GPU enforced, so a refused cap counts as uncapped and power_cap_w comes back as applied), peaks and workloads marked not
     for ranking left out. A launch's own figures (pool, VRAM) logged without a cap hold at that cap. Where
     every measured variant of a node ran a post's method workload, their cells are that method's alone
-    (the first by name where several qualify); tables.like_with_like then cuts to the cells all ran.
+    (the first by name where several qualify); like_with_like then cuts to the cells all ran.
 
     The aggregate's concurrency: for measured variants, the highest that every measured variant of the
     node ran, so a load sweep on one launch does not put its column at another level than the rest's; a
     published variant keeps its post's own highest."""
-    launch_metrics = [c.metric for c in tables.HEADLINE if c.cell == "any"]
+    launch_metrics = [c.metric for c in HEADLINE if c.cell == "any"]
     results.register_posts()
     return results.frame(f"""
         with all_rows as (
           -- The cap a cell ran under (analysis.common.applied_cap): a refused cap is no cap.
           select r.* replace ({APPLIED_CAP} as power_cap_w), coalesce(p.post, '') as post
           from results r left join posts p using (ref)
-          where status = 'ok' and stat <> 'peak' and metric in {sql_in(tables.HEADLINE_METRICS)} and not coalesce(not_for_ranking, false)),
+          where status = 'ok' and stat <> 'peak' and metric in {sql_in(HEADLINE_METRICS)} and not coalesce(not_for_ranking, false)),
         measured_variants as (
           select node, count(distinct (stack, variant)) as variants from all_rows where source in {MEASURED_SQL} group by node),
         node_method as (
@@ -233,7 +250,7 @@ def divergence_input(results: Results) -> pd.DataFrame:
 
 
 def method_input(results: Results, layouts: dict[str, Layout]) -> pd.DataFrame:
-    """The measured rows a seed table can show beside the post's (tables.seed_table picks them): rows of
+    """The measured rows a seed table can show beside the post's (seed_table picks them): rows of
     the tables' method workloads and the launch-level rows of the launches that ran one, only the metrics
     the posts' tables hold. Small: a few launches' cells."""
     methods = sorted({m for layout in layouts.values() for m in layout.method})
@@ -273,3 +290,124 @@ def pareto_input(results: Results) -> pd.DataFrame:
         where source in {MEASURED_SQL} and status = 'ok' and metric = 'aggregate_tps' and concurrency is not null
           and workload is not null and value is not null
         group by all""")
+
+
+# -- what every section shares ---------------------------------------------------------------------------
+
+def has_rehearsal_rows(results: Results) -> bool:
+    return bool(results.frame("select count(*) as n from results where source = 'rehearsal'")["n"].iloc[0])
+
+
+def source_counts(results: Results) -> dict[str, int]:
+    return results.frame("select source, count(*) as n from results group by source").set_index("source")["n"].to_dict()
+
+
+def nodes(results: Results, measured_only: bool = False) -> list[str]:
+    """Nodes measured here first, then the posts' nodes; `measured_only`: the nodes measured here."""
+    if measured_only:
+        return results.frame(f"select distinct node from results where source in {MEASURED_SQL}")["node"].tolist()
+    return results.frame(f"select node from results group by node order by min(case when source in {MEASURED_SQL} "
+                         "then 0 else 1 end), node")["node"].tolist()
+
+
+def analysed(results: Results) -> pd.DataFrame:
+    """The rows the analyses read: the registry's analysed metrics, acceptance per position, the model's geometry
+    and a sweep's stock limit, without the bookkeeping columns."""
+    present = set(results.frame("select * from results limit 0").columns)  # a file from before a column was added lacks it
+    return results.frame(f"select * exclude ({', '.join(c for c in NOT_ANALYSED if c in present)}), {GEOMETRY_NOTE} from results "
+                         f"where metric in {sql_in(ANALYSIS_METRICS)} "
+                         "or metric like 'accept_rate_pos%' or metric like 'geometry_%' "
+                         "or metric in ('power_limit_found_w', 'power_limit_default_w')")
+
+
+def use_case_rows(results: Results, any_status: bool = False) -> pd.DataFrame:
+    """The use-case table's single-stream decode and TTFT rows; `any_status`: failed cells too (a rehearsal's plan)."""
+    return results.frame(
+        f"select node, ref, stack, variant, workload, prompt_tokens, output_tokens, metric, value, ci_low, ci_high, "
+        f"{', '.join(usecase.SEPARATING)} from results where source in {MEASURED_SQL} and metric in "
+        f"{sql_in([usecase.DECODE, usecase.TTFT])} and {single_stream_sql()} and workload is not null"
+        + ("" if any_status else " and status = 'ok' and value is not null"))
+
+
+def calibration_rows(results: Results) -> pd.DataFrame:
+    """A rehearsal's single-stream figures that the posts' calibration points compare (report/budget.py)."""
+    return results.frame("select engine, spec_method, spec_tokens, workload, concurrency, metric, value from results "
+                         "where source = 'rehearsal' and status = 'ok' and value is not null and metric in ('decode_tps', "
+                         "'accept_len', 'tpot_ms') and " + single_stream_sql())
+
+
+def busy_rows(results: Results) -> pd.DataFrame:
+    """The launches that ran (or were refused) on a busy host (analysis/hoststate.py)."""
+    return results.frame(f"select * from results where source in {MEASURED_SQL} and (metric in "
+                         f"{sql_in([HOST_BUSY_METRIC, 'host_outside_cpu_share_peak'])} or status = '{hoststate.REFUSED}')")
+
+
+def bundle_manifests(results: Results) -> pd.DataFrame:
+    return results.frame("select table_title, source, node, value, status, reason, note from results "
+                         "where metric = 'bundle_manifest' order by table_title")
+
+
+def implausible_cells(results: Results) -> pd.DataFrame:
+    return results.frame("select distinct source, node, stack, variant, workload, concurrency, implausible as why "
+                         "from results where implausible is not null order by all")
+
+
+def posts_and_nodes(results: Results, nodes: list[str]) -> pd.DataFrame:
+    """The posts' rows and the rows of `nodes`: source, node and GPU only, to count them."""
+    return results.frame(f"select source, node, gpu from results where source = 'published' or node in {sql_in(nodes)}")
+
+
+def charted(results: Results) -> pd.DataFrame:
+    """What the charts read, in one narrow query (a scan per node, or filtering a wide frame of arrow-backed
+    strings in pandas, costs more)."""
+    return results.frame(f"select {', '.join(CHART_COLUMNS)} from results where "
+                         f"metric in {sql_in(CHART_METRICS)} or metric like 'accept_rate_pos%' "
+                         f"or metric like '{charts.REQUEST_BINS}%'")
+
+
+# -- whole tables written to files --------------------------------------------------------------------
+
+def copy_out(table: pa.Table, paths: list[tuple[Path, str]]) -> None:
+    """An Arrow table written to each (path, COPY options), on a connection of its own (the background thread's)."""
+    con = duckdb.connect()
+    con.register("derived", table)
+    for path, options in paths:
+        con.execute(f"copy derived to '{sql_text(str(path))}' ({options})")
+
+
+def pivot_cells(results: Results) -> None:
+    """Every node's cells, one row per cell (source, run or post, stack, variant, depth, cap, workload,
+    concurrency) and one column per metric (the median of its rows; seconds shown as ms), pivoted once by
+    DuckDB into the table `cells`."""
+    keys = ", ".join(["node"] + FULL_KEYS)
+    renamed = " ".join(f"when '{sql_text(m)}' then '{sql_text(name)}'" for m, (name, _) in MILLISECONDS.items())
+    scaled = " ".join(f"when '{sql_text(m)}' then {factor}" for m, (_, factor) in MILLISECONDS.items())
+    results.con.execute(f"""create or replace temp table cells as pivot (
+        select {keys}, case metric {renamed} else metric end as metric, value * case metric {scaled} else 1 end as value
+        from results where status = 'ok' and value is not null and not isnan(value) and metric <> 'bundle_manifest')
+        on metric using median(value) group by {keys}""")
+
+
+def copy_cells(results: Results, node: str, csv_path: Path, parquet_path: Path, page_rows: int) -> tuple[list[str], list[list], int] | None:
+    """One node's cells from `cells`, only the metric columns it has, written to CSV and Parquet by DuckDB (the
+    table's size never passes through Python rows): its columns, its first `page_rows` rows and its row count."""
+    columns = results.frame("select * from cells where node = ? limit 1", [node])
+    if columns.empty:
+        return None
+    present = results.frame("select " + ", ".join(f"count(\"{c}\") as \"{c}\"" for c in columns.columns[len(FULL_KEYS) + 1:])
+                            + " from cells where node = ?", [node]).iloc[0]
+    shown = [c for c, n in present.items() if n > 0]
+    query = (f"select {', '.join(FULL_KEYS)}, {', '.join(chr(34) + m + chr(34) for m in shown)} from cells "
+             f"where node = '{sql_text(node)}' order by source, stack, variant, spec_tokens, power_cap_w, workload, concurrency, ref")
+    results.con.execute(f"copy ({query}) to '{sql_text(str(parquet_path))}' (format parquet)")
+    results.con.execute(f"copy (select * from read_parquet('{sql_text(str(parquet_path))}')) to '{sql_text(str(csv_path))}' (header)")
+    total = results.frame(f"select count(*) as n from read_parquet('{sql_text(str(parquet_path))}')")["n"].iloc[0]
+    head = results.con.sql(f"select * from read_parquet('{sql_text(str(parquet_path))}') limit {page_rows}")
+    return head.columns, [list(row) for row in head.fetchall()], int(total)
+
+
+def basis_combinations(results: Results, fields: list[str]) -> pd.DataFrame:
+    """Each node's distinct combinations of `fields` (a handful however many rows)."""
+    present = set(results.frame("select * from results limit 0").columns)
+    kept = [f for f in fields if f in present]
+    return results.frame(f"select distinct node, {', '.join(kept)} from results where metric <> 'bundle_manifest'")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import pandas as pd
 
 from stackbench.analysis.decide import RUN
-from stackbench.report.tables import Table, format_number
+from stackbench.report.table import Table, format_number
 from stackbench.results import basis
 from stackbench.results.judged import single_stream
 

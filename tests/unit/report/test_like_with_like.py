@@ -3,7 +3,9 @@ concurrency, prompt length) every measured variant of the node ran; a variant sh
 workloads named; a workload marked not for ranking never forms a headline cell. Hand-built rows (test data)
 whose medians are known."""
 
-from stackbench.report import queries, tables
+from stackbench.report import queries
+from stackbench.report.headline import headline_table
+from stackbench.report.table import Table
 from stackbench.results import store
 
 BASE = dict(source="measured", ref="test-run", node="n1", stack="llamacpp", status="ok", stat="median", note=None,
@@ -16,11 +18,11 @@ def cells(variant: str, values: dict, stack: str = "llamacpp") -> list[dict]:
                  prompt_tokens=key[1] if isinstance(key, tuple) else 40, value=value) for key, value in values.items()]
 
 
-def headline(rows: list[dict]) -> tables.Table:
-    return tables.headline_table(queries.headline_input(queries.Results(store.to_table(rows).to_pandas())), "n1")
+def headline(rows: list[dict]) -> Table:
+    return headline_table(queries.headline_input(queries.Results(store.to_table(rows).to_pandas())), "n1")
 
 
-def decode(table: tables.Table) -> dict[tuple, str]:
+def decode(table: Table) -> dict[tuple, str]:
     at = table.columns.index
     return {(r[at("stack")], r[at("variant")]): r[at("decode tok/s")] for r in table.rows}
 
@@ -89,8 +91,8 @@ def test_the_cell_lines_do_not_depend_on_the_order_the_records_come_in():
     assert [c.split(":")[0] for c in caveats[0][:2]] == ["decode tok/s", "TTFT ms"]
 
 
-def headline_of(frame) -> tables.Table:
-    return tables.headline_table(queries.headline_input(queries.Results(frame.reset_index(drop=True))), "n1")
+def headline_of(frame) -> Table:
+    return headline_table(queries.headline_input(queries.Results(frame.reset_index(drop=True))), "n1")
 
 
 def test_power_columns_say_per_gpu_and_over_how_many_gpus():

@@ -20,8 +20,10 @@ from paths import ROOT
 from test_tools import installed_for_tests
 
 from stackbench.analysis import decide
-from stackbench.report import queries, render
+from stackbench.report import derived, queries, render
+from stackbench.report.headline import SLOWED_GPU, headline_table
 from stackbench.report.layouts import load_layouts
+from stackbench.report.seeds import _one_cap
 from stackbench.results import published, store
 
 PLOTLY_SCRIPT = re.compile(r"<script type='text/javascript'>.*?</script>", re.S)
@@ -240,7 +242,6 @@ def test_html_renders_in_headless_chromium_answer_then_headline_first(mixed_repo
 
 def test_a_power_sweep_headline_reads_its_highest_cap_and_keeps_launch_figures():
     """Hand-built rows (test data): a variant swept over two caps, its pool logged once per launch uncapped."""
-    from stackbench.report import tables
 
     base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", variant="mtp-n2", status="ok",
                 stat="median", workload="code", note=None, value_min=None, value_max=None, spec_method="mtp")
@@ -248,7 +249,7 @@ def test_a_power_sweep_headline_reads_its_highest_cap_and_keeps_launch_figures()
                            for cap, speed in ((220.0, 116.0), (300.0, 170.0))]
                           + [dict(base, metric="kv_pool_tokens", concurrency=None, power_cap_w=None, workload=None, value=184242.0)]).to_pandas()
     results = queries.Results(rows)
-    table = tables.headline_table(queries.headline_input(results), "test-gpu")
+    table = headline_table(queries.headline_input(results), "test-gpu")
     got = dict(zip(table.columns, table.rows[0]))
     assert got["decode tok/s"] == "170" and got["KV pool tokens"] == "184242"
 
@@ -256,7 +257,6 @@ def test_a_power_sweep_headline_reads_its_highest_cap_and_keeps_launch_figures()
 def test_a_cap_the_gpu_refused_is_no_cap_in_the_headline_and_is_said():
     """Hand-built rows (test data): 300 W was refused (above the card's limit), 220 W applied. The headline
     reads the cell that ran at stock power (uncapped), not the 220 W one, and the report says why."""
-    from stackbench.report import tables
 
     base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", variant="mtp-n2", status="ok",
                 stat="median", workload="code", value_min=None, value_max=None, spec_method="mtp", gpu="RTX 5090",
@@ -265,7 +265,7 @@ def test_a_cap_the_gpu_refused_is_no_cap_in_the_headline_and_is_said():
                            dict(base, power_cap_w=300.0, power_cap_enforced_w=None, value=175.0,
                                 note="closed loop; power cap not applied: 300 W is above the maximum limit 250 W")]).to_pandas()
     results = queries.Results(rows)
-    table = tables.headline_table(queries.headline_input(results), "test-gpu")
+    table = headline_table(queries.headline_input(results), "test-gpu")
     assert dict(zip(table.columns, table.rows[0]))["decode tok/s"] == "175"
     assert queries.caps_not_applied(results) == {
         "test-gpu": "cap not applied on test-gpu (RTX 5090; 300.0 W asked): 300 W is above the maximum limit 250 W"}
@@ -276,7 +276,6 @@ def test_seed_tables_read_the_cap_applied_not_the_one_asked():
     (queries.method_input) carry the cap applied, so the one it shows per launch is the stock-power cell."""
     from types import SimpleNamespace
 
-    from stackbench.report import tables
 
     base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", variant="mtp-n2", status="ok",
                 stat="median", workload="code", value_min=None, value_max=None, metric="decode_tps", concurrency=1, note=None)
@@ -286,13 +285,12 @@ def test_seed_tables_read_the_cap_applied_not_the_one_asked():
     picked = queries.method_input(queries.Results(rows), {"t": SimpleNamespace(method=("code",))})
     caps = {value: None if pd.isna(cap) else cap for value, cap in zip(picked["value"], picked["power_cap_w"])}
     assert caps == {116.0: 220.0, 175.0: None}
-    assert tables._one_cap(picked)["value"].tolist() == [175.0]
+    assert _one_cap(picked)["value"].tolist() == [175.0]
 
 
 def test_measured_variants_share_the_aggregate_concurrency():
     """Hand-built rows (test data): nospec alone swept to c4 (a load workload on one launch), draft-n2 ran
     c1-c2. Both aggregates are read at c2, the highest both ran; a published row keeps its own highest."""
-    from stackbench.report import tables
 
     base = dict(source="measured", ref="test-run", node="test-cpu", stack="llamacpp", status="ok", stat="median",
                 workload="code", note=None, value_min=None, value_max=None, power_cap_w=None, metric="aggregate_tps")
@@ -300,7 +298,7 @@ def test_measured_variants_share_the_aggregate_concurrency():
             for variant, top, bonus in (("nospec", 4, 0.0), ("draft-n2", 2, 5.0)) for c in range(1, top + 1)]
     rows += [dict(base, source="published", ref="004_x.txt §a", variant="mtp-n2", concurrency=c, value=300.0 + c)
              for c in (3, 4)]
-    table = tables.headline_table(queries.headline_input(queries.Results(store.to_table(rows).to_pandas())), "test-cpu")
+    table = headline_table(queries.headline_input(queries.Results(store.to_table(rows).to_pandas())), "test-cpu")
     got = {row[table.columns.index("variant")]: row[table.columns.index("aggregate tok/s")] for row in table.rows}
     assert got == {"nospec": "200 @c2", "draft-n2": "205 @c2", "mtp-n2": "304 @c4"}
 
@@ -314,7 +312,7 @@ def test_a_failed_background_write_fails_the_report(tmp_path, monkeypatch):
     def disk_full(table, paths):
         raise OSError(f"No space left on device: {paths[0][0].name}")
 
-    monkeypatch.setattr(render, "_copy_out", disk_full)
+    monkeypatch.setattr(derived, "copy_out", disk_full)
     with pytest.raises(OSError, match="No space left on device: analysis-"):
         render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")
 
@@ -360,7 +358,6 @@ def test_a_depth_and_cap_sweep_gets_its_energy_tables():
 def test_a_headline_figure_from_a_slowed_gpu_is_marked_with_a_caveat():
     """Hand-built rows (test data): draft-n2's single-stream cell ran on a thermally slowed GPU, nospec's did not."""
     from stackbench import analysis
-    from stackbench.report import tables
 
     base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", status="ok", stat="median", workload="code",
                 note=None, value_min=None, value_max=None, power_cap_w=None, concurrency=1, spec_method="none")
@@ -369,8 +366,8 @@ def test_a_headline_figure_from_a_slowed_gpu_is_marked_with_a_caveat():
             dict(base, variant="draft-n2", metric="clock_event_share_thermal", value=0.75, spec_method="draft", stat="single"),
             dict(base, variant="nospec", metric="clock_event_share_thermal", value=0.0, stat="single")]
     frame = store.to_table(rows).to_pandas()  # every column a results table has
-    table = tables.headline_table(queries.headline_input(queries.Results(frame)), "test-gpu",
+    table = headline_table(queries.headline_input(queries.Results(frame)), "test-gpu",
                                   slowed=analysis.slowed_cells(frame))
     got = {row[table.columns.index("variant")]: row[table.columns.index("decode tok/s")] for row in table.rows}
-    assert got == {"nospec": "100", "draft-n2": "150" + tables.SLOWED_GPU}
+    assert got == {"nospec": "100", "draft-n2": "150" + SLOWED_GPU}
     assert any("draft-n2 decode tok/s: measured on a GPU slowed by thermal 75%" in line for line in table.caveats)

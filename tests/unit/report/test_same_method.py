@@ -9,8 +9,9 @@ import pytest
 from paths import ROOT
 
 from stackbench.cli import published_records
-from stackbench.report import render, tables
+from stackbench.report import render
 from stackbench.report.layouts import METHOD_DEFAULT, load_layouts
+from stackbench.report.seeds import OTHER_LAUNCHES, seed_table
 from stackbench.results import basis, published, store
 
 NODE = "test-gpu"
@@ -98,7 +99,7 @@ def test_a_node_measured_with_the_method_stands_beside_the_post(beside):
     assert len(mine) == 1  # one row per launch that is the post rows' own (stack, method, depth)
     # The no-spec launch ran the workload too: in the block under the table, titled so, never "same method".
     block = [cells(line)[0] for line in lines if line.startswith("|")]
-    at = block.index(tables.OTHER_LAUNCHES)
+    at = block.index(OTHER_LAUNCHES)
     assert block[at + 1:] == [f"{NODE}, same workload, other launch (vllm / nospec; 407 prompt / 512 output tokens)"]
     row = dict(zip(cells(lines[4]), cells(next(line for line in mine if "mtp-n2" in line))))
     assert "407 prompt / 512 output tokens" in row["MTP"]  # its exact length
@@ -174,7 +175,7 @@ def test_a_capped_sweep_shows_one_cap_beside_the_post(tmp_path, post_004):
 def test_an_aggregate_the_post_formed_from_decode_rates_is_matched_with_the_measured_decode_sum():
     """s000-fourway's 171.8 is 1.1's 双流聚合, 90.9 + 80.9 (aggregate: decode_sum): the same-method entry under
     its row shows the measured aggregate_decode_tps, never the wall aggregate, and says so."""
-    from stackbench.report import layouts, tables
+    from stackbench.report import layouts
 
     records = pd.DataFrame(published_records(ROOT / "data/published", ROOT))
     layout = layouts.load_layouts(ROOT / "data/published")["s000-fourway"]
@@ -184,13 +185,13 @@ def test_an_aggregate_the_post_formed_from_decode_rates_is_matched_with_the_meas
         base.pop("_prompt")
         cell = dict(base, workload="seed-000-short-code", concurrency=2, prompt_tokens=30, output_tokens=512, unit="tok/s")
         rows += [dict(cell, metric="aggregate_tps", value=150.0), dict(cell, metric="aggregate_decode_tps", value=171.0)]
-    table = tables.seed_table(records, "s000-fourway", layout, store.to_table(pd.DataFrame(rows)).to_pandas())
+    table = seed_table(records, "s000-fourway", layout, store.to_table(pd.DataFrame(rows)).to_pandas())
     (row,) = [r for r in table.rows if "same method" in r[0]]
     assert row[0].startswith("4: SGLang + MTP · test-gpu, same method (sglang / mtp-n3")  # under the post row it reproduces
     assert "171 tok/s" in row[1:] and not any("150" in c for c in row[1:])
     labels = [r[0] for r in table.rows]
     # Another stack's launch never stands under the SGLang row's label (issue 47): the table has no vLLM row, so
     # it stands under its workload's name.
-    assert labels[labels.index(tables.OTHER_LAUNCHES) + 1:] == [
+    assert labels[labels.index(OTHER_LAUNCHES) + 1:] == [
         "seed-000-short-code · test-gpu, same workload, other launch (vllm / nospec; 30 prompt / 512 output tokens)"]
     assert any("sum of its streams' decode rates" in c for c in table.caveats)

@@ -87,7 +87,7 @@ def test_the_second_round_is_timed_on_its_own(measured):
 def test_seed_002s_table_takes_a_no_spec_launch_in_the_block_under_it(measured):
     """The post's rows are SGLang + EAGLE 3/1/4; this node's launch is SGLang without speculation: its
     figures stand in the block of other launches under the table, with their unit, never as the same method."""
-    from stackbench.report.tables import OTHER_LAUNCHES
+    from stackbench.report.seeds import OTHER_LAUNCHES
 
     tmp_path, _ = measured
     lines = (tmp_path / "reports/tables/s002-op.md").read_text(encoding="utf-8").splitlines()

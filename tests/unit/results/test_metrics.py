@@ -3,7 +3,8 @@ its cell figures, with its units, statistics and TTFT basis, and the headline, a
 
 from stackbench.measure import summary
 from stackbench.measure.client import RequestRecord
-from stackbench.report import render, tables
+from stackbench.report import queries
+from stackbench.report.headline import HEADLINE
 from stackbench.results import metrics
 from stackbench.results.metrics import METRICS
 
@@ -40,7 +41,7 @@ def test_every_entry_says_which_direction_is_better_and_cites_a_definition():
 
 
 def test_the_headline_analyses_and_charts_read_the_registry():
-    assert [c.metric for c in tables.HEADLINE] == [m.name for m in metrics.HEADLINE]
-    assert tables.HEADLINE[2].title == "TTFT ms" and tables.HEADLINE[2].scale == 1000.0
-    assert set(render.CHART_METRICS) <= set(render.ANALYSIS_METRICS) == set(metrics.names(analysed=True))
+    assert [c.metric for c in HEADLINE] == [m.name for m in metrics.HEADLINE]
+    assert HEADLINE[2].title == "TTFT ms" and HEADLINE[2].scale == 1000.0
+    assert set(queries.CHART_METRICS) <= set(queries.ANALYSIS_METRICS) == set(metrics.names(analysed=True))
     assert summary.LOAD_UNITS == {m.name: m.unit for m in METRICS.values() if m.group == "load"}

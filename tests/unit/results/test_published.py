@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 from paths import ROOT
 
-from stackbench.report import tables
 from stackbench.report.layouts import load_layouts
+from stackbench.report.seeds import SHOWN_BARE, seed_table
+from stackbench.report.table import MISSING
 from stackbench.results import published
 from stackbench.results.store import BASIS_COLUMNS, COLUMNS
 
@@ -25,7 +26,7 @@ def stored_order(published_frame):
 
 
 def table(frame, layouts, table_id):
-    return tables.seed_table(frame, table_id, layouts.get(table_id))
+    return seed_table(frame, table_id, layouts.get(table_id))
 
 
 def cells(t):
@@ -255,9 +256,9 @@ def test_every_published_row_lands_in_exactly_one_cell(stored_order, layouts, ta
             if post_of.get(column, column) in layout.text.get(row[0], {}) or (layout.change or {}).get("column") == column:
                 continue
             if not len(behind):
-                assert text in ("", tables.MISSING), (row[0], column, text)
+                assert text in ("", MISSING), (row[0], column, text)
             else:
-                assert text not in ("", tables.MISSING), (row[0], column, text)
+                assert text not in ("", MISSING), (row[0], column, text)
                 if row[0] in layout.templates:  # the post's wording holds the figures, its units its own
                     continue
                 parts = text.split(" / ")
@@ -272,7 +273,7 @@ def _suffix(layout, unit, metric):
     """What a published figure is written with: the layout's suffix for its metric, or its unit (none shown for
     a ratio, a count or a rescaled figure)."""
     fmt = layout.formats.get(metric, {})
-    if fmt.get("suffix") or fmt.get("scale", 1.0) != 1.0 or unit in tables.SHOWN_BARE:
+    if fmt.get("suffix") or fmt.get("scale", 1.0) != 1.0 or unit in SHOWN_BARE:
         return fmt.get("suffix", "")
     return f" {unit}"
 
