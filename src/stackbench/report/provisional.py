@@ -14,8 +14,8 @@ from stackbench import analysis
 from stackbench.analysis import decide, sequence
 from stackbench.config.model import Decision
 from stackbench.report import decisions
-from stackbench.report.page import to_markdown
 from stackbench.report.queries import Results, correctness_input, decide_input
+from stackbench.report.table import to_markdown
 from stackbench.results.store import atomic_write_text
 
 

@@ -411,3 +411,8 @@ def basis_combinations(results: Results, fields: list[str]) -> pd.DataFrame:
     present = set(results.frame("select * from results limit 0").columns)
     kept = [f for f in fields if f in present]
     return results.frame(f"select distinct node, {', '.join(kept)} from results where metric <> 'bundle_manifest'")
+
+
+def published_rows(results: Results) -> pd.DataFrame:
+    """The posts' rows, whole: the seeds' tables read their layouts' labels from them."""
+    return results.rows("source = 'published'")

@@ -11,7 +11,7 @@ from stackbench.report.table import Table
 
 def seed_tables(ctx: Context) -> list[Table]:
     """The seeds' tables in the order the posts and their layouts come (data/published), one per table id."""
-    published_rows = ctx.results.rows("source = 'published'")
+    published_rows = queries.published_rows(ctx.results)
     measured = queries.method_input(ctx.results, ctx.layouts)
     present = set(published_rows["table_id"].dropna())
     return [seed_table(published_rows, table_id, layout, measured)
