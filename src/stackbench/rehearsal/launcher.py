@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 from stackbench.config.model import Launch, Node
+from stackbench.config.rehearsal import STANDIN_VERSION, lock_dir
 from stackbench.models import geometry
 from stackbench.models.formats import BITS_PER_WEIGHT, KV_DTYPE_BYTES
 from stackbench.rehearsal import calibration, simgpu, standin
-from stackbench.rehearsal import plan as rehearsal_plan
 from stackbench.serve import launchers
 from stackbench.serve.process import NotRunnable, ProcessLauncher
 
@@ -28,7 +28,7 @@ REASONING_TOKENS = 64  # a stand-in with a reasoning parser thinks this many tok
 
 
 def gpu_state(node: str) -> Path:
-    return rehearsal_plan.lock_dir(node) / "simulated-gpus.json"
+    return lock_dir(node) / "simulated-gpus.json"
 
 
 def simulated_host(node: Node) -> simgpu.NvmlDouble | None:
@@ -182,6 +182,6 @@ class StandinLauncher(ProcessLauncher):
 
     def identity(self) -> dict:
         real = {"native": "native build", "image": f"image {self.launch.launch_target}"}.get(self.mode, self.mode)
-        return {"launch_mode": self.mode, "engine_version": standin.VERSION,
+        return {"launch_mode": self.mode, "engine_version": STANDIN_VERSION,
                 "engine_image": f"REHEARSAL: stand-in engine for {real}, simulated GPUs, time x{self.rehearsal['time_scale']:g}, "
                                 "each cell once"}

@@ -46,11 +46,9 @@ from dataclasses import dataclass, fields, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from stackbench.config.rehearsal import STANDIN_NAME, STANDIN_VERSION
 from stackbench.engines import adapter_for
 from stackbench.engines.base import RequestTrace, ServedCounts
-
-NAME = "stackbench-standin"  # in /version, the model list and every log line: no one takes it for an engine
-VERSION = f"{NAME}-2 (TEST DOUBLE, not an engine)"  # 2: pace fitted to the posts (calibration.py)
 
 
 @dataclass(frozen=True)
@@ -273,12 +271,12 @@ class Counters:
 
     def text(self) -> str:
         with self.lock:
-            return self.adapter.metrics_exposition(self.counts, self.facts, NAME) + "\n"
+            return self.adapter.metrics_exposition(self.counts, self.facts, STANDIN_NAME) + "\n"
 
 
 def startup_lines(engine: str, facts: dict) -> list[str]:
     """The engine's start-up lines (its adapter's startup_log), sized from `facts` (rehearsal.launcher.engine_facts)."""
-    return adapter_for(engine).startup_log(facts, NAME)
+    return adapter_for(engine).startup_log(facts, STANDIN_NAME)
 
 
 def context_error(engine: str, limit: int, asked: int) -> dict:
@@ -305,7 +303,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
 
     # The routes a client reads the server's identity from, in the engine's format, with the stand-in's own
     # version so that nothing takes it for the engine.
-    info_routes = adapter.info_routes(VERSION, facts, timing.capacity or 1, timing.context_len)
+    info_routes = adapter.info_routes(STANDIN_VERSION, facts, timing.capacity or 1, timing.context_len)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"  # the body ends when the connection closes: no chunked framing
@@ -326,7 +324,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 self._reply(200, "")
             elif self.path == "/v1/models":
                 self._reply(200, json.dumps({"object": "list", "data": [
-                    {"id": facts.get("served_model_name", "synthetic"), "object": "model", "owned_by": NAME,
+                    {"id": facts.get("served_model_name", "synthetic"), "object": "model", "owned_by": STANDIN_NAME,
                      **({"max_model_len": timing.context_len} if timing.context_len else {})}]}))
             elif self.path in info_routes:
                 self._reply(200, json.dumps(info_routes[self.path]))
@@ -392,7 +390,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
             coalesce = pace is not None and (continuous or timing.accept_rate > 0)
 
             def send(delta: dict | None, usage: bool, final: bool = False) -> None:
-                chunk = {"id": NAME, "object": "chat.completion.chunk", "model": facts.get("served_model_name", "synthetic"),
+                chunk = {"id": STANDIN_NAME, "object": "chat.completion.chunk", "model": facts.get("served_model_name", "synthetic"),
                          "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": None}]}
                 if usage:
                     chunk["usage"] = {
@@ -526,7 +524,7 @@ def check_with_engine_parser(engine: str, flags: list[str], envs_dir: Path) -> s
     done = subprocess.run([info.get("server"), "-c", source, *flags], capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise SystemExit(f"{NAME}: {engine}'s own argument parser refuses the command: {last}")
+        raise SystemExit(f"{STANDIN_NAME}: {engine}'s own argument parser refuses the command: {last}")
     # The version checked, said beside the one the real run pins (rehearsal/budget.py): a CPU build may lag it.
     return f"ok ({env}'s argparse{', version ' + str(info['version']) if info.get('version') else ''})"
 
@@ -559,7 +557,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
     address, _ = where.parse_known_args(flags)
     argv_out = Path(facts["argv_out"])
     argv_out.write_text(json.dumps({"engine": engine, "argv": argv}))
-    print(f"{NAME}: TEST DOUBLE standing in for {engine} (no model is loaded, no kernel runs)", flush=True)
+    print(f"{STANDIN_NAME}: TEST DOUBLE standing in for {engine} (no model is loaded, no kernel runs)", flush=True)
     check = None
     try:
         check = check_with_engine_parser(engine, flags, Path(facts["envs_dir"]))
@@ -568,7 +566,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
         raise
     finally:  # whether the engine's own parser checked the flags, for the rehearsal's report (rehearsal/budget.py)
         argv_out.write_text(json.dumps({"engine": engine, "argv": argv, "flag_check": check}))
-    print(f"{NAME}: argument check {check}", flush=True)
+    print(f"{STANDIN_NAME}: argument check {check}", flush=True)
     for line in startup_lines(engine, facts):
         print(line, flush=True)
     time.sleep(ready_s(facts["weights_gib_per_gpu"] * 2**30) / float(facts["time_scale"]))  # loading, as modeled
@@ -581,7 +579,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
                     accept_rate=facts["accept_rate"] if facts["spec_tokens"] else 0.0, capacity=facts["slots"],
                     context_len=facts["context_len"])
     with StandinEngine(timing, address.port, address.host, Pace(facts, gpus), facts) as server:
-        print(f"{NAME}: listening on {server.base_url}", flush=True)
+        print(f"{STANDIN_NAME}: listening on {server.base_url}", flush=True)
         server.thread.join()
 
 
