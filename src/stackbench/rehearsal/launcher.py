@@ -20,6 +20,7 @@ from stackbench.config.rehearsal import STANDIN_VERSION, lock_dir
 from stackbench.models import geometry
 from stackbench.models.formats import BITS_PER_WEIGHT, KV_DTYPE_BYTES
 from stackbench.rehearsal import calibration, simgpu, standin
+from stackbench.rehearsal.formats import formats_for
 from stackbench.serve import launchers
 from stackbench.serve.process import NotRunnable, ProcessLauncher
 
@@ -147,6 +148,7 @@ class StandinLauncher(ProcessLauncher):
             raise NotRunnable("rehearsal: external launches are not rehearsed yet (the stand-in would have to take the URL's port)")
         if not self.node.bandwidth_gbs:
             raise NotRunnable(f"rehearsal: {self.node.file}: hardware.gpu.bandwidth_gbs is needed to pace the stand-in")
+        formats_for(self.launch.engine)  # an engine whose formats the stand-in cannot write is not rehearsed
         host = simulated_host(self.node)
         # The pace fitted to a seed post where one measured this engine and method (calibration.py), else the shape.
         fit = calibration.fitted(self.adapter.engine_label, self.launch.spec_method) if self.launch.spec_method != "none" else None

@@ -18,9 +18,9 @@ reply format); `bodies_file` appends every chat request's JSON body to that file
 chunk is one verification step that accepted `tokens_per_chunk - 1` of `spec_tokens` drafts (or, with
 `accept_rate` > 0, each draft position accepted with that probability given the ones before it), counted
 in the engine's speculative counters on /metrics. Also the engine's health route, /v1/models and the
-routes its adapter reads the server's identity from (Adapter.info_routes). Every engine format it speaks
-is written by that engine's adapter (engines/), beside the parser that reads it; the stand-in keeps only
-what it simulates: timing, slots, acceptance, the pace.
+routes its adapter reads the server's identity from (info_routes). Every engine format it speaks is
+written by that engine's formats (formats.py: in engines/, beside the parser that reads it); the stand-in
+keeps only what it simulates: timing, slots, acceptance, the pace.
 
 In a thread: `with StandinEngine(Timing(...)) as engine: engine.base_url`.
 As a process: `python -m stackbench.rehearsal.standin --port 0 --ttft-s 0.2 ...` prints its URL on stdout.
@@ -49,6 +49,7 @@ from pathlib import Path
 from stackbench.config.rehearsal import STANDIN_NAME, STANDIN_VERSION
 from stackbench.engines import adapter_for
 from stackbench.engines.base import RequestTrace, ServedCounts
+from stackbench.rehearsal.formats import formats_for
 
 
 @dataclass(frozen=True)
@@ -246,10 +247,10 @@ def roofline_decode_tps(bandwidth_gbs: float, weight_bytes: float, tp: int) -> f
 # -- the engines' formats --------------------------------------------------------------------------------
 class Counters:
     """Cumulative speculative and prompt counters, shared by the request threads, served in the engine's
-    format (its adapter's metrics_exposition)."""
+    format (its formats' metrics_exposition)."""
 
     def __init__(self, engine: str = Timing.engine, facts: dict | None = None):
-        self.adapter, self.facts = adapter_for(engine), facts or {}
+        self.formats, self.facts = formats_for(engine), facts or {}
         self.lock = threading.Lock()
         self.counts = ServedCounts()
 
@@ -271,17 +272,17 @@ class Counters:
 
     def text(self) -> str:
         with self.lock:
-            return self.adapter.metrics_exposition(self.counts, self.facts, STANDIN_NAME) + "\n"
+            return self.formats.metrics_exposition(self.counts, self.facts, STANDIN_NAME) + "\n"
 
 
 def startup_lines(engine: str, facts: dict) -> list[str]:
-    """The engine's start-up lines (its adapter's startup_log), sized from `facts` (rehearsal.launcher.engine_facts)."""
-    return adapter_for(engine).startup_log(facts, STANDIN_NAME)
+    """The engine's start-up lines (its formats' startup_log), sized from `facts` (rehearsal.launcher.engine_facts)."""
+    return formats_for(engine).startup_log(facts, STANDIN_NAME)
 
 
 def context_error(engine: str, limit: int, asked: int) -> dict:
     """The engine's 400 for a request over its context, worded so that its adapter's context_limit reads it."""
-    message = adapter_for(engine).context_error(limit, asked)
+    message = formats_for(engine).context_error(limit, asked)
     return {"error": {"code": 400, "message": message, "type": "invalid_request_error"}}
 
 
@@ -290,7 +291,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
     draws = random.Random(0)  # acceptance draws: seeded, so a rehearsal's acceptance repeats exactly
     draws_lock = threading.Lock()
     jitters = random.Random(1)  # a noisy engine's interval draws, apart from the acceptance draws
-    adapter = adapter_for(timing.engine)
+    adapter, formats = adapter_for(timing.engine), formats_for(timing.engine)
 
     def accepted_drafts() -> int:
         if not timing.accept_rate:
@@ -303,7 +304,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
 
     # The routes a client reads the server's identity from, in the engine's format, with the stand-in's own
     # version so that nothing takes it for the engine.
-    info_routes = adapter.info_routes(STANDIN_VERSION, facts, timing.capacity or 1, timing.context_len)
+    info_routes = formats.info_routes(STANDIN_VERSION, facts, timing.capacity or 1, timing.context_len)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"  # the body ends when the connection closes: no chunked framing
@@ -339,7 +340,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 # Whichever text field the engine's tokenize body names (Adapter.tokenize_body).
                 text = body.get("prompt", body.get("content", body.get("text", "")))
                 ids = list(range(len(text.split())))
-                self._reply(200, json.dumps(adapter.tokenize_reply(ids, timing.context_len or 4096)))
+                self._reply(200, json.dumps(formats.tokenize_reply(ids, timing.context_len or 4096)))
                 return
             if self.path != "/v1/chat/completions":
                 self._reply(404, json.dumps({"error": {"message": f"no route {self.path}"}}))
@@ -400,7 +401,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                         "completion_tokens_details": {"reasoning_tokens": reasoning_emitted}}
                 if final:
                     elapsed_ms = (time.perf_counter() - start) * 1000
-                    chunk.update(adapter.final_chunk_fields(RequestTrace(
+                    chunk.update(formats.final_chunk_fields(RequestTrace(
                         prompt_tokens=prompt_tokens, cached=cached, prefill_ms=ttft * 1000,
                         decode_ms=max(elapsed_ms - ttft * 1000, 1e-3), emitted=emitted, steps=steps, proposed=proposed,
                         correct=correct)))
@@ -494,7 +495,7 @@ class StandinEngine:
 
 
 # -- the engine's own argument parser ------------------------------------------------------------------------
-# Run with the Python of the engine's CPU environment (the adapter's flag_parser), on the argv after the
+# Run with the Python of the engine's CPU environment (its formats' flag_parser), on the argv after the
 # module: the parse fails on an unknown flag, a bad choice or a bad type exactly as the engine's would.
 def engine_flags(engine: str, argv: list[str]) -> list[str]:
     """The engine's own flags: the argv after `-m <module>` or the image's entrypoint (the adapter's
@@ -513,7 +514,7 @@ def engine_flags(engine: str, argv: list[str]) -> list[str]:
 
 def check_with_engine_parser(engine: str, flags: list[str], envs_dir: Path) -> str:
     """'ok' or why not checked; raises SystemExit with the parser's message when the engine would refuse."""
-    parser = adapter_for(engine).flag_parser
+    parser = formats_for(engine).flag_parser
     if isinstance(parser, str):
         return f"skipped: {parser}"
     env, source = parser
