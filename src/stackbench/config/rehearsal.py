@@ -62,7 +62,7 @@ class RealRun:
     """A run of the node's own engines on its GPUs: planned as the config says."""
 
     settings = None  # a launch spec's `rehearsal`: none
-    budget = None  # no time budget: the run itself takes the time
+    budget = None  # the real run's time budget is a rehearsal's to write (rehearsal/budget.py)
     starts_engines = True  # its launches need their engines' environments built (plan/launchspec.py inputs)
 
     def rounds(self, first: int, most: int) -> int:
@@ -93,6 +93,7 @@ class Rehearsal:
 
     @property
     def budget(self) -> str:
+        """The real run's time budget this rehearsal writes, its report's opening."""
         return str(budget_path(self.settings["node"]))
 
     def rounds(self, first: int, most: int) -> int:

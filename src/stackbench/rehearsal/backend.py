@@ -37,6 +37,8 @@ def at_model_pace(figure: Figure, time_scale: float) -> Figure:
 
 @dataclasses.dataclass(frozen=True)
 class RehearsalBackend:
+    """A rehearsal's launch: the stand-in on the node's simulated GPUs, its figures at the modeled pace."""
+
     settings: dict  # the spec's `rehearsal` (config/rehearsal.py Rehearsal.settings)
     source = "rehearsal"  # stand-in engines on simulated GPUs measure nothing real: their rows' own source
 
