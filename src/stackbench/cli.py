@@ -296,8 +296,9 @@ def _plan_launch(args) -> None:
 
 def _measure(args) -> None:
     from stackbench.measure import sequencer
+    from stackbench.rehearsal import backend
 
-    sequencer.main(Path(args.spec), Path(args.out_dir), Path(args.log) if args.log else None)
+    sequencer.main(Path(args.spec), Path(args.out_dir), backend.for_spec, Path(args.log) if args.log else None)
 
 
 def _rehearse(args) -> None:

@@ -18,6 +18,7 @@ from paths import ROOT
 
 from stackbench.measure import sequencer
 from stackbench.plan import expand, launchspec
+from stackbench.rehearsal import backend as rehearsal_backend
 from stackbench.rehearsal import launcher as rehearsal_launcher
 from stackbench.rehearsal import simgpu
 from stackbench.results import store
@@ -49,7 +50,8 @@ def run_on(repo: Path, device: int, out: str, monkeypatch) -> tuple[dict, list[d
     Path(f"configs/nodes/{NODE}.yaml").write_text(yaml.safe_dump(doc))
     cfg = expand.load_run_config(Path("."), {"nodes": [NODE], "rehearsal": {"node": NODE}})
     node = expand.load_node(NODE, cfg, Path("."))
-    result = sequencer.LaunchRun(launchspec.build(cfg, node, node.launches[0]), Path(out)).run()
+    spec = launchspec.build(cfg, node, node.launches[0])
+    result = sequencer.LaunchRun(spec, Path(out), backend=rehearsal_backend.for_spec(spec)).run()
     return json.loads((Path(out) / "run.json").read_text()), store.read_results(result).to_dict("records")
 
 

@@ -41,7 +41,7 @@ def engine_names_in(path: Path, root: Path = PACKAGE) -> list[str]:
 
 
 def test_no_engine_is_named_outside_its_adapter():
-    # The rehearsal's stand-in included: it speaks each engine's formats through that engine's adapter.
+    # The rehearsal's stand-in included: it speaks each engine's formats through that engine's module.
     outside = [p for p in PACKAGE.rglob("*.py") if "engines" not in p.relative_to(PACKAGE).parts
                and "sglang_cpu_ops" not in p.parts]
     assert outside, "no modules found"

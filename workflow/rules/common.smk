@@ -11,6 +11,7 @@ from stackbench.provision import envs as _envs
 from stackbench.plan import expand as _expand
 from stackbench.plan import launchspec as _launchspec
 from stackbench.config import ConfigError
+from stackbench.config import rehearsal as _rehearsal
 
 try:
     CFG, NODES = _expand.load_plan(Path("."), config)
@@ -21,10 +22,9 @@ except ConfigError as _err:
 STACKBENCH = f"{sys.executable} -m stackbench.cli"
 PATHS = CFG["paths"]
 RUNS = PATHS["runs"]
+RUN = _rehearsal.selected(CFG)  # a real run, or a rehearsal of one node (config/rehearsal.py)
 REHEARSAL = CFG["rehearsal"]["node"]  # the node rehearsed (stand-in engines, simulated GPUs), or None
-# A rehearsal's time budget of the real run: the real run's measure settings (before each cell runs once).
-REAL_MEASURE = _expand.load_run_config(Path("."), {**config, "rehearsal": {}})["measure"] if REHEARSAL else None
-BUDGET = f"{Path(PATHS['runs']).parent}/budget.json" if REHEARSAL else None
+BUDGET = RUN.budget  # a rehearsal's time budget of the real run, the report's opening; None for a real run
 # The run's launch settings, written once for every launch's plan (rule launch_settings).
 SETTINGS = f"{RUNS}/launch-settings.json"
 
@@ -141,7 +141,7 @@ def plan_inputs(wildcards):
     """What a launch spec is made from (plan/launchspec.py inputs); a later round's launch also reads the look
     before it, which names the cells still open (it measures only those)."""
     node, launch = _expand.find_launch(NODES, wildcards.node, wildcards.launch)
-    needed = _launchspec.inputs(node, launch, PATHS, rehearsal=bool(REHEARSAL))
+    needed = _launchspec.inputs(node, launch, PATHS, RUN)
     if launch in node.later_rounds:
         needed["look"] = round_verdict_file(node, launch.replicate - 1)
     return needed

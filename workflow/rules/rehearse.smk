@@ -18,6 +18,8 @@ rule rehearse:
 
 
 if REHEARSAL:
+    # The real run's measure settings (before the rehearsal ran each cell once), which its budget prices.
+    REAL_MEASURE = _expand.load_run_config(Path("."), {**config, "rehearsal": {}})["measure"]
 
     localrules:
         rehearsal_budget,

@@ -110,7 +110,7 @@ def spec_decode_lines(prefix: str, labels: str, counts: "ServedCounts") -> list[
 @dataclass
 class ServedCounts:
     """What a server has served so far, as a stand-in engine counts it: the figures each engine's /metrics
-    exposes under its own names (Adapter.metrics_exposition writes them)."""
+    exposes under its own names (its stand-in formats' metrics_exposition writes them, rehearsal/formats.py)."""
 
     requests: int = 0
     generated: int = 0
@@ -125,8 +125,8 @@ class ServedCounts:
 
 @dataclass(frozen=True)
 class RequestTrace:
-    """One streamed request as a stand-in served it: what an engine's final chunk reports about it
-    (Adapter.final_chunk_fields)."""
+    """One streamed request as a stand-in served it: what an engine's final chunk reports about it (its stand-in
+    formats' final_chunk_fields, rehearsal/formats.py)."""
 
     prompt_tokens: int
     cached: int
@@ -321,30 +321,6 @@ class Adapter(Protocol):
         `tp` and `quant` where the engine reports them; a figure it does not report stays "unknown" (None
         for numbers)."""
 
-    # -- the engine's formats written, for the rehearsal's stand-in (rehearsal/standin.py): each writer sits
-    # beside the parser that reads the same format, so a format is stated once per engine.
-    # The engine's own argument parser as (environment, Python source parsing sys.argv[1:]), or why none runs.
-    flag_parser: tuple[str, str] | str
-
-    def startup_log(self, facts: dict, name: str) -> list[str]:
-        """The start-up lines parse_log reads (KV pool, weights, context, slots), sized from `facts`
-        (rehearsal.launcher.engine_facts); `name` stands where the engine names itself."""
-
-    def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
-        """/metrics as the engine serves it (the names spec_counters and facts_from_metrics read)."""
-
-    def context_error(self, limit: int, asked: int) -> str:
-        """The engine's 400 message for a request of `asked` tokens over `limit` (what context_limit reads)."""
-
-    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
-        """The reply of `tokenize_path` holding `ids` (what token_count reads)."""
-
-    def final_chunk_fields(self, trace: RequestTrace) -> dict:
-        """What the engine adds to a request's last streamed chunk (what server_timings reads)."""
-
-    def info_routes(self, version: str, facts: dict, slots: int, context_len: int) -> dict[str, object]:
-        """The JSON bodies of the GET routes besides health and metrics that self_report and version_path read."""
-
 
 def get_json(client: httpx.Client, url: str) -> dict:
     """The JSON object at url, or {} when the server has no such endpoint or answers something else."""
@@ -481,11 +457,15 @@ class PythonEngine:
     def token_count(self, reply: dict) -> int | None:
         return reply_count(reply)
 
-    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
-        return {"tokens": ids, "count": len(ids), "max_model_len": context_len}
-
     def request_context(self, launch: Launch) -> int:
         return launch.context_len  # one KV pool shared by every running request
+
+
+class PythonEngineFormats:
+    """What the Python engines' formats share, as the rehearsal's stand-in writes them: their /tokenize reply."""
+
+    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
+        return {"tokens": ids, "count": len(ids), "max_model_len": context_len}
 
 
 def python_engine_installed(distribution: str, python: Path, run) -> dict:

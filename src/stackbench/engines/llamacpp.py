@@ -425,7 +425,11 @@ class LlamaCppAdapter:
                 "predicted_per_second", "cache_n", "draft_n", "draft_n_accepted")
         return {canonical.get(k, f"server_{k}"): timings[k] for k in keep if k in timings}
 
-    # -- its formats written, for the rehearsal's stand-in (base.Adapter) ------------------------------------
+
+class LlamaCppFormats:
+    """llama-server's formats as the rehearsal's stand-in writes them (rehearsal/formats.py EngineFormats)."""
+
+    engine = LlamaCppAdapter.engine
     flag_parser = "llama-server parses its flags in C++ (common/arg.cpp) and a CUDA build cannot be made here"
 
     def startup_log(self, facts: dict, name: str) -> list[str]:

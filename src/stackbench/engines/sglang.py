@@ -23,6 +23,7 @@ from stackbench.engines.base import (
     CacheOutlivesLaunch,
     KvAccounting,
     PythonEngine,
+    PythonEngineFormats,
     RequestTrace,
     ServedCounts,
     ServerFacts,
@@ -266,7 +267,11 @@ class SglangAdapter(PythonEngine):
             timings[SERVER_SPEC_ACCEPTED] = details["spec_num_correct_drafts"]
         return timings
 
-    # -- its formats written, for the rehearsal's stand-in (base.Adapter) ------------------------------------
+
+class SglangFormats(PythonEngineFormats):
+    """SGLang's formats as the rehearsal's stand-in writes them (rehearsal/formats.py EngineFormats)."""
+
+    engine = SglangAdapter.engine
     flag_parser = ("sglang-cpu", "import argparse, sys\nfrom sglang.srt.server_args import ServerArgs\n"
                                  "p = argparse.ArgumentParser()\nServerArgs.add_cli_args(p)\np.parse_args(sys.argv[1:])\n")
 

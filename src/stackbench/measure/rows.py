@@ -13,6 +13,7 @@ from pathlib import Path
 from stackbench.engines.base import Adapter, ServerFacts, kv_accounting_columns
 from stackbench.host.facts import cpu_name, host_memory_bandwidth_gbs, host_os, stackbench_version
 from stackbench.measure import summary
+from stackbench.measure.backend import REAL
 from stackbench.measure.workloads import thinking_basis
 from stackbench.models import geometry, provenance
 from stackbench.plan.launchspec import Cell, LaunchSpec
@@ -47,15 +48,15 @@ def fact_unit(name: str) -> str:
 
 
 class RowMaker:
-    def __init__(self, spec: LaunchSpec, run_id: str, adapter: Adapter, spread_flag_ratio: float):
+    def __init__(self, spec: LaunchSpec, run_id: str, adapter: Adapter, spread_flag_ratio: float, source: str = REAL.source):
         self.spec, self.run_id, self.spread_flag_ratio = spec, run_id, spread_flag_ratio
         self.adapter = adapter
         self.accept_len_basis = adapter.accept_len_basis
         node, launch = spec.node, spec.launch
         external = launch.launch_mode == "external"
         self.launch_basis = {
-            # A rehearsal's stand-in engines on simulated GPUs measure nothing real: their own source.
-            "source": "rehearsal" if spec.rehearsal else "measured", "ref": run_id, "node": node.name,
+            # What the launch ran on says (measure/backend.py): a rehearsal's stand-ins measure nothing real.
+            "source": source, "ref": run_id, "node": node.name,
             "stack": launch.engine, "variant": launch.variant, "replicate": launch.replicate,
             "spec_method": launch.spec_method, "spec_tokens": launch.spec_tokens,
             "os": host_os() if node.os == "auto" else node.os, "engine": adapter.engine_label,

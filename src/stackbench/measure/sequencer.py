@@ -1,7 +1,8 @@
 """One server launch, run from its launch spec: start the server, measure every cell that is not already
 stored, tear the server down on every exit path, and assemble the launch's rows.
 
-The pieces live in their own modules: the spec (launchspec), the launcher (launchers), the cell runner
+The pieces live in their own modules: the spec (launchspec), what the launch runs on (backend: the
+launcher, the GPUs' NVML, the lock folder, the pace its rows report, their source), the cell runner
 (runner), rows and basis (rows), the cell store (cellstore), GPU telemetry (telemetry). This module only
 sequences them: restarts after a crash, a launch that never became ready is not retried per cell, and
 failed cells are left for the next run to retry.
@@ -16,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -24,16 +26,14 @@ from urllib.parse import urlsplit
 from stackbench.config import ConfigError
 from stackbench.engines import adapter_for, prometheus
 from stackbench.engines.base import ServerFacts
-from stackbench.host import affinity, gpustate, hostload, locks, powercap, telemetry
+from stackbench.host import affinity, gpustate, hostload, locks, telemetry
 from stackbench.measure import precision, summary
+from stackbench.measure.backend import REAL, RunBackend
 from stackbench.measure.cellstore import CellStore
 from stackbench.measure.progress import CellProgress, console_and_log
 from stackbench.measure.rows import RowMaker
 from stackbench.measure.runner import CellResult, CellRunner
 from stackbench.plan import launchspec
-from stackbench.rehearsal import launcher as rehearsal_launcher
-from stackbench.rehearsal import plan as rehearsal_plan
-from stackbench.serve.launchers import open_launcher
 from stackbench.serve.process import NotRunnable, ServerError
 
 log = logging.getLogger("stackbench.measure")
@@ -78,17 +78,16 @@ def api_key(node) -> str | None:
 
 
 class LaunchRun:
-    def __init__(self, spec: launchspec.LaunchSpec, out_dir: Path, keep_failed: bool = False, console: TextIO | None = None):
-        self.spec, self.out_dir = spec, Path(out_dir)
+    def __init__(self, spec: launchspec.LaunchSpec, out_dir: Path, keep_failed: bool = False, console: TextIO | None = None,
+                 backend: RunBackend = REAL):
+        self.spec, self.out_dir, self.backend = spec, Path(out_dir), backend
         self.node, self.launch = spec.node, spec.launch
         self.adapter = adapter_for(self.launch.engine)
         self.store = CellStore(spec, self.out_dir, keep_failed)
         self.started = datetime.now(UTC)
         self.run_id = f"{self.node.name}/{self.launch.name}@{self.started.strftime('%Y%m%dT%H%M%SZ')}"
-        self.rows = RowMaker(spec, self.run_id, self.adapter, spec.measure["spread_flag_ratio"])
-        self.nvml = None  # tests inject a test double of pynvml here; a rehearsal its simulated host
-        if spec.rehearsal:
-            self.nvml = rehearsal_launcher.simulated_host(self.node)
+        self.rows = RowMaker(spec, self.run_id, self.adapter, spec.measure["spread_flag_ratio"], backend.source)
+        self.nvml = backend.gpu_host(self.node)  # tests inject a test double of pynvml here
         self.server = None
         self.facts = ServerFacts()
         self.start_error: ServerError | None = None
@@ -106,7 +105,7 @@ class LaunchRun:
         self.server_pids: list[int] = []  # what listens on the server's port: inside the launch
         self.server_cores: set[int] = set()  # where the node pins the client (hardware.client_cpus): the cores left to the server
         self.host_busy_cells: dict[str, tuple[str, ...]] = {}  # cell key -> the busiest outside processes of a busy cell
-        self.lock_dir = rehearsal_plan.lock_dir(self.node.name) if spec.rehearsal else locks.lock_dir(self.node.lock_dir)
+        self.lock_dir = backend.lock_dir(self.node)
         self.leftovers: list[str] = []  # servers and caps a launch that died hard left behind, put right here
         self.console = console  # where the cell progress lines go besides the log (stackbench.measure.progress)
         self.progress: CellProgress | None = None
@@ -114,11 +113,7 @@ class LaunchRun:
     # -- server ------------------------------------------------------------------------------------
     def _start_server(self) -> CellRunner:
         env_info = engine_environment(self.spec)
-        if self.spec.rehearsal:  # the stand-in behind the real command (stackbench.rehearsal)
-            self.server = rehearsal_launcher.StandinLauncher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads,
-                                                             self.gpu_ids, self.node, self.spec.rehearsal)
-        else:
-            self.server = open_launcher(self.launch, self.adapter, env_info, self.out_dir, self.node.cpu_threads, self.gpu_ids)
+        self.server = self.backend.open_server(self.launch, self.node, self.adapter, env_info, self.out_dir, self.gpu_ids)
         self.server.record_paths += self._gpu_records()
         self._check_idle()
         self._check_host()
@@ -280,14 +275,8 @@ class LaunchRun:
         self._record(result)
         return runner
 
-    def _model_pace(self, figures: list) -> list:
-        """A rehearsal's figures at the stand-in's modeled pace (its time scale divided out); a real run's as measured."""
-        if not self.spec.rehearsal:
-            return figures
-        return [rehearsal_plan.at_model_pace(f, self.spec.rehearsal["time_scale"]) for f in figures]
-
     def _record(self, result: CellResult) -> None:
-        rows = self.rows.cell_rows(result.cell, self._model_pace(result.figures), result.status, result.reason,
+        rows = self.rows.cell_rows(result.cell, self.backend.figures_at_pace(result.figures), result.status, result.reason,
                                    result.prompt_tokens, result.row_extra())
         outputs = None
         if result.outputs is not None:
@@ -428,7 +417,7 @@ class LaunchRun:
         finally:
             self.progress.close(self._host_summary())
         if self.launches:
-            ready = self.ready_s * self.spec.rehearsal["time_scale"] if self.spec.rehearsal and self.ready_s else self.ready_s
+            ready = self.backend.ready_at_pace(self.ready_s)
             self.store.save_server_rows(self.rows.server_rows(self.facts, ready, self.telemetry_why) + self.knee_rows()
                                         + self.limit_rows() + self.release_rows() + self.host_rows())
         return self._finish()
@@ -439,9 +428,7 @@ class LaunchRun:
         if gpus is None:
             yield None, None
             return
-        # A rehearsal's clocks settle as much faster as its time runs (stackbench.rehearsal).
-        settle = {"settle_s": powercap.PowerCapper.settle_s / self.spec.rehearsal["time_scale"]} if self.spec.rehearsal else {}
-        with telemetry.Sampler(gpus) as sampler, powercap.PowerCapper(gpus, self.lock_dir, **settle) as capper:
+        with telemetry.Sampler(gpus) as sampler, self.backend.power_capper(gpus, self.lock_dir) as capper:
             self.leftovers += [f"restored GPU {uuid}'s power limit to {watts:g} W, left capped by a launch that died"
                                for uuid, watts in capper.leftovers_restored.items()]
             yield sampler, capper
@@ -475,8 +462,10 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(f"signal {signum}")
 
 
-def main(spec_path: Path, out_dir: Path, log_path: Path | None = None) -> Path:
-    """Measure one launch. With `log_path`, the detail goes there and stderr keeps the cell progress only."""
+def main(spec_path: Path, out_dir: Path, backend_for: Callable[[launchspec.LaunchSpec], RunBackend],
+         log_path: Path | None = None) -> Path:
+    """Measure one launch on the backend `backend_for` chooses for its spec. With `log_path`, the detail goes
+    there and stderr keeps the cell progress only."""
     console = console_and_log(log_path) if log_path is not None else None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     # Ctrl-C and a scheduler's SIGTERM both raise Interrupted at once, wherever the run is. asyncio.run
@@ -485,7 +474,7 @@ def main(spec_path: Path, out_dir: Path, log_path: Path | None = None) -> Path:
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)
     spec = launchspec.read(spec_path)
-    run = LaunchRun(spec, out_dir, keep_failed=spec.measure["keep_failed"], console=console)
+    run = LaunchRun(spec, out_dir, keep_failed=spec.measure["keep_failed"], console=console, backend=backend_for(spec))
     out = run.run()
     if not spec.measure["keep_failed"] and run.store.unfinished():
         mark_for_retry(spec_path, out)

@@ -15,7 +15,7 @@ import random
 import re
 from pathlib import Path
 
-from stackbench.config import ConfigError, load_file, load_schema, validate
+from stackbench.config import ConfigError, load_file, load_schema, rehearsal, validate
 from stackbench.config.kinds import KINDS
 from stackbench.config.model import Decision, GpuIdle, HostIdle, Launch, Load, Model, Node, Slurm, Workload
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
@@ -24,7 +24,6 @@ from stackbench.engines.base import FlagConflict
 from stackbench.host import boards
 from stackbench.models import recipes
 from stackbench.plan import probeset
-from stackbench.rehearsal import plan as rehearsal_plan
 
 CONFIG_DIR = Path("configs")
 PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the model's GGUF file>"
@@ -34,8 +33,8 @@ REPLICATE_SUFFIX = re.compile(r"--r(\d+)$")  # Launch.name of a replicate after 
 def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
     """The top-level config: read from configs/config.yaml, or as Snakemake merged it with --config."""
     if given is None:
-        return rehearsal_plan.apply(load_file(root / CONFIG_DIR / "config.yaml", "config"))
-    return rehearsal_plan.apply(validate(dict(given), load_schema("config"), "configs/config.yaml (with --config overrides)"))
+        return rehearsal.apply(load_file(root / CONFIG_DIR / "config.yaml", "config"))
+    return rehearsal.apply(validate(dict(given), load_schema("config"), "configs/config.yaml (with --config overrides)"))
 
 
 def load_workload(name: str, node_concurrency: list[int], root: Path, where: str) -> Workload:
@@ -234,9 +233,10 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     chosen = _chosen_stacks(doc, cfg["stacks"], where)
     replicates = cfg["launches"] or doc["launches"]
     decision = Decision.of({**doc, "launches": replicates})
+    run = rehearsal.selected(cfg)
     # Every round the sequence may reach (What to run's rule, docs/what-to-run.md): the first `launches` rounds are
-    # planned; each later one only as the checkpoint after the round before asks. A rehearsal plans the first only.
-    rounds = replicates if rehearsal_plan.node_of(cfg) else max(replicates, decision.most)
+    # planned; each later one only as the checkpoint after the round before asks.
+    rounds = run.rounds(replicates, decision.most)
     every = interleaved_rounds([l for l in launches if l.stack_config in chosen], rounds,
                                {w.name: w for w in workloads}, f"{cfg['measure']['order_seed']}/{name}")
     if rounds > replicates:  # a sequence of looks: its first comes before the one-off sets
@@ -255,8 +255,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         client_cpus=tuple(doc["hardware"]["client_cpus"]) if doc["hardware"]["client_cpus"] else None,
         interconnect=doc["hardware"]["interconnect"],
         quality_limit=doc["quality_limit"],
-        # `auto` reads the OS of the host that measures: in a rehearsal that is not the GPU host, so unknown.
-        os=rehearsal_plan.AUTO_OS if doc["os"] == "auto" and rehearsal_plan.node_of(cfg) else doc["os"],
+        os=run.node_os(doc["os"]),
         power_caps_w=tuple(doc["power_caps_w"]),
         api_key_env=doc["api_key_env"],
         lock_dir=doc["hardware"]["lock_dir"],

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from stackbench.config.kinds import KINDS
 from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
+from stackbench.config.rehearsal import REAL_RUN, Run, planned_for, selected
 from stackbench.engines import adapter_for
 from stackbench.models import datasets
 from stackbench.models.recipes import RECIPES
-from stackbench.rehearsal import plan as rehearsal_plan
 
 FORMAT = 1
 # How the measured figures are computed (measure/client.py, measure/summary.py, results/metrics.py, and the
@@ -108,7 +108,7 @@ class LaunchSpec:
     engine: dict  # the environment's ready.json (native pipeline builds), else what the config names
     models: dict  # model name -> identity of its files
     cells: tuple[Cell, ...]
-    rehearsal: dict | None = None  # a rehearsal's settings (stackbench.rehearsal.plan); None: a real run
+    rehearsal: dict | None = None  # a rehearsal's settings (config/rehearsal.py); None: a real run
 
     def _digest(self, doc: dict) -> str:
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -119,7 +119,7 @@ class LaunchSpec:
         launch = {key: _plain(getattr(self.launch, key)) for key in SERVER_LAUNCH_FIELDS}
         engine = {k: v for k, v in self.engine.items() if k not in ("python", "server", "quantize", "bench")}
         doc = {"format": FORMAT, "launch": launch, "node": node, "engine": engine, "models": self.models}
-        return self._digest({**doc, "rehearsal": self.rehearsal} if self.rehearsal else doc)
+        return self._digest(planned_for(self.rehearsal).fingerprinted(doc))
 
     def cell_fingerprint(self, cell: Cell) -> str:
         unset = PRECISION_SETTINGS if self.measure.get("target_rel_ci") is None else ()
@@ -201,11 +201,11 @@ def engine_identity(launch: Launch, envs_dir: Path) -> dict:
     return {"mode": launch.launch_mode, "target": launch.launch_target}
 
 
-def inputs(node: Node, launch: Launch, paths: dict, rehearsal: bool = False) -> dict:
+def inputs(node: Node, launch: Launch, paths: dict, run: Run = REAL_RUN) -> dict:
     """What a launch spec is made from (rule plan_launch's inputs): the node's, stack's and workloads'
-    config files, the engine environment (its version and build) and the model files the pipeline makes
-    (their sha256). configs/config.yaml is not among them: the node list does not change what a launch
-    measures, and the measure settings come in as a param. A rehearsal starts stand-ins: no environment."""
+    config files, the engine environment where the run starts engines (its version and build) and the model
+    files the pipeline makes (their sha256). configs/config.yaml is not among them: the node list does not
+    change what a launch measures, and the measure settings come in as a param."""
     needed = {"node": node.file, "stack": f"configs/stacks/{launch.stack_config}.yaml",
               "workloads": [f"configs/workloads/{w}.yaml" for w in launch.workloads]}
     for workload in (w for w in node.workloads if w.name in launch.workloads):
@@ -215,7 +215,7 @@ def inputs(node: Node, launch: Launch, paths: dict, rehearsal: bool = False) -> 
         reference = node.quality_reference
         if workload.divergence is not None and reference is not None and reference.prepare and not RECIPES[reference.prepare].hf:
             needed["quality_reference"] = f"{reference.path}.sha256.json"  # llama.cpp's tool scores the file itself
-    ready = None if rehearsal else env_ready(launch, paths["envs"])
+    ready = env_ready(launch, paths["envs"]) if run.starts_engines else None
     if ready is not None:
         needed["env"] = str(ready)
     # The pipeline's own model files come with their sha256 record (a Hugging Face folder is its own
@@ -278,17 +278,13 @@ def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     node = with_questions(node, launch, cfg["paths"]["datasets"])
     models = {m.name: model_identity(m) for m in (launch.model, launch.draft_model) if m is not None}
     bare = dataclasses.replace(node, launches=(), **{f: Node.__dataclass_fields__[f].default for f in NODE_WORKFLOW_FIELDS})
-    engine = engine_identity(launch, Path(cfg["paths"]["envs"]))
-    rehearsal = {**cfg["rehearsal"], "envs_dir": cfg["paths"]["envs"]} if rehearsal_plan.node_of(cfg) else None
-    if rehearsal:
-        engine = rehearsal_plan.engine_identity(launch.engine, engine)
+    run = selected(cfg)
+    engine = run.engine(launch, engine_identity(launch, Path(cfg["paths"]["envs"])))
     bound = setup_env(node, launch)
-    # A run's own repeats, except in a rehearsal (each cell once, rehearsal.plan.ONCE); the rehearsal's time
-    # budget reads them from the launch.
-    measure = {**cfg["measure"], **({"repeats": launch.repeats} if launch.repeats and not rehearsal else {})}
+    measure = {**cfg["measure"], **run.own_repeats(launch)}
     return LaunchSpec(node=bare, launch=launch, measure=measure,
                       engine={**engine, "setup_env": bound} if bound else engine, models=models,
-                      cells=cells_of(node, launch), rehearsal=rehearsal)
+                      cells=cells_of(node, launch), rehearsal=run.settings)
 
 
 def only_cells(spec: LaunchSpec, open_cells: list[list]) -> LaunchSpec:

@@ -33,6 +33,9 @@ from stackbench.config import default_decision
 from stackbench.config.kinds import KINDS
 from stackbench.config.model import Decision, Workload, from_json
 from stackbench.engines import adapter_for
+from stackbench.engines.llamacpp import LlamaCppAdapter
+from stackbench.engines.sglang import SglangAdapter
+from stackbench.engines.vllm import VllmAdapter
 from stackbench.plan.expand import judged_workload
 from stackbench.rehearsal import standin
 from stackbench.results import estimators
@@ -50,13 +53,22 @@ ASSUMED_LAUNCH_CV = (0.03, 0.05, 0.10, 0.20)
 # logs (none of the seed posts states it). vLLM: torch.compile of the model (a cold cache; a warm one skips
 # most of it) and graph capture over its batch sizes; SGLang: graph capture over its batch sizes (no
 # torch.compile by default); llama.cpp: none beyond loading (its CUDA graphs build on the first requests).
-COMPILE_S = {"vLLM": (60.0, 240.0), "SGLang": (20.0, 90.0), "llama.cpp": (0.0, 10.0)}  # by Adapter.engine_label
+COMPILE_S = {VllmAdapter.engine: (60.0, 240.0), SglangAdapter.engine: (20.0, 90.0), LlamaCppAdapter.engine: (0.0, 10.0)}
 # Each native environment's build or install on the GPU node, once, before the run (not GPU time: listed beside
 # the budget): assumptions, low and high seconds. llama.cpp: a CUDA build from source for the node's compute
 # capability (one architecture, 16 cores); vLLM and SGLang: their wheels and CUDA libraries from PyPI (several GB).
-BUILD_S = {"llama.cpp": (300.0, 1800.0), "vLLM": (180.0, 900.0), "SGLang": (180.0, 900.0)}
-BUILD_WHAT = {"llama.cpp": "CUDA build from source", "vLLM": "pip install (wheels, CUDA libraries)",
-              "SGLang": "pip install (wheels, CUDA libraries)"}
+BUILD_S = {LlamaCppAdapter.engine: (300.0, 1800.0), VllmAdapter.engine: (180.0, 900.0), SglangAdapter.engine: (180.0, 900.0)}
+BUILD_WHAT = {LlamaCppAdapter.engine: "CUDA build from source", VllmAdapter.engine: "pip install (wheels, CUDA libraries)",
+              SglangAdapter.engine: "pip install (wheels, CUDA libraries)"}
+
+
+def assumed(table: dict, engine: str):
+    """An engine's entry in COMPILE_S, BUILD_S or BUILD_WHAT: each is keyed by the adapter's key (engines.ADAPTERS)
+    and holds every adapter, so an engine missing there raises instead of costing nothing."""
+    if engine not in table:
+        raise KeyError(f"rehearsal/budget.py: engine {engine!r} has no stated assumption: every adapter needs an "
+                       "entry in COMPILE_S, BUILD_S and BUILD_WHAT")
+    return table[engine]
 
 
 def _json(path: Path) -> dict:
@@ -72,8 +84,8 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
     workloads = {w["name"]: w for w in spec["node"]["workloads"]}
     timeline = run.get("timeline", [])
     starts = sum(1 for e in timeline if e["event"] == "ready")
-    label = adapter_for(launch["engine"]).engine_label if launch.get("engine") else ""
-    compile_low, compile_high = COMPILE_S.get(label, (0.0, 0.0))
+    engine = launch["engine"]
+    compile_low, compile_high = assumed(COMPILE_S, engine)
     weights = float(facts.get("weights_gib_per_gpu") or 0.0) * 2**30
     # Each start at its modeled seconds (standin.ready_s: start-up and the weights read), never the rehearsal's
     # ready time x the time scale: that would multiply this host's own work (the flag check's import of the
@@ -105,9 +117,9 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
                       "low_s": low, "high_s": low * slow, "once_per_launch": per_launch, "host_timed": host_timed,
                       "judged": workload_judged(workload)})
     argv = _json(run_dir / "standin_argv.json")
-    build = launch.get("env_name") if launch["launch_mode"] == "native" and label in BUILD_S else None
+    build = launch.get("env_name") if launch["launch_mode"] == "native" else None
     return {"launch": f"{launch['stack_config']}--{launch['variant']}", "mode": launch["launch_mode"], "repeats": repeats,
-            "build": {"env": build, "engine": label} if build else None, "tp_cost": facts.get("tp_cost") or "",
+            "build": {"env": build, "engine": engine} if build else None, "tp_cost": facts.get("tp_cost") or "",
             "flag_check": argv.get("flag_check") or ("not started" if not argv else "not recorded"),
             "pinned": facts.get("pinned"),
             "power_caps_w": list(launch.get("power_caps_w") or []), "start_low_s": start_low, "start_high_s": start_high,
@@ -210,7 +222,7 @@ def budget(runs_dir: Path, time_scale: float, real: dict, decision: Decision | N
         "caps_everywhere": {"caps": caps, "extra_h": [extra_low * hours, extra_high * hours]},
         "caps_planned": {"caps": caps, "capped_h": [capped[0] * hours, capped[1] * hours],
                          "uncapped_h": [capped[2] * hours, capped[3] * hours]},
-        "compile_s": {engine: list(pair) for engine, pair in COMPILE_S.items()},
+        "compile_s": {adapter_for(engine).engine_label: list(pair) for engine, pair in COMPILE_S.items()},
         "host_timed_cells": sum(1 for x in launches for c in x["cells"] if c["host_timed"]),
         "builds": builds(launches),
         "tp_cost": sorted({x["tp_cost"] for x in launches if x["tp_cost"]}),
@@ -252,9 +264,9 @@ def builds(launches: list[dict]) -> list[dict]:
     for launch in launches:
         build = launch["build"]
         if build and build["env"] not in seen:
-            low, high = BUILD_S[build["engine"]]
-            seen[build["env"]] = {"env": build["env"], "engine": build["engine"], "what": BUILD_WHAT[build["engine"]],
-                                  "h": [low / 3600, high / 3600]}
+            low, high = assumed(BUILD_S, build["engine"])
+            seen[build["env"]] = {"env": build["env"], "engine": adapter_for(build["engine"]).engine_label,
+                                  "what": assumed(BUILD_WHAT, build["engine"]), "h": [low / 3600, high / 3600]}
     return list(seen.values())
 
 

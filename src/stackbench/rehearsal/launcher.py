@@ -16,10 +16,11 @@ import sys
 from pathlib import Path
 
 from stackbench.config.model import Launch, Node
+from stackbench.config.rehearsal import STANDIN_VERSION, lock_dir
 from stackbench.models import geometry
 from stackbench.models.formats import BITS_PER_WEIGHT, KV_DTYPE_BYTES
 from stackbench.rehearsal import calibration, simgpu, standin
-from stackbench.rehearsal import plan as rehearsal_plan
+from stackbench.rehearsal.formats import formats_for
 from stackbench.serve import launchers
 from stackbench.serve.process import NotRunnable, ProcessLauncher
 
@@ -28,7 +29,7 @@ REASONING_TOKENS = 64  # a stand-in with a reasoning parser thinks this many tok
 
 
 def gpu_state(node: str) -> Path:
-    return rehearsal_plan.lock_dir(node) / "simulated-gpus.json"
+    return lock_dir(node) / "simulated-gpus.json"
 
 
 def simulated_host(node: Node) -> simgpu.NvmlDouble | None:
@@ -147,6 +148,7 @@ class StandinLauncher(ProcessLauncher):
             raise NotRunnable("rehearsal: external launches are not rehearsed yet (the stand-in would have to take the URL's port)")
         if not self.node.bandwidth_gbs:
             raise NotRunnable(f"rehearsal: {self.node.file}: hardware.gpu.bandwidth_gbs is needed to pace the stand-in")
+        formats_for(self.launch.engine)  # an engine whose formats the stand-in cannot write is not rehearsed
         host = simulated_host(self.node)
         # The pace fitted to a seed post where one measured this engine and method (calibration.py), else the shape.
         fit = calibration.fitted(self.adapter.engine_label, self.launch.spec_method) if self.launch.spec_method != "none" else None
@@ -182,6 +184,6 @@ class StandinLauncher(ProcessLauncher):
 
     def identity(self) -> dict:
         real = {"native": "native build", "image": f"image {self.launch.launch_target}"}.get(self.mode, self.mode)
-        return {"launch_mode": self.mode, "engine_version": standin.VERSION,
+        return {"launch_mode": self.mode, "engine_version": STANDIN_VERSION,
                 "engine_image": f"REHEARSAL: stand-in engine for {real}, simulated GPUs, time x{self.rehearsal['time_scale']:g}, "
                                 "each cell once"}

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from stackbench.rehearsal import plan as rehearsal_plan
+from stackbench.config import rehearsal
 
 
 def snakemake_argv(node: str, settings: dict, cores: int = 1) -> list[str]:
     """The inner workflow run, its config beside the rehearsal's files (JSON is YAML; --config would take
     nested numbers as strings). --nolock: the outer `snakemake rehearse` holds the folder's lock, and the
     rehearsal writes only under its own paths."""
-    given = rehearsal_plan.DATA / node / "config.yaml"
+    given = rehearsal.DATA / node / "config.yaml"
     given.parent.mkdir(parents=True, exist_ok=True)
     given.write_text(json.dumps({"nodes": [node], "rehearsal": {**settings, "node": node}}))
     return [sys.executable, "-m", "snakemake", "report", "--cores", str(cores), "--nolock", "--configfile", str(given)]
@@ -60,9 +60,9 @@ def _cell_reasons(run_dir: Path) -> list[str]:
 
 
 def summarize(node: str, seconds: float, time_scale: float) -> dict:
-    runs = Path(rehearsal_plan.paths(node)["runs"]) / node
+    runs = Path(rehearsal.paths(node)["runs"]) / node
     launches = [launch_summary(d) for d in sorted(runs.iterdir()) if (d / "launch.json").exists()] if runs.exists() else []
-    budget_path = Path(rehearsal_plan.paths(node)["runs"]).parent / "budget.json"
+    budget_path = rehearsal.budget_path(node)
     budget = json.loads(budget_path.read_text()) if budget_path.exists() else {"total_h": [0.0, 0.0]}
     low, high = budget["total_h"]
     return {"node": node, "rehearsal_seconds": round(seconds, 1), "time_scale": time_scale, "launches": launches,
@@ -86,7 +86,7 @@ def report_lines(summary: dict) -> list[str]:
                      + f"; flags {flags}")
     lines.append(f"  the real run: about {summary['expected_real_hours']:g}-{summary['expected_real_hours_high']:g} GPU-node "
                  f"hours ({summary['expected_basis']})")
-    lines.append(f"  report: {rehearsal_plan.paths(summary['node'])['reports']}/index.html")
+    lines.append(f"  report: {rehearsal.paths(summary['node'])['reports']}/index.html")
     return lines
 
 
@@ -94,11 +94,11 @@ def rehearse(nodes: list[str], settings: dict) -> int:
     """Rehearse each node in turn; the exit code is the first failing workflow's (0 when all ran)."""
     code = 0
     for node in nodes:
-        env = {**os.environ, "STACKBENCH_LOCK_DIR": str(rehearsal_plan.lock_dir(node).absolute())}
+        env = {**os.environ, "STACKBENCH_LOCK_DIR": str(rehearsal.lock_dir(node).absolute())}
         started = time.monotonic()
         done = subprocess.run(snakemake_argv(node, settings), env=env)
         summary = summarize(node, time.monotonic() - started, settings["time_scale"])
-        out = rehearsal_plan.DATA / node / "rehearsal.json"
+        out = rehearsal.DATA / node / "rehearsal.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({**summary, "workflow_exit_code": done.returncode}, indent=1))
         print("\n".join(report_lines(summary)), flush=True)

@@ -18,9 +18,9 @@ reply format); `bodies_file` appends every chat request's JSON body to that file
 chunk is one verification step that accepted `tokens_per_chunk - 1` of `spec_tokens` drafts (or, with
 `accept_rate` > 0, each draft position accepted with that probability given the ones before it), counted
 in the engine's speculative counters on /metrics. Also the engine's health route, /v1/models and the
-routes its adapter reads the server's identity from (Adapter.info_routes). Every engine format it speaks
-is written by that engine's adapter (engines/), beside the parser that reads it; the stand-in keeps only
-what it simulates: timing, slots, acceptance, the pace.
+routes its adapter reads the server's identity from (info_routes). Every engine format it speaks is
+written by that engine's formats (formats.py: in engines/, beside the parser that reads it); the stand-in
+keeps only what it simulates: timing, slots, acceptance, the pace.
 
 In a thread: `with StandinEngine(Timing(...)) as engine: engine.base_url`.
 As a process: `python -m stackbench.rehearsal.standin --port 0 --ttft-s 0.2 ...` prints its URL on stdout.
@@ -46,11 +46,10 @@ from dataclasses import dataclass, fields, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from stackbench.config.rehearsal import STANDIN_NAME, STANDIN_VERSION
 from stackbench.engines import adapter_for
 from stackbench.engines.base import RequestTrace, ServedCounts
-
-NAME = "stackbench-standin"  # in /version, the model list and every log line: no one takes it for an engine
-VERSION = f"{NAME}-2 (TEST DOUBLE, not an engine)"  # 2: pace fitted to the posts (calibration.py)
+from stackbench.rehearsal.formats import formats_for
 
 
 @dataclass(frozen=True)
@@ -248,10 +247,10 @@ def roofline_decode_tps(bandwidth_gbs: float, weight_bytes: float, tp: int) -> f
 # -- the engines' formats --------------------------------------------------------------------------------
 class Counters:
     """Cumulative speculative and prompt counters, shared by the request threads, served in the engine's
-    format (its adapter's metrics_exposition)."""
+    format (its formats' metrics_exposition)."""
 
     def __init__(self, engine: str = Timing.engine, facts: dict | None = None):
-        self.adapter, self.facts = adapter_for(engine), facts or {}
+        self.formats, self.facts = formats_for(engine), facts or {}
         self.lock = threading.Lock()
         self.counts = ServedCounts()
 
@@ -273,17 +272,17 @@ class Counters:
 
     def text(self) -> str:
         with self.lock:
-            return self.adapter.metrics_exposition(self.counts, self.facts, NAME) + "\n"
+            return self.formats.metrics_exposition(self.counts, self.facts, STANDIN_NAME) + "\n"
 
 
 def startup_lines(engine: str, facts: dict) -> list[str]:
-    """The engine's start-up lines (its adapter's startup_log), sized from `facts` (rehearsal.launcher.engine_facts)."""
-    return adapter_for(engine).startup_log(facts, NAME)
+    """The engine's start-up lines (its formats' startup_log), sized from `facts` (rehearsal.launcher.engine_facts)."""
+    return formats_for(engine).startup_log(facts, STANDIN_NAME)
 
 
 def context_error(engine: str, limit: int, asked: int) -> dict:
     """The engine's 400 for a request over its context, worded so that its adapter's context_limit reads it."""
-    message = adapter_for(engine).context_error(limit, asked)
+    message = formats_for(engine).context_error(limit, asked)
     return {"error": {"code": 400, "message": message, "type": "invalid_request_error"}}
 
 
@@ -292,7 +291,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
     draws = random.Random(0)  # acceptance draws: seeded, so a rehearsal's acceptance repeats exactly
     draws_lock = threading.Lock()
     jitters = random.Random(1)  # a noisy engine's interval draws, apart from the acceptance draws
-    adapter = adapter_for(timing.engine)
+    adapter, formats = adapter_for(timing.engine), formats_for(timing.engine)
 
     def accepted_drafts() -> int:
         if not timing.accept_rate:
@@ -305,7 +304,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
 
     # The routes a client reads the server's identity from, in the engine's format, with the stand-in's own
     # version so that nothing takes it for the engine.
-    info_routes = adapter.info_routes(VERSION, facts, timing.capacity or 1, timing.context_len)
+    info_routes = formats.info_routes(STANDIN_VERSION, facts, timing.capacity or 1, timing.context_len)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"  # the body ends when the connection closes: no chunked framing
@@ -326,7 +325,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 self._reply(200, "")
             elif self.path == "/v1/models":
                 self._reply(200, json.dumps({"object": "list", "data": [
-                    {"id": facts.get("served_model_name", "synthetic"), "object": "model", "owned_by": NAME,
+                    {"id": facts.get("served_model_name", "synthetic"), "object": "model", "owned_by": STANDIN_NAME,
                      **({"max_model_len": timing.context_len} if timing.context_len else {})}]}))
             elif self.path in info_routes:
                 self._reply(200, json.dumps(info_routes[self.path]))
@@ -341,7 +340,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 # Whichever text field the engine's tokenize body names (Adapter.tokenize_body).
                 text = body.get("prompt", body.get("content", body.get("text", "")))
                 ids = list(range(len(text.split())))
-                self._reply(200, json.dumps(adapter.tokenize_reply(ids, timing.context_len or 4096)))
+                self._reply(200, json.dumps(formats.tokenize_reply(ids, timing.context_len or 4096)))
                 return
             if self.path != "/v1/chat/completions":
                 self._reply(404, json.dumps({"error": {"message": f"no route {self.path}"}}))
@@ -392,7 +391,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
             coalesce = pace is not None and (continuous or timing.accept_rate > 0)
 
             def send(delta: dict | None, usage: bool, final: bool = False) -> None:
-                chunk = {"id": NAME, "object": "chat.completion.chunk", "model": facts.get("served_model_name", "synthetic"),
+                chunk = {"id": STANDIN_NAME, "object": "chat.completion.chunk", "model": facts.get("served_model_name", "synthetic"),
                          "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": None}]}
                 if usage:
                     chunk["usage"] = {
@@ -402,7 +401,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                         "completion_tokens_details": {"reasoning_tokens": reasoning_emitted}}
                 if final:
                     elapsed_ms = (time.perf_counter() - start) * 1000
-                    chunk.update(adapter.final_chunk_fields(RequestTrace(
+                    chunk.update(formats.final_chunk_fields(RequestTrace(
                         prompt_tokens=prompt_tokens, cached=cached, prefill_ms=ttft * 1000,
                         decode_ms=max(elapsed_ms - ttft * 1000, 1e-3), emitted=emitted, steps=steps, proposed=proposed,
                         correct=correct)))
@@ -496,7 +495,7 @@ class StandinEngine:
 
 
 # -- the engine's own argument parser ------------------------------------------------------------------------
-# Run with the Python of the engine's CPU environment (the adapter's flag_parser), on the argv after the
+# Run with the Python of the engine's CPU environment (its formats' flag_parser), on the argv after the
 # module: the parse fails on an unknown flag, a bad choice or a bad type exactly as the engine's would.
 def engine_flags(engine: str, argv: list[str]) -> list[str]:
     """The engine's own flags: the argv after `-m <module>` or the image's entrypoint (the adapter's
@@ -515,7 +514,7 @@ def engine_flags(engine: str, argv: list[str]) -> list[str]:
 
 def check_with_engine_parser(engine: str, flags: list[str], envs_dir: Path) -> str:
     """'ok' or why not checked; raises SystemExit with the parser's message when the engine would refuse."""
-    parser = adapter_for(engine).flag_parser
+    parser = formats_for(engine).flag_parser
     if isinstance(parser, str):
         return f"skipped: {parser}"
     env, source = parser
@@ -526,7 +525,7 @@ def check_with_engine_parser(engine: str, flags: list[str], envs_dir: Path) -> s
     done = subprocess.run([info.get("server"), "-c", source, *flags], capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise SystemExit(f"{NAME}: {engine}'s own argument parser refuses the command: {last}")
+        raise SystemExit(f"{STANDIN_NAME}: {engine}'s own argument parser refuses the command: {last}")
     # The version checked, said beside the one the real run pins (rehearsal/budget.py): a CPU build may lag it.
     return f"ok ({env}'s argparse{', version ' + str(info['version']) if info.get('version') else ''})"
 
@@ -559,7 +558,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
     address, _ = where.parse_known_args(flags)
     argv_out = Path(facts["argv_out"])
     argv_out.write_text(json.dumps({"engine": engine, "argv": argv}))
-    print(f"{NAME}: TEST DOUBLE standing in for {engine} (no model is loaded, no kernel runs)", flush=True)
+    print(f"{STANDIN_NAME}: TEST DOUBLE standing in for {engine} (no model is loaded, no kernel runs)", flush=True)
     check = None
     try:
         check = check_with_engine_parser(engine, flags, Path(facts["envs_dir"]))
@@ -568,7 +567,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
         raise
     finally:  # whether the engine's own parser checked the flags, for the rehearsal's report (rehearsal/budget.py)
         argv_out.write_text(json.dumps({"engine": engine, "argv": argv, "flag_check": check}))
-    print(f"{NAME}: argument check {check}", flush=True)
+    print(f"{STANDIN_NAME}: argument check {check}", flush=True)
     for line in startup_lines(engine, facts):
         print(line, flush=True)
     time.sleep(ready_s(facts["weights_gib_per_gpu"] * 2**30) / float(facts["time_scale"]))  # loading, as modeled
@@ -581,7 +580,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
                     accept_rate=facts["accept_rate"] if facts["spec_tokens"] else 0.0, capacity=facts["slots"],
                     context_len=facts["context_len"])
     with StandinEngine(timing, address.port, address.host, Pace(facts, gpus), facts) as server:
-        print(f"{NAME}: listening on {server.base_url}", flush=True)
+        print(f"{STANDIN_NAME}: listening on {server.base_url}", flush=True)
         server.thread.join()
 
 

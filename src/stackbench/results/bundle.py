@@ -52,8 +52,21 @@ def content_hash(manifest: dict) -> str:
     return _sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode())
 
 
-def source_of(owner: str, rehearsal: bool = False) -> str:
-    return f"{PREFIX}{owner}" + (":rehearsal" if rehearsal else "")
+# What a bundle's rows were made as (their source where they were made) stays after the owner in their source here,
+# and in the bundle's provenance line, so a rehearsal's are never taken for measured rows; measured rows are plainly
+# the owner's.
+SOURCE_TAIL = {"rehearsal": ":rehearsal"}
+PROVENANCE_NOTE = {"rehearsal": "; a rehearsal: stand-in engines on simulated GPUs"}
+# A manifest says whether every row was a rehearsal's (measure/publish.py): what its rows were made as.
+MADE_AS = {False: "measured", True: "rehearsal"}
+
+
+def source_of(owner: str, made_as: str) -> str:
+    return f"{PREFIX}{owner}{SOURCE_TAIL.get(made_as, '')}"
+
+
+def manifest_made_as(manifest: dict) -> str:
+    return MADE_AS[bool(manifest.get("rehearsal"))]
 
 
 def rows_bytes(rows: pd.DataFrame) -> bytes:
@@ -147,14 +160,14 @@ def provenance_text(manifest: dict) -> str:
             f"definitions {manifest.get('definitions')}; made {manifest.get('created')}; GPU {host.get('gpu')} "
             f"(driver {host.get('driver', 'unknown')}); CPU {host.get('cpu')}; OS {host.get('os')}; weights {weights or 'unknown'}; "
             f"engines {engines or 'unknown'}; content sha256 {manifest.get('content_hash', '')[:16]}"
-            + ("; a rehearsal: stand-in engines on simulated GPUs" if manifest.get("rehearsal") else ""))
+            f"{PROVENANCE_NOTE.get(manifest_made_as(manifest), '')}")
 
 
 def manifest_row(path: Path, manifest: dict | None, refused: str | None) -> dict:
     """The bundle's own row in the results: its provenance, or why it was refused."""
     manifest = manifest or {}
     owner = manifest.get("owner") or Path(path).name.removesuffix(SUFFIX)
-    return {"source": source_of(owner, bool(manifest.get("rehearsal"))), "ref": manifest.get("content_hash", "unknown")[:16],
+    return {"source": source_of(owner, manifest_made_as(manifest)), "ref": manifest.get("content_hash", "unknown")[:16],
             "node": manifest.get("node", "unknown"), "stack": "unknown", "variant": "unknown", "metric": METRIC,
             "value": None if refused else float(manifest.get("rows", 0)), "unit": "rows", "stat": "single",
             "status": "rejected" if refused else "ok", "reason": refused, "table_title": Path(path).name,
@@ -176,8 +189,7 @@ def import_rows(path: Path, definitions: int) -> list[dict]:
             manifest = None
         return [manifest_row(path, manifest if isinstance(manifest, dict) else None, str(err))]
     rows = bundle.rows
-    rehearsal = rows["source"].eq("rehearsal")
-    rows["source"] = [source_of(bundle.owner, r) for r in rehearsal]
+    rows["source"] = [source_of(bundle.owner, source) for source in rows["source"]]
     rows["implausible"] = None  # checked again here, at collect, on this machine's rules
     return [*store.records_of(rows), manifest_row(path, bundle.manifest, None)]
 

@@ -11,6 +11,7 @@ from stackbench.engines import ADAPTERS
 from stackbench.measure import summary
 from stackbench.measure.rows import RowMaker
 from stackbench.plan import expand, launchspec
+from stackbench.rehearsal import backend
 from stackbench.results import basis
 from stackbench.results.store import MEASURED
 
@@ -52,13 +53,13 @@ def test_a_wide_flag_keeps_the_note_it_joins():
 
 
 def test_a_rehearsals_rows_are_rehearsal_rows_and_a_real_runs_measured(monkeypatch):
-    """The same launch planned for real and for a rehearsal (stand-in engine, simulated GPUs): only the
-    rehearsal's rows say source = rehearsal, and every measured-rows filter still takes them."""
+    """The same launch planned for real and for a rehearsal (stand-in engine, simulated GPUs), each on the backend
+    its spec chooses: only the rehearsal's rows say source = rehearsal, and every measured-rows filter still takes them."""
     monkeypatch.chdir(ROOT)
     sources = []
     for given in ({"nodes": ["rtx5090"]}, {"nodes": ["rtx5090"], "rehearsal": {"node": "rtx5090"}}):
         cfg, nodes = expand.load_plan(ROOT, given)
         node, launch = expand.find_launch(nodes, "rtx5090", "llamacpp--nospec")
         spec = launchspec.build(cfg, node, launch)
-        sources.append(RowMaker(spec, "run", ADAPTERS["llamacpp"], RATIO).basis(None)["source"])
+        sources.append(RowMaker(spec, "run", ADAPTERS["llamacpp"], RATIO, backend.for_spec(spec).source).basis(None)["source"])
     assert sources == ["measured", "rehearsal"] and set(sources) == set(MEASURED)

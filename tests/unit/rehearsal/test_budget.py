@@ -23,7 +23,7 @@ def write_launch(runs, name, mode, cells, ready_s, caps=(), repeats=None, weight
     workloads = sorted({c[1] for c in cells})
     (folder / "launch.json").write_text(json.dumps({
         "launch": {"stack_config": stack, "variant": variant, "launch_mode": mode, "launch_target": "img@sha256:1" if mode == "image" else None,
-                   "repeats": repeats, "power_caps_w": list(caps)},
+                   "repeats": repeats, "power_caps_w": list(caps), "engine": stack.split("-")[0]},  # these stacks' first word
         "node": {"workloads": [spec_workload(w, "probe" if w == "probes" else "single", per_stream) for w in workloads]},
         "cells": [{"key": key, "workload": workload, "power_cap_w": cap} for key, workload, cap, _ in cells]}))
     (folder / "run.json").write_text(json.dumps({"timeline": [{"event": "ready", "seconds": ready_s},
@@ -39,8 +39,11 @@ def test_hours_count_repeats_warm_up_start_and_pull_and_name_the_costliest(tmp_p
     by_launch = {x["launch"]: x for x in doc["launches"]}
     hour = 3600
     # The first launch of the image (in name order) pulls it; its cells run 3 repeats plus one warm-up request each.
-    # Each start at its modeled seconds (start-up and the weights read), not the rehearsal's ready time x the scale.
-    start = standin.ready_s(10.0 * 2**30)
+    # Each start at its modeled seconds (start-up and the weights read), not the rehearsal's ready time x the scale,
+    # and the engine's compile.
+    loaded = standin.ready_s(10.0 * 2**30)
+    compile_low, compile_high = budget.COMPILE_S["vllm"]
+    start = loaded + compile_low
     nospec = by_launch["vllm--nospec"]
     assert nospec["start_h"][0] == pytest.approx((start + budget.IMAGE_PULL_S[0]) / hour)
     assert nospec["total_h"][0] == pytest.approx(nospec["start_h"][0] + (2.0 + 10.0) * SCALE * (3 + 1) / hour)
@@ -50,7 +53,7 @@ def test_hours_count_repeats_warm_up_start_and_pull_and_name_the_costliest(tmp_p
     # High: the slower roofline share on the cells, the slow disk on the load, the slow pull.
     slow = standin.ROOFLINE_SHARE / budget.HIGH_SHARE
     load_extra = 10.0 * 2**30 * (1 / budget.LOAD_BYTES_PER_S_HIGH - 1 / standin.LOAD_BYTES_PER_S)
-    assert mtp["total_h"][1] == pytest.approx((start + load_extra + 1.0 * SCALE * 6 * slow) / hour)
+    assert mtp["total_h"][1] == pytest.approx((loaded + compile_high + load_extra + 1.0 * SCALE * 6 * slow) / hour)
     assert [w["workload"] for w in doc["workloads"]] == ["long", "code"]
     assert doc["top_cells"][0] == {"launch": "vllm--nospec", "cell": "long--c1--nocap", "total_h": [10.0 * SCALE * 4 / hour,
                                                                                                    10.0 * SCALE * 4 * slow / hour]}
@@ -152,7 +155,7 @@ def test_builds_and_installs_are_listed_once_beside_the_budget(tmp_path):
                   env="llamacpp-cuda-sm89")
     doc = budget.budget(tmp_path, SCALE, REAL)
     assert doc["builds"] == [{"env": "llamacpp-cuda-sm89", "engine": "llama.cpp", "what": "CUDA build from source",
-                              "h": [b / 3600 for b in budget.BUILD_S["llama.cpp"]]}]
+                              "h": [b / 3600 for b in budget.BUILD_S["llamacpp"]]}]
     tables = {t.table_id: t for t in budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))}
     assert tables["budget-builds"].rows[0][0] == "llamacpp-cuda-sm89"
 
@@ -235,3 +238,12 @@ def test_resolvable_gain_falls_with_rounds_and_the_cheapest_plan_is_the_first_th
     n = estimators.rounds_to_resolve(sd, 0.10)
     assert estimators.resolvable_gain(sd, n, n, n) < 0.10 <= estimators.resolvable_gain(sd, n - 1, n - 1, n - 1)
     assert estimators.resolvable_gain(sd, 2, 3, 8) == float("inf")  # before the first look nothing is spent
+
+
+def test_every_adapter_has_its_compile_and_build_assumptions():
+    from stackbench.engines import ADAPTERS
+
+    for table in (budget.COMPILE_S, budget.BUILD_S, budget.BUILD_WHAT):
+        assert set(table) == set(ADAPTERS)
+    with pytest.raises(KeyError, match="no stated assumption"):
+        budget.assumed(budget.COMPILE_S, "an-engine-without-one")

@@ -1,13 +1,12 @@
 """The simulated host (stackbench.rehearsal.simgpu, an NVML TEST DOUBLE) as telemetry and power caps see
-it, and what makes a run a rehearsal (stackbench.rehearsal.plan)."""
+it, and what makes a run a rehearsal (stackbench.config.rehearsal)."""
 
 import pytest
 from paths import ROOT
 
-from stackbench.config import ConfigError
+from stackbench.config import ConfigError, rehearsal
 from stackbench.host import powercap, telemetry
 from stackbench.plan import expand, launchspec
-from stackbench.rehearsal import plan as rehearsal_plan
 from stackbench.rehearsal import simgpu
 
 
@@ -56,7 +55,7 @@ def test_a_rehearsal_moves_every_output_and_runs_cells_once():
     assert cfg["paths"]["reports"] == "reports/rehearsal/rtx5090"
     assert cfg["paths"]["published"] == "data/published"  # inputs stay
     assert (cfg["measure"]["repeats"], cfg["measure"]["warmup_requests"]) == (1, 0)
-    assert rehearsal_plan.apply(cfg) == cfg
+    assert rehearsal.apply(cfg) == cfg
     real = expand.load_run_config(ROOT, {"nodes": ["rtx5090"]})
     assert real["paths"]["results"] == "data/results.parquet"
     with pytest.raises(ConfigError, match="rehearsal.node"):

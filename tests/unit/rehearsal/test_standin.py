@@ -9,6 +9,7 @@ import httpx
 import pytest
 from paths import ROOT
 
+from stackbench.config.rehearsal import STANDIN_VERSION
 from stackbench.engines import adapter_for
 from stackbench.engines.base import SERVER_SPEC_DRAFTED, ServerFacts
 from stackbench.plan import expand
@@ -66,7 +67,7 @@ def test_metrics_tokenize_and_context_errors_in_each_engines_format(engine):
             metrics = client.get(adapter.metrics_path).text
             too_long = client.post("/v1/chat/completions", json={**body, "max_tokens": 5000})
             said = adapter.self_report(client, server.base_url)
-    assert said["engine_version"] == standin.VERSION  # its identity read through the engine's own route
+    assert said["engine_version"] == STANDIN_VERSION  # its identity read through the engine's own route
     counters = adapter.spec_counters(metrics)
     assert counters is not None and counters.drafts == 2  # two verification steps of 3 tokens after the prefill's
     # The facts each engine's /metrics carries, as the stand-in was given them (llama.cpp's holds counters only).
@@ -134,7 +135,7 @@ def test_ready_time_follows_the_weights():
 
 def test_a_rehearsal_figure_reads_at_the_modeled_pace():
     from stackbench.measure.summary import Figure
-    from stackbench.rehearsal.plan import at_model_pace
+    from stackbench.rehearsal.backend import at_model_pace
 
     rate = at_model_pace(Figure("decode_tps", 3840.0, "tok/s", "median", 1, ci_low=3800.0, ci_high=3900.0), 50)
     assert (rate.value, rate.ci_low, rate.ci_high, rate.value_min) == (76.8, 76.0, 78.0, None)
