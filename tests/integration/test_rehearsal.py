@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import copy_repo
+from helpers import copy_repo, unregistered
 from paths import ROOT
 
 from stackbench.rehearsal import simgpu
@@ -112,6 +112,14 @@ def test_headline_row_per_stack_and_variant_and_every_title_a_rehearsal(rehearse
     rows = pd.read_csv(headline)
     shown = set(zip(rows.loc[rows["source"] == "rehearsal", "stack"], rows.loc[rows["source"] == "rehearsal", "variant"]))
     assert shown == set(zip(measured["stack"], measured["variant"]))
+
+
+@pytest.mark.parametrize("node", SEED_NODES)
+def test_every_metric_a_rehearsal_writes_is_registered(rehearsed, node):
+    """Every row the rehearsal's launches wrote (cells, server facts, probes, collect's comparisons) is under a
+    name results/metrics.py holds: an unregistered one would be read by nothing."""
+    results = pd.read_parquet(rehearsed(node)["repo"] / f"data/rehearsal/{node}/results.parquet", columns=["metric"])
+    assert unregistered(results["metric"]) == []
 
 
 def test_rtx5090_reads_at_the_modeled_pace_and_slows_with_context(rehearsed):

@@ -21,7 +21,7 @@ from paths import ROOT
 
 from stackbench.measure import sequencer
 from stackbench.plan import expand, launchspec
-from stackbench.results import store
+from stackbench.results import metrics, store
 
 
 def copy_repo(dest: Path) -> Path:
@@ -184,3 +184,15 @@ def ci_measure_argv(repo: Path, launch: str, out: Path) -> list[str]:
     """`stackbench measure` as the measure rule runs it, on a spec written where the plan step would."""
     spec = launchspec.write(ci_launch_spec(repo, launch), out / "launch.json")
     return [sys.executable, "-m", "stackbench.cli", "measure", "--spec", str(spec), "--out-dir", str(out)]
+
+
+def unregistered(names) -> list[str]:
+    """The distinct metric names among `names` that the registry (results/metrics.py) does not hold: rows under
+    them would be read by nothing."""
+    missing = []
+    for name in sorted(set(names)):
+        try:
+            metrics.checked(name)
+        except metrics.UnknownMetric:
+            missing.append(name)
+    return missing

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from stackbench.results.metrics import M
 from stackbench.results.store import MEASURED
 
 # (column title, metric): the per-request figures first, the counter-pooled one last.
-COLUMNS = [("token-weighted", "accept_rate_token_weighted"), ("request-weighted", "accept_rate_request_weighted"),
-           ("p10", "request_accept_rate_p10"), ("median", "request_accept_rate_p50"), ("p90", "request_accept_rate_p90"),
-           ("pooled /metrics", "accept_rate")]
+COLUMNS = [("token-weighted", M.accept_rate_token_weighted), ("request-weighted", M.accept_rate_request_weighted),
+           ("p10", M.request_accept_rate_p10), ("median", M.request_accept_rate_p50), ("p90", M.request_accept_rate_p90),
+           ("pooled /metrics", M.accept_rate)]
 ACCEPTANCE_METRICS = tuple(metric for _, metric in COLUMNS)
 KEYS = ["node", "stack", "variant", "power_cap_w", "workload", "concurrency"]
 
@@ -21,7 +22,7 @@ def acceptance_by_workload(results: pd.DataFrame) -> pd.DataFrame:
     requests behind them."""
     rows = results[results["source"].isin(MEASURED) & (results["status"] == "ok") & results["value"].notna()
                    & results["metric"].isin(ACCEPTANCE_METRICS)]
-    per_request = rows[rows["metric"] == "accept_rate_token_weighted"]
+    per_request = rows[rows["metric"] == M.accept_rate_token_weighted]
     if per_request.empty:
         return pd.DataFrame()
     wide = rows.groupby(KEYS + ["metric"], dropna=False)["value"].median().unstack("metric")

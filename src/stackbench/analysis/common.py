@@ -10,6 +10,7 @@ import pandas as pd
 
 from stackbench.models.formats import BITS_PER_WEIGHT, KV_DTYPE_BYTES  # noqa: F401  (re-exported to the analyses)
 from stackbench.results import metrics
+from stackbench.results.metrics import M
 from stackbench.results.store import IDENTITY_COLUMNS, LAUNCH_COLUMNS, MEASURED
 
 # A cell's full identity, and the identity of one server launch (its start-up facts are server rows).
@@ -57,7 +58,7 @@ def geometry_columns(rows: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
     configs/models entry their model name matches (written beside the seeds' figures by the collect side)."""
     names = {f"geometry_{f}": f for f in GEOMETRY_FIELDS + ["params_b", "weight_mib"]}
     out = on_launch(rows, launch_values(results, names)).rename(columns={"weight_mib": "file_weight_mib"})
-    notes = results.loc[results["metric"].eq("geometry_attention_layers"), LAUNCH + ["note"]].drop_duplicates(LAUNCH)
+    notes = results.loc[results["metric"].eq(M.geometry_attention_layers), LAUNCH + ["note"]].drop_duplicates(LAUNCH)
     source = on_launch(rows, notes)["note"]
     out["geometry_source"] = source.where(out["attention_layers"].notna(), np.where(
         rows["source"].eq("published"), "no configs/models entry matches the model name", "no geometry rows for this launch"))

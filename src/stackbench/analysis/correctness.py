@@ -7,12 +7,13 @@ import numpy as np
 import pandas as pd
 
 from stackbench.analysis.common import text_of
+from stackbench.results.metrics import M
 from stackbench.results.store import MEASURED
 
-CORRECTNESS_METRICS = ["smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement",
-                       "first_divergence_token", "loops_charged", "output_len_ok", "repetition_ratio", "looping",
-                       "accuracy", "accuracy_invalid", "answer_agreement", "accuracy_below_reference",
-                       "agreement_noise_floor", "mean_kld", "perplexity"]
+CORRECTNESS_METRICS = [M.smoke_score, M.needle_pass, M.cache_consistent, M.regression_score, M.output_agreement,
+                       M.first_divergence_token, M.loops_charged, M.output_len_ok, M.repetition_ratio, M.looping,
+                       M.accuracy, M.accuracy_invalid, M.answer_agreement, M.accuracy_below_reference,
+                       M.agreement_noise_floor, M.mean_kld, M.perplexity]
 VARIANT = ["node", "stack", "variant"]
 
 # The one verdict rule of every table. Loops: charged only from the probes' greedy outputs, prompt by prompt,
@@ -53,7 +54,7 @@ def disagreement_charged(agreement: pd.Series, first_divergence: pd.Series, floo
 def reference_floor(table: pd.DataFrame) -> pd.Series:
     """Per variant (the index of `table`), the noise floor of its node and stack's one no-spec launch (the
     only variant there with an agreement_noise_floor); NaN where there is none or several."""
-    floors = table["agreement_noise_floor"].dropna()
+    floors = table[M.agreement_noise_floor].dropna()
     per_stack = floors.groupby(level=["node", "stack"]).agg(["first", "count"])
     one = per_stack.loc[per_stack["count"] == 1, "first"]
     keys = pd.MultiIndex.from_arrays([table.index.get_level_values("node"), table.index.get_level_values("stack")])
@@ -82,38 +83,38 @@ def correctness_by_variant(results: pd.DataFrame) -> pd.DataFrame:
     # divergence, the highest repetition).
     worst = rows.groupby(VARIANT + ["metric"])["value"].agg(["min", "max"]).unstack("metric")
     table = pd.DataFrame(index=worst.index)
-    for metric in ("smoke_score", "needle_pass", "cache_consistent", "regression_score", "output_agreement", "output_len_ok",
-                   "first_divergence_token", "repetition_ratio", "loops_charged", "looping", "accuracy",
-                   "accuracy_invalid", "answer_agreement", "accuracy_below_reference", "agreement_noise_floor"):
-        higher_is_worse = ("repetition_ratio", "loops_charged", "looping", "accuracy_invalid", "accuracy_below_reference")
+    for metric in (M.smoke_score, M.needle_pass, M.cache_consistent, M.regression_score, M.output_agreement, M.output_len_ok,
+                   M.first_divergence_token, M.repetition_ratio, M.loops_charged, M.looping, M.accuracy,
+                   M.accuracy_invalid, M.answer_agreement, M.accuracy_below_reference, M.agreement_noise_floor):
+        higher_is_worse = (M.repetition_ratio, M.loops_charged, M.looping, M.accuracy_invalid, M.accuracy_below_reference)
         side = worst["max" if metric in higher_is_worse else "min"]
         table[metric] = side[metric] if metric in side else np.nan
     quality = pd.concat([accuracy_text(rows), divergence_text(rows)], axis=1).reindex(table.index).fillna("")
     table["accuracy_text"] = ["; ".join(t for t in texts if t) for texts in quality.itertuples(index=False)]
-    needle = rows[rows["metric"] == "needle_pass"].groupby(VARIANT)["prompt_tokens"].max()
+    needle = rows[rows["metric"] == M.needle_pass].groupby(VARIANT)["prompt_tokens"].max()
     table["needle_prompt_tokens"] = needle.reindex(table.index)
-    units = rows[rows["metric"] == "first_divergence_token"].groupby(VARIANT)["unit"].first()
+    units = rows[rows["metric"] == M.first_divergence_token].groupby(VARIANT)["unit"].first()
     table["divergence_unit"] = units.reindex(table.index)
-    table["looping_in"] = _workloads_where(rows, (rows["metric"] == "looping") & (rows["value"] > 0)).reindex(table.index).fillna("")
-    table["length_off_in"] = _workloads_where(rows, (rows["metric"] == "output_len_ok") & (rows["value"] < 1)).reindex(table.index).fillna("")
-    differs = table["first_divergence_token"].notna()
+    table["looping_in"] = _workloads_where(rows, (rows["metric"] == M.looping) & (rows["value"] > 0)).reindex(table.index).fillna("")
+    table["length_off_in"] = _workloads_where(rows, (rows["metric"] == M.output_len_ok) & (rows["value"] < 1)).reindex(table.index).fillna("")
+    differs = table[M.first_divergence_token].notna()
     table["noise_floor"] = reference_floor(table)
-    charged = disagreement_charged(table["output_agreement"], table["first_divergence_token"], table["noise_floor"])
+    charged = disagreement_charged(table[M.output_agreement], table[M.first_divergence_token], table["noise_floor"])
     table["charged"] = charged
-    loops = table["loops_charged"].fillna(0) > 0
+    loops = table[M.loops_charged].fillna(0) > 0
     unit = table["divergence_unit"].fillna("tokens").str.removesuffix("s")
-    where = ("at " + unit + " " + text_of(table["first_divergence_token"], "{:.0f}")
-             + " (agreement " + text_of(table["output_agreement"], "{:.2f}") + ")")
+    where = ("at " + unit + " " + text_of(table[M.first_divergence_token], "{:.0f}")
+             + " (agreement " + text_of(table[M.output_agreement], "{:.2f}") + ")")
     floored = table["noise_floor"].notna()
     floor_text = "no-spec's own noise floor (agreement " + text_of(table["noise_floor"], "{:.2f}") + " at c2)"
     within = np.where(floored, ", within " + floor_text, ", within tolerance")
     words = pd.Series(np.where(charged, "differs " + where,
                                np.where(differs, "differs late " + where + within,
-                                        np.where(table["output_agreement"].notna(), "= no-spec", ""))), index=table.index)
-    loop_share = text_of(table["loops_charged"], "{:.2f}")
+                                        np.where(table[M.output_agreement].notna(), "= no-spec", ""))), index=table.index)
+    loop_share = text_of(table[M.loops_charged], "{:.2f}")
     parts = [words, np.where(loops, "loops where no-spec does not (" + loop_share + " of probe prompts)", ""),
              np.where(table["length_off_in"] != "", "lengths not as asked: " + table["length_off_in"], "")]
-    below = table["accuracy_below_reference"].fillna(0) > 0
+    below = table[M.accuracy_below_reference].fillna(0) > 0
     parts.append(np.where(below, "answers worse than no-spec (flips test)", ""))
     table["outputs"] = ["; ".join(p for p in ps if p) for ps in zip(*parts)]
     table["flagged"] = charged | loops | (table["length_off_in"] != "") | below
@@ -135,8 +136,8 @@ def divergence_text(rows: pd.DataFrame) -> pd.Series:
     bound: "KLD 0.031 [0.028-0.034] exact from <reference>" (results/divergence.py); a variant whose launch scored
     the text but has no figure from a reference says so. The reference is the node's one quality_reference, so
     every stack of a node is read from the same one."""
-    scored = rows[rows["metric"] == "perplexity"].drop_duplicates(VARIANT).set_index(VARIANT)
-    kld = rows[(rows["metric"] == "mean_kld") & rows["value"].notna()]
+    scored = rows[rows["metric"] == M.perplexity].drop_duplicates(VARIANT).set_index(VARIANT)
+    kld = rows[(rows["metric"] == M.mean_kld) & rows["value"].notna()]
     texts = pd.Series("KLD: no figure from a quality reference (none on this node, or its tokens differ)", index=scored.index, dtype=object)
     if not kld.empty and "row_label" in kld:
         kld = kld.sort_values("value").drop_duplicates(VARIANT, keep="last").set_index(VARIANT)
@@ -151,14 +152,14 @@ def divergence_text(rows: pd.DataFrame) -> pd.Series:
 def accuracy_text(rows: pd.DataFrame) -> pd.Series:
     """Per variant, its accuracy with the Wilson 95% interval and n: "0.42 [0.29-0.56] n=50" (the lowest
     where several accuracy cells)."""
-    acc = rows[rows["metric"] == "accuracy"].sort_values("value").drop_duplicates(VARIANT).set_index(VARIANT)
+    acc = rows[rows["metric"] == M.accuracy].sort_values("value").drop_duplicates(VARIANT).set_index(VARIANT)
     if acc.empty:
         return pd.Series(dtype=object)
     return pd.Series([f"{v:.2f} [{lo:.2f}-{hi:.2f}] n={n:.0f}" for v, lo, hi, n in
                       zip(acc["value"], acc["ci_low"], acc["ci_high"], acc["n"])], index=acc.index, dtype=object)
 
 
-CROSS_STACK_METRICS = ["cross_stack_agreement", "cross_stack_divergence"]
+CROSS_STACK_METRICS = [M.cross_stack_agreement, M.cross_stack_divergence]
 MATRIX_CORNER = "reference ↓ / compared →"
 
 
@@ -172,12 +173,12 @@ def cross_stack_matrices(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     for family, mine in rows.groupby("table_title", sort=True):
         cells = mine.pivot_table(index=["row_label", "col_label"], columns="metric", values="value", aggfunc="first",
                                  dropna=False)
-        units = mine[mine["metric"] == "cross_stack_divergence"].groupby(["row_label", "col_label"])["unit"].first()
+        units = mine[mine["metric"] == M.cross_stack_divergence].groupby(["row_label", "col_label"])["unit"].first()
         labels = sorted(set(mine["row_label"]) | set(mine["col_label"]))
         matrix = pd.DataFrame(index=labels, columns=labels, dtype=object).fillna("")
         for (reference, candidate), values in cells.iterrows():
-            share = values.get("cross_stack_agreement")
-            diverged = values.get("cross_stack_divergence")
+            share = values.get(M.cross_stack_agreement)
+            diverged = values.get(M.cross_stack_divergence)
             if pd.isna(share):
                 continue
             unit = str(units.get((reference, candidate), "tokens")).removesuffix("s")
@@ -189,7 +190,7 @@ def cross_stack_matrices(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
-QUALITY_METRICS = ["cross_stack_answer_agreement"]
+QUALITY_METRICS = [M.cross_stack_answer_agreement]
 
 
 def quality_tables(rows: pd.DataFrame, by_variant: pd.DataFrame) -> list[tuple[str, pd.DataFrame, list[str]]]:
@@ -218,7 +219,7 @@ def quality_tables(rows: pd.DataFrame, by_variant: pd.DataFrame) -> list[tuple[s
 
 
 # The divergence rows (results/divergence.py), and each launch's own perplexity beside them.
-DIVERGENCE_METRICS = ["perplexity", "mean_kld", "kld_p99", "same_top_token", "rms_delta_p", "perplexity_ratio", "kld_tail_mass"]
+DIVERGENCE_METRICS = [M.perplexity, M.mean_kld, M.kld_p99, M.same_top_token, M.rms_delta_p, M.perplexity_ratio, M.kld_tail_mass]
 
 
 def _with_interval(value: float, low: float, high: float, digits: str) -> str:
@@ -233,8 +234,8 @@ def divergence_tables(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame, list[
     share of positions whose top token is the reference's (Wilson interval) and RMS delta-p; a refused pair
     (another tokenization) says why in its row. The words are each launch's sentence (the perplexity_ratio note)."""
     rows = rows[rows["source"].isin(MEASURED)]
-    compared = rows[rows["table_title"].notna() & (rows["metric"] != "perplexity")]
-    own = rows[rows["metric"] == "perplexity"].assign(
+    compared = rows[rows["table_title"].notna() & (rows["metric"] != M.perplexity)]
+    own = rows[rows["metric"] == M.perplexity].assign(
         col_label=lambda f: f["node"] + " / " + f["stack"] + " / " + f["variant"] + " / " + f["quant"].fillna("unknown"))
     out = []
     for family, mine in compared.groupby("table_title", sort=True):
@@ -252,18 +253,18 @@ def divergence_tables(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame, list[
                 return by.loc[metric, field] if metric in by.index else np.nan
 
             line.update({
-                "mean KLD [95% CI]": _with_interval(get("mean_kld"), get("mean_kld", "ci_low"), get("mean_kld", "ci_high"), ".4f"),
-                "KLD p99": f"{get('kld_p99'):.4f}",
-                "same top token [95% CI]": _with_interval(get("same_top_token"), get("same_top_token", "ci_low"),
-                                                          get("same_top_token", "ci_high"), ".3f"),
-                "RMS Δp": f"{get('rms_delta_p'):.2%}",
-                "PPL / reference": f"{get('perplexity_ratio'):.4f}",
+                "mean KLD [95% CI]": _with_interval(get(M.mean_kld), get(M.mean_kld, "ci_low"), get(M.mean_kld, "ci_high"), ".4f"),
+                "KLD p99": f"{get(M.kld_p99):.4f}",
+                "same top token [95% CI]": _with_interval(get(M.same_top_token), get(M.same_top_token, "ci_low"),
+                                                          get(M.same_top_token, "ci_high"), ".3f"),
+                "RMS Δp": f"{get(M.rms_delta_p):.2%}",
+                "PPL / reference": f"{get(M.perplexity_ratio):.4f}",
                 # kld_tail_mass's note opens with the basis: "exact: ..." or "a lower bound ... (k = ...), mean tail mass ..."
-                "KLD basis": ("exact, full vocabulary" if str(get("kld_tail_mass", "note")).startswith("exact")
-                              else f"bound, unseen mass {get('kld_tail_mass'):.3g}" if "kld_tail_mass" in by.index else ""),
+                "KLD basis": ("exact, full vocabulary" if str(get(M.kld_tail_mass, "note")).startswith("exact")
+                              else f"bound, unseen mass {get(M.kld_tail_mass):.3g}" if M.kld_tail_mass in by.index else ""),
             })
             lines.append(line)
-            note = by.loc["perplexity_ratio", "note"] if "perplexity_ratio" in by.index else ""
+            note = by.loc[M.perplexity_ratio, "note"] if M.perplexity_ratio in by.index else ""
             words += [part for part in str(note).split("; ") if part.startswith(launch)]
         out.append((family, pd.DataFrame(lines), words))
     return out

@@ -47,15 +47,15 @@ from stackbench.config import default_decision
 from stackbench.config.model import ONCE_SUFFIX, Decision
 from stackbench.results import estimators
 from stackbench.results.judged import CONCURRENT_METRIC, SINGLE_STREAM_METRIC, judged_metric, judged_rows
-from stackbench.results.metrics import HOST_BUSY_METRIC, SLOWDOWN_METRICS
+from stackbench.results.metrics import SLOWDOWN_METRICS, M
 from stackbench.results.store import MEASURED
 
 NO_SPEC = "no-spec"
 RUN, NOT_WORTH_IT, UNDECIDED = "run", "not worth it", "undecided"
 VERDICTS = (RUN, NOT_WORTH_IT, UNDECIDED)
 # The figure a cell is judged on: the per-stream decode rate of a single stream, the aggregate of several.
-DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, "looping", "kv_pool_tokens", "cell_status", "spec_drafts",
-                  *SLOWDOWN_METRICS, HOST_BUSY_METRIC, "host_outside_cpu_share_peak", "quality_beyond_limit")
+DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, M.looping, M.kv_pool_tokens, M.cell_status, M.spec_drafts,
+                  *SLOWDOWN_METRICS, M.host_busy, M.host_outside_cpu_share_peak, M.quality_beyond_limit)
 RULE = ("Rule (docs/what-to-run.md): each round launches every variant and its no-spec afresh; a variant's gain is "
         "paired within a round (the same texts, kept across rounds: the verdict covers these texts) and its interval "
         "is Student's t over rounds of the log ratios. Looks at the rounds "
@@ -136,7 +136,7 @@ def launch_rounds(results: pd.DataFrame) -> pd.DataFrame:
 def did_not_speculate(results: pd.DataFrame) -> pd.DataFrame:
     """The speculative cells whose counters show no drafts in any of their launches (SPEC_PAIR, variant,
     launches): a variant that never drafted ran its engine's no-spec path."""
-    drafts = results[(results["metric"] == "spec_drafts") & results["source"].isin(MEASURED) & (results["spec_method"] != "none")]
+    drafts = results[(results["metric"] == M.spec_drafts) & results["source"].isin(MEASURED) & (results["spec_method"] != "none")]
     if drafts.empty:
         return pd.DataFrame(columns=VARIANT_KEY + ["launches"])
     by_cell = drafts.groupby(VARIANT_KEY, dropna=False).agg(total=("value", "sum"), launches=("ref", "nunique")).reset_index()
@@ -150,19 +150,19 @@ def _no_candidate(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Da
     spec = (cells["spec_method"] != "none").to_numpy()
     if not correctness.empty:
         verdict = cells[["node", "stack", "variant"]].merge(correctness, on=["node", "stack", "variant"], how="left")
-        differs = verdict["first_divergence_token"].notna().to_numpy() & spec
+        differs = verdict[M.first_divergence_token].notna().to_numpy() & spec
         if "noise_floor" in verdict:  # judged against no-spec's own noise where it measured it (analysis.correctness)
             differs &= (verdict["charged"].fillna(False).astype(bool) | verdict["noise_floor"].isna()).to_numpy()
         lengths = verdict["length_off_in"].fillna("").ne("").to_numpy() & spec
         why[differs] = "greedy outputs differ from no-spec"
-        if "accuracy_below_reference" in verdict:  # answers worse than its no-spec launch by the flips test
-            worse = (verdict["accuracy_below_reference"].fillna(0) > 0).to_numpy() & ~differs & spec
+        if M.accuracy_below_reference in verdict:  # answers worse than its no-spec launch by the flips test
+            worse = (verdict[M.accuracy_below_reference].fillna(0) > 0).to_numpy() & ~differs & spec
             why[worse] = "answers worse than its no-spec launch (flips, exact McNemar; accuracy " + verdict.loc[
                 worse, "accuracy_text"].set_axis(cells.index[worse]) + ")"
         why[lengths & ~differs] = "lengths not as asked in " + verdict.loc[lengths & ~differs, "length_off_in"].set_axis(
             cells.index[lengths & ~differs])
     # the share of looping requests over every launch of the cell (not one launch's: their order is arbitrary)
-    looping = results[(results["metric"] == "looping") & results["value"].notna()].groupby(
+    looping = results[(results["metric"] == M.looping) & results["value"].notna()].groupby(
         VARIANT_KEY + ["spec_method"], dropna=False, as_index=False)["value"].mean()
     loops = cells[VARIANT_KEY].merge(looping[VARIANT_KEY + ["value"]], on=VARIANT_KEY, how="left")["value"]
     reference = looping[looping["spec_method"] == "none"][SPEC_PAIR + ["value"]]
@@ -182,7 +182,7 @@ def _no_candidate(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Da
 
 def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:
     """Launches' cells that produced no figure (failed requests, rejections), by cell, variant and round."""
-    bad = results[results["source"].isin(MEASURED) & (results["metric"] == "cell_status")
+    bad = results[results["source"].isin(MEASURED) & (results["metric"] == M.cell_status)
                   & results["status"].isin(["failed", "rejected", "not_run", "gpu_busy", "host_busy"])
                   & results["concurrency"].notna()]
     bad = bad.assign(round=_replicates(bad)).drop_duplicates(VARIANT_KEY + ["round"])
@@ -192,7 +192,7 @@ def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:
 
 def _launch_price(results: pd.DataFrame) -> pd.DataFrame:
     """Per launch, its KV pool tokens and how many full contexts that pool holds."""
-    pools = results[(results["metric"] == "kv_pool_tokens") & results["value"].notna() & results["concurrency"].isna()]
+    pools = results[(results["metric"] == M.kv_pool_tokens) & results["value"].notna() & results["concurrency"].isna()]
     pools = pools.drop_duplicates(LAUNCH)
     context = pd.to_numeric(pools["context_len"], errors="coerce")
     return pd.DataFrame({**{c: pools[c] for c in LAUNCH}, "kv_pool_tokens": pools["value"],

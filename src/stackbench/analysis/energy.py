@@ -11,12 +11,13 @@ import pandas as pd
 from stackbench.analysis.common import with_applied_caps
 from stackbench.analysis.decide import judged
 from stackbench.analysis.gpustate import slowed_of
+from stackbench.results.metrics import M
 from stackbench.results.store import MEASURED
 
 # Steady-window figures where the cell has them (ramp and tail excluded), else the whole window's.
-PER_TOKEN = ("energy_j_per_token_steady", "energy_j_per_token")
-PER_RESPONSE = "energy_j_per_response_steady"
-POWER = "power_w_per_gpu"  # compared with a cap, which is per GPU
+PER_TOKEN = (M.energy_j_per_token_steady, M.energy_j_per_token)
+PER_RESPONSE = M.energy_j_per_response_steady
+POWER = M.power_w_per_gpu  # compared with a cap, which is per GPU
 ENERGY_METRICS = (*PER_TOKEN, PER_RESPONSE, POWER)
 CELL_KEYS = ["node", "stack", "variant", "spec_method", "spec_tokens", "power_cap_w", "workload", "concurrency"]
 SWEEP = ["node", "stack", "variant", "workload", "concurrency"]

@@ -10,7 +10,7 @@ import re
 import pandas as pd
 
 from stackbench.analysis.common import CELL
-from stackbench.results.metrics import HOST_BUSY_METRIC
+from stackbench.results.metrics import M
 
 # A cell across its launch replicates: every launch of one server configuration measures the same cell.
 CELL_ACROSS_LAUNCHES = [c for c in CELL if c not in ("ref", "replicate")]
@@ -28,10 +28,10 @@ def _text(rows: pd.DataFrame, column: str) -> pd.Series:
 def busy_rows(results: pd.DataFrame) -> pd.DataFrame:
     """One row per flagged cell of each launch: CELL and `busy`, the reason: when (before the launch, during the
     cell), the busiest stretch's outside share, and the processes its note names (where the frame has notes)."""
-    rows = results[(results["metric"] == HOST_BUSY_METRIC) & (results["value"] > 0) & (results["workload"] != "server")]
+    rows = results[(results["metric"] == M.host_busy) & (results["value"] > 0) & (results["workload"] != "server")]
     rows = rows.drop_duplicates(CELL)
     note = _text(rows, "note")
-    peaks = results[results["metric"] == "host_outside_cpu_share_peak"].drop_duplicates(CELL)[CELL + ["value"]]
+    peaks = results[results["metric"] == M.host_outside_cpu_share_peak].drop_duplicates(CELL)[CELL + ["value"]]
     peak = rows[CELL].merge(peaks, on=CELL, how="left")["value"].set_axis(rows.index)
 
     def reason(note: str, peak: float) -> str:

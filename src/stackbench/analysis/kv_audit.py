@@ -8,6 +8,7 @@ import pandas as pd
 
 from stackbench.analysis.common import LAUNCH, engine_fact, geometry_columns, kv_dtype_bytes, on_launch, text_of, tp_of
 from stackbench.models import geometry
+from stackbench.results.metrics import M
 
 AUDIT_TOLERANCE = 1.2  # implied/expected bytes per token outside [1/1.2, 1.2] is flagged
 
@@ -23,7 +24,7 @@ def kv_audit(results: pd.DataFrame) -> pd.DataFrame:
     llama.cpp (pool tokens and per-token bytes compare; state bytes do not), while vLLM's hybrid allocator
     shares one memory pool between KV and state, so its bytes per token cannot be compared at all.
     """
-    implied = results[(results["metric"] == "kv_bytes_per_token") & results["value"].notna()]
+    implied = results[(results["metric"] == M.kv_bytes_per_token) & results["value"].notna()]
     if implied.empty:
         return pd.DataFrame()
     geo = geometry_columns(implied, results)
@@ -42,7 +43,7 @@ def kv_audit(results: pd.DataFrame) -> pd.DataFrame:
     window_mixed = engine["kv_log_mixes_window"] & (geo["swa_layers"] > 0)
     not_comparable = state_shared | window_mixed
 
-    free = results[results["metric"].isin(["vram_free_mib", "mem_free_after_pool_gb"]) & results["value"].notna()]
+    free = results[results["metric"].isin([M.vram_free_mib, M.mem_free_after_pool_gb]) & results["value"].notna()]
     free_text = (free["metric"] + "=" + text_of(free["value"], "{:g}")).groupby([free[c] for c in LAUNCH], dropna=False).agg("; ".join)
     memory_free = on_launch(implied, free_text.rename("free").reset_index())["free"]
 

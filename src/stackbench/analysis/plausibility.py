@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from stackbench.analysis.common import CELL, GEOMETRY_FIELDS, LAUNCH, launch_values, on_launch
 from stackbench.analysis.roofline import roofline
 from stackbench.results.judged import single_stream
+from stackbench.results.metrics import M
 
 ROOFLINE_MARGIN = 1.25
 POWER_MARGIN = 1.10
@@ -38,9 +39,9 @@ COLUMN = "implausible"
 # What the checks read (and analysis/roofline.py under over_roofline): the rows of these metrics, these columns. Every
 # other row's figure is never looked at, so findings() over these rows alone equals findings() over the whole table;
 # a check that comes to read another metric or column adds it here.
-METRICS = ("decode_tps", "accept_len", "power_w", "power_w_per_gpu", "energy_j_per_token", "aggregate_tps",
-           "power_limit_found_w", "power_limit_default_w",
-           "model_mib", "load_gib", "host_mem_bandwidth_gbs", "gpu_mem_bandwidth_gbs",
+METRICS = (M.decode_tps, M.accept_len, M.power_w, M.power_w_per_gpu, M.energy_j_per_token, M.aggregate_tps,
+           M.power_limit_found_w, M.power_limit_default_w,
+           M.model_mib, M.load_gib, M.host_mem_bandwidth_gbs, M.gpu_mem_bandwidth_gbs,
            *(f"geometry_{f}" for f in [*GEOMETRY_FIELDS, "params_b", "weight_mib"]))
 READS = list(dict.fromkeys([*CELL, *LAUNCH, "metric", "value", "status", "stat", "power_cap_enforced_w", "quant", "kv_dtype",
                             "prompt_tokens", "output_tokens", "tp", "gpu_count", "note", "logged_per_rank"]))
@@ -56,7 +57,7 @@ def over_roofline(results: pd.DataFrame) -> pd.DataFrame:
     roof = roofline(results)
     if roof.empty:
         return pd.DataFrame(columns=CELL + ["reason"])
-    decode = _ok(results, "decode_tps")
+    decode = _ok(results, M.decode_tps)
     decode = decode[single_stream(decode)]
     keys = ["source", "ref", "node", "stack", "variant", "power_cap_w", "workload"]
     joined = decode.merge(roof[keys + ["decode_tps", "ceiling_tps", "accept_len", "bandwidth_gbs"]].drop_duplicates(),
@@ -74,7 +75,7 @@ def over_roofline(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def accept_over_depth(results: pd.DataFrame) -> pd.DataFrame:
-    rows = _ok(results, "accept_len")
+    rows = _ok(results, M.accept_len)
     depth = pd.to_numeric(rows["spec_tokens"], errors="coerce")
     over = rows[depth.notna() & (rows["value"] > depth + 1 + 1e-9)]
     reason = [f"acceptance length {v:.3g} above speculative depth {d:g} + 1"
@@ -87,8 +88,8 @@ def per_gpu_power(results: pd.DataFrame) -> pd.DataFrame:
     busiest GPU's own mean), else its power_w (the launch's GPUs together) / gpu_count; a post's power_w with no
     GPU count stated is taken as one GPU's."""
     central = results[results["stat"].isin(CENTRAL)]
-    own = _ok(central, "power_w_per_gpu").drop_duplicates(CELL).assign(basis="")
-    total = _ok(central, "power_w")
+    own = _ok(central, M.power_w_per_gpu).drop_duplicates(CELL).assign(basis="")
+    total = _ok(central, M.power_w)
     total = total[~total.set_index(CELL).index.isin(own.set_index(CELL).index)].drop_duplicates(CELL)
     gpus = pd.to_numeric(total["gpu_count"], errors="coerce").where(lambda n: n > 0).fillna(1)
     basis = [f" ({v:.4g} W over {n:g} GPUs)" if n > 1 else "" for v, n in zip(total["value"], gpus)]
@@ -102,7 +103,7 @@ def power_over_limit(results: pd.DataFrame) -> pd.DataFrame:
     rows = per_gpu_power(results)
     if rows.empty:
         return pd.DataFrame(columns=CELL + ["reason"])
-    limits = on_launch(rows, launch_values(results, {"power_limit_found_w": "found", "power_limit_default_w": "default"}))
+    limits = on_launch(rows, launch_values(results, {M.power_limit_found_w: "found", M.power_limit_default_w: "default"}))
     limit = rows["power_cap_enforced_w"].astype(float).fillna(limits["found"]).fillna(limits["default"])
     over = rows[limit.notna() & (rows["value"] > POWER_MARGIN * limit)]
     reason = [f"power {v:.4g} W per GPU{b} above the GPU's limit {lim:g} W"
@@ -111,29 +112,29 @@ def power_over_limit(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def energy_below_power(results: pd.DataFrame) -> pd.DataFrame:
-    energy = _ok(results, "energy_j_per_token")
+    energy = _ok(results, M.energy_j_per_token)
     if energy.empty:
         return pd.DataFrame(columns=CELL + ["reason"])
     per_cell = {}
-    for metric in ("power_w", "aggregate_tps", "decode_tps"):
+    for metric in (M.power_w, M.aggregate_tps, M.decode_tps):
         picked = _ok(results, metric)
         per_cell[metric] = picked.groupby(CELL, dropna=False, sort=False)["value"].median().rename(metric).reset_index()
     joined = energy
     for frame in per_cell.values():
         joined = joined.merge(frame, on=CELL, how="left")
     streams = pd.to_numeric(joined["concurrency"], errors="coerce").fillna(1)
-    fastest = np.fmax(joined["aggregate_tps"], joined["decode_tps"] * streams)
-    floor = joined["power_w"] / fastest
+    fastest = np.fmax(joined[M.aggregate_tps], joined[M.decode_tps] * streams)
+    floor = joined[M.power_w] / fastest
     low = joined[floor.notna() & (joined["value"] < ENERGY_MARGIN * floor)]
     reason = [f"energy {v:.3g} J/token below what {p:.4g} W at {r:.4g} tok/s allows ({f:.3g} J/token)"
-              for v, p, r, f in zip(low["value"], low["power_w"], fastest[low.index], floor[low.index])]
+              for v, p, r, f in zip(low["value"], low[M.power_w], fastest[low.index], floor[low.index])]
     return low[CELL].assign(reason=reason)
 
 
 def aggregate_below_single(results: pd.DataFrame) -> pd.DataFrame:
-    aggregate = _ok(results, "aggregate_tps")
+    aggregate = _ok(results, M.aggregate_tps)
     aggregate = aggregate[pd.to_numeric(aggregate["concurrency"], errors="coerce") >= 2]
-    decode = _ok(results, "decode_tps").groupby(CELL, dropna=False, sort=False)["value"].median().rename("decode").reset_index()
+    decode = _ok(results, M.decode_tps).groupby(CELL, dropna=False, sort=False)["value"].median().rename("decode").reset_index()
     joined = aggregate.merge(decode, on=CELL, how="inner")
     low = joined[joined["value"] < joined["decode"]]
     reason = [f"aggregate {a:.4g} tok/s over {c:.0f} streams below one stream's decode {d:.4g} tok/s"

@@ -10,6 +10,7 @@ import pandas as pd
 
 from stackbench.analysis.common import CELL, LAUNCH, RATE_METRICS, cell_values, launch_values, on_launch, with_applied_caps
 from stackbench.analysis.gpustate import slowed_of
+from stackbench.results.metrics import M
 from stackbench.results.store import MEASURED
 
 SWEET_SPOT_SHARE = 0.95
@@ -21,7 +22,7 @@ REHEARSAL_SPOT = "none named: stand-in figures; the real run compares each cap w
 def stock_limits(results: pd.DataFrame) -> pd.DataFrame:
     """Per launch (LAUNCH), the limit its uncapped cells ran at (`stock`, W per GPU): the limit found at the
     launch's start (power_limit_found_w), else NVML's default (power_limit_default_w)."""
-    found = launch_values(results, {"power_limit_found_w": "found", "power_limit_default_w": "default"})
+    found = launch_values(results, {M.power_limit_found_w: "found", M.power_limit_default_w: "default"})
     return found[LAUNCH].assign(stock=found["found"].fillna(found["default"]))
 
 
@@ -57,7 +58,7 @@ def power_sweet_spots(results: pd.DataFrame, limits: pd.DataFrame | None = None)
         return pd.DataFrame()
     spot = rates["limit_w"].where(rates["value"] >= SWEET_SPOT_SHARE * rates["best"])
     rates = rates.assign(spot=spot.groupby(sweep).transform("min"))
-    joules = rates[CELL].merge(cell_values(results, "energy_j_per_token"), on=CELL, how="left")["value"].set_axis(rates.index)
+    joules = rates[CELL].merge(cell_values(results, M.energy_j_per_token), on=CELL, how="left")["value"].set_axis(rates.index)
     rehearsal = rates["source"].eq("rehearsal")
     named = np.where(rates["limit_w"] == rates["spot"], SPOT, "")
     marks = np.where(rehearsal, np.where(rates["stock"], REHEARSAL_SPOT, ""), named)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from stackbench.results.metrics import M
 from stackbench.results.store import MEASURED
 
 VARIANT = ["node", "stack", "variant"]
@@ -18,17 +19,17 @@ def beyond_limit(results: pd.DataFrame, node_limits: dict[str, dict] | None = No
     again on the rows' mean_kld and same_top_token; a variant with several launches is judged on its worst."""
     rows = results[results["source"].isin(MEASURED) & (results["status"] == "ok")]
     if node_limits is None:
-        hit = rows[(rows["metric"] == "quality_beyond_limit") & (rows["value"] > 0)]
+        hit = rows[(rows["metric"] == M.quality_beyond_limit) & (rows["value"] > 0)]
         found = hit.assign(reason=hit["note"].str.split("; ").str[0] + " from " + hit["row_label"].fillna("the reference"))
     else:
-        figures = rows[rows["metric"].isin(["mean_kld", "same_top_token"]) & rows["node"].isin(list(node_limits))]
+        figures = rows[rows["metric"].isin([M.mean_kld, M.same_top_token]) & rows["node"].isin(list(node_limits))]
         reasons = []
         for record in figures.itertuples(index=False):
             limit = (node_limits.get(record.node) or {}).get(record.metric)
-            worse = limit is not None and (record.value > limit if record.metric == "mean_kld" else record.value < limit)
+            worse = limit is not None and (record.value > limit if record.metric == M.mean_kld else record.value < limit)
             if worse:
-                words = "mean KLD" if record.metric == "mean_kld" else "same top token"
-                side = "above" if record.metric == "mean_kld" else "under"
+                words = "mean KLD" if record.metric == M.mean_kld else "same top token"
+                side = "above" if record.metric == M.mean_kld else "under"
                 reasons.append({"node": record.node, "stack": record.stack, "variant": record.variant,
                                 "reason": f"{words} {record.value:.3g} {side} the node's limit {limit:g} from {record.row_label}"})
         found = pd.DataFrame(reasons, columns=[*VARIANT, "reason"])

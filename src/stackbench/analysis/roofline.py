@@ -20,6 +20,7 @@ from stackbench.analysis.common import (
 )
 from stackbench.models import geometry
 from stackbench.results.judged import single_stream
+from stackbench.results.metrics import M
 
 
 def weight_format(quant: pd.Series) -> pd.Series:
@@ -42,12 +43,12 @@ def roofline(results: pd.DataFrame) -> pd.DataFrame:
     ceiling is slightly low for untied models; not counted: recurrent (linear-attention) state reads.
     Rows without bandwidth or weights are left out.
     """
-    rows = results[(results["metric"] == "decode_tps") & (results["status"] == "ok") & single_stream(results)
+    rows = results[(results["metric"] == M.decode_tps) & (results["status"] == "ok") & single_stream(results)
                    & results["value"].notna()]
     if rows.empty:
         return pd.DataFrame()
-    facts = on_launch(rows, launch_values(results, {"model_mib": "model_mib", "load_gib": "load_gib",
-                                                       "host_mem_bandwidth_gbs": "host_bw", "gpu_mem_bandwidth_gbs": "gpu_bw"}))
+    facts = on_launch(rows, launch_values(results, {M.model_mib: "model_mib", M.load_gib: "load_gib",
+                                                       M.host_mem_bandwidth_gbs: "host_bw", M.gpu_mem_bandwidth_gbs: "gpu_bw"}))
     geo = geometry_columns(rows, results)
     tp = tp_of(rows)
     per_rank_log = engine_fact(rows, "logged_per_rank")
@@ -76,7 +77,7 @@ def roofline(results: pd.DataFrame) -> pd.DataFrame:
     kv_bytes = (per_token(geo["attention_layers"]) * context + per_token(geo["swa_layers"]) * window_tokens).fillna(0)
 
     bandwidth = facts["gpu_bw"].fillna(facts["host_bw"])
-    accept = rows[CELL].merge(cell_values(results, "accept_len"), on=CELL, how="left")["value"].set_axis(rows.index)
+    accept = rows[CELL].merge(cell_values(results, M.accept_len), on=CELL, how="left")["value"].set_axis(rows.index)
     speculative = ~rows["spec_method"].isin(["none", "unknown"]) & rows["spec_method"].notna()
     factor = np.where(speculative, accept.fillna(1.0), 1.0)
     bytes_per_token = weight_mib * 2**20 + kv_bytes

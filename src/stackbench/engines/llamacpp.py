@@ -32,6 +32,7 @@ from stackbench.engines.base import (
     spec_decode_lines,
 )
 from stackbench.results.divergence import Position, kld_full
+from stackbench.results.metrics import M
 
 # llama-perplexity's last line (tools/perplexity/perplexity.cpp, perplexity()): "Final estimate: PPL = 12.3456 +/- 0.12345"
 PERPLEXITY_FINAL = re.compile(r"Final estimate: PPL = (?P<ppl>[\d.]+) \+/- (?P<unc>[\d.]+)")
@@ -375,8 +376,8 @@ class LlamaCppAdapter:
         facts = _model_facts(sections[0])
         if len(sections) > 1:
             draft = _model_facts(sections[1])
-            facts.extra.update(draft_kv_pool_tokens=draft.kv_pool_tokens, draft_kv_cache_mib=draft.kv_cache_mib,
-                               draft_model_mib=draft.model_mib)
+            facts.extra.update({M.draft_kv_pool_tokens: draft.kv_pool_tokens, M.draft_kv_cache_mib: draft.kv_cache_mib,
+                                M.draft_model_mib: draft.model_mib})
         ctx = N_CTX.search(text)
         if ctx:
             facts.n_ctx = int(ctx["n"])
@@ -485,12 +486,12 @@ def _model_facts(section: str) -> ServerFacts:
     for match in KV_CACHE.finditer(section):
         tokens, mib = int(match["cells"]) * int(match["streams"] or 1), float(match["mib"])
         if swa_at and match.start() > swa_at[0]:
-            facts.extra["swa_kv_pool_tokens"], facts.extra["swa_kv_cache_mib"] = tokens, mib
+            facts.extra[M.swa_kv_pool_tokens], facts.extra[M.swa_kv_cache_mib] = tokens, mib
             facts.kv_cache_mib = (facts.kv_cache_mib or 0.0) + mib
             continue
         facts.kv_pool_tokens, facts.kv_cache_mib = tokens, mib
         facts.kv_dtype = match["k"] if match["k"] == match["v"] else f"K {match['k']} / V {match['v']}"
-        facts.extra["kv_layers"] = int(match["layers"])
+        facts.extra[M.kv_layers] = int(match["layers"])
     size = FILE_SIZE.search(section)
     if size:
         facts.weights_file_mib = float(size["size"]) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[size["unit"]]
@@ -501,7 +502,7 @@ def _model_facts(section: str) -> ServerFacts:
     if buffers:
         facts.model_mib = sum(mib for name, mib in buffers.items() if name != "CPU_REPACK")
         if "CPU_REPACK" in buffers:
-            facts.extra["repack_mib"] = buffers["CPU_REPACK"]
+            facts.extra[M.repack_mib] = buffers["CPU_REPACK"]
         devices = sorted(name for name in buffers if name not in HOST_BUFFERS)
         facts.backend = "+".join(devices) if devices else "CPU"
     offloaded = OFFLOADED.search(section)

@@ -35,6 +35,7 @@ from stackbench.engines.base import (
     slots_from,
 )
 from stackbench.results.divergence import Position
+from stackbench.results.metrics import M
 
 # The sgl_kernel stand-in's folder, found from the installed package (no import: engines never import provision).
 CPU_OPS_STAND_IN = Path(__file__).resolve().parents[1] / "provision" / "sglang_cpu_ops"
@@ -165,14 +166,14 @@ class SglangAdapter(PythonEngine):
                 facts.n_ctx = int(total["ctx"])
         end = POOL_END.search(text)
         if end:
-            facts.extra["mem_free_after_pool_gb"] = float(end["gb"])
+            facts.extra[M.mem_free_after_pool_gb] = float(end["gb"])
         mamba = MAMBA.search(text)
         if mamba:
-            facts.extra["mamba_cache_slots"] = int(mamba["slots"])
-            facts.extra["mamba_state_gb"] = float(mamba["conv"]) + float(mamba["ssm"])
+            facts.extra[M.mamba_cache_slots] = int(mamba["slots"])
+            facts.extra[M.mamba_state_gb] = float(mamba["conv"]) + float(mamba["ssm"])
         capped = CAPPED.search(text)
         if capped:
-            facts.extra["max_running_requests_capped"] = int(capped["n"])
+            facts.extra[M.max_running_requests_capped] = int(capped["n"])
         args = SERVER_ARGS.search(text)
         for name in ("device", "attention_backend", "sampling_backend") if args else ():
             value = re.search(SERVER_ARG.format(name), args[0])

@@ -26,6 +26,7 @@ from stackbench.engines.base import (
     spec_decode_lines,
 )
 from stackbench.results.divergence import Position
+from stackbench.results.metrics import M
 
 # 0.33: "CPU KV cache size: 93,184 tokens, Maximum concurrency for 4,096 tokens per request: 22.75x"
 # older: "GPU KV cache size: 93,184 tokens" and, on its own line, "Maximum concurrency for ... : 22.75x"
@@ -132,7 +133,7 @@ class VllmAdapter(PythonEngine):
             facts.extra["kv_pool_device"] = pool["pool"]
         concurrency = MAX_CONCURRENCY.search(text)
         if concurrency:
-            facts.extra["kv_max_concurrency"] = float(concurrency["x"])
+            facts.extra[M.kv_max_concurrency] = float(concurrency["x"])
             facts.n_ctx = int(concurrency["len"].replace(",", ""))
         load = MODEL_LOAD.search(text)
         if load:
@@ -142,7 +143,7 @@ class VllmAdapter(PythonEngine):
             facts.kv_cache_mib = float(memory["gib"]) * 1024
         spec = SPEC_NUM.search(text)
         if spec:
-            facts.extra["num_spec_tokens_logged"] = int(spec["n"])
+            facts.extra[M.num_spec_tokens_logged] = int(spec["n"])
         model_dtype, cache_dtype = MODEL_DTYPE.search(text), KV_CACHE_DTYPE.search(text)
         if model_dtype:
             facts.extra["model_dtype"] = model_dtype["dtype"]
@@ -159,7 +160,7 @@ class VllmAdapter(PythonEngine):
                     info = sample.labels
                     facts.kv_dtype = _kv_dtype(info.get("cache_dtype"), None)
                     if info.get("block_size"):
-                        facts.extra["block_size"] = int(info["block_size"])
+                        facts.extra[M.block_size] = int(info["block_size"])
                     if info.get("kv_cache_size_tokens") not in (None, "None"):
                         facts.kv_pool_tokens = int(float(info["kv_cache_size_tokens"]))
         return facts

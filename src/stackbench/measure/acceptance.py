@@ -14,9 +14,9 @@ import numpy
 from stackbench.engines.base import SERVER_SPEC_ACCEPTED, SERVER_SPEC_DRAFTED
 from stackbench.measure.client import RequestRecord
 from stackbench.measure.summary import REQUESTS, Figure
+from stackbench.results.metrics import REQUEST_ACCEPT_RATE_BIN, M
 
 HISTOGRAM_BINS = 10  # request_accept_rate_bin<i>: requests whose rate is in [i/10, (i+1)/10); the last holds 1.0
-BIN_PREFIX = "request_accept_rate_bin"
 
 
 def request_rates(records: list[RequestRecord]) -> list[tuple[float, float]]:
@@ -33,17 +33,18 @@ def request_acceptance_figures(records: list[RequestRecord]) -> list[Figure]:
     n = len(rates)
     source = "from the engine's per-request draft counts"
     figures = [
-        Figure("accept_rate_token_weighted", sum(a for a, _ in pairs) / sum(d for _, d in pairs), "ratio", "mean", n,
+        Figure(M.accept_rate_token_weighted, sum(a for a, _ in pairs) / sum(d for _, d in pairs), "mean", n,
                note=f"sum of accepted / sum of drafted tokens over the cell's {n} requests, {source}"),
-        Figure("accept_rate_request_weighted", statistics.fmean(rates), "ratio", "mean", n,
+        Figure(M.accept_rate_request_weighted, statistics.fmean(rates), "mean", n,
                note=f"mean over the cell's {n} requests of accepted / drafted, {source}"),
     ]
-    for q, stat in ((10, "p10"), (50, "median"), (90, "p90")):
-        figures.append(Figure(f"request_accept_rate_p{q}", float(numpy.percentile(rates, q)), "ratio", stat, n,
+    for q, metric, stat in ((10, M.request_accept_rate_p10, "p10"), (50, M.request_accept_rate_p50, "median"),
+                            (90, M.request_accept_rate_p90, "p90")):
+        figures.append(Figure(metric, float(numpy.percentile(rates, q)), stat, n,
                               float(min(rates)), float(max(rates)), spread_over=REQUESTS,
                               note=f"accepted / drafted per request, {q}th percentile over {n} requests"))
     counts = numpy.histogram(numpy.clip(rates, 0, 1), bins=HISTOGRAM_BINS, range=(0, 1))[0]
-    figures += [Figure(f"{BIN_PREFIX}{i}", int(count), "requests", "single", n,
+    figures += [Figure(REQUEST_ACCEPT_RATE_BIN.member(i), int(count), "single", n,
                        note=f"requests whose accepted / drafted is in [{i / HISTOGRAM_BINS:g}, {(i + 1) / HISTOGRAM_BINS:g}"
                             + ("]" if i == HISTOGRAM_BINS - 1 else ")"))
                 for i, count in enumerate(counts)]

@@ -21,6 +21,7 @@ from stackbench.measure.client import RequestRecord, StreamClient, run_streams
 from stackbench.measure.summary import Figure
 from stackbench.measure.workloads import Request
 from stackbench.results.estimators import wilson
+from stackbench.results.metrics import M
 
 # A number as GSM8K writes one: optional sign, thousands separators, decimals ("1,234.50", "-3", ".5").
 NUMBER = re.compile(r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)")
@@ -54,10 +55,10 @@ def figures(outputs: dict[str, dict], dataset: str) -> list[Figure]:
     invalid = sum(o["answer"] is None for o in outputs.values())
     truncated = sum(o.get("finish_reason") == "length" for o in outputs.values())
     low, high = wilson(correct, n)
-    return [Figure("accuracy", correct / n, "ratio", "mean", n, ci_low=low, ci_high=high,
+    return [Figure(M.accuracy, correct / n, "mean", n, ci_low=low, ci_high=high,
                    note=f"{correct} of {n} {dataset} questions right (last number in the reply vs the reference); "
                         f"Wilson 95% interval {low:.2f}-{high:.2f}"),
-            Figure("accuracy_invalid", invalid / n, "ratio", "mean", n,
+            Figure(M.accuracy_invalid, invalid / n, "mean", n,
                    note=f"{invalid} of {n} replies hold no answer ({truncated} cut off at max_tokens, "
                         f"{invalid - truncated} without a number)")]
 

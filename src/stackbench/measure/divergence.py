@@ -29,6 +29,7 @@ from stackbench.measure.client import StreamClient
 from stackbench.measure.summary import Figure
 from stackbench.models import datasets, provenance
 from stackbench.results import divergence, store
+from stackbench.results.metrics import M
 
 
 def text_of(dataset_file: Path, chars: int, template: str) -> str:
@@ -136,7 +137,7 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter, spec) 
     ppl, uncertainty = outputs.get("printed_perplexity") or divergence.perplexity(divergence.positions_of(outputs))
     n = len(outputs["positions"])
     source = "as the tool printed it" if "printed_perplexity" in outputs else "from the returned log-probabilities"
-    figure = Figure("perplexity", ppl, "ratio", "mean", n, ci_low=ppl - 1.96 * uncertainty, ci_high=ppl + 1.96 * uncertainty,
+    figure = Figure(M.perplexity, ppl, "mean", n, ci_low=ppl - 1.96 * uncertainty, ci_high=ppl + 1.96 * uncertainty,
                     spread_over="tokens",
                     note=f"exp(mean NLL) of {n} positions of {scoring['text_id']} (the second half of each chunk "
                          f"scored, as llama-perplexity scores), {source}; {outputs['scorer']}; 95% CI by the delta method")

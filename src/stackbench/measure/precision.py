@@ -16,6 +16,7 @@ from stackbench.measure import summary
 from stackbench.measure.client import RequestRecord
 from stackbench.results.estimators import median_interval
 from stackbench.results.judged import judged_metric
+from stackbench.results.metrics import M
 
 
 def most_repeats(measure: dict) -> int:
@@ -55,14 +56,14 @@ def saturated(levels: dict[int, dict[str, float]], knee_fraction: float) -> str 
     """Why a concurrency sweep is over-saturated at its highest level so far, or None: the aggregate rose by
     no more than `knee_fraction` (flat or falling) over the level below while TTFT rose by more than that
     (requests queue instead of being served). `levels` maps concurrency to its cell's median figures."""
-    order = sorted(c for c, figures in levels.items() if "aggregate_tps" in figures and "ttft_s" in figures)
+    order = sorted(c for c, figures in levels.items() if M.aggregate_tps in figures and M.ttft_s in figures)
     if len(order) < 2:
         return None
     lower, higher = levels[order[-2]], levels[order[-1]]
-    if not (lower["aggregate_tps"] > 0 and lower["ttft_s"] > 0):  # no rate or TTFT below: no rise to measure
+    if not (lower[M.aggregate_tps] > 0 and lower[M.ttft_s] > 0):  # no rate or TTFT below: no rise to measure
         return None
-    rise = higher["aggregate_tps"] / lower["aggregate_tps"] - 1
-    climb = higher["ttft_s"] / lower["ttft_s"] - 1
+    rise = higher[M.aggregate_tps] / lower[M.aggregate_tps] - 1
+    climb = higher[M.ttft_s] / lower[M.ttft_s] - 1
     if rise <= knee_fraction and climb > knee_fraction:
         return (f"over-saturated at c={order[-1]}: aggregate_tps {rise:+.0%} over c={order[-2]} (no more than "
                 f"{knee_fraction:.0%}) while ttft_s rose {climb:+.0%}")

@@ -22,6 +22,7 @@ from stackbench.measure import correctness, workloads
 from stackbench.measure.client import RequestRecord, StreamClient
 from stackbench.measure.summary import Figure, degeneration_figures
 from stackbench.results import agreement
+from stackbench.results.metrics import M
 
 # Thinking off: a reasoning template would otherwise spend the answer's tokens thinking.
 THINKING_OFF = workloads.thinking_fields(False)
@@ -70,7 +71,7 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter,
               for q in smoke["questions"]]
     passed = [name for name, ok in graded if ok]
     # smoke_score (our own): the share of smoke questions whose answer meets its rule; never fails the run.
-    figures.append(Figure("smoke_score", len(passed) / len(graded), "ratio", "mean", len(graded),
+    figures.append(Figure(M.smoke_score, len(passed) / len(graded), "mean", len(graded),
                           note="passed: " + (", ".join(passed) or "none") + f" of {', '.join(n for n, _ in graded)}"))
     greedy = [await ask(f"prompt-{i + 1}", prompt, workload.output_tokens) for i, prompt in enumerate(workload.prompts)]
     figures += degeneration_figures(greedy)
@@ -88,7 +89,7 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter,
     # cold answer is at least that long and does not loop.
     long_enough = len(cold.content) >= cache["min_chars"]
     loops = correctness.is_looping(correctness.repetition_ratio(cold.content))
-    figures.append(Figure("cache_consistent", float(cold.content == hot.content and long_enough and not loops), "ratio",
+    figures.append(Figure(M.cache_consistent, float(cold.content == hot.content and long_enough and not loops),
                           "single", 1, note=f"same request cold then hot ({len(cold.content)} characters cold, at least "
                           f"{cache['min_chars']} asked{', looping' if loops else ''}); hot prompt tokens from cache: "
                           f"{cached if cached is not None else 'not reported'}"))
@@ -102,20 +103,20 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter,
         # Longer than the server takes per request: a result about the server, not a reason to drop the other probes.
         records.remove(found)
         limit = stated_limit(adapter, found.error)
-        figures.append(Figure("needle_pass", None, "ratio", "single", 0, note=f"not run: {where} rejected ({found.error}); "
+        figures.append(Figure(M.needle_pass, None, "single", 0, note=f"not run: {where} rejected ({found.error}); "
                               "lower probes.needle.chars to fit the server's context"))
         if limit is not None:
-            figures.append(Figure("max_input_tokens", limit, "tokens", "single", 1, note="limit stated in the engine's rejection"))
+            figures.append(Figure(M.max_input_tokens, limit, "single", 1, note="limit stated in the engine's rejection"))
         figures.append(regression_figure(figures))
         return figures, outputs, records
     # needle_pass (our own): the passphrase, placed at `depth` of the haystack, is in the answer.
-    figures.append(Figure("needle_pass", float(correctness.needle_found(found.content, needle["passphrase"])), "ratio",
+    figures.append(Figure(M.needle_pass, float(correctness.needle_found(found.content, needle["passphrase"])),
                           "single", 1, prompt_tokens=found.prompt_tokens, note=where))
     if needle["hot_runs"]:
         hot_answers = [(await ask(None, needle_prompt(needle), needle["output_tokens"])).content for _ in range(needle["hot_runs"])]
         same = sum(answer == found.content for answer in hot_answers)
         # needle_hot_consistent (our own; seed 004's hot-cache regressions): each hot answer equals the cold one.
-        figures.append(Figure("needle_hot_consistent", same / len(hot_answers), "ratio", "mean", len(hot_answers),
+        figures.append(Figure(M.needle_hot_consistent, same / len(hot_answers), "mean", len(hot_answers),
                               prompt_tokens=found.prompt_tokens, note=f"the needle request sent hot {len(hot_answers)} times; "
                               f"{same} answered as cold, word for word"))
     if needle["changed_tail"] is not None:
@@ -123,7 +124,7 @@ async def run(client: StreamClient, workload: Workload, adapter: Adapter,
         haystack = needle_prompt({**needle, "question": tail["question"]})
         answer = await ask("needle-tail", haystack, needle["output_tokens"])
         # needle_tail_pass (our own; seed 004's partial prefix hit): the cached haystack, a new question after it.
-        figures.append(Figure("needle_tail_pass", float(correctness.grade(answer.content, tail["rule"])), "ratio", "single", 1,
+        figures.append(Figure(M.needle_tail_pass, float(correctness.grade(answer.content, tail["rule"])), "single", 1,
                               prompt_tokens=answer.prompt_tokens, note="the needle's haystack (a prefix cache hit) with "
                               f"another question; prompt tokens from cache: {answer.cached_prompt_tokens or 'not reported'}"))
     figures.append(regression_figure(figures))
@@ -138,17 +139,17 @@ def noise_floor_figure(alone: list[RequestRecord], beside: list[list[RequestReco
     pairs = [(output_doc(one), output_doc(other)) for one, two in zip(alone, beside) for other in two
              if one.status == "ok" and other.status == "ok"]
     if not pairs:
-        return Figure("agreement_noise_floor", None, "ratio", "mean", 0, note="no probe prompt answered both alone and two at a time")
+        return Figure(M.agreement_noise_floor, None, "mean", 0, note="no probe prompt answered both alone and two at a time")
     outputs = {"ref": "alone", "outputs": {str(i): a for i, (a, _) in enumerate(pairs)}}
     found, unit, n = agreement.agreement(outputs, {"ref": "two at a time", "outputs": {str(i): b for i, (_, b) in enumerate(pairs)}})
     diverged = found.first_divergence_token
-    return Figure("agreement_noise_floor", found.output_agreement, "ratio", "mean", n,
+    return Figure(M.agreement_noise_floor, found.output_agreement, "mean", n,
                   note=f"greedy probe outputs sent two at a time vs alone, {n} pairs compared {unit.removesuffix('s')} by "
                        f"{unit.removesuffix('s')}: " + (f"earliest divergence at {diverged}" if diverged is not None else "identical"))
 
 
 # The probe figures that are each one pass/fail regression (regression_score counts them).
-REGRESSIONS = ("needle_pass", "needle_hot_consistent", "needle_tail_pass", "cache_consistent", "recall_score")
+REGRESSIONS = (M.needle_pass, M.needle_hot_consistent, M.needle_tail_pass, M.cache_consistent, M.recall_score)
 
 
 def regression_figure(figures: list[Figure]) -> Figure:
@@ -157,10 +158,10 @@ def regression_figure(figures: list[Figure]) -> Figure:
     passed, total, names = 0.0, 0, []
     for f in figures:
         if f.metric in REGRESSIONS and f.value is not None:
-            checks = f.n if f.metric == "needle_hot_consistent" else 1
+            checks = f.n if f.metric == M.needle_hot_consistent else 1
             passed, total = passed + f.value * checks, total + checks
             names.append(f"{f.metric} {f.value:g}")
-    return Figure("regression_score", passed / total if total else None, "ratio", "mean", total,
+    return Figure(M.regression_score, passed / total if total else None, "mean", total,
                   note=f"{round(passed)} of {total} regression checks passed: " + ", ".join(names))
 
 
@@ -180,7 +181,7 @@ async def recall_figures(ask, recall: dict) -> list[Figure]:
         graded.append((q["id"], correctness.grade(last[1].content, q["rule"])))
     again = await ask(None, last[0], recall["output_tokens"])
     passed = [name for name, ok in graded if ok]
-    return [Figure("recall_score", len(passed) / len(graded), "ratio", "mean", len(graded),
+    return [Figure(M.recall_score, len(passed) / len(graded), "mean", len(graded),
                    note=f"{len(recall['turns'])} turns of facts, then asked back; passed: {', '.join(passed) or 'none'}"),
-            Figure("recall_consistent", float(again.content == last[1].content), "ratio", "single", 1,
+            Figure(M.recall_consistent, float(again.content == last[1].content), "single", 1,
                    note="the last recall request sent again, answered word for word the same")]

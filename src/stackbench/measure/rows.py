@@ -18,6 +18,8 @@ from stackbench.measure.workloads import thinking_basis
 from stackbench.models import geometry, provenance
 from stackbench.plan.launchspec import Cell, LaunchSpec
 from stackbench.results import basis as caveats
+from stackbench.results import metrics
+from stackbench.results.metrics import M
 
 UNKNOWN = "unknown"
 
@@ -33,18 +35,11 @@ def engine_setup(facts: ServerFacts, setup_facts: tuple[str, ...], setup_env: di
     return "; ".join(parts) or UNKNOWN
 
 
-NO_FIGURES = "cell_status"  # the row of a cell that produced no figure (failed, not run)
+NO_FIGURES = M.cell_status  # the row of a cell that produced no figure (failed, not run)
 # The launch row saying its correctness probes were turned off (plan.probeset): the smoke score not run.
-PROBES_OFF_METRIC = "smoke_score"
+PROBES_OFF_METRIC = M.smoke_score
 # The launch row saying its accuracy set was turned off (accuracy: null): the accuracy not run.
-ACCURACY_OFF_METRIC = "accuracy"
-
-
-def fact_unit(name: str) -> str:
-    """The unit of an engine fact, from its name's last word (the adapters name them so: draft_kv_cache_mib,
-    mem_free_after_pool_gb (SGLang's GB is GiB), mamba_cache_slots, kv_max_concurrency)."""
-    units = {"mib": "MiB", "gb": "GiB", "tokens": "tokens", "slots": "slots", "layers": "layers", "concurrency": "x"}
-    return units.get(name.rsplit("_", 1)[-1], "count")
+ACCURACY_OFF_METRIC = M.accuracy
 
 
 class RowMaker:
@@ -100,7 +95,7 @@ class RowMaker:
         NO_FIGURES (its status and reason; no value), never under a speed metric it did not measure."""
         base = {**self.basis(cell, prompt_tokens), **(extra or {}), "status": status, "reason": reason}
         if not figures:
-            return [{**base, "metric": NO_FIGURES, "unit": "status", "stat": "single"}]
+            return [{**base, **metrics.row_fields(NO_FIGURES), "stat": "single"}]
         rows = []
         for f in figures:
             note = f.note
@@ -108,7 +103,7 @@ class RowMaker:
             # distribution, and its note (the sample count) stays.
             if f.spread_over == summary.REPEATS and summary.spread_is_wide(f, self.spread_flag_ratio):
                 note = "; ".join(n for n in (f"{caveats.WIDE_NOTE} (max/min > {self.spread_flag_ratio:g})", note) if n)
-            if f.metric == "accept_len" and self.accept_len_basis:
+            if f.metric == M.accept_len and self.accept_len_basis:
                 note = "; ".join(n for n in (note, self.accept_len_basis) if n)
             if extra and extra.get("note"):
                 note = "; ".join(n for n in (note, extra["note"]) if n)
@@ -125,8 +120,8 @@ class RowMaker:
                 "value": figure.value, "unit": figure.unit, "stat": figure.stat, "n": figure.n,
                 "ttft_included": "yes", "status": "ok", "note": figure.note}
 
-    def fact_row(self, metric: str, value: float, unit: str, note: str, stat: str = "single", n: int = 1) -> dict:
-        return {**self.basis(None), "metric": metric, "value": value, "unit": unit, "stat": stat, "n": n,
+    def fact_row(self, metric: str, value: float, note: str, stat: str = "single", n: int = 1) -> dict:
+        return {**self.basis(None), **metrics.row_fields(metric), "value": value, "stat": stat, "n": n,
                 "status": "ok", "note": note}
 
     def geometry_rows(self) -> list[dict]:
@@ -138,7 +133,7 @@ class RowMaker:
         try:
             facts = geometry.read_geometry(Path(launch.model.path)).fact_rows()
         except geometry.GeometryError as err:
-            return [{**self.basis(None), "metric": "geometry_layers", "unit": "layers", "stat": "single",
+            return [{**self.basis(None), **metrics.row_fields(M.geometry_layers), "stat": "single",
                      "status": "not_run", "reason": f"model geometry not read: {err}"}]
         return [{**self.basis(None), **fact} for fact in facts]
 
@@ -147,35 +142,34 @@ class RowMaker:
         from_log = "from the server's start-up log"
         # Every number the adapter parsed becomes a row, so the analysis (KV audit: the memory left free
         # after the pool) works on measured rows as on published ones.
-        known = {"kv_pool_tokens": (facts.kv_pool_tokens, "tokens"), "kv_cache_mib": (facts.kv_cache_mib, "MiB"),
-                 "model_mib": (facts.model_mib, "MiB"), "server_slots": (facts.slots, "slots"),
-                 "weights_file_mib": (facts.weights_file_mib, "MiB"), "weights_bpw": (facts.weights_bpw, "bits/weight"),
-                 "offloaded_layers": (facts.offloaded_layers, "layers"), "model_layers": (facts.model_layers, "layers"),
-                 "server_context_tokens": (facts.n_ctx, "tokens")}
-        known.update({k: (v, fact_unit(k)) for k, v in facts.extra.items()
-                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        rows = [self.fact_row(m, v, u, from_log) for m, (v, u) in known.items() if v is not None]
+        known = {M.kv_pool_tokens: facts.kv_pool_tokens, M.kv_cache_mib: facts.kv_cache_mib, M.model_mib: facts.model_mib,
+                 M.server_slots: facts.slots, M.weights_file_mib: facts.weights_file_mib, M.weights_bpw: facts.weights_bpw,
+                 M.offloaded_layers: facts.offloaded_layers, M.model_layers: facts.model_layers,
+                 M.server_context_tokens: facts.n_ctx}
+        # The adapter's extra numbers are named by it: each must be registered, with its unit.
+        known.update({k: v for k, v in facts.extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        rows = [self.fact_row(m, v, from_log) for m, v in known.items() if v is not None]
         rows += self.geometry_rows()
         if facts.kv_pool_tokens and facts.kv_cache_mib:
-            rows.append(self.fact_row("kv_bytes_per_token", facts.kv_cache_mib * 2**20 / facts.kv_pool_tokens, "B",
+            rows.append(self.fact_row(M.kv_bytes_per_token, facts.kv_cache_mib * 2**20 / facts.kv_pool_tokens,
                                       "KV cache MiB / pool tokens, both from the log"))
         if ready_s is not None:
-            rows.append(self.fact_row("ready_s", ready_s, "s", "launch to health 200, first launch"))
+            rows.append(self.fact_row(M.ready_s, ready_s, "launch to health 200, first launch"))
         node = self.spec.node
         if not node.gpu_count:
-            rows.append(self.fact_row("host_mem_bandwidth_gbs", host_memory_bandwidth_gbs(), "GB/s",
+            rows.append(self.fact_row(M.host_mem_bandwidth_gbs, host_memory_bandwidth_gbs(),
                                       "best of 5 numpy copies of 256 MiB (bytes read + written); the CPU decode roofline",
                                       stat="peak", n=5))
         elif node.bandwidth_gbs:
-            rows.append(self.fact_row("gpu_mem_bandwidth_gbs", node.bandwidth_gbs, "GB/s",
+            rows.append(self.fact_row(M.gpu_mem_bandwidth_gbs, node.bandwidth_gbs,
                                       f"from the node config ({node.file}: hardware.gpu.bandwidth_gbs)"))
         if self.spec.launch.probes_off:
-            rows.append({**self.basis(None), "metric": PROBES_OFF_METRIC, "unit": "ratio", "stat": "single",
+            rows.append({**self.basis(None), **metrics.row_fields(PROBES_OFF_METRIC), "stat": "single",
                          "status": "not_run", "reason": self.spec.launch.probes_off})
         if self.spec.launch.accuracy_off:
-            rows.append({**self.basis(None), "metric": ACCURACY_OFF_METRIC, "unit": "ratio", "stat": "mean",
+            rows.append({**self.basis(None), **metrics.row_fields(ACCURACY_OFF_METRIC), "stat": "mean",
                          "status": "not_run", "reason": self.spec.launch.accuracy_off})
         if telemetry_why:
-            rows.append({**self.basis(None), "metric": "power_w", "unit": "W", "stat": "single", "status": "not_run",
+            rows.append({**self.basis(None), **metrics.row_fields(M.power_w), "stat": "single", "status": "not_run",
                          "reason": f"GPU telemetry and power caps not applied: {telemetry_why}"})
         return rows

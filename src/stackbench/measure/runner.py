@@ -22,6 +22,7 @@ from stackbench.host import powercap, telemetry
 from stackbench.measure import acceptance, accuracy, calibrate, divergence, precision, probes, summary, toolcall, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
+from stackbench.results.metrics import M
 
 # The kinds whose cell runs once (KINDS[...].runs), by what they send: the function that runs the cell and
 # the request fields of every request. The probes run with thinking off (a reasoning template would spend
@@ -60,12 +61,12 @@ class CellResult:
     def correctness_notes(self) -> list[str]:
         """Why this cell's speed figures do not mean what they say: it produced other lengths than asked (a
         different workload), or its outputs loop (degenerate output decodes fast)."""
-        shares = {f.metric: f for f in self.figures if f.metric in ("output_len_ok", "looping")}
+        shares = {f.metric: f for f in self.figures if f.metric in (M.output_len_ok, M.looping)}
         notes = []
-        if "output_len_ok" in shares and shares["output_len_ok"].value < 1:
-            notes.append(f"output length not as asked: {shares['output_len_ok'].note}")
-        if "looping" in shares and shares["looping"].value > 0:
-            notes.append(f"outputs loop: {shares['looping'].note}")
+        if M.output_len_ok in shares and shares[M.output_len_ok].value < 1:
+            notes.append(f"output length not as asked: {shares[M.output_len_ok].note}")
+        if M.looping in shares and shares[M.looping].value > 0:
+            notes.append(f"outputs loop: {shares[M.looping].note}")
         return notes
 
     def row_extra(self) -> dict:
@@ -298,7 +299,7 @@ class CellRunner:
                 result.status, result.reason = "failed", f"server exited mid-cell: {worst.error}"
             elif (limit := stated_limit(self.adapter, worst.error)) is not None:
                 # A refusal is a result: keep the limit the engine states.
-                result.figures = [summary.Figure("max_input_tokens", limit, "tokens", "single", 1,
+                result.figures = [summary.Figure(M.max_input_tokens, limit, "single", 1,
                                                  note="limit stated in the engine's rejection")]
             return result
         if probe_figures is not None:

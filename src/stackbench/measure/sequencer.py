@@ -34,6 +34,7 @@ from stackbench.measure.progress import CellProgress, console_and_log
 from stackbench.measure.rows import RowMaker
 from stackbench.measure.runner import CellResult, CellRunner
 from stackbench.plan import launchspec
+from stackbench.results.metrics import M
 from stackbench.serve.process import NotRunnable, ServerError
 
 log = logging.getLogger("stackbench.measure")
@@ -314,9 +315,9 @@ class LaunchRun:
             return []
         defaults = {info.uuid: info.default_limit_w for info in self.capper.gpus.info}
         each = ", ".join(f"{uuid} {watts:g} W (default {defaults[uuid]:g} W)" for uuid, watts in self.capper.found.items())
-        return [self.rows.fact_row("power_limit_found_w", max(self.capper.found.values()), "W",
+        return [self.rows.fact_row(M.power_limit_found_w, max(self.capper.found.values()),
                                    f"nvmlDeviceGetPowerManagementLimit at the launch's start, the uncapped cells' limit; per GPU: {each}"),
-                self.rows.fact_row("power_limit_default_w", max(defaults.values()), "W",
+                self.rows.fact_row(M.power_limit_default_w, max(defaults.values()),
                                    f"nvmlDeviceGetPowerManagementDefaultLimit; per GPU: {each}")]
 
     def release_rows(self) -> list[dict]:
@@ -325,7 +326,7 @@ class LaunchRun:
             return []
         each = ", ".join(f"{seconds:.1f} s" + (f" (still busy: {'; '.join(still)})" if still else "")
                          for seconds, still in self.released)
-        return [self.rows.fact_row("memory_release_s", max(seconds for seconds, _ in self.released), "s",
+        return [self.rows.fact_row(M.memory_release_s, max(seconds for seconds, _ in self.released),
                                    f"after each server stop, until its GPUs ran no compute process and held <= "
                                    f"{self.node.gpu_idle.max_used_mib:g} MiB (NVML): {each}")]
 
@@ -334,7 +335,7 @@ class LaunchRun:
         verdict = self.host_checks[-1] if self.host_checks else None
         if verdict is None or verdict.load is None:
             return []
-        return [self.rows.fact_row(f.metric, f.value, f.unit, f"before the launch: {f.note}", f.stat, f.n)
+        return [self.rows.fact_row(f.metric, f.value, f"before the launch: {f.note}", f.stat, f.n)
                 for f in summary.host_figures(verdict.load, verdict.busy, self.host_flag)]
 
     def knee_rows(self) -> list[dict]:

@@ -26,6 +26,7 @@ from stackbench.measure import correctness
 from stackbench.measure.client import RequestRecord
 from stackbench.results import estimators, metrics
 from stackbench.results.estimators import median_interval
+from stackbench.results.metrics import M
 
 # A percentile from fewer samples than this says so in its note.
 FEW_SAMPLES = 100
@@ -40,9 +41,8 @@ MEDIAN_INTERVAL = "95% order-statistic interval of the median (binomial, distrib
 
 @dataclass(frozen=True)
 class Figure:
-    metric: str
+    metric: str  # a registered name (results/metrics.py): an unknown one raises where the figure is made
     value: float | None
-    unit: str
     stat: str
     n: int | None
     value_min: float | None = None
@@ -56,13 +56,20 @@ class Figure:
     spread_over: str | None = None  # what value_min / value_max (and a percentile) range over: REPEATS, REQUESTS, ...
     repeat_values: tuple[float, ...] | None = None  # the figure of each repeat, in order (analysis.decide's interval)
 
+    def __post_init__(self):
+        metrics.checked(self.metric)
+
+    @property
+    def unit(self) -> str:
+        return metrics.unit_of(self.metric)
+
 
 def finite(values) -> list[float]:
     """The values that are numbers: a missing (None) or undefined (NaN, infinite) one has no place in a statistic."""
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
-def _median_figure(metric: str, per_repeat: list[float | None], unit: str, ttft_included: str = "no") -> Figure | None:
+def _median_figure(metric: str, per_repeat: list[float | None], ttft_included: str = "no") -> Figure | None:
     """Median over the repeats that have the figure, with min, max, the repeats' values and the median's 95%
     interval (median_interval); an interval wider than +-5% of the median says so in the note."""
     values = finite(per_repeat)
@@ -76,7 +83,7 @@ def _median_figure(metric: str, per_repeat: list[float | None], unit: str, ttft_
     mad = estimators.mad(values)
     # One repeat has no range: "8940 (8940-8940)" would read as a spread of zero.
     low, high = (min(values), max(values)) if len(values) > 1 else (None, None)
-    return Figure(metric, median, unit, "median", len(values), low, high, ttft_included, note,
+    return Figure(metric, median, "median", len(values), low, high, ttft_included, note,
                   *(ci or (None, None)), mad=mad, spread_over=REPEATS, repeat_values=tuple(values))
 
 
@@ -84,17 +91,17 @@ def percentile_figures(name: str, values: list[float], unit: str, what: str, ove
                        median_metric: str | None = None) -> list[Figure]:
     """Median and p90/p99 of `values` (numpy's linear interpolation, as vLLM `bench serve` reports them),
     each with its sample count and `over`, what the samples are (REQUESTS, TOKENS, CHUNKS); a percentile from
-    fewer than FEW_SAMPLES samples says so; missing or undefined samples are not counted. The median is
-    `<name>_p50_<unit>` unless `median_metric` names it."""
+    fewer than FEW_SAMPLES samples says so; missing or undefined samples are not counted. Each is named as
+    metrics.percentile_name names it: `<name>_p<q>_<unit>`, the median `median_metric` where given."""
     values = finite(values)
     if not values:
         return []
     n = len(values)
     few = f"; only {n} samples (fewer than {FEW_SAMPLES}): a rough percentile" if n < FEW_SAMPLES else ""
     low, high = (float(min(values)), float(max(values))) if n > 1 else (None, None)  # one sample: no range
-    return [Figure((q == 50 and median_metric) or f"{name}_p{q}_{unit}", float(numpy.percentile(values, q)), unit,
+    return [Figure(metrics.percentile_name(name, q, unit, median_metric), float(numpy.percentile(values, q)),
                    "median" if q == 50 else f"p{q}", n, low, high, note=f"{what}, {q}th percentile{few}", spread_over=over)
-            for q in (50, 90, 99)]
+            for q in metrics.PERCENTILES]
 
 
 def repeat_figures(records: list[RequestRecord]) -> dict[str, float | None]:
@@ -116,28 +123,28 @@ def repeat_figures(records: list[RequestRecord]) -> dict[str, float | None]:
     server_decode = [r.server[SERVER_DECODE_TPS] for r in ok if r.server.get(SERVER_DECODE_TPS)]
     return {
         # Decode rate per request: (output tokens - 1) / (last token - first token), mean over requests.
-        "decode_tps": statistics.mean(decode) if decode else None,
+        M.decode_tps: statistics.mean(decode) if decode else None,
         # Output throughput as vLLM `bench serve` "Output token throughput": all output tokens / wall time.
-        "aggregate_tps": sum(r.tokens for r in ok) / (t1 - t0) if t1 > t0 else None,
+        M.aggregate_tps: sum(r.tokens for r in ok) / (t1 - t0) if t1 > t0 else None,
         # Seed 000's "双流聚合 90.9 + 79.2 = 170.1": each stream's decode rate (mean over its requests), summed
         # over the streams; TTFT excluded, unlike aggregate_tps.
-        "aggregate_decode_tps": aggregate_decode_rate(ok),
+        M.aggregate_decode_tps: aggregate_decode_rate(ok),
         # Request wall time, end to end (vLLM `bench serve` E2EL: submit to the last chunk with choices), mean over
         # requests; seed 000's serialised 64K pair and seed 002's multi-turn round are read on it.
-        "request_wall_s": statistics.mean([wall(r) for r in ok]),
-        "request_wall_later_turns_s": statistics.mean([wall(r) for r in later]) if later else None,
+        M.request_wall_s: statistics.mean([wall(r) for r in ok]),
+        M.request_wall_later_turns_s: statistics.mean([wall(r) for r in later]) if later else None,
         # Two or more streams at once (seed 000's two 64K requests, 84.4 s = 2 x 42 s): all of them, first
         # submit to last chunk, and how far their decode spans overlap, 1 parallel, 0 serialised.
-        "batch_wall_s": t1 - t0 if len({r.stream for r in ok}) > 1 else None,
-        "stream_overlap": stream_overlap(ok),
-        "e2e_tps": statistics.mean([r.e2e_tps for r in ok if r.e2e_tps]) if any(r.e2e_tps for r in ok) else None,
-        "ttft_s": statistics.mean(ttft) if ttft else None,
-        "ttfc_s": statistics.mean([r.ttfc_s for r in ok if r.ttfc_s is not None]) if ok else None,
-        "ttft_first_turn_s": statistics.mean([r.ttft_s for r in first if r.ttft_s is not None]) if later else None,
-        "ttft_later_turns_s": statistics.mean([r.ttft_s for r in later if r.ttft_s is not None]) if later else None,
-        "prefill_tps": statistics.mean(prefill) if prefill else None,
-        "server_decode_tps": statistics.mean(server_decode) if server_decode else None,
-        "server_prefill_tps": statistics.mean(server_prefill) if server_prefill else None,
+        M.batch_wall_s: t1 - t0 if len({r.stream for r in ok}) > 1 else None,
+        M.stream_overlap: stream_overlap(ok),
+        M.e2e_tps: statistics.mean([r.e2e_tps for r in ok if r.e2e_tps]) if any(r.e2e_tps for r in ok) else None,
+        M.ttft_s: statistics.mean(ttft) if ttft else None,
+        M.ttfc_s: statistics.mean([r.ttfc_s for r in ok if r.ttfc_s is not None]) if ok else None,
+        M.ttft_first_turn_s: statistics.mean([r.ttft_s for r in first if r.ttft_s is not None]) if later else None,
+        M.ttft_later_turns_s: statistics.mean([r.ttft_s for r in later if r.ttft_s is not None]) if later else None,
+        M.prefill_tps: statistics.mean(prefill) if prefill else None,
+        M.server_decode_tps: statistics.mean(server_decode) if server_decode else None,
+        M.server_prefill_tps: statistics.mean(server_prefill) if server_prefill else None,
     }
 
 
@@ -179,8 +186,8 @@ def aggregate_decode_rate(ok: list[RequestRecord]) -> float | None:
     return sum(statistics.mean(rates) for rates in streams.values()) if streams else None
 
 
-# The per-cell figures and their units, as the metric registry states them.
-UNITS = metrics.units("cell")
+# The per-cell figures, as the metric registry lists them.
+CELL_FIGURES = metrics.names(group="cell")
 TTFT_INSIDE = set(metrics.names(group="cell", ttft_included="yes"))
 
 
@@ -203,9 +210,8 @@ def cell_basis(repeats: list[list[RequestRecord]]) -> dict[str, str]:
 def cell_figures(repeats: list[list[RequestRecord]], counters: SpecCounters | None) -> list[Figure]:
     per_repeat = [repeat_figures(records) for records in repeats]
     figures = []
-    for metric, unit in UNITS.items():
-        figure = _median_figure(metric, [r.get(metric) for r in per_repeat], unit,
-                                "yes" if metric in TTFT_INSIDE else "no")
+    for metric in CELL_FIGURES:
+        figure = _median_figure(metric, [r.get(metric) for r in per_repeat], "yes" if metric in TTFT_INSIDE else "no")
         if figure:
             figures.append(figure)
     ok = [r for records in repeats for r in records if r.status == "ok"]
@@ -213,7 +219,7 @@ def cell_figures(repeats: list[list[RequestRecord]], counters: SpecCounters | No
     # and E2EL (first and last chunk with choices); then percentiles over requests.
     figures += percentile_figures("tpot", [r.tpot_ms for r in ok if r.tpot_ms is not None], "ms",
                                   "TPOT per request, (latency - TTFT) / (output tokens - 1) as vLLM bench serve",
-                                  REQUESTS, median_metric="tpot_ms")
+                                  REQUESTS, median_metric=M.tpot_ms)
     # Per-token ITL as SGLang `bench_serving`'s native backend (`async_request_sglang_generate`): each chunk's
     # gap divided by the tokens it carries. (Its chat backend appends one gap per chunk with text.)
     figures += percentile_figures("itl", [gap for r in ok for gap in r.per_token_itl_ms()], "ms",
@@ -238,7 +244,7 @@ def validity_figures(records: list[RequestRecord], chunks_are_tokens: bool) -> l
                                            r.completion_tokens) for r in ok)
     compared = ("server's completion_tokens against max_tokens, the client's chunk count within one of it" if chunks_are_tokens
                 else "server's completion_tokens against max_tokens (chunks may carry several tokens: the client's count is not compared)")
-    return [Figure("output_len_ok", passed / len(ok), "ratio", "mean", len(ok), note=f"{passed} of {len(ok)} requests as asked; {compared}")]
+    return [Figure(M.output_len_ok, passed / len(ok), "mean", len(ok), note=f"{passed} of {len(ok)} requests as asked; {compared}")]
 
 
 def output_text(record: RequestRecord) -> str:
@@ -256,9 +262,9 @@ def degeneration_figures(records: list[RequestRecord]) -> list[Figure]:
     loops = sum(correctness.is_looping(x) for x in ratios)
     words = "4-grams of whitespace-split words (no token ids from the chat endpoint)"
     # No min/max: over requests, not repeats, they would be read (and flagged) as a spread across repeats.
-    return [Figure("repetition_ratio", statistics.median(ratios), "ratio", "median", len(ratios),
+    return [Figure(M.repetition_ratio, statistics.median(ratios), "median", len(ratios),
                    note=f"repeated {words}, median over requests"),
-            Figure("looping", loops / len(ratios), "ratio", "mean", len(ratios),
+            Figure(M.looping, loops / len(ratios), "mean", len(ratios),
                    note=f"{loops} of {len(ratios)} outputs loop (repetition_ratio > {correctness.LOOP_THRESHOLD:g})")]
 
 
@@ -268,18 +274,18 @@ def acceptance_figures(delta: SpecCounters | None, repeats: int) -> list[Figure]
     if delta is None or not delta.drafts >= 0:  # no counters (no speculation), a reset between the scrapes, or NaN
         return []
     if delta.drafts == 0:  # a speculating server that drafted nothing ran its no-spec path (analysis.decide: did not speculate)
-        return [Figure("spec_drafts", 0.0, "tokens", "single", repeats, note="the server's draft counter did not move over the cell")]
+        return [Figure(M.spec_drafts, 0.0, "single", repeats, note="the server's draft counter did not move over the cell")]
     pooled = dict(stat="mean", n=repeats, note="pooled over the cell from /metrics counter deltas")
     figures = [
-        Figure("accept_len", 1 + delta.accepted / delta.drafts, "ratio", **pooled),
-        Figure("spec_drafts", delta.drafts, "tokens", "single", repeats),
-        Figure("spec_draft_tokens", delta.draft_tokens, "tokens", "single", repeats),
-        Figure("spec_accepted_tokens", delta.accepted, "tokens", "single", repeats),
+        Figure(M.accept_len, 1 + delta.accepted / delta.drafts, **pooled),
+        Figure(M.spec_drafts, delta.drafts, "single", repeats),
+        Figure(M.spec_draft_tokens, delta.draft_tokens, "single", repeats),
+        Figure(M.spec_accepted_tokens, delta.accepted, "single", repeats),
     ]
     if delta.draft_tokens > 0:
-        figures.append(Figure("accept_rate", delta.accepted / delta.draft_tokens, "ratio", **pooled))
+        figures.append(Figure(M.accept_rate, delta.accepted / delta.draft_tokens, **pooled))
     for position, accepted in sorted(delta.accepted_per_pos.items()):
-        figures.append(Figure(f"accept_rate_pos{position + 1}", accepted / delta.drafts, "ratio", **pooled))
+        figures.append(Figure(metrics.ACCEPT_RATE_POS.member(position + 1), accepted / delta.drafts, **pooled))
     return figures
 
 
@@ -300,18 +306,18 @@ def telemetry_figures(reading: WindowReading, output_tokens: int) -> list[Figure
     note = "; ".join(notes)
     figures = []
     if reading.power_mean_w is not None:
-        figures += [Figure("power_w", reading.power_mean_w, "W", "mean", reading.power_samples, ttft_included="yes", note=note),
-                    Figure("power_p95_w", reading.power_p95_w, "W", "p95", reading.power_samples, ttft_included="yes", note=note)]
+        figures += [Figure(M.power_w, reading.power_mean_w, "mean", reading.power_samples, ttft_included="yes", note=note),
+                    Figure(M.power_p95_w, reading.power_p95_w, "p95", reading.power_samples, ttft_included="yes", note=note)]
     if reading.power_mean_w_by_gpu:
         each = ", ".join(f"{uuid} {watts:.1f} W" for uuid, watts in reading.power_mean_w_by_gpu.items())
-        figures.append(Figure("power_w_per_gpu", max(reading.power_mean_w_by_gpu.values()), "W", "mean",
+        figures.append(Figure(M.power_w_per_gpu, max(reading.power_mean_w_by_gpu.values()), "mean",
                               reading.power_samples, ttft_included="yes", note=f"{note}; the highest GPU's; each: {each}"))
     if reading.vram_peak_mib is not None:
-        figures.append(Figure("vram_mib", reading.vram_peak_mib, "MiB", "peak", reading.power_samples, note=note))
+        figures.append(Figure(M.vram_mib, reading.vram_peak_mib, "peak", reading.power_samples, note=note))
     per_token = energy_per_token_figure(reading, output_tokens, note)
     if per_token.value is not None and reading.gpu_uuids:
         gpus = len(reading.gpu_uuids)
-        figures.append(Figure("energy_j_per_token_per_gpu", per_token.value / gpus, "J/token", "mean", per_token.n,
+        figures.append(Figure(M.energy_j_per_token_per_gpu, per_token.value / gpus, "mean", per_token.n,
                               ttft_included="yes", note=f"energy_j_per_token / {gpus} GPUs"))
     return [*figures, per_token, *clock_figures(reading.clock)]
 
@@ -330,15 +336,17 @@ def energy_per_token_figure(reading: WindowReading, output_tokens: int, note: st
     else:
         source = energy_note(energy, reading.energy_sampled_j) if reading.energy_source == "energy counter" \
             else f"energy from {reading.energy_source}"
-        return Figure("energy_j_per_token", energy / output_tokens, "J/token", "mean", output_tokens,
+        return Figure(M.energy_j_per_token, energy / output_tokens, "mean", output_tokens,
                       ttft_included="yes", note=f"{note}; {source}")
-    return Figure("energy_j_per_token", None, "J/token", "mean", None, note=f"{note}; {why}")
+    return Figure(M.energy_j_per_token, None, "mean", None, note=f"{note}; {why}")
 
 
-# The clock rows: (metric, key in telemetry.clock_state, unit, stat, worst of the GPUs).
-CLOCK_ROWS = [*((f"clock_event_share_{name}", f"share_{name}", "ratio", "single", max)
-                for name in ("thermal", "hw_slowdown", "power_brake", "sw_power_cap")),
-              ("sm_clock_mhz", "sm_clock_mhz", "MHz", "median", min), ("gpu_temp_max_c", "temp_max_c", "C", "peak", max)]
+# The clock rows: (metric, key in telemetry.clock_state, stat, worst of the GPUs).
+CLOCK_ROWS = [(M.clock_event_share_thermal, "share_thermal", "single", max),
+              (M.clock_event_share_hw_slowdown, "share_hw_slowdown", "single", max),
+              (M.clock_event_share_power_brake, "share_power_brake", "single", max),
+              (M.clock_event_share_sw_power_cap, "share_sw_power_cap", "single", max),
+              (M.sm_clock_mhz, "sm_clock_mhz", "median", min), (M.gpu_temp_max_c, "temp_max_c", "peak", max)]
 
 
 def clock_figures(clock: dict[str, dict[str, float]]) -> list[Figure]:
@@ -347,9 +355,9 @@ def clock_figures(clock: dict[str, dict[str, float]]) -> list[Figure]:
     if not clock:
         return []
     figures = []
-    for metric, key, unit, stat, worst in CLOCK_ROWS:
+    for metric, key, stat, worst in CLOCK_ROWS:
         each = ", ".join(f"{uuid} {state[key]:.3g}" for uuid, state in clock.items())
-        figures.append(Figure(metric, worst(state[key] for state in clock.values()), unit, stat, len(clock),
+        figures.append(Figure(metric, worst(state[key] for state in clock.values()), stat, len(clock),
                               note=f"per GPU: {each}"))
     return figures
 
@@ -363,7 +371,7 @@ def slowdown_note(figures: list[Figure], capped: bool) -> str | None:
               f"({shares[name].note})" for name in metrics.SLOWDOWN_METRICS if name in shares and shares[name].value > 0]
     if slowed:
         return "GPU SLOWED, not the stack's speed: " + "; ".join(slowed)
-    cap = shares.get("clock_event_share_sw_power_cap")
+    cap = shares.get(M.clock_event_share_sw_power_cap)
     if capped and cap and cap.value > 0:
         return f"SW power cap held the clocks in {cap.value:.0%} of samples (the cell's own cap)"
     return None
@@ -374,11 +382,11 @@ def host_figures(load: HostLoad, busy: bool, why: str | None = None) -> list[Fig
     share, the load average per core, and host_busy (1 where `busy`, with `why` as its note: a launch's own row;
     a cell's reason reaches every row of the cell through its note instead)."""
     note = f"over {load.seconds:.1f} s on {load.cores} cores; outside the launch: {load.processes()}"
-    return [Figure("host_outside_cpu_share", load.outside_share, "ratio", "mean", load.intervals, note=note),
-            Figure("host_outside_cpu_share_peak", load.peak_share, "ratio", "peak", load.intervals,
+    return [Figure(M.host_outside_cpu_share, load.outside_share, "mean", load.intervals, note=note),
+            Figure(M.host_outside_cpu_share_peak, load.peak_share, "peak", load.intervals,
                    note=f"busiest {load.window_s:g} s; {note}"),
-            Figure("host_load_per_core", load.load_per_core, "ratio", "peak", load.intervals, note=note),
-            Figure("host_busy", 1.0 if busy else 0.0, "ratio", "single", 1, note=why or note)]
+            Figure(M.host_load_per_core, load.load_per_core, "peak", load.intervals, note=note),
+            Figure(M.host_busy, 1.0 if busy else 0.0, "single", 1, note=why or note)]
 
 
 # -- load: steady state, goodput, knee --------------------------------------------------------------------
@@ -432,31 +440,31 @@ def load_repeat_figures(records: list[RequestRecord], load: Load, concurrency: i
     t0, t_end = min(r.t_submit for r in records), max(r.t_end or r.t_submit for r in records)
     duration = t_end - t0
     # vLLM "Request throughput (req/s)": completed requests / benchmark duration.
-    out: dict[str, float | None] = {"request_rps": len(ok) / duration if duration > 0 else None}
+    out: dict[str, float | None] = {M.request_rps: len(ok) / duration if duration > 0 else None}
     if load.has_slo and duration > 0:
         good = sum(meets_slo(r, load) for r in records)
         # vLLM "Request goodput (req/s)": requests within every SLO / benchmark duration.
-        out["goodput_rps"] = good / duration
-        out["slo_attainment"] = good / len(records)
+        out[M.goodput_rps] = good / duration
+        out[M.slo_attainment] = good / len(records)
     window = steady_window(records, concurrency) if concurrency else None
     if window:
         start, end = window
         t_last = max(r.t_last_token for r in ok if r.t_last_token is not None)
-        out["aggregate_tps_steady"] = tokens_between(ok, start, end) / (end - start)
-        out["steady_window_s"] = end - start
-        out["aggregate_tps_ramp"] = tokens_between(ok, t0, start) / (start - t0) if start > t0 else None
-        out["aggregate_tps_tail"] = tokens_between(ok, end, t_last) / (t_last - end) if t_last > end else None
+        out[M.aggregate_tps_steady] = tokens_between(ok, start, end) / (end - start)
+        out[M.steady_window_s] = end - start
+        out[M.aggregate_tps_ramp] = tokens_between(ok, t0, start) / (start - t0) if start > t0 else None
+        out[M.aggregate_tps_tail] = tokens_between(ok, end, t_last) / (t_last - end) if t_last > end else None
     return out
 
 
-LOAD_UNITS = metrics.units("load")
+LOAD_FIGURES = metrics.names(group="load")
 LOAD_NOTES = {
-    "aggregate_tps_steady": "output tokens that arrived while all streams were busy (c-th first token to the (N-c)-th "
+    M.aggregate_tps_steady: "output tokens that arrived while all streams were busy (c-th first token to the (N-c)-th "
                             "request's end, as ML.ENERGY) / that span; ramp and tail excluded",
-    "aggregate_tps_ramp": "output tokens before the steady window / first submit to its start",
-    "aggregate_tps_tail": "output tokens after the steady window / its end to the last token",
-    "goodput_rps": "requests within the workload's SLO / repeat duration (vLLM bench serve --goodput)",
-    "slo_attainment": "share of the repeat's requests within the workload's SLO",
+    M.aggregate_tps_ramp: "output tokens before the steady window / first submit to its start",
+    M.aggregate_tps_tail: "output tokens after the steady window / its end to the last token",
+    M.goodput_rps: "requests within the workload's SLO / repeat duration (vLLM bench serve --goodput)",
+    M.slo_attainment: "share of the repeat's requests within the workload's SLO",
 }
 
 
@@ -466,13 +474,13 @@ def load_figures(repeats: list[list[RequestRecord]], load: Load, concurrency: in
     limits = ", ".join(f"{name} <= {value:g} {unit}" for name, value, unit in
                        (("TTFT", load.slo_ttft_s, "s"), ("TPOT", load.slo_tpot_ms, "ms")) if value is not None)
     figures = []
-    for metric, unit in LOAD_UNITS.items():
+    for metric in LOAD_FIGURES:
         # Every load figure spans prefills: later requests' TTFTs fall inside even the steady window.
-        figure = _median_figure(metric, [r.get(metric) for r in per_repeat], unit, "yes")
+        figure = _median_figure(metric, [r.get(metric) for r in per_repeat], "yes")
         if figure is None:
             continue
         note = LOAD_NOTES.get(metric)
-        if metric in ("goodput_rps", "slo_attainment"):
+        if metric in (M.goodput_rps, M.slo_attainment):
             note = f"{note}: {limits}"
         figures.append(replace(figure, note="; ".join(n for n in (note, figure.note) if n) or None))
     return figures
@@ -500,16 +508,16 @@ def steady_telemetry_figures(spans: list[tuple[float, float, float, list[dict]]]
         energy, sampled = energy + joules, sampled + (power_integral(rows, start, end) or 0.0)
         seconds, tokens, samples, windows = seconds + end - start, tokens + inside_tokens, samples + power, windows + 1
     if not windows:
-        return [Figure("energy_j_per_token_steady", None, "J/token", "mean", None,
+        return [Figure(M.energy_j_per_token_steady, None, "mean", None,
                        note=f"no energy figure: {why_not[0]} ({len(why_not)} of {len(spans)} steady windows)")] if why_not else []
     note = (f"steady windows only ({seconds:.1f} s in {windows} repeats{f', {len(why_not)} left out: ' + why_not[0] if why_not else ''}): "
             f"{energy_note(energy, sampled)}")
-    power_row = [Figure("power_w_steady", statistics.fmean(samples), "W", "mean", len(samples),
+    power_row = [Figure(M.power_w_steady, statistics.fmean(samples), "mean", len(samples),
                         note=f"steady windows only: mean of {len(samples)} NVML 1-second power averages inside them")] if samples else []
     if not tokens > 0:  # NaN too
-        return [Figure("energy_j_per_token_steady", None, "J/token", "mean", None,
+        return [Figure(M.energy_j_per_token_steady, None, "mean", None,
                        note=f"no energy figure: no output tokens arrived in the steady windows; {note}"), *power_row]
-    return [Figure("energy_j_per_token_steady", energy / tokens, "J/token", "mean", int(tokens), note=note),
+    return [Figure(M.energy_j_per_token_steady, energy / tokens, "mean", int(tokens), note=note),
             *power_row, *steady_response_energy(energy, tokens, tokens_per_response, note)]
 
 
@@ -532,7 +540,7 @@ def steady_response_energy(energy_j: float, tokens: float, tokens_per_response: 
     if not (tokens_per_response and tokens_per_response > 0):  # None, 0, negative or NaN: no response length
         return []
     responses = tokens / tokens_per_response
-    return [Figure("energy_j_per_response_steady", energy_j / responses, "J/response", "mean", int(tokens),
+    return [Figure(M.energy_j_per_response_steady, energy_j / responses, "mean", int(tokens),
                    note=f"{note}; over {responses:.1f} responses' worth of tokens ({tokens_per_response:.0f} tokens each)")]
 
 
@@ -544,16 +552,16 @@ def knee_figure(levels: dict[int, dict[str, float]], load: Load) -> Figure | Non
     if len(levels) < 2:
         return None
     order = sorted(levels)
-    metric = "aggregate_tps_steady" if all("aggregate_tps_steady" in levels[c] for c in order) else "aggregate_tps"
+    metric = M.aggregate_tps_steady if all(M.aggregate_tps_steady in levels[c] for c in order) else M.aggregate_tps
     if not all(metric in levels[c] for c in order):
         return None
     rule = f"last concurrency whose {metric} rose > {load.knee_fraction:.0%} over the level below"
 
     def breaks_slo(c: int) -> bool:
-        return load.has_slo and levels[c].get("slo_attainment", 1.0) < load.slo_min_attainment
+        return load.has_slo and levels[c].get(M.slo_attainment, 1.0) < load.slo_min_attainment
 
     if breaks_slo(order[0]):
-        return Figure("knee_concurrency", None, "streams", "single", len(order),
+        return Figure(M.knee_concurrency, None, "single", len(order),
                       note=f"{rule}; none: SLO attainment below {load.slo_min_attainment:g} already at c={order[0]}")
     knee, why = order[0], None
     for lower, higher in zip(order, order[1:]):
@@ -562,7 +570,7 @@ def knee_figure(levels: dict[int, dict[str, float]], load: Load) -> Figure | Non
             break
         base, top = levels[lower][metric], levels[higher][metric]
         if not (math.isfinite(top) and math.isfinite(base) and base > 0):  # a rise over nothing is no rise
-            return Figure("knee_concurrency", None, "streams", "single", len(order),
+            return Figure(M.knee_concurrency, None, "single", len(order),
                           note=f"{rule}; none: {metric} {base:g} at c={lower} and {top:g} at c={higher} give no rise")
         rise = top / base - 1
         if rise <= load.knee_fraction:
@@ -570,4 +578,4 @@ def knee_figure(levels: dict[int, dict[str, float]], load: Load) -> Figure | Non
             break
         knee = higher
     why = why or f"lower bound: still rising at the highest level swept (c={order[-1]})"
-    return Figure("knee_concurrency", knee, "streams", "single", len(order), note=f"{rule}; {why}")
+    return Figure(M.knee_concurrency, knee, "single", len(order), note=f"{rule}; {why}")

@@ -7,6 +7,7 @@ import json
 
 from stackbench.measure.client import RequestRecord
 from stackbench.measure.summary import Figure
+from stackbench.results.metrics import M
 
 
 def call_ok(record: RequestRecord, name: str) -> bool:
@@ -25,5 +26,5 @@ def figures(records: list[RequestRecord], tool: dict) -> list[Figure]:
     if not ok:
         return []
     passed = sum(call_ok(r, tool["name"]) for r in ok)
-    return [Figure("tool_call_ok", passed / len(ok), "ratio", "mean", len(ok),
+    return [Figure(M.tool_call_ok, passed / len(ok), "mean", len(ok),
                    note=f"{passed} of {len(ok)} answers call {tool['name']} with arguments that parse as JSON")]

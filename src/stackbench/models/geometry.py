@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from stackbench.results import metrics
+from stackbench.results.metrics import M
 from stackbench.results.store import LAUNCH_COLUMNS
 
 
@@ -64,16 +66,16 @@ class Geometry:
         """The geometry as server-row figures (workload "server") for measure.py to merge with its basis;
         analysis reads measured rows' geometry from these rows only."""
         figures = {
-            "geometry_layers": (self.layers, "layers"), "geometry_attention_layers": (self.attention_layers, "layers"),
-            "geometry_swa_layers": (self.swa_layers, "layers"), "geometry_linear_layers": (self.linear_layers, "layers"),
-            "geometry_kv_heads": (self.kv_heads, "heads"), "geometry_key_length": (self.key_length, "elements"),
-            "geometry_value_length": (self.value_length, "elements"), "geometry_mtp_layers": (self.mtp_layers, "layers"),
-            "geometry_sliding_window": (self.sliding_window, "tokens"),
-            "geometry_weight_mib": (self.weight_bytes / 2**20 if self.weight_bytes else None, "MiB"),
+            M.geometry_layers: self.layers, M.geometry_attention_layers: self.attention_layers,
+            M.geometry_swa_layers: self.swa_layers, M.geometry_linear_layers: self.linear_layers,
+            M.geometry_kv_heads: self.kv_heads, M.geometry_key_length: self.key_length,
+            M.geometry_value_length: self.value_length, M.geometry_mtp_layers: self.mtp_layers,
+            M.geometry_sliding_window: self.sliding_window,
+            M.geometry_weight_mib: self.weight_bytes / 2**20 if self.weight_bytes else None,
         }
         note = f"model geometry read from {self.source} ({self.architecture})"
-        return [{"metric": metric, "value": float(value), "unit": unit, "stat": "single", "n": 1, "status": "ok", "note": note}
-                for metric, (value, unit) in figures.items() if value is not None]
+        return [{**metrics.row_fields(metric), "value": float(value), "stat": "single", "n": 1, "status": "ok", "note": note}
+                for metric, value in figures.items() if value is not None]
 
 
 def read_geometry(path: str | Path) -> Geometry:
@@ -259,8 +261,6 @@ def load_published_geometries(root: Path = Path(".")) -> list[PublishedGeometry]
 # What a figure's row says about that figure alone, not about the launch it belongs to.
 NOT_A_LAUNCH_FACT = ("concurrency", "request_rate", "power_cap_w", "value_min", "value_max", "ci_low", "ci_high", "mad",
                      "spread_over", "repeat_values", "table_id", "table_title", "row_label", "col_label", "prompt_tokens", "output_tokens", "reason")
-FIGURE_UNITS = {"params_b": "billion parameters", "kv_heads": "heads", "key_length": "elements", "value_length": "elements",
-                "sliding_window": "tokens"}
 
 
 def published_geometry_rows(records: list[dict], geometries: list[PublishedGeometry]) -> list[dict]:
@@ -276,7 +276,7 @@ def published_geometry_rows(records: list[dict], geometries: list[PublishedGeome
         seen.add(key)
         # The launch's own basis (the first figure's), as a measured launch's server rows carry it.
         launch = {**record, **dict.fromkeys(NOT_A_LAUNCH_FACT), "workload": "server"}
-        out += [{**launch, "metric": f"geometry_{field}", "value": float(value), "stat": "single", "n": 1, "status": "ok",
-                 "unit": FIGURE_UNITS.get(field, "layers"), "note": found.source}
+        out += [{**launch, **metrics.row_fields(f"geometry_{field}"), "value": float(value), "stat": "single", "n": 1,
+                 "status": "ok", "note": found.source}
                 for field, value in found.figures.items()]
     return out

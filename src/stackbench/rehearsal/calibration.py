@@ -18,19 +18,21 @@ measured one on these flags).
 
 from __future__ import annotations
 
+from stackbench.results.metrics import M
+
 # (engine label as the rows and adapters write it, spec_method) -> (step share of the roofline, acceptance)
 FITTED = {("SGLang", "mtp"): (0.194, 0.926), ("SGLang", "eagle"): (0.194, 0.926), ("vLLM", "mtp"): (0.41, 0.61)}
 
 # The posts' figures the fit and the report compare: (engine label, spec_method, spec_tokens, workload, concurrency,
 # metric, post value, unit, source). spec_tokens None: any depth.
 POINTS = [
-    ("SGLang", "mtp", 3, "seed-000-short-code", 1, "decode_tps", 86.1, "tok/s", "seed 000 §1.1 短上下文 code (fitted)"),
-    ("SGLang", "mtp", 3, "seed-000-short-code", 1, "accept_len", 3.56, "", "seed 000 §6 control, code (fitted)"),
-    ("SGLang", "mtp", 3, "seed-000-128k", 1, "decode_tps", 31.5, "tok/s", "seed 000 §6 decode at 128K (not fitted)"),
-    ("SGLang", "mtp", 3, "seed-000-128k", 1, "accept_len", 1.68, "", "seed 000 §6 accept length at 128K (not fitted)"),
-    ("vLLM", "mtp", 2, "seed-004-short", 1, "decode_tps", 102.0, "tok/s", "seed 004 MTP A/B, n=2 c1 (fitted)"),
-    ("vLLM", "mtp", 3, "seed-004-short", 1, "decode_tps", 100.0, "tok/s", "seed 004 MTP A/B, n=3 c1 (fitted)"),
-    ("vLLM", "mtp", 2, "seed-004-short", 1, "tpot_ms", 9.9, "ms", "seed 004 TPOT n=2, 9.5-10.3 ms (midpoint)"),
+    ("SGLang", "mtp", 3, "seed-000-short-code", 1, M.decode_tps, 86.1, "tok/s", "seed 000 §1.1 短上下文 code (fitted)"),
+    ("SGLang", "mtp", 3, "seed-000-short-code", 1, M.accept_len, 3.56, "", "seed 000 §6 control, code (fitted)"),
+    ("SGLang", "mtp", 3, "seed-000-128k", 1, M.decode_tps, 31.5, "tok/s", "seed 000 §6 decode at 128K (not fitted)"),
+    ("SGLang", "mtp", 3, "seed-000-128k", 1, M.accept_len, 1.68, "", "seed 000 §6 accept length at 128K (not fitted)"),
+    ("vLLM", "mtp", 2, "seed-004-short", 1, M.decode_tps, 102.0, "tok/s", "seed 004 MTP A/B, n=2 c1 (fitted)"),
+    ("vLLM", "mtp", 3, "seed-004-short", 1, M.decode_tps, 100.0, "tok/s", "seed 004 MTP A/B, n=3 c1 (fitted)"),
+    ("vLLM", "mtp", 2, "seed-004-short", 1, M.tpot_ms, 9.9, "ms", "seed 004 TPOT n=2, 9.5-10.3 ms (midpoint)"),
 ]
 
 

@@ -21,8 +21,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stackbench.results import store
+from stackbench.results import metrics, store
 from stackbench.results.estimators import exact_mcnemar, wilson
+from stackbench.results.metrics import M
 
 
 @dataclass(frozen=True)
@@ -108,15 +109,15 @@ def agreement_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
         diverged = found.first_divergence_token
         common = sorted(set(reference["outputs"]) & set(candidate["outputs"]))
         charged = charged_loops({k: (reference["outputs"][k], candidate["outputs"][k]) for k in common})
-        rows += [{**base, "metric": "output_agreement", "value": found.output_agreement, "unit": "ratio", "stat": "mean",
+        rows += [{**base, **metrics.row_fields(M.output_agreement), "value": found.output_agreement, "stat": "mean",
                   "n": prompts, "note": f"mean common prefix / reference length; {how}"},
-                 {**base, "metric": "first_divergence_token", "value": diverged, "unit": unit, "stat": "single",
+                 {**base, "metric": M.first_divergence_token, "value": diverged, "unit": unit, "stat": "single",
                   "n": prompts, "note": (f"earliest divergence over the prompts; {how}" if diverged is not None
                                          else f"identical: no divergence; {how}")}]
         if charged is not None:
             # loops_charged (our own): the share of probe prompts whose greedy output loops where the
             # reference's on the same prompt does not (charged_loops): the one loop verdict.
-            rows.append({**base, "metric": "loops_charged", "value": len(charged) / len(common), "unit": "ratio",
+            rows.append({**base, **metrics.row_fields(M.loops_charged), "value": len(charged) / len(common),
                          "stat": "mean", "n": len(common),
                          "note": (f"loops where {reference['variant']}'s does not on {', '.join(charged)}" if charged
                                   else f"no output loops where {reference['variant']}'s does not") + f"; {how}"})
@@ -174,9 +175,9 @@ def cross_stack_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
             how = (f"greedy outputs of {prompts} probe prompts of {family} compared {one} by {one} with "
                    f"{labels[reference['ref']]} ({reference['ref']})")
             diverged = found.first_divergence_token
-            rows += [{**base, "metric": "cross_stack_agreement", "value": found.output_agreement, "unit": "ratio",
+            rows += [{**base, **metrics.row_fields(M.cross_stack_agreement), "value": found.output_agreement,
                       "stat": "mean", "n": prompts, "note": f"mean common prefix / reference length; {how}"},
-                     {**base, "metric": "cross_stack_divergence", "value": diverged, "unit": unit, "stat": "single",
+                     {**base, "metric": M.cross_stack_divergence, "value": diverged, "unit": unit, "stat": "single",
                       "n": prompts, "note": (f"earliest divergence over the prompts; {how}" if diverged is not None
                                              else f"identical: no divergence; {how}")}]
     return rows
@@ -226,13 +227,13 @@ def answer_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
     reference, col_label the launch compared), its note saying whether the accuracies are distinguishable."""
     rows = []
 
-    def row(candidate: dict, reference: dict, **fields) -> dict | None:
+    def row(candidate: dict, reference: dict, metric: str, **fields) -> dict | None:
         basis = results[(results["ref"] == candidate["ref"]) & (results["workload"] == candidate["workload"])]
         if basis.empty:
             return None
         return {**basis.iloc[0].to_dict(), "ref": f"{candidate['ref']} vs {reference['ref']}", "value_min": None,
                 "value_max": None, "ci_low": None, "ci_high": None, "status": "ok", "reason": None,
-                "ttft_included": "no", "unit": "ratio", "stat": "mean", **fields}
+                "ttft_included": "no", **metrics.row_fields(metric), "stat": "mean", **fields}
 
     for candidate in (d for d in docs if d["spec_method"] != "none"):
         references = [d for d in docs if d["spec_method"] == "none" and all(d[k] == candidate[k] for k in IDENTITY)]
@@ -242,18 +243,18 @@ def answer_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
         same, below, words, (worse, better, n) = answers_compared(reference, candidate)
         how = f"against {reference['variant']} ({reference['ref']}) on {n} questions"
         rows += [r for r in (
-            row(candidate, reference, metric="answer_agreement", value=same, n=n,
+            row(candidate, reference, metric=M.answer_agreement, value=same, n=n,
                 note=f"share of the questions answered with the same extracted answer {how}"),
-            row(candidate, reference, metric="answer_flips", value=(worse + better) / n, n=n,
+            row(candidate, reference, metric=M.answer_flips, value=(worse + better) / n, n=n,
                 note=f"share of the questions right on one launch and wrong on the other; {words}; {how}"),
-            row(candidate, reference, metric="accuracy_below_reference", value=below, stat="single", n=n,
+            row(candidate, reference, metric=M.accuracy_below_reference, value=below, stat="single", n=n,
                 note=f"{words}; {how}")) if r is not None]
     nospec = [d for d in docs if d["spec_method"] == "none" and d.get("weights") is not None]
     labels = {d["ref"]: _label(d) for d in nospec}
     for reference in nospec:
         for candidate in (d for d in nospec if _comparable(reference, d)):
             same, _, words, _ = answers_compared(reference, candidate)
-            found = row(candidate, reference, metric="cross_stack_answer_agreement", value=same,
+            found = row(candidate, reference, metric=M.cross_stack_answer_agreement, value=same,
                         n=len(set(reference["outputs"]) & set(candidate["outputs"])),
                         table_id=QUALITY_TABLE, table_title=reference["weights"], row_label=labels[reference["ref"]],
                         col_label=labels[candidate["ref"]], note=f"{words}; same extracted answer on this share of the questions")

@@ -27,13 +27,13 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from stackbench.results import store
+from stackbench.results import metrics, store
+from stackbench.results.metrics import M
 
 FORMAT = 1
 MANIFEST = "manifest.json"
 ROWS = "rows.parquet"
 SUFFIX = ".stackbench.tar"
-METRIC = "bundle_manifest"  # one row per bundle in the results: its provenance, or why it was refused
 PREFIX = "bundle:"
 OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 
@@ -168,8 +168,8 @@ def manifest_row(path: Path, manifest: dict | None, refused: str | None) -> dict
     manifest = manifest or {}
     owner = manifest.get("owner") or Path(path).name.removesuffix(SUFFIX)
     return {"source": source_of(owner, manifest_made_as(manifest)), "ref": manifest.get("content_hash", "unknown")[:16],
-            "node": manifest.get("node", "unknown"), "stack": "unknown", "variant": "unknown", "metric": METRIC,
-            "value": None if refused else float(manifest.get("rows", 0)), "unit": "rows", "stat": "single",
+            "node": manifest.get("node", "unknown"), "stack": "unknown", "variant": "unknown",
+            **metrics.row_fields(M.bundle_manifest), "value": None if refused else float(manifest.get("rows", 0)), "stat": "single",
             "status": "rejected" if refused else "ok", "reason": refused, "table_title": Path(path).name,
             "note": None if refused else provenance_text(manifest),
             "stackbench_version": manifest.get("stackbench_version")}

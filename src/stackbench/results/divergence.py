@@ -40,14 +40,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import scipy.stats
 
-from stackbench.results import store
+from stackbench.results import metrics, store
 from stackbench.results.agreement import read_outputs
 from stackbench.results.estimators import wilson
+from stackbench.results.metrics import M
 
-# The metrics divergence_rows writes (and the report's divergence table reads), in that order; the launch's own
-# perplexity is a figure of its divergence cell.
-DIVERGENCE_METRICS = ["mean_kld", "kld_p99", "same_top_token", "rms_delta_p", "perplexity_ratio", "kld_tail_mass",
-                      "quality_beyond_limit"]
 # The table_id of the divergence rows: one table per weights family (table_title).
 DIVERGENCE_TABLE = "divergence-from-reference"
 MASS_FLOOR = 1e-12  # a mass at or below this is zero (the rounding of log-probabilities near 0)
@@ -343,9 +340,9 @@ def divergence_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
                 "table_id": DIVERGENCE_TABLE, "table_title": doc.get("weights"), "row_label": ref_label,
                 "col_label": _label(doc), "spread_over": "tokens"}
         if reference["tokens_id"] != doc["tokens_id"]:
-            rows.append({**base, "metric": "mean_kld", "value": None, "status": "rejected", "unit": "nats",
-                         "stat": "mean", "reason": f"tokenizer mismatch: {doc['scorer']} tokenized {doc['text_id']} as "
-                                                   f"{doc['tokens_id']}, the reference ({reference['scorer']}) as {reference['tokens_id']}"})
+            rows.append({**base, **metrics.row_fields(M.mean_kld), "value": None, "status": "rejected", "stat": "mean",
+                         "reason": f"tokenizer mismatch: {doc['scorer']} tokenized {doc['text_id']} as {doc['tokens_id']}, "
+                                   f"the reference ({reference['scorer']}) as {reference['tokens_id']}"})
             continue
         exact = doc.get("exact") or {}
         found = compare(positions_of(reference), positions_of(doc), doc.get("chunks") or 1,
@@ -358,26 +355,26 @@ def divergence_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
                     if found.mean_kld_ci else "no interval: one chunk (the chunks are the independent units)")
         kld_ci = found.mean_kld_ci or (None, None)
         rows += [
-            {**base, "metric": "mean_kld", "value": found.mean_kld, "ci_low": kld_ci[0], "ci_high": kld_ci[1],
-             "unit": "nats", "stat": "mean", "n": found.n, "spread_over": "chunks",
+            {**base, **metrics.row_fields(M.mean_kld), "value": found.mean_kld, "ci_low": kld_ci[0], "ci_high": kld_ci[1],
+             "stat": "mean", "n": found.n, "spread_over": "chunks",
              "note": f"KL(reference || launch), {kind}; {interval}; {how}"},
-            {**base, "metric": "kld_p99", "value": found.kld_p99, "unit": "nats", "stat": "p99", "n": found.n,
+            {**base, **metrics.row_fields(M.kld_p99), "value": found.kld_p99, "stat": "p99", "n": found.n,
              "note": f"99th percentile of the per-position KLD, {kind}; {how}"},
-            {**base, "metric": "same_top_token", "value": found.same_top / found.n, "ci_low": found.same_top_ci[0],
-             "ci_high": found.same_top_ci[1], "unit": "ratio", "stat": "mean", "n": found.n, "spread_over": "chunks",
+            {**base, **metrics.row_fields(M.same_top_token), "value": found.same_top / found.n, "ci_low": found.same_top_ci[0],
+             "ci_high": found.same_top_ci[1], "stat": "mean", "n": found.n, "spread_over": "chunks",
              "note": f"share of positions whose most likely token is the reference's (exact), 95% CI the wider of the t "
                      f"over the {found.chunks} chunk shares and Wilson over the positions; {how}"},
-            {**base, "metric": "rms_delta_p", "value": found.rms_delta_p, "unit": "probability", "stat": "single",
+            {**base, **metrics.row_fields(M.rms_delta_p), "value": found.rms_delta_p, "stat": "single",
              "n": found.n, "note": f"RMS of p(launch) - p(reference) of the actual next token; {how}"},
-            {**base, "metric": "perplexity_ratio", "value": found.perplexity_ratio, "unit": "ratio", "stat": "single",
+            {**base, **metrics.row_fields(M.perplexity_ratio), "value": found.perplexity_ratio, "stat": "single",
              "n": found.n, "note": f"exp(mean NLL(launch) - mean NLL(reference)): PPL(Q)/PPL(base), {found.ratio_from}; "
                                    f"{in_words(_label(doc), reference['model'], found)}; {how}"},
-            {**base, "metric": "kld_tail_mass", "value": max(found.tail_mass), "unit": "probability", "stat": "mean",
+            {**base, **metrics.row_fields(M.kld_tail_mass), "value": max(found.tail_mass), "stat": "mean",
              "n": found.n, "note": f"{kind}; {how}"},
         ]
         if doc.get("quality_limit"):
             why = beyond(found, doc["quality_limit"])
-            rows.append({**base, "metric": "quality_beyond_limit", "value": float(why is not None), "unit": "ratio",
+            rows.append({**base, **metrics.row_fields(M.quality_beyond_limit), "value": float(why is not None),
                          "stat": "single", "n": found.n,
                          "note": (why or f"within the node's quality_limit {doc['quality_limit']}") + f"; {how}"})
     return rows

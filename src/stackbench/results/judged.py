@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from stackbench.results.metrics import M
+
 SINGLE_STREAM = 1  # the concurrency of a single-stream cell
-SINGLE_STREAM_METRIC = "decode_tps"  # judged at one stream: the per-request decode rate, TTFT excluded
-CONCURRENT_METRIC = "aggregate_tps"  # judged at several: all output tokens / wall time
+SINGLE_STREAM_METRIC = M.decode_tps  # judged at one stream: the per-request decode rate, TTFT excluded
+CONCURRENT_METRIC = M.aggregate_tps  # judged at several: all output tokens / wall time
 JUDGED_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC)
 
 

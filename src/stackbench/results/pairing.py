@@ -22,9 +22,13 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from stackbench.results import metrics
+from stackbench.results.judged import JUDGED_METRICS
+from stackbench.results.metrics import M
+
 PAIR = ["node", "stack", "model", "replicate", "key", "repeat", "request", "turn"]
 SHOWN_CHARS = 200  # the request files keep the first 200 characters of a reply (measure/client.py to_row)
-PROMPTS, REPLIES = "paired_prompts_identical", "paired_replies_identical"
+PROMPTS, REPLIES = M.paired_prompts_identical, M.paired_replies_identical
 
 
 def launch_requests(part: Path) -> pd.DataFrame:
@@ -74,7 +78,7 @@ def pairing_rows(requests: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
         base = results[(results["node"] == first["node"]) & (results["stack"] == first["stack"]) & (results["model"] == first["model"])
                        & (results["variant"] == variant) & (results["replicate"] == replicate)
                        & (results["workload"] == first["workload"]) & (results["concurrency"] == first["concurrency"])
-                       & (results["metric"].isin(["decode_tps", "aggregate_tps"]))]
+                       & (results["metric"].isin(JUDGED_METRICS))]
         if first["power_cap_w"] is not None and not pd.isna(first["power_cap_w"]):
             base = base[base["power_cap_w"] == first["power_cap_w"]]
         if base.empty:
@@ -91,11 +95,11 @@ def pairing_rows(requests: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
                     f"; {len(where)} diverged after the first {SHOWN_CHARS} characters")
         common = {**base.iloc[0].to_dict(), "value_min": None, "value_max": None, "ci_low": None, "ci_high": None,
                   "mad": None, "repeat_values": None, "spread_over": None, "status": "ok", "reason": None,
-                  "unit": "ratio", "stat": "mean", "ttft_included": "no"}
-        rows += [{**common, "metric": PROMPTS, "value": float(same_prompt.mean()), "n": len(cell),
+                  "stat": "mean", "ttft_included": "no"}
+        rows += [{**common, **metrics.row_fields(PROMPTS), "value": float(same_prompt.mean()), "n": len(cell),
                   "note": f"{int(same_prompt.sum())} of {len(cell)} requests sent the same prompt, salt included, as "
                           f"{reference}"},
-                 {**common, "metric": REPLIES, "value": float(same_reply.mean()) if len(compared) else None,
+                 {**common, **metrics.row_fields(REPLIES), "value": float(same_reply.mean()) if len(compared) else None,
                   "n": len(compared),
                   "note": f"{int(same_reply.sum())} of {len(compared)} identical prompts answered identically by "
                           f"{reference}{diverged}"}]
@@ -110,5 +114,5 @@ def pairing_across(part_files, results: pa.Table) -> list[dict]:
         return []
     requests = pd.concat(frames, ignore_index=True)
     measured = results.select(["metric"]).to_pandas()
-    judged = measured[measured["metric"].isin(["decode_tps", "aggregate_tps"])].index
+    judged = measured[measured["metric"].isin(JUDGED_METRICS)].index
     return pairing_rows(requests, results.take(pa.array(judged)).to_pandas())

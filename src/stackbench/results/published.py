@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from stackbench import config
+from stackbench.results import metrics
 from stackbench.results.store import UNKNOWN
 
 TEXT_BASIS = ("node", "gpu", "os", "engine", "engine_version", "engine_image", "model", "quant", "kv_dtype",
@@ -82,6 +83,11 @@ def _finish(record: dict, seed: str, group: dict, where: str) -> dict:
     for field_name in ("metric", "unit", "row_label"):
         if field_name not in record:
             raise config.ConfigError(f"{where}: {field_name}: required (in the row, its group basis or the file basis)")
+    # A post's figure sits in the same table as ours: its metric is registered, but keeps the post's own unit.
+    try:
+        metrics.checked(record["metric"])
+    except metrics.UnknownMetric as err:
+        raise config.ConfigError(f"{where}: metric: {err}") from err
     for field_name in TEXT_BASIS:
         record.setdefault(field_name, UNKNOWN)
     record.setdefault("status", "ok")

@@ -355,7 +355,7 @@ def test_the_uncapped_cell_of_a_sweep_runs_at_the_limit_found_at_the_launchs_sta
         assert fake.nvmlDeviceGetPowerManagementLimit(0) == 200_000
         assert runner.apply_cap(SimpleNamespace(power_cap_w=None)) is None
         assert fake.nvmlDeviceGetPowerManagementLimit(0) == 280_000
-        launch = SimpleNamespace(capper=capper, rows=SimpleNamespace(fact_row=lambda m, v, u, note: {"metric": m, "value": v}))
+        launch = SimpleNamespace(capper=capper, rows=SimpleNamespace(fact_row=lambda m, v, note: {"metric": m, "value": v}))
         rows = sequencer.LaunchRun.limit_rows(launch)
         assert {r["metric"]: r["value"] for r in rows} == {"power_limit_found_w": 280.0, "power_limit_default_w": 350.0}
 

@@ -32,7 +32,7 @@ def is_figure(figure: summary.Figure) -> bool:
 @FAST
 @given(maybe_numbers)
 def test_a_median_over_repeats_is_over_the_finite_ones_and_lies_within_them(per_repeat):
-    figure = summary._median_figure("decode_tps", per_repeat, "tok/s")
+    figure = summary._median_figure("decode_tps", per_repeat)
     values = [v for v in per_repeat if v is not None and math.isfinite(v)]
     if not values:
         assert figure is None

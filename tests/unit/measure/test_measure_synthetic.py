@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import serving
+from helpers import serving, unregistered
 from paths import ROOT
 
 from stackbench.config.model import Load
@@ -77,6 +77,7 @@ def test_external_launch_measures_reasoning_multi_token_chunks_and_acceptance(en
     assert set(cell["launch_mode"]) == {"external"}
     # Every row names the code that measured it: package version, commit, +dirty for an edited checkout.
     assert results["stackbench_version"].nunique() == 1
+    assert unregistered(results["metric"]) == []  # every row of the launch, its server rows too, is registered
     assert re.fullmatch(r"\d+\.\d+\.\d+\+[0-9a-f]{12}(\+dirty)?", results["stackbench_version"].iloc[0])
     # The pipeline did not set the context, TP or quantization of a server it did not start.
     assert set(cell["quant"]) == {"unknown"} and cell["engine_image"].iloc[0].startswith("external")

@@ -35,7 +35,7 @@ def rows_of(*figures: summary.Figure) -> dict[str, dict]:
 
 
 def test_only_a_spread_over_repeats_is_flagged_wide_and_a_percentiles_count_note_stays():
-    repeats = summary._median_figure("decode_tps", [50.0, 60.0, 90.0], "tok/s")  # 90 / 50 > 1.25
+    repeats = summary._median_figure("decode_tps", [50.0, 60.0, 90.0])  # 90 / 50 > 1.25
     itl = summary.percentile_figures("itl", [5.0] * 40 + [50.0] * 5, "ms", "per-token ITL", summary.TOKENS)
     rows = rows_of(repeats, *itl)
     assert rows["decode_tps"]["note"].startswith(basis.WIDE_NOTE) and rows["decode_tps"]["spread_over"] == "repeats"
@@ -47,7 +47,7 @@ def test_only_a_spread_over_repeats_is_flagged_wide_and_a_percentiles_count_note
 
 
 def test_a_wide_flag_keeps_the_note_it_joins():
-    wide = summary._median_figure("aggregate_tps", [10.0, 11.0, 12.0, 12.0, 13.0, 30.0], "tok/s")
+    wide = summary._median_figure("aggregate_tps", [10.0, 11.0, 12.0, 12.0, 13.0, 30.0])
     note = rows_of(wide)["aggregate_tps"]["note"]
     assert note.startswith(basis.WIDE_NOTE) and "interval of the median" in note
 

@@ -78,10 +78,10 @@ def test_without_streamed_usage_itl_spreads_the_final_count():
 
 
 def test_percentiles_carry_their_count_and_say_when_it_is_small():
-    few = summary.percentile_figures("x", [1.0, 2.0, 3.0], "ms", "test", summary.TOKENS)
-    assert [(f.metric, f.value, f.n) for f in few] == [("x_p50_ms", 2.0, 3), ("x_p90_ms", 2.8, 3), ("x_p99_ms", 2.98, 3)]
+    few = summary.percentile_figures("itl", [1.0, 2.0, 3.0], "ms", "test", summary.TOKENS)
+    assert [(f.metric, f.value, f.n) for f in few] == [("itl_p50_ms", 2.0, 3), ("itl_p90_ms", 2.8, 3), ("itl_p99_ms", 2.98, 3)]
     assert all("only 3 samples" in f.note for f in few) and {f.spread_over for f in few} == {"tokens"}
-    many = summary.percentile_figures("x", [float(v) for v in range(200)], "ms", "test", summary.REQUESTS)
+    many = summary.percentile_figures("itl", [float(v) for v in range(200)], "ms", "test", summary.REQUESTS)
     assert many[0].n == 200 and "fewer" not in many[0].note
 
 
@@ -159,7 +159,7 @@ def test_a_stream_that_waits_for_the_other_does_not_overlap():
 
 
 def test_a_median_over_three_repeats_carries_no_interval():
-    figure = summary._median_figure("decode_tps", [9.0, 10.0, 30.0], "tok/s")
+    figure = summary._median_figure("decode_tps", [9.0, 10.0, 30.0])
     # The mean's Student's t interval would centre on 16.3; the median's has no 95% interval at 3 repeats.
     assert (figure.value, figure.ci_low, figure.ci_high) == (10.0, None, None)
     assert figure.spread_over == "repeats" and figure.repeat_values == (9.0, 10.0, 30.0)

@@ -137,12 +137,12 @@ def test_a_rehearsal_figure_reads_at_the_modeled_pace():
     from stackbench.measure.summary import Figure
     from stackbench.rehearsal.backend import at_model_pace
 
-    rate = at_model_pace(Figure("decode_tps", 3840.0, "tok/s", "median", 1, ci_low=3800.0, ci_high=3900.0), 50)
+    rate = at_model_pace(Figure("decode_tps", 3840.0, "median", 1, ci_low=3800.0, ci_high=3900.0), 50)
     assert (rate.value, rate.ci_low, rate.ci_high, rate.value_min) == (76.8, 76.0, 78.0, None)
-    assert at_model_pace(Figure("batch_wall_s", 0.409, "s", "median", 1), 50).value == pytest.approx(20.45)
-    assert at_model_pace(Figure("energy_j_per_token", 0.1, "J/token", "mean", 1), 50).value == pytest.approx(5.0)
-    assert at_model_pace(Figure("tpot_p50_ms", 0.0865, "ms", "median", 1), 50).value == pytest.approx(4.325)
-    ratio = Figure("accept_len", 2.5, "ratio", "mean", 1)
+    assert at_model_pace(Figure("batch_wall_s", 0.409, "median", 1), 50).value == pytest.approx(20.45)
+    assert at_model_pace(Figure("energy_j_per_token", 0.1, "mean", 1), 50).value == pytest.approx(5.0)
+    assert at_model_pace(Figure("tpot_ms", 0.0865, "median", 1), 50).value == pytest.approx(4.325)
+    ratio = Figure("accept_len", 2.5, "mean", 1)
     assert at_model_pace(ratio, 50) is ratio
 
 

@@ -17,6 +17,7 @@ from stackbench.measure import publish
 from stackbench.models import provenance
 from stackbench.plan.launchspec import DEFINITIONS
 from stackbench.results import basis, bundle, store
+from stackbench.results.metrics import M
 
 FIGURES = ["value", "value_min", "value_max", "ci_low", "ci_high", "mad", "n", "unit", "stat", "repeat_values"]
 KEY = ["node", "stack", "variant", "replicate", "workload", "concurrency", "metric"]
@@ -76,12 +77,12 @@ def test_round_trip_into_a_fresh_results_set_keeps_every_figure(published, tmp_p
     collect_results([part(tmp_path / "mine.parquet", rows(node="mine", scale=1.1))], fresh, bundles=[str(out)])
     got = store.read_results(fresh)
     assert set(got["source"]) == {"measured", "bundle:alice"}
-    imported = got[(got["source"] == "bundle:alice") & (got["metric"] != bundle.METRIC)].sort_values(KEY).reset_index(drop=True)
+    imported = got[(got["source"] == "bundle:alice") & (got["metric"] != M.bundle_manifest)].sort_values(KEY).reset_index(drop=True)
     original = store.read_results(theirs).sort_values(KEY).reset_index(drop=True)
     assert len(imported) == len(original) == 6
     compared = FIGURES + ["weights_id", "engine_version", "model", "replicate", "spread_over"]
     pd.testing.assert_frame_equal(imported[compared], original[compared], check_dtype=False)  # n: nulls elsewhere make it float
-    manifest = got[got["metric"] == bundle.METRIC].iloc[0]
+    manifest = got[got["metric"] == M.bundle_manifest].iloc[0]
     assert manifest["status"] == "ok" and manifest["table_title"] == out.name
     assert "weights smollm2-135m-q4km 0123456789ab" in manifest["note"] and "driver 570.1" in manifest["note"]
 
@@ -124,7 +125,7 @@ def test_one_changed_row_is_refused_by_name(published, tmp_path):
     collect_results([part(tmp_path / "mine.parquet", rows(node="mine"))], fresh, bundles=[str(out)])
     got = store.read_results(fresh)
     refused = got[got["source"] == "bundle:alice"]
-    assert refused["metric"].tolist() == [bundle.METRIC] and refused["status"].tolist() == ["rejected"]
+    assert refused["metric"].tolist() == [M.bundle_manifest] and refused["status"].tolist() == ["rejected"]
     assert refused["reason"].iloc[0].startswith(f"{out.name}: refused: content does not match")
 
 
