@@ -17,6 +17,7 @@ import pandas as pd
 from stackbench.analysis.common import RATE_METRICS
 from stackbench.results import published
 from stackbench.results.judged import SINGLE_STREAM_METRIC, single_stream
+from stackbench.results.metrics import ACCEPT_RATE_POS, REQUEST_ACCEPT_RATE_BIN, M
 from stackbench.results.store import MEASURED, row_tuples
 
 Figure = dict
@@ -112,7 +113,7 @@ def rate_by_workload(rows: pd.DataFrame, node: str) -> Figure | None:
 def concurrency_scaling(rows: pd.DataFrame, node: str) -> Figure | None:
     """Aggregate throughput against concurrency on one node, one line per (source, stack, variant) at its
     headline power cap, the median over the variant's workloads at each concurrency."""
-    rows = rows[(rows["metric"] == "aggregate_tps") & rows["concurrency"].notna() & (rows["status"] == "ok")]
+    rows = rows[(rows["metric"] == M.aggregate_tps) & rows["concurrency"].notna() & (rows["status"] == "ok")]
     if rows.empty:
         return None
     series = ["series_source", "stack", "variant"]
@@ -130,11 +131,11 @@ def concurrency_scaling(rows: pd.DataFrame, node: str) -> Figure | None:
 
 def per_position_acceptance(rows: pd.DataFrame, node: str) -> Figure | None:
     """Acceptance rate of each draft position (seed 004: n=3's third position is accepted ~20%)."""
-    rows = rows[rows["metric"].str.startswith("accept_rate_pos")]
+    rows = rows[rows["metric"].map(ACCEPT_RATE_POS.holds)]
     if rows.empty:
         return None
     rows = _with_source(rows)
-    rows["position"] = rows["metric"].str.removeprefix("accept_rate_pos").astype(int)
+    rows["position"] = rows["metric"].str.removeprefix(ACCEPT_RATE_POS.prefix).astype(int)
     # One bar per position and variant: the mean over the variant's workloads (each pooled from counters).
     means = rows.groupby(["series_source", "stack", "variant", "position"], dropna=False)["value"].mean().reset_index()
     traces = [_trace("bar", group["position"], group["value"], _name(key))
@@ -143,17 +144,14 @@ def per_position_acceptance(rows: pd.DataFrame, node: str) -> Figure | None:
                    barmode="group", yaxis={"title": {"text": "accepted fraction"}, "range": [0, 1]})
 
 
-REQUEST_BINS = "request_accept_rate_bin"  # measure/acceptance.py: requests per tenth of accepted / drafted
-
-
 def request_acceptance_histogram(rows: pd.DataFrame, node: str) -> Figure | None:
     """Requests by their own acceptance (accepted / drafted, tenths), one bar series per speculative cell
     (stack / variant / workload / concurrency), measured rows only: the spread a pooled ratio hides."""
-    rows = rows[rows["metric"].str.startswith(REQUEST_BINS) & rows["source"].isin(MEASURED) & rows["value"].notna()]
+    rows = rows[rows["metric"].map(REQUEST_ACCEPT_RATE_BIN.holds) & rows["source"].isin(MEASURED) & rows["value"].notna()]
     if rows.empty:
         return None
     rows = _with_source(rows)
-    rows["low"] = rows["metric"].str.removeprefix(REQUEST_BINS).astype(int) / 10
+    rows["low"] = rows["metric"].str.removeprefix(REQUEST_ACCEPT_RATE_BIN.prefix).astype(int) / 10
     rows["load"] = "c" + rows["concurrency"].map("{:.0f}".format).astype(str)
     keys = ["series_source", "stack", "variant", "workload", "load"]
     traces = [_trace("bar", group["low"] + 0.05, group["value"], _name(key))
@@ -164,7 +162,7 @@ def request_acceptance_histogram(rows: pd.DataFrame, node: str) -> Figure | None
 
 def accept_len_by_depth(rows: pd.DataFrame, node: str) -> Figure | None:
     """Acceptance length against speculative depth, per workload (median over concurrencies), measured rows only."""
-    rows = rows[(rows["metric"] == "accept_len") & rows["spec_tokens"].notna() & rows["source"].isin(MEASURED)]
+    rows = rows[(rows["metric"] == M.accept_len) & rows["spec_tokens"].notna() & rows["source"].isin(MEASURED)]
     if rows.empty:
         return None
     rows = _with_source(rows)
@@ -192,7 +190,7 @@ def spec_speedup(spec: pd.DataFrame, node: str) -> Figure | None:
 # the request-side basis and the cap (the series themselves are stack variants, so engine and checkpoint are
 # what they compare). Columns a results table lacks are unknown, and equal.
 LIKE_BASIS = ("output_tokens", "temperature", "power_cap_w", "thinking", "reasoning_effort")
-LADDER_METRICS = ("prefill_tps", "decode_tps")
+LADDER_METRICS = (M.prefill_tps, M.decode_tps)
 LADDER_MIN_LENGTHS = 3  # a ladder: one launch at c1 over this many distinct prompt lengths of one workload
 
 
@@ -227,7 +225,7 @@ def context_ladder(rows: pd.DataFrame, node: str) -> Figure | None:
     traces = []
     for (stack, variant, metric), group in points.sort_values("prompt_tokens").groupby(["stack", "variant", "metric"]):
         traces.append(_trace("lines+markers", group["prompt_tokens"], group["value"], f"measured / {stack} / {variant} / {metric}",
-                             yaxis="y" if metric == "prefill_tps" else "y2", xaxis="x" if metric == "prefill_tps" else "x2"))
+                             yaxis="y" if metric == M.prefill_tps else "y2", xaxis="x" if metric == M.prefill_tps else "x2"))
     if not traces:
         return None
     title = f"Context ladder on {node}: {key[0]}<br><sup>prefill (top) and decode (bottom) at c1; {_like_text(like, key)}</sup>"

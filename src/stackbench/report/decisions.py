@@ -13,6 +13,7 @@ from stackbench.analysis import held as held_verdicts
 from stackbench.report.table import Table, frame_table
 from stackbench.results import estimators
 from stackbench.results.judged import judged_rows
+from stackbench.results.metrics import M
 
 # Past these bounds an interval says only that the launches disagree: it is not printed as a figure.
 TOO_NOISY = (-0.9, 9.0)
@@ -215,7 +216,7 @@ def across_stacks(choices: pd.DataFrame, agreement: pd.DataFrame) -> list[Table]
                                "What to run, each stack's choice side by side", "analysis.decide per node and stack")
     table.legend.append("Not gating: each stack is judged against its own no-spec; stacks with other quantizations "
                         "answer differently by design (their greedy agreement is in the agreement-across-stacks tables).")
-    pairs = agreement[agreement["metric"] == "cross_stack_agreement"] if len(agreement) else agreement
+    pairs = agreement[agreement["metric"] == M.cross_stack_agreement] if len(agreement) else agreement
     for row in pairs.itertuples(index=False):
         table.legend.append(f"Greedy agreement, {row.row_label} (reference) against {row.col_label}: {row.value:.2f}")
     table.legend.append(decide.RULE)

@@ -13,6 +13,7 @@ import pandas as pd
 from stackbench.report.table import CELL_FIELDS, MISSING, Table, finish, format_cell, format_number, present
 from stackbench.results import basis, metrics, published
 from stackbench.results.judged import single_stream
+from stackbench.results.metrics import M
 from stackbench.results.store import IDENTITY_COLUMNS, MEASURED, row_tuples
 
 
@@ -55,7 +56,7 @@ def node_gpus(records: pd.DataFrame) -> int | None:
 def column_title(column: HeadlineColumn, gpus: int | None) -> str:
     """A headline column's title; the node's summed power says over how many GPUs ("power W, 2 GPUs"), beside
     "power W per GPU", so a two-GPU sum is never read as one GPU's draw."""
-    if column.metric == "power_w" and gpus:
+    if column.metric == M.power_w and gpus:
         return f"power W, {gpus} GPU{'s' if gpus > 1 else ''}"
     return column.title
 
@@ -96,7 +97,7 @@ def headline_records(results: pd.DataFrame, node: str) -> pd.DataFrame:
     rows, rule = rows[canonical_cap], rule[canonical_cap]
     single = single_stream(rows)
     unset = rows["concurrency"].isna()
-    highest = rows["concurrency"] == rows[rows["metric"] == "aggregate_tps"].groupby(keys, dropna=False)["concurrency"] \
+    highest = rows["concurrency"] == rows[rows["metric"] == M.aggregate_tps].groupby(keys, dropna=False)["concurrency"] \
         .transform("max").reindex(rows.index)
     keep = ((rule == "any") | ((rule == "single") & single) | ((rule == "single-or-unset") & (single | unset))
             | ((rule == "highest") & highest.fillna(False)))
@@ -193,8 +194,8 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     with_ceiling = any(ceiling_percent.get((node, *k)) is not None for k in order)
     gpus = node_gpus(records)
     if gpus == 1:  # one GPU's power is the node's: one column
-        shown_columns = [c for c in shown_columns if c.metric != "power_w_per_gpu"]
-    power = next(c for c in HEADLINE if c.metric == "power_w")
+        shown_columns = [c for c in shown_columns if c.metric != M.power_w_per_gpu]
+    power = next(c for c in HEADLINE if c.metric == M.power_w)
     like = [line.replace(power.title, column_title(power, gpus)) for line in like]  # the caveats name the columns as shown
     columns = (["source", "stack", "variant"] + [column_title(c, gpus) for c in shown_columns] + ([CEILING_COLUMN] if with_ceiling else [])
                + ([ACCURACY_COLUMN] if scored else []) + ([OUTPUTS_COLUMN] if verdicts else []))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from stackbench import config
 from stackbench.results import published
+from stackbench.results.metrics import M
 
 
 @dataclass
@@ -64,13 +65,13 @@ def load_layouts(directory: Path) -> dict[str, Layout]:
 
 
 # The measured metric a post's aggregate_tps matches, by how the post formed it (groups[].aggregate).
-AGGREGATE_METRICS = {"wall": "aggregate_tps", "decode_sum": "aggregate_decode_tps"}
+AGGREGATE_METRICS = {"wall": M.aggregate_tps, "decode_sum": M.aggregate_decode_tps}
 
 
 def measured_metric(layout: Layout, metric: str) -> str:
     """The measured metric that stands in a post's column of `metric`: its own, but for an aggregate the
     one formed as the post formed it."""
-    return AGGREGATE_METRICS[layout.aggregate] if metric == "aggregate_tps" else metric
+    return AGGREGATE_METRICS[layout.aggregate] if metric == M.aggregate_tps else metric
 
 
 def _schema_default(name: str):

@@ -18,9 +18,15 @@ from stackbench.report.headline import HEADLINE, HEADLINE_METRICS
 from stackbench.report.layouts import AGGREGATE_METRICS, Layout
 from stackbench.results import metrics, published
 from stackbench.results.judged import single_stream_sql
-from stackbench.results.metrics import HOST_BUSY_METRIC
+from stackbench.results.metrics import ACCEPT_RATE_POS, GEOMETRY_PREFIX, REQUEST_ACCEPT_RATE_BIN, M
 from stackbench.results.pairing import PROMPTS, REPLIES
 from stackbench.results.store import MEASURED_SQL, RESULTS_SCHEMA
+
+
+def named_like(prefix: str) -> str:
+    """The SQL test that a row's metric is one of a family's (a prefix the registry names)."""
+    return f"metric like '{prefix}%'"
+
 
 LIKE_COLUMNS = ", ".join(charts.LIKE_BASIS)
 # What the analysis functions read (the metric registry's `analysed`), besides the model's geometry_* figures.
@@ -28,13 +34,13 @@ ANALYSIS_METRICS = metrics.names(analysed=True)
 # Bookkeeping columns the analysis functions never read: left in DuckDB, not converted to pandas (a
 # geometry row's note, which says where the geometry came from, is the one note they read).
 NOT_ANALYSED = ("reason", "table_id", "table_title", "row_label", "col_label", "note", "unit", "repeat_values")
-GEOMETRY_NOTE = "case when metric like 'geometry_%' then note end as note"
+GEOMETRY_NOTE = f"case when {named_like(GEOMETRY_PREFIX)} then note end as note"
 CHART_METRICS = metrics.names(charted=True)
 CHART_COLUMNS = ("source", "ref", "node", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency",
                  "metric", "value", "value_min", "value_max", "status")
 # The full tables' row keys, and the metrics they show in ms (renamed with their unit).
 FULL_KEYS = ["source", "ref", "stack", "variant", "spec_tokens", "power_cap_w", "workload", "concurrency"]
-MILLISECONDS = {"ttft_s": ("ttft_ms", 1000), "ttfc_s": ("ttfc_ms", 1000)}
+MILLISECONDS = {M.ttft_s: ("ttft_ms", 1000), M.ttfc_s: ("ttfc_ms", 1000)}
 DUCKDB_TYPES = {"int64": "bigint", "double": "double", "string": "varchar", "bool": "boolean", "list<item: double>": "double[]"}
 
 # analysis.common.applied_cap in SQL: the cap a measured cell ran under is the one read back, a refused cap none.
@@ -81,7 +87,7 @@ def sql_in(values) -> str:
 def power_not_measured(results: Results) -> dict[str, str]:
     """Per node, why power was not measured (said once per node, not once per launch or cell)."""
     frame = results.frame("select node, string_agg(distinct reason, '; ') as why from results "
-                          f"where metric = 'power_w' and status = 'not_run' and source in {MEASURED_SQL} group by node")
+                          f"where metric = '{M.power_w}' and status = 'not_run' and source in {MEASURED_SQL} group by node")
     return dict(zip(frame["node"], frame["why"]))
 
 
@@ -111,7 +117,7 @@ def kept_launches(results: Results) -> dict[str, str]:
     return dict(zip(frame["node"], frame["launches"]))
 
 
-def probes_off(results: Results, metric: str = "smoke_score") -> dict[str, str]:
+def probes_off(results: Results, metric: str = M.smoke_score) -> dict[str, str]:
     """Per node, the launches whose correctness probes (metric smoke_score) or accuracy set (accuracy) were
     turned off, and where (plan.probeset)."""
     frame = results.frame("select node, string_agg(distinct stack || ' / ' || variant, ', ') as launches, "
@@ -123,7 +129,7 @@ def probes_off(results: Results, metric: str = "smoke_score") -> dict[str, str]:
 
 # A rehearsal does not read the model files (they are on the GPU host): its launches' geometry rows say so,
 # and are no cell's failure (geometry_not_read names them once).
-REHEARSAL_GEOMETRY = "source = 'rehearsal' and metric like 'geometry_%' and status <> 'ok'"
+REHEARSAL_GEOMETRY = f"source = 'rehearsal' and {named_like(GEOMETRY_PREFIX)} and status <> 'ok'"
 
 
 def geometry_not_read(results: Results) -> dict[str, str]:
@@ -139,7 +145,7 @@ def status_lines(results: Results) -> list[str]:
     rows (no workload) are not cells; power that was not measured is said once per node under its headline."""
     frame = results.frame(
         "select distinct node, stack, variant, workload, concurrency, status, reason from results "
-        f"where source in {MEASURED_SQL} and status <> 'ok' and workload is not null and metric <> 'power_w' "
+        f"where source in {MEASURED_SQL} and status <> 'ok' and workload is not null and metric <> '{M.power_w}' "
         f"and not ({REHEARSAL_GEOMETRY}) order by node, stack, variant, workload, concurrency")
     lines = []
     for row in frame.itertuples(index=False):
@@ -184,7 +190,7 @@ def headline_input(results: Results) -> pd.DataFrame:
           where a.source not in {MEASURED_SQL} or a.workload is null or v.node is null or a.workload = m.workload),
         aggregates as (
           select node, stack, variant, concurrency from rows
-          where source in {MEASURED_SQL} and metric = 'aggregate_tps' and concurrency is not null),
+          where source in {MEASURED_SQL} and metric = '{M.aggregate_tps}' and concurrency is not null),
         common as (
           select node, max(l.concurrency) as concurrency
           from (select node, concurrency, count(distinct (stack, variant)) as variants from aggregates group by all) l
@@ -195,7 +201,7 @@ def headline_input(results: Results) -> pd.DataFrame:
           select node, source, post, stack, variant,
                  coalesce(bool_or(power_cap_w is null) filter (where metric not in {sql_in(launch_metrics)}), true) as uncapped,
                  max(power_cap_w) filter (where metric not in {sql_in(launch_metrics)}) as top_cap,
-                 max(case when metric = 'aggregate_tps' then concurrency end) as top_concurrency
+                 max(case when metric = '{M.aggregate_tps}' then concurrency end) as top_concurrency
           from rows group by all),
         chosen as (
           select v.*, case when v.source in {MEASURED_SQL} then coalesce(c.concurrency, v.top_concurrency)
@@ -204,14 +210,14 @@ def headline_input(results: Results) -> pd.DataFrame:
         select r.* exclude (post) from rows r join chosen v using (node, source, post, stack, variant)
         where ((r.metric in {sql_in(launch_metrics)} and r.power_cap_w is null)
                or case when v.uncapped then r.power_cap_w is null else r.power_cap_w = v.top_cap end)
-          and (r.concurrency is null or {single_stream_sql('r')} or (r.metric = 'aggregate_tps' and r.concurrency = v.aggregate_concurrency))""",
+          and (r.concurrency is null or {single_stream_sql('r')} or (r.metric = '{M.aggregate_tps}' and r.concurrency = v.aggregate_concurrency))""",
                          [published.METHOD_WORKLOAD_SQL])
 
 
 def correctness_input(results: Results) -> pd.DataFrame:
     """The measured correctness rows only (probes, agreement, validity and loops of every cell): small."""
     return results.frame("select node, stack, variant, workload, metric, value, unit, prompt_tokens, source, status, "
-                         "ci_low, ci_high, n, row_label, case when metric = 'mean_kld' then note end as note "  # exact or bound
+                         f"ci_low, ci_high, n, row_label, case when metric = '{M.mean_kld}' then note end as note "  # exact or bound
                          f"from results where source in {MEASURED_SQL} and metric in {sql_in(analysis.CORRECTNESS_METRICS)}")
 
 
@@ -219,7 +225,7 @@ def decide_input(results: Results) -> pd.DataFrame:
     """What analysis.decide and analysis.energy read: the judged rates (with their MAD and repeats), loops,
     pools, power and energy, and the cells without a figure, measured rows only."""
     # notes only where a verdict reads them (a launch beyond its node's quality limit says why in its note)
-    return results.frame("select * exclude (note), case when metric = 'quality_beyond_limit' then note end as note from results "
+    return results.frame(f"select * exclude (note), case when metric = '{M.quality_beyond_limit}' then note end as note from results "
                          f"where source in {MEASURED_SQL} and metric in {sql_in(analysis.DECIDE_METRICS + analysis.ENERGY_METRICS)}")
 
 
@@ -287,7 +293,7 @@ def pareto_input(results: Results) -> pd.DataFrame:
     like = LIKE_COLUMNS
     return results.frame(f"""
         select node, stack, variant, workload, {like}, concurrency, median(value) as value from results
-        where source in {MEASURED_SQL} and status = 'ok' and metric = 'aggregate_tps' and concurrency is not null
+        where source in {MEASURED_SQL} and status = 'ok' and metric = '{M.aggregate_tps}' and concurrency is not null
           and workload is not null and value is not null
         group by all""")
 
@@ -316,8 +322,8 @@ def analysed(results: Results) -> pd.DataFrame:
     present = set(results.frame("select * from results limit 0").columns)  # a file from before a column was added lacks it
     return results.frame(f"select * exclude ({', '.join(c for c in NOT_ANALYSED if c in present)}), {GEOMETRY_NOTE} from results "
                          f"where metric in {sql_in(ANALYSIS_METRICS)} "
-                         "or metric like 'accept_rate_pos%' or metric like 'geometry_%' "
-                         "or metric in ('power_limit_found_w', 'power_limit_default_w')")
+                         f"or {named_like(ACCEPT_RATE_POS.prefix)} or {named_like(GEOMETRY_PREFIX)} "
+                         f"or metric in {sql_in([M.power_limit_found_w, M.power_limit_default_w])}")
 
 
 def use_case_rows(results: Results, any_status: bool = False) -> pd.DataFrame:
@@ -332,19 +338,19 @@ def use_case_rows(results: Results, any_status: bool = False) -> pd.DataFrame:
 def calibration_rows(results: Results) -> pd.DataFrame:
     """A rehearsal's single-stream figures that the posts' calibration points compare (report/budget.py)."""
     return results.frame("select engine, spec_method, spec_tokens, workload, concurrency, metric, value from results "
-                         "where source = 'rehearsal' and status = 'ok' and value is not null and metric in ('decode_tps', "
-                         "'accept_len', 'tpot_ms') and " + single_stream_sql())
+                         "where source = 'rehearsal' and status = 'ok' and value is not null and metric in "
+                         f"{sql_in([M.decode_tps, M.accept_len, M.tpot_ms])} and " + single_stream_sql())
 
 
 def busy_rows(results: Results) -> pd.DataFrame:
     """The launches that ran (or were refused) on a busy host (analysis/hoststate.py)."""
     return results.frame(f"select * from results where source in {MEASURED_SQL} and (metric in "
-                         f"{sql_in([HOST_BUSY_METRIC, 'host_outside_cpu_share_peak'])} or status = '{hoststate.REFUSED}')")
+                         f"{sql_in([M.host_busy, M.host_outside_cpu_share_peak])} or status = '{hoststate.REFUSED}')")
 
 
 def bundle_manifests(results: Results) -> pd.DataFrame:
     return results.frame("select table_title, source, node, value, status, reason, note from results "
-                         "where metric = 'bundle_manifest' order by table_title")
+                         f"where metric = '{M.bundle_manifest}' order by table_title")
 
 
 def implausible_cells(results: Results) -> pd.DataFrame:
@@ -361,8 +367,8 @@ def charted(results: Results) -> pd.DataFrame:
     """What the charts read, in one narrow query (a scan per node, or filtering a wide frame of arrow-backed
     strings in pandas, costs more)."""
     return results.frame(f"select {', '.join(CHART_COLUMNS)} from results where "
-                         f"metric in {sql_in(CHART_METRICS)} or metric like 'accept_rate_pos%' "
-                         f"or metric like '{charts.REQUEST_BINS}%'")
+                         f"metric in {sql_in(CHART_METRICS)} or {named_like(ACCEPT_RATE_POS.prefix)} "
+                         f"or {named_like(REQUEST_ACCEPT_RATE_BIN.prefix)}")
 
 
 # -- whole tables written to files --------------------------------------------------------------------
@@ -384,7 +390,7 @@ def pivot_cells(results: Results) -> None:
     scaled = " ".join(f"when '{sql_text(m)}' then {factor}" for m, (_, factor) in MILLISECONDS.items())
     results.con.execute(f"""create or replace temp table cells as pivot (
         select {keys}, case metric {renamed} else metric end as metric, value * case metric {scaled} else 1 end as value
-        from results where status = 'ok' and value is not null and not isnan(value) and metric <> 'bundle_manifest')
+        from results where status = 'ok' and value is not null and not isnan(value) and metric <> '{M.bundle_manifest}')
         on metric using median(value) group by {keys}""")
 
 
@@ -410,7 +416,7 @@ def basis_combinations(results: Results, fields: list[str]) -> pd.DataFrame:
     """Each node's distinct combinations of `fields` (a handful however many rows)."""
     present = set(results.frame("select * from results limit 0").columns)
     kept = [f for f in fields if f in present]
-    return results.frame(f"select distinct node, {', '.join(kept)} from results where metric <> 'bundle_manifest'")
+    return results.frame(f"select distinct node, {', '.join(kept)} from results where metric <> '{M.bundle_manifest}'")
 
 
 def published_rows(results: Results) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from stackbench.report.layouts import Layout
 from stackbench.report.table import CELL_FIELDS, MISSING, Table, finish, format_cell, present
 from stackbench.results import basis
 from stackbench.results.judged import single_stream
+from stackbench.results.metrics import M
 from stackbench.results.store import records_of, row_tuples
 
 
@@ -314,7 +315,7 @@ def seed_table(results: pd.DataFrame, table_id: str, layout: Layout | None = Non
         refs.append(f"{SAME_METHOD}: measured with {', '.join(methods)} (runs {', '.join(dict.fromkeys(beside['ref']))})")
     table = Table(table_id, title, "; ".join(refs), columns, rows, raw_rows)
     caveats = list(layout.caveats) + ([f"no measured row: {layout.no_row}."] if layout.no_row else [])
-    if len(beside) and layout.aggregate != "wall" and "aggregate_tps" in set(records["metric"]):
+    if len(beside) and layout.aggregate != "wall" and M.aggregate_tps in set(records["metric"]):
         caveats.append(f"aggregate: the post's is the sum of its streams' decode rates, TTFT excluded; the {SAME_METHOD} "
-                       f"rows show {layouts.measured_metric(layout, 'aggregate_tps')}, formed the same way.")
+                       f"rows show {layouts.measured_metric(layout, M.aggregate_tps)}, formed the same way.")
     return finish(table, records, SEED_AXES, caveats)

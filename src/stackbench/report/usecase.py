@@ -25,6 +25,7 @@ from stackbench.analysis.decide import RUN
 from stackbench.report.table import Table, format_number
 from stackbench.results import basis
 from stackbench.results.judged import single_stream
+from stackbench.results.metrics import M
 
 # The node's workloads that stand for each use: content classes for chat and coding, the longest prompts
 # for long context. A use none of whose workloads the node measured has no row.
@@ -41,7 +42,7 @@ LONG_SHARE = 0.75
 LONG_MIN_TOKENS = 8192  # a shorter prompt is no long-context answer (long-prefill's 362 tokens)
 OUTPUT_TOKENS = 512  # a long-context request's output where its cell does not state one
 SEPARATING = ("engine", "quant", "model", "kv_dtype", "context_len", "spec_method", "spec_tokens", "engine_version")
-DECODE, TTFT = "decode_tps", "ttft_s"
+DECODE, TTFT = M.decode_tps, M.ttft_s
 RULE = ("Rule: each stack stands with the variant What to run decided to run on the use's cells (no-spec where it "
         "decided no run there, or runs differing variants; its rule is under What to run), and its verdicts are "
         "said beside it; stacks are compared on the use's workloads every compared stack ran; chat and coding on the "

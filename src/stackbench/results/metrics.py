@@ -486,4 +486,4 @@ HEADLINE = tuple(m for m in METRICS.values() if m.headline is not None)
 # the stack's (flagged in its note, marked in the headline, left out of What to run and the cap analyses).
 SLOWDOWN_METRICS = (M.clock_event_share_thermal, M.clock_event_share_hw_slowdown, M.clock_event_share_power_brake)
 # A cell with this above 0 ran on a host busy outside its launch (analysis.hoststate).
-HOST_BUSY_METRIC = M.host_busy
+GEOMETRY_PREFIX = "geometry_"  # the model's geometry facts (models/geometry.py), each an entry above

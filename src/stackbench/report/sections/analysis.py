@@ -13,6 +13,7 @@ from stackbench.report import decisions, queries
 from stackbench.report.derived import Background, derived_table
 from stackbench.report.section import Context, Section
 from stackbench.report.table import Table
+from stackbench.results.metrics import M
 from stackbench.results.store import MEASURED
 
 
@@ -49,7 +50,7 @@ def comparison_tables(frame: pd.DataFrame, table_dir: Path, background: Backgrou
     """Like-for-like comparison of every measured speculative variant against the no-spec variant of its
     node and stack: one analysis.compare call (node and stack are among the like columns, so pairs never
     cross them), one table."""
-    measured = frame[frame["source"].isin(MEASURED) & frame["metric"].isin(["decode_tps", "aggregate_tps", "ttft_s"])]
+    measured = frame[frame["source"].isin(MEASURED) & frame["metric"].isin([M.decode_tps, M.aggregate_tps, M.ttft_s])]
     base, speculative = measured[measured["spec_method"] == "none"], measured[measured["spec_method"] != "none"]
     if base.empty or speculative.empty:
         return []

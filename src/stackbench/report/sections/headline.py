@@ -7,6 +7,7 @@ from stackbench.report import decisions, queries
 from stackbench.report.headline import headline_table
 from stackbench.report.section import Context, Paragraph, Section, own_rows
 from stackbench.report.table import Table
+from stackbench.results.metrics import M
 from stackbench.results.store import MEASURED
 
 NO_NODE = "unknown"  # the node of a published row whose post names none
@@ -35,7 +36,7 @@ def headlines(ctx: Context, outputs_judged) -> list[Table]:
                           for n in ctx.nodes if n in by_node and n != NO_NODE) if t is not None]
     kept = queries.kept_launches(results)
     legend = {}
-    for metric, said in (("smoke_score", "correctness: not checked"), ("accuracy", "accuracy: not measured")):
+    for metric, said in ((M.smoke_score, "correctness: not checked"), (M.accuracy, "accuracy: not measured")):
         for node, why in queries.probes_off(results, metric).items():
             legend.setdefault(node, []).append(f"{said} on {why}.")
     for node, why in queries.geometry_not_read(results).items():
