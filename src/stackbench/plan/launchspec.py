@@ -38,7 +38,7 @@ DEFINITIONS = 8  # 8: llama.cpp's salted single-turn requests reuse no cached pr
 # (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
 # (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "e47ac856b854a802c474ec4b389ad29601181fd43120d659409cf23bd9770b14"
+DEFINITIONS_SOURCES = "2667eca4a09e7b393c0d1a656a7edb46b452693b0a7a33de4eb4f2358704fcaf"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
