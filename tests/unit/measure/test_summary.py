@@ -23,7 +23,7 @@ VLLM_TPOT_MS = (TIMING.ttft_s + (TIMING.output_tokens - 1) / TIMING.decode_tps) 
 CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
 
-def standin_answers(timing: Timing, extras: dict, requests: int):
+def standin_answer(timing: Timing, extras: dict, requests: int):
     """What the stand-in streams for one request, at the times it schedules them (rehearsal/standin.py: the
     role-only chunk at once, the first token ttft_s in, every later text chunk interval_s after the one before,
     the closing chunks at once), and its speculative counters' deltas over `requests` such requests. It is
@@ -47,7 +47,7 @@ def standin_answers(timing: Timing, extras: dict, requests: int):
 def measure_cell(timing: Timing, extras: dict, repeats: int = 3, streams: int = 2):
     """The cell's repeats as the client records the stand-in's answers on a SteppedClock (each chunk stamped at
     its scheduled time), and their figures: exactly what the stand-in was built to emit, whatever this machine's pace."""
-    answer, counters = standin_answers(timing, extras, repeats * streams)
+    answer, counters = standin_answer(timing, extras, repeats * streams)
     clock = SteppedClock()
 
     async def cell(url):
