@@ -90,7 +90,7 @@ def host_lock_dir(tmp_path, monkeypatch) -> Path:
 # the four rehearsals; then the rerun workflows, conformance, the real llama-server, SGLang, containers; the
 # rest follow in collection order, the unit tests filling the gaps.
 SLOW_FIRST = ("test_integration_vllm.py", "test_rehearsal.py", "test_rerun.py", "test_conformance.py",
-              "test_integration_llamacpp.py", "test_integration_sglang.py", "test_container.py", "test_probes.py",
+              "test_integration_llamacpp.py", "test_integration_sglang.py", "test_container.py", "test_probes_served.py",
               "test_engine_parsers.py", "test_compare.py")
 
 

@@ -140,6 +140,13 @@ def smollm2_metadata_gguf(directory: Path) -> Path:
     return write_gguf(Path(directory) / "smollm2-135m-instruct-q4_1-metadata.gguf", doc["architecture"], doc["fields"])
 
 
+def edit_yaml(path: Path, change) -> None:
+    """Apply `change` to the YAML document in `path`, in place."""
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc))
+
+
 def planned(stdout: str, rule: str) -> list[str]:
     """The launch of every job of `rule` in a dry run's output."""
     jobs, current = [], None
@@ -162,6 +169,29 @@ def serving(timing):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# Measure settings for repeats to a stated precision: until the median's 95% interval is within +-5%, at most 8.
+PRECISE = {"target_rel_ci": 0.05, "max_repeats": 8}
+
+
+def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeats: int = 3,
+                  workloads: tuple[str, ...] = ("code",), measure: dict | None = None) -> launchspec.LaunchSpec:
+    """A node that reaches the double as an external vLLM server, measuring `workloads`; `workload` replaces
+    configs/workloads/code.yaml; `measure` adds measure settings."""
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    if workload is not None:
+        (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(workload))
+    (tmp_path / "configs/nodes/external-double.yaml").write_text(yaml.safe_dump({
+        "description": "the synthetic engine (test double) reached as an external vLLM server",
+        "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": list(workloads),
+        "probes": None,  # these tests count one workload's requests; the probes' own are in test_probes_served.py
+        "models": {"served": {"hf_dir": "/not/ours", "quant": "NVFP4"}},
+        "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))
+    cfg = expand.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1,
+                                                                           **(measure or {})}})
+    node = expand.load_node("external-double", cfg, tmp_path)
+    return launchspec.build(cfg, node, node.launches[0])
 
 
 def ci_launch_spec(repo: Path, launch: str) -> launchspec.LaunchSpec:

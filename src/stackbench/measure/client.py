@@ -191,7 +191,8 @@ class StreamClient:
     timeouts. The session is made on the first request, inside the running event loop.
 
     `stall_timeout_s` is the socket read timeout: the longest silence allowed between two reads, which
-    catches a server that accepts and never answers as well as one that streams and then stalls.
+    catches a server that accepts and never answers as well as one that streams and then stalls. `clock`
+    stamps every record (time.perf_counter; a test passes one it holds).
     """
 
     RESENDS = 2
@@ -200,7 +201,7 @@ class StreamClient:
     BUSY_BACKOFF_S = 0.5
 
     def __init__(self, base_url: str, model: str, extras: dict, stall_timeout_s: float, request_timeout_s: float,
-                 api_key: str | None = None):
+                 api_key: str | None = None, clock=time.perf_counter):
         self.base_url = base_url
         self.url = base_url + "/v1/chat/completions"
         self.model = model
@@ -209,11 +210,12 @@ class StreamClient:
         self.api_key = api_key
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.session: aiohttp.ClientSession | None = None
+        self.clock = clock
 
     def without_extras(self) -> StreamClient:
         """The same server and limits without the engine's fixed-length fields and the workload's (a
         calibration request of one token: min_tokens above max_tokens would be refused)."""
-        return StreamClient(self.base_url, self.model, {}, self.stall_timeout_s, self.request_timeout_s, self.api_key)
+        return StreamClient(self.base_url, self.model, {}, self.stall_timeout_s, self.request_timeout_s, self.api_key, self.clock)
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
@@ -246,7 +248,7 @@ class StreamClient:
 
     async def chat(self, messages: list[dict], output_tokens: int, stream: int, turn: int,
                    final_hook=None) -> RequestRecord:
-        record = RequestRecord(stream=stream, turn=turn, t_submit=time.perf_counter(), requested_tokens=output_tokens)
+        record = RequestRecord(stream=stream, turn=turn, t_submit=self.clock(), requested_tokens=output_tokens)
         try:
             await asyncio.wait_for(self._send(record, messages, output_tokens, final_hook), self.request_timeout_s)
         except aiohttp.ServerTimeoutError:  # a TimeoutError too, so it is caught before the request timeout
@@ -255,7 +257,7 @@ class StreamClient:
             record.status, record.error = "timeout", f"no complete answer within {self.request_timeout_s:.0f} s"
         except aiohttp.ClientError as err:
             record.status, record.error = "failed", f"{type(err).__name__}: {err}"
-        record.t_end = time.perf_counter()
+        record.t_end = self.clock()
         return record
 
     async def _send(self, record: RequestRecord, messages, output_tokens, final_hook) -> None:
@@ -304,7 +306,7 @@ class StreamClient:
             # its arrival time, and no per-line decoding layer sits between the socket and the clock.
             buffer, done = b"", False
             async for data in response.content.iter_any():
-                now = time.perf_counter()
+                now = self.clock()
                 buffer += data
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:

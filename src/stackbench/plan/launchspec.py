@@ -38,7 +38,7 @@ DEFINITIONS = 8  # 8: llama.cpp's salted single-turn requests reuse no cached pr
 # (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
 # (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "240e15276e7da4339c8f1a527fbb22fc4c29e1f0ebf0591beaf46580c169d870"
+DEFINITIONS_SOURCES = "3fbe9ead81729c24f75aab6be0e0cfc7db7cc673b15eb8af5100db8f84e39182"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.

@@ -97,11 +97,29 @@ def test_no_gpu_or_no_driver_gives_a_reason():
 
 
 # -- sampling and energy windows -------------------------------------------------------------------
+class SteppedStop:
+    """Stands in for the sampler thread's stop event: each wait it is asked for moves the hand-driven clock by
+    that long at once, and after `waits` of them it says stop."""
+
+    def __init__(self, clock: Clock, waits: int):
+        self.clock, self.waits, self.asked = clock, waits, []
+
+    def is_set(self) -> bool:
+        return len(self.asked) >= self.waits
+
+    def wait(self, timeout: float) -> bool:
+        self.asked.append(timeout)
+        self.clock.now += timeout
+        return self.is_set()
+
+
 def test_sampler_samples_every_half_second():
-    sampler = telemetry.Sampler(gpus(count=1))
-    with sampler:
-        time.sleep(1.2)
-    assert 2 <= len(sampler.rows) <= 4
+    clock = Clock()
+    sampler = telemetry.Sampler(gpus(count=1), clock=clock)
+    sampler._stop = SteppedStop(clock, waits=3)
+    sampler._loop()  # the thread's body, run here on the hand-driven clock
+    assert sampler._stop.asked == [0.5] * 3
+    assert [row["t"] for row in sampler.rows] == [100.0, 100.5, 101.0]
 
 
 def window_over(fake, clock, steps, between=None):

@@ -1,12 +1,18 @@
-"""The load client against the synthetic engine (stackbench.rehearsal.standin, a test double with timing
-known in advance): which delta counts as the first token, what usage it keeps, how tokens per chunk
-are learnt, and broken streams that become failed requests instead of crashes."""
+"""The load client: which delta counts as the first token, what usage it keeps, how tokens per chunk are
+learnt, how its loops send, and broken streams that become failed requests instead of crashes.
+
+Against the synthetic engine (stackbench.rehearsal.standin, a test double) for what it streams; against a
+scripted stream (tests/support/scripted_sse.py, a test double) for when: on a SteppedClock every stamp is the
+scripted time of its chunk, so the timings are checked exactly, never against this machine's pace (that is
+tests/integration/test_client_pace.py)."""
 
 import asyncio
+import time
+from collections import Counter
 from dataclasses import replace
 
 import pytest
-from scripted_sse import Answer, ScriptedServer, chunk
+from scripted_sse import Answer, ScriptedServer, SteppedClock, chunk
 
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.measure.workloads import Request
@@ -15,9 +21,9 @@ from stackbench.rehearsal.standin import StandinEngine, Timing
 CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
 
-def one_request(timing: Timing, extras: dict | None = None, stall_timeout_s: float = 10) -> RequestRecord:
+def one_request(timing: Timing, extras: dict | None = None) -> RequestRecord:
     async def scenario(url):
-        client = StreamClient(url, "synthetic", extras or {}, stall_timeout_s=stall_timeout_s, request_timeout_s=30)
+        client = StreamClient(url, "synthetic", extras or {}, stall_timeout_s=10, request_timeout_s=30)
         try:
             return await client.chat([{"role": "user", "content": "hi"}], timing.output_tokens, 0, 0)
         finally:
@@ -27,19 +33,36 @@ def one_request(timing: Timing, extras: dict | None = None, stall_timeout_s: flo
         return asyncio.run(scenario(engine.base_url))
 
 
+def stepped(answer: Answer) -> RequestRecord:
+    """One request to a scripted stream on a SteppedClock from 0: each chunk is stamped with its scripted time."""
+    clock = SteppedClock()
+
+    async def scenario(url):
+        client = StreamClient(url, "m", {}, stall_timeout_s=10, request_timeout_s=30, clock=clock)
+        try:
+            return await client.chat([{"role": "user", "content": "hi"}], 4, 0, 0)
+        finally:
+            await client.aclose()
+
+    with ScriptedServer([answer], clock=clock) as server:
+        return asyncio.run(scenario(server.base_url))
+
+
 def test_the_first_token_is_the_first_reasoning_delta_not_the_first_content():
-    timing = Timing(ttft_s=0.5, interval_s=0.05, reasoning_tokens=30, content_tokens=6)
-    record = one_request(timing)
+    record = stepped(Answer([(0.25, chunk({"role": "assistant", "content": ""})), (0.25, chunk({"reasoning_content": "t0 "})),
+                             (0.125, chunk({"reasoning_content": "t1 "})), (0.125, chunk({"content": "t2 "})),
+                             (0.0, chunk(None, {"prompt_tokens": 4, "completion_tokens": 3}))]))
     assert record.status == "ok"
-    assert record.ttft_s == pytest.approx(0.5, abs=0.1)  # content starts 0.5 + 10 x 0.05 s = 1.0 s in
-    assert record.ttfc_s < 0.1  # the role-only chunk arrives at once
+    assert record.ttft_s == 0.5  # the first reasoning; the content came at 0.75 s
+    assert record.ttfc_s == 0.25  # vLLM's clock starts at the role-only chunk
+    assert record.chunk_times == [0.5, 0.625, 0.75] and record.t_end == 0.75  # each chunk at its own arrival
     assert record.counted_text == "reasoning+content"
-    assert record.reasoning.startswith("t0 ") and record.content.startswith("t31 ")
 
 
 def test_usage_keeps_reasoning_and_cached_prompt_tokens():
     timing = Timing(reasoning_tokens=12, content_tokens=6, interval_s=0.01, ttft_s=0.05)
     record = one_request(timing)
+    assert record.reasoning.startswith("t0 ") and record.content.startswith("t13 ")  # the stand-in thinks first
     assert (record.completion_tokens, record.reasoning_tokens) == (19, 13)
     assert (record.prompt_tokens, record.cached_prompt_tokens) == (40, 8)
     assert record.processed_prompt_tokens == 32  # prefill ran on the uncached tokens only
@@ -53,22 +76,35 @@ def test_llamacpp_prompt_n_is_the_processed_count():
     assert record.processed_prompt_tokens == 12
 
 
-def test_per_token_itl_from_usage_streamed_per_chunk():
-    timing = Timing(interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=15, content_tokens=15)
+def test_the_standins_usage_per_chunk_is_learnt_as_each_chunks_token_count():
+    timing = Timing(interval_s=0.001, ttft_s=0.001, tokens_per_chunk=3, reasoning_tokens=15, content_tokens=15)
     record = one_request(timing, CONTINUOUS_USAGE)
     assert record.chunk_token_counts[:3] == [1, 4, 7]
-    itl = record.per_token_itl_ms()
-    assert len(itl) == 30  # one entry per token after the first
-    assert sorted(itl)[15] == pytest.approx(10.0, rel=0.1)  # 30 ms gap / 3 tokens
-    assert sorted(record.inter_chunk_ms())[5] == pytest.approx(30.0, rel=0.1)
+    assert len(record.per_token_itl_ms()) == 30  # one entry per token after the first
+    assert one_request(timing).chunk_token_counts == []  # usage on the final chunk only
+
+
+def decode_stream(usage_per_chunk: bool) -> Answer:
+    """A role-only chunk at once, the first token at 0.25 s, then three chunks of 3 tokens 62.5 ms apart (10 tokens)."""
+    def text(i: int, tokens: int) -> str:
+        return chunk({"content": f"t{i} "}, {"prompt_tokens": 4, "completion_tokens": tokens} if usage_per_chunk else None)
+
+    return Answer([(0.0, chunk({"role": "assistant", "content": ""})), (0.25, text(0, 1)),
+                   *((0.0625, text(i, 1 + 3 * i)) for i in (1, 2, 3)), (0.0, chunk(None, {"prompt_tokens": 4, "completion_tokens": 10}))])
+
+
+def test_per_token_itl_from_usage_streamed_per_chunk():
+    record = stepped(decode_stream(usage_per_chunk=True))
+    assert record.chunk_token_counts == [1, 4, 7, 10]
+    assert record.per_token_itl_ms() == [62.5 / 3] * 9  # each 62.5 ms gap over the 3 tokens it brought
+    assert record.inter_chunk_ms() == [250.0, 62.5, 62.5, 62.5]  # vLLM's ITL: a gap per chunk, the role-only one's too
 
 
 def test_per_token_itl_from_the_final_count_spread_over_chunks():
-    timing = Timing(interval_s=0.03, tokens_per_chunk=3, reasoning_tokens=15, content_tokens=15)
-    record = one_request(timing)
+    record = stepped(decode_stream(usage_per_chunk=False))
     assert record.chunk_token_counts == []
-    # 31 tokens over 11 chunks: each 30 ms gap counts as 30 / (31 / 11) ms per token.
-    assert sorted(record.per_token_itl_ms())[5] == pytest.approx(30.0 * 11 / 31, rel=0.1)
+    # 10 tokens over 4 chunks: each 62.5 ms gap counts as 62.5 / (10 / 4) ms per token.
+    assert record.per_token_itl_ms() == [25.0] * 3
 
 
 def test_tpot_follows_vllm_latency_minus_ttft_over_tokens_after_the_first():
@@ -105,9 +141,20 @@ def test_the_reasoning_field_counts_as_a_first_token_too():
 
 
 def test_a_stream_that_stalls_times_out_and_keeps_what_arrived():
-    record = one_request(Timing(ttft_s=0.02, interval_s=0.01, stall_after=2), stall_timeout_s=0.5)
+    # Three chunks at once, then nothing for an hour: the stall, not this machine's pace, trips the timeout.
+    stalling = Answer([(0.0, chunk({"reasoning_content": f"t{i} "})) for i in range(3)] + [(3600.0, chunk({"content": "late"}))])
+
+    async def scenario(url):
+        client = StreamClient(url, "m", {}, stall_timeout_s=0.5, request_timeout_s=30)
+        try:
+            return await client.chat([{"role": "user", "content": "hi"}], 4, 0, 0)
+        finally:
+            await client.aclose()
+
+    with ScriptedServer([stalling]) as server:
+        record = asyncio.run(scenario(server.base_url))
     assert (record.status, record.error) == ("timeout", "stream stalled: nothing received for 0.5 s")
-    assert record.reasoning == "t0 t1 t2 t3 t4 t5 t6 "
+    assert record.reasoning == "t0 t1 t2 "
 
 
 def test_a_server_that_is_not_there_fails_the_request():
@@ -122,37 +169,41 @@ def test_a_server_that_is_not_there_fails_the_request():
     assert record.status == "failed" and record.error.startswith("ClientConnectorError: Cannot connect to host 127.0.0.1:9")
 
 
-def run_load(timing: Timing, scenario_of):
+def scripted_load(answers: list[Answer], scenario_of, together: int = 1):
     async def scenario(url):
-        client = StreamClient(url, "synthetic", {}, stall_timeout_s=10, request_timeout_s=30)
+        client = StreamClient(url, "m", {}, stall_timeout_s=10, request_timeout_s=30)
         try:
             return await scenario_of(client)
         finally:
             await client.aclose()
 
-    with StandinEngine(timing) as engine:
-        return asyncio.run(scenario(engine.base_url))
+    with ScriptedServer(answers, together=together) as server:
+        return asyncio.run(scenario(server.base_url))
+
+
+ONE_TOKEN = Answer([(0.0, chunk({"content": "a"})), (0.0, chunk(None, {"prompt_tokens": 1, "completion_tokens": 1}))])
+SEND_AT_S = [0.0, 0.1, 0.4]
 
 
 def test_open_loop_sends_at_its_arrival_times_whatever_is_in_flight():
-    timing = Timing(ttft_s=0.05, interval_s=0.02, reasoning_tokens=0, content_tokens=30)  # 0.25 s per request
-    requests = [Request(("hi",), timing.output_tokens)] * 3
-    records = run_load(timing, lambda client: run_open_loop(client, requests, [0.0, 0.1, 0.4]))
-    submits = sorted(r.t_submit for r in records)
-    # The second goes out while the first still streams; each request is its own stream.
-    assert [b - submits[0] for b in submits[1:]] == pytest.approx([0.1, 0.4], abs=0.03)
+    requests = [Request(("hi",), 4)] * 3
+    started = time.perf_counter()
+    # The server answers none of the three before all three are in: a loop that waited for an answer before its
+    # next send would get none, so every request is sent while the earlier ones are in flight.
+    records = scripted_load([ONE_TOKEN], lambda client: run_open_loop(client, requests, SEND_AT_S), together=3)
     assert sorted(r.stream for r in records) == [0, 1, 2] and all(r.status == "ok" for r in records)
+    # None before its time after the start (asyncio may fire a timer up to its clock's 1 ns resolution early).
+    assert all(r.t_submit - started >= SEND_AT_S[r.request] - 1e-6 for r in records)
 
 
-def test_closed_loop_streams_send_their_requests_back_to_back():
-    timing = Timing(ttft_s=0.05, interval_s=0.02, reasoning_tokens=0, content_tokens=15)
-    requests = [Request(("hi",), timing.output_tokens)] * 4
-    records = run_load(timing, lambda client: run_streams(client, requests, 2))
+def test_closed_loop_streams_start_together_and_each_sends_its_next_request_after_its_answer():
+    requests = [Request(("hi",), 4)] * 4
+    # The server answers a pair of requests at once: the streams' first requests are in flight together.
+    records = scripted_load([ONE_TOKEN], lambda client: run_streams(client, requests, 2), together=2)
+    assert all(r.status == "ok" for r in records)
     for stream in (0, 1):
         first, second = [r for r in records if r.stream == stream]
-        assert first.t_end <= second.t_submit < first.t_end + 0.05
-    starts = sorted(r.t_submit for r in records)
-    assert starts[1] - starts[0] < 0.05 and starts[2] - starts[0] > 0.1  # together, then each waits its 0.15 s answer
+        assert first.t_end <= second.t_submit
 
 
 class DroppingServer:
@@ -207,12 +258,11 @@ def test_a_server_that_keeps_dropping_fails_the_request_after_the_resends():
 def test_closed_loop_streams_pull_from_one_queue_so_none_idles_while_requests_wait():
     """A long first request keeps its stream busy; the other stream takes every request left (vLLM's
     --max-concurrency semaphore), instead of idling after a fixed half."""
-    timing = Timing(ttft_s=0.02, interval_s=0.01, reasoning_tokens=0, content_tokens=3, follow_request=1)
-    requests = [Request(("hi",), 300)] + [Request(("hi",), 4)] * 5  # the double answers max_tokens: 1 s, then 0.03 s each
-    records = run_load(timing, lambda client: run_streams(client, requests, 2))
+    # The first request in is held until all six are: only a stream taking every request left sends the sixth.
+    held = replace(ONE_TOKEN, after_requests=6)
+    records = scripted_load([held, ONE_TOKEN], lambda client: run_streams(client, [Request(("hi",), 4)] * 6, 2))
     assert all(r.status == "ok" for r in records) and len(records) == 6
-    assert [r.requested_tokens for r in records if r.stream == 0] == [300]
-    assert [r.requested_tokens for r in records if r.stream == 1] == [4] * 5
+    assert sorted(Counter(r.stream for r in records).values()) == [1, 5]
 
 
 # -- faults, against a scripted SSE server (tests/support/scripted_sse.py, a test double) -------------------

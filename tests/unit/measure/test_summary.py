@@ -1,11 +1,16 @@
-"""Client + summary against the synthetic engine (stackbench.rehearsal.standin, a test double whose
-timing is known in advance): TTFT, decode rate, per-token ITL, inter-chunk latency, TPOT and acceptance
-come out within a few percent of what it was built to emit; percentiles carry their sample count."""
+"""Client + summary on the synthetic engine's own stream (stackbench.rehearsal.standin, a test double whose
+timing is known in advance), replayed at the times it schedules on a clock the test holds: TTFT, decode rate,
+per-token ITL, inter-chunk latency, TPOT and acceptance come out exactly as it was built to emit; percentiles
+carry their sample count. The same figures measured live on this machine are
+tests/integration/test_measure_synthetic.py."""
 
 import asyncio
+import json
+from dataclasses import replace
 
 import httpx
 import pytest
+from scripted_sse import Answer, ScriptedServer, SteppedClock
 
 from stackbench.engines.vllm import VllmAdapter
 from stackbench.host import telemetry
@@ -18,21 +23,43 @@ VLLM_TPOT_MS = (TIMING.ttft_s + (TIMING.output_tokens - 1) / TIMING.decode_tps) 
 CONTINUOUS_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
 
+def standin_answer(timing: Timing, extras: dict, requests: int):
+    """What the stand-in streams for one request, at the times it schedules them (rehearsal/standin.py: the
+    role-only chunk at once, the first token ttft_s in, every later text chunk interval_s after the one before,
+    the closing chunks at once), and its speculative counters' deltas over `requests` such requests. It is
+    asked at its own pace cut to a millisecond: what it streams does not depend on its pace."""
+    adapter, fast = VllmAdapter(), replace(timing, ttft_s=0.001, interval_s=0.001)
+    body = StreamClient("", "synthetic", extras, stall_timeout_s=10, request_timeout_s=60).body([{"role": "user", "content": "hi"}],
+                                                                                                  timing.output_tokens)
+    with StandinEngine(fast) as engine:
+        before = adapter.spec_counters(httpx.get(engine.base_url + "/metrics").text)
+        streams = [httpx.post(engine.base_url + "/v1/chat/completions", json=body, timeout=30).text for _ in range(requests)]
+        after = adapter.spec_counters(httpx.get(engine.base_url + "/metrics").text)
+    steps, texts = [], 0
+    for payload in [line.removeprefix("data: ") for line in streams[0].splitlines() if line.startswith("data: {")]:
+        delta = (json.loads(payload)["choices"] or [{}])[0].get("delta") or {}
+        carries_text = any(delta.get(kind) for kind in ("content", "reasoning_content", "tool_calls"))
+        steps.append((0.0 if not carries_text else timing.interval_s if texts else timing.ttft_s, payload))
+        texts += carries_text
+    return Answer(steps), after.minus(before)
+
+
 def measure_cell(timing: Timing, extras: dict, repeats: int = 3, streams: int = 2):
-    adapter = VllmAdapter()
+    """The cell's repeats as the client records the stand-in's answers on a SteppedClock (each chunk stamped at
+    its scheduled time), and their figures: exactly what the stand-in was built to emit, whatever this machine's pace."""
+    answer, counters = standin_answer(timing, extras, repeats * streams)
+    clock = SteppedClock()
 
     async def cell(url):
-        client = StreamClient(url, "synthetic", extras, stall_timeout_s=10, request_timeout_s=60)
+        client = StreamClient(url, "synthetic", extras, stall_timeout_s=10, request_timeout_s=60, clock=clock)
         try:
             return [await run_conversations(client, [["hi"]] * streams, timing.output_tokens) for _ in range(repeats)]
         finally:
             await client.aclose()
 
-    with StandinEngine(timing) as engine:
-        before = adapter.spec_counters(httpx.get(engine.base_url + "/metrics").text)
-        records = asyncio.run(cell(engine.base_url))
-        after = adapter.spec_counters(httpx.get(engine.base_url + "/metrics").text)
-    return records, {f.metric: f for f in summary.cell_figures(records, after.minus(before))}
+    with ScriptedServer([answer], together=streams, clock=clock) as server:  # the streams' requests answered alike, at once
+        records = asyncio.run(cell(server.base_url))
+    return records, {f.metric: f for f in summary.cell_figures(records, counters)}
 
 
 @pytest.fixture(scope="module")
@@ -42,17 +69,17 @@ def streamed_usage():
 
 def test_ttft_decode_rate_and_tpot_match_the_engine(streamed_usage):
     records, figures = streamed_usage
-    assert figures["ttft_s"].value == pytest.approx(TIMING.ttft_s, rel=0.05)
-    assert figures["decode_tps"].value == pytest.approx(TIMING.decode_tps, rel=0.05)  # 100 tok/s
+    assert figures["ttft_s"].value == pytest.approx(TIMING.ttft_s)
+    assert figures["decode_tps"].value == pytest.approx(TIMING.decode_tps)  # 100 tok/s
     # vLLM's TPOT starts at the role-only chunk the double sends at once: prefill and decode over 60 tokens.
-    assert figures["tpot_ms"].value == pytest.approx(VLLM_TPOT_MS, rel=0.05)
+    assert figures["tpot_ms"].value == pytest.approx(VLLM_TPOT_MS)
     assert figures["tpot_ms"].n == 6 and "fewer than 100" in figures["tpot_ms"].note
 
 
 def test_per_token_itl_and_inter_chunk_latency_are_told_apart(streamed_usage):
     _, figures = streamed_usage
-    assert figures["itl_p50_ms"].value == pytest.approx(TIMING.itl_ms, rel=0.05)  # 10 ms per token
-    assert figures["icl_p50_ms"].value == pytest.approx(TIMING.interval_s * 1000, rel=0.05)  # 30 ms per chunk
+    assert figures["itl_p50_ms"].value == pytest.approx(TIMING.itl_ms)  # 10 ms per token
+    assert figures["icl_p50_ms"].value == pytest.approx(TIMING.interval_s * 1000)  # 30 ms per chunk
     assert figures["itl_p50_ms"].n == 6 * 60 and "usage streamed per chunk" in figures["itl_p50_ms"].note
     assert figures["icl_p50_ms"].n == 6 * 21  # vLLM's ITL: the role-only chunk to the first text is a gap too
     assert figures["itl_p99_ms"].stat == "p99" and "fewer than" not in figures["itl_p99_ms"].note
@@ -73,7 +100,7 @@ def test_the_basis_says_reasoning_was_counted(streamed_usage):
 def test_without_streamed_usage_itl_spreads_the_final_count():
     records, figures = measure_cell(TIMING, {}, repeats=1, streams=1)
     # 61 tokens over 21 chunks: 30 ms / (61 / 21) per token, about 3% above the true 10 ms.
-    assert figures["itl_p50_ms"].value == pytest.approx(30 * 21 / 61, rel=0.05)
+    assert figures["itl_p50_ms"].value == pytest.approx(30 * 21 / 61)
     assert summary.cell_basis(records)["tokens_per_chunk"] == "final count spread over chunks"
 
 
@@ -125,11 +152,11 @@ def test_the_aggregate_decode_rate_sums_the_streams_rates_without_ttft_and_the_w
     _, figures = streamed_usage
     # Two streams at 100 tok/s each, after a 1 s TTFT: seed 000's "90.9 + 79.2" kind of sum is 200; the wall
     # aggregate (61 tokens each over ~1.6 s) is far below it.
-    assert figures["aggregate_decode_tps"].value == pytest.approx(2 * TIMING.decode_tps, rel=0.05)
+    assert figures["aggregate_decode_tps"].value == pytest.approx(2 * TIMING.decode_tps)
     assert figures["aggregate_decode_tps"].ttft_included == "no" and figures["aggregate_tps"].ttft_included == "yes"
     assert figures["aggregate_tps"].value < 0.5 * figures["aggregate_decode_tps"].value
     wall = TIMING.ttft_s + (TIMING.output_tokens - 1) / TIMING.tokens_per_chunk * TIMING.interval_s
-    assert figures["request_wall_s"].value == pytest.approx(wall, rel=0.05)
+    assert figures["request_wall_s"].value == pytest.approx(wall)
 
 
 def test_the_aggregate_decode_rate_takes_each_streams_mean_over_its_requests():

@@ -10,13 +10,12 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from helpers import SMOLLM2_METADATA, build_in_root, smollm2_metadata_gguf, write_gguf
+from helpers import SMOLLM2_METADATA, smollm2_metadata_gguf, write_gguf
 from paths import ROOT
 
 from stackbench.models import geometry
 
 FIXTURES = ROOT / "tests/fixtures/models"
-SMOLLM2_REAL = ROOT / "data/models/source/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture
@@ -59,21 +58,6 @@ def test_weight_bytes_are_the_tensor_data_whatever_its_type(gguf_with_tensors):
     geo = geometry.read_geometry(gguf_with_tensors)
     assert geo.weight_bytes == 64 * 32 * 4 + 32 * 2 + 8 * 20
     assert 0 < gguf_with_tensors.stat().st_size - geo.weight_bytes < 4096  # the rest is metadata and alignment
-
-
-@pytest.fixture(scope="module")
-def smollm2_real() -> Path:
-    """The real SmolLM2 GGUF, made by the workflow's own smollm2_source rule (a no-op where it exists), so the
-    test never depends on whether another test built it first."""
-    build_in_root(str(SMOLLM2_REAL.relative_to(ROOT)))
-    return SMOLLM2_REAL
-
-
-@pytest.mark.integration  # runs the workflow for the model file (a wheel's download the first time), and reads 98 MB
-def test_weight_bytes_of_the_real_gguf_are_its_tensor_data(smollm2_real):
-    geo = geometry.read_geometry(smollm2_real)
-    assert geo.weight_bytes == 96_576_768
-    assert 0 < smollm2_real.stat().st_size - geo.weight_bytes < 2 * 2**20  # the rest is metadata and tokenizer
 
 
 QWEN35_FROM_SOURCE = {"block_count": 65, "nextn_predict_layers": 1, "full_attention_interval": 4, "embedding_length": 5120,

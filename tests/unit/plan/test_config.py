@@ -2,12 +2,10 @@
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import edit_yaml as edit
 from paths import ROOT
 
 from stackbench.config import ConfigError
@@ -18,12 +16,6 @@ from stackbench.plan import expand
 def configs(tmp_path) -> Path:
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     return tmp_path
-
-
-def edit(path: Path, change) -> None:
-    doc = yaml.safe_load(path.read_text())
-    change(doc)
-    path.write_text(yaml.safe_dump(doc))
 
 
 def test_defaults_come_from_the_schema(configs):
@@ -79,16 +71,6 @@ def test_invalid_yaml_names_the_line(configs):
     (configs / "configs/workloads/code.yaml").write_text("prompts: [unclosed\n")
     with pytest.raises(ConfigError, match=r"code.yaml: line \d+: not valid YAML"):
         expand.load_plan(configs)
-
-
-@pytest.mark.integration  # runs Snakemake
-def test_snakemake_stops_with_one_line_before_planning(repo_copy):
-    edit(repo_copy / "configs/nodes/local-cpu.yaml", lambda d: d.update(power_caps_w=["high"]))
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "report"], cwd=repo_copy,
-                          capture_output=True, text=True)
-    assert done.returncode != 0
-    assert "config error: configs/nodes/local-cpu.yaml: power_caps_w[0]: expected number, got 'high'" in done.stderr
-    assert "Job stats" not in done.stdout
 
 
 def test_impossible_tp_size_fails_before_any_job(configs):

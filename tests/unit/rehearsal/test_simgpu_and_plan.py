@@ -87,10 +87,10 @@ def test_memory_follows_processes_and_a_dead_ones_is_freed_after_its_release_tim
     host.add_process(1, 4242, 20480, until=time.time() + 3600)  # another user's job on a GPU the node does not use
     assert gpus.memory_used_mib()["GPU-simulated-0"] == simgpu.IDLE_USED_MIB + 8000
     assert gpus.processes()["GPU-simulated-0"] == [(child.pid, 8000)]
-    host.release(child.pid, after_s=0.3)
+    host.release(child.pid, after_s=3600)
     child.kill()
     child.wait()
-    assert gpus.memory_used_mib()["GPU-simulated-0"] == simgpu.IDLE_USED_MIB + 8000  # still held a moment
-    time.sleep(0.35)
+    assert gpus.memory_used_mib()["GPU-simulated-0"] == simgpu.IDLE_USED_MIB + 8000  # dead, but before its release time
+    host.release(child.pid, after_s=0)  # its release time is now: past at the next read
     assert gpus.memory_used_mib()["GPU-simulated-0"] == simgpu.IDLE_USED_MIB
     assert host.nvmlDeviceGetComputeRunningProcesses(1)[0].pid == 4242

@@ -1,7 +1,7 @@
 """Rendering fixed results tables gives the same report files as before the package's modules moved.
 
 tests/fixtures/results/report/ holds the input (results.parquet: the published rows plus the hand-built
-measured run of test_report.measured_rows, test data, not a measurement; published/: the posts' layouts
+measured run of report_pages.measured_rows (tests/support), test data, not a measurement; published/: the posts' layouts
 it was rendered with) and the files main rendered from it before the arch moves (expected/: report.md,
 every table's .csv and .md, and index.html without the Plotly library it inlines).
 tests/fixtures/results/report-rehearsal/ is a rehearsal's: the published rows plus

@@ -4,149 +4,28 @@ NaN/None/cnan, Snakemake's own --report, and the page in headless Chromium (DOM 
 The tests that run Snakemake (published_report) or Chromium are in the integration lane; the rest render
 the report in-process (write_report) and are in the fast lane."""
 
-import re
-import struct
-import subprocess
-import sys
-import zipfile
-import zlib
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from capabilities import require
-from helpers import copy_repo
 from paths import ROOT
-from test_tools import installed_for_tests
+from report_pages import assert_no_leaks, measured_rows, without_plotly_library, write_mixed_report
 
 from stackbench.analysis import decide
 from stackbench.report import derived, queries, render
 from stackbench.report.headline import SLOWED_GPU, headline_table
-from stackbench.report.layouts import load_layouts
 from stackbench.report.seeds import _one_cap
-from stackbench.results import published, store
-
-PLOTLY_SCRIPT = re.compile(r"<script type='text/javascript'>.*?</script>", re.S)
-SCRIPTS = re.compile(r"<script[^>]*>.*?</script>", re.S)
-LEAKS = re.compile(r"\bnan\b|\bNaN\b|\bNone\b|cnan|\bnull\b|\bundefined\b")
-
-
-@pytest.fixture(scope="module")
-def published_report(tmp_path_factory) -> Path:
-    """The report target on published data only (no node selected), as a fresh clone would run it."""
-    dest = copy_repo(tmp_path_factory.mktemp("e2e") / "repo")
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report", "--config", "nodes=[]"],
-                          cwd=dest, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return dest
-
-
-def measured_rows() -> list[dict]:
-    """A hand-built measured run (test data, not a measurement): one CPU node, two variants, a server row
-    set per launch with no workload or concurrency, power not measured, one rejected cell."""
-    base = dict(source="measured", ref="test-run", node="test-cpu", stack="llamacpp", unit="tok/s", stat="median",
-                n=3, status="ok", os="Debian 13", engine="llama.cpp", engine_version="b11434", model="SmolLM2-135M",
-                quant="Q4_K_M", kv_dtype="f16", context_len=2048, temperature=0.0, ttft_included="no", gpu="none",
-                gpu_count=0, tp=1)
-    rows = []
-    for variant, spec, speed in (("nospec", "none", 68.123), ("draft-n2", "draft", 81.349)):
-        launch = dict(base, variant=variant, spec_method=spec, spec_tokens=2 if spec == "draft" else None)
-        for workload in ("code", "json"):
-            for concurrency in (1, 2):
-                cell = dict(launch, workload=workload, concurrency=concurrency, prompt_tokens=40, output_tokens=64)
-                rows += [dict(cell, metric="decode_tps", value=speed, value_min=speed * 0.97, value_max=speed * 1.02),
-                         dict(cell, metric="aggregate_tps", value=speed * concurrency * 0.9),
-                         dict(cell, metric="ttft_s", value=0.3942, value_min=0.2923, value_max=0.4234, unit="s")]
-        rows += [dict(launch, metric="kv_pool_tokens", value=4096, unit="tokens", stat="single"),
-                 dict(launch, metric="power_w", unit="W", stat="single", status="not_run",
-                      reason="GPU telemetry and power caps not applied: no GPU on this node"),
-                 dict(launch, metric="host_mem_bandwidth_gbs", value=9.8, unit="GB/s", stat="peak")]
-    rows.append(dict(base, variant="nospec", spec_method="none", workload="long", concurrency=1, metric="decode_tps",
-                     status="rejected", reason="HTTP 400: over the context"))
-    return rows
+from stackbench.results import store
 
 
 @pytest.fixture(scope="module")
 def mixed_report(tmp_path_factory) -> Path:
     """write_report on published rows plus the hand-built measured run above."""
-    out = tmp_path_factory.mktemp("mixed")
-    records = published.load_all(ROOT / "data/published", ROOT) + measured_rows()
-    store.atomic_write_parquet(store.to_table(pd.DataFrame(records)), out / "results.parquet")
-    render.write_report(out / "results.parquet", out / "reports", ROOT / "data/published")
-    return out / "reports"
-
-
-def without_plotly_library(page: str) -> str:
-    return PLOTLY_SCRIPT.sub("", page, count=1)
-
-
-@pytest.mark.integration
-def test_report_target_writes_tables_and_html(published_report):
-    reports = published_report / "reports"
-    assert (reports / "index.html").exists() and (reports / "report.md").exists()
-    layouts = load_layouts(ROOT / "data/published")
-    for table_id in layouts:
-        assert (reports / "tables" / f"{table_id}.md").exists(), table_id
-        assert (reports / "tables" / f"{table_id}.csv").exists(), table_id
-    assert (reports / "tables" / "headline-rtx5090.md").exists()
-    assert (reports / "tables" / "cells-rtx5090.parquet").exists()
-    rows = store.read_results(published_report / "data/results.parquet")
-    assert (~rows["metric"].str.startswith("geometry_")).sum() == 179  # the seeds' figures, beside their model's geometry
-
-
-def test_the_answer_comes_first_then_the_headline(mixed_report):
-    markdown = (mixed_report / "report.md").read_text(encoding="utf-8")
-    first_table, second_table = markdown.split("### ", 3)[1:3]
-    assert first_table.startswith("The answer on test-cpu: 4 judged cells")  # the verdict before any headline
-    assert second_table.startswith("Headline on test-cpu")  # measured nodes first
-    page = without_plotly_library((mixed_report / "index.html").read_text(encoding="utf-8"))
-    body = page.split("<body>", 1)[1]
-    assert body.index("The answer: what to run on each node") < body.index("<section class='headline' id='headline-test-cpu'>")
-    for node in ("test-cpu", "rtx5090", "2x3090-nvlink", "4xa6000"):
-        assert f"id='headline-{node}'" in body
-    assert "headline-unknown" not in body  # published rows without a node sit under their post
-
-
-def test_headline_rows_are_variants_at_canonical_cells(mixed_report):
-    text = (mixed_report / "tables/headline-test-cpu.md").read_text(encoding="utf-8")
-    lines = [line for line in text.splitlines() if line.startswith("| measured")]
-    assert len(lines) == 2  # one row per variant, not per cell
-    draft = next(line for line in lines if "draft-n2" in line).split(" | ")
-    header = text.splitlines()[4].split(" | ")
-    got = dict(zip(header, draft))
-    assert got["decode tok/s"] == "81.3"  # three significant digits
-    assert got["aggregate tok/s"] == "146 @c2"  # highest concurrency, named
-    assert got["TTFT ms"] == "394"  # seconds shown in ms
-    assert "power: not measured on this node: GPU telemetry and power caps not applied: no GPU on this node." in text
-
-
-def test_power_not_measured_is_said_once_per_node_and_cells_without_figures_are_cells(mixed_report):
-    markdown = (mixed_report / "report.md").read_text(encoding="utf-8")
-    assert markdown.count("power caps not applied") == 1
-    status = markdown.split("## Cells without a figure", 1)[1].split("##", 1)[0]
-    assert [line for line in status.splitlines() if line.startswith("- ")] == [
-        "- test-cpu / llamacpp / nospec / long / c1: rejected: HTTP 400: over the context"]
-
-
-def assert_no_leaks(reports: Path) -> None:
-    for path in [reports / "report.md", reports / "index.html", *sorted((reports / "tables").glob("*.md"))]:
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".html":
-            text = without_plotly_library(text)  # the plotly.js library itself names NaN
-            scripts = "".join(SCRIPTS.findall(text))
-            assert not re.search(r"\bNaN\b|cnan", scripts), f"{path.name}: NaN in chart or table data"
-            text = SCRIPTS.sub("", text)  # JSON null in chart and table data is how a gap is written there
-        found = LEAKS.findall(text)
-        assert found == [], f"{path.name}: {found[:5]}"
+    return write_mixed_report(tmp_path_factory.mktemp("mixed"))
 
 
 def test_no_nan_none_or_cnan_anywhere(mixed_report):
     assert_no_leaks(mixed_report)
-
-
-@pytest.mark.integration
-def test_no_nan_none_or_cnan_in_the_report_targets_output(published_report):
-    assert_no_leaks(published_report / "reports")
 
 
 def test_charts_are_drawn_per_node_and_name_their_sources(mixed_report):
@@ -166,78 +45,6 @@ def test_full_tables_are_files_and_a_paginated_view(mixed_report):
     assert cells["ttft_ms"].dropna().round(1).eq(394.2).all()
     page = (mixed_report / "index.html").read_text(encoding="utf-8")
     assert "stackbenchPager('cells-test-cpu')" in page
-
-
-@pytest.mark.integration
-def test_html_is_offline(published_report):
-    page = (published_report / "reports/index.html").read_text()
-    # plotly.js is inlined: no script or stylesheet is fetched from the network.
-    assert not re.search(r"<script[^>]+src=", page)
-    assert not re.search(r"<link[^>]+href=[\"']https?:", page)
-    assert "Plotly.newPlot" in page
-
-
-@pytest.mark.integration
-def test_snakemakes_own_report_holds_the_tables_and_page(published_report):
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "report", "--config", "nodes=[]",
-                           "--report", "report.zip"], cwd=published_report, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    names = zipfile.ZipFile(published_report / "report.zip").namelist()
-    assert any(n.endswith("index.html") for n in names) and any(n.endswith("headline-rtx5090.csv") for n in names)
-
-
-@pytest.fixture(scope="module")
-def chromium_binary() -> str:
-    found = installed_for_tests("chromium", "chromium-browser")
-    require("Chromium", None if found else "Debian's chromium is not installed (setup.sh installs it when run as root)")
-    return found
-
-
-def chromium(binary: str, *args, tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=8000", *args],
-        capture_output=True, text=True, timeout=120)
-
-
-def distinct_scanlines(png: bytes) -> int:
-    """Distinct raw scanlines of a PNG (8-bit RGB or RGBA, not interlaced): a blank page has a handful."""
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    at, data, width, channels = 8, b"", 0, 0
-    while at < len(png):
-        length, kind = struct.unpack(">I4s", png[at:at + 8])
-        chunk = png[at + 8:at + 8 + length]
-        if kind == b"IHDR":
-            width, _, depth, colour = struct.unpack(">IIBB", chunk[:10])
-            channels = {2: 3, 6: 4}[colour]
-            assert depth == 8
-        elif kind == b"IDAT":
-            data += chunk
-        at += 12 + length
-    raw = zlib.decompress(data)
-    stride = 1 + width * channels
-    return len({raw[i + 1:i + stride] for i in range(0, len(raw), stride)})
-
-
-@pytest.mark.browser
-@pytest.mark.integration
-def test_html_renders_in_headless_chromium_answer_then_headline_first(mixed_report, tmp_path, chromium_binary):
-    page = mixed_report / "index.html"
-    done = chromium(chromium_binary, "--dump-dom", page.as_uri(), tmp_path=tmp_path)
-    console_errors = [line for line in done.stderr.splitlines() if "CONSOLE" in line and ("Error" in line or "Uncaught" in line)]
-    assert console_errors == []
-    dom = done.stdout
-    first = dom[dom.index("<table>"):dom.index("</table>")]
-    assert "<th>verdict</th>" in first  # the answer is the first table, the headline the next
-    after = dom[dom.index("</table>") + 8:]
-    second = after[after.index("<table>"):after.index("</table>")]
-    assert "decode tok/s" in second and "draft-n2" in second and "81.3" in second
-    assert dom.count('class="main-svg"') >= 2 * 4  # plotly drew the charts
-    assert "rows 1-10 of 10" in dom  # the paginated full table filled itself in
-    shot = tmp_path / "headline.png"
-    chromium(chromium_binary, "--window-size=1280,900", f"--screenshot={shot}", page.as_uri(), tmp_path=tmp_path)
-    assert distinct_scanlines(shot.read_bytes()) > 100
 
 
 def test_a_power_sweep_headline_reads_its_highest_cap_and_keeps_launch_figures():

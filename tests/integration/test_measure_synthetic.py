@@ -7,14 +7,13 @@ Every test here serves the double and measures through the run loop: the integra
 
 import json
 import re
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from helpers import serving, unregistered
+from helpers import external_spec, serving, unregistered
 from paths import ROOT
 
 from stackbench.config.model import Load
@@ -32,25 +31,6 @@ TIMING = Timing(ttft_s=0.25, interval_s=0.03, tokens_per_chunk=3, reasoning_toke
 def engine_url():
     with serving(TIMING) as url:
         yield url
-
-
-def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeats: int = 3,
-                  workloads: tuple[str, ...] = ("code",), measure: dict | None = None) -> launchspec.LaunchSpec:
-    """A node that reaches the double as an external vLLM server, measuring `workloads`; `workload` replaces
-    configs/workloads/code.yaml; `measure` adds measure settings."""
-    shutil.copytree(ROOT / "configs", tmp_path / "configs")
-    if workload is not None:
-        (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(workload))
-    (tmp_path / "configs/nodes/external-double.yaml").write_text(yaml.safe_dump({
-        "description": "the synthetic engine (test double) reached as an external vLLM server",
-        "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": list(workloads),
-        "probes": None,  # these tests count one workload's requests; the probes' own are in test_probes.py
-        "models": {"served": {"hf_dir": "/not/ours", "quant": "NVFP4"}},
-        "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))
-    cfg = expand.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1,
-                                                                           **(measure or {})}})
-    node = expand.load_node("external-double", cfg, tmp_path)
-    return launchspec.build(cfg, node, node.launches[0])
 
 
 def test_external_launch_measures_reasoning_multi_token_chunks_and_acceptance(engine_url, tmp_path):
