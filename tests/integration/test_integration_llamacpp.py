@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import MODELS, copy_repo, interruptible, make_ci_repo
+from helpers import MODELS, copy_repo, interruptible, make_ci_repo, unregistered
 from helpers import ci_launch_run as launch_run
 from helpers import ci_measure_argv as measure_argv
 from launch_helpers import server_pid
@@ -69,6 +69,8 @@ def test_report_target_measures_the_real_server(real_run):
     assert ((client / server).between(0.95, 1.05)).all()
     table = (real_run / "reports/tables/headline-ci-cpu.md").read_text()
     assert "| measured | llamacpp | draft-n2 |" in table
+    # Every row the workflow wrote (cells, server facts, probes, collect's comparisons) is under a registered name.
+    assert unregistered(results["metric"]) == []
 
 
 def test_the_real_llama_server_runs_the_probes_and_compares_the_draft_launch_with_no_spec(real_run):
