@@ -6,6 +6,7 @@ failed start, SIGINT, SIGTERM and a hard death, all through `stackbench measure`
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -115,7 +116,9 @@ def podman_image(llamacpp_env, tmp_path_factory):
     subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
 
 
-NODE = "ci-podman"
+# The node, and so the container name (one per launch), is this test process's own: another suite sharing the
+# machine (a second CI run) starts the same launch, and a launch removes a container of its own name left behind.
+NODE = f"ci-podman-{os.getpid()}"
 NAME = f"stackbench-{NODE}-llamacpp--nospec"
 
 

@@ -43,10 +43,15 @@ def engine():
         yield url
 
 
+# The busy loops' process name, this test process's own: another suite sharing the machine (a second CI run) may
+# run loops of its own at the same time, and those are load from outside the launch like any other process.
+BUSY_LOOP = f"busy{os.getpid()}"
+
+
 @pytest.fixture
 def busy_loops(tmp_path):
-    """A Python busy loop per core, run as `busyloop` and orphaned at once (its shell exits): nobody's launch."""
-    name = tmp_path / "busyloop"
+    """A Python busy loop per core, run as BUSY_LOOP and orphaned at once (its shell exits): nobody's launch."""
+    name = tmp_path / BUSY_LOOP
     name.symlink_to(sys.executable)
     spawn = " ".join(f"{name} -I -S -c 'while True: pass' >/dev/null 2>&1 & echo $!;" for _ in range(psutil.cpu_count()))
     pids = [int(p) for p in subprocess.run(["sh", "-c", spawn], capture_output=True, text=True, check=True).stdout.split()]
@@ -90,7 +95,7 @@ def engine_pid(url: str) -> int:
 def test_a_loaded_host_flags_every_cell_with_the_process_named_or_refuses_the_launch(engine, busy_loops, tmp_path):
     console = io.StringIO()
     results, _ = run(spec_for(tmp_path / "flag", engine, "flag", wait_s=0), tmp_path / "flag/run", console)
-    named = [f"busyloop (pid {pid})" for pid in busy_loops]
+    named = [f"{BUSY_LOOP} (pid {pid})" for pid in busy_loops]
     last = console.getvalue().splitlines()[-1]  # the person sees it on the console too
     assert "2/2 cells" in last and "HOST BUSY in 2 cells" in last and any(name in last for name in named), last
     busy = cell_rows(results, "host_busy")
@@ -101,9 +106,9 @@ def test_a_loaded_host_flags_every_cell_with_the_process_named_or_refuses_the_la
     assert (cell_rows(results, "host_outside_cpu_share_peak")["value"] >= 0.25).all()
     assert all("HOST BUSY during the cell" in note for note in cell_rows(results, "decode_tps")["note"])
     cells = cell_rows(results, "decode_tps")
-    assert all("busyloop (pid" in why for why in hoststate.busy_of(cells, results))
+    assert all(f"{BUSY_LOOP} (pid" in why for why in hoststate.busy_of(cells, results))
     launches = hoststate.busy_launches(results)
-    assert len(launches) == 1 and launches["cells"].iloc[0] == 2 and "busyloop (pid" in launches["processes"].iloc[0]
+    assert len(launches) == 1 and launches["cells"].iloc[0] == 2 and f"{BUSY_LOOP} (pid" in launches["processes"].iloc[0]
     launch_row = results[(results["workload"] == "server") & (results["metric"] == "host_busy")]
     assert launch_row["value"].tolist() == [1.0]
 
@@ -122,7 +127,7 @@ def test_the_launch_own_client_and_server_never_count_as_load(engine, tmp_path):
     host = results[results["metric"].str.startswith("host_")]
     assert len(cell_rows(results, "host_busy")) == 2 and set(host["status"]) == {"ok"}
     for note in host["note"].dropna():
-        assert "busyloop" not in note and not any(pid in note for pid in ours), note
+        assert BUSY_LOOP not in note and not any(pid in note for pid in ours), note
     # A cell is flagged exactly where processes outside the launch reached busy_share: on a machine nobody else
     # loads, none is (what else ran here is named in the note).
     peaks = cell_rows(results, "host_outside_cpu_share_peak").set_index("concurrency")["value"]

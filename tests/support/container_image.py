@@ -5,6 +5,7 @@ used by its digest, as a pinned image would be."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -40,11 +41,12 @@ def build_llamacpp_image(cli: str, llama_server: Path, work: Path) -> str:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(library.resolve(), dest)
     archive = work / "root.tar"
+    tag = f"{IMAGE_NAME}:test-{os.getpid()}"  # this test process's own: a second suite on the machine imports its own
     with tarfile.open(archive, "w") as tar:
         tar.add(root, arcname=".")
     subprocess.run([cli, "import", "--change", 'ENTRYPOINT ["/app/llama-server"]', "--change", "ENV LD_LIBRARY_PATH=/app",
-                    str(archive), f"{IMAGE_NAME}:test"], capture_output=True, text=True, check=True)
-    digest = subprocess.run([cli, "image", "inspect", "--format", "{{.Digest}}", f"{IMAGE_NAME}:test"],
+                    str(archive), tag], capture_output=True, text=True, check=True)
+    digest = subprocess.run([cli, "image", "inspect", "--format", "{{.Digest}}", tag],
                             capture_output=True, text=True, check=True).stdout.strip()
     return f"{IMAGE_NAME}@{digest}"
 

@@ -131,7 +131,7 @@ def concurrency_scaling(rows: pd.DataFrame, node: str) -> Figure | None:
 
 def per_position_acceptance(rows: pd.DataFrame, node: str) -> Figure | None:
     """Acceptance rate of each draft position (seed 004: n=3's third position is accepted ~20%)."""
-    rows = rows[rows["metric"].map(ACCEPT_RATE_POS.holds)]
+    rows = rows[rows["metric"].str.startswith(ACCEPT_RATE_POS.prefix)]
     if rows.empty:
         return None
     rows = _with_source(rows)
@@ -147,7 +147,7 @@ def per_position_acceptance(rows: pd.DataFrame, node: str) -> Figure | None:
 def request_acceptance_histogram(rows: pd.DataFrame, node: str) -> Figure | None:
     """Requests by their own acceptance (accepted / drafted, tenths), one bar series per speculative cell
     (stack / variant / workload / concurrency), measured rows only: the spread a pooled ratio hides."""
-    rows = rows[rows["metric"].map(REQUEST_ACCEPT_RATE_BIN.holds) & rows["source"].isin(MEASURED) & rows["value"].notna()]
+    rows = rows[rows["metric"].str.startswith(REQUEST_ACCEPT_RATE_BIN.prefix) & rows["source"].isin(MEASURED) & rows["value"].notna()]
     if rows.empty:
         return None
     rows = _with_source(rows)

@@ -2,6 +2,7 @@
 measure/acceptance.py writes (built here from hand-made request counts: test data)."""
 
 import pandas as pd
+import pyarrow as pa
 from test_analysis import frame, measured
 
 from stackbench import analysis
@@ -35,3 +36,17 @@ def test_the_histogram_draws_one_bar_series_per_cell():
     code = figure["data"][0]
     assert sum(code["y"]) == 3 and code["y"][9] == 2 and code["x"][0] == 0.05
     assert charts.request_acceptance_histogram(frame(measured()), "cpu") is None
+
+
+def test_the_histogram_and_the_position_chart_read_arrow_backed_names():
+    """A frame read through pyarrow may hold its names as Arrow strings (the probes' report in CI did): the charts
+    select a family's rows the same way on them, and a node without such rows has no chart (mapping a function over
+    an empty Arrow string column keeps its string type, which no mask can be made of)."""
+    rows = frame(cell_rows("code", [(90, 100), (10, 100), (95, 100)]),
+                 measured(variant="draft-n4", spec_method="draft", spec_tokens=4, workload="code", metric="accept_rate_pos1",
+                          value=0.4, stat="mean"))
+    arrow = rows.astype({"metric": pd.ArrowDtype(pa.large_string())})
+    assert charts.request_acceptance_histogram(arrow, "cpu")["data"] == charts.request_acceptance_histogram(rows, "cpu")["data"]
+    assert charts.per_position_acceptance(arrow, "cpu")["data"] == charts.per_position_acceptance(rows, "cpu")["data"]
+    assert charts.request_acceptance_histogram(arrow.iloc[0:0], "cpu") is None
+    assert charts.per_position_acceptance(arrow.iloc[0:0], "cpu") is None
