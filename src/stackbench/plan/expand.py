@@ -28,6 +28,9 @@ from stackbench.plan import probeset
 CONFIG_DIR = Path("configs")
 PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the model's GGUF file>"
 REPLICATE_SUFFIX = re.compile(r"--r(\d+)$")  # Launch.name of a replicate after the first
+# The shortest reply a GPU node's judged cell is timed over without a warning: a GPU decodes 48 tokens in well under
+# a second, so start-up of the stream and speculation's ramp weigh in the rate; the seed posts time 512-2,048.
+SHORT_REPLY_TOKENS = 256
 
 
 def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
@@ -291,6 +294,19 @@ def judged_workload(workload: Workload) -> bool:
     prefill, multi-turn) stay on the first replicate."""
     return workload.kind == "single" and not workload.load.rates and not workload.own_concurrency \
         and not workload.ladder and not workload.not_for_ranking
+
+
+def short_reply_warnings(node: Node) -> list[str]:
+    """A line per workload a GPU node judges on replies under SHORT_REPLY_TOKENS, naming the node, workload and
+    reply length (a CPU node's short replies are its budget's choice)."""
+    if not node.gpu_count:
+        return []
+    launched = {name for launch in node.launches for name in launch.workloads}
+    return [f"node {node.name}: workload {w.name} is judged on {w.output_tokens}-token replies, under the "
+            f"{SHORT_REPLY_TOKENS} a GPU's decode rate needs (the seed posts time 512-2,048): list gpu-code and "
+            f"gpu-chat in {node.file}'s workloads instead, or a copy of {w.name} with output_tokens of 512 or more"
+            for w in node.workloads
+            if w.name in launched and judged_workload(w) and w.output_tokens < SHORT_REPLY_TOKENS]
 
 
 def replicate_of(launch_name: str) -> int:
