@@ -20,7 +20,7 @@ from stackbench.config.kinds import KINDS
 from stackbench.config.model import Decision, GpuIdle, HostIdle, Launch, Load, Model, Node, Slurm, Workload
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
-from stackbench.engines.base import FlagConflict
+from stackbench.engines.base import FlagConflict, flag_name
 from stackbench.host import boards
 from stackbench.models import recipes
 from stackbench.plan import probeset
@@ -408,8 +408,14 @@ def _check_measured_alike(launches: list[Launch], where: str) -> None:
 
 def _check_flags(launches: list[Launch], adapter, where: str, run: int) -> None:
     """Render every launch's flags once now: a flag the pipeline sets itself (port, model, context) given
-    in server_args would be passed twice, so it stops here, naming the key."""
+    in server_args would be passed twice, so it stops here, naming the key. Another engine's spelling of
+    an argument (the adapter's foreign_args) would reach the engine as a flag it rejects: it stops here too."""
     for launch in launches:
+        for key, own in adapter.foreign_args.items():
+            if key in launch.server_args:
+                raise ConfigError(f"{where}: runs[{run}] ({launch.name}): server_args.{key} becomes {flag_name(key)}, "
+                                  f"which {adapter.engine_label} does not take; it takes {flag_name(own)} "
+                                  f"(server_args.{own}; the run's, its stack's or its variant's)")
         try:
             adapter.engine_flags(launch, launch.bind_host, 0, None)
         except FlagConflict as err:
