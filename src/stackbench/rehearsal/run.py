@@ -46,7 +46,7 @@ def launch_summary(run_dir: Path) -> dict:
     argv = json.loads((run_dir / "standin_argv.json").read_text()) if (run_dir / "standin_argv.json").exists() else {}
     launch = spec["launch"]
     return {"launch": run_dir.name, "configuration": launch["stack_config"] + "--" + launch["variant"],
-            "round": None if launch["once"] else launch["replicate"], "ready": ready, "reason": reason,
+            "round": None if launch.get("once") else launch.get("replicate", 1), "ready": ready, "reason": reason,
             "flag_check": argv.get("flag_check"),
             "cells": statuses, "cell_seconds": sum(e["seconds"] for e in timeline if e["event"] == "cell"),
             "draft_model": (launch.get("draft_model") or {}).get("path")}
