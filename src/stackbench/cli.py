@@ -118,8 +118,14 @@ def _compare(args) -> None:
 
 
 def _init_node(args) -> None:
+    from stackbench.host import boards
     from stackbench.provision import nodeinit
 
+    if args.list_gpus:
+        print("\n".join(boards.describe(model) for model in boards.SPECS))
+        return
+    if not args.name:
+        raise ConfigError("init-node: name the node (configs/nodes/<name>.yaml), or ask for --list-gpus")
     if args.count != 1 and not args.gpu:
         raise ConfigError("init-node: --count names how many of the --gpu model; without --gpu this machine's GPUs are read")
     try:
@@ -209,6 +215,8 @@ def _commands(args) -> None:
         warning = boards.fp4_warning(node.gpu_model, capability, launch.model.quant)
         if warning:
             print(f"warning: {launch.name}: {warning}", file=sys.stderr)
+    for warning in expand.short_reply_warnings(node):
+        print(f"warning: {warning}", file=sys.stderr)
     if args.launch is None:
         print(rounds_planned(node), file=sys.stderr)
 
@@ -400,8 +408,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_preflight)
 
     p = sub.add_parser("init-node", help="write a starting configs/nodes/<name>.yaml from this machine, or for --count x --gpu")
-    p.add_argument("name")
-    p.add_argument("--gpu", help="a GPU model for a box that is not this one, e.g. \"RTX 4090\" (host/boards.py SPECS)")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--gpu", help="a GPU model for a box that is not this one, e.g. \"RTX 4090\" (--list-gpus names them)")
+    p.add_argument("--list-gpus", action="store_true",
+                   help="print the GPU models --gpu takes (host/boards.py SPECS): memory, bandwidth, power range")
     p.add_argument("--count", type=int, default=1, help="how many of --gpu the box has")
     p.set_defaults(func=_init_node)
 

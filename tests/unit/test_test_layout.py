@@ -100,7 +100,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "rehearsal/budget.py": ("unit/rehearsal/test_budget.py",),
     "rehearsal/calibration.py": ("unit/rehearsal/test_calibration.py",),
     "rehearsal/launcher.py": ("unit/rehearsal/test_standin.py", "unit/rehearsal/test_budget.py"),
-    "rehearsal/run.py": ("integration/test_rehearsal.py",),
+    "rehearsal/run.py": ("unit/rehearsal/test_run.py", "integration/test_rehearsal.py"),
     "rehearsal/simgpu.py": ("unit/rehearsal/test_simgpu_and_plan.py", "unit/host/test_gpustate.py"),
     "rehearsal/standin.py": ("unit/rehearsal/test_standin.py",),
     "report/budget.py": ("unit/rehearsal/test_budget.py", "unit/rehearsal/test_rehearsal_report.py"),

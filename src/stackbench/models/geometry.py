@@ -30,13 +30,17 @@ from stackbench.results.metrics import M
 from stackbench.results.store import LAUNCH_COLUMNS
 
 
+def kv_heads_per_rank(kv_heads, tp=1):
+    """KV heads one tensor-parallel rank holds (scalars or numpy/pandas arrays): split across ranks and
+    replicated when there are fewer heads than ranks, as vLLM (`get_num_kv_heads`: max(1, total // tp))
+    and SGLang size their pools."""
+    return np.maximum(1, kv_heads // np.maximum(1, tp))
+
+
 def kv_bytes_per_token(layers, kv_heads, key_length, value_length, key_bytes, value_bytes, tp=1):
     """K+V bytes one token costs in `layers` full-attention layers on ONE tensor-parallel rank (scalars or
-    numpy/pandas arrays). KV heads are split across ranks and replicated when there are fewer heads than
-    ranks, as vLLM (`get_num_kv_heads`: max(1, total // tp)) and SGLang size their pools; engines log
-    that per-rank figure against the global token count."""
-    heads_per_rank = np.maximum(1, kv_heads // np.maximum(1, tp))
-    return layers * heads_per_rank * (key_length * key_bytes + value_length * value_bytes)
+    numpy/pandas arrays); engines log that per-rank figure against the global token count."""
+    return layers * kv_heads_per_rank(kv_heads, tp) * (key_length * key_bytes + value_length * value_bytes)
 
 
 class GeometryError(ValueError):

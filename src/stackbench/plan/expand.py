@@ -20,7 +20,7 @@ from stackbench.config.kinds import KINDS
 from stackbench.config.model import Decision, GpuIdle, HostIdle, Launch, Load, Model, Node, Slurm, Workload
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
-from stackbench.engines.base import FlagConflict
+from stackbench.engines.base import FlagConflict, flag_name
 from stackbench.host import boards
 from stackbench.models import recipes
 from stackbench.plan import probeset
@@ -28,6 +28,9 @@ from stackbench.plan import probeset
 CONFIG_DIR = Path("configs")
 PLACEHOLDER_START = "<"  # a model path init-node left to fill in: "<path to the model's GGUF file>"
 REPLICATE_SUFFIX = re.compile(r"--r(\d+)$")  # Launch.name of a replicate after the first
+# The shortest reply a GPU node's judged cell is timed over without a warning: a GPU decodes 48 tokens in well under
+# a second, so start-up of the stream and speculation's ramp weigh in the rate; the seed posts time 512-2,048.
+SHORT_REPLY_TOKENS = 256
 
 
 def load_run_config(root: Path = Path("."), given: dict | None = None) -> dict:
@@ -293,6 +296,19 @@ def judged_workload(workload: Workload) -> bool:
         and not workload.ladder and not workload.not_for_ranking
 
 
+def short_reply_warnings(node: Node) -> list[str]:
+    """A line per workload a GPU node judges on replies under SHORT_REPLY_TOKENS, naming the node, workload and
+    reply length (a CPU node's short replies are its budget's choice)."""
+    if not node.gpu_count:
+        return []
+    launched = {name for launch in node.launches for name in launch.workloads}
+    return [f"node {node.name}: workload {w.name} is judged on {w.output_tokens}-token replies, under the "
+            f"{SHORT_REPLY_TOKENS} a GPU's decode rate needs (the seed posts time 512-2,048): list gpu-code and "
+            f"gpu-chat in {node.file}'s workloads instead, or a copy of {w.name} with output_tokens of 512 or more"
+            for w in node.workloads
+            if w.name in launched and judged_workload(w) and w.output_tokens < SHORT_REPLY_TOKENS]
+
+
 def replicate_of(launch_name: str) -> int:
     """The replicate a launch's name carries (Launch.name: <configuration>--r<k>; 1 without a suffix)."""
     match = REPLICATE_SUFFIX.search(launch_name)
@@ -392,8 +408,14 @@ def _check_measured_alike(launches: list[Launch], where: str) -> None:
 
 def _check_flags(launches: list[Launch], adapter, where: str, run: int) -> None:
     """Render every launch's flags once now: a flag the pipeline sets itself (port, model, context) given
-    in server_args would be passed twice, so it stops here, naming the key."""
+    in server_args would be passed twice, so it stops here, naming the key. Another engine's spelling of
+    an argument (the adapter's foreign_args) would reach the engine as a flag it rejects: it stops here too."""
     for launch in launches:
+        for key, own in adapter.foreign_args.items():
+            if key in launch.server_args:
+                raise ConfigError(f"{where}: runs[{run}] ({launch.name}): server_args.{key} becomes {flag_name(key)}, "
+                                  f"which {adapter.engine_label} does not take; it takes {flag_name(own)} "
+                                  f"(server_args.{own}; the run's, its stack's or its variant's)")
         try:
             adapter.engine_flags(launch, launch.bind_host, 0, None)
         except FlagConflict as err:

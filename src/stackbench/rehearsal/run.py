@@ -29,7 +29,8 @@ def snakemake_argv(node: str, settings: dict, cores: int = 1) -> list[str]:
 
 
 def launch_summary(run_dir: Path) -> dict:
-    """One launch of a rehearsal: ready or why not, its cells' statuses and seconds."""
+    """One launch of a rehearsal: its run folder's name, configuration and round (its replicate; None for the
+    one-off sets' launch), ready or why not, its cells' statuses and seconds."""
     run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
     spec = json.loads((run_dir / "launch.json").read_text())
     statuses = {}
@@ -43,10 +44,12 @@ def launch_summary(run_dir: Path) -> dict:
     if not ready:
         reason = next((r for r in _cell_reasons(run_dir) if r), "never started")
     argv = json.loads((run_dir / "standin_argv.json").read_text()) if (run_dir / "standin_argv.json").exists() else {}
-    return {"launch": spec["launch"]["stack_config"] + "--" + spec["launch"]["variant"], "ready": ready, "reason": reason,
+    launch = spec["launch"]
+    return {"launch": run_dir.name, "configuration": launch["stack_config"] + "--" + launch["variant"],
+            "round": None if launch.get("once") else launch.get("replicate", 1), "ready": ready, "reason": reason,
             "flag_check": argv.get("flag_check"),
             "cells": statuses, "cell_seconds": sum(e["seconds"] for e in timeline if e["event"] == "cell"),
-            "draft_model": (spec["launch"].get("draft_model") or {}).get("path")}
+            "draft_model": (launch.get("draft_model") or {}).get("path")}
 
 
 def _cell_reasons(run_dir: Path) -> list[str]:
@@ -72,9 +75,23 @@ def summarize(node: str, seconds: float, time_scale: float) -> dict:
                               "compile, model load and image pulls; builds and installs beside it"}
 
 
+def console_names(launches: list[dict]) -> list[str]:
+    """Each launch as the console names it: its configuration, and its round (None: the one-off sets' launch)
+    where the configuration launches more than once, so three replicates read as three lines, not one thrice."""
+    per_configuration: dict[str, int] = {}
+    for launch in launches:
+        per_configuration[launch["configuration"]] = per_configuration.get(launch["configuration"], 0) + 1
+    names = []
+    for launch in launches:
+        which = "one-offs" if launch["round"] is None else f"round {launch['round']}"
+        alone = per_configuration[launch["configuration"]] == 1
+        names.append(launch["configuration"] if alone else f"{launch['configuration']} ({which})")
+    return names
+
+
 def report_lines(summary: dict) -> list[str]:
     lines = [f"rehearsal of {summary['node']}: {summary['rehearsal_seconds']:.0f} s here, stand-in engines and simulated GPUs"]
-    for launch in summary["launches"]:
+    for name, launch in zip(console_names(summary["launches"]), summary["launches"]):
         counts: dict[str, int] = {}
         for status in launch["cells"].values():
             counts[status] = counts.get(status, 0) + 1
@@ -82,7 +99,7 @@ def report_lines(summary: dict) -> list[str]:
         draft = f", draft {launch['draft_model']}" if launch["draft_model"] else ""
         flags = launch.get("flag_check") or "not recorded"
         flags = f"checked by {flags.removeprefix('ok').strip(' ()')}" if flags.startswith("ok") else f"NOT checked ({flags})"
-        lines.append(f"  {launch['launch']}: {state}{draft}; cells " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        lines.append(f"  {name}: {state}{draft}; cells " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                      + f"; flags {flags}")
     lines.append(f"  the real run: about {summary['expected_real_hours']:g}-{summary['expected_real_hours_high']:g} GPU-node "
                  f"hours ({summary['expected_basis']})")

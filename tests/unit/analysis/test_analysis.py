@@ -96,6 +96,19 @@ def test_kv_audit_replicates_kv_heads_when_tp_exceeds_them():
     assert analysis.kv_audit(rows)["factor"].tolist() == pytest.approx([1.0])
 
 
+def test_kv_audit_basis_counts_the_kv_heads_one_rank_holds():
+    """Issue 60: a 4x H100 rehearsal said "one rank of TP4 (0 KV heads split)" for a model with 4 KV heads;
+    4 heads over TP4 is 1 per rank, 3 heads over TP4 are replicated (1 each), no geometry is not 0 heads."""
+    four_heads = geometry.Geometry(**{**SMOLLM2.__dict__, "kv_heads": 4})
+    rows = frame(server("kv_bytes_per_token", 7680.0, stack="vllm", tp=4), geometry_rows(four_heads, stack="vllm", tp=4),
+                 server("kv_bytes_per_token", 7680.0, stack="sglang", tp=4), geometry_rows(stack="sglang", tp=4),
+                 server("kv_bytes_per_token", 7680.0, stack="sglang", tp=4, ref="run2"))
+    basis = analysis.kv_audit(rows).set_index(["stack", "ref"])["expected_basis"]
+    assert basis[("vllm", "run1")] == "one rank of TP4 (1 of 4 KV heads)"
+    assert basis[("sglang", "run1")] == "one rank of TP4 (1 of 3 KV heads, replicated)"
+    assert basis[("sglang", "run2")] == "one rank of TP4 (KV heads unknown)"
+
+
 def test_measured_rows_never_take_geometry_from_configs_even_when_the_model_name_matches():
     rows = frame(server("kv_bytes_per_token", 34816.0, model="Qwen3.8-27B-INT4", stack="sglang", kv_dtype="fp8"))
     assert analysis.kv_audit(rows)["flag"].tolist() == ["not audited: no geometry rows for this launch"]

@@ -81,6 +81,16 @@ def test_impossible_tp_size_fails_before_any_job(configs):
         expand.load_plan(configs, {"nodes": ["rtx5090"]})
 
 
+def test_sglangs_tp_size_on_a_vllm_run_is_refused_naming_the_flag_vllm_takes(configs):
+    """Issue 52: server_args.tp_size on a vLLM stack would reach vLLM as --tp-size, which it does not take."""
+    node = configs / "configs/nodes/rtx5090.yaml"
+    edit(node, lambda d: d["runs"][0]["server_args"].update(tp_size=4))
+    with pytest.raises(ConfigError, match=r"rtx5090.yaml: runs\[0\] \(vllm-nvfp4-mtp--nospec\): server_args.tp_size becomes "
+                                          r"--tp-size, which vLLM does not take; it takes --tensor-parallel-size "
+                                          r"\(server_args.tensor_parallel_size;"):
+        expand.load_plan(configs, {"nodes": ["rtx5090"]})
+
+
 def test_cap_outside_the_gpus_range_fails_before_any_job(configs):
     node = configs / "configs/nodes/2x3090-nvlink.yaml"
     edit(node, lambda d: (d["hardware"]["gpu"].update(power_limit_w=[100, 350]), d.update(power_caps_w=[180, 400])))
