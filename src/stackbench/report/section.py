@@ -206,6 +206,11 @@ class Context:
         return queries.caps_not_applied(self.results)
 
     @cached_property
+    def caps_refused_lines(self) -> list[str]:
+        """One line per node whose GPU refused a cap, said under every table that reads caps as applied."""
+        return [f"power {why}: those cells are analysed as uncapped." for why in self.caps_refused.values()]
+
+    @cached_property
     def layouts(self) -> dict[str, Layout]:
         return load_layouts(self.published_dir)
 

@@ -116,8 +116,7 @@ def divergence_tables(rows: pd.DataFrame, table_dir: Path, background: Backgroun
 
 
 def shared(ctx: Context) -> list[Table]:
-    refused = [f"power {why}: those cells are analysed as uncapped." for why in ctx.caps_refused.values()]
-    return (analysis_tables(ctx.frame, ctx.roofline, ctx.spec, ctx.table_dir, ctx.background, refused)
+    return (analysis_tables(ctx.frame, ctx.roofline, ctx.spec, ctx.table_dir, ctx.background, ctx.caps_refused_lines)
             + cross_stack_tables(ctx.agreement, ctx.table_dir, ctx.background))
 
 

@@ -24,8 +24,7 @@ CANNOT_DECIDE_ENERGY = (
 
 
 def energy(ctx: Context) -> list[Table]:
-    refused = [f"power {why}: those cells are analysed as uncapped." for why in ctx.caps_refused.values()]
-    return decisions.energy_tables(analysis.energy_cells(ctx.decide_rows, ctx.by_variant), refused)
+    return decisions.energy_tables(analysis.energy_cells(ctx.decide_rows, ctx.by_variant), ctx.caps_refused_lines)
 
 
 def held_tables(ctx: Context) -> list[Table]:
