@@ -52,13 +52,10 @@ def write_report(results_path: Path, out_dir: Path, published_dir: Path = Path("
 
 def write_files(part, table_dir: Path) -> list[Path]:
     """A table's Markdown and CSV (a derived table's CSV is the background's), a full table's CSV and Parquet."""
-    match part:
-        case FullTable():
-            return [part.csv_path, part.parquet_path]
-        case Table():
-            pass
-        case _:
-            return []
+    if isinstance(part, FullTable):
+        return [part.csv_path, part.parquet_path]
+    if not isinstance(part, Table):
+        return []  # a paragraph, bullets or a chart: in the documents only
     outputs = [(".md", to_markdown(part))] + ([] if part.written_whole else [(".csv", to_csv(part))])
     for suffix, text in outputs:
         (table_dir / f"{part.table_id}{suffix}").write_text(text, encoding="utf-8")
