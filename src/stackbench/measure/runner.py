@@ -5,7 +5,8 @@ open loop (requests sent at drawn arrival times, whatever is still in flight).
 
 Order inside a cell: apply the power cap, warm up at the cell's own shape (never counted), open the measurement window (counter
 scrape, energy counters read at that moment), send every repeat, close the window. Only the measured repeats are inside the window,
-so energy per token and acceptance cover exactly the requests they are divided by.
+so energy per token and acceptance cover exactly the requests they are divided by. The client watches its own event loop over
+the same window (measure/clientload.py), and a cell where it could not keep up is flagged.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 
 from stackbench.config.kinds import KINDS
+from stackbench.engines import prometheus
 from stackbench.engines.base import SpecCounters, stated_limit, streams_token_per_chunk
-from stackbench.engines.prometheus import MetricsFormatError
 from stackbench.host import powercap, telemetry
-from stackbench.measure import acceptance, accuracy, calibrate, divergence, precision, probes, summary, toolcall, workloads
+from stackbench.measure import acceptance, accuracy, calibrate, clientload, divergence, precision, probes, summary, toolcall, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 from stackbench.results.metrics import M
@@ -57,6 +58,7 @@ class CellResult:
     precision_note: str | None = None  # under measure.target_rel_ci: how many repeats, and whether it was reached
     scrape_note: str | None = None  # a speculative launch's /metrics scrape that failed: what is missing and why
     host_note: str | None = None  # the host was busy outside the launch (sequencer, host/hostload.py): by what
+    client_note: str | None = None  # the client could not keep up (measure/clientload.py): why
 
     def correctness_notes(self) -> list[str]:
         """Why this cell's speed figures do not mean what they say: it produced other lengths than asked (a
@@ -76,7 +78,7 @@ class CellResult:
         extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
                  "request_rate": self.cell.rate}
         notes = [load_note(self.cell), self.sizing_note, self.precision_note, self.scrape_note, *self.correctness_notes(),
-                 summary.slowdown_note(self.figures, self.cell.power_cap_w is not None), self.host_note]
+                 summary.slowdown_note(self.figures, self.cell.power_cap_w is not None), self.host_note, self.client_note]
         if self.cap is not None:
             extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
             if not self.cap.applied:
@@ -98,6 +100,16 @@ def load_note(cell: Cell) -> str | None:
         return (f"closed loop: {cell.concurrency * load.requests_per_stream} requests ({load.requests_per_stream} per stream) "
                 "from one shared queue, each stream sending the next as its answer ends")
     return None
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One /metrics read: the speculative counters (None: the server has none), the engine's generated-token
+    counter (None: it exports none) and when it was read (perf_counter)."""
+
+    counters: SpecCounters | None
+    generated: float | None
+    at: float
 
 
 class CellRunner:
@@ -128,10 +140,10 @@ class CellRunner:
         except (ValueError, telemetry.TelemetryUnavailable) as err:
             return powercap.CapResult(cell.power_cap_w, None, False, str(err))
 
-    def scrape(self) -> tuple[SpecCounters | None, str | None]:
-        """The speculative counters now (None when the server has none), and why the scrape failed (None when
-        it did not). A reply that is not the Prometheus text format raises MetricsFormatError, which fails
-        the cell with its reason."""
+    def scrape(self) -> tuple[Scrape | None, str | None]:
+        """The server's counters now (None when the scrape failed), and why the scrape failed (None when it did
+        not). A reply that is not the Prometheus text format raises MetricsFormatError, which fails the cell
+        with its reason."""
         import httpx
 
         url = self.base_url + self.adapter.metrics_path
@@ -141,7 +153,8 @@ class CellRunner:
             return None, f"{url}: {type(err).__name__}: {err}"
         if reply.status_code != 200:  # metrics not enabled (e.g. an external llama-server without --metrics)
             return None, f"{url}: HTTP {reply.status_code}"
-        return self.adapter.spec_counters(reply.text), None
+        generated = prometheus.value(prometheus.parse(reply.text), self.adapter.generated_tokens_counter)
+        return Scrape(self.adapter.spec_counters(reply.text), generated, time.perf_counter()), None
 
     def run(self, cell: Cell) -> CellResult:
         cap = self.apply_cap(cell)
@@ -155,13 +168,14 @@ class CellRunner:
             result.cap, result.seconds = cap, time.monotonic() - t0
             return result
         try:
-            repeats, delta, reading, sizing, scrape_note = asyncio.run(self._measure(cell))
-        except MetricsFormatError as err:
+            repeats, delta, reading, sizing, scrape_note, client, generated = asyncio.run(self._measure(cell))
+        except prometheus.MetricsFormatError as err:
             result = CellResult(cell, "failed", f"/metrics unreadable: {err}")
         except (calibrate.CalibrationError, WarmupFailed) as err:
             result = CellResult(cell, "failed", str(err))
         else:
             result = self._judge(cell, repeats, delta, reading)
+            self._judge_client(result, client, repeats, generated)
             result.sizing_note = self.sizing_note(cell, sizing)
             result.precision_note = precision.precision_note(repeats, cell.concurrency, self.spec.measure)
             result.scrape_note = scrape_note
@@ -198,25 +212,30 @@ class CellRunner:
             window = self.sampler.open_window() if self.sampler is not None else None
             repeats: list[list[RequestRecord]] = []
             most = precision.most_repeats(measure)
-            while len(repeats) < most:
-                if self.progress:
-                    self.progress(f"{cell.key} repeat {len(repeats) + 1}/{most}")
-                records = await self._send(client, cell, len(repeats), sizing)
-                repeats.append(records)
-                if any(r.status in ("failed", "timeout") for r in records) and not self.alive():
-                    break
-                if precision.precise_enough(repeats, cell.concurrency, measure):
-                    break
+            async with clientload.LoopWatch() as watch:
+                while len(repeats) < most:
+                    if self.progress:
+                        self.progress(f"{cell.key} repeat {len(repeats) + 1}/{most}")
+                    records = await self._send(client, cell, len(repeats), sizing)
+                    repeats.append(records)
+                    if any(r.status in ("failed", "timeout") for r in records) and not self.alive():
+                        break
+                    if precision.precise_enough(repeats, cell.concurrency, measure):
+                        break
             reading = self.sampler.close_window(window) if window is not None else None
             after, after_failed = self.scrape()
         finally:
             await client.aclose()
-        delta = after.minus(before) if before is not None and after is not None else None
+        both = before is not None and after is not None
+        delta = after.counters.minus(before.counters) if both and before.counters and after.counters else None
+        # the engine's own tokens over the window between the scrapes, where it counts them
+        generated = (after.generated - before.generated, after.at - before.at) \
+            if both and before.generated is not None and after.generated is not None else None
         failed = before_failed or after_failed
         # Only a speculative launch loses a figure (accept_len) to a failed scrape; it says so where it would be.
         scrape_note = (f"/metrics scrape failed, acceptance not measured: {failed}"
                        if failed and self.spec.launch.spec_method != "none" else None)
-        return repeats, delta, reading, sizing, scrape_note
+        return repeats, delta, reading, sizing, scrape_note, watch.load, generated
 
     async def _warm_up(self, client: StreamClient, cell: Cell, sizing: workloads.Sizing | None) -> None:
         """Before the first repeat of each (workload, concurrency, rate, prompt length, cap) on this server:
@@ -246,10 +265,12 @@ class CellRunner:
         client = StreamClient(self.base_url, self.spec.launch.model.name, extras,
                               measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
         try:
-            figures, outputs, records = await run(client, cell.workload, self.adapter)
+            async with clientload.LoopWatch() as watch:
+                figures, outputs, records = await run(client, cell.workload, self.adapter)
         finally:
             await client.aclose()
         result = self._judge(cell, [records], None, None, figures)
+        self._judge_client(result, watch.load, [records], None)
         result.outputs = outputs if result.status == "ok" else None
         return result
 
@@ -282,6 +303,18 @@ class CellRunner:
                               self.sampler.window(start + offset - telemetry.MAX_SAMPLE_GAP_S,
                                                   end + offset + telemetry.MAX_SAMPLE_GAP_S)))
         return spans
+
+    @staticmethod
+    def _judge_client(result: CellResult, load: clientload.ClientLoad, repeats: list[list[RequestRecord]],
+                      generated: tuple[float, float] | None) -> None:
+        """A measured cell gets the client's own load over its window and, where the engine counts its
+        tokens (generated: its tokens and the seconds between the scrapes), its rate beside the client's; a
+        client that could not keep up flags the cell (client_note, in every row's note)."""
+        if result.status != "ok":
+            return
+        records = [r for rep in repeats for r in rep]
+        figures, result.client_note = clientload.figures(load, records)
+        result.figures += figures + (clientload.token_rate_figures(generated[0], records, generated[1]) if generated else [])
 
     def _judge(self, cell: Cell, repeats, delta, reading, probe_figures: list[summary.Figure] | None = None) -> CellResult:
         records = [r for rep in repeats for r in rep]

@@ -29,16 +29,17 @@ from stackbench.models import datasets
 from stackbench.models.recipes import RECIPES
 
 FORMAT = 1
-# How the measured figures are computed (measure/client.py, measure/summary.py, results/metrics.py, and the
-# intervals of results/estimators.py): part of every cell's fingerprint, so cells measured under other
-# definitions are measured again instead of mixing with new ones. Bump DEFINITIONS when a change there changes
-# a figure, and record those files' sha256 in DEFINITIONS_SOURCES (tests/unit/plan/test_definitions.py fails
-# until both are done, and prints the hash).
-DEFINITIONS = 8  # 8: llama.cpp's salted single-turn requests reuse no cached prefix; the probes first on a launch
+# How the measured figures are computed (measure/client.py, measure/summary.py, results/metrics.py, the client's
+# check of itself in measure/clientload.py, and the intervals of results/estimators.py): part of every cell's
+# fingerprint, so cells measured under other definitions are measured again instead of mixing with new ones. Bump
+# DEFINITIONS when a change there changes a figure, and record those files' sha256 in DEFINITIONS_SOURCES
+# (tests/unit/plan/test_definitions.py fails until both are done, and prints the hash).
+DEFINITIONS = 9  # 9: the client checks itself in every cell (loop lag, CPU share, client_saturated); no connection cap
+# (8: llama.cpp's salted single-turn requests reuse no cached prefix; the probes first on a launch)
 # (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
 # (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "3fbe9ead81729c24f75aab6be0e0cfc7db7cc673b15eb8af5100db8f84e39182"
+DEFINITIONS_SOURCES = "0d53b20acd2d25ec2150d85839bfa36fffc03ac1b2ce9861efab2107a7e283c0"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
