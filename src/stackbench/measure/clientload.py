@@ -17,11 +17,21 @@ repeats; warm-up excluded) LoopWatch records, on the client's event loop:
 `saturation` turns them into the cell's flag (client_saturated, with the reason in every row's note); the
 server's own generated-token rate over the same window stands beside the client's where the engine exports
 its counter (token_rate_figures).
+
+Where one event loop cannot read a cell's streams, ClientPool spreads them over worker processes, each its own
+interpreter, event loop, StreamClient and LoopWatch: every request runs the single-process client's own code
+(client.run_streams), stamped on perf_counter, CLOCK_MONOTONIC on Linux and so one clock for every process of
+the machine, and the records come back merged as run_streams returns them (by stream, each stream's requests in
+order, `request` the index in the list given). How many: the warm-up's own load says (processes_for_load).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import multiprocessing
+import os
+import queue
 import statistics
 import threading
 import time
@@ -29,8 +39,9 @@ from dataclasses import dataclass
 
 import numpy
 
-from stackbench.measure.client import RequestRecord
+from stackbench.measure.client import RequestRecord, StreamClient, run_streams
 from stackbench.measure.summary import Figure
+from stackbench.measure.workloads import Request
 from stackbench.results.metrics import M
 
 LAG_SAMPLE_S = 0.01  # 100 samples a second: p99 from 1,000 in a 10 s cell, at a few microseconds each
@@ -46,6 +57,13 @@ SATURATED_CPU_SHARE = 0.9
 # ms there are the node's scheduling, not a client that cannot keep up.
 LAG_SHARE = 0.5
 LAG_FLOOR_MS = 5.0
+# A client process is given streams for at most half its core: at 50% busy a read waits about one read's time
+# (M/M/1: rho / (1 - rho) = 1), well inside the lag limits above.
+BUSY_TARGET = 0.5
+# Our client's ingest per CPU second, one token a chunk from 512 paced streams (benchmarks/client_ceiling.py, its
+# tok/CPU-s column at 50,000 offered tokens/s, docs/benchmarks.md; this 2-core machine's core): what a real run's
+# client processes are sized by before it has a warm-up of its own (processes_for_rate).
+TOKENS_PER_CPU_S = 80_000
 
 
 @dataclass(frozen=True)
@@ -150,3 +168,131 @@ def token_rate_figures(server_tokens: float | None, records: list[RequestRecord]
     ratio = f"; the client's {client_tokens} tokens / the server's {server_tokens:.0f}" if server_tokens else ""
     return [Figure(M.server_generated_tps, server_tokens / seconds, "mean", 1, note=note + ratio),
             Figure(M.client_received_tps, client_tokens / seconds, "mean", len(records), note=note)]
+
+
+def merged(loads: list[ClientLoad]) -> ClientLoad:
+    """Several processes' loads over one window: the longest wall, every process's CPU time, every lag sample."""
+    return ClientLoad(max(load.seconds for load in loads), tuple(c for load in loads for c in load.cpu_seconds),
+                      tuple(lag for load in loads for lag in load.lags_s))
+
+
+def processes_for_load(load: ClientLoad | None, cores: int | None = None) -> int:
+    """The client processes a cell needs, from one process's load at its shape (its warm-up): enough that each
+    loop stays under BUSY_TARGET of its core, at most the cores this process may run on."""
+    if load is None:
+        return 1
+    cores = cores or len(os.sched_getaffinity(0))
+    return max(1, min(cores, math.ceil(load.cpu_share / BUSY_TARGET)))
+
+
+def processes_for_rate(tokens_per_s: float) -> int:
+    """The client processes a cell streaming `tokens_per_s` output tokens (one a chunk) needs, each held to
+    BUSY_TARGET of its core at TOKENS_PER_CPU_S: a rehearsal's budget says it for the real run."""
+    return max(1, math.ceil(tokens_per_s / (TOKENS_PER_CPU_S * BUSY_TARGET)))
+
+
+def split_streams(requests: list[Request], concurrency: int, processes: int) -> list[tuple[int, int, list[int]]]:
+    """Per worker: its first stream, its streams (a contiguous block, the first ones one larger where they do not
+    divide) and the indices of its requests: request j to the worker of stream j mod concurrency, as the single
+    loop's streams take them (stream i its i-th, then whichever frees first), so each worker has its streams'
+    share of the queue."""
+    processes = min(processes, concurrency)
+    sizes = [concurrency // processes + (w < concurrency % processes) for w in range(processes)]
+    firsts = [sum(sizes[:w]) for w in range(processes)]
+    return [(first, size, [j for j in range(len(requests)) if first <= j % concurrency < first + size])
+            for first, size in zip(firsts, sizes)]
+
+
+class ClientPool:
+    """`with ClientPool(client, processes, final_hook) as pool:` the cell's worker processes, each with the same
+    StreamClient settings; `await
+    pool.run_streams(requests, concurrency)` as client.run_streams; `pool.load` the workers' ClientLoad, merged,
+    over the window from their first job to the pool's close."""
+
+    START_MARGIN_S = 0.2  # a repeat's jobs reach every worker before the common start they carry
+    READY_TIMEOUT_S = 120.0  # a spawned worker imports the package before it reports ready
+
+    def __init__(self, client: StreamClient, processes: int, final_hook=None):
+        self.settings = {"base_url": client.base_url, "model": client.model, "extras": client.extras,
+                         "stall_timeout_s": client.stall_timeout_s, "request_timeout_s": client.request_timeout_s,
+                         "api_key": client.api_key}
+        self.processes, self.final_hook = processes, final_hook
+        self.load: ClientLoad | None = None
+
+    def __enter__(self) -> ClientPool:
+        # forkserver: a server process imports this module once (the package takes seconds), and each worker is a
+        # fork of it, with none of this process's threads or sockets
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+        self.results = context.Queue()
+        self.jobs = [context.Queue() for _ in range(self.processes)]
+        self.workers = [context.Process(target=_worker, args=(self.settings, self.final_hook, jobs, self.results),
+                                        name=f"client-{w}", daemon=True) for w, jobs in enumerate(self.jobs)]
+        for worker in self.workers:
+            worker.start()
+        for _ in self.workers:
+            self._next(self.READY_TIMEOUT_S)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for jobs in self.jobs:
+            jobs.put(None)
+        try:
+            loads = [self._next(self.READY_TIMEOUT_S) for _ in self.workers]
+            self.load = merged([load for load in loads if load is not None]) if any(loads) else None
+        finally:
+            for worker in self.workers:
+                worker.join(timeout=10)
+                if worker.is_alive():
+                    worker.kill()
+
+    def _next(self, timeout_s: float):
+        """The next worker message; RuntimeError where a worker exited without one."""
+        waited = 0.0
+        while True:
+            try:
+                return self.results.get(timeout=1.0)
+            except queue.Empty:
+                waited += 1.0
+                dead = [w.name for w in self.workers if not w.is_alive() and w.exitcode not in (0, None)]
+                if dead or waited >= timeout_s:
+                    raise RuntimeError(f"client worker {', '.join(dead) or 'silent'}: no answer after {waited:.0f} s") from None
+
+    async def run_streams(self, requests: list[Request], concurrency: int) -> list[RequestRecord]:
+        blocks = split_streams(requests, concurrency, self.processes)
+        start_at = time.perf_counter() + self.START_MARGIN_S
+        for jobs, (first, size, indices) in zip(self.jobs, blocks):
+            jobs.put((start_at, first, size, indices, [requests[j] for j in indices]))
+        loop = asyncio.get_running_loop()
+        # patient as the requests themselves: a worker answers when its streams' requests have ended
+        patience = self.settings["request_timeout_s"] * (len(requests) // concurrency + 1) + 60
+        answers = [await loop.run_in_executor(None, self._next, patience) for _ in blocks]
+        by_first = dict(answers)
+        return [r for first, _, _ in blocks for r in by_first[first]]
+
+
+def _worker(settings: dict, final_hook, jobs, results) -> None:
+    """One client process: its jobs (a start time, its streams, its requests with their indices) one after
+    another, each answered with its records (stream and request renumbered to the cell's); at the end, its load."""
+
+    async def serve() -> ClientLoad | None:
+        client, watch, loop = StreamClient(**settings), None, asyncio.get_running_loop()
+        try:
+            while (job := await loop.run_in_executor(None, jobs.get)) is not None:
+                if watch is None:
+                    watch = LoopWatch()
+                    await watch.__aenter__()
+                start_at, first, size, indices, requests = job
+                await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+                records = await run_streams(client, requests, size, final_hook)
+                for record in records:
+                    record.stream, record.request = record.stream + first, indices[record.request]
+                results.put((first, records))
+        finally:
+            if watch is not None:
+                await watch.__aexit__(None, None, None)
+            await client.aclose()
+        return watch.load if watch is not None else None
+
+    results.put("ready")
+    results.put(asyncio.run(serve()))

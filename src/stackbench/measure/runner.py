@@ -12,6 +12,7 @@ the same window (measure/clientload.py), and a cell where it could not keep up i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from dataclasses import dataclass, field
@@ -120,7 +121,7 @@ class CellRunner:
         self.base_url, self.adapter, self.spec, self.api_key = base_url, adapter, spec, api_key
         self.sampler, self.capper, self.telemetry_why = sampler, capper, telemetry_why
         self.alive, self.progress = alive, progress
-        self.warmed: set[tuple] = set()
+        self.warmed: dict[tuple, clientload.ClientLoad | None] = {}  # each warmed shape: its warm-up's client load
         self.chars_per_token: dict[str, tuple[float, str | None]] = {}  # calibrated once per launch (calibrate)
 
     def texts_of(self, cell: Cell) -> workloads.Texts:
@@ -208,20 +209,23 @@ class CellRunner:
                 sizing = await calibrate.sizing(client, self.adapter, cell.workload.prompts, cell.prompt_tokens_target,
                                                 self.chars_per_token)
             await self._warm_up(client, cell, sizing)
-            before, before_failed = self.scrape()
-            window = self.sampler.open_window() if self.sampler is not None else None
-            repeats: list[list[RequestRecord]] = []
-            most = precision.most_repeats(measure)
-            async with clientload.LoopWatch() as watch:
-                while len(repeats) < most:
-                    if self.progress:
-                        self.progress(f"{cell.key} repeat {len(repeats) + 1}/{most}")
-                    records = await self._send(client, cell, len(repeats), sizing)
-                    repeats.append(records)
-                    if any(r.status in ("failed", "timeout") for r in records) and not self.alive():
-                        break
-                    if precision.precise_enough(repeats, cell.concurrency, measure):
-                        break
+            processes = self.client_processes(cell)
+            pool = clientload.ClientPool(client, processes, self.adapter.server_timings) if processes > 1 else None
+            with pool or contextlib.nullcontext():
+                before, before_failed = self.scrape()
+                window = self.sampler.open_window() if self.sampler is not None else None
+                repeats: list[list[RequestRecord]] = []
+                most = precision.most_repeats(measure)
+                async with clientload.LoopWatch() as watch:
+                    while len(repeats) < most:
+                        if self.progress:
+                            self.progress(f"{cell.key} repeat {len(repeats) + 1}/{most}")
+                        records = await self._send(client, cell, len(repeats), sizing, pool)
+                        repeats.append(records)
+                        if any(r.status in ("failed", "timeout") for r in records) and not self.alive():
+                            break
+                        if precision.precise_enough(repeats, cell.concurrency, measure):
+                            break
             reading = self.sampler.close_window(window) if window is not None else None
             after, after_failed = self.scrape()
         finally:
@@ -235,7 +239,7 @@ class CellRunner:
         # Only a speculative launch loses a figure (accept_len) to a failed scrape; it says so where it would be.
         scrape_note = (f"/metrics scrape failed, acceptance not measured: {failed}"
                        if failed and self.spec.launch.spec_method != "none" else None)
-        return repeats, delta, reading, sizing, scrape_note, watch.load, generated
+        return repeats, delta, reading, sizing, scrape_note, pool.load if pool else watch.load, generated
 
     async def _warm_up(self, client: StreamClient, cell: Cell, sizing: workloads.Sizing | None) -> None:
         """Before the first repeat of each (workload, concurrency, rate, prompt length, cap) on this server:
@@ -244,19 +248,36 @@ class CellRunner:
         compilation and autotuning here, outside the window. A request that fails raises WarmupFailed; one the
         server rejects (a ladder point over the context) ends the warm-up, and the measured requests record that
         rejection as the cell's outcome with the engine's message."""
-        shape = (cell.workload.name, cell.concurrency, cell.rate, cell.prompt_tokens_target, cell.power_cap_w)
+        shape = self.shape(cell)
         if shape in self.warmed:
             return
         streams = cell.concurrency or 1
+        load = None
         for _ in range(self.spec.measure["warmup_requests"]):
-            records = await run_streams(client, workloads.requests(cell.workload, cell.load, streams, workloads.WARM_UP, sizing,
-                                                                   self.texts_of(cell)), streams)
+            async with clientload.LoopWatch() as watch:  # one process's load at the cell's shape (client_processes)
+                records = await run_streams(client, workloads.requests(cell.workload, cell.load, streams, workloads.WARM_UP,
+                                                                       sizing, self.texts_of(cell)), streams)
+            load = watch.load
             bad = next((r for r in records if r.status != "ok"), None)
             if bad is not None and bad.status == "rejected":
                 return
             if bad is not None:
                 raise WarmupFailed(f"warm-up at c{streams} failed ({bad.status}): {bad.error}")
-        self.warmed.add(shape)
+        self.warmed[shape] = load
+
+    @staticmethod
+    def shape(cell: Cell) -> tuple:
+        return cell.workload.name, cell.concurrency, cell.rate, cell.prompt_tokens_target, cell.power_cap_w
+
+    def client_processes(self, cell: Cell) -> int:
+        """How many processes read a closed-loop cell's streams: measure.client_processes, or under "auto" as
+        many as keep each loop under half its core at the load one process had in the warm-up (clientload
+        .processes_for_load); never more than its streams. An open loop is read by this process."""
+        if cell.rate is not None:
+            return 1
+        asked = self.spec.measure.get("client_processes", "auto")
+        wanted = clientload.processes_for_load(self.warmed.get(self.shape(cell))) if asked == "auto" else asked
+        return max(1, min(wanted, cell.concurrency))
 
     async def _once(self, cell: Cell, run, extras: dict) -> CellResult:
         """The correctness probes or the accuracy set (ONCE), once, without warm-up (the cache probe's first
@@ -274,9 +295,10 @@ class CellRunner:
         result.outputs = outputs if result.status == "ok" else None
         return result
 
-    async def _send(self, client: StreamClient, cell: Cell, repeat: int, sizing: workloads.Sizing | None) -> list[RequestRecord]:
+    async def _send(self, client: StreamClient, cell: Cell, repeat: int, sizing: workloads.Sizing | None,
+                    pool: clientload.ClientPool | None = None) -> list[RequestRecord]:
         """One repeat: open-loop arrivals at the cell's rate, or `concurrency` streams sharing
-        concurrency x `requests_per_stream` requests."""
+        concurrency x `requests_per_stream` requests (over the pool's processes where it has one)."""
         load, hook = cell.load, self.adapter.server_timings
         if cell.rate is not None:
             offsets = workloads.arrival_offsets(load, cell.rate, repeat)
@@ -284,6 +306,8 @@ class CellRunner:
                                                                   self.texts_of(cell)), offsets, hook)
         requests = workloads.requests(cell.workload, load, cell.concurrency * load.requests_per_stream, repeat, sizing,
                                       self.texts_of(cell))
+        if pool is not None:
+            return await pool.run_streams(requests, cell.concurrency)
         return await run_streams(client, requests, cell.concurrency, hook)
 
     def steady_spans(self, cell: Cell, repeats: list[list[RequestRecord]]) -> list[tuple[float, float, float, list[dict]]]:

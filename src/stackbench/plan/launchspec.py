@@ -39,7 +39,7 @@ DEFINITIONS = 9  # 9: the client checks itself in every cell (loop lag, CPU shar
 # (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
 # (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "0d53b20acd2d25ec2150d85839bfa36fffc03ac1b2ce9861efab2107a7e283c0"
+DEFINITIONS_SOURCES = "cfd4736f5fb3e6ce285ce7df7968311611273401a95b341a37157e5b6fb1780d"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
@@ -49,7 +49,7 @@ SERVER_LAUNCH_FIELDS = ("node", "stack_config", "engine", "variant", "spec_metho
                         "spec_extra", "server_args", "model", "draft_model", "launch_mode", "launch_target", "env_name",
                         "container_cli", "context_len", "bind_host", "env")
 # Measure settings that change how a run is driven, not what a cell's figures mean.
-NOT_IN_CELL_IDENTITY = ("keep_failed", "ready_timeout_s", "stop_saturated", "order_seed")
+NOT_IN_CELL_IDENTITY = ("keep_failed", "ready_timeout_s", "stop_saturated", "order_seed", "client_processes")
 # Repeats to a precision: part of a cell's identity only while a target is set, so cells measured before
 # the setting existed keep their fingerprints.
 PRECISION_SETTINGS = ("target_rel_ci", "max_repeats")

@@ -1,5 +1,6 @@
 """The client's check of itself (measure/clientload.py): its loop's lag and its thread's CPU share over a window,
-and the flag where it could not keep up. A starved client against the emitter, through rows and report, is
+the flag where it could not keep up, and its streams spread over worker processes where one loop cannot read
+them. A starved client against the emitter, through rows and report, is
 tests/integration/test_client_saturation.py."""
 
 import asyncio
@@ -8,8 +9,10 @@ import time
 import pytest
 
 from stackbench.measure import clientload
-from stackbench.measure.client import RequestRecord
-from stackbench.measure.clientload import ClientLoad, LoopWatch
+from stackbench.measure.client import RequestRecord, StreamClient, run_streams
+from stackbench.measure.clientload import ClientLoad, ClientPool, LoopWatch
+from stackbench.measure.workloads import Request
+from stackbench.rehearsal.standin import StandinEngine, Timing
 
 
 def watched(work) -> ClientLoad:
@@ -81,3 +84,47 @@ def test_the_servers_token_rate_stands_beside_the_clients_over_the_same_window()
     assert (server.metric, server.value, client.metric, client.value) == ("server_generated_tps", 30.0, "client_received_tps", 25.0)
     assert "the client's 50 tokens / the server's 60" in server.note
     assert clientload.token_rate_figures(None, [request], 2.0) == []  # no counter, no figure
+
+
+def test_streams_spread_over_two_processes_come_back_as_one_loop_returns_them():
+    """Against the stand-in (a test double, served from a thread): 8 requests on 4 streams read by two worker
+    processes come back as run_streams returns them, every request once with its index, each stream's in order,
+    each answer whole, and the pool's load has both processes."""
+    timing = Timing(ttft_s=0.02, interval_s=0.01, tokens_per_chunk=1, reasoning_tokens=0, content_tokens=6)
+    requests = [Request((f"question {j}",), timing.output_tokens) for j in range(8)]
+    with StandinEngine(timing) as engine:
+        client = StreamClient(engine.base_url, "synthetic", {}, stall_timeout_s=10, request_timeout_s=30)
+        alone = asyncio.run(spread_or_not(client, requests, None))
+        with ClientPool(client, 2) as pool:
+            spread = asyncio.run(spread_or_not(client, requests, pool))
+    for records in (alone, spread):
+        assert sorted(r.request for r in records) == list(range(8)) and {r.status for r in records} == {"ok"}
+        assert [r.stream for r in records] == sorted(r.stream for r in records) and {r.stream for r in records} == {0, 1, 2, 3}
+        for stream in range(4):
+            mine = [r.request for r in records if r.stream == stream]
+            assert mine == sorted(mine)
+    contents = {r.request: (r.content, r.prompt_sha, r.tokens) for r in alone}
+    assert {r.request: (r.content, r.prompt_sha, r.tokens) for r in spread} == contents
+    assert all(r.ttft_s >= timing.ttft_s for r in spread)  # stamped on the one monotonic clock: after its own submit
+    assert pool.load.processes == 2 and len(pool.load.lags_s) > 0
+
+
+async def spread_or_not(client: StreamClient, requests: list[Request], pool: ClientPool | None):
+    try:
+        return await (pool.run_streams(requests, 4) if pool else run_streams(client, requests, 4))
+    finally:
+        await client.aclose()
+        client.session = None
+
+
+def test_the_streams_go_to_their_workers_in_blocks_with_their_share_of_the_queue():
+    requests = [Request(("q",), 4)] * 10
+    assert clientload.split_streams(requests, 5, 2) == [(0, 3, [0, 1, 2, 5, 6, 7]), (3, 2, [3, 4, 8, 9])]
+    assert clientload.split_streams(requests, 2, 4) == [(0, 1, [0, 2, 4, 6, 8]), (1, 1, [1, 3, 5, 7, 9])]  # no idle worker
+
+
+def test_a_warm_up_that_kept_its_loop_busy_asks_for_enough_processes_to_halve_it():
+    assert clientload.processes_for_load(None) == 1
+    assert clientload.processes_for_load(load(0.3, 1.0), cores=8) == 1
+    assert clientload.processes_for_load(load(0.95, 1.0), cores=8) == 2
+    assert clientload.processes_for_load(load(1.0, 1.0), cores=1) == 1  # never more than the cores it may use
