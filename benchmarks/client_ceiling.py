@@ -12,7 +12,7 @@ per-core ceiling), our self-check's loop lag p99, CPU share and flag, and ours /
 `--repeats` times; the median is printed.
 
     .venv/bin/python benchmarks/client_ceiling.py [--repeats 5] [--seconds 1] [--streams 1 8 64 256 512]
-        [--loads 1000 5000 10000 20000 50000] [--emitters 1] [--emitter-cpus 1]
+        [--loads 1000 5000 10000 20000 50000] [--emitters 1] [--emitter-cpus 1] [--client-processes 1]
     (--loads 0: unpaced, as fast as each reader takes them: its ceiling, and its tokens per CPU second)
     py-spy record -f raw -o profile.txt -- .venv/bin/python benchmarks/client_ceiling.py   (the `bench` extra)
 Target: >= 0.95x the reference's ingest with < 5 ms more p99 than it, at every point both can reach; at 512
@@ -36,10 +36,14 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests/support")]
 from sse_emitter import Emitter, paced_url  # noqa: E402
 
 from stackbench.measure import clientload  # noqa: E402
-from stackbench.measure.client import StreamClient, run_conversations  # noqa: E402
+from stackbench.measure.client import StreamClient, run_streams  # noqa: E402
+from stackbench.measure.clientload import ClientPool  # noqa: E402
+from stackbench.measure.workloads import Request  # noqa: E402
 
-LOADS = (1_000, 5_000, 10_000, 20_000, 50_000)
-STREAMS = (1, 8, 64, 256, 512)
+# Today's workstation grid (1-64 streams up to 20,000 tok/s), and a datacenter GPU's: 256 and 512 streams at
+# 20,000 and 50,000 offered tok/s (a 27B model on one H200 or B200). --loads / --streams ask for a grid of their own.
+POINTS = [(load, streams) for load in (1_000, 5_000, 10_000, 20_000) for streams in (1, 8, 64)] + \
+         [(load, streams) for load in (20_000, 50_000) for streams in (64, 256, 512)]
 FLOOD_TPS, FLOOD_BURST = 50_000, 16  # --loads 0: this many tokens a second of the run, 16 chunks a write, unpaced
 
 
@@ -47,22 +51,33 @@ def added_latency_ms(send_times: list[float], receive_times: list[float]) -> lis
     return [(r - s) * 1000 for s, r in zip(send_times, receive_times)]
 
 
-async def ours(url: str, streams: int, tokens: int) -> tuple[int, float, list[float], dict]:
+async def ours(url: str, streams: int, tokens: int, processes: int = 1) -> tuple[int, float, list[float], dict]:
+    """Our client as the cell runner runs it: one process inside its LoopWatch, or a ClientPool of `processes`
+    (its start outside the timing, as the runner starts it before the window)."""
     client = StreamClient(url, "m", {}, stall_timeout_s=30, request_timeout_s=120)
-    async with clientload.LoopWatch() as watch:
-        t0 = time.perf_counter()
-        records = await run_conversations(client, [["go"]] * streams, tokens)
-        wall = time.perf_counter() - t0
+    requests = [Request(("go",), tokens)] * streams
+    if processes > 1:
+        with ClientPool(client, processes) as pool:
+            t0 = time.perf_counter()
+            records = await pool.run_streams(requests, streams)
+            wall = time.perf_counter() - t0
+        load = pool.load
+    else:
+        async with clientload.LoopWatch() as watch:
+            t0 = time.perf_counter()
+            records = await run_streams(client, requests, streams)
+            wall = time.perf_counter() - t0
+        load = watch.load
     await client.aclose()
     lat = []
     for r in records:
         lat += added_latency_ms([float(x) for x in r.content.split()], r.chunk_times)
-    load = watch.load
-    check = {"lag_p99_ms": load.lag_ms(99) or 0.0, "flagged": float(clientload.saturation(load, records) is not None)}
+    check = {"lag_p99_ms": load.lag_ms(99) or 0.0, "flagged": float(clientload.saturation(load, records) is not None),
+             "workers_cpu_s": sum(load.cpu_seconds) if processes > 1 else 0.0}
     return sum(r.content_chunks for r in records), wall, lat, check
 
 
-async def reference(url: str, streams: int, tokens: int) -> tuple[int, float, list[float], dict]:
+async def reference(url: str, streams: int, tokens: int, processes: int = 1) -> tuple[int, float, list[float], dict]:
     import aiohttp
 
     async def one(session):
@@ -83,14 +98,15 @@ async def reference(url: str, streams: int, tokens: int) -> tuple[int, float, li
     return sum(len(s) for s, _ in results), wall, lat, {}
 
 
-def run_point(base: str, load: int, streams: int, seconds: float, client) -> dict:
+def run_point(base: str, load: int, streams: int, seconds: float, client, processes: int) -> dict:
     """One run at `load` offered tokens/s over `streams`; load 0 floods: FLOOD_TPS x seconds tokens in all, sent as
-    fast as they are read (the reader's ceiling)."""
+    fast as they are read (the reader's ceiling). CPU: this process's, or a pool's workers' event loops."""
     rate = load / streams
     tokens = max(1, int((load or FLOOD_TPS) / streams * seconds))
     cpu = time.process_time()
-    chunks, wall, lat, check = asyncio.run(client(paced_url(base, rate, 1 if rate else FLOOD_BURST), streams, tokens))
-    cpu = time.process_time() - cpu
+    chunks, wall, lat, check = asyncio.run(client(paced_url(base, rate, 1 if rate else FLOOD_BURST), streams, tokens,
+                                                  processes))
+    cpu = check.pop("workers_cpu_s", 0.0) or time.process_time() - cpu
     lat.sort()
     return {"ingest_tps": chunks / wall, "p50_ms": lat[len(lat) // 2], "p99_ms": lat[int(0.99 * (len(lat) - 1))],
             "tok_per_cpu_s": chunks / cpu if cpu > 0 else 0.0, "cpu_share": cpu / wall, **check}
@@ -100,32 +116,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0)
-    parser.add_argument("--streams", type=int, nargs="+", default=STREAMS)
-    parser.add_argument("--loads", type=int, nargs="+", default=LOADS)
+    parser.add_argument("--streams", type=int, nargs="+", help="a grid of these stream counts (default: POINTS)")
+    parser.add_argument("--loads", type=int, nargs="+", help="... at these offered tokens/s (0: unpaced)")
     parser.add_argument("--emitters", type=int, default=1, help="emitter processes (on --emitter-cpus)")
+    parser.add_argument("--client-processes", type=int, default=1, help="ours over this many worker processes (ClientPool)")
     parser.add_argument("--emitter-cpus", type=int, nargs="+", help="the emitter's cores (default: the last one)")
     args = parser.parse_args()
+    points = [(load, streams) for load in args.loads or (1_000, 5_000, 10_000, 20_000, 50_000)
+              for streams in args.streams or (1, 8, 64, 256, 512)] if args.loads or args.streams else POINTS
     cores = sorted(os.sched_getaffinity(0))
     emitter_cpus = set(args.emitter_cpus or cores[-1:])
     client_cpus = set(cores) - emitter_cpus or set(cores)
     os.sched_setaffinity(0, client_cpus)
-    print(f"emitter: {args.emitters} process(es) on cores {sorted(emitter_cpus)}; readers on cores {sorted(client_cpus)}; "
-          f"{args.repeats} repeats of {args.seconds:g} s, medians")
+    print(f"emitter: {args.emitters} process(es) on cores {sorted(emitter_cpus)}; readers on cores {sorted(client_cpus)} "
+          f"(ours in {args.client_processes} process(es)); {args.repeats} repeats of {args.seconds:g} s, medians; "
+          f"load average {os.getloadavg()[0]:.1f} at the start")
     print(f"{'offered':>7} {'streams':>7} | {'ours tok/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'tok/CPU-s':>9} | "
           f"{'lag p99':>7} {'CPU':>5} {'flag':>4} | {'ref tok/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'tok/CPU-s':>9} | "
           f"{'ours/ref':>8} {'+p99 ms':>7}")
     with Emitter(args.emitters, emitter_cpus) as base:
-        for load in args.loads:
-            for streams in args.streams:
-                rows = {}
-                for name, client in (("ours", ours), ("ref", reference)):
-                    points = [run_point(base, load, streams, args.seconds, client) for _ in range(args.repeats)]
-                    rows[name] = {k: statistics.median(p[k] for p in points) for k in points[0]}
-                o, r = rows["ours"], rows["ref"]
-                print(f"{load or 'flood':>7} {streams:>7} | {o['ingest_tps']:>10.0f} {o['p50_ms']:>7.3f} {o['p99_ms']:>7.3f} "
-                      f"{o['tok_per_cpu_s']:>9.0f} | {o['lag_p99_ms']:>7.2f} {o['cpu_share']:>5.2f} {o['flagged']:>4.1f} | "
-                      f"{r['ingest_tps']:>10.0f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} {r['tok_per_cpu_s']:>9.0f} | "
-                      f"{o['ingest_tps'] / r['ingest_tps']:>8.2f} {o['p99_ms'] - r['p99_ms']:>+7.2f}", flush=True)
+        for load, streams in points:
+            rows = {}
+            for name, client in (("ours", ours), ("ref", reference)):
+                runs = [run_point(base, load, streams, args.seconds, client, args.client_processes)
+                        for _ in range(args.repeats)]
+                rows[name] = {k: statistics.median(p[k] for p in runs) for k in runs[0]}
+            o, r = rows["ours"], rows["ref"]
+            print(f"{load or 'flood':>7} {streams:>7} | {o['ingest_tps']:>10.0f} {o['p50_ms']:>7.3f} {o['p99_ms']:>7.3f} "
+                  f"{o['tok_per_cpu_s']:>9.0f} | {o['lag_p99_ms']:>7.2f} {o['cpu_share']:>5.2f} {o['flagged']:>4.1f} | "
+                  f"{r['ingest_tps']:>10.0f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} {r['tok_per_cpu_s']:>9.0f} | "
+                  f"{o['ingest_tps'] / r['ingest_tps']:>8.2f} {o['p99_ms'] - r['p99_ms']:>+7.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,13 @@ A client that falls behind reads as a slow server: its chunks are stamped late, 
 report would blame the stack, as it would for a throttled GPU or a busy host. Over the measured window (the
 repeats; warm-up excluded) LoopWatch records, on the client's event loop:
 
-- its lag: every LAG_SAMPLE_S a thread of its own hands the loop a callback (call_soon_threadsafe, the same
-  wake-up a socket's data is) and the time until the loop runs it is one sample: the wait a chunk arriving at
-  that moment has before it is read and stamped. A thread, not a timer on the loop: asyncio's epoll timeouts
-  are whole milliseconds rounded up, so a timer's overshoot reads up to 1 ms on an idle loop; and a thread
-  samples at moments independent of what the loop is doing;
+- its lag: a task on the loop sleeps LAG_SAMPLE_S at a time, and how late each wake-up runs is one sample: the
+  wait a chunk whose data arrived then has behind the loop's other work before it is read and stamped (the
+  timer runs after the reads of the iteration it fell due in, as a chunk does). It includes asyncio's rounding
+  of epoll timeouts up to the next whole millisecond: an idle loop reads up to 1 ms. A task, not a thread: a
+  second Python thread waking at 100 Hz took the GIL from a busy loop often enough to cut its tokens read per
+  CPU second by 17-27% at 512 streams (benchmarks/client_ceiling.py's emitter, this machine, shared); the task
+  cut them by 3%, within the noise;
 - its CPU share: the loop thread's CPU seconds (time.thread_time, read on that thread) / the window's wall
   seconds. The loop's thread, not the whole process: the pipeline's process also runs the NVML and host
   samplers' threads (and a test's in-process stand-in), and one event loop runs on one thread, so one core is
@@ -33,7 +35,6 @@ import multiprocessing
 import os
 import queue
 import statistics
-import threading
 import time
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ from stackbench.measure.summary import Figure
 from stackbench.measure.workloads import Request
 from stackbench.results.metrics import M
 
-LAG_SAMPLE_S = 0.01  # 100 samples a second: p99 from 1,000 in a 10 s cell, at a few microseconds each
+LAG_SAMPLE_S = 0.01  # 100 samples a second: p99 from 1,000 in a 10 s cell, one loop wake-up each
 # The loop's thread busy this share of the window is a saturated client: one thread has one core at most, and
 # at 90% busy a queue's wait is already nine times its service (M/M/1: rho / (1 - rho)), so reads wait behind
 # each other and their stamps drift late (benchmarks/client_ceiling.py: a client pinned to one core under more
@@ -89,33 +90,28 @@ class ClientLoad:
 
 
 class LoopWatch:
-    """`async with LoopWatch() as watch:` around the window; then `watch.load` (ClientLoad)."""
+    """`async with LoopWatch() as watch:` around the window, on the loop it watches; then `watch.load` (ClientLoad)."""
 
     def __init__(self, sample_s: float = LAG_SAMPLE_S, clock=time.perf_counter):
         self.sample_s, self.clock = sample_s, clock
         self.lags: list[float] = []
-        self.stop = threading.Event()
         self.load: ClientLoad | None = None
 
     async def __aenter__(self) -> LoopWatch:
-        self.loop = asyncio.get_running_loop()
-        self.thread = threading.Thread(target=self._sample, name="client-loop-lag", daemon=True)
-        self.started, self.cpu = self.clock(), time.thread_time()
-        self.thread.start()
+        self.started, self.cpu = self.clock(), time.thread_time()  # the loop's own thread: this one
+        self.task = asyncio.create_task(self._sample())
         return self
 
     async def __aexit__(self, *exc) -> None:
         cpu, now = time.thread_time() - self.cpu, self.clock() - self.started
-        self.stop.set()
-        self.thread.join()  # wakes at once from its wait: no sample is handed to a loop that is gone
+        self.task.cancel()
         self.load = ClientLoad(now, (cpu,), tuple(self.lags))
 
-    def _sample(self) -> None:
-        while not self.stop.wait(self.sample_s):
-            self.loop.call_soon_threadsafe(self._ran, self.clock())
-
-    def _ran(self, sent: float) -> None:
-        self.lags.append(self.clock() - sent)
+    async def _sample(self) -> None:
+        while True:
+            due = self.clock() + self.sample_s
+            await asyncio.sleep(self.sample_s)
+            self.lags.append(max(0.0, self.clock() - due))
 
 
 def median_gap_ms(records: list[RequestRecord]) -> float | None:

@@ -210,10 +210,10 @@ METRICS = _entries(
            "note names the processes; a flagged cell is never judged", "lower", "window", analysed=True),
     # -- the load client's own load over the measured window (measure/clientload.py). client_saturated above 0
     # flags the cell: its speed is the client's, not the stack's (analysis.clientstate) -----------------------
-    Metric("client_loop_lag_p50_ms", "ms", "median", "the client's event-loop lag: every 10 ms a thread hands the loop "
-           "a callback (call_soon_threadsafe) and times until it runs, the wait a chunk arriving then has before it is "
-           "stamped; the median over the measured window (Node.js monitorEventLoopDelay's idea, sampled from outside "
-           "the loop); our own", "lower", "client"),
+    Metric("client_loop_lag_p50_ms", "ms", "median", "the client's event-loop lag: a task on the loop sleeps 10 ms at a "
+           "time and each wake-up's lateness is a sample, the wait a chunk arriving then has behind the loop's other work "
+           "before it is stamped (asyncio's epoll timeouts round up to the next millisecond: an idle loop reads up to "
+           "1 ms); the median over the measured window, as Node.js monitorEventLoopDelay; our own", "lower", "client"),
     Metric("client_loop_lag_p99_ms", "ms", "p99", "the same samples' 99th percentile (numpy's linear interpolation)",
            "lower", "client", analysed=True),
     Metric("client_cpu_share", "ratio", "mean", "CPU seconds of the client's event-loop thread (time.thread_time) / "

@@ -34,8 +34,8 @@ def test_a_loop_kept_busy_by_its_own_work_lags_and_uses_its_core_and_an_idle_one
             await asyncio.sleep(0)
 
     loaded, idle = watched(busy), watched(lambda: asyncio.sleep(0.5))
-    assert loaded.lag_ms(99) > 20 and len(loaded.lags_s) >= 5  # a sample that came mid-work waited for it
-    assert idle.lag_ms(50) < 5 and len(idle.lags_s) >= 20
+    assert loaded.lag_ms(99) > 20 and len(loaded.lags_s) >= 2  # a wake-up due mid-work waited for it
+    assert idle.lag_ms(50) < 5 and len(idle.lags_s) >= 20  # its sleeps end on time (within epoll's millisecond)
     assert idle.cpu_share < 0.2 < loaded.cpu_share  # spinning counts, sleeping does not (shared cores: not 1.0)
     assert loaded.processes == idle.processes == 1 and loaded.seconds == pytest.approx(0.5, abs=0.2)
 
