@@ -329,12 +329,12 @@ class CellRunner:
         return spans
 
     @staticmethod
-    def _judge_client(result: CellResult, load: clientload.ClientLoad, repeats: list[list[RequestRecord]],
+    def _judge_client(result: CellResult, load: clientload.ClientLoad | None, repeats: list[list[RequestRecord]],
                       generated: tuple[float, float] | None) -> None:
         """A measured cell gets the client's own load over its window and, where the engine counts its
         tokens (generated: its tokens and the seconds between the scrapes), its rate beside the client's; a
         client that could not keep up flags the cell (client_note, in every row's note)."""
-        if result.status != "ok":
+        if result.status != "ok" or load is None:
             return
         records = [r for rep in repeats for r in rep]
         figures, result.client_note = clientload.figures(load, records)

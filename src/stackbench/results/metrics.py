@@ -220,7 +220,7 @@ METRICS = _entries(
            "the measured window's wall seconds, the busiest process's where the client runs several: 1 is one core "
            "busy all the time, all one loop can use; our own", "lower", "client", analysed=True),
     Metric("client_saturated", "ratio", "single", "1 where the client was the bottleneck of the cell: its loop "
-           "thread's CPU share >= 0.9, or its loop lag p99 above half the cell's median inter-chunk gap and above 5 ms "
+           "thread's CPU share >= 0.9, or its loop lag p99 above half the cell's median inter-chunk gap and above 10 ms "
            "(measure/clientload.py says why those); else 0. Its note says which; a flagged cell is never judged; our own",
            "lower", "client", analysed=True),
     Metric("server_generated_tps", "tok/s", "mean", "the engine's own generated-token counter (vLLM and SGLang "

@@ -53,14 +53,14 @@ def load(cpu_share: float, lag_ms: float) -> ClientLoad:
 
 @pytest.mark.parametrize(("cpu_share", "lag_ms", "gap_s", "why"), [
     (0.95, 1.0, 0.02, "its event loop busy 95% of a core (>= 90%)"),
-    (0.95, 15.0, 0.02, "its event loop busy 95% of a core (>= 90%); loop lag p99 15.0 ms above half the median "
-                       "inter-chunk gap (20.0 ms)"),
+    (0.95, 20.0, 0.03, "its event loop busy 95% of a core (>= 90%); loop lag p99 20.0 ms above half the median "
+                       "inter-chunk gap (30.0 ms)"),
     # a lagging loop with time to spare: the host's cores were busy elsewhere, and the reason says so
-    (0.3, 15.0, 0.02, "loop lag p99 15.0 ms above half the median inter-chunk gap (20.0 ms), its loop busy only 30% of "
+    (0.3, 20.0, 0.03, "loop lag p99 20.0 ms above half the median inter-chunk gap (30.0 ms), its loop busy only 30% of "
                       "a core: it waited for a CPU"),
-    (0.3, 8.0, 0.002, "loop lag p99 8.0 ms above 5 ms, its loop busy only 30% of a core: it waited for a CPU"),  # the floor
-    (0.3, 8.0, 0.02, None),  # within half a 20 ms gap
-    (0.3, 4.0, 0.002, None),  # above half a 2 ms gap, under the floor: the node's scheduling
+    (0.3, 12.0, 0.002, "loop lag p99 12.0 ms above 10 ms, its loop busy only 30% of a core: it waited for a CPU"),
+    (0.3, 8.0, 0.016, None),  # within half a 16 ms gap, and under the floor
+    (0.3, 8.0, 0.002, None),  # above half a 2 ms gap, under the floor: the node's scheduling
 ])
 def test_a_client_is_saturated_by_a_busy_core_or_a_lag_beyond_half_a_gap_and_the_floor(cpu_share, lag_ms, gap_s, why):
     said = clientload.saturation(load(cpu_share, lag_ms), records(gap_s))
