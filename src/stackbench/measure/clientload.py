@@ -63,9 +63,10 @@ LAG_FLOOR_MS = 10.0
 # (M/M/1: rho / (1 - rho) = 1), well inside the lag limits above.
 BUSY_TARGET = 0.5
 # Our client's ingest per CPU second, one token a chunk from 512 paced streams (benchmarks/client_ceiling.py, its
-# tok/CPU-s column at 50,000 offered tokens/s, docs/benchmarks.md; this 2-core machine's core): what a real run's
-# client processes are sized by before it has a warm-up of its own (processes_for_rate).
-TOKENS_PER_CPU_S = 80_000
+# tok/CPU-s column at 50,000 offered tokens/s: 49,652 on this 2-core machine, shared, 2026-12-05,
+# docs/benchmarks-log.md): what a real run's client processes are sized by before it has a warm-up of its own
+# (processes_for_rate).
+TOKENS_PER_CPU_S = 50_000
 
 
 @dataclass(frozen=True)
