@@ -48,8 +48,8 @@ from stackbench.results.metrics import M
 LAG_SAMPLE_S = 0.01  # 100 samples a second: p99 from 1,000 in a 10 s cell, one loop wake-up each
 # The loop's thread busy this share of the window is a saturated client: one thread has one core at most, and
 # at 90% busy a queue's wait is already nine times its service (M/M/1: rho / (1 - rho)), so reads wait behind
-# each other and their stamps drift late (benchmarks/client_ceiling.py: a client pinned to one core under more
-# streams than it reads sits at 0.95-1.0).
+# each other and their stamps drift late. A loop starved of its core by other processes never gets there: its
+# lag below says it.
 SATURATED_CPU_SHARE = 0.9
 # Loop lag p99 above LAG_SHARE of the cell's median inter-chunk gap is a saturated client: one chunk in a
 # hundred stamped at least half a gap late, so the ITL tail is the client's, not the server's. Never below
@@ -63,9 +63,9 @@ LAG_FLOOR_MS = 10.0
 # (M/M/1: rho / (1 - rho) = 1), well inside the lag limits above.
 BUSY_TARGET = 0.5
 # Our client's ingest per CPU second, one token a chunk from 512 paced streams (benchmarks/client_ceiling.py, its
-# tok/CPU-s column at 50,000 offered tokens/s: 49,652 on this 2-core machine, shared, 2026-12-05,
-# docs/benchmarks-log.md): what a real run's client processes are sized by before it has a warm-up of its own
-# (processes_for_rate).
+# tok/CPU-s column at 50,000 offered tokens/s on this 2-core machine, shared, 2026-12-05: 62,766 in the run
+# docs/benchmarks-log.md gives, 49,652 in one before it; the lower, rounded): what a real run's client processes
+# are sized by before it has a warm-up of its own (processes_for_rate).
 TOKENS_PER_CPU_S = 50_000
 
 
@@ -132,8 +132,9 @@ def saturation(load: ClientLoad, records: list[RequestRecord]) -> str | None:
     limit = max(LAG_FLOOR_MS, LAG_SHARE * gap) if gap is not None else LAG_FLOOR_MS
     if p99 is not None and p99 > limit:
         against = f"half the median inter-chunk gap ({gap:.1f} ms)" if limit > LAG_FLOOR_MS else f"{LAG_FLOOR_MS:g} ms"
-        # a lagging loop with time to spare waited for a CPU: the host's cores were busy elsewhere
-        waited = "" if busy else f", its loop busy only {load.cpu_share:.0%} of a core: it waited for a CPU"
+        # a lagging loop with half its core to spare waited for a CPU: the host's cores were busy elsewhere
+        waited = f", its loop busy only {load.cpu_share:.0%} of a core: it waited for a CPU" \
+            if load.cpu_share < BUSY_TARGET else ""
         why.append(f"loop lag p99 {p99:.1f} ms above {against}{waited}")
     if not why:
         return None
@@ -202,13 +203,12 @@ def split_streams(requests: list[Request], concurrency: int, processes: int) -> 
 
 
 class ClientPool:
-    """`with ClientPool(client, processes, final_hook) as pool:` the cell's worker processes, each with the same
-    StreamClient settings; `await
-    pool.run_streams(requests, concurrency)` as client.run_streams; `pool.load` the workers' ClientLoad, merged,
-    over the window from their first job to the pool's close."""
+    """`with ClientPool(client, processes, final_hook) as pool:` the cell's worker processes, each with `client`'s
+    settings; `await pool.run_streams(requests, concurrency)` as client.run_streams; after the block, `pool.load`:
+    the workers' ClientLoad, merged, over the window from their first job to the pool's close."""
 
     START_MARGIN_S = 0.2  # a repeat's jobs reach every worker before the common start they carry
-    READY_TIMEOUT_S = 120.0  # a spawned worker imports the package before it reports ready
+    READY_TIMEOUT_S = 120.0  # the first pool's fork server imports the package before its workers report ready
 
     def __init__(self, client: StreamClient, processes: int, final_hook=None):
         self.settings = {"base_url": client.base_url, "model": client.model, "extras": client.extras,
