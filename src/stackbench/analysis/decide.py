@@ -22,7 +22,8 @@ its cells. A decided cell keeps its verdict at later looks. The rule is a pure f
 report replays the same looks the run took.
 
 A round's figure of a cell is left out, and named, where that launch's cell is not its stack's speed: failed
-requests, a GPU slowed by thermal, HW slowdown or power brake, an implausible figure or a busy host. The spread
+requests, a GPU slowed by thermal, HW slowdown or power brake, an implausible figure, a busy host or a load
+client that could not keep up. The spread
 over a cell's repeats is not one: each repeat sends other texts, so it is the texts' spread, not the launch's.
 That applies to the no-spec reference's launches too (its round then pairs with nothing). A variant whose
 greedy outputs differ from no-spec, that answers worse, loops more or never drafted is no candidate at all. A
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from stackbench.analysis.clientstate import CLIENT_METRICS, saturated_of
 from stackbench.analysis.common import LAUNCH
 from stackbench.analysis.gpustate import slowed_of
 from stackbench.analysis.hoststate import busy_of
@@ -55,7 +57,7 @@ RUN, NOT_WORTH_IT, UNDECIDED = "run", "not worth it", "undecided"
 VERDICTS = (RUN, NOT_WORTH_IT, UNDECIDED)
 # The figure a cell is judged on: the per-stream decode rate of a single stream, the aggregate of several.
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, M.looping, M.kv_pool_tokens, M.cell_status, M.spec_drafts,
-                  *SLOWDOWN_METRICS, M.host_busy, M.host_outside_cpu_share_peak, M.quality_beyond_limit)
+                  *SLOWDOWN_METRICS, M.host_busy, M.host_outside_cpu_share_peak, M.quality_beyond_limit, *CLIENT_METRICS)
 RULE = ("Rule (docs/what-to-run.md): each round launches every variant and its no-spec afresh; a variant's gain is "
         "paired within a round (the same texts, kept across rounds: the verdict covers these texts) and its interval "
         "is Student's t over rounds of the log ratios. Looks at the rounds "
@@ -66,7 +68,7 @@ RULE = ("Rule (docs/what-to-run.md): each round launches every variant and its n
         "below `decide.min_gain`; else 'undecided', with the rounds that would settle it at the spread seen, or the "
         "budget that would where this one cannot. Each interval is printed at the one-sided level its look spent. "
         "Judged on decode tok/s at c1, aggregate tok/s above. A round's figure is left out where its launch's cell "
-        "failed, ran on a slowed GPU or a busy host, or was implausible; a variant whose greedy outputs differ, that "
+        "failed, ran on a slowed GPU, a busy host or a saturated client, or was implausible; a variant whose greedy outputs differ, that "
         "answers worse, loops more than no-spec or never drafted is no candidate. Price: KV pool tokens and contexts "
         "held (pool / context length) beside no-spec's.")
 CHOICE_COLUMNS = ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens", "metric",
@@ -94,8 +96,8 @@ def _replicates(rows: pd.DataFrame) -> pd.Series:
 
 def invalid_rounds(each: pd.DataFrame, results: pd.DataFrame) -> pd.Series:
     """Why each launch's cell (a row of judged) is not its stack's speed ('' where it is): a slowed GPU, an
-    implausible figure, or a busy host (analysis.hoststate). Not its spread over repeats: each repeat sends other
-    texts, so that spread is the texts', not the launch's."""
+    implausible figure, a busy host (analysis.hoststate) or a saturated client (analysis.clientstate). Not its
+    spread over repeats: each repeat sends other texts, so that spread is the texts', not the launch's."""
     why = pd.Series("", index=each.index, dtype=object)
     if "implausible" in each.columns:
         flagged = each["implausible"].fillna("") != ""
@@ -104,6 +106,8 @@ def invalid_rounds(each: pd.DataFrame, results: pd.DataFrame) -> pd.Series:
     why[slowed != ""] = "GPU slowed: " + slowed[slowed != ""]
     loaded = busy_of(each, results, every_replicate=False)
     why[loaded != ""] = loaded[loaded != ""]
+    saturated = saturated_of(each, results)
+    why[saturated != ""] = saturated[saturated != ""]
     return why
 
 

@@ -190,6 +190,7 @@ class Adapter(Protocol):
     image_entrypoint: tuple[str, ...]  # what the engine's official image runs instead of the native binary
     image_version_command: tuple[str, ...]  # asks the engine inside its image for its own version
     metrics_path: str  # GET answers the Prometheus exposition (speculative counters, pool gauges)
+    generated_tokens_counter: str  # its /metrics counter of output tokens generated (the server's own token rate)
     context_limit: re.Pattern  # the engine's HTTP 400 for an over-long prompt; group 1 is the limit it states
     reasoning_parser_arg: str | None  # the server argument that streams thinking apart; None: not a flag here
     stream_interval_arg: str | None  # the server argument streaming a chunk every N tokens; None: one token a chunk

@@ -177,6 +177,7 @@ class LlamaCppAdapter:
     image_entrypoint = ("/app/llama-server",)
     image_version_command = ("/app/llama-server", "--version")
     metrics_path = "/metrics"  # with --metrics
+    generated_tokens_counter = "llamacpp:tokens_predicted_total"  # added as each request ends (tools/server)
     context_limit = re.compile(r"available context size \((\d+) tokens\)")
     reasoning_parser_arg = None  # llama-server splits reasoning by its chat template (--reasoning-format)
     gpu_memory_share = None  # the KV cache holds --ctx-size tokens, whatever the memory

@@ -73,6 +73,7 @@ class SglangAdapter(PythonEngine):
     image_entrypoint = ("python3", "-m", "sglang.launch_server")  # the lmsysorg/sglang image has no entrypoint
     image_version_command = ("python3", "-c", "import sglang; print(sglang.__version__)")
     metrics_path = "/metrics"  # with --enable-metrics
+    generated_tokens_counter = "sglang:generation_tokens_total"  # summed over its is_streaming series
     # "maximum allowed length (N tokens)"; 0.5.23's tokenizer: "longer than the model's context length (N tokens)"
     context_limit = re.compile(r"(?:maximum allowed length|longer than the model's context length) \((\d+) tokens\)")
     reasoning_parser_arg = "reasoning_parser"

@@ -56,6 +56,7 @@ class VllmAdapter(PythonEngine):
     image_entrypoint = ("vllm", "serve")  # the vllm/vllm-openai image starts `vllm serve`
     image_version_command = ("python3", "-c", "import vllm; print(vllm.__version__)")
     metrics_path = "/metrics"
+    generated_tokens_counter = "vllm:generation_tokens_total"  # vllm/v1/metrics/loggers.py counter_generation_tokens
     context_limit = re.compile(r"maximum context length is (\d+) tokens")
     reasoning_parser_arg = "reasoning_parser"
     gpu_memory_share = ("gpu_memory_utilization", 0.9)  # EngineArgs default
@@ -221,6 +222,7 @@ class VllmFormats(PythonEngineFormats):
         labels = f'engine="0",model_name="{name}"'
         lines = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
                  *spec_decode_lines(self.engine, labels, c),
+                 "# TYPE vllm:generation_tokens_total counter", f"vllm:generation_tokens_total{{{labels}}} {c.generated}.0",
                  "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{labels}}} {min(c.running, 1) * 0.01}",
                  "# TYPE vllm:prefix_cache_queries_total counter", f"vllm:prefix_cache_queries_total{{{labels}}} {c.prompt}.0",
                  "# TYPE vllm:prefix_cache_hits_total counter", f"vllm:prefix_cache_hits_total{{{labels}}} {c.cached}.0"]

@@ -30,7 +30,7 @@ from stackbench.engines.base import SERVER_PROMPT_PROCESSED
 from stackbench.measure.workloads import Request
 
 # Where the engines put a reasoning parser's output: vLLM and SGLang `reasoning_content`; vLLM >= 0.10 and
-# llama.cpp may use `reasoning`.
+# llama.cpp may use `reasoning` (the first that carries text counts).
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 JSON_HEADERS = {"Content-Type": "application/json"}
 BUSY = (429, 503)  # the statuses that mean "try again later" (rate limited, overloaded)
@@ -218,9 +218,11 @@ class StreamClient:
         return StreamClient(self.base_url, self.model, {}, self.stall_timeout_s, self.request_timeout_s, self.api_key, self.clock)
 
     def _session(self) -> aiohttp.ClientSession:
+        # No connection limit (limit=0, as vLLM `bench serve` without --max-concurrency): the streams bound the
+        # connections, and a pool of 256 held a 512-stream cell's second half back until the first's answers ended.
         if self.session is None:
             self.session = aiohttp.ClientSession(
-                headers=self.headers, connector=aiohttp.TCPConnector(limit=256),
+                headers=self.headers, connector=aiohttp.TCPConnector(limit=0),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=self.stall_timeout_s))
         return self.session
 
@@ -340,31 +342,32 @@ class StreamClient:
         if "error" in chunk:
             record.status, record.error = "failed", f"server error mid-stream: {_error_message(payload.decode())}"
             return False
-        if chunk.get("choices"):
+        choices = chunk.get("choices")
+        carried_text = False
+        if choices:
             # vLLM's clock: every chunk with choices, text or not; the trailing usage-only chunk is none.
             record.t_first_chunk = record.t_first_chunk or now
             record.t_last_chunk = now
             record.choice_times.append(now)
+            # Every chunk of a stream passes here: plain lookups, no per-chunk generator or list (measured:
+            # benchmarks/client_ceiling.py, tokens per CPU second).
+            for choice in choices:
+                record.finish_reason = choice.get("finish_reason") or record.finish_reason
+                delta = choice.get("delta")
+                if not delta:
+                    continue
+                reasoning = delta.get(REASONING_FIELDS[0]) or delta.get(REASONING_FIELDS[1])
+                if reasoning:
+                    record.reasoning_chunks += 1
+                    record.reasoning_parts.append(reasoning)
+                content = delta.get("content")
+                if content:
+                    record.content_chunks += 1
+                    record.parts.append(content)
+                carried_text = carried_text or bool(reasoning or content)
+                if delta.get("tool_calls"):
+                    carried_text = StreamClient._take_tool_call(record, delta["tool_calls"]) or carried_text
         usage = chunk.get("usage")
-        carried_text = False
-        for choice in chunk.get("choices") or []:
-            record.finish_reason = choice.get("finish_reason") or record.finish_reason
-            delta = choice.get("delta") or {}
-            reasoning = next((delta[name] for name in REASONING_FIELDS if delta.get(name)), None)
-            if reasoning:
-                record.reasoning_chunks += 1
-                record.reasoning_parts.append(reasoning)
-            if delta.get("content"):
-                record.content_chunks += 1
-                record.parts.append(delta["content"])
-            # A tool call streams as delta.tool_calls (OpenAI chat API): its name, then its arguments in pieces.
-            called = [c.get("function") or {} for c in delta.get("tool_calls") or [] if c.get("index", 0) == 0]
-            for function in called:
-                record.tool_name += function.get("name") or ""
-                record.tool_arguments += function.get("arguments") or ""
-            if called:
-                record.content_chunks += 1
-            carried_text = carried_text or bool(reasoning or delta.get("content") or called)
         if carried_text:
             if record.t_first_token is None:
                 record.t_first_token = now
@@ -380,6 +383,18 @@ class StreamClient:
         if final_hook is not None:
             record.server.update(final_hook(chunk))
         return True
+
+    @staticmethod
+    def _take_tool_call(record: RequestRecord, tool_calls: list) -> bool:
+        """A tool call streams as delta.tool_calls (OpenAI chat API): its name, then its arguments in pieces; True
+        where this chunk carried a piece of the first call."""
+        called = [c.get("function") or {} for c in tool_calls if c.get("index", 0) == 0]
+        for function in called:
+            record.tool_name += function.get("name") or ""
+            record.tool_arguments += function.get("arguments") or ""
+        if called:
+            record.content_chunks += 1
+        return bool(called)
 
 
 def _error_message(text: str) -> str:

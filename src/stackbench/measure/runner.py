@@ -5,21 +5,23 @@ open loop (requests sent at drawn arrival times, whatever is still in flight).
 
 Order inside a cell: apply the power cap, warm up at the cell's own shape (never counted), open the measurement window (counter
 scrape, energy counters read at that moment), send every repeat, close the window. Only the measured repeats are inside the window,
-so energy per token and acceptance cover exactly the requests they are divided by.
+so energy per token and acceptance cover exactly the requests they are divided by. The client watches its own event loop over
+the same window (measure/clientload.py), and a cell where it could not keep up is flagged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from dataclasses import dataclass, field
 
 from stackbench.config.kinds import KINDS
+from stackbench.engines import prometheus
 from stackbench.engines.base import SpecCounters, stated_limit, streams_token_per_chunk
-from stackbench.engines.prometheus import MetricsFormatError
 from stackbench.host import powercap, telemetry
-from stackbench.measure import acceptance, accuracy, calibrate, divergence, precision, probes, summary, toolcall, workloads
+from stackbench.measure import acceptance, accuracy, calibrate, clientload, divergence, precision, probes, summary, toolcall, workloads
 from stackbench.measure.client import RequestRecord, StreamClient, run_open_loop, run_streams
 from stackbench.plan.launchspec import Cell
 from stackbench.results.metrics import M
@@ -57,6 +59,7 @@ class CellResult:
     precision_note: str | None = None  # under measure.target_rel_ci: how many repeats, and whether it was reached
     scrape_note: str | None = None  # a speculative launch's /metrics scrape that failed: what is missing and why
     host_note: str | None = None  # the host was busy outside the launch (sequencer, host/hostload.py): by what
+    client_note: str | None = None  # the client could not keep up (measure/clientload.py): why
 
     def correctness_notes(self) -> list[str]:
         """Why this cell's speed figures do not mean what they say: it produced other lengths than asked (a
@@ -76,7 +79,7 @@ class CellResult:
         extra = {"counted_text": self.basis.get("counted_text"), "chunk_tokens_from": self.basis.get("tokens_per_chunk"),
                  "request_rate": self.cell.rate}
         notes = [load_note(self.cell), self.sizing_note, self.precision_note, self.scrape_note, *self.correctness_notes(),
-                 summary.slowdown_note(self.figures, self.cell.power_cap_w is not None), self.host_note]
+                 summary.slowdown_note(self.figures, self.cell.power_cap_w is not None), self.host_note, self.client_note]
         if self.cap is not None:
             extra["power_cap_enforced_w"] = self.cap.enforced_w if self.cap.applied else None
             if not self.cap.applied:
@@ -100,6 +103,16 @@ def load_note(cell: Cell) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Scrape:
+    """One /metrics read: the speculative counters (None: the server has none), the engine's generated-token
+    counter (None: it exports none) and when it was read (perf_counter)."""
+
+    counters: SpecCounters | None
+    generated: float | None
+    at: float
+
+
 class CellRunner:
     """Runs cells against one live server; knows the adapter, the measure settings and the telemetry."""
 
@@ -108,7 +121,7 @@ class CellRunner:
         self.base_url, self.adapter, self.spec, self.api_key = base_url, adapter, spec, api_key
         self.sampler, self.capper, self.telemetry_why = sampler, capper, telemetry_why
         self.alive, self.progress = alive, progress
-        self.warmed: set[tuple] = set()
+        self.warmed: dict[tuple, clientload.ClientLoad | None] = {}  # each warmed shape: its warm-up's client load
         self.chars_per_token: dict[str, tuple[float, str | None]] = {}  # calibrated once per launch (calibrate)
 
     def texts_of(self, cell: Cell) -> workloads.Texts:
@@ -128,10 +141,10 @@ class CellRunner:
         except (ValueError, telemetry.TelemetryUnavailable) as err:
             return powercap.CapResult(cell.power_cap_w, None, False, str(err))
 
-    def scrape(self) -> tuple[SpecCounters | None, str | None]:
-        """The speculative counters now (None when the server has none), and why the scrape failed (None when
-        it did not). A reply that is not the Prometheus text format raises MetricsFormatError, which fails
-        the cell with its reason."""
+    def scrape(self) -> tuple[Scrape | None, str | None]:
+        """The server's counters now (None when the scrape failed), and why the scrape failed (None when it did
+        not). A reply that is not the Prometheus text format raises MetricsFormatError, which fails the cell
+        with its reason."""
         import httpx
 
         url = self.base_url + self.adapter.metrics_path
@@ -141,7 +154,8 @@ class CellRunner:
             return None, f"{url}: {type(err).__name__}: {err}"
         if reply.status_code != 200:  # metrics not enabled (e.g. an external llama-server without --metrics)
             return None, f"{url}: HTTP {reply.status_code}"
-        return self.adapter.spec_counters(reply.text), None
+        generated = prometheus.value(prometheus.parse(reply.text), self.adapter.generated_tokens_counter)
+        return Scrape(self.adapter.spec_counters(reply.text), generated, time.perf_counter()), None
 
     def run(self, cell: Cell) -> CellResult:
         cap = self.apply_cap(cell)
@@ -155,13 +169,14 @@ class CellRunner:
             result.cap, result.seconds = cap, time.monotonic() - t0
             return result
         try:
-            repeats, delta, reading, sizing, scrape_note = asyncio.run(self._measure(cell))
-        except MetricsFormatError as err:
+            repeats, delta, reading, sizing, scrape_note, client, generated = asyncio.run(self._measure(cell))
+        except prometheus.MetricsFormatError as err:
             result = CellResult(cell, "failed", f"/metrics unreadable: {err}")
         except (calibrate.CalibrationError, WarmupFailed) as err:
             result = CellResult(cell, "failed", str(err))
         else:
             result = self._judge(cell, repeats, delta, reading)
+            self._judge_client(result, client, repeats, generated)
             result.sizing_note = self.sizing_note(cell, sizing)
             result.precision_note = precision.precision_note(repeats, cell.concurrency, self.spec.measure)
             result.scrape_note = scrape_note
@@ -194,29 +209,37 @@ class CellRunner:
                 sizing = await calibrate.sizing(client, self.adapter, cell.workload.prompts, cell.prompt_tokens_target,
                                                 self.chars_per_token)
             await self._warm_up(client, cell, sizing)
-            before, before_failed = self.scrape()
-            window = self.sampler.open_window() if self.sampler is not None else None
-            repeats: list[list[RequestRecord]] = []
-            most = precision.most_repeats(measure)
-            while len(repeats) < most:
-                if self.progress:
-                    self.progress(f"{cell.key} repeat {len(repeats) + 1}/{most}")
-                records = await self._send(client, cell, len(repeats), sizing)
-                repeats.append(records)
-                if any(r.status in ("failed", "timeout") for r in records) and not self.alive():
-                    break
-                if precision.precise_enough(repeats, cell.concurrency, measure):
-                    break
+            processes = self.client_processes(cell)
+            pool = clientload.ClientPool(client, processes, self.adapter.server_timings) if processes > 1 else None
+            with pool or contextlib.nullcontext():
+                before, before_failed = self.scrape()
+                window = self.sampler.open_window() if self.sampler is not None else None
+                repeats: list[list[RequestRecord]] = []
+                most = precision.most_repeats(measure)
+                async with clientload.LoopWatch() as watch:
+                    while len(repeats) < most:
+                        if self.progress:
+                            self.progress(f"{cell.key} repeat {len(repeats) + 1}/{most}")
+                        records = await self._send(client, cell, len(repeats), sizing, pool)
+                        repeats.append(records)
+                        if any(r.status in ("failed", "timeout") for r in records) and not self.alive():
+                            break
+                        if precision.precise_enough(repeats, cell.concurrency, measure):
+                            break
             reading = self.sampler.close_window(window) if window is not None else None
             after, after_failed = self.scrape()
         finally:
             await client.aclose()
-        delta = after.minus(before) if before is not None and after is not None else None
+        both = before is not None and after is not None
+        delta = after.counters.minus(before.counters) if both and before.counters and after.counters else None
+        # the engine's own tokens over the window between the scrapes, where it counts them
+        generated = (after.generated - before.generated, after.at - before.at) \
+            if both and before.generated is not None and after.generated is not None else None
         failed = before_failed or after_failed
         # Only a speculative launch loses a figure (accept_len) to a failed scrape; it says so where it would be.
         scrape_note = (f"/metrics scrape failed, acceptance not measured: {failed}"
                        if failed and self.spec.launch.spec_method != "none" else None)
-        return repeats, delta, reading, sizing, scrape_note
+        return repeats, delta, reading, sizing, scrape_note, pool.load if pool else watch.load, generated
 
     async def _warm_up(self, client: StreamClient, cell: Cell, sizing: workloads.Sizing | None) -> None:
         """Before the first repeat of each (workload, concurrency, rate, prompt length, cap) on this server:
@@ -225,19 +248,36 @@ class CellRunner:
         compilation and autotuning here, outside the window. A request that fails raises WarmupFailed; one the
         server rejects (a ladder point over the context) ends the warm-up, and the measured requests record that
         rejection as the cell's outcome with the engine's message."""
-        shape = (cell.workload.name, cell.concurrency, cell.rate, cell.prompt_tokens_target, cell.power_cap_w)
+        shape = self.shape(cell)
         if shape in self.warmed:
             return
         streams = cell.concurrency or 1
+        load = None
         for _ in range(self.spec.measure["warmup_requests"]):
-            records = await run_streams(client, workloads.requests(cell.workload, cell.load, streams, workloads.WARM_UP, sizing,
-                                                                   self.texts_of(cell)), streams)
+            async with clientload.LoopWatch() as watch:  # one process's load at the cell's shape (client_processes)
+                records = await run_streams(client, workloads.requests(cell.workload, cell.load, streams, workloads.WARM_UP,
+                                                                       sizing, self.texts_of(cell)), streams)
+            load = watch.load
             bad = next((r for r in records if r.status != "ok"), None)
             if bad is not None and bad.status == "rejected":
                 return
             if bad is not None:
                 raise WarmupFailed(f"warm-up at c{streams} failed ({bad.status}): {bad.error}")
-        self.warmed.add(shape)
+        self.warmed[shape] = load
+
+    @staticmethod
+    def shape(cell: Cell) -> tuple:
+        return cell.workload.name, cell.concurrency, cell.rate, cell.prompt_tokens_target, cell.power_cap_w
+
+    def client_processes(self, cell: Cell) -> int:
+        """How many processes read a closed-loop cell's streams: measure.client_processes, or under "auto" as
+        many as keep each loop under half its core at the load one process had in the warm-up (clientload
+        .processes_for_load); never more than its streams. An open loop is read by this process."""
+        if cell.rate is not None:
+            return 1
+        asked = self.spec.measure.get("client_processes", "auto")
+        wanted = clientload.processes_for_load(self.warmed.get(self.shape(cell))) if asked == "auto" else asked
+        return max(1, min(wanted, cell.concurrency))
 
     async def _once(self, cell: Cell, run, extras: dict) -> CellResult:
         """The correctness probes or the accuracy set (ONCE), once, without warm-up (the cache probe's first
@@ -246,16 +286,19 @@ class CellRunner:
         client = StreamClient(self.base_url, self.spec.launch.model.name, extras,
                               measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
         try:
-            figures, outputs, records = await run(client, cell.workload, self.adapter)
+            async with clientload.LoopWatch() as watch:
+                figures, outputs, records = await run(client, cell.workload, self.adapter)
         finally:
             await client.aclose()
         result = self._judge(cell, [records], None, None, figures)
+        self._judge_client(result, watch.load, [records], None)
         result.outputs = outputs if result.status == "ok" else None
         return result
 
-    async def _send(self, client: StreamClient, cell: Cell, repeat: int, sizing: workloads.Sizing | None) -> list[RequestRecord]:
+    async def _send(self, client: StreamClient, cell: Cell, repeat: int, sizing: workloads.Sizing | None,
+                    pool: clientload.ClientPool | None = None) -> list[RequestRecord]:
         """One repeat: open-loop arrivals at the cell's rate, or `concurrency` streams sharing
-        concurrency x `requests_per_stream` requests."""
+        concurrency x `requests_per_stream` requests (over the pool's processes where it has one)."""
         load, hook = cell.load, self.adapter.server_timings
         if cell.rate is not None:
             offsets = workloads.arrival_offsets(load, cell.rate, repeat)
@@ -263,6 +306,8 @@ class CellRunner:
                                                                   self.texts_of(cell)), offsets, hook)
         requests = workloads.requests(cell.workload, load, cell.concurrency * load.requests_per_stream, repeat, sizing,
                                       self.texts_of(cell))
+        if pool is not None:
+            return await pool.run_streams(requests, cell.concurrency)
         return await run_streams(client, requests, cell.concurrency, hook)
 
     def steady_spans(self, cell: Cell, repeats: list[list[RequestRecord]]) -> list[tuple[float, float, float, list[dict]]]:
@@ -282,6 +327,18 @@ class CellRunner:
                               self.sampler.window(start + offset - telemetry.MAX_SAMPLE_GAP_S,
                                                   end + offset + telemetry.MAX_SAMPLE_GAP_S)))
         return spans
+
+    @staticmethod
+    def _judge_client(result: CellResult, load: clientload.ClientLoad | None, repeats: list[list[RequestRecord]],
+                      generated: tuple[float, float] | None) -> None:
+        """A measured cell gets the client's own load over its window and, where the engine counts its
+        tokens (generated: its tokens and the seconds between the scrapes), its rate beside the client's; a
+        client that could not keep up flags the cell (client_note, in every row's note)."""
+        if result.status != "ok" or load is None:
+            return
+        records = [r for rep in repeats for r in rep]
+        figures, result.client_note = clientload.figures(load, records)
+        result.figures += figures + (clientload.token_rate_figures(generated[0], records, generated[1]) if generated else [])
 
     def _judge(self, cell: Cell, repeats, delta, reading, probe_figures: list[summary.Figure] | None = None) -> CellResult:
         records = [r for rep in repeats for r in rep]

@@ -29,16 +29,17 @@ from stackbench.models import datasets
 from stackbench.models.recipes import RECIPES
 
 FORMAT = 1
-# How the measured figures are computed (measure/client.py, measure/summary.py, results/metrics.py, and the
-# intervals of results/estimators.py): part of every cell's fingerprint, so cells measured under other
-# definitions are measured again instead of mixing with new ones. Bump DEFINITIONS when a change there changes
-# a figure, and record those files' sha256 in DEFINITIONS_SOURCES (tests/unit/plan/test_definitions.py fails
-# until both are done, and prints the hash).
-DEFINITIONS = 8  # 8: llama.cpp's salted single-turn requests reuse no cached prefix; the probes first on a launch
+# How the measured figures are computed (measure/client.py, measure/summary.py, results/metrics.py, the client's
+# check of itself in measure/clientload.py, and the intervals of results/estimators.py): part of every cell's
+# fingerprint, so cells measured under other definitions are measured again instead of mixing with new ones. Bump
+# DEFINITIONS when a change there changes a figure, and record those files' sha256 in DEFINITIONS_SOURCES
+# (tests/unit/plan/test_definitions.py fails until both are done, and prints the hash).
+DEFINITIONS = 9  # 9: the client checks itself in every cell (loop lag, CPU share, client_saturated); no connection cap
+# (8: llama.cpp's salted single-turn requests reuse no cached prefix; the probes first on a launch)
 # (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
 # (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "3fbe9ead81729c24f75aab6be0e0cfc7db7cc673b15eb8af5100db8f84e39182"
+DEFINITIONS_SOURCES = "99636fa65fc29dfa35005cafbae6d752c52136e2e08cbaf3d25709caaeccbe78"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
@@ -48,7 +49,7 @@ SERVER_LAUNCH_FIELDS = ("node", "stack_config", "engine", "variant", "spec_metho
                         "spec_extra", "server_args", "model", "draft_model", "launch_mode", "launch_target", "env_name",
                         "container_cli", "context_len", "bind_host", "env")
 # Measure settings that change how a run is driven, not what a cell's figures mean.
-NOT_IN_CELL_IDENTITY = ("keep_failed", "ready_timeout_s", "stop_saturated", "order_seed")
+NOT_IN_CELL_IDENTITY = ("keep_failed", "ready_timeout_s", "stop_saturated", "order_seed", "client_processes")
 # Repeats to a precision: part of a cell's identity only while a target is set, so cells measured before
 # the setting existed keep their fingerprints.
 PRECISION_SETTINGS = ("target_rel_ci", "max_repeats")

@@ -36,6 +36,7 @@ from stackbench.engines import adapter_for
 from stackbench.engines.llamacpp import LlamaCppAdapter
 from stackbench.engines.sglang import SglangAdapter
 from stackbench.engines.vllm import VllmAdapter
+from stackbench.measure import clientload
 from stackbench.plan.expand import judged_workload
 from stackbench.rehearsal import standin
 from stackbench.results import estimators
@@ -276,3 +277,23 @@ def main(runs_dir: Path, time_scale: float, real: dict, out: Path, decision: Dec
     tmp.write_text(json.dumps(budget(runs_dir, time_scale, real, decision), indent=1))
     tmp.replace(out)
     return out
+
+
+def client_processes(run_dir: Path) -> dict | None:
+    """The client processes the real run of this launch needs (measure/clientload.py processes_for_rate), for its
+    busiest cell: one repeat's output tokens over that repeat's seconds at the stand-in's modeled pace
+    (modeled_cell_s), never this host's pace: {"cell", "tokens_per_s", "processes"}. None where no cell left
+    request records."""
+    spec, facts = _json(run_dir / "launch.json"), _json(run_dir / "standin_facts.json")
+    rates = {}
+    for cell in spec.get("cells", []):
+        seconds = modeled_cell_s(facts, cell, run_dir)
+        found = sorted((run_dir / "cells").glob(f"{cell['key']}--{cell.get('fingerprint') or '*'}.requests.parquet"))
+        if not seconds or not found:
+            continue
+        requests = pd.read_parquet(found[-1], columns=["repeat", "completion_tokens"])
+        rates[cell["key"]] = float(requests["completion_tokens"].sum()) / requests["repeat"].nunique() / seconds
+    if not rates:
+        return None
+    busiest = max(rates, key=rates.get)
+    return {"cell": busiest, "tokens_per_s": rates[busiest], "processes": clientload.processes_for_rate(rates[busiest])}

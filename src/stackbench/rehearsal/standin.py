@@ -472,6 +472,13 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
     return Handler
 
 
+class Listener(ThreadingHTTPServer):
+    """A listen backlog for a datacenter cell's streams: socketserver's 5 overflows when 256-512 streams connect
+    at once, and a connection the kernel dropped from the full queue stalls its client until the stall timeout."""
+
+    request_queue_size = 1024
+
+
 class StandinEngine:
     """The stand-in served from a thread on `host` and a port (0: a free one)."""
 
@@ -479,7 +486,7 @@ class StandinEngine:
                  facts: dict | None = None):
         self.timing = timing
         self.counters = Counters(timing.engine, facts)
-        self.httpd = ThreadingHTTPServer((host, port), _handler(timing, self.counters, pace, facts or {}))
+        self.httpd = Listener((host, port), _handler(timing, self.counters, pace, facts or {}))
         self.httpd.daemon_threads = True
         self.base_url = f"http://{host}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

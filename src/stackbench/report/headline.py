@@ -1,6 +1,6 @@
 """The headline: per node, one row per stack variant at the node's canonical cells, each figure with its
-basis; like is compared with like (like_with_like), and a figure's markers say what it is (a slowed GPU,
-outputs not the same as no-spec's)."""
+basis; like is compared with like (like_with_like), and a figure's markers say what it is (a slowed GPU, a
+saturated client, outputs not the same as no-spec's)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,10 @@ OUTPUTS_COLUMN = "outputs"
 ACCURACY_COLUMN = "quality [95% CI]"
 NOT_SAME_OUTPUT = "≠"  # on the speed figures of a variant whose outputs differ from no-spec, loop, or ran other lengths
 SLOWED_GPU = "🌡"  # on a figure measured on a GPU slowed by thermal, HW slowdown or power brake (analysis.slowed_cells)
+SATURATED_CLIENT = "⏳"  # on a figure measured by a client that could not keep up (analysis.saturated_cells)
+# A cell flagged as not its stack's speed: the headline_table argument that names them, its marker, what it says.
+CELL_FLAGS = {"slowed": (SLOWED_GPU, "measured on a GPU slowed by {} (NVML clock event reasons)"),
+              "saturated": (SATURATED_CLIENT, "measured by a load client that could not keep up ({})")}
 HEADLINE_KEYS = ["source", "post", "stack", "variant"]
 # What format_cell reads from a record.
 # What the headline reads of a record: its cell, figure and basis. The other columns are left behind before the
@@ -159,17 +163,19 @@ def like_with_like(records: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple, float] | None = None,
                    power_why: str | None = None, correctness: pd.DataFrame | None = None,
-                   slowed: pd.DataFrame | None = None) -> Table | None:
+                   slowed: pd.DataFrame | None = None, saturated: pd.DataFrame | None = None) -> Table | None:
     """One row per stack variant on this node at its canonical cells; the seeds' own kind of table. With
     `correctness` (analysis.correctness_by_variant) an outputs column says whether each measured variant's
     outputs equal its no-spec reference; a flagged variant's speed figures carry a marker and a caveat, and
     its row comes after the clean ones, so a fast wrong configuration never tops the table. With `slowed`
-    (analysis.slowed_cells) a figure from a cell on a slowed GPU carries its own marker and caveat."""
+    (analysis.slowed_cells) a figure from a cell on a slowed GPU carries its own marker and caveat; with
+    `saturated` (analysis.saturated_cells) one measured by a client that could not keep up (CELL_FLAGS)."""
     records, like = like_with_like(headline_records(results, node))
     if records.empty:
         return None
-    records["slowed"] = "" if slowed is None or slowed.empty else \
-        records[IDENTITY_COLUMNS].merge(slowed, on=IDENTITY_COLUMNS, how="left")["slowed"].fillna("").to_numpy()
+    for flag, cells in (("slowed", slowed), ("saturated", saturated)):
+        records[flag] = "" if cells is None or cells.empty else \
+            records[IDENTITY_COLUMNS].merge(cells, on=IDENTITY_COLUMNS, how="left")[flag].fillna("").to_numpy()
     ceiling_percent = ceiling_percent or {}
     verdicts = {} if correctness is None else {
         (stack, variant): (outputs, flagged, caveat) for stack, variant, outputs, flagged, caveat in
@@ -188,8 +194,8 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
     by_cell: dict[tuple, list[int]] = {}
     for position, cell in enumerate(zip(records["row_key"].tolist(), records["metric"].tolist())):
         by_cell.setdefault(cell, []).append(position)
-    field_values = {f: records[f].tolist() for f in CELL_FIELDS + ["slowed"]}
-    values, concurrencies, slowed_by = field_values["value"], field_values["concurrency"], field_values["slowed"]
+    field_values = {f: records[f].tolist() for f in CELL_FIELDS + list(CELL_FLAGS)}
+    values, concurrencies = field_values["value"], field_values["concurrency"]
     shown_columns = [c for c in HEADLINE if any((k, c.metric) in by_cell for k in order)]
     with_ceiling = any(ceiling_percent.get((node, *k)) is not None for k in order)
     gpus = node_gpus(records)
@@ -220,11 +226,12 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
                 text += f" @c{int(concurrencies[hits[0]])}"
             if flagged and text and column.cell != "any":
                 text += NOT_SAME_OUTPUT
-            slow = "; ".join(dict.fromkeys(slowed_by[i] for i in hits if slowed_by[i]))
-            if slow and text:
-                text += SLOWED_GPU
-                flagged_lines.append(f"{SLOWED_GPU} {stack} / {variant} {column.title}: measured on a GPU slowed by {slow} "
-                                     "(NVML clock event reasons), not the stack's speed; left out of What to run.")
+            for flag, (marker, said) in CELL_FLAGS.items():
+                why = "; ".join(dict.fromkeys(field_values[flag][i] for i in hits if field_values[flag][i]))
+                if why and text:
+                    text += marker
+                    flagged_lines.append(f"{marker} {stack} / {variant} {column.title}: {said.format(why)}, not the stack's "
+                                         "speed; left out of What to run.")
             cells.append(text or MISSING)
             raw.append(_scaled(value, column.scale))
         if with_ceiling:

@@ -24,6 +24,8 @@ GROUPS = {
     "latency": "a percentile over the cell's requests, tokens or chunk gaps (summary.percentile_figures)",
     "sweep": "a figure of a workload's whole concurrency sweep (summary.knee_figure)",
     "window": "the measured window's GPU telemetry and the host's load outside the launch, per cell or per launch",
+    "client": "the load client's own load over the measured window, and the server's token rate beside it "
+              "(measure/clientload.py)",
     "speculation": "draft acceptance, from the engine's /metrics counters or its per-request draft counts",
     "probe": "a correctness probe of the launch or a check of a cell's outputs (measure/probes.py, summary)",
     "quality": "quality beside speed: the accuracy set, and comparisons between launches made at collect",
@@ -206,6 +208,26 @@ METRICS = _entries(
     Metric("host_busy", "ratio", "single", "1 where the host was busy outside the launch (host_outside_cpu_share_peak "
            ">= host_idle.busy_share) during the cell, or before its launch under host_idle.on_busy: flag; else 0. Its "
            "note names the processes; a flagged cell is never judged", "lower", "window", analysed=True),
+    # -- the load client's own load over the measured window (measure/clientload.py). client_saturated above 0
+    # flags the cell: its speed is the client's, not the stack's (analysis.clientstate) -----------------------
+    Metric("client_loop_lag_p50_ms", "ms", "median", "the client's event-loop lag: a task on the loop sleeps 10 ms at a "
+           "time and each wake-up's lateness is a sample, the wait a chunk arriving then has behind the loop's other work "
+           "before it is stamped (asyncio's epoll timeouts round up to the next millisecond: an idle loop reads up to "
+           "1 ms); the median over the measured window, as Node.js monitorEventLoopDelay; our own", "lower", "client"),
+    Metric("client_loop_lag_p99_ms", "ms", "p99", "the same samples' 99th percentile (numpy's linear interpolation)",
+           "lower", "client", analysed=True),
+    Metric("client_cpu_share", "ratio", "mean", "CPU seconds of the client's event-loop thread (time.thread_time) / "
+           "the measured window's wall seconds, the busiest process's where the client runs several: 1 is one core "
+           "busy all the time, all one loop can use; our own", "lower", "client", analysed=True),
+    Metric("client_saturated", "ratio", "single", "1 where the client was the bottleneck of the cell: its loop "
+           "thread's CPU share >= 0.9, or its loop lag p99 above half the cell's median inter-chunk gap and above 10 ms "
+           "(measure/clientload.py says why those); else 0. Its note says which; a flagged cell is never judged; our own",
+           "lower", "client", analysed=True),
+    Metric("server_generated_tps", "tok/s", "mean", "the engine's own generated-token counter (vLLM and SGLang "
+           "generation_tokens_total, llama.cpp tokens_predicted_total) delta between the cell's /metrics scrapes "
+           "before and after its repeats / the seconds between them", "higher", "client"),
+    Metric("client_received_tps", "tok/s", "mean", "output tokens of the cell's requests (usage.completion_tokens, "
+           "as decode_tps counts them) / the same seconds as server_generated_tps, beside it", "higher", "client"),
     Metric("kv_bytes_per_token", "B", "single", "KV cache MiB / pool tokens, both from the start-up log", None, "fact", analysed=True),
     Metric("kv_cache_mib", "MiB", "single", "the KV cache's size, from the start-up log", None, "fact", analysed=True),
     Metric("vram_free_mib", "MiB", "single", "GPU memory left free after loading, as the post states it", None, "published", analysed=True),

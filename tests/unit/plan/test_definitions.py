@@ -10,7 +10,7 @@ from paths import ROOT
 from stackbench.plan import expand, launchspec
 
 SOURCES = ("src/stackbench/measure/client.py", "src/stackbench/measure/summary.py", "src/stackbench/results/metrics.py",
-           "src/stackbench/results/estimators.py")
+           "src/stackbench/results/estimators.py", "src/stackbench/measure/clientload.py")
 
 
 def sources_sha256() -> str:

@@ -247,3 +247,22 @@ def test_every_adapter_has_its_compile_and_build_assumptions():
         assert set(table) == set(ADAPTERS)
     with pytest.raises(KeyError, match="no stated assumption"):
         budget.assumed(budget.COMPILE_S, "an-engine-without-one")
+
+
+def test_the_budget_says_how_many_client_processes_the_real_runs_busiest_cell_needs(tmp_path):
+    """512 streams of 257 tokens a repeat, all at once on 512 slots, at the modeled pace (a roofline of 200 tok/s a
+    stream, some 70,000 tok/s in all): more than one client process at half a core each, sized by the repeat's tokens
+    over its modeled seconds (measure/clientload.py processes_for_rate), never by this host's seconds."""
+    from stackbench.measure import clientload
+
+    wide = [{"stream": s, "repeat": r, "prompt_tokens": 400, "completion_tokens": 257, "status": "ok"}
+            for s in range(512) for r in range(2)]
+    facts = {**FACTS, "slots": 512, "roofline_decode_tps": 200.0}
+    write_modeled(tmp_path, "llamacpp--nospec", 2.0, facts, wide)
+    seconds = budget.modeled_cell_s(facts, {"key": "code--c2--nocap", "fingerprint": "f0"}, tmp_path / "llamacpp--nospec")
+    said = budget.client_processes(tmp_path / "llamacpp--nospec")
+    assert said["cell"] == "code--c2--nocap" and said["tokens_per_s"] == pytest.approx(512 * 257 / seconds)
+    assert 40_000 < said["tokens_per_s"] < 100_000
+    expected = -(-said["tokens_per_s"] // (clientload.TOKENS_PER_CPU_S * clientload.BUSY_TARGET))
+    assert said["processes"] == expected >= 2
+    assert budget.client_processes(tmp_path / "nothing-here") is None

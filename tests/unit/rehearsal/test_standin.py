@@ -168,3 +168,25 @@ def test_the_engine_parser_refusal_stops_the_stand_in(tmp_path):
     (tmp_path / "vllm-cpu/ready.json").write_text(json.dumps({"server": str(refusing)}))
     with pytest.raises(SystemExit, match="unrecognized arguments: --no-such-flag"):
         standin.check_with_engine_parser("vllm", ["--no-such-flag"], Path(tmp_path))
+
+
+def test_a_datacenter_cells_512_streams_connect_at_once_and_each_is_answered():
+    """A node may ask for concurrency 512: its rehearsal's stand-in takes every stream's connection at once (a
+    listen backlog of socketserver's 5 drops some, and their clients stall until the stall timeout)."""
+    import asyncio
+
+    from stackbench.measure.client import StreamClient, run_streams
+    from stackbench.measure.workloads import Request
+
+    timing = Timing(ttft_s=0.01, interval_s=0.01, tokens_per_chunk=1, reasoning_tokens=0, content_tokens=2)
+
+    async def cell(url):
+        client = StreamClient(url, "synthetic", {}, stall_timeout_s=10, request_timeout_s=30)
+        try:
+            return await run_streams(client, [Request(("hi",), timing.output_tokens)] * 512, 512)
+        finally:
+            await client.aclose()
+
+    with StandinEngine(timing) as engine:
+        records = asyncio.run(cell(engine.base_url))
+    assert len(records) == 512 and {(r.status, r.error) for r in records} == {("ok", None)}
