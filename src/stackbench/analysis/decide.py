@@ -48,11 +48,14 @@ from stackbench.config.model import ONCE_SUFFIX, Decision
 from stackbench.results import estimators
 from stackbench.results.judged import CONCURRENT_METRIC, SINGLE_STREAM_METRIC, judged_metric, judged_rows
 from stackbench.results.metrics import SLOWDOWN_METRICS, M
-from stackbench.results.store import MEASURED
+from stackbench.results.store import MEASURED, NOT_SWEPT
 
 NO_SPEC = "no-spec"
 RUN, NOT_WORTH_IT, UNDECIDED = "run", "not worth it", "undecided"
 VERDICTS = (RUN, NOT_WORTH_IT, UNDECIDED)
+# A cell a speculative variant ran that the rule cannot judge (not_judged says why): shown with its reason, never
+# counted among the judged cells, never a hypothesis of the node's step-up.
+NOT_JUDGED = "not judged"
 # The figure a cell is judged on: the per-stream decode rate of a single stream, the aggregate of several.
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, M.looping, M.kv_pool_tokens, M.cell_status, M.spec_drafts,
                   *SLOWDOWN_METRICS, M.host_busy, M.host_outside_cpu_share_peak, M.quality_beyond_limit)
@@ -178,6 +181,51 @@ def _no_candidate(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Da
     never = idle.notna().to_numpy() & spec
     why[never] = [f"did not speculate (no drafts in its {n:.0f} launch(es))" for n in idle[never]]
     return why
+
+
+def not_judged(results: pd.DataFrame, decisions: dict[str, Decision] | None = None) -> pd.DataFrame:
+    """Why each closed-loop cell a speculative variant ran is not judged (SPEC_PAIR + why; cells judged have no
+    row), from the rows of every status, so a rehearsal's plan reads as its run will:
+    - no no-spec launch ran it at its power cap: a gain is paired at one cap ("no no-spec at 400 W: not judged",
+      with why where the no-spec's cell was not swept there);
+    - it ran on fewer rounds of launches than the node's first look (`decisions`, each node's rule; else the
+      schema's), where the node's cells ran that many: a one-off of the first round (a ladder's shorter lengths,
+      long context under `long_context_rounds: first`, a results file from before issue 60) is a launch's
+      figure with no launch noise beside it ("one launch, of 3 rounds: not decided")."""
+    rows = results[results["source"].isin(MEASURED) & results["concurrency"].notna() & results["workload"].notna()
+                   & ~results["ref"].fillna("").str.contains(ONCE_SUFFIX + "@", regex=False)
+                   & (judged_rows(results) | (results["metric"] == M.cell_status))]
+    nospec, tried = rows["spec_method"] == "none", rows["status"] != NOT_SWEPT
+    rows = rows.assign(round=_replicates(rows), raced=~nospec & tried, paired=nospec & tried,
+                       nospec_why=rows["reason"].where(nospec & ~tried))
+    if rows.empty:
+        return pd.DataFrame(columns=SPEC_PAIR + ["why"])
+    cells = rows.groupby(SPEC_PAIR, dropna=False, sort=False).agg(
+        rounds=("round", "nunique"), raced=("raced", "any"), paired=("paired", "any"),
+        nospec_why=("nospec_why", "first")).reset_index()
+    default = default_decision()
+    first = cells["node"].map(lambda n: ((decisions or {}).get(n) or default).first)
+    needed = np.minimum(first, cells.groupby("node")["rounds"].transform("max"))
+    out = []
+    for cell, need in zip(cells[cells["raced"]].itertuples(index=False), needed[cells["raced"]]):
+        if not cell.paired:
+            at = f"at {cell.power_cap_w:g} W" if pd.notna(cell.power_cap_w) else "launch"
+            why = f"no no-spec {at}" + (f" ({cell.nospec_why})" if pd.notna(cell.nospec_why) else "") + ": not judged"
+        elif cell.rounds < need:
+            why = f"{'one launch' if cell.rounds == 1 else f'{cell.rounds} launches'}, of {need} rounds: not decided"
+        else:
+            continue
+        out.append({**{c: getattr(cell, c) for c in SPEC_PAIR}, "why": why})
+    return pd.DataFrame(out, columns=SPEC_PAIR + ["why"])
+
+
+def why_not_judged(cells: pd.DataFrame, results: pd.DataFrame, decisions: dict[str, Decision] | None = None) -> np.ndarray:
+    """Per row of `cells` (SPEC_PAIR columns), why What to run does not judge its cell (not_judged over `results`),
+    '' where it does."""
+    skipped = not_judged(results, decisions)
+    if skipped.empty:
+        return np.full(len(cells), "", dtype=object)
+    return cells[SPEC_PAIR].merge(skipped, on=SPEC_PAIR, how="left")["why"].fillna("").to_numpy()
 
 
 def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:
@@ -344,6 +392,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     if keys.empty:
         return pd.DataFrame(columns=CHOICE_COLUMNS)
     keys["cell"] = range(len(keys))
+    keys["not_judged"] = why_not_judged(keys, results, decisions)
     cells = cells.merge(keys, on=SPEC_PAIR, how="left")
     reference = cells[cells["spec_method"] == "none"].drop_duplicates("cell").set_index("cell")
     spec = cells[cells["spec_method"] != "none"]
@@ -356,7 +405,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     default = default_decision()  # read from the schema once, not per node or cell
     rule = {node: (decisions or {}).get(node) or default for node in keys["node"].unique()}
     hypotheses: dict[str, list[_Hypothesis]] = {}
-    for row in spec[spec["no_candidate"] == ""].itertuples(index=False):
+    for row in spec[(spec["no_candidate"] == "") & (spec["not_judged"] == "")].itertuples(index=False):
         logs = estimators.paired_logs_by_round(row.rounds, reference["rounds"].get(row.cell))
         hypotheses.setdefault(row.node, []).append(_Hypothesis(row.cell, row.variant, logs))
     verdicts: dict[int, tuple[str, int]] = {}
@@ -372,7 +421,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     out = []
     for key in keys.itertuples(index=False):
         mine = sorted((h for h in by_cell.get(key.cell, []) if h.judged is not None), key=lambda h: -h.judged.gain)
-        verdict, at = verdicts.get(key.cell, (UNDECIDED, None))
+        verdict, at = (NOT_JUDGED, None) if key.not_judged else verdicts.get(key.cell, (UNDECIDED, None))
         decision = rule[key.node]
         has_ref = key.cell in reference.index
         chosen = next((h for h in mine if h.run), None) if verdict == RUN else None
@@ -381,7 +430,9 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
         rounds = max((h.judged.rounds for h in mine), default=0)
         settle, beyond = _settle(lead, decision, last.get(key.node, 0)) if verdict == UNDECIDED else (None, None)
         taken = estimators.looks(*_design(decision, last.get(key.node, 0)))
-        if verdict == RUN:
+        if verdict == NOT_JUDGED:
+            why = key.not_judged
+        elif verdict == RUN:
             why = f"{_said(chosen)} clears zero at round {at}"
         elif verdict == NOT_WORTH_IT:
             why = f"below +{decision.min_gain:.0%} at round {at}: " + ", ".join(
@@ -400,7 +451,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
         run = chosen.variant if chosen else NO_SPEC if has_ref else "none eligible"
         out.append({
             **{c: getattr(key, c) for c in SPEC_PAIR}, "cell": key.cell,
-            "metric": judged_metric(key.concurrency), "verdict": verdict, "run": run, "decided": verdict != UNDECIDED,
+            "metric": judged_metric(key.concurrency), "verdict": verdict, "run": run, "decided": verdict in (RUN, NOT_WORTH_IT),
             "rounds": rounds, "decided_at": at,
             "gain": lead.judged.gain if lead else np.nan, "gain_low": lead.judged.low if lead else np.nan,
             "gain_high": lead.judged.high if lead else np.nan, "alpha": lead.judged.error if lead else np.nan,
@@ -408,7 +459,8 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
             "leading": lead.variant if lead else None,
             "runner_up": rest[0].variant if rest else (NO_SPEC if chosen else None),
             "runner_up_gain": rest[0].judged.gain if rest else (0.0 if chosen else np.nan),
-            "why": why, "candidates": len(spec_mine), "contenders": ", ".join(sorted(h.variant for h in spec_mine))})
+            "why": why, "candidates": 0 if key.not_judged else len(spec_mine),
+            "contenders": ", ".join(sorted(h.variant for h in spec_mine))})
     table = pd.DataFrame(out)
     table = table.merge(reference[["ref", "source", "variant"]].rename(columns=lambda c: f"ref_{c}"),
                         left_on="cell", right_index=True, how="left")
