@@ -7,6 +7,9 @@ speculative variants against its no-spec, with the gain's interval, the runner-u
   worth switching for (an equivalence test, Schuirmann 1987: "no gain" is a decision, not a failure to decide);
 - **undecided**: neither; the verdict says how many more rounds of launches would settle it at the spread seen.
 
+A cell the rule cannot judge reads **not judged**, with why (not_judged): no no-spec ran it at its power cap, or it
+ran on fewer rounds than the first look (a one-off); it is counted apart and is no hypothesis of the step-up.
+
 The unit is the launch: each variant's figure in a round is one fresh server's median over its repeats, paired
 with its no-spec launched in the same round, and the gain's interval is Student's t over rounds of the paired
 log ratios (results/estimators.py). The rule is sequential (docs/what-to-run.md): a round adds launches only
@@ -438,7 +441,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
             why = f"below +{decision.min_gain:.0%} at round {at}: " + ", ".join(
                 f"{h.variant} at most {h.judged.high:+.1%}" for h in mine)
         elif not has_ref:
-            why = "no no-spec launch here: no gain can be measured"
+            why = "no no-spec figure here (its launches are under excluded): no gain can be measured"
         elif not by_cell.get(key.cell):
             why = "no candidate variant (each is named under excluded)"
         elif lead is None or not taken or rounds < taken[0]:

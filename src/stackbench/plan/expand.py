@@ -294,8 +294,8 @@ def _divergence_once(launches: list[Launch], kinds: dict[str, str]) -> list[Laun
 def judged_workload(workload: Workload) -> bool:
     """A workload What to run decides on (a content class at the node's concurrency levels), the part of a
     launch a replicate repeats; probes, the accuracy set and one-off sweeps (load, Poisson, ladder, long
-    prefill, multi-turn) stay on the first replicate, but for the long-context use's deciding points
-    (long_context_deciding)."""
+    prefill, multi-turn) stay on the first replicate, but a replicate repeats the long-context use's deciding
+    points too (long_context_deciding)."""
     return workload.kind == "single" and not workload.load.rates and not workload.own_concurrency \
         and not workload.ladder and not workload.not_for_ranking
 
