@@ -189,12 +189,12 @@ def _no_candidate(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Da
 def not_judged(results: pd.DataFrame, decisions: dict[str, Decision] | None = None) -> pd.DataFrame:
     """Why each closed-loop cell a speculative variant ran is not judged (SPEC_PAIR + why; cells judged have no
     row), from the rows of every status, so a rehearsal's plan reads as its run will:
-    - no no-spec launch ran it at its power cap: a gain is paired at one cap ("no no-spec at 400 W: not judged",
-      with why where the no-spec's cell was not swept there);
     - it ran on fewer rounds of launches than the node's first look (`decisions`, each node's rule; else the
       schema's), where the node's cells ran that many: a one-off of the first round (a ladder's shorter lengths,
-      long context under `long_context_rounds: first`, a results file from before issue 60) is a launch's
-      figure with no launch noise beside it ("one launch, of 3 rounds: not decided")."""
+      multi-turn, long context under `long_context_rounds: first`, a results file from before issue 60) is a
+      launch's figure with no launch noise beside it ("one launch, of 3 rounds: not decided");
+    - else no no-spec launch ran it at its power cap: a gain is paired at one cap ("no no-spec at 400 W: not
+      judged", with why where the no-spec's cell was not swept there)."""
     rows = results[results["source"].isin(MEASURED) & results["concurrency"].notna() & results["workload"].notna()
                    & ~results["ref"].fillna("").str.contains(ONCE_SUFFIX + "@", regex=False)
                    & (judged_rows(results) | (results["metric"] == M.cell_status))]
@@ -208,14 +208,15 @@ def not_judged(results: pd.DataFrame, decisions: dict[str, Decision] | None = No
         nospec_why=("nospec_why", "first")).reset_index()
     default = default_decision()
     first = cells["node"].map(lambda n: ((decisions or {}).get(n) or default).first)
-    needed = np.minimum(first, cells.groupby("node")["rounds"].transform("max"))
+    ran = cells.groupby("node")["rounds"].transform("max")  # the rounds the node's cells ran, the most of any
+    needed = np.minimum(first, ran)
     out = []
-    for cell, need in zip(cells[cells["raced"]].itertuples(index=False), needed[cells["raced"]]):
-        if not cell.paired:
+    for cell, need, most in zip(cells[cells["raced"]].itertuples(index=False), needed[cells["raced"]], ran[cells["raced"]]):
+        if cell.rounds < need:  # the plan's shape first: a one-off stays one whatever it is paired with
+            why = f"{'one launch' if cell.rounds == 1 else f'{cell.rounds} launches'}, of {most} rounds: not decided"
+        elif not cell.paired:
             at = f"at {cell.power_cap_w:g} W" if pd.notna(cell.power_cap_w) else "launch"
             why = f"no no-spec {at}" + (f" ({cell.nospec_why})" if pd.notna(cell.nospec_why) else "") + ": not judged"
-        elif cell.rounds < need:
-            why = f"{'one launch' if cell.rounds == 1 else f'{cell.rounds} launches'}, of {need} rounds: not decided"
         else:
             continue
         out.append({**{c: getattr(cell, c) for c in SPEC_PAIR}, "why": why})

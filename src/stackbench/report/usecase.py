@@ -30,8 +30,8 @@ from stackbench.results.metrics import M
 # The node's workloads that stand for each use: content classes for chat and coding, the longest prompts
 # for long context. A use none of whose workloads the node measured has no row.
 USES = {
-    "chat": ("prose", "seed-002-chat", "seed-002-prose-2048", "seed-000-short-prose", "seed-002-class-chinese"),
-    "coding": ("code", "json", "seed-000-short-code", "seed-002-class-python", "seed-002-class-json"),
+    "chat": ("prose", "gpu-chat", "seed-002-chat", "seed-002-prose-2048", "seed-000-short-prose", "seed-002-class-chinese"),
+    "coding": ("code", "json", "gpu-code", "seed-000-short-code", "seed-002-class-python", "seed-002-class-json"),
     "long context": ("seed-000-128k", "context-ladder", "long-prefill", "seed-004-long"),
 }
 LONG = "long context"

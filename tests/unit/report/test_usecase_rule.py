@@ -78,3 +78,9 @@ def test_long_context_on_fewer_launches_than_the_rounds_says_so_instead_of_its_l
     (table,) = use_case_tables(pd.DataFrame([r for r in rows if r["replicate"] == 1]), ["box"], choices)
     long = next(dict(zip(table.columns, row)) for row in table.rows if row[0] == "long context")
     assert long["What to run within the stack"] == "one launch, of 3 rounds: not decided on context-ladder"
+
+
+def test_the_gpu_sized_workloads_init_node_writes_stand_for_chat_and_coding():
+    rows = [cell("a", "gpu-code", "decode_tps", 100.0), cell("a", "gpu-chat", "decode_tps", 90.0)]
+    table, _ = picks(rows)
+    assert (table["coding"]["workloads"], table["chat"]["workloads"]) == ("gpu-code", "gpu-chat")
