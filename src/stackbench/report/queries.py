@@ -98,6 +98,7 @@ def caps_not_applied(results: Results) -> dict[str, str]:
         "select node, gpu, string_agg(distinct power_cap_w::varchar, ', ' order by power_cap_w::varchar) as caps, "
         "string_agg(distinct regexp_extract(note, ?, 1), '; ') as why from results "
         f"where source in {MEASURED_SQL} and power_cap_w is not null and power_cap_enforced_w is null "
+        f"and status <> '{NOT_SWEPT}' "  # a cap not swept was never asked of the GPU (caps_not_swept says so)
         # A cell's own rows only: a figure derived over a sweep (knee_concurrency: no concurrency, no rate) or a
         # launch-level row carries no read-back cap, which says nothing about the GPU refusing one.
         "and workload is not null and (concurrency is not null or request_rate is not null) "
@@ -112,13 +113,13 @@ def caps_not_swept(results: Results) -> dict[str, str]:
     """Per node, a line naming the caps its launches did not sweep (status NOT_SWEPT, measure/sequencer.py): each at
     or above the stock cell's measured draw per GPU, where it could not bind; said under every table that reads caps."""
     frame = results.frame(
-        "select node, string_agg(distinct power_cap_w::varchar, ', ' order by power_cap_w::varchar) as caps, "
-        "count(distinct (ref, workload, concurrency, request_rate, prompt_tokens, power_cap_w)) as cells, "
-        "min(reason) as example from results "
-        f"where source in {MEASURED_SQL} and status = '{NOT_SWEPT}' and metric = '{M.cell_status}' group by node order by node")
-    return {node: f"caps not swept on {node}: {caps} W in {cells} cells, each at or above its launch's stock cell's "
-                  f"measured draw per GPU, where it could not bind; those cells have no figure (e.g. {example})"
-            for node, caps, cells, example in frame.itertuples(index=False)}
+        "select node, power_cap_w, count(distinct (ref, workload, concurrency, request_rate, prompt_tokens)) as cells, "
+        f"min(reason) as example from results where source in {MEASURED_SQL} and status = '{NOT_SWEPT}' "
+        f"and metric = '{M.cell_status}' group by node, power_cap_w order by node, power_cap_w")
+    return {node: f"caps not swept on {node}: {'/'.join(f'{cap:g}' for cap in mine['power_cap_w'])} W in "
+                  f"{mine['cells'].sum()} cells, each at or above its launch's stock cell's measured draw per GPU, where it "
+                  f"could not bind; those cells have no figure (e.g. {mine['example'].iloc[0]})"
+            for node, mine in frame.groupby("node", sort=True)}
 
 
 def kept_launches(results: Results) -> dict[str, str]:
