@@ -215,7 +215,7 @@ def _commands(args) -> None:
         warning = boards.fp4_warning(node.gpu_model, capability, launch.model.quant)
         if warning:
             print(f"warning: {launch.name}: {warning}", file=sys.stderr)
-    for warning in expand.short_reply_warnings(node):
+    for warning in expand.short_reply_warnings(node) + expand.unpaired_cap_warnings(node):
         print(f"warning: {warning}", file=sys.stderr)
     if args.launch is None:
         print(rounds_planned(node), file=sys.stderr)

@@ -7,6 +7,9 @@ speculative variants against its no-spec, with the gain's interval, the runner-u
   worth switching for (an equivalence test, Schuirmann 1987: "no gain" is a decision, not a failure to decide);
 - **undecided**: neither; the verdict says how many more rounds of launches would settle it at the spread seen.
 
+A cell the rule cannot judge reads **not judged**, with why (not_judged): no no-spec ran it at its power cap, or it
+ran on fewer rounds than the first look (a one-off); it is counted apart and is no hypothesis of the step-up.
+
 The unit is the launch: each variant's figure in a round is one fresh server's median over its repeats, paired
 with its no-spec launched in the same round, and the gain's interval is Student's t over rounds of the paired
 log ratios (results/estimators.py). The rule is sequential (docs/what-to-run.md): a round adds launches only
@@ -50,11 +53,14 @@ from stackbench.config.model import ONCE_SUFFIX, Decision
 from stackbench.results import estimators
 from stackbench.results.judged import CONCURRENT_METRIC, SINGLE_STREAM_METRIC, judged_metric, judged_rows
 from stackbench.results.metrics import SLOWDOWN_METRICS, M
-from stackbench.results.store import MEASURED
+from stackbench.results.store import MEASURED, NOT_SWEPT
 
 NO_SPEC = "no-spec"
 RUN, NOT_WORTH_IT, UNDECIDED = "run", "not worth it", "undecided"
 VERDICTS = (RUN, NOT_WORTH_IT, UNDECIDED)
+# A cell a speculative variant ran that the rule cannot judge (not_judged says why): shown with its reason, never
+# counted among the judged cells, never a hypothesis of the node's step-up.
+NOT_JUDGED = "not judged"
 # The figure a cell is judged on: the per-stream decode rate of a single stream, the aggregate of several.
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, M.looping, M.kv_pool_tokens, M.cell_status, M.spec_drafts,
                   *SLOWDOWN_METRICS, M.host_busy, M.host_outside_cpu_share_peak, M.quality_beyond_limit, *CLIENT_METRICS)
@@ -182,6 +188,52 @@ def _no_candidate(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Da
     never = idle.notna().to_numpy() & spec
     why[never] = [f"did not speculate (no drafts in its {n:.0f} launch(es))" for n in idle[never]]
     return why
+
+
+def not_judged(results: pd.DataFrame, decisions: dict[str, Decision] | None = None) -> pd.DataFrame:
+    """Why each closed-loop cell a speculative variant ran is not judged (SPEC_PAIR + why; cells judged have no
+    row), from the rows of every status, so a rehearsal's plan reads as its run will:
+    - it ran on fewer rounds of launches than the node's first look (`decisions`, each node's rule; else the
+      schema's), where the node's cells ran that many: a one-off of the first round (a ladder's shorter lengths,
+      multi-turn, long context under `long_context_rounds: first`, a results file from before issue 60) is a
+      launch's figure with no launch noise beside it ("one launch, of 3 rounds: not decided");
+    - else no no-spec launch ran it at its power cap: a gain is paired at one cap ("no no-spec at 400 W: not
+      judged", with why where the no-spec's cell was not swept there)."""
+    rows = results[results["source"].isin(MEASURED) & results["concurrency"].notna() & results["workload"].notna()
+                   & ~results["ref"].fillna("").str.contains(ONCE_SUFFIX + "@", regex=False)
+                   & (judged_rows(results) | (results["metric"] == M.cell_status))]
+    nospec, tried = rows["spec_method"] == "none", rows["status"] != NOT_SWEPT
+    rows = rows.assign(round=_replicates(rows), raced=~nospec & tried, paired=nospec & tried,
+                       nospec_why=rows["reason"].where(nospec & ~tried))
+    if rows.empty:
+        return pd.DataFrame(columns=SPEC_PAIR + ["why"])
+    cells = rows.groupby(SPEC_PAIR, dropna=False, sort=False).agg(
+        rounds=("round", "nunique"), raced=("raced", "any"), paired=("paired", "any"),
+        nospec_why=("nospec_why", "first")).reset_index()
+    default = default_decision()
+    first = cells["node"].map(lambda n: ((decisions or {}).get(n) or default).first)
+    ran = cells.groupby("node")["rounds"].transform("max")  # the rounds the node's cells ran, the most of any
+    needed = np.minimum(first, ran)
+    out = []
+    for cell, need, most in zip(cells[cells["raced"]].itertuples(index=False), needed[cells["raced"]], ran[cells["raced"]]):
+        if cell.rounds < need:  # the plan's shape first: a one-off stays one whatever it is paired with
+            why = f"{'one launch' if cell.rounds == 1 else f'{cell.rounds} launches'}, of {most} rounds: not decided"
+        elif not cell.paired:
+            at = f"at {cell.power_cap_w:g} W" if pd.notna(cell.power_cap_w) else "launch"
+            why = f"no no-spec {at}" + (f" ({cell.nospec_why})" if pd.notna(cell.nospec_why) else "") + ": not judged"
+        else:
+            continue
+        out.append({**{c: getattr(cell, c) for c in SPEC_PAIR}, "why": why})
+    return pd.DataFrame(out, columns=SPEC_PAIR + ["why"])
+
+
+def why_not_judged(cells: pd.DataFrame, results: pd.DataFrame, decisions: dict[str, Decision] | None = None) -> np.ndarray:
+    """Per row of `cells` (SPEC_PAIR columns), why What to run does not judge its cell (not_judged over `results`),
+    '' where it does."""
+    skipped = not_judged(results, decisions)
+    if skipped.empty:
+        return np.full(len(cells), "", dtype=object)
+    return cells[SPEC_PAIR].merge(skipped, on=SPEC_PAIR, how="left")["why"].fillna("").to_numpy()
 
 
 def _failed_cells(results: pd.DataFrame) -> pd.DataFrame:
@@ -348,6 +400,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     if keys.empty:
         return pd.DataFrame(columns=CHOICE_COLUMNS)
     keys["cell"] = range(len(keys))
+    keys["not_judged"] = why_not_judged(keys, results, decisions)
     cells = cells.merge(keys, on=SPEC_PAIR, how="left")
     reference = cells[cells["spec_method"] == "none"].drop_duplicates("cell").set_index("cell")
     spec = cells[cells["spec_method"] != "none"]
@@ -360,7 +413,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     default = default_decision()  # read from the schema once, not per node or cell
     rule = {node: (decisions or {}).get(node) or default for node in keys["node"].unique()}
     hypotheses: dict[str, list[_Hypothesis]] = {}
-    for row in spec[spec["no_candidate"] == ""].itertuples(index=False):
+    for row in spec[(spec["no_candidate"] == "") & (spec["not_judged"] == "")].itertuples(index=False):
         logs = estimators.paired_logs_by_round(row.rounds, reference["rounds"].get(row.cell))
         hypotheses.setdefault(row.node, []).append(_Hypothesis(row.cell, row.variant, logs))
     verdicts: dict[int, tuple[str, int]] = {}
@@ -376,7 +429,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     out = []
     for key in keys.itertuples(index=False):
         mine = sorted((h for h in by_cell.get(key.cell, []) if h.judged is not None), key=lambda h: -h.judged.gain)
-        verdict, at = verdicts.get(key.cell, (UNDECIDED, None))
+        verdict, at = (NOT_JUDGED, None) if key.not_judged else verdicts.get(key.cell, (UNDECIDED, None))
         decision = rule[key.node]
         has_ref = key.cell in reference.index
         chosen = next((h for h in mine if h.run), None) if verdict == RUN else None
@@ -385,13 +438,15 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
         rounds = max((h.judged.rounds for h in mine), default=0)
         settle, beyond = _settle(lead, decision, last.get(key.node, 0)) if verdict == UNDECIDED else (None, None)
         taken = estimators.looks(*_design(decision, last.get(key.node, 0)))
-        if verdict == RUN:
+        if verdict == NOT_JUDGED:
+            why = key.not_judged
+        elif verdict == RUN:
             why = f"{_said(chosen)} clears zero at round {at}"
         elif verdict == NOT_WORTH_IT:
             why = f"below +{decision.min_gain:.0%} at round {at}: " + ", ".join(
                 f"{h.variant} at most {h.judged.high:+.1%}" for h in mine)
         elif not has_ref:
-            why = "no no-spec launch here: no gain can be measured"
+            why = "no no-spec figure here (its launches are under excluded): no gain can be measured"
         elif not by_cell.get(key.cell):
             why = "no candidate variant (each is named under excluded)"
         elif lead is None or not taken or rounds < taken[0]:
@@ -404,7 +459,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
         run = chosen.variant if chosen else NO_SPEC if has_ref else "none eligible"
         out.append({
             **{c: getattr(key, c) for c in SPEC_PAIR}, "cell": key.cell,
-            "metric": judged_metric(key.concurrency), "verdict": verdict, "run": run, "decided": verdict != UNDECIDED,
+            "metric": judged_metric(key.concurrency), "verdict": verdict, "run": run, "decided": verdict in (RUN, NOT_WORTH_IT),
             "rounds": rounds, "decided_at": at,
             "gain": lead.judged.gain if lead else np.nan, "gain_low": lead.judged.low if lead else np.nan,
             "gain_high": lead.judged.high if lead else np.nan, "alpha": lead.judged.error if lead else np.nan,
@@ -412,7 +467,8 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
             "leading": lead.variant if lead else None,
             "runner_up": rest[0].variant if rest else (NO_SPEC if chosen else None),
             "runner_up_gain": rest[0].judged.gain if rest else (0.0 if chosen else np.nan),
-            "why": why, "candidates": len(spec_mine), "contenders": ", ".join(sorted(h.variant for h in spec_mine))})
+            "why": why, "candidates": 0 if key.not_judged else len(spec_mine),
+            "contenders": ", ".join(sorted(h.variant for h in spec_mine))})
     table = pd.DataFrame(out)
     table = table.merge(reference[["ref", "source", "variant"]].rename(columns=lambda c: f"ref_{c}"),
                         left_on="cell", right_index=True, how="left")

@@ -140,6 +140,11 @@ class Launch:
     repeats: int | None = None  # measured repeats per cell (the run's); None: the config's measure.repeats
     replicate: int = 1  # which fresh server process of this configuration (node `launches`); round k runs replicate k
     once: bool = False  # the launch of the configuration's one-off workloads, after What to run's rounds (expand.one_offs_apart)
+    # The configuration's one-off workloads whose deciding points every round repeats (the long-context use's: a
+    # ladder's longest prompt that fits, long-prefill; expand.long_context_deciding). A later round's launch, and a
+    # first-round one whose one-offs run apart (`apart`), run only those points of them; the --once launch the rest.
+    deciding: tuple[str, ...] = ()
+    apart: bool = False  # a first-round launch whose one-off sets run on the configuration's --once launch
 
     @property
     def configuration(self) -> str:

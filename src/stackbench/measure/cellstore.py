@@ -11,7 +11,7 @@ Layout under data/runs/<node>/<launch>/:
   cells.parquet                       everything above for this launch: the measure job's output
 
 A cell is reused only when its file carries the cell's current fingerprint (see launchspec). Failed and
-not-run cells are retried on the next run unless `keep_failed` is set; ok and rejected cells are results.
+not-run cells are retried on the next run unless `keep_failed` is set; ok, rejected and not-swept cells are results.
 The server rows are stored with the server fingerprint they were measured under and re-emitted when a
 rerun finds every cell cached and starts no server. The store keeps every cell it wrote or read once in
 memory, so status, todo, the knee and assemble never re-read its own files.
@@ -31,7 +31,9 @@ from stackbench.config.kinds import KINDS
 from stackbench.plan.launchspec import Cell, LaunchSpec
 from stackbench.results import store
 
-DONE = {"ok", "rejected"}  # a rejection is a result (the engine's stated limit), not a fault
+# A rejection is a result (the engine's stated limit), not a fault; so is a cap not swept (store.NOT_SWEPT: the
+# stock cell's draw is below it, a measured fact).
+DONE = {"ok", "rejected", store.NOT_SWEPT}
 
 
 class CellStore:
@@ -57,7 +59,8 @@ class CellStore:
         if table is None:
             return None
         statuses = set(table.column("status").to_pylist())
-        return next((s for s in ("failed", "gpu_busy", "host_busy", "not_run", "skipped", "rejected") if s in statuses), "ok")
+        return next((s for s in ("failed", "gpu_busy", "host_busy", "not_run", "skipped", store.NOT_SWEPT, "rejected")
+                     if s in statuses), "ok")
 
     def is_done(self, cell: Cell) -> bool:
         status = self.status(cell)

@@ -11,6 +11,7 @@ failed cells are left for the next run to retry.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ from stackbench.measure.rows import RowMaker
 from stackbench.measure.runner import CellResult, CellRunner
 from stackbench.plan import launchspec
 from stackbench.results.metrics import M
+from stackbench.results.store import NOT_SWEPT
 from stackbench.serve.process import NotRunnable, ServerError
 
 log = logging.getLogger("stackbench.measure")
@@ -308,6 +310,22 @@ class LaunchRun:
                 return f"{why}: the sweep stops there (measure.stop_saturated)"
         return None
 
+    def _not_swept(self, cell: launchspec.Cell) -> str | None:
+        """Why a capped cell is not swept: its cap is at or above what the launch's stock cell of the same load (the
+        uncapped one, measured before any cap: launchspec.cells_of) drew per GPU, its power_w_per_gpu (the busiest
+        GPU's mean), so the cap could not bind and the cell would measure the stock state again. None where it may
+        bind, or where there is no stock draw to compare (no telemetry, a stock cell that failed); a cell measured
+        already is never asked (CellStore.todo)."""
+        stock = dataclasses.replace(cell, power_cap_w=None)
+        if cell.power_cap_w is None or stock not in self.spec.cells or self.store.table(stock) is None:
+            return None
+        rows = self.store.table(stock).to_pandas()
+        draw = rows.loc[(rows["metric"] == M.power_w_per_gpu) & rows["value"].notna(), "value"]
+        if draw.empty or cell.power_cap_w < draw.max():
+            return None
+        return (f"not swept: cap {cell.power_cap_w:g} W is at or above the stock cell's measured draw {draw.max():.0f} W "
+                f"per GPU ({stock.key}), where it could not bind")
+
     def limit_rows(self) -> list[dict]:
         """The power limit found at the launch's start (a sweep's uncapped cells run at it), with NVML's
         default limit beside it: the stock state a post measured without a cap."""
@@ -408,8 +426,11 @@ class LaunchRun:
                         for cell in todo:
                             self.progress.start(cell.key)
                             why = self._saturated_below(cell)
+                            above = self._not_swept(cell)
                             if why:
                                 self._record(CellResult(cell, "skipped", why))
+                            elif above:
+                                self._record(CellResult(cell, NOT_SWEPT, above))
                             else:
                                 runner = self._run_cell(cell, runner)
                             self.progress.finish()

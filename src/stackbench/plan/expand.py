@@ -240,10 +240,13 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     # Every round the sequence may reach (What to run's rule, docs/what-to-run.md): the first `launches` rounds are
     # planned; each later one only as the checkpoint after the round before asks.
     rounds = run.rounds(replicates, decision.most)
-    every = interleaved_rounds([l for l in launches if l.stack_config in chosen], rounds,
-                               {w.name: w for w in workloads}, f"{cfg['measure']['order_seed']}/{name}")
+    by_name = {w.name: w for w in workloads}
+    measured = [l for l in launches if l.stack_config in chosen]
+    if doc["long_context_rounds"] == "every":  # the long-context use decided on as many launches as the rest
+        measured = long_context_deciding(measured, by_name)
+    every = interleaved_rounds(measured, rounds, by_name, f"{cfg['measure']['order_seed']}/{name}")
     if rounds > replicates:  # a sequence of looks: its first comes before the one-off sets
-        every = one_offs_apart(every, {w.name: w for w in workloads})
+        every = one_offs_apart(every, by_name)
     launches = [l for l in every if l.replicate <= replicates]
     gpu = doc["hardware"]["gpu"]
     return Node(
@@ -291,7 +294,8 @@ def _divergence_once(launches: list[Launch], kinds: dict[str, str]) -> list[Laun
 def judged_workload(workload: Workload) -> bool:
     """A workload What to run decides on (a content class at the node's concurrency levels), the part of a
     launch a replicate repeats; probes, the accuracy set and one-off sweeps (load, Poisson, ladder, long
-    prefill, multi-turn) stay on the first replicate."""
+    prefill, multi-turn) stay on the first replicate, but a replicate repeats the long-context use's deciding
+    points too (long_context_deciding)."""
     return workload.kind == "single" and not workload.load.rates and not workload.own_concurrency \
         and not workload.ladder and not workload.not_for_ranking
 
@@ -309,6 +313,24 @@ def short_reply_warnings(node: Node) -> list[str]:
             if w.name in launched and judged_workload(w) and w.output_tokens < SHORT_REPLY_TOKENS]
 
 
+def unpaired_cap_warnings(node: Node) -> list[str]:
+    """A line per speculative configuration that sweeps a cap no no-spec run of its engine and model sweeps: What
+    to run pairs a gain at one cap only, so those capped cells would not be judged (analysis.decide.not_judged).
+    The plan warns rather than add the caps itself: a cap sweep is the owner's cost to choose."""
+    first = [l for l in node.launches if l.replicate == 1 and not l.once]
+    out = []
+    for launch in (l for l in first if l.spec_method != "none" and l.power_caps_w):
+        nospec = [l for l in first if l.spec_method == "none" and (l.engine, l.model.name) == (launch.engine, launch.model.name)]
+        swept = {cap for l in nospec for cap in l.power_caps_w}
+        missing = [cap for cap in launch.power_caps_w if cap not in swept]
+        if missing:
+            pair = f"the no-spec run {nospec[0].stack_config}" if nospec else f"a no-spec run of {launch.model.name}"
+            out.append(f"node {node.name}: {launch.configuration} sweeps {'/'.join(f'{c:g}' for c in missing)} W, which "
+                       f"{pair} does not: those capped cells have no no-spec at their cap to pair with and are not "
+                       f"judged; give {pair} the same power_caps_w in {node.file} (docs/what-to-run.md)")
+    return out
+
+
 def replicate_of(launch_name: str) -> int:
     """The replicate a launch's name carries (Launch.name: <configuration>--r<k>; 1 without a suffix)."""
     match = REPLICATE_SUFFIX.search(launch_name)
@@ -321,37 +343,81 @@ def per_launch_check(workload: Workload) -> bool:
     return KINDS[workload.kind].runs != "repeats"
 
 
+def long_context_deciding(launches: list[Launch], workloads: dict[str, Workload]) -> list[Launch]:
+    """`launches` (first-round ones) with Launch.deciding set: each one-off workload that stands for the long-context
+    use (a kind with deciding points that fit the launch's context, KINDS deciding_points: a ladder's longest prompt,
+    long-prefill) where What to run can judge it, that is where a no-spec and a speculative launch of the same
+    engine and model both run it at the same points. Its rounds then repeat those points like the judged
+    workloads, so the use is decided on as many launches as chat and coding; one that only a no-spec runs
+    decides nothing and stays a one-off."""
+    def standing(launch: Launch) -> dict[str, tuple]:
+        return {name: points for name in launch.workloads if not judged_workload(workloads[name])
+                and not workloads[name].not_for_ranking
+                and (points := KINDS[workloads[name].kind].deciding_points(workloads[name], launch.context_len))}
+
+    sides: dict[tuple, set[bool]] = {}
+    for launch in launches:
+        for name, points in standing(launch).items():
+            sides.setdefault((launch.engine, launch.model.name, name, points), set()).add(launch.spec_method == "none")
+    return [dataclasses.replace(launch, deciding=tuple(name for name, points in standing(launch).items()
+                                                       if sides[launch.engine, launch.model.name, name, points] == {True, False}))
+            for launch in launches]
+
+
+def launch_points(workload: Workload, launch: Launch) -> tuple[int | None, ...]:
+    """The points (prompt lengths) of a workload a launch runs: every one, but of a workload the rounds repeat at
+    its deciding points (Launch.deciding) a round's launch runs those only, unless it is a first round's that
+    keeps its one-off sets, and the --once launch the rest."""
+    kind = KINDS[workload.kind]
+    if workload.name not in launch.deciding or (launch.replicate == 1 and not launch.once and not launch.apart):
+        return kind.points(workload)
+    chosen = kind.deciding_points(workload, launch.context_len)
+    return tuple(point for point in kind.points(workload) if (point in chosen) != launch.once)
+
+
+def repeated_cell(workload: Workload, point: int | None, deciding: tuple[str, ...], context_len: int | None) -> bool:
+    """Whether a later round of a configuration repeats this cell (a point of one of its workloads): a judged
+    workload's, or a deciding point of one its rounds repeat (its launches' `deciding` and `context_len`)."""
+    return judged_workload(workload) or (workload.name in deciding
+                                         and point in KINDS[workload.kind].deciding_points(workload, context_len))
+
+
 def one_offs_apart(ordered: list[Launch], workloads: dict[str, Workload]) -> list[Launch]:
-    """`ordered` with a first-round launch's one-off sets (load sweeps, Poisson rates, ladders, long prefill,
-    multi-turn: neither judged nor a per-launch check) moved onto a launch of their own (Launch.once), after every
-    round, where they hold more cells than its judged workloads: What to run's first look then waits only for the
-    launches it judges (docs/what-to-run.md), at the price of one more server start, which a lone long-prefill
-    cell is not worth."""
-    def cells(names) -> int:  # uncapped: a cell per concurrency and prompt length, and per request rate
-        return sum(len(KINDS[workloads[w].kind].points(workloads[w])) * len(workloads[w].levels(launch))
+    """`ordered` with a first-round launch's one-off sets (load sweeps, Poisson rates, a ladder's lengths but its
+    deciding one, multi-turn: neither judged, repeated nor a per-launch check) moved onto a launch of their own
+    (Launch.once), after every round, where they hold more cells than its round's cells: What to run's first look
+    then waits only for the launches it judges (docs/what-to-run.md), at the price of one more server start,
+    which a lone long-prefill cell is not worth."""
+    def cells(launch: Launch, names) -> int:  # uncapped: a cell per concurrency and prompt length, and per request rate
+        return sum(len(launch_points(workloads[w], launch)) * len(workloads[w].levels(launch))
                    + len(workloads[w].load.rates) for w in names)
 
     kept, apart = [], []
     for launch in ordered:
-        one_off = tuple(w for w in launch.workloads if not judged_workload(workloads[w]) and not per_launch_check(workloads[w]))
-        judged = [w for w in launch.workloads if judged_workload(workloads[w])]
-        if launch.replicate != 1 or cells(one_off) <= cells(judged):
+        once = dataclasses.replace(launch, once=True)
+        one_off = tuple(w for w in launch.workloads if not judged_workload(workloads[w])
+                        and not per_launch_check(workloads[w]) and launch_points(workloads[w], once))
+        rounds = dataclasses.replace(launch, apart=True, workloads=tuple(w for w in launch.workloads
+                                                                         if w not in one_off or w in launch.deciding))
+        judged = [w for w in rounds.workloads if not per_launch_check(workloads[w])]
+        if launch.replicate != 1 or cells(once, one_off) <= cells(rounds, judged):
             kept.append(launch)
             continue
-        kept.append(dataclasses.replace(launch, workloads=tuple(w for w in launch.workloads if w not in one_off)))
-        apart.append(dataclasses.replace(launch, workloads=one_off, once=True))
+        kept.append(rounds)
+        apart.append(dataclasses.replace(once, workloads=one_off))
     return kept + apart
 
 
 def interleaved_rounds(launches: list[Launch], replicates: int, workloads: dict[str, Workload], seed: str) -> list[Launch]:
     """Every launch `replicates` times, in the order they run: round k holds replicate k of every launch, so a
     slow drift of the host spreads over all variants instead of reading as a difference between them. Round 1
-    keeps the config's order (its launches carry the one-off workloads); each later round is shuffled by a
-    seed of its own (derived from `seed`, the config's measure.order_seed and the node)."""
+    keeps the config's order (its launches carry the one-off workloads); each later one repeats the judged
+    workloads and the deciding points of Launch.deciding, shuffled by a seed of its own (derived from `seed`,
+    the config's measure.order_seed and the node)."""
     ordered = list(launches)
     for replicate in range(2, replicates + 1):
-        again = [dataclasses.replace(l, replicate=replicate, workloads=tuple(w for w in l.workloads if judged_workload(workloads[w])))
-                 for l in launches]
+        again = [dataclasses.replace(l, replicate=replicate, workloads=tuple(
+            w for w in l.workloads if judged_workload(workloads[w]) or w in l.deciding)) for l in launches]
         random.Random(f"{seed}/round-{replicate}").shuffle(again)
         ordered += [l for l in again if l.workloads]
     return ordered

@@ -27,6 +27,7 @@ from stackbench.config.rehearsal import REAL_RUN, Run, planned_for, selected
 from stackbench.engines import adapter_for
 from stackbench.models import datasets
 from stackbench.models.recipes import RECIPES
+from stackbench.plan.expand import launch_points
 
 FORMAT = 1
 # How the measured figures are computed (measure/client.py, measure/summary.py, results/metrics.py, the client's
@@ -153,8 +154,9 @@ def _plain(value):
 
 def cells_of(node: Node, launch: Launch) -> tuple[Cell, ...]:
     """Per cap and each of the launch's workloads: a closed-loop cell per concurrency (per prompt length of
-    a ladder), then an open-loop cell per request rate. Power-cap sweeps thus run the same load at every cap,
-    and uncapped first (the limit as found at the launch's start, so a post measured at stock power is matched).
+    a ladder, those the launch runs: expand.launch_points), then an open-loop cell per request rate. Power-cap
+    sweeps thus run the same load at every cap, and uncapped first (the limit as found at the launch's start, so a
+    post measured at stock power is matched, and a cap at or above that cell's draw is not swept: measure/sequencer.py).
     The probes come first, on the fresh server: the greedy outputs compared across launches then start from the
     same empty cache (llama-server's reuse of a cached prefix depends on what its slots hold, and moved a variant's
     first tokens), and the cache probe's cold request is cold."""
@@ -164,7 +166,7 @@ def cells_of(node: Node, launch: Launch) -> tuple[Cell, ...]:
     cells = []
     for cap in caps:
         for w in (by_name[name] for name in ordered if cap is None or KINDS[by_name[name].kind].every_cap):
-            cells += [Cell(w, c, cap, ladder_tokens=n) for n in KINDS[w.kind].points(w) for c in w.levels(launch)]
+            cells += [Cell(w, c, cap, ladder_tokens=n) for n in launch_points(w, launch) for c in w.levels(launch)]
             cells += [Cell(w, None, cap, rate=rate) for rate in w.load.rates]
     return tuple(cells)
 

@@ -37,7 +37,7 @@ from stackbench.engines.llamacpp import LlamaCppAdapter
 from stackbench.engines.sglang import SglangAdapter
 from stackbench.engines.vllm import VllmAdapter
 from stackbench.measure import clientload
-from stackbench.plan.expand import judged_workload
+from stackbench.plan.expand import repeated_cell
 from stackbench.rehearsal import standin
 from stackbench.results import estimators
 
@@ -116,7 +116,7 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
         low = once if per_launch else once * (repeats + real["warmup_requests"] / per_stream)
         cells.append({"key": cell["key"], "workload": cell["workload"], "power_cap_w": cell["power_cap_w"],
                       "low_s": low, "high_s": low * slow, "once_per_launch": per_launch, "host_timed": host_timed,
-                      "judged": workload_judged(workload)})
+                      "judged": repeated(workload, cell, launch)})
     argv = _json(run_dir / "standin_argv.json")
     build = launch.get("env_name") if launch["launch_mode"] == "native" else None
     return {"launch": f"{launch['stack_config']}--{launch['variant']}", "mode": launch["launch_mode"], "repeats": repeats,
@@ -131,9 +131,11 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
             "round_high_s": start_high + sum(c["high_s"] for c in cells if c["judged"])}
 
 
-def workload_judged(workload: dict) -> bool:
-    """Whether What to run judges a workload of the spec, so a later round repeats it (expand.judged_workload)."""
-    return bool(workload) and judged_workload(from_json(Workload, workload))
+def repeated(workload: dict, cell: dict, launch: dict) -> bool:
+    """Whether a later round repeats a cell of the spec: a judged workload's, or the long-context use's deciding
+    point (expand.repeated_cell)."""
+    return bool(workload) and repeated_cell(from_json(Workload, workload), cell.get("ladder_tokens"),
+                                            tuple(launch.get("deciding") or ()), launch.get("context_len"))
 
 
 def modeled_cell_s(facts: dict, cell: dict, run_dir: Path) -> float | None:

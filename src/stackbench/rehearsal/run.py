@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from stackbench.config import rehearsal
+from stackbench.results.store import NOT_SWEPT
 
 
 def snakemake_argv(node: str, settings: dict, cores: int = 1) -> list[str]:
@@ -37,7 +38,8 @@ def launch_summary(run_dir: Path) -> dict:
     for cell in spec["cells"]:
         stored = run_dir / "cells" / f"{cell['key']}--{cell['fingerprint']}.parquet"
         found = set(pq.read_table(stored, columns=["status"]).column("status").to_pylist()) if stored.exists() else {"missing"}
-        statuses[cell["key"]] = next((s for s in ("missing", "failed", "gpu_busy", "host_busy", "not_run", "rejected") if s in found), "ok")
+        statuses[cell["key"]] = next((s for s in ("missing", "failed", "gpu_busy", "host_busy", "not_run", NOT_SWEPT, "rejected")
+                                      if s in found), "ok")
     timeline = run.get("timeline", [])
     ready = any(event["event"] == "ready" for event in timeline)
     reason = None

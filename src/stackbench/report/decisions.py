@@ -111,9 +111,11 @@ def _display(choices: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdict_summary(mine: pd.DataFrame) -> str:
-    """'10 judged cells: 4 run, 3 not worth it, 3 undecided'."""
+    """'10 judged cells: 4 run, 3 not worth it, 3 undecided; 2 not judged' (the last where there are)."""
     counts = mine["verdict"].value_counts()
-    return f"{len(mine)} judged cells: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in decide.VERDICTS)
+    skipped = counts.get(decide.NOT_JUDGED, 0)
+    return (f"{len(mine) - skipped} judged cells: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in decide.VERDICTS)
+            + (f"; {skipped} {decide.NOT_JUDGED}" if skipped else ""))
 
 
 def answer_tables(choices: pd.DataFrame, nodes: list[str], notes: dict[str, list[str]] | None = None) -> list[Table]:
@@ -252,15 +254,18 @@ def _levels(values) -> str:
 
 
 def rehearsal_tables(cells: pd.DataFrame, nodes: list[str], launches: dict[tuple, int] | None = None,
-                     repeats: int | None = None) -> list[Table]:
+                     repeats: int | None = None, rules: dict | None = None, caps_lines: list[str] = ()) -> list[Table]:
     """Per node, one row per stack: the variants What to run will judge against no-spec, the cells it will
-    judge (workloads, concurrencies, caps), the metric, the launches and repeats behind each figure; the rule
-    under it. `cells`: the rehearsal's judged rows (decide_input), any status: its plan, not its pace;
-    `launches`: (stack, variant) -> launch replicates; `repeats`: the real run's repeats per cell."""
+    judge (workloads, concurrencies, caps) and those it will not with why (analysis.decide.not_judged), the
+    metric, the launches and repeats behind each figure; the rule under it, and the caps not swept or refused
+    (`caps_lines`). `cells`: the rehearsal's judged rows (decide_input), any status: its plan, not its pace;
+    `launches`: (stack, variant) -> launch replicates; `repeats`: the real run's repeats per cell; `rules`: each
+    node's Decision."""
     out = []
     judged = cells[judged_rows(cells) & cells["workload"].notna()]
     if "request_rate" in judged.columns:
         judged = judged[judged["request_rate"].isna()]  # closed loop only, as analysis.decide judges
+    judged = judged.assign(why=decide.why_not_judged(judged, cells, rules))
     for node in nodes:
         mine = judged[judged["node"] == node]
         if mine.empty:
@@ -271,21 +276,26 @@ def rehearsal_tables(cells: pd.DataFrame, nodes: list[str], launches: dict[tuple
             base = sorted(set(rows.loc[rows["spec_method"] == "none", "variant"]))
             candidates = [v for v in variants if v not in base]
             caps = sorted({c for c in rows["power_cap_w"] if pd.notna(c)})
-            count = rows.drop_duplicates(["variant", "workload", "concurrency", "prompt_tokens", "power_cap_w"]).shape[0]
+            each = rows.drop_duplicates(["variant", "workload", "concurrency", "prompt_tokens", "power_cap_w"])
+            count = int((each["why"] == "").sum())
+            apart = "; ".join(f"{why}: {', '.join(sorted(set(group['workload'])))} ({len(group)} cell{'s' * (len(group) > 1)})"
+                              for why, group in each[each["why"] != ""].groupby("why", sort=True))
             per = {launches.get((stack, v)) for v in variants} if launches else set()
             body.append([stack, ", ".join(candidates) or "none (no-spec only: nothing to choose)",
                          ", ".join(base) or "none (no gain can be measured)",
                          ", ".join(sorted(set(rows["workload"]))), _levels(rows["concurrency"]),
-                         "/".join(f"{c:g}" for c in caps) + " W" if caps else "uncapped", str(count),
+                         "/".join(f"{c:g}" for c in caps) + " W" if caps else "uncapped", str(count), apart,
                          str(per.pop()) if len(per) == 1 and None not in per else "the node's launches",
                          str(repeats) if repeats else "the node's repeats"])
         columns = ["stack", "candidates", "against (no-spec)", "workloads", "concurrency", "caps", "cells judged",
-                   "launches per variant", "repeats per cell"]
+                   "not judged (why)", "launches per variant", "repeats per cell"]
         table = Table(f"what-to-run-{node}", f"What the real run on {node} will decide: What to run",
                              "the rehearsal's plan (its cells, any status); analysis.decide's rule", columns, body,
                              [[None] * len(columns) for _ in body])
         table.legend += [NO_CHOICE, "Judged on: decode tok/s at c1, aggregate tok/s above (closed loop); with one launch "
-                         "per variant a cell is never decided: the rule needs two rounds or more.", decide.RULE]
+                         "per variant a cell is never decided: the rule needs two rounds or more. A cell is not judged "
+                         "where it runs on fewer rounds than the first look (a one-off) or has no no-spec at its cap "
+                         "to pair with.", decide.RULE, *caps_lines]
         out.append(table)
     return out
 

@@ -20,7 +20,7 @@ from stackbench.results import metrics, published
 from stackbench.results.judged import single_stream_sql
 from stackbench.results.metrics import ACCEPT_RATE_POS, GEOMETRY_PREFIX, REQUEST_ACCEPT_RATE_BIN, M
 from stackbench.results.pairing import PROMPTS, REPLIES
-from stackbench.results.store import MEASURED_SQL, RESULTS_SCHEMA
+from stackbench.results.store import MEASURED_SQL, NOT_SWEPT, RESULTS_SCHEMA
 
 
 def named_like(prefix: str) -> str:
@@ -98,6 +98,7 @@ def caps_not_applied(results: Results) -> dict[str, str]:
         "select node, gpu, string_agg(distinct power_cap_w::varchar, ', ' order by power_cap_w::varchar) as caps, "
         "string_agg(distinct regexp_extract(note, ?, 1), '; ') as why from results "
         f"where source in {MEASURED_SQL} and power_cap_w is not null and power_cap_enforced_w is null "
+        f"and status <> '{NOT_SWEPT}' "  # a cap not swept was never asked of the GPU (caps_not_swept says so)
         # A cell's own rows only: a figure derived over a sweep (knee_concurrency: no concurrency, no rate) or a
         # launch-level row carries no read-back cap, which says nothing about the GPU refusing one.
         "and workload is not null and (concurrency is not null or request_rate is not null) "
@@ -106,6 +107,19 @@ def caps_not_applied(results: Results) -> dict[str, str]:
     for node, gpu, caps, why in frame.itertuples(index=False):
         out.setdefault(node, []).append(f"cap not applied on {node} ({gpu}; {caps} W asked): {why or 'no reason recorded'}")
     return {node: "; ".join(lines) for node, lines in out.items()}
+
+
+def caps_not_swept(results: Results) -> dict[str, str]:
+    """Per node, a line naming the caps its launches did not sweep (status NOT_SWEPT, measure/sequencer.py): each at
+    or above the stock cell's measured draw per GPU, where it could not bind; said under every table that reads caps."""
+    frame = results.frame(
+        "select node, power_cap_w, count(distinct (ref, workload, concurrency, request_rate, prompt_tokens)) as cells, "
+        f"min(reason) as example from results where source in {MEASURED_SQL} and status = '{NOT_SWEPT}' "
+        f"and metric = '{M.cell_status}' group by node, power_cap_w order by node, power_cap_w")
+    return {node: f"caps not swept on {node}: {'/'.join(f'{cap:g}' for cap in mine['power_cap_w'])} W in "
+                  f"{mine['cells'].sum()} cells, each at or above its launch's stock cell's measured draw per GPU, where it "
+                  f"could not bind; those cells have no figure (e.g. {mine['example'].iloc[0]})"
+            for node, mine in frame.groupby("node", sort=True)}
 
 
 def kept_launches(results: Results) -> dict[str, str]:
@@ -329,7 +343,7 @@ def analysed(results: Results) -> pd.DataFrame:
 def use_case_rows(results: Results, any_status: bool = False) -> pd.DataFrame:
     """The use-case table's single-stream decode and TTFT rows; `any_status`: failed cells too (a rehearsal's plan)."""
     return results.frame(
-        f"select node, ref, stack, variant, workload, prompt_tokens, output_tokens, metric, value, ci_low, ci_high, "
+        f"select node, ref, stack, variant, replicate, workload, prompt_tokens, output_tokens, metric, value, ci_low, ci_high, "
         f"{', '.join(usecase.SEPARATING)} from results where source in {MEASURED_SQL} and metric in "
         f"{sql_in([usecase.DECODE, usecase.TTFT])} and {single_stream_sql()} and workload is not null"
         + ("" if any_status else " and status = 'ok' and value is not null"))

@@ -207,8 +207,10 @@ class Context:
 
     @cached_property
     def caps_refused_lines(self) -> list[str]:
-        """One line per node whose GPU refused a cap, said under every table that reads caps as applied."""
-        return [f"power {why}: those cells are analysed as uncapped." for why in self.caps_refused.values()]
+        """One line per node whose GPU refused a cap, and one per node whose launches did not sweep caps at or above
+        their stock cells' draw, said under every table that reads caps as applied."""
+        return ([f"power {why}: those cells are analysed as uncapped." for why in self.caps_refused.values()]
+                + list(queries.caps_not_swept(self.results).values()))
 
     @cached_property
     def layouts(self) -> dict[str, Layout]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from stackbench.analysis.decide import RUN
+from stackbench.analysis.decide import NOT_JUDGED, RUN
 from stackbench.report.table import Table, format_number
 from stackbench.results import basis
 from stackbench.results.judged import single_stream
@@ -30,8 +30,8 @@ from stackbench.results.metrics import M
 # The node's workloads that stand for each use: content classes for chat and coding, the longest prompts
 # for long context. A use none of whose workloads the node measured has no row.
 USES = {
-    "chat": ("prose", "seed-002-chat", "seed-002-prose-2048", "seed-000-short-prose", "seed-002-class-chinese"),
-    "coding": ("code", "json", "seed-000-short-code", "seed-002-class-python", "seed-002-class-json"),
+    "chat": ("prose", "gpu-chat", "seed-002-chat", "seed-002-prose-2048", "seed-000-short-prose", "seed-002-class-chinese"),
+    "coding": ("code", "json", "gpu-code", "seed-000-short-code", "seed-002-class-python", "seed-002-class-json"),
     "long context": ("seed-000-128k", "context-ladder", "long-prefill", "seed-004-long"),
 }
 LONG = "long context"
@@ -105,19 +105,25 @@ def _use_rows(rows: pd.DataFrame, use: str, node: str = "") -> tuple[pd.DataFram
     return picked, left
 
 
-def _stack_verdict(stack: str, workloads, choices: pd.DataFrame | None) -> tuple[str | None, str]:
-    """What to run's verdicts (the one decision object) on the use's c1 cells of one stack: the variant it decided
-    to run where every cell it decided "run" names the same one (else None: the stack stands with no-spec), and
-    the verdicts said per workload."""
+def _stack_verdict(stack: str, workloads, choices: pd.DataFrame | None, prompt_tokens=None) -> tuple[str | None, str]:
+    """What to run's verdicts (the one decision object) on the use's c1 cells of one stack (of those workloads, at
+    those prompt lengths where given: long context's): the variant it decided to run where every cell it decided
+    "run" names the same one (else None: the stack stands with no-spec), and the verdicts said per workload, a cell
+    not judged with why ("one launch, of 3 rounds: not decided")."""
     if choices is None or choices.empty:
         return None, "not judged"
     mine = choices[(choices["stack"] == stack) & single_stream(choices) & choices["workload"].isin(set(workloads))]
+    if prompt_tokens is not None:
+        mine = mine[mine["prompt_tokens"].isin(set(prompt_tokens))]
     if mine.empty:
         return None, "not judged"
     runs = set(mine.loc[mine["verdict"] == RUN, "run"])
-    said = "; ".join(f"{verdict}{' ' + ', '.join(sorted(set(rows['run']))) if verdict == RUN else ''} on "
-                     + ", ".join(sorted(set(rows["workload"]))) for verdict, rows in mine.groupby("verdict", sort=True))
-    return (runs.pop() if len(runs) == 1 else None), said
+    skipped = mine["verdict"] == NOT_JUDGED
+    said = [f"{verdict}{' ' + ', '.join(sorted(set(rows['run']))) if verdict == RUN else ''} on "
+            + ", ".join(sorted(set(rows["workload"]))) for verdict, rows in mine[~skipped].groupby("verdict", sort=True)]
+    if skipped.any():
+        said += [f"{why} on " + ", ".join(sorted(set(rows["workload"]))) for why, rows in mine[skipped].groupby("why", sort=True)]
+    return (runs.pop() if len(runs) == 1 else None), "; ".join(said)
 
 
 def _decided_variants(cells: pd.DataFrame, choices: pd.DataFrame) -> pd.DataFrame:
@@ -187,8 +193,9 @@ def use_case_table(rows: pd.DataFrame, node: str, choices: pd.DataFrame | None =
             fields = [c.field for c in basis.caveats(pair[[c for c in pair.columns if c in (*SEPARATING, "row_no")]])]
             caveats.append(f"{use}: {stack} / {variant} and {runner} differ in " + (", ".join(fields) or "nothing stated"))
         workloads = ", ".join(sorted(set(pick["workload"])))
-        body.append([use, f"{stack} / {variant}", figure, _stack_verdict(stack, pick["workload"], choices)[1], runner,
-                     workloads])
+        lengths = pick["prompt_tokens"] if use == LONG else None  # long context: its longest prompts only
+        body.append([use, f"{stack} / {variant}", figure, _stack_verdict(stack, pick["workload"], choices, lengths)[1],
+                     runner, workloads])
         raw.append([None, None, rate, None, None, None])
     if not body:
         return None
@@ -210,8 +217,15 @@ NO_PICK = ("A rehearsal names no pick: its figures are the stand-in engines' mod
            "simulated GPUs. The real run's repeats and launches decide, by the rule below.")
 
 
-def _launches(count: int) -> str:
-    return f", {count} launch{'es' if count > 1 else ''} each"
+def _launches(ran: int | None, planned: int | None) -> str:
+    """', 3 launches each' where the use's cells ran on the stack's every round; ', one launch, of 3 rounds: not
+    decided' where they ran on fewer (a one-off: What to run does not judge them, analysis.decide.not_judged);
+    '' where the rounds are not known."""
+    if planned is None:
+        return ""
+    if ran is not None and ran < planned:
+        return f", {'one launch' if ran == 1 else f'{ran} launches'}, of {planned} rounds: not decided"
+    return f", {planned} launch{'es' if planned > 1 else ''} each"
 
 
 def rehearsal_use_case_table(rows: pd.DataFrame, node: str, launches: dict[tuple, int] | None = None,
@@ -232,7 +246,9 @@ def rehearsal_use_case_table(rows: pd.DataFrame, node: str, launches: dict[tuple
         for stack, mine in cells.groupby("stack", sort=True):
             variants = sorted(set(mine["variant"]))
             counts = {launches.get((stack, v)) for v in variants} if launches else set()
-            times = _launches(counts.pop()) if len(counts) == 1 and None not in counts else ""
+            # the rounds the use's own cells ran on (the longest prompts, for long context), the most of any variant
+            ran = int(mine["replicate"].fillna(1).groupby(mine["variant"]).nunique().max()) if "replicate" in mine else None
+            times = _launches(ran, counts.pop()) if len(counts) == 1 else ""
             compared.append(f"{stack}: {' / '.join(variants)}{times}")
         lengths = sorted({int(p) for p in cells["prompt_tokens"].dropna()})
         shown = ", ".join(format_number(p) for p in lengths) if len(lengths) <= 6 else \

@@ -3,8 +3,9 @@ speculative variant and its no-spec launch of the same round must have sent the 
 Texts). It reads the request files of both launches, so, like greedy agreement (results/agreement.py), it runs
 over every part at once.
 
-Per speculative launch and closed-loop cell, against the no-spec launch of the same node, stack, model and round,
-request by request (the same repeat, conversation index and turn):
+Per speculative launch and closed-loop cell, against the no-spec launch of the same node, stack, model and round and
+the same cell (its key: workload, load and power cap), request by request (the same repeat, conversation index and
+turn); a capped cell whose no-spec launch has no cell at that cap pairs with nothing (What to run does not judge it):
 
 - paired_prompts_identical: the share of paired requests whose prompt (salt included) is identical. It must be 1:
   below it the round compared different texts, and What to run leaves that round out;
@@ -79,8 +80,8 @@ def pairing_rows(requests: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
                        & (results["variant"] == variant) & (results["replicate"] == replicate)
                        & (results["workload"] == first["workload"]) & (results["concurrency"] == first["concurrency"])
                        & (results["metric"].isin(JUDGED_METRICS))]
-        if first["power_cap_w"] is not None and not pd.isna(first["power_cap_w"]):
-            base = base[base["power_cap_w"] == first["power_cap_w"]]
+        cap = first["power_cap_w"]  # a cell's rows at its own cap only: an uncapped cell's are the uncapped ones
+        base = base[base["power_cap_w"].isna()] if cap is None or pd.isna(cap) else base[base["power_cap_w"] == cap]
         if base.empty:
             continue
         same_prompt = cell["prompt_sha"] == cell["prompt_sha_ref"]

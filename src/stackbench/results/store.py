@@ -77,8 +77,8 @@ BASIS = [
 
 # Bookkeeping that lets tables be regenerated and failures be shown.
 EXTRA = [
-    # ok | rejected | failed | not_run | skipped (a sweep stopped before it) | gpu_busy (host/gpustate.py) |
-    # host_busy (host/hostload.py): reason says why
+    # ok | rejected | failed | not_run | skipped (a sweep stopped before it) | not_swept (NOT_SWEPT) |
+    # gpu_busy (host/gpustate.py) | host_busy (host/hostload.py): reason says why
     ("status", pa.string()),
     ("reason", pa.string()),
     # Published rows: the seed table and the cell the figure belongs to. Measured cross_stack_* rows
@@ -121,6 +121,9 @@ SOURCES = ("measured", "rehearsal", "published")
 MEASURED = ("measured", "rehearsal")
 MEASURED_SQL = "('measured', 'rehearsal')"
 UNKNOWN = "unknown"
+# A capped cell whose cap is at or above what the launch's stock cell of the same load drew per GPU: a cap there
+# could not bind, so it is not swept (measure/sequencer.py); a result, as a rejection is, never retried.
+NOT_SWEPT = "not_swept"
 PROBE_OUTPUTS = "probe_outputs.json"  # beside a launch's cells.parquet: its probe cells' greedy outputs
 ACCURACY_OUTPUTS = "accuracy_outputs.json"  # beside it too: the accuracy cell's replies and extracted answers
 DIVERGENCE_OUTPUTS = "divergence_scores.json"  # and the divergence cell's scored positions (measure/divergence.py)

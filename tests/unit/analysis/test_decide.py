@@ -6,7 +6,9 @@ from test_analysis import frame, measured, server
 
 from stackbench.analysis import decide
 from stackbench.config.model import Decision
+from stackbench.report import decisions
 from stackbench.results import judged
+from stackbench.results.store import NOT_SWEPT
 
 # A horizon of four rounds: looks at rounds 3 and 4 (at a horizon of 16 the first look that can decide is round 6)
 RULE = {"cpu": Decision(first=3, most=4, min_gain=0.1, budget_minutes=None)}
@@ -120,8 +122,8 @@ def test_each_concurrency_is_decided_on_its_own_figure():
 
 def test_a_node_without_no_spec_decides_nothing_and_says_so():
     row = choose(cell("draft-n2", 80, 1, 2, 2), cell("draft-n4", 90, 1, 2, 4)).iloc[0]
-    assert (row["verdict"], row["run"]) == (decide.UNDECIDED, "none eligible")
-    assert "no no-spec launch" in row["why"] and pd.isna(row["gain"])
+    assert (row["verdict"], row["run"], row["candidates"]) == (decide.NOT_JUDGED, "none eligible", 0)
+    assert row["why"] == "no no-spec launch: not judged" and pd.isna(row["gain"])
 
 
 def test_a_failed_round_is_named_and_its_variant_judged_on_the_rounds_left():
@@ -217,3 +219,48 @@ def test_an_interval_past_what_a_node_can_mean_is_not_printed_as_a_figure():
     assert decisions._interval(0.196, 0.001, 0.428, 0.0123) == "+19.6% (+0.1% to +42.8%, one-sided bounds at 1.23%)"
     assert decisions._interval(0.12, -0.95, 0.22).startswith("+12.0% (interval too noisy to state")
     assert "too noisy to state" in decisions._interval(0.5, 0.1, 12.0)
+
+
+def test_a_capped_cell_without_a_no_spec_at_its_cap_is_not_judged_and_counts_in_no_step_up():
+    # the speculative variant swept 400 W, its no-spec did not: no gain at 400 W can be paired (issue 60)
+    rows = cell("nospec", 60, 0.5, 1) + cell("draft-n2", 80, 1, 2, 2) + cell("draft-n2", 70, 1, 2, 2, power_cap_w=400.0)
+    table = choose(*rows, correctness=[agreement("draft-n2")])
+    capped, uncapped = table[table["power_cap_w"] == 400].iloc[0], table[table["power_cap_w"].isna()].iloc[0]
+    assert (capped["verdict"], capped["candidates"], capped["decided"]) == (decide.NOT_JUDGED, 0, False)
+    assert capped["why"] == "no no-spec at 400 W: not judged"
+    # the uncapped cell is the node's one hypothesis: its bounds at the whole 5%, not shared with the capped one
+    assert uncapped["verdict"] == decide.RUN and uncapped["alpha"] == 0.05
+    assert decisions.verdict_summary(table) == "1 judged cells: 1 run, 0 not worth it, 0 undecided; 1 not judged"
+
+
+def test_a_no_spec_not_swept_at_a_cap_is_said_beside_the_cell_it_leaves_unpaired():
+    why = "not swept: cap 400 W is at or above the stock cell's measured draw 380 W per GPU"
+    skipped = [measured(ref=f"run1/nospec--r{k}", replicate=k, power_cap_w=400.0, metric="cell_status", value=None,
+                        status=NOT_SWEPT, reason=why) for k in (1, 2, 3)]
+    rows = cell("nospec", 60, 0.5, 1) + cell("draft-n2", 80, 1, 2, 2) + cell("draft-n2", 70, 1, 2, 2, power_cap_w=400.0)
+    capped = choose(*rows, skipped, correctness=[agreement("draft-n2")]).query("power_cap_w == 400").iloc[0]
+    assert capped["why"] == f"no no-spec at 400 W ({why}): not judged"
+
+
+def test_a_cell_launched_in_one_round_of_three_is_a_one_off_not_judged():
+    # a context ladder's shorter length runs on the first round only; the content class on all three
+    rows = (cell("nospec", 60, 0.5, 1) + cell("draft-n2", 80, 1, 2, 2)
+            + cell("nospec", 30, 0.5, 1, workload="context-ladder", rounds=1, prompt_tokens=8192)
+            + cell("draft-n2", 40, 1, 2, 2, workload="context-ladder", rounds=1, prompt_tokens=8192))
+    table = choose(*rows, correctness=[agreement("draft-n2")]).set_index("workload")
+    assert (table.loc["context-ladder", "verdict"], table.loc["context-ladder", "why"]) == (
+        decide.NOT_JUDGED, "one launch, of 3 rounds: not decided")
+    assert table.loc["code", "verdict"] == decide.RUN
+
+
+def test_a_rehearsals_plan_counts_only_the_cells_it_will_judge_and_names_the_others_with_why():
+    rows = frame(cell("nospec", 60, 0.5, 1), cell("draft-n2", 80, 1, 2, 2), cell("draft-n2", 70, 1, 2, 2, power_cap_w=400.0),
+                 cell("nospec", 30, 0.5, 1, workload="context-ladder", rounds=1, prompt_tokens=8192),
+                 cell("draft-n2", 40, 1, 2, 2, workload="context-ladder", rounds=1, prompt_tokens=8192))
+    (table,) = decisions.rehearsal_tables(rows, ["cpu"], {("llamacpp", "nospec"): 3, ("llamacpp", "draft-n2"): 3}, 5, RULE,
+                                          ["power caps not swept on cpu: ..."])
+    row = dict(zip(table.columns, table.rows[0]))
+    assert row["cells judged"] == "2"  # code at c1, no-spec and draft-n2: before issue 60 all five counted
+    assert row["not judged (why)"] == ("no no-spec at 400 W: not judged: code (1 cell); "
+                                       "one launch, of 3 rounds: not decided: context-ladder (2 cells)")
+    assert "power caps not swept on cpu: ..." in table.legend

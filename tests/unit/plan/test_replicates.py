@@ -1,8 +1,12 @@
 """Launch replicates (node `launches`, --config launches=N): fresh server processes of one configuration, planned
-in interleaved rounds, each its own run folder and job; the replicate is in the plan, never a cell's fingerprint."""
+in interleaved rounds, each its own run folder and job; the replicate is in the plan, never a cell's fingerprint.
+Issue 60: the long-context use's deciding cells (a ladder's longest prompt that fits, long-prefill) repeat in every
+round where a speculative launch can be judged on them, unless the node keeps them to its first round."""
 
 import pytest
+from test_nodes import fill_in_model_paths
 
+from stackbench import cli
 from stackbench.plan import expand, launchspec
 
 
@@ -62,3 +66,67 @@ def test_a_replicate_shares_its_configurations_fingerprints(repo_copy):
     assert one.server_fingerprint == two.server_fingerprint
     by_key = {c.key: one.cell_fingerprint(c) for c in one.cells}
     assert two.cells and all(two.cell_fingerprint(c) == by_key[c.key] for c in two.cells)
+
+
+def h100_node(repo_copy, monkeypatch, edit=lambda text: text):
+    """The node `stackbench init-node h100 --gpu "NVIDIA H100 80GB HBM3" --count 4` writes (issue 60), its model
+    paths set and `edit` applied to its text, as planned."""
+    monkeypatch.chdir(repo_copy)
+    assert cli.main(["init-node", "h100", "--gpu", "NVIDIA H100 80GB HBM3", "--count", "4"]) == 0
+    path = repo_copy / "configs/nodes/h100.yaml"
+    fill_in_model_paths(path, {"<path to the model's GGUF file>": "/models/m.gguf",
+                               "<path to the model's Hugging Face folder>": "/models/m-hf"})
+    path.write_text(edit(path.read_text()))
+    _, (node,) = expand.load_plan(repo_copy, {"nodes": ["h100"]})
+    return node
+
+
+def long_context_cells(node, launch) -> tuple[set, bool]:
+    """The context ladder's lengths a launch runs, and whether it runs long-prefill."""
+    cells = launchspec.cells_of(node, launch)
+    return ({c.ladder_tokens for c in cells if c.workload.name == "context-ladder"},
+            any(c.workload.name == "long-prefill" for c in cells))
+
+
+LADDER = {1024, 8192, 32768, 65536, 126976}
+
+
+def test_long_context_is_decided_on_every_round_at_the_ladders_top_and_long_prefill(repo_copy, monkeypatch):
+    node = h100_node(repo_copy, monkeypatch)
+    for launch in node.launches + node.later_rounds:
+        ladder, prefill = long_context_cells(node, launch)
+        if launch.stack_config == "llamacpp":  # no speculative launch to judge against: its long context stays a one-off
+            assert (ladder, prefill) == ((LADDER, True) if launch.once else (set(), False)), launch.name
+        elif launch.replicate > 1:  # every later round: the use's deciding cells, as many launches as chat and coding
+            assert (ladder, prefill) == ({126976}, True), launch.name
+        else:  # the first round keeps the ladder's one-off lengths: fewer cells than its judged ones, no start of their own
+            assert (ladder, prefill) == (LADDER, True) and not launch.once, launch.name
+
+
+def test_where_the_one_offs_run_apart_the_first_round_keeps_the_deciding_cells_and_the_once_launch_the_rest(repo_copy,
+                                                                                                       monkeypatch):
+    node = h100_node(repo_copy, monkeypatch, lambda text: text.replace("concurrency: [1, 8, 32]", "concurrency: [1]"))
+    eagle = [l for l in node.launches if l.stack_config == "sglang-eagle"]
+    assert [l.name for l in eagle] == ["sglang-eagle--eagle-3-1-4", "sglang-eagle--eagle-3-1-4--r2",
+                                       "sglang-eagle--eagle-3-1-4--r3", "sglang-eagle--eagle-3-1-4--once"]
+    assert [long_context_cells(node, l) for l in eagle] == [({126976}, True)] * 3 + [(LADDER - {126976}, False)]
+    assert "multi-turn" in eagle[-1].workloads and "multi-turn" not in eagle[0].workloads
+
+
+def test_a_node_may_keep_long_context_to_its_first_round_and_its_cells_are_then_one_offs(repo_copy, monkeypatch):
+    node = h100_node(repo_copy, monkeypatch, lambda text: text + "long_context_rounds: first\n")
+    assert all(long_context_cells(node, l) == (set(), False) for l in node.launches + node.later_rounds if l.replicate > 1)
+    # as before issue 60: the whole ladder and long-prefill a one-off, after the rounds
+    assert long_context_cells(node, next(l for l in node.launches if l.name == "sglang-eagle--eagle-3-1-4--once")) == (LADDER, True)
+
+
+def test_commands_warns_where_a_speculative_run_sweeps_caps_its_no_spec_run_does_not(repo_copy, monkeypatch, capsys):
+    unpaired = "    power_caps_w: []\n  # Seed 000 section 6 and seed 002"
+    node = h100_node(repo_copy, monkeypatch, lambda text: text.replace("\n  # Seed 000 section 6 and seed 002", "\n" + unpaired, 1))
+    assert {l.stack_config: l.power_caps_w for l in node.launches}["sglang-nospec"] == ()
+    assert cli.main(["commands", "--node", "h100"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: node h100: sglang-eagle--eagle-3-1-4 sweeps 390/470/540/620 W, which the no-spec run "
+                        "sglang-nospec does not: those capped cells have no no-spec at their cap to pair with and are not "
+                        "judged; give the no-spec run sglang-nospec the same power_caps_w in configs/nodes/h100.yaml "
+                        "(docs/what-to-run.md)"]

@@ -266,3 +266,22 @@ def test_the_budget_says_how_many_client_processes_the_real_runs_busiest_cell_ne
     expected = -(-said["tokens_per_s"] // (clientload.TOKENS_PER_CPU_S * clientload.BUSY_TARGET))
     assert said["processes"] == expected >= 2
     assert budget.client_processes(tmp_path / "nothing-here") is None
+
+
+def test_a_later_round_is_priced_at_the_long_context_uses_deciding_cells_too(tmp_path):
+    """Issue 60: a later round repeats the judged cells and the long-context use's deciding ones (Launch.deciding):
+    the ladder's longest prompt that fits the context with its reply, and long-prefill; not its shorter lengths."""
+    cells = [("code--c1--nocap", "code", None, 2.0), ("ladder--p1024--c1--nocap", "ladder", None, 3.0),
+             ("ladder--p2048--c1--nocap", "ladder", None, 5.0), ("long--c1--nocap", "long", None, 7.0)]
+    write_launch(tmp_path, "vllm--nospec", "image", cells, ready_s=1.0)
+    spec = tmp_path / "vllm--nospec/launch.json"
+    doc = json.loads(spec.read_text())
+    doc["launch"] |= {"deciding": ["ladder", "long"], "context_len": 4096}  # 8192 + its reply does not fit
+    doc["node"]["workloads"] = [spec_workload("code"), {**spec_workload("ladder", "ladder"), "ladder": [1024, 2048, 8192]},
+                                spec_workload("long", "long-prefill")]
+    for cell, points in zip(doc["cells"], (None, 1024, 2048, None)):
+        cell["ladder_tokens"] = points
+    spec.write_text(json.dumps(doc))
+    doc = budget.budget(tmp_path, SCALE, REAL)
+    start = doc["launches"][0]["start_h"][0]
+    assert doc["rounds"]["later_round_h"][0] == pytest.approx(start + (2.0 + 5.0 + 7.0) * SCALE * (3 + 1) / 3600)

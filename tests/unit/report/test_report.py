@@ -78,6 +78,21 @@ def test_a_cap_the_gpu_refused_is_no_cap_in_the_headline_and_is_said():
         "test-gpu": "cap not applied on test-gpu (RTX 5090; 300.0 W asked): 300 W is above the maximum limit 250 W"}
 
 
+def test_caps_not_swept_are_said_under_the_tables_that_read_caps():
+    """Hand-built rows (test data), issue 60: the stock cell drew 380 W per GPU, so 400 W and 450 W were not swept
+    (measure/sequencer.py); the report says which caps on how many cells, and why."""
+    why = "not swept: cap 400 W is at or above the stock cell's measured draw 380 W per GPU (code--c1--nocap)"
+    base = dict(source="measured", node="test-gpu", stack="vllm", variant="mtp-n2", workload="code", concurrency=1,
+                metric="cell_status", status=store.NOT_SWEPT, value=None)
+    rows = store.to_table([dict(base, ref="r1", power_cap_w=400.0, reason=why),
+                           dict(base, ref="r1", power_cap_w=450.0, reason=why.replace("400 W", "450 W")),
+                           dict(base, ref="r2", power_cap_w=400.0, reason=why)]).to_pandas()
+    assert queries.caps_not_swept(queries.Results(rows)) == {"test-gpu": (
+        "caps not swept on test-gpu: 400/450 W in 3 cells, each at or above its launch's stock cell's measured "
+        f"draw per GPU, where it could not bind; those cells have no figure (e.g. {why})")}
+    assert queries.caps_not_applied(queries.Results(rows)) == {}  # never asked of the GPU, so never refused by it
+
+
 def test_seed_tables_read_the_cap_applied_not_the_one_asked():
     """Hand-built rows (test data): the same refused 300 W and applied 220 W cells. The rows a seed table takes
     (queries.method_input) carry the cap applied, so the one it shows per launch is the stock-power cell."""

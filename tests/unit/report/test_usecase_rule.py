@@ -4,7 +4,7 @@ and each stack stands with what What to run decided for it."""
 
 import pandas as pd
 
-from stackbench.report.usecase import use_case_tables
+from stackbench.report.usecase import rehearsal_use_case_tables, use_case_tables
 
 
 def cell(stack, workload, metric, value, prompt=40, ci=(None, None), context=131072):
@@ -57,3 +57,30 @@ def test_each_stack_stands_with_what_to_run_decided_and_its_verdicts_are_said():
     assert by_use["coding"]["What to run within the stack"] == "run ngram-n8 on code"
     assert by_use["chat"]["pick (stack / variant)"] == "a / nospec"
     assert by_use["chat"]["What to run within the stack"] == "undecided on prose"
+
+
+def test_long_context_on_fewer_launches_than_the_rounds_says_so_instead_of_its_launches():
+    # issue 60: the ladder's top ran on round 1 only (a results file from before, or long_context_rounds: first)
+    rows = [{**cell("a", workload, "decode_tps", value, prompt=prompt), "variant": variant, "replicate": k}
+            for variant, value in (("nospec", 50.0), ("ngram-n8", 60.0))
+            for workload, prompt, rounds in (("code", 40, 3), ("context-ladder", 126976, 1), ("context-ladder", 1024, 1))
+            for k in range(1, rounds + 1)]
+    (table,) = rehearsal_use_case_tables(pd.DataFrame(rows), ["box"], {("a", "nospec"): 3, ("a", "ngram-n8"): 3}, 5)
+    compared = {row[0]: row[3] for row in table.rows}
+    assert compared == {"coding": "a: ngram-n8 / nospec, 3 launches each",
+                        "long context": "a: ngram-n8 / nospec, one launch, of 3 rounds: not decided"}
+    # a real run's table says what What to run made of the longest prompt's cell, not of the ladder's shorter ones
+    choices = pd.DataFrame([
+        {"node": "box", "stack": "a", "workload": "context-ladder", "prompt_tokens": 126976, "concurrency": 1,
+         "verdict": "not judged", "run": "no-spec", "why": "one launch, of 3 rounds: not decided"},
+        {"node": "box", "stack": "a", "workload": "context-ladder", "prompt_tokens": 1024, "concurrency": 1,
+         "verdict": "undecided", "run": "no-spec", "why": ""}])
+    (table,) = use_case_tables(pd.DataFrame([r for r in rows if r["replicate"] == 1]), ["box"], choices)
+    long = next(dict(zip(table.columns, row)) for row in table.rows if row[0] == "long context")
+    assert long["What to run within the stack"] == "one launch, of 3 rounds: not decided on context-ladder"
+
+
+def test_the_gpu_sized_workloads_init_node_writes_stand_for_chat_and_coding():
+    rows = [cell("a", "gpu-code", "decode_tps", 100.0), cell("a", "gpu-chat", "decode_tps", 90.0)]
+    table, _ = picks(rows)
+    assert (table["coding"]["workloads"], table["chat"]["workloads"]) == ("gpu-code", "gpu-chat")

@@ -49,3 +49,15 @@ def test_first_difference():
     assert pairing.first_difference("abc", "abd") == 2
     assert pairing.first_difference("abc", "abc") is None
     assert pairing.first_difference("ab", "abc") == 2
+
+
+def test_a_cell_pairs_at_its_own_cap_only_and_its_row_is_that_caps():
+    """Issue 60: the capped cell pairs with no-spec's cell at the same cap (the key carries the cap), and an uncapped
+    cell's pairing row is built on its uncapped row, never on a capped one listed before it."""
+    capped = RESULTS.assign(power_cap_w=400.0, value=20.0)
+    results = pd.concat([capped, RESULTS], ignore_index=True)
+    at_400 = _requests("ngram-n8", 1, ["a"], ["x"]).assign(key="code--c1--400W", power_cap_w=400.0)
+    rows = pairing.pairing_rows(pd.concat([_requests("nospec", 1, ["a"], ["x"]), _requests("ngram-n8", 1, ["a"], ["x"]),
+                                           at_400]), results)
+    # the 400 W cell has no no-spec at 400 W: no pairing row; the uncapped cell's rows carry no cap
+    assert len(rows) == 2 and all(pd.isna(r["power_cap_w"]) for r in rows)

@@ -40,6 +40,12 @@ class WorkloadKind:
         """The prompt lengths a cell runs at, one cell each per concurrency; None: the workload's own."""
         return (None,)
 
+    def deciding_points(self, workload: Workload, context_len: int) -> tuple[int | None, ...]:
+        """The points of a one-off workload that What to run decides the long-context use on, which its rounds
+        repeat like a judged workload (plan/expand.py long_context_deciding); none for a kind that stands for
+        no such use."""
+        return ()
+
     def turns(self, workload: Workload, index: int, count: int, repeat: int, shape: PromptShape) -> list[str]:
         """The user turns of conversation `index` of `count` in repeat `repeat`: conversations and repeats
         rotate through the prompt list, so a cell sees every prompt."""

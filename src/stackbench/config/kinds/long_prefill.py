@@ -13,5 +13,9 @@ class LongPrefill(WorkloadKind):
         prompt = workload.prompts[(repeat * count + index) % len(workload.prompts)]
         return [shape.drawn(prompt, index, workload.prompt_tokens or DEFAULT_PROMPT_TOKENS)]
 
+    def deciding_points(self, workload: Workload, context_len: int) -> tuple[int | None, ...]:
+        """Its one cell: the long-context use's prefill-bound request."""
+        return self.points(workload)
+
 
 KIND = LongPrefill()

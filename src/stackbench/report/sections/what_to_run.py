@@ -74,7 +74,7 @@ def real_repeats(budget_path: Path | None) -> int | None:
 def rehearsed(ctx: Context) -> list:
     launches, repeats = rehearsed_launches(ctx), real_repeats(ctx.budget_path)
     uses = usecase.rehearsal_use_case_tables(queries.use_case_rows(ctx.results, any_status=True), ctx.nodes, launches, repeats)
-    plan = decisions.rehearsal_tables(ctx.decide_rows, ctx.nodes, launches, repeats)
+    plan = decisions.rehearsal_tables(ctx.decide_rows, ctx.nodes, launches, repeats, ctx.rules, ctx.caps_refused_lines)
     return uses + plan + [undecided(t, CANNOT_DECIDE_ENERGY) for t in energy(ctx) if t.table_id.startswith("what-to-run-energy")]
 
 
