@@ -107,6 +107,19 @@ class Workload:
 
 
 ONCE_SUFFIX = "--once"  # a configuration's launch of its one-off sets (Launch.once): after every round, judged in none
+# Between a stack and a run's label, in the launch's name (<stack config>+<label>--<variant>) and in its rows' stack
+# column (<engine>+<label>): a character none of the shipped stack, engine or variant names holds.
+LABEL_JOIN = "+"
+
+
+def labelled(name: str, label: str | None) -> str:
+    """A stack's or engine's name with a run's label (runs[].label) where it has one."""
+    return name if label is None else f"{name}{LABEL_JOIN}{label}"
+
+
+def configuration_name(stack_config: str, variant: str, label: str | None = None) -> str:
+    """A server configuration's name, the first replicate's run folder: <stack config>[+<label>]--<variant>."""
+    return f"{labelled(stack_config, label)}--{variant}"
 
 
 @dataclass(frozen=True)
@@ -140,11 +153,18 @@ class Launch:
     repeats: int | None = None  # measured repeats per cell (the run's); None: the config's measure.repeats
     replicate: int = 1  # which fresh server process of this configuration (node `launches`); round k runs replicate k
     once: bool = False  # the launch of the configuration's one-off workloads, after What to run's rounds (expand.one_offs_apart)
+    label: str | None = None  # the run's label (runs[].label): two runs of one stack file told apart; None: unlabelled
 
     @property
     def configuration(self) -> str:
-        """The server configuration, the same for every replicate of it."""
-        return f"{self.stack_config}--{self.variant}"
+        """The server configuration, the same for every replicate of it; a labelled run's carries its label."""
+        return configuration_name(self.stack_config, self.variant, self.label)
+
+    @property
+    def stack(self) -> str:
+        """Its rows' stack column (results/store.py): the engine, with the run's label where it has one, so two
+        runs of one stack stand apart wherever the analysis and the report group rows by stack."""
+        return labelled(self.engine, self.label)
 
     @property
     def name(self) -> str:

@@ -31,7 +31,7 @@ import pandas as pd
 
 from stackbench.config import default_decision
 from stackbench.config.kinds import KINDS
-from stackbench.config.model import Decision, Workload, from_json
+from stackbench.config.model import Decision, Workload, configuration_name, from_json
 from stackbench.engines import adapter_for
 from stackbench.engines.llamacpp import LlamaCppAdapter
 from stackbench.engines.sglang import SglangAdapter
@@ -118,7 +118,8 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
                       "judged": workload_judged(workload)})
     argv = _json(run_dir / "standin_argv.json")
     build = launch.get("env_name") if launch["launch_mode"] == "native" else None
-    return {"launch": f"{launch['stack_config']}--{launch['variant']}", "mode": launch["launch_mode"], "repeats": repeats,
+    name = configuration_name(launch["stack_config"], launch["variant"], launch.get("label"))
+    return {"launch": name, "mode": launch["launch_mode"], "repeats": repeats,
             "build": {"env": build, "engine": engine} if build else None, "tp_cost": facts.get("tp_cost") or "",
             "flag_check": argv.get("flag_check") or ("not started" if not argv else "not recorded"),
             "pinned": facts.get("pinned"),

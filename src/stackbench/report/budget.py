@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from stackbench.config.rehearsal import REFUSED, flags_checked
 from stackbench.rehearsal import calibration
 from stackbench.report.table import Table, format_number
 
@@ -22,16 +23,6 @@ BASIS = ("each cell's requests (their prompt and output tokens, streams and slot
          "fitted post, a slow disk and pull, the slow end of each compile (rehearsal/budget.py).")
 
 
-def flags_checked(check: str | None, pinned: str | None = None) -> str:
-    """Whether the engine's own argument parser checked a launch's flags (the stand-in's record), and the
-    version the real run pins beside the one checked."""
-    if not check:
-        return "not recorded"
-    if check.startswith("ok"):
-        return "yes, " + check.removeprefix("ok").strip(" ()") + (f"; the run pins {pinned}" if pinned else "")
-    return "no: " + check.removeprefix("skipped: ")
-
-
 def hours(pair: list[float]) -> str:
     return f"{format_number(pair[0])}–{format_number(pair[1])} h"
 
@@ -42,7 +33,11 @@ def budget_tables(path: Path) -> list[Table]:
                  hours(x["start_h"]), hours(x["total_h"]), flags_checked(x.get("flag_check"), x.get("pinned"))] for x in doc["launches"]]
     launches.append(["all launches", "", "", str(sum(x["cells"] for x in doc["launches"])), "", "", hours(doc["total_h"]), ""])
     legend = [BASIS]
-    unchecked = [x["launch"] for x in doc["launches"] if not str(x.get("flag_check") or "").startswith("ok")]
+    refused = [x["launch"] for x in doc["launches"] if str(x.get("flag_check") or "").startswith(REFUSED)]
+    if refused:
+        legend.append(f"The engine's own argument parser REFUSED the flags of {', '.join(refused)}: the real engine "
+                      "would exit before it is ready, as the stand-in did; fix the flag the column names before booking.")
+    unchecked = [x["launch"] for x in doc["launches"] if not str(x.get("flag_check") or "").startswith(("ok", REFUSED))]
     if unchecked:
         legend.append(f"Flags not checked by the engine's own argument parser on {len(unchecked)} of {len(doc['launches'])} "
                       "launches: a wrong flag there fails only on the GPU node. vLLM's and SGLang's parsers check them "
