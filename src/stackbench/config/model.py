@@ -204,6 +204,25 @@ class HostIdle:
 
 
 @dataclass(frozen=True)
+class Rental:
+    """What a GPU node costs and how fast it fetches models (node.schema.yaml `rental`): the rehearsal's budget prices
+    the real run's GPU-node hours, the builds and the model downloads with it."""
+
+    gpu_hour_usd: float | None
+    download_gbps: float
+    gpus: int = 1  # hardware.gpu.count, at least one: a GPU-node hour is this many GPU-hours
+
+    @property
+    def node_hour_usd(self) -> float | None:
+        return None if self.gpu_hour_usd is None else self.gpu_hour_usd * self.gpus
+
+    @classmethod
+    def of(cls, node_doc: dict) -> Rental:
+        """From a validated node document (defaults filled)."""
+        return cls(**node_doc["rental"], gpus=max(node_doc["hardware"]["gpu"]["count"], 1))
+
+
+@dataclass(frozen=True)
 class Decision:
     """What to run's sequential rule for a node (node.schema.yaml `launches` and `decide`): the first look's
     round, the budget's most rounds and minutes, and the smallest gain worth switching for."""

@@ -71,8 +71,11 @@ def summarize(node: str, seconds: float, time_scale: float) -> dict:
     budget_path = rehearsal.budget_path(node)
     budget = json.loads(budget_path.read_text()) if budget_path.exists() else {"total_h": [0.0, 0.0]}
     low, high = budget["total_h"]
+    per_hour = (budget.get("rental") or {}).get("node_hour_usd")
     return {"node": node, "rehearsal_seconds": round(seconds, 1), "time_scale": time_scale, "launches": launches,
             "expected_real_hours": round(low, 2), "expected_real_hours_high": round(high, 2),
+            "expected_real_usd": None if per_hour is None else [round(low * per_hour), round(high * per_hour)],
+            "node_hour_usd": per_hour,
             "expected_basis": f"the rehearsal's time budget ({budget_path}): each cell's requests at the stand-in's "
                               "modeled pace (never this host's seconds), the real repeats and warm-up, start-up, "
                               "compile, model load and image pulls; builds and installs beside it"}
@@ -102,8 +105,10 @@ def report_lines(summary: dict) -> list[str]:
         draft = f", draft {launch['draft_model']}" if launch["draft_model"] else ""
         lines.append(f"  {name}: {state}{draft}; cells " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                      + f"; flags checked: {flags_checked(launch.get('flag_check'), launch.get('pinned'))}")
+    cost = summary.get("expected_real_usd")
+    money = f", ${cost[0]:g}-{cost[1]:g} at ${summary['node_hour_usd']:g} a GPU-node hour" if cost else ""
     lines.append(f"  the real run: about {summary['expected_real_hours']:g}-{summary['expected_real_hours_high']:g} GPU-node "
-                 f"hours ({summary['expected_basis']})")
+                 f"hours{money} ({summary['expected_basis']})")
     lines.append(f"  report: {rehearsal.paths(summary['node'])['reports']}/index.html")
     return lines
 
