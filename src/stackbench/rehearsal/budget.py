@@ -35,7 +35,7 @@ import pandas as pd
 
 from stackbench.config import default_decision, default_rental
 from stackbench.config.kinds import KINDS
-from stackbench.config.model import Decision, Rental, Workload, configuration_name, from_json
+from stackbench.config.model import Decision, Rental, Workload, from_json
 from stackbench.engines import adapter_for
 from stackbench.engines.llamacpp import LlamaCppAdapter
 from stackbench.engines.sglang import SglangAdapter
@@ -125,8 +125,8 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
     # the model's weights as the stand-in sized them (engine_facts), what its download weighs where no file is here
     sized = {"sized_mib": facts.get("weights_mib"), "bpw": facts.get("bpw")}
     models = [{**model, **(sized if key == "model" else {})} for key in ("model", "draft_model") if (model := launch.get(key))]
-    name = configuration_name(launch["stack_config"], launch["variant"], launch.get("label"))
-    return {"launch": name, "mode": launch["launch_mode"], "repeats": repeats,
+    # its run folder's name: the configuration, its label and its round (<stack>[+<label>]--<variant>[--r<k>])
+    return {"launch": run_dir.name, "mode": launch["launch_mode"], "repeats": repeats,
             "build": {"env": build, "engine": engine} if build else None, "models": models,
             "tp_cost": facts.get("tp_cost") or "",
             "flag_check": argv.get("flag_check") or ("not started" if not argv else "not recorded"),

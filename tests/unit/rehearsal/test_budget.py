@@ -224,7 +224,10 @@ def test_rounds_are_priced_and_a_plan_that_cannot_decide_names_the_cheapest_that
         doc = json.loads(spec.read_text())
         doc["launch"]["replicate"] = expand.replicate_of(spec.parent.name)
         spec.write_text(json.dumps(doc))
-    rounds = budget.budget(tmp_path, SCALE, REAL, budget.Decision(first=3, most=8, min_gain=0.1, budget_minutes=None))["rounds"]
+    doc = budget.budget(tmp_path, SCALE, REAL, budget.Decision(first=3, most=8, min_gain=0.1, budget_minutes=None))
+    # each launch named by its run folder, its round with it (three rows once read "vllm--nospec" alike)
+    assert [x["launch"] for x in doc["launches"]] == ["vllm--nospec", "vllm--nospec--r2", "vllm--nospec--r3"]
+    rounds = doc["rounds"]
     assert (rounds["first_rounds"], rounds["most"]) == (3, 8)
     assert rounds["budget_h"][0] == pytest.approx(rounds["first_h"][0] + 5 * rounds["later_round_h"][0])
     by_cv = {r["cv"]: r for r in rounds["resolves"]}
