@@ -318,12 +318,17 @@ def _rehearse(args) -> None:
 
 
 def _rehearsal_budget(args) -> None:
+    from stackbench.config import load_file
+    from stackbench.config.model import Rental
     from stackbench.plan import expand
     from stackbench.rehearsal import budget
 
     real = {"repeats": args.repeats, "warmup_requests": args.warmup_requests}
-    decision = expand.load_node(args.node, expand.load_run_config(Path("."))).decision if args.node else None
-    print(f"budget: {budget.main(Path(args.runs), args.time_scale, real, Path(args.out), decision)}")
+    decision = rental = None  # the schema's, for runs without their node at hand
+    if args.node:
+        node = expand.load_node(args.node, expand.load_run_config(Path(".")))
+        decision, rental = node.decision, Rental.of(load_file(Path(node.file), "node"))
+    print(f"budget: {budget.main(Path(args.runs), args.time_scale, real, Path(args.out), decision, rental)}")
 
 
 def _build_env(args) -> None:
@@ -480,7 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rehearsal-budget", help="the real run's GPU hours per launch and workload, from a rehearsal's runs")
     p.add_argument("--runs", required=True, help="the rehearsal's runs folder of its node")
-    p.add_argument("--node", help="the node rehearsed, whose What to run rule prices the rounds (default: the schema's)")
+    p.add_argument("--node", help="the node rehearsed, whose What to run rule prices the rounds and whose rental prices "
+                                  "the hours and downloads (default: the schema's)")
     p.add_argument("--time-scale", type=float, required=True, help="rehearsal.time_scale")
     p.add_argument("--repeats", type=int, required=True, help="the real run's measure.repeats (a run's own wins)")
     p.add_argument("--warmup-requests", type=int, required=True, help="the real run's measure.warmup_requests")

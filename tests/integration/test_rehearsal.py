@@ -245,6 +245,42 @@ def test_caps_restored_after_sigkill_mid_cap_and_rerun(tmp_path):
     assert any("power limit" in item for item in leftovers)
 
 
+def test_two_labelled_runs_rehearse_apart_and_a_flag_the_built_parser_refuses_is_reported_at_the_rerun(tmp_path):
+    """Issue 60: SGLang at TP 4 and TP 2 in one node file (runs[].label), the TP 2 run with a flag SGLang does not
+    take. Rehearsed before SGLang's CPU environment is built, both launches run, their flags unchecked; once it is
+    built, the rehearsal run again re-launches them (the parser is part of a rehearsal launch), and the console and
+    the budget say the parser refused the TP 2 run's flag and checked the TP 4 run's, beside the pinned version."""
+    repo = copy_repo(tmp_path / "repo")
+    node_file = repo / "configs/nodes/4xa6000-tp4.yaml"
+    node = yaml.safe_load(node_file.read_text())
+    run = {"stack": "sglang-nospec", "model": node["runs"][0]["model"]}
+    node.update(workloads=["code"], concurrency=[1], probes=None, accuracy=None,
+                runs=[{**run, "label": "tp4", "server_args": {"tp_size": 4}},
+                      {**run, "label": "tp2", "server_args": {"tp_size": 2, "no_such_flag": True}}])
+    node_file.write_text(yaml.safe_dump(node))
+    first = rehearse(repo, "4xa6000-tp4")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    launches = {x["launch"]: x for x in json.loads((repo / "data/rehearsal/4xa6000-tp4/rehearsal.json").read_text())["launches"]}
+    assert set(launches) == {"sglang-nospec+tp4--nospec", "sglang-nospec+tp2--nospec"}
+    assert all(x["ready"] and x["flag_check"].startswith("skipped") for x in launches.values())
+    stacks = set(pd.read_parquet(repo / "data/rehearsal/4xa6000-tp4/results.parquet", columns=["stack", "source"])
+                 .query("source == 'rehearsal'")["stack"])
+    assert stacks == {"sglang+tp4", "sglang+tp2"}
+    built = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", ".envs/sglang-cpu/ready.json"], cwd=repo,
+                           capture_output=True, text=True, timeout=3600)  # the cached build where there is one
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    again = rehearse(repo, "4xa6000-tp4")
+    version = json.loads((repo / ".envs/sglang-cpu/ready.json").read_text())["version"]
+    lines = {line.split(":", 1)[0].strip(): line for line in again.stdout.splitlines() if line.startswith("  sglang-nospec+")}
+    assert "NOT READY" in lines["sglang-nospec+tp2--nospec"] and "flags checked: REFUSED: " in lines["sglang-nospec+tp2--nospec"]
+    assert "--no-such-flag" in lines["sglang-nospec+tp2--nospec"]
+    assert lines["sglang-nospec+tp4--nospec"].endswith(f"flags checked: yes, sglang-cpu's argparse, version {version}; "
+                                                        f"the run pins {(repo / 'envs/sglang.txt').read_text().split()[0]}")
+    budget = json.loads((repo / "data/rehearsal/4xa6000-tp4/budget.json").read_text())
+    assert {x["launch"]: x["flag_check"].split(" ")[0] for x in budget["launches"]} == {
+        "sglang-nospec+tp4--nospec": "ok", "sglang-nospec+tp2--nospec": "refused:"}
+
+
 def _pids() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 

@@ -49,7 +49,7 @@ def round_verdict_file(node, round_no):
 
 
 def _asked(verdict_path):
-    """The (engine, variant) pairs a look's verdict asks the next round to launch again."""
+    """The (stack, variant) pairs a look's verdict asks the next round to launch again (the rows' stack: Launch.stack)."""
     return {tuple(pair) for pair in json.loads(Path(verdict_path).read_text())["next"]}
 
 
@@ -62,7 +62,7 @@ def _later_parts(node, upto, verdict_of):
         asked = _asked(verdict) if verdict else set()
         if not asked:
             break
-        parts += [_part(node, l) for l in node.later_rounds if l.replicate == look + 1 and (l.engine, l.variant) in asked]
+        parts += [_part(node, l) for l in node.later_rounds if l.replicate == look + 1 and (l.stack, l.variant) in asked]
         look += 1
     return parts
 

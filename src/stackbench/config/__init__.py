@@ -105,6 +105,13 @@ def load_file(path: Path, schema_name: str) -> dict:
     return validate(data, load_schema(schema_name), str(path))
 
 
+def default_rental():
+    """The node schema's `rental` defaults: no price, the stated download rate, one GPU."""
+    from stackbench.config.model import Rental
+
+    return Rental(**validate({}, load_schema("node")["properties"]["rental"], "node.schema.yaml: rental"))
+
+
 def default_decision():
     """What to run's rule for a node whose file is not at hand (a kept run, a bundle): the node schema's defaults."""
     from stackbench.config.model import Decision

@@ -107,6 +107,19 @@ class Workload:
 
 
 ONCE_SUFFIX = "--once"  # a configuration's launch of its one-off sets (Launch.once): after every round, judged in none
+# Between a stack and a run's label, in the launch's name (<stack config>+<label>--<variant>) and in its rows' stack
+# column (<engine>+<label>): a character none of the shipped stack, engine or variant names holds.
+LABEL_JOIN = "+"
+
+
+def labelled(name: str, label: str | None) -> str:
+    """A stack's or engine's name with a run's label (runs[].label) where it has one."""
+    return name if label is None else f"{name}{LABEL_JOIN}{label}"
+
+
+def configuration_name(stack_config: str, variant: str, label: str | None = None) -> str:
+    """A server configuration's name, the first replicate's run folder: <stack config>[+<label>]--<variant>."""
+    return f"{labelled(stack_config, label)}--{variant}"
 
 
 @dataclass(frozen=True)
@@ -145,11 +158,18 @@ class Launch:
     # first-round one whose one-offs run apart (`apart`), run only those points of them; the --once launch the rest.
     deciding: tuple[str, ...] = ()
     apart: bool = False  # a first-round launch whose one-off sets run on the configuration's --once launch
+    label: str | None = None  # the run's label (runs[].label): two runs of one stack file told apart; None: unlabelled
 
     @property
     def configuration(self) -> str:
-        """The server configuration, the same for every replicate of it."""
-        return f"{self.stack_config}--{self.variant}"
+        """The server configuration, the same for every replicate of it; a labelled run's carries its label."""
+        return configuration_name(self.stack_config, self.variant, self.label)
+
+    @property
+    def stack(self) -> str:
+        """Its rows' stack column (results/store.py): the engine, with the run's label where it has one, so two
+        runs of one stack stand apart wherever the analysis and the report group rows by stack."""
+        return labelled(self.engine, self.label)
 
     @property
     def name(self) -> str:
@@ -186,6 +206,25 @@ class HostIdle:
 
         fields = load_schema("node")["properties"]["hardware"]["properties"]["host_idle"]["properties"]
         return cls(**{name: spec["default"] for name, spec in fields.items()})
+
+
+@dataclass(frozen=True)
+class Rental:
+    """What a GPU node costs and how fast it fetches models (node.schema.yaml `rental`): the rehearsal's budget prices
+    the real run's GPU-node hours, the builds and the model downloads with it."""
+
+    gpu_hour_usd: float | None
+    download_gbps: float
+    gpus: int = 1  # hardware.gpu.count, at least one: a GPU-node hour is this many GPU-hours
+
+    @property
+    def node_hour_usd(self) -> float | None:
+        return None if self.gpu_hour_usd is None else self.gpu_hour_usd * self.gpus
+
+    @classmethod
+    def of(cls, node_doc: dict) -> Rental:
+        """From a validated node document (defaults filled)."""
+        return cls(**node_doc["rental"], gpus=max(node_doc["hardware"]["gpu"]["count"], 1))
 
 
 @dataclass(frozen=True)

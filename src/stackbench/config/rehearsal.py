@@ -28,6 +28,23 @@ ONCE = {"repeats": 1, "warmup_requests": 0}  # a rehearsal runs each cell once (
 AUTO_OS = "unknown"
 
 
+# How the stand-in records its flag check (rehearsal/standin.py serve_rehearsal): "ok (<parser>, version <v>)",
+# "skipped: <why>", or the engine's parser refusing the command.
+REFUSED = "refused"
+
+
+def flags_checked(check: str | None, pinned: str | None = None) -> str:
+    """Whether the engine's own argument parser checked a launch's flags (the stand-in's record) and what it said,
+    with the version the real run pins beside the one checked."""
+    if not check:
+        return "not recorded"
+    if check.startswith("ok"):
+        return "yes, " + check.removeprefix("ok").strip(" ()") + (f"; the run pins {pinned}" if pinned else "")
+    if check.startswith(REFUSED):
+        return "REFUSED: " + check.removeprefix(REFUSED).lstrip(": ")
+    return "no: " + check.removeprefix("skipped: ")
+
+
 def node_of(cfg: dict) -> str | None:
     return (cfg.get("rehearsal") or {}).get("node")
 
@@ -64,6 +81,7 @@ class RealRun:
     settings = None  # a launch spec's `rehearsal`: none
     budget = None  # the real run's time budget is a rehearsal's to write (rehearsal/budget.py)
     starts_engines = True  # its launches need their engines' environments built (plan/launchspec.py inputs)
+    checks_flags = False  # the engine itself parses its flags
 
     def rounds(self, first: int, most: int) -> int:
         """The rounds planned: up to the last What to run's sequence may reach (docs/what-to-run.md)."""
@@ -90,6 +108,9 @@ class Rehearsal:
 
     settings: dict  # the config's `rehearsal` and the environments folder (the stand-in's flag check reads it)
     starts_engines = False  # stand-ins start, from this package: no engine environment is built
+    # The stand-in parses its flags with the engine's own parser where that engine's CPU environment is built
+    # (rehearsal/standin.py check_with_engine_parser): the parser is part of the launch (plan/launchspec.py).
+    checks_flags = True
 
     @property
     def budget(self) -> str:

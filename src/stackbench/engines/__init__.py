@@ -1,11 +1,13 @@
 """One adapter per engine, in a plain dict keyed by the results contract's stack name."""
 
 from stackbench.engines.base import Adapter, kv_accounting_columns
-from stackbench.engines.llamacpp import LlamaCppAdapter
-from stackbench.engines.sglang import SglangAdapter
-from stackbench.engines.vllm import VllmAdapter
+from stackbench.engines.llamacpp import LlamaCppAdapter, LlamaCppFormats
+from stackbench.engines.sglang import SglangAdapter, SglangFormats
+from stackbench.engines.vllm import VllmAdapter, VllmFormats
 
 ADAPTERS: dict[str, Adapter] = {adapter.engine: adapter for adapter in (LlamaCppAdapter(), SglangAdapter(), VllmAdapter())}
+# Each engine's formats as the rehearsal's stand-in writes them (rehearsal/formats.py says what one has), keyed alike.
+FORMATS = {formats.engine: formats for formats in (LlamaCppFormats(), SglangFormats(), VllmFormats())}
 
 
 def adapter_for(engine: str) -> Adapter:
@@ -18,6 +20,13 @@ def adapter_for(engine: str) -> Adapter:
 def adapter_for_env(env_name: str) -> Adapter:
     """The adapter of an engine environment: env names are <engine>[-<flavour>] (llamacpp-cuda-sm86, vllm-cpu)."""
     return adapter_for(env_name.split("-", 1)[0])
+
+
+def flag_parser_env(engine: str) -> str | None:
+    """The environment whose copy of the engine's own argument parser checks a rehearsal's flags (its formats'
+    flag_parser); None where no parser of it runs here (llama-server's is C++ in a CUDA build)."""
+    parser = FORMATS[engine].flag_parser if engine in FORMATS else None
+    return parser[0] if isinstance(parser, tuple) else None
 
 
 def env_with_tool(tool: str) -> str:

@@ -52,7 +52,7 @@ class RowMaker:
         self.launch_basis = {
             # What the launch ran on says (measure/backend.py): a rehearsal's stand-ins measure nothing real.
             "source": source, "ref": run_id, "node": node.name,
-            "stack": launch.engine, "variant": launch.variant, "replicate": launch.replicate,
+            "stack": launch.stack, "variant": launch.variant, "replicate": launch.replicate,
             "spec_method": launch.spec_method, "spec_tokens": launch.spec_tokens,
             "os": host_os() if node.os == "auto" else node.os, "engine": adapter.engine_label,
             "engine_version": spec.engine.get("version", UNKNOWN),

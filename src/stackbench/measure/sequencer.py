@@ -284,7 +284,7 @@ class LaunchRun:
         outputs = None
         if result.outputs is not None:
             launch = self.launch
-            outputs = {"ref": self.run_id, "node": self.node.name, "stack": launch.engine, "variant": launch.variant,
+            outputs = {"ref": self.run_id, "node": self.node.name, "stack": launch.stack, "variant": launch.variant,
                        "spec_method": launch.spec_method, "model": launch.model.label, "workload": result.cell.workload.name,
                        "outputs": result.outputs}
         self.store.write(result.cell, rows, result.requests, outputs)

@@ -220,6 +220,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
                 concurrency=tuple(run["concurrency"] or ()),
                 power_caps_w=tuple(doc["power_caps_w"] if run["power_caps_w"] is None else run["power_caps_w"]),
                 repeats=run["repeats"],
+                label=run["label"],
             ))
         _check_flags(run_launches, adapter, where, i)
         if not doc["allow_queueing"]:
@@ -232,7 +233,8 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(f"{where}: runs: launch {duplicates[0]!r} appears twice; each server configuration is "
-                          "listed once (replicates of it come from `launches`)")
+                          "listed once (replicates of it come from `launches`); two runs of one stack (two checkpoints, "
+                          "two TP sizes) each take a `label` (runs[].label) to stand apart")
     chosen = _chosen_stacks(doc, cfg["stacks"], where)
     replicates = cfg["launches"] or doc["launches"]
     decision = Decision.of({**doc, "launches": replicates})

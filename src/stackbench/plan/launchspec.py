@@ -24,7 +24,7 @@ from pathlib import Path
 from stackbench.config.kinds import KINDS
 from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
 from stackbench.config.rehearsal import REAL_RUN, Run, planned_for, selected
-from stackbench.engines import adapter_for
+from stackbench.engines import adapter_for, flag_parser_env
 from stackbench.models import datasets
 from stackbench.models.recipes import RECIPES
 from stackbench.plan.expand import launch_points
@@ -204,6 +204,25 @@ def engine_identity(launch: Launch, envs_dir: Path) -> dict:
     return {"mode": launch.launch_mode, "target": launch.launch_target}
 
 
+def flag_parser_ready(launch: Launch, envs_dir: Path | str) -> Path | None:
+    """The ready.json of the environment whose copy of the engine's own argument parser checks a stand-in's
+    flags (engines.flag_parser_env); None for an engine none of whose parsers runs here."""
+    env = flag_parser_env(launch.engine)
+    return None if env is None else Path(envs_dir) / env / "ready.json"
+
+
+def flag_parser_identity(launch: Launch, envs_dir: Path | str) -> dict | None:
+    """The parser that checks a stand-in's flags, as a rehearsal launch's engine names it: its environment and
+    version, or that it is not built. Part of the launch's fingerprint, so a rehearsal run again after that
+    environment is built rehearses the launch again and its flags are checked (docs/rehearsal.md)."""
+    ready = flag_parser_ready(launch, envs_dir)
+    if ready is None:
+        return None
+    if not ready.exists():
+        return {"env": ready.parent.name, "missing": str(ready)}
+    return {"env": ready.parent.name, "version": json.loads(ready.read_text()).get("version")}
+
+
 def inputs(node: Node, launch: Launch, paths: dict, run: Run = REAL_RUN) -> dict:
     """What a launch spec is made from (rule plan_launch's inputs): the node's, stack's and workloads'
     config files, the engine environment where the run starts engines (its version and build) and the model
@@ -221,6 +240,9 @@ def inputs(node: Node, launch: Launch, paths: dict, run: Run = REAL_RUN) -> dict
     ready = env_ready(launch, paths["envs"]) if run.starts_engines else None
     if ready is not None:
         needed["env"] = str(ready)
+    parser = flag_parser_ready(launch, paths["envs"]) if run.checks_flags else None
+    if parser is not None and parser.exists():  # only once built: a rehearsal does not build it (docs/rehearsal.md)
+        needed["flag_parser"] = str(parser)
     # The pipeline's own model files come with their sha256 record (a Hugging Face folder is its own
     # record). A node's own model path is an input only while it exists: a missing one fails that launch
     # at start with its reason instead of stopping the whole plan, and once it appears (or changes) the
@@ -283,6 +305,9 @@ def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     bare = dataclasses.replace(node, launches=(), **{f: Node.__dataclass_fields__[f].default for f in NODE_WORKFLOW_FIELDS})
     run = selected(cfg)
     engine = run.engine(launch, engine_identity(launch, Path(cfg["paths"]["envs"])))
+    parser = flag_parser_identity(launch, cfg["paths"]["envs"]) if run.checks_flags else None
+    if parser is not None:
+        engine = {**engine, "flag_parser": parser}
     bound = setup_env(node, launch)
     measure = {**cfg["measure"], **run.own_repeats(launch)}
     return LaunchSpec(node=bare, launch=launch, measure=measure,
@@ -294,7 +319,7 @@ def only_cells(spec: LaunchSpec, open_cells: list[list]) -> LaunchSpec:
     """The spec cut to the cells a look left open ([stack, workload, concurrency, power cap], analysis/sequence.py
     open_cells), for a later round: a cell decided early costs no more launches."""
     wanted = {(stack, workload, concurrency, cap) for stack, workload, concurrency, cap in open_cells}
-    return dataclasses.replace(spec, cells=tuple(c for c in spec.cells if (spec.launch.engine, c.workload.name,
+    return dataclasses.replace(spec, cells=tuple(c for c in spec.cells if (spec.launch.stack, c.workload.name,
                                                                            c.concurrency, c.power_cap_w) in wanted))
 
 

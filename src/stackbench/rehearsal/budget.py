@@ -20,6 +20,10 @@ that left no request records falls back to the host's seconds, and the budget co
 - the range: low is the stand-in's pace as modeled; high assumes engines reach HIGH_SHARE of the
   roofline instead of ROOFLINE_SHARE (a launch whose pace is fitted to a post, rehearsal/calibration.py:
   FITTED_MARGIN slower than the post), a slower disk (LOAD_BYTES_PER_S_HIGH), a slow pull and compile.
+Beside the GPU-node hours, not in them: each native environment's build (BUILD_S) and each model's download at
+the node's `rental.download_gbps`, from its files' size where they are here, else its weights as the stand-in sizes
+them (the model's parameters x its quantization's bits per weight: configs/models, models/formats.py); all of it
+in money too where the node states `rental.gpu_hour_usd`.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from stackbench.config import default_decision
+from stackbench.config import default_decision, default_rental
 from stackbench.config.kinds import KINDS
-from stackbench.config.model import Decision, Workload, from_json
+from stackbench.config.model import Decision, Rental, Workload, from_json
 from stackbench.engines import adapter_for
 from stackbench.engines.llamacpp import LlamaCppAdapter
 from stackbench.engines.sglang import SglangAdapter
@@ -119,8 +123,13 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
                       "judged": repeated(workload, cell, launch)})
     argv = _json(run_dir / "standin_argv.json")
     build = launch.get("env_name") if launch["launch_mode"] == "native" else None
-    return {"launch": f"{launch['stack_config']}--{launch['variant']}", "mode": launch["launch_mode"], "repeats": repeats,
-            "build": {"env": build, "engine": engine} if build else None, "tp_cost": facts.get("tp_cost") or "",
+    # the model's weights as the stand-in sized them (engine_facts), what its download weighs where no file is here
+    sized = {"sized_mib": facts.get("weights_mib"), "bpw": facts.get("bpw")}
+    models = [{**model, **(sized if key == "model" else {})} for key in ("model", "draft_model") if (model := launch.get(key))]
+    # its run folder's name: the configuration, its label and its round (<stack>[+<label>]--<variant>[--r<k>])
+    return {"launch": run_dir.name, "mode": launch["launch_mode"], "repeats": repeats,
+            "build": {"env": build, "engine": engine} if build else None, "models": models,
+            "tp_cost": facts.get("tp_cost") or "",
             "flag_check": argv.get("flag_check") or ("not started" if not argv else "not recorded"),
             "pinned": facts.get("pinned"),
             "power_caps_w": list(launch.get("power_caps_w") or []), "start_low_s": start_low, "start_high_s": start_high,
@@ -196,9 +205,12 @@ def caps_everywhere_s(launches: list[dict]) -> tuple[list[float], float, float]:
     return caps, low, high
 
 
-def budget(runs_dir: Path, time_scale: float, real: dict, decision: Decision | None = None) -> dict:
+def budget(runs_dir: Path, time_scale: float, real: dict, decision: Decision | None = None,
+           rental: Rental | None = None) -> dict:
     """The node's budget in hours: per launch, per workload, the most expensive cells, what sweeping the caps on
-    every launch would add, and What to run's rounds under the node's rule (`decision`; the schema's default)."""
+    every launch would add, and What to run's rounds under the node's rule (`decision`; the schema's default);
+    beside them the builds and downloads, at the node's `rental` (its price and download rate; the schema's)."""
+    rental = rental or default_rental()
     pulled: set[str] = set()
     launches = [launch_budget(d, time_scale, real, pulled) for d in sorted(runs_dir.iterdir())
                 if (d / "launch.json").exists()] if runs_dir.exists() else []
@@ -228,6 +240,9 @@ def budget(runs_dir: Path, time_scale: float, real: dict, decision: Decision | N
         "compile_s": {adapter_for(engine).engine_label: list(pair) for engine, pair in COMPILE_S.items()},
         "host_timed_cells": sum(1 for x in launches for c in x["cells"] if c["host_timed"]),
         "builds": builds(launches),
+        "downloads": downloads(launches, rental.download_gbps),
+        "rental": {"gpu_hour_usd": rental.gpu_hour_usd, "gpus": rental.gpus, "node_hour_usd": rental.node_hour_usd,
+                   "download_gbps": rental.download_gbps},
         "tp_cost": sorted({x["tp_cost"] for x in launches if x["tp_cost"]}),
         "rounds": rounds(launches, decision or default_decision()),
         "once_per_launch_h": [sum(c["low_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours,
@@ -273,10 +288,39 @@ def builds(launches: list[dict]) -> list[dict]:
     return list(seen.values())
 
 
-def main(runs_dir: Path, time_scale: float, real: dict, out: Path, decision: Decision | None = None) -> Path:
+def downloads(launches: list[dict], gbps: float) -> list[dict]:
+    """Each model the launches load (and draft), once, with its size and its download's hours at `gbps`: its files'
+    bytes where they are on this machine, else the weights as the stand-in sized them; a model neither gives (a draft
+    whose files are elsewhere) is listed without a size, never guessed."""
+    seen: dict[str, dict] = {}
+    for launch in launches:
+        for model in launch["models"]:
+            if model["path"] in seen:
+                continue
+            size, source = model_bytes(model)
+            seen[model["path"]] = {"model": model["name"], "path": model["path"], "gb": None if size is None else size / 1e9,
+                                   "source": source, "h": None if size is None else size * 8 / (gbps * 1e9) / 3600}
+    return list(seen.values())
+
+
+def model_bytes(model: dict) -> tuple[float | None, str]:
+    """A model's download size in bytes and where the figure comes from."""
+    path = Path(model["path"])
+    if path.is_file():
+        return float(path.stat().st_size), "its file here"
+    if path.is_dir():
+        return float(sum(f.stat().st_size for f in path.rglob("*") if f.is_file())), "its folder's files here"
+    if model.get("sized_mib"):
+        return model["sized_mib"] * 2**20, (f"not here: its weights as the stand-in sizes them, {model['quant']} at "
+                                            f"{model['bpw']:g} bits per weight (configs/models, models/formats.py)")
+    return None, "not here, and no size stated: not priced"
+
+
+def main(runs_dir: Path, time_scale: float, real: dict, out: Path, decision: Decision | None = None,
+         rental: Rental | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(budget(runs_dir, time_scale, real, decision), indent=1))
+    tmp.write_text(json.dumps(budget(runs_dir, time_scale, real, decision, rental), indent=1))
     tmp.replace(out)
     return out
 

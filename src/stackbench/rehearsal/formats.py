@@ -10,11 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from stackbench.engines import adapter_for
+from stackbench.engines import FORMATS, adapter_for
 from stackbench.engines.base import RequestTrace, ServedCounts
-from stackbench.engines.llamacpp import LlamaCppFormats
-from stackbench.engines.sglang import SglangFormats
-from stackbench.engines.vllm import VllmFormats
 from stackbench.serve.process import NotRunnable
 
 
@@ -43,7 +40,7 @@ class EngineFormats(Protocol):
         """The JSON bodies of the GET routes besides health and metrics that self_report and version_path read."""
 
 
-WRITERS: dict[str, EngineFormats] = {w.engine: w for w in (LlamaCppFormats(), SglangFormats(), VllmFormats())}
+WRITERS: dict[str, EngineFormats] = FORMATS
 
 
 def formats_for(engine: str) -> EngineFormats:

@@ -16,6 +16,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from stackbench.config import rehearsal
+from stackbench.config.model import configuration_name
+from stackbench.config.rehearsal import flags_checked
 from stackbench.results.store import NOT_SWEPT
 
 
@@ -46,10 +48,11 @@ def launch_summary(run_dir: Path) -> dict:
     if not ready:
         reason = next((r for r in _cell_reasons(run_dir) if r), "never started")
     argv = json.loads((run_dir / "standin_argv.json").read_text()) if (run_dir / "standin_argv.json").exists() else {}
+    facts = json.loads((run_dir / "standin_facts.json").read_text()) if (run_dir / "standin_facts.json").exists() else {}
     launch = spec["launch"]
-    return {"launch": run_dir.name, "configuration": launch["stack_config"] + "--" + launch["variant"],
+    return {"launch": run_dir.name, "configuration": configuration_name(launch["stack_config"], launch["variant"], launch.get("label")),
             "round": None if launch.get("once") else launch.get("replicate", 1), "ready": ready, "reason": reason,
-            "flag_check": argv.get("flag_check"),
+            "flag_check": argv.get("flag_check"), "pinned": facts.get("pinned"),
             "cells": statuses, "cell_seconds": sum(e["seconds"] for e in timeline if e["event"] == "cell"),
             "draft_model": (launch.get("draft_model") or {}).get("path")}
 
@@ -70,8 +73,11 @@ def summarize(node: str, seconds: float, time_scale: float) -> dict:
     budget_path = rehearsal.budget_path(node)
     budget = json.loads(budget_path.read_text()) if budget_path.exists() else {"total_h": [0.0, 0.0]}
     low, high = budget["total_h"]
+    per_hour = (budget.get("rental") or {}).get("node_hour_usd")
     return {"node": node, "rehearsal_seconds": round(seconds, 1), "time_scale": time_scale, "launches": launches,
             "expected_real_hours": round(low, 2), "expected_real_hours_high": round(high, 2),
+            "expected_real_usd": None if per_hour is None else [round(low * per_hour), round(high * per_hour)],
+            "node_hour_usd": per_hour,
             "expected_basis": f"the rehearsal's time budget ({budget_path}): each cell's requests at the stand-in's "
                               "modeled pace (never this host's seconds), the real repeats and warm-up, start-up, "
                               "compile, model load and image pulls; builds and installs beside it"}
@@ -99,12 +105,12 @@ def report_lines(summary: dict) -> list[str]:
             counts[status] = counts.get(status, 0) + 1
         state = "ready" if launch["ready"] else f"NOT READY: {launch['reason']}"
         draft = f", draft {launch['draft_model']}" if launch["draft_model"] else ""
-        flags = launch.get("flag_check") or "not recorded"
-        flags = f"checked by {flags.removeprefix('ok').strip(' ()')}" if flags.startswith("ok") else f"NOT checked ({flags})"
         lines.append(f"  {name}: {state}{draft}; cells " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-                     + f"; flags {flags}")
+                     + f"; flags checked: {flags_checked(launch.get('flag_check'), launch.get('pinned'))}")
+    cost = summary.get("expected_real_usd")
+    money = f", ${cost[0]:g}-{cost[1]:g} at ${summary['node_hour_usd']:g} a GPU-node hour" if cost else ""
     lines.append(f"  the real run: about {summary['expected_real_hours']:g}-{summary['expected_real_hours_high']:g} GPU-node "
-                 f"hours ({summary['expected_basis']})")
+                 f"hours{money} ({summary['expected_basis']})")
     lines.append(f"  report: {rehearsal.paths(summary['node'])['reports']}/index.html")
     return lines
 

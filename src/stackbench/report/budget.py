@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from stackbench.config.rehearsal import REFUSED, flags_checked
 from stackbench.rehearsal import calibration
 from stackbench.report.table import Table, format_number
 
@@ -22,27 +23,55 @@ BASIS = ("each cell's requests (their prompt and output tokens, streams and slot
          "fitted post, a slow disk and pull, the slow end of each compile (rehearsal/budget.py).")
 
 
-def flags_checked(check: str | None, pinned: str | None = None) -> str:
-    """Whether the engine's own argument parser checked a launch's flags (the stand-in's record), and the
-    version the real run pins beside the one checked."""
-    if not check:
-        return "not recorded"
-    if check.startswith("ok"):
-        return "yes, " + check.removeprefix("ok").strip(" ()") + (f"; the run pins {pinned}" if pinned else "")
-    return "no: " + check.removeprefix("skipped: ")
-
-
 def hours(pair: list[float]) -> str:
     return f"{format_number(pair[0])}–{format_number(pair[1])} h"
 
 
+def minutes(pair: list[float]) -> str:
+    low, high = (format_number(h * 60) for h in pair)
+    return f"{low} min" if low == high else f"{low}–{high} min"
+
+
+def dollars(pair: list[float], node_hour_usd: float) -> str:
+    low, high = (format_number(h * node_hour_usd) for h in pair)
+    return f"${low}" if low == high else f"${low}–{high}"
+
+
+def rate_said(rental: dict) -> str:
+    """'$10 per GPU-node hour ($2.5 per GPU-hour x 4 GPUs, rental.gpu_hour_usd)'."""
+    return (f"${rental['node_hour_usd']:g} per GPU-node hour (${rental['gpu_hour_usd']:g} per GPU-hour x {rental['gpus']} "
+            f"GPU{'s' if rental['gpus'] > 1 else ''}, the node's rental.gpu_hour_usd)")
+
+
+def priced_at(rental: dict | None) -> bool:
+    """Whether the budget states the node's price (rental.gpu_hour_usd; budgets written before it: no)."""
+    return bool(rental) and rental.get("node_hour_usd") is not None
+
+
+def with_cost(columns: list[str], rows: list[list[str]], spans: list[list[float] | None], rental: dict | None):
+    """The table's columns and rows with a cost column, each row's hours (`spans`) at the node's price, where the
+    node states one (rental.gpu_hour_usd); as they are where it does not."""
+    if not priced_at(rental):
+        return columns, rows
+    return columns + ["cost"], [row + [dollars(span, rental["node_hour_usd"]) if span else ""] for row, span in zip(rows, spans)]
+
+
 def budget_tables(path: Path) -> list[Table]:
     doc = json.loads(path.read_text())
+    rental = doc.get("rental")
     launches = [[x["launch"], x["mode"], str(x["repeats"]), str(x["cells"]), "/".join(f"{c:g}" for c in x["caps"]) or "none",
                  hours(x["start_h"]), hours(x["total_h"]), flags_checked(x.get("flag_check"), x.get("pinned"))] for x in doc["launches"]]
     launches.append(["all launches", "", "", str(sum(x["cells"] for x in doc["launches"])), "", "", hours(doc["total_h"]), ""])
+    launch_columns, launches = with_cost(["launch", "mode", "repeats", "cells", "caps W", "start-up + load", "total", "flags checked"],
+                                         launches, [x["total_h"] for x in doc["launches"]] + [doc["total_h"]], rental)
     legend = [BASIS]
-    unchecked = [x["launch"] for x in doc["launches"] if not str(x.get("flag_check") or "").startswith("ok")]
+    if priced_at(rental):
+        legend.append(f"Cost at {rate_said(rental)}.")
+    refused = [x["launch"] for x in doc["launches"] if str(x.get("flag_check") or "").startswith(REFUSED)]
+    if refused:
+        legend.append(f"The engine's own argument parser REFUSED the flags of {', '.join(refused)}: the real engine "
+                      "would exit before it is ready, as the stand-in did; fix the flag the column names before booking.")
+    unchecked = [x["launch"] for x in doc["launches"] if not str(x.get("flag_check") or "").startswith(("ok", REFUSED))]
     if unchecked:
         legend.append(f"Flags not checked by the engine's own argument parser on {len(unchecked)} of {len(doc['launches'])} "
                       "launches: a wrong flag there fails only on the GPU node. vLLM's and SGLang's parsers check them "
@@ -71,31 +100,48 @@ def budget_tables(path: Path) -> list[Table]:
                           f"(+{share:.0%}); the per-run cap lists save that.")
         else:
             legend.append(f"Every launch already sweeps the caps {caps} W: sweeping them on every launch would add nothing more.")
-    builds = doc.get("builds") or []
     return [
         Table("budget-launches", "Time budget of the real run: GPU-node hours per launch", "rehearsal/budget.py",
-              ["launch", "mode", "repeats", "cells", "caps W", "start-up + load", "total", "flags checked"], launches,
-              [[None] * 8 for _ in launches], legend=legend),
+              launch_columns, launches, [[None] * len(launch_columns) for _ in launches], legend=legend),
         Table("budget-workloads", "Time budget of the real run: GPU-node hours per workload, all launches",
               "rehearsal/budget.py", ["workload", "hours"], [[w["workload"], hours(w["total_h"])] for w in doc["workloads"]],
               [[None, None] for _ in doc["workloads"]]),
         Table("budget-top-cells", "Time budget of the real run: the most expensive cells", "rehearsal/budget.py",
               ["launch", "cell", "hours"], [[c["launch"], c["cell"], hours(c["total_h"])] for c in doc["top_cells"]],
               [[None] * 3 for _ in doc["top_cells"]]),
-        *([Table("budget-builds", "Before the run, on the GPU node: builds and installs, once each, beside the GPU-node hours (not in them)",
-                 "rehearsal/budget.py BUILD_S", ["environment", "engine", "what", "hours"],
-                 [[b["env"], b["engine"], b["what"], hours(b["h"])] for b in builds], [[None] * 4 for _ in builds],
-                 legend=["Assumed ranges (no seed post states them); an image launch's pull is in its start-up above, "
-                         "and an environment already built on the node costs nothing."])] if builds else []),
-        *rounds_tables(doc.get("rounds")),
+        *before_the_run(doc.get("builds") or [], doc.get("downloads") or [], rental),
+        *rounds_tables(doc.get("rounds"), rental),
     ]
+
+
+def before_the_run(builds: list[dict], downloads: list[dict], rental: dict | None) -> list[Table]:
+    """The builds and installs (BUILD_S, assumed) and the model downloads (at rental.download_gbps), once each, in
+    minutes and, where the node states its price, in dollars: GPU-node time, though not in the run's hours."""
+    if not builds and not downloads:
+        return []
+    rows = [[b["env"], f"{b['engine']} {b['what']}", "", minutes(b["h"])] for b in builds]
+    rows += [[d["model"], f"download: {d['source']}", "" if d["gb"] is None else f"{format_number(d['gb'])} GB",
+              "" if d["h"] is None else minutes([d["h"], d["h"]])] for d in downloads]
+    spans = [b["h"] for b in builds] + [None if d["h"] is None else [d["h"], d["h"]] for d in downloads]
+    columns, rows = with_cost(["environment or model", "what", "size", "time"], rows, spans, rental)
+    legend = ["Builds: assumed ranges (no seed post states them); an image launch's pull is in its start-up above, and an "
+              "environment already built on the node costs nothing."]
+    if downloads:
+        gbps = (rental or {}).get("download_gbps")
+        legend.append(f"Downloads at {gbps:g} Gb/s (the node's rental.download_gbps, a stated rate, not a measurement); a "
+                      "model already on the node costs nothing.")
+    if priced_at(rental):
+        legend.append(f"Cost at {rate_said(rental)}: the node is billed while it builds and downloads.")
+    return [Table("budget-builds", "Before the run, on the GPU node: builds, installs and model downloads, once each, beside "
+                  "the GPU-node hours (not in them)", "rehearsal/budget.py BUILD_S, downloads", columns, rows,
+                  [[None] * len(columns) for _ in rows], legend=legend)]
 
 
 def gain(value: float | None) -> str:
     return "beyond reach" if value is None or not math.isfinite(value) else f"±{value:.0%}"
 
 
-def rounds_tables(rounds: dict | None) -> list[Table]:
+def rounds_tables(rounds: dict | None, rental: dict | None = None) -> list[Table]:
     """What to run's rounds priced in GPU-node hours (rehearsal/budget.py rounds), and the gain each resolves at
     the assumed launch-to-launch noise; a plan that cannot decide says so, with the cheapest one that could."""
     if not rounds:
@@ -113,7 +159,8 @@ def rounds_tables(rounds: dict | None) -> list[Table]:
         cheapest = row["cheapest_rounds"]
         resolves.append([f"{row['cv']:.0%}", gain(row["first_look"]) if looks else "no look",
                          gain(row["last_look"]) if looks else "no look",
-                         "none up to 100 rounds" if cheapest is None else f"{cheapest} rounds, {hours(row['cheapest_h'])}"])
+                         "none up to 100 rounds" if cheapest is None else f"{cheapest} rounds, {hours(row['cheapest_h'])}"
+                         + (f", {dollars(row['cheapest_h'], rental['node_hour_usd'])}" if priced_at(rental) else "")])
     cannot = [f"{r['cv']:.0%}" for r in rounds["resolves"] if not r["last_look"] < margin]
     legend = [f"Resolves: how far a true gain must lie from zero to read \"run\", or under the {margin:.0%} margin "
               "(decide.min_gain) to read \"not worth it\", per cell before the correction across cells "
@@ -125,8 +172,9 @@ def rounds_tables(rounds: dict | None) -> list[Table]:
     if cannot:
         legend.append(f"This plan cannot decide a gain near the {margin:.0%} margin at a launch CV of {', '.join(cannot)}: "
                       "the last column is the cheapest plan that could (`launches:` that many, one look).")
+    columns, priced = with_cost(["rounds", "hours"], priced, [rounds[k] for k in ("first_h", "later_round_h", "budget_h")], rental)
     return [Table("budget-rounds", "What to run's rounds: GPU-node hours", "rehearsal/budget.py rounds",
-                  ["rounds", "hours"], priced, [[None] * 2 for _ in priced]),
+                  columns, priced, [[None] * len(columns) for _ in priced]),
             Table("budget-resolves", "What each plan can decide, at an assumed launch-to-launch CV", "rehearsal/budget.py rounds",
                   ["launch CV", f"first look (round {rounds['first_look']}) resolves" if looks else "first look",
                    f"last look (round {most}) resolves" if looks else "last look",

@@ -116,3 +116,27 @@ def test_api_key_comes_from_the_environment_and_is_never_stored(configs, monkeyp
     monkeypatch.delenv("STACKBENCH_TEST_API_KEY")
     with pytest.raises(ConfigError, match="rtx5090.yaml: api_key_env: STACKBENCH_TEST_API_KEY is not set"):
         sequencer.api_key(spec.node)
+
+
+def test_two_runs_of_one_stack_need_labels_and_with_them_plan_apart(configs):
+    """Issue 60: one stack at TP 4 and at TP 2 in one node file. Unlabelled, the second run's launches repeat the
+    first's names (refused, naming runs[].label); labelled, each run's launches, rows' stack and cells stand apart."""
+    node = configs / "configs/nodes/4xa6000-tp4.yaml"
+
+    def at_tp_4_and_2(doc):
+        run = doc["runs"][0]
+        doc["runs"] = [{**run, "server_args": {**run["server_args"], "tp_size": tp}} for tp in (4, 2)]
+    edit(node, at_tp_4_and_2)
+    with pytest.raises(ConfigError, match=r"launch 'sglang-eagle--eagle-3-1-4' appears twice; .*each take a `label` "
+                                          r"\(runs\[\]\.label\)"):
+        expand.load_plan(configs, {"nodes": ["4xa6000-tp4"]})
+    edit(node, lambda d: [run.update(label=f"tp{run['server_args']['tp_size']}") for run in d["runs"]])
+    _, [plan] = expand.load_plan(configs, {"nodes": ["4xa6000-tp4"]})
+    first = [l for l in plan.launches if l.replicate == 1 and not l.once]
+    assert [(l.name, l.stack, l.tp) for l in first] == [("sglang-eagle+tp4--eagle-3-1-4", "sglang+tp4", 4),
+                                                        ("sglang-eagle+tp2--eagle-3-1-4", "sglang+tp2", 2)]
+    names = [l.name for l in plan.launches]
+    assert len(names) == len(set(names))
+    edit(node, lambda d: d["runs"][1].update(label="tp 2"))
+    with pytest.raises(ConfigError, match=r"runs\[1\]\.label: .*does not match"):
+        expand.load_plan(configs, {"nodes": ["4xa6000-tp4"]})

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from paths import ROOT
 
-from stackbench.config import ConfigError
+from stackbench.config import ConfigError, rehearsal
 from stackbench.config.model import Launch, Node
 from stackbench.measure.cellstore import CellStore
 from stackbench.plan import expand, launchspec
@@ -263,3 +263,29 @@ def test_the_probes_run_first_on_the_fresh_server(repo):
     """The greedy outputs compared across launches start from the same empty cache (plan/launchspec.py cells_of)."""
     spec = spec_of(repo)
     assert spec.cells[0].workload.kind == "probe" and [c.workload.name for c in spec.cells[1:3]] == ["code-edit", "code-edit"]
+
+
+def test_a_rehearsal_is_planned_again_once_the_engines_own_parser_is_built(repo, tmp_path):
+    """Issue 60: a rehearsal run before the engines' CPU environments are built skips the flag check. Building one
+    makes its ready.json an input of the launch's plan and moves the launch's fingerprint, so the rehearsal run
+    again re-launches the stand-in, whose check then runs (a refusal is reported at that rerun); llama.cpp,
+    whose parser never runs here, keeps its fingerprint."""
+    envs = tmp_path / "envs"
+    given = {"nodes": ["rtx5090"], "rehearsal": {"node": "rtx5090"}, "paths": {"envs": str(envs)}}
+    cfg = expand.load_run_config(repo, given)
+    node = expand.load_node("rtx5090", cfg, repo)
+    vllm, llamacpp = (next(l for l in node.launches if l.engine == engine) for engine in ("vllm", "llamacpp"))
+    before = {l.name: launchspec.build(cfg, node, l) for l in (vllm, llamacpp)}
+    assert "flag_parser" not in launchspec.inputs(node, vllm, cfg["paths"], rehearsal.selected(cfg))
+    assert before[vllm.name].engine["flag_parser"]["missing"] == str(envs / "vllm-cpu/ready.json")
+    (envs / "vllm-cpu").mkdir(parents=True)
+    (envs / "vllm-cpu/ready.json").write_text(json.dumps({"server": "/bin/false", "version": "0.32.0"}))
+    assert launchspec.inputs(node, vllm, cfg["paths"], rehearsal.selected(cfg))["flag_parser"] == \
+        str(envs / "vllm-cpu/ready.json")
+    after = {l.name: launchspec.build(cfg, node, l) for l in (vllm, llamacpp)}
+    assert after[vllm.name].engine["flag_parser"] == {"env": "vllm-cpu", "version": "0.32.0"}
+    assert after[vllm.name].server_fingerprint != before[vllm.name].server_fingerprint
+    assert after[llamacpp.name].server_fingerprint == before[llamacpp.name].server_fingerprint
+    real = expand.load_run_config(repo, {**given, "rehearsal": {}})  # a real run: the engine parses its own flags
+    assert "flag_parser" not in launchspec.build(real, node, vllm).engine
+    assert "flag_parser" not in launchspec.inputs(node, vllm, real["paths"])

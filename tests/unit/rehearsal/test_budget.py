@@ -4,6 +4,7 @@ the shape the sequencer writes, not a rehearsal's output."""
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from launch_helpers import spec_workload
@@ -223,7 +224,10 @@ def test_rounds_are_priced_and_a_plan_that_cannot_decide_names_the_cheapest_that
         doc = json.loads(spec.read_text())
         doc["launch"]["replicate"] = expand.replicate_of(spec.parent.name)
         spec.write_text(json.dumps(doc))
-    rounds = budget.budget(tmp_path, SCALE, REAL, budget.Decision(first=3, most=8, min_gain=0.1, budget_minutes=None))["rounds"]
+    doc = budget.budget(tmp_path, SCALE, REAL, budget.Decision(first=3, most=8, min_gain=0.1, budget_minutes=None))
+    # each launch named by its run folder, its round with it (three rows once read "vllm--nospec" alike)
+    assert [x["launch"] for x in doc["launches"]] == ["vllm--nospec", "vllm--nospec--r2", "vllm--nospec--r3"]
+    rounds = doc["rounds"]
     assert (rounds["first_rounds"], rounds["most"]) == (3, 8)
     assert rounds["budget_h"][0] == pytest.approx(rounds["first_h"][0] + 5 * rounds["later_round_h"][0])
     by_cv = {r["cv"]: r for r in rounds["resolves"]}
@@ -285,3 +289,55 @@ def test_a_later_round_is_priced_at_the_long_context_uses_deciding_cells_too(tmp
     doc = budget.budget(tmp_path, SCALE, REAL)
     start = doc["launches"][0]["start_h"][0]
     assert doc["rounds"]["later_round_h"][0] == pytest.approx(start + (2.0 + 5.0 + 7.0) * SCALE * (3 + 1) / 3600)
+
+
+def test_model_downloads_and_money_are_priced_beside_the_builds_at_the_nodes_rental(tmp_path, monkeypatch):
+    """Issue 60: each model once, from its files' bytes where they are here, else its weights as the stand-in sized
+    them; a draft with neither is listed unpriced. Minutes at rental.download_gbps, and every hour in dollars at
+    the node's price (a GPU-node hour: rental.gpu_hour_usd x its GPUs)."""
+    from stackbench.config.model import Rental
+    from stackbench.rehearsal import run
+
+    gguf = tmp_path / "files/m.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"\0" * 1000)
+    runs = tmp_path / "runs"
+    write_launch(runs, "vllm--nospec", "native", [("code--c1--nocap", "code", None, 2.0)], ready_s=1.0)
+    write_launch(runs, "vllm--mtp-n2", "native", [("code--c1--nocap", "code", None, 2.0)], ready_s=1.0)
+    write_launch(runs, "llamacpp--draft-n2", "native", [("code--c1--nocap", "code", None, 2.0)], ready_s=1.0)
+    hf = {"name": "int4", "path": "/models/not-here-INT4", "quant": "INT4"}
+    for name, model, draft in (("vllm--nospec", hf, None), ("vllm--mtp-n2", hf, None),
+                               ("llamacpp--draft-n2", {"name": "q4", "path": str(gguf), "quant": "Q4_K_M"},
+                                {"name": "draft", "path": "/draft/not-here", "quant": "BF16"})):
+        spec = json.loads((runs / name / "launch.json").read_text())
+        spec["launch"].update(model=model, draft_model=draft, env_name=spec["launch"]["engine"])
+        (runs / name / "launch.json").write_text(json.dumps(spec))
+        facts = json.loads((runs / name / "standin_facts.json").read_text())
+        (runs / name / "standin_facts.json").write_text(json.dumps({**facts, "weights_mib": 15000.0, "bpw": 4.5}))
+    rental = Rental(gpu_hour_usd=2.5, download_gbps=2.0, gpus=4)
+    doc = budget.budget(runs, SCALE, REAL, rental=rental)
+    downloads = {d["model"]: d for d in doc["downloads"]}
+    assert list(downloads) == ["q4", "draft", "int4"]  # once each, in the launches' (name) order
+    assert downloads["q4"]["gb"] == pytest.approx(1e-6) and downloads["q4"]["source"] == "its file here"
+    assert downloads["int4"]["gb"] == pytest.approx(15000 * 2**20 / 1e9)
+    assert downloads["int4"]["h"] == pytest.approx(15000 * 2**20 * 8 / 2e9 / 3600)  # at 2 Gb/s
+    assert "INT4 at 4.5 bits per weight" in downloads["int4"]["source"]
+    assert downloads["draft"]["gb"] is None and downloads["draft"]["h"] is None
+    assert doc["rental"] == {"gpu_hour_usd": 2.5, "gpus": 4, "node_hour_usd": 10.0, "download_gbps": 2.0}
+    tables = {t.table_id: t for t in budget_tables(budget.main(runs, SCALE, REAL, tmp_path / "budget.json", rental=rental))}
+    before = {row[0]: dict(zip(tables["budget-builds"].columns, row)) for row in tables["budget-builds"].rows}
+    assert before["int4"]["size"] == "15.7 GB" and before["int4"]["time"] == "1.05 min" and before["int4"]["cost"] == "$0.175"
+    assert before["draft"]["time"] == "" and before["draft"]["cost"] == ""
+    assert before["vllm"]["time"] == "3–15 min" and before["vllm"]["cost"] == "$0.5–2.5"  # BUILD_S's 180-900 s
+    legend = " ".join(tables["budget-builds"].legend)
+    assert "Downloads at 2 Gb/s" in legend and "$10 per GPU-node hour ($2.5 per GPU-hour x 4 GPUs" in legend
+    launches = tables["budget-launches"]
+    total = dict(zip(launches.columns, launches.rows[-1]))
+    assert total["cost"] == f"${doc['total_h'][0] * 10:.3g}–{doc['total_h'][1] * 10:.3g}"
+    assert tables["budget-rounds"].columns == ["rounds", "hours", "cost"]
+    # the console's last lines: the hours and their price
+    monkeypatch.chdir(tmp_path)
+    budget.main(runs, SCALE, REAL, Path("data/rehearsal/h100/budget.json"), rental=rental)
+    low, high = (round(h * 10) for h in doc["total_h"])
+    said = run.report_lines(run.summarize("h100", 1.0, SCALE))[-2]
+    assert f"GPU-node hours, ${low:g}-{high:g} at $10 a GPU-node hour (" in said

