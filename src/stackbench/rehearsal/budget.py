@@ -244,6 +244,7 @@ def budget(runs_dir: Path, time_scale: float, real: dict, decision: Decision | N
         "rental": {"gpu_hour_usd": rental.gpu_hour_usd, "gpus": rental.gpus, "node_hour_usd": rental.node_hour_usd,
                    "download_gbps": rental.download_gbps},
         "tp_cost": sorted({x["tp_cost"] for x in launches if x["tp_cost"]}),
+        "client": busiest_client(runs_dir),
         "rounds": rounds(launches, decision or default_decision()),
         "once_per_launch_h": [sum(c["low_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours,
                               sum(c["high_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours],
@@ -323,6 +324,14 @@ def main(runs_dir: Path, time_scale: float, real: dict, out: Path, decision: Dec
     tmp.write_text(json.dumps(budget(runs_dir, time_scale, real, decision, rental), indent=1))
     tmp.replace(out)
     return out
+
+
+def busiest_client(runs_dir: Path) -> dict | None:
+    """The node's busiest cell for the client (client_processes over its launches), with its launch; None where no
+    cell left request records."""
+    said = [{"launch": d.name, **found} for d in sorted(runs_dir.glob("*/")) if (d / "launch.json").exists()
+            and (found := client_processes(d))] if runs_dir.exists() else []
+    return max(said, key=lambda x: x["tokens_per_s"], default=None)
 
 
 def client_processes(run_dir: Path) -> dict | None:

@@ -85,6 +85,12 @@ def budget_tables(path: Path) -> list[Table]:
     if doc.get("host_timed_cells"):
         legend.append(f"{doc['host_timed_cells']} cells left no request records (they failed here): those count this "
                       "host's seconds x the time scale, and move between rehearsals.")
+    if doc.get("client"):
+        client = doc["client"]
+        legend.append(f"The client: the busiest cell, {client['launch']} {client['cell']}, streams some "
+                      f"{client['tokens_per_s']:,.0f} tok/s at the modeled pace: the real run needs {client['processes']} "
+                      f"client process{'es' if client['processes'] > 1 else ''} (measure.client_processes: auto sizes "
+                      "them from the warm-up; measure/clientload.py).")
     if doc.get("once_per_launch_h"):
         legend.append(f"Once-per-launch sets (accuracy, probes) are counted once per launch: {hours(doc['once_per_launch_h'])} in all.")
     extra, planned = doc["caps_everywhere"], doc.get("caps_planned")

@@ -270,6 +270,11 @@ def test_the_budget_says_how_many_client_processes_the_real_runs_busiest_cell_ne
     expected = -(-said["tokens_per_s"] // (clientload.TOKENS_PER_CPU_S * clientload.BUSY_TARGET))
     assert said["processes"] == expected >= 2
     assert budget.client_processes(tmp_path / "nothing-here") is None
+    doc = budget.budget(tmp_path, SCALE, REAL)
+    assert doc["client"] == {"launch": "llamacpp--nospec", **said}
+    (tmp_path / "budget.json").write_text(json.dumps(doc))
+    legend = " ".join(budget_tables(tmp_path / "budget.json")[0].legend)
+    assert f"needs {said['processes']} client processes" in legend and "code--c2--nocap" in legend
 
 
 def test_a_later_round_is_priced_at_the_long_context_uses_deciding_cells_too(tmp_path):
