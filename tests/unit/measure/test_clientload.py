@@ -54,11 +54,12 @@ def load(cpu_share: float, lag_ms: float) -> ClientLoad:
 @pytest.mark.parametrize(("cpu_share", "lag_ms", "gap_s", "why"), [
     (0.95, 1.0, 0.02, "its event loop busy 95% of a core (>= 90%)"),
     (0.95, 20.0, 0.03, "its event loop busy 95% of a core (>= 90%); loop lag p99 20.0 ms above half the median "
-                       "inter-chunk gap (30.0 ms)"),
-    # a lagging loop with time to spare: the host's cores were busy elsewhere, and the reason says so
-    (0.3, 20.0, 0.03, "loop lag p99 20.0 ms above half the median inter-chunk gap (30.0 ms), its loop busy only 30% of "
-                      "a core: it waited for a CPU"),
-    (0.3, 12.0, 0.002, "loop lag p99 12.0 ms above 10 ms, its loop busy only 30% of a core: it waited for a CPU"),
+                       "inter-chunk gap (30.0 ms), its loop busy 95% of a core"),
+    (0.6, 12.0, 0.002, "loop lag p99 12.0 ms above 10 ms, its loop busy 60% of a core"),
+    # a lagging loop with time to spare waited for a CPU the host gave elsewhere (on a CPU node, the engine's):
+    # not the client's bottleneck (the default run's llama-server cells: p99 4-12 ms at a 1-2% share)
+    (0.3, 20.0, 0.03, None),
+    (0.3, 12.0, 0.002, None),
     (0.3, 8.0, 0.016, None),  # within half a 16 ms gap, and under the floor
     (0.3, 8.0, 0.002, None),  # above half a 2 ms gap, under the floor: the node's scheduling
 ])
