@@ -15,8 +15,10 @@ import json
 import sys
 from pathlib import Path
 
+from stackbench.config import load_file
 from stackbench.config.model import Launch, Node
 from stackbench.config.rehearsal import STANDIN_VERSION, lock_dir
+from stackbench.host import boards
 from stackbench.models import geometry
 from stackbench.models.formats import BITS_PER_WEIGHT, KV_DTYPE_BYTES
 from stackbench.rehearsal import calibration, simgpu, standin
@@ -60,6 +62,38 @@ def bits_per_weight(quant: str) -> float:
     return BITS_PER_WEIGHT[label]
 
 
+def compute_capability(node: Node) -> str | None:
+    """The node's GPU compute capability: its file's hardware.gpu.compute_capability, else the model's in
+    host/boards.py SPECS; None for a CPU node or a GPU known to neither."""
+    if not node.gpu_count:
+        return None
+    stated = load_file(Path(node.file), "node")["hardware"].get("gpu", {}).get("compute_capability")
+    return stated or (boards.SPECS[node.gpu_model][2] if node.gpu_model in boards.SPECS else None)
+
+
+def compute_facts(node: Node, launch: Launch, params: float, bpw: float) -> dict:
+    """How the checkpoint's math runs on the node's GPU: the prefill's compute roofline and the decode step's
+    ridge (standin.prefill_roofline_tps, ridge_tokens) from the tensor peak of the format its matmuls run in
+    (host/boards.py TENSOR_TFLOPS), and the decode's kernel share where an FP4 checkpoint is unpacked
+    (standin.UNPACKED_FP4_SHARE), each with what it rests on (`compute_basis`)."""
+    capability = compute_capability(node)
+    unpacked = boards.fp4_unpacked(capability, launch.model.quant)
+    kernel = {"kernel_share": standin.UNPACKED_FP4_SHARE} if unpacked else {}
+    unpacking = (f"; {launch.model.quant} unpacked to BF16 (no FP4 tensor cores on sm_{str(capability).replace('.', '')}): "
+                 f"decode at {standin.UNPACKED_FP4_SHARE:.2f} of the step share (rehearsal/standin.py UNPACKED_FP4_SHARE)"
+                 if unpacked else "")
+    peak = boards.tensor_tflops(node.gpu_model, capability, launch.model.quant) if node.gpu_count else None
+    if peak is None:
+        return {**kernel, "compute_basis": f"prefill {standin.PREFILL_PER_DECODE:g}x decode: no tensor peak known for "
+                f"{node.gpu_model or 'a CPU node'} (host/boards.py TENSOR_TFLOPS){unpacking}"}
+    tflops, fmt = peak
+    tp = max(launch.tp, 1)
+    return {**kernel, "prefill_roofline_tps": standin.prefill_roofline_tps(tflops, params, tp),
+            "ridge_tokens": standin.ridge_tokens(tflops, node.bandwidth_gbs or 0.0, bpw),
+            "compute_basis": f"prefill at {calibration.PREFILL_SHARE:g} of {tflops:g} TFLOPS {fmt.upper()} x TP {tp} "
+                             f"(host/boards.py TENSOR_TFLOPS, rehearsal/calibration.py PREFILL_SHARE){unpacking}"}
+
+
 def engine_facts(node: Node, launch: Launch, adapter) -> dict:
     """What the stand-in prints at start-up and paces itself by, sized from geometry, quantization and
     the node's GPUs. A KV pool that does not fit is left negative: the stand-in then refuses to start, as
@@ -67,6 +101,7 @@ def engine_facts(node: Node, launch: Launch, adapter) -> dict:
     figures = model_figures(launch)
     bpw = bits_per_weight(launch.model.quant)
     weight_bytes = figures.get("weight_bytes") or figures["params_b"] * 1e9 * bpw / 8
+    params = figures["params_b"] * 1e9 if figures.get("params_b") else weight_bytes * 8 / bpw
     devices = max(node.gpu_count, 1)
     tp = launch.tp  # 1 where the engine splits layers: one GPU reads at a time
     kv_dtype = str(launch.server_args.get(adapter.kv_dtype_arg) or adapter.default_kv_dtype)
@@ -107,7 +142,7 @@ def engine_facts(node: Node, launch: Launch, adapter) -> dict:
                        standin.allreduce_s_per_step(int(figures.get("layers") or layers), tp,
                                                     getattr(node, "interconnect", None)))),
             # what each token of KV in use adds to a decode step's bytes, against the weights (Pace.slowdown)
-            "kv_share_per_token": per_token * tp / weight_bytes}
+            "kv_share_per_token": per_token * tp / weight_bytes, **compute_facts(node, launch, params, bpw)}
 
 
 def pinned(launch: Launch, root: Path = Path(".")) -> str | None:
@@ -160,7 +195,7 @@ class StandinLauncher(ProcessLauncher):
                  "argv_out": str(self.argv_path), "envs_dir": str(self.envs_dir), "answers": answer_key(self.node, self.launch)}
         if host is not None:
             facts.update(gpu_state=str(gpu_state(self.node.name)), host_gpus=host.count, demand_mw=host.demand_mw,
-                         uuid_prefix=host.uuid_prefix)
+                         idle_mw=host.idle_mw, uuid_prefix=host.uuid_prefix)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.facts_path.write_text(json.dumps(facts, indent=1))
 

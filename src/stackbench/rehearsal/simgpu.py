@@ -5,7 +5,8 @@ Two uses, one double. Unit tests build it with knobs for the cases a real driver
 PCI bus ids (enumeration vs CUDA order), NVML errors while sampling, a missing driver, a refused set, a cap
 the GPU does not enforce, a memory bus width it does not report. A rehearsal builds a simulated host for
 a node (`simulated_host`): the node's GPU model and memory, its power-limit range, and more GPUs than the
-node uses, so that GPU scope is tested; there a set cap reads back, power = min(cap, demand) and the
+node uses, so that GPU scope is tested; there a set cap reads back, power = min(cap, demand), the demand
+follows the load the stand-in on the GPU reports (report_load: idle, decode, prefill; load_draw_mw) and the
 energy counter integrates that power. A real counter (nvmlDeviceGetTotalEnergyConsumption) moves in steps:
 `energy_step_mj` makes the double's read in whole steps of that many mJ, so a short window can read no change.
 
@@ -17,6 +18,7 @@ GPU). A GPU drawing less than its demand because of its cap reports the SW power
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -30,8 +32,19 @@ from stackbench.host.boards import BOARD_POWER_W, limits_w
 # double takes MIN_LIMIT_SHARE of the board power, and no highest one the board power: no GPU's figures (a
 # rehearsal only checks that caps inside the range are applied, read back and restored).
 MIN_LIMIT_SHARE = 1 / 3
-# Under load the simulated GPU asks for this share of its board power; it draws min(cap, demand).
+# Under full load (a compute-bound prefill) the simulated GPU asks for this share of its board power; it draws
+# min(cap, demand).
 DEMAND_SHARE = 0.9
+# Draw against load: an idle GPU (a context loaded, nothing running) draws IDLE_SHARE of its board power; under
+# work it asks for idle + (full demand - idle) x min(1, MEMORY_DRAW x bandwidth share + compute share)
+# (load_draw_mw), the bandwidth share being the share of peak memory bandwidth the work reads at and the compute
+# share the share of the time its tensor cores are busy (1 in a compute-bound prefill). A shape after "The
+# Illusion of Power Capping in LLM Decode" (Ma et al., arXiv:2605.11999, 2026): on an H200 (a 700 W board)
+# decode drew 137-300 W, memory-bound and leaving the power headroom untouched, so no cap bound it, while prefill
+# is the heavy phase. With these shares a 700 W board's single-stream decode at 0.7 of the bandwidth roofline asks
+# for 70 + 560 x 0.28 = 227 W, inside that range; the shares are the double's, not a measurement of any GPU.
+IDLE_SHARE = 0.1
+MEMORY_DRAW = 0.4
 EXTRA_GPUS = 2  # a simulated host has this many GPUs more than the node uses
 UUID_PREFIX = "GPU-simulated-"
 IDLE_USED_MIB = 300  # what an idle GPU shows used (the driver's own), under any idle threshold
@@ -44,6 +57,12 @@ THROTTLED_CLOCK_MHZ, THROTTLED_TEMP_C = 1200, 90  # what a thermally slowed simu
 
 class NVMLError(Exception):
     pass
+
+
+def load_draw_mw(idle_mw: float, demand_mw: float, bandwidth_share: float, compute_share: float) -> int:
+    """What a GPU asks for under a load (the shape above): idle where nothing runs, its full demand compute-bound."""
+    busy = min(1.0, MEMORY_DRAW * bandwidth_share + compute_share)
+    return int(idle_mw + (demand_mw - idle_mw) * busy)
 
 
 class NvmlDouble:
@@ -59,7 +78,8 @@ class NvmlDouble:
     def __init__(self, count=2, state_path: Path | None = None, limit_mw=300_000, deny_set=False,
                  names: list[str] | None = None, bus_ids: list[str] | None = None, no_driver=False,
                  enforce=True, clock=time.monotonic, bus_width_supported=True, min_mw=100_000, max_mw=350_000,
-                 default_mw=350_000, memory_gib=24.0, demand_mw: int | None = None, uuid_prefix="GPU-fake-",
+                 default_mw=350_000, memory_gib=24.0, demand_mw: int | None = None, idle_mw: int | None = None,
+                 uuid_prefix="GPU-fake-",
                  energy_step_mj: int = 1, compute_capability=(8, 6), driver="simulated 0.0", cuda_driver=12080,
                  p2p_read=0, p2p_nvlink=5):
         self.state_path = Path(state_path) if state_path else None
@@ -71,6 +91,9 @@ class NvmlDouble:
         self.bus_width_supported = bus_width_supported
         self.min_mw, self.max_mw, self.default_mw = min_mw, max_mw, default_mw
         self.memory_gib, self.demand_mw, self.uuid_prefix = memory_gib, demand_mw, uuid_prefix
+        # A GPU no process reports a load on asks for idle_mw (a simulated host), else its full demand.
+        self.idle_mw = idle_mw
+        self._loads: dict[int, dict] = {}  # pid -> its load, where no state file holds them
         self.set_calls: list[tuple[int, int]] = []
         self.names = names or ["NVIDIA GeForce RTX 3090"] * count
         self.bus_ids = bus_ids or [f"00000000:{0x41 + i:02X}:00.0" for i in range(count)]
@@ -86,10 +109,45 @@ class NvmlDouble:
 
     @property
     def power_mw(self) -> list[int]:
-        """Each GPU's draw: a fixed figure, or min(its cap, the demand) on a simulated host."""
+        """Each GPU's draw: a fixed figure, or min(its cap, its demand) on a simulated host."""
         if self.demand_mw is None:
             return self._power_mw
-        return [min(limit, self.demand_mw) for limit in self._enforced()]
+        return [min(limit, demand) for limit, demand in zip(self._enforced(), self.demands_mw())]
+
+    def demands_mw(self) -> list[int]:
+        """What each GPU asks for now: the load a live process reported on it (report_load), else idle_mw where
+        set, else the full demand."""
+        demands = [self.idle_mw if self.idle_mw is not None else self.demand_mw] * self.count
+        for load in self._live_loads():
+            for h in load["gpus"]:
+                demands[h] = load["demand_mw"]
+        return demands
+
+    def _load_path(self, pid: int) -> Path:
+        return self.state_path.with_name(f"{self.state_path.stem}.load.{pid}.json")
+
+    def report_load(self, gpus: list[int], demand_mw: int) -> None:
+        """This process's work on GPUs `gpus` asks for demand_mw each (load_draw_mw) from now until it reports
+        another load or ends; a file per process, so that reports never race the limits' writes."""
+        load = {"pid": os.getpid(), "gpus": list(gpus), "demand_mw": int(demand_mw)}
+        if self.state_path is None:
+            self._loads[load["pid"]] = load
+            return
+        path = self._load_path(load["pid"])
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(load))
+        os.replace(tmp, path)
+
+    def _live_loads(self) -> list[dict]:
+        if self.state_path is None:
+            return list(self._loads.values())
+        loads = []
+        for path in self.state_path.parent.glob(f"{self.state_path.stem}.load.*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                load = json.loads(path.read_text())
+                if _alive(load["pid"]):  # a killed stand-in's load ends with it
+                    loads.append(load)
+        return loads
 
     @power_mw.setter
     def power_mw(self, values: list[int]) -> None:
@@ -247,7 +305,7 @@ class NvmlDouble:
         return SimpleNamespace(gpu=97, memory=80)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        capped = self.power_mw[h] < (self.demand_mw if self.demand_mw is not None else self.default_mw) \
+        capped = self.power_mw[h] < (self.demands_mw()[h] if self.demand_mw is not None else self.default_mw) \
             and self.power_mw[h] >= self._enforced()[h]
         return (SW_POWER_CAP if capped else 0) | self._extra_reasons(h)
 
@@ -270,7 +328,8 @@ def board_power_w(gpu_model: str) -> float:
 
 def simulated_host(gpu_model: str, gpu_count: int, memory_gib: float | None, state_path: Path,
                    compute_capability: str | None = None, interconnect: str | None = None) -> NvmlDouble:
-    """A host of the node's GPUs and EXTRA_GPUS more, every limit at its board power until a cap is set;
+    """A host of the node's GPUs and EXTRA_GPUS more, every limit at its board power until a cap is set, each
+    drawing IDLE_SHARE of it until a stand-in reports a load;
     the limits live in `state_path`, so a SIGKILLed measure job leaves them as a real GPU would. With the node's
     compute capability and interconnect (the preflight's simulated machine) it reports those: NVLink peer
     access only where the interconnect is nvlink."""
@@ -280,7 +339,8 @@ def simulated_host(gpu_model: str, gpu_count: int, memory_gib: float | None, sta
     return NvmlDouble(count=count, state_path=state_path, limit_mw=board_mw, names=[gpu_model] * count,
                       min_mw=int(low * 1000) if low else int(board_mw * MIN_LIMIT_SHARE),
                       max_mw=int(high * 1000) if high else board_mw, default_mw=board_mw,
-                      memory_gib=memory_gib or 24.0, demand_mw=int(board_mw * DEMAND_SHARE), uuid_prefix=UUID_PREFIX,
+                      memory_gib=memory_gib or 24.0, demand_mw=int(board_mw * DEMAND_SHARE),
+                      idle_mw=int(board_mw * IDLE_SHARE), uuid_prefix=UUID_PREFIX,
                       **({"compute_capability": tuple(int(p) for p in compute_capability.split("."))}
                          if compute_capability else {}),
                       p2p_nvlink=0 if interconnect == "nvlink" else 5)

@@ -94,3 +94,34 @@ def test_memory_follows_processes_and_a_dead_ones_is_freed_after_its_release_tim
     host.release(child.pid, after_s=0)  # its release time is now: past at the next read
     assert gpus.memory_used_mib()["GPU-simulated-0"] == simgpu.IDLE_USED_MIB
     assert host.nvmlDeviceGetComputeRunningProcesses(1)[0].pid == 4242
+
+
+def test_the_draw_follows_the_load_a_stand_in_reports_until_it_ends(tmp_path):
+    """Issue 60: every simulated GPU drew 90% of its board power at any load, so every cap 'bound'. Now an idle GPU
+    draws IDLE_SHARE of it, a GPU whose stand-in reports a decode what a memory-bound step asks for, across
+    processes (the sampler's double reads the stand-in's report), and the load ends with its process."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    state = tmp_path / "gpus.json"
+    sampler = simgpu.simulated_host("NVIDIA H100 80GB HBM3", 4, 80, state)
+    assert sampler.nvmlDeviceGetPowerUsage(0) == 70_000  # idle: 10% of 700 W, not 630 W
+    decode = simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.7, 0.0)
+    assert 137_000 <= decode <= 300_000 and simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.0, 1.0) == 630_000
+    script = (f"import sys; from stackbench.rehearsal import simgpu; host = simgpu.simulated_host("
+              f"'NVIDIA H100 80GB HBM3', 4, 80, {str(state)!r}); host.report_load([0, 1], {decode}); sys.stdin.readline()")
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    deadline = time.monotonic() + 30
+    while sampler.nvmlDeviceGetPowerUsage(1) != decode and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sampler.nvmlDeviceGetPowerUsage(1) == decode and sampler.nvmlDeviceGetPowerUsage(2) == 70_000
+    sampler.nvmlDeviceSetPowerManagementLimit(0, 390_000)  # above the decode's draw: the cap does not bind
+    assert sampler.nvmlDeviceGetPowerUsage(0) == decode
+    assert not sampler.nvmlDeviceGetCurrentClocksEventReasons(0) & simgpu.SW_POWER_CAP
+    sampler.nvmlDeviceSetPowerManagementLimit(1, 200_000)  # below it: it binds, and the GPU says so
+    assert sampler.nvmlDeviceGetPowerUsage(1) == 200_000 and sampler.nvmlDeviceGetCurrentClocksEventReasons(1) & simgpu.SW_POWER_CAP
+    child.communicate(b"\n", timeout=30)
+    assert sampler.nvmlDeviceGetPowerUsage(0) == 70_000  # the process ended: its load with it
