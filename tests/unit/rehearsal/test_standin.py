@@ -300,3 +300,18 @@ def test_the_engine_parser_refusal_stops_the_stand_in(tmp_path):
     (tmp_path / "vllm-cpu/ready.json").write_text(json.dumps({"server": str(refusing)}))
     with pytest.raises(SystemExit, match="unrecognized arguments: --no-such-flag"):
         standin.check_with_engine_parser("vllm", ["--no-such-flag"], Path(tmp_path))
+
+
+@pytest.mark.parametrize("engine", ["llamacpp", "sglang", "vllm"])
+def test_a_speculative_stand_in_exports_its_counters_before_its_first_draft(engine):
+    """Issue 60: a launch's first cell without a warm-up (a rehearsal's later rounds) read no acceptance: the
+    llama.cpp and SGLang stand-ins exported their speculative counters only after a draft, so the scrape before the
+    cell found none and the roofline read "accept length not reported: x1 assumed" (llama.cpp mtp-n2 at 307.5 tok/s
+    against a ceiling of 204.7). Like the engines, a speculative server's counters read zero from the start."""
+    counters = standin.Counters(engine, {"spec_tokens": 2})
+    before = adapter_for(engine).spec_counters(counters.text())
+    assert before is not None and before.drafts == 0
+    counters.step(accepted=1, proposed=2)
+    counters.finished(prompt=10, cached=0, generated=3)  # the prefill's token and one step's two
+    delta = adapter_for(engine).spec_counters(counters.text()).minus(before)
+    assert delta.drafts == 1 and delta.accepted == 1
