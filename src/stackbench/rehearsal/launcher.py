@@ -78,7 +78,7 @@ def compute_facts(node: Node, launch: Launch, params: float, bpw: float) -> dict
     (standin.UNPACKED_FP4_SHARE), each with what it rests on (`compute_basis`)."""
     capability = compute_capability(node)
     unpacked = boards.fp4_unpacked(capability, launch.model.quant)
-    kernel = {"kernel_share": standin.UNPACKED_FP4_SHARE} if unpacked else {}
+    kernel = {"kernel_share": standin.UNPACKED_FP4_SHARE, "fp4_unpacked": True} if unpacked else {}
     unpacking = (f"; {launch.model.quant} unpacked to BF16 (no FP4 tensor cores on sm_{str(capability).replace('.', '')}): "
                  f"decode at {standin.UNPACKED_FP4_SHARE:.2f} of the step share (rehearsal/standin.py UNPACKED_FP4_SHARE)"
                  if unpacked else "")

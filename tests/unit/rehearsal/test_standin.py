@@ -315,3 +315,33 @@ def test_a_speculative_stand_in_exports_its_counters_before_its_first_draft(engi
     counters.finished(prompt=10, cached=0, generated=3)  # the prefill's token and one step's two
     delta = adapter_for(engine).spec_counters(counters.text()).minus(before)
     assert delta.drafts == 1 and delta.accepted == 1
+
+
+def test_the_fp4_warning_reaches_the_rows_and_the_headline_beside_them(h100):
+    """Issue 60: only `commands` warned that an NVFP4 checkpoint on an H100 runs without FP4 tensor cores. vLLM's own
+    log says so (marlin_utils_fp4.py); the stand-in prints that line where it prices the unpacking, the vLLM adapter
+    reads it into the rows' engine_setup, and the report's headline names the rows it concerns."""
+    import pandas as pd
+
+    from stackbench.measure.rows import engine_setup
+    from stackbench.report import queries
+    from stackbench.results import store
+
+    node, launches = h100
+    adapter = adapter_for("vllm")
+    setups = {}
+    for name in ("vllm-nvfp4-mtp--nospec", "sglang-nospec--nospec"):
+        facts = h100_facts(node, launches[name])[0]
+        engine = launches[name].engine
+        parsed = adapter_for(engine).parse_log("\n".join(standin.startup_lines(engine, facts)))
+        setups[name] = engine_setup(parsed, adapter_for(engine).setup_facts)
+    assert "no FP4 tensor cores" in setups["vllm-nvfp4-mtp--nospec"] and "FP4" not in setups["sglang-nospec--nospec"]
+    rows = pd.DataFrame([dict(source="rehearsal", ref="r", node="h100x4", stack=stack, variant=variant, quant=quant,
+                              gpu=node.gpu_model, engine_setup=setup, workload="gpu-code", metric="decode_tps", value=1.0)
+                         for stack, variant, quant, setup in [
+                             ("vllm", "nospec", "NVFP4 (compressed-tensors)", setups["vllm-nvfp4-mtp--nospec"]),
+                             ("vllm", "mtp-n2", "NVFP4 (compressed-tensors)", setups["vllm-nvfp4-mtp--nospec"]),
+                             ("sglang", "nospec", "FP8", setups["sglang-nospec--nospec"])]])
+    lines = queries.unpacked_fp4(queries.Results(store.to_table(rows).to_pandas()))
+    assert list(lines) == ["h100x4"] and len(lines["h100x4"]) == 1
+    assert lines["h100x4"][0].startswith("vllm (mtp-n2, nospec): NVFP4 (compressed-tensors) on the NVIDIA H100 80GB HBM3")
