@@ -138,6 +138,12 @@ class NvmlDouble:
         tmp.write_text(json.dumps(load))
         os.replace(tmp, path)
 
+    def end_load(self) -> None:
+        """This process ends: its load with it (a killed one's is ignored once its pid is gone)."""
+        self._loads.pop(os.getpid(), None)
+        if self.state_path is not None:
+            self._load_path(os.getpid()).unlink(missing_ok=True)
+
     def _live_loads(self) -> list[dict]:
         if self.state_path is None:
             return list(self._loads.values())

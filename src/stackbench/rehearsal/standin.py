@@ -647,6 +647,7 @@ def hold_gpu_memory(gpus, facts: dict) -> None:
 
     def release_and_exit(signum, frame):
         gpus.release(os.getpid())
+        gpus.end_load()
         os._exit(0)  # at once, as an engine's workers end: the release time starts with the process's end
 
     signal.signal(signal.SIGTERM, release_and_exit)

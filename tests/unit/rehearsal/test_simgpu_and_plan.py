@@ -125,3 +125,7 @@ def test_the_draw_follows_the_load_a_stand_in_reports_until_it_ends(tmp_path):
     assert sampler.nvmlDeviceGetPowerUsage(1) == 200_000 and sampler.nvmlDeviceGetCurrentClocksEventReasons(1) & simgpu.SW_POWER_CAP
     child.communicate(b"\n", timeout=30)
     assert sampler.nvmlDeviceGetPowerUsage(0) == 70_000  # the process ended: its load with it
+    sampler.report_load([2], decode)  # a stand-in stopped by SIGTERM ends its load before it exits
+    assert sampler.nvmlDeviceGetPowerUsage(2) == decode
+    sampler.end_load()
+    assert sampler.nvmlDeviceGetPowerUsage(2) == 70_000
