@@ -18,7 +18,6 @@ GPU). A GPU drawing less than its demand because of its cap reports the SW power
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -93,7 +92,8 @@ class NvmlDouble:
         self.memory_gib, self.demand_mw, self.uuid_prefix = memory_gib, demand_mw, uuid_prefix
         # A GPU no process reports a load on asks for idle_mw (a simulated host), else its full demand.
         self.idle_mw = idle_mw
-        self._loads: dict[int, dict] = {}  # pid -> its load, where no state file holds them
+        self._loads: dict[int, tuple[list[int], int]] = {}  # pid -> (its GPUs, their demand), from its reports
+        self._read_to: dict[Path, int] = {}  # how far each load log has been read
         self.set_calls: list[tuple[int, int]] = []
         self.names = names or ["NVIDIA GeForce RTX 3090"] * count
         self.bus_ids = bus_ids or [f"00000000:{0x41 + i:02X}:00.0" for i in range(count)]
@@ -106,67 +106,107 @@ class NvmlDouble:
         if self.state_path is None or not self.state_path.exists():
             self._save({"limits_mw": [limit_mw] * count})
         self.count = count
+        self._skip_history()
 
     @property
     def power_mw(self) -> list[int]:
-        """Each GPU's draw: a fixed figure, or min(its cap, its demand) on a simulated host."""
+        """Each GPU's draw now: a fixed figure, or min(its cap, its demand) on a simulated host."""
         if self.demand_mw is None:
             return self._power_mw
-        return [min(limit, demand) for limit, demand in zip(self._enforced(), self.demands_mw())]
-
-    def demands_mw(self) -> list[int]:
-        """What each GPU asks for now: the load a live process reported on it (report_load), else idle_mw where
-        set, else the full demand."""
-        demands = [self.idle_mw if self.idle_mw is not None else self.demand_mw] * self.count
-        for load in self._live_loads():
-            for h in load["gpus"]:
-                demands[h] = load["demand_mw"]
-        return demands
-
-    def _load_path(self, pid: int) -> Path:
-        return self.state_path.with_name(f"{self.state_path.stem}.load.{pid}.json")
-
-    def report_load(self, gpus: list[int], demand_mw: int) -> None:
-        """This process's work on GPUs `gpus` asks for demand_mw each (load_draw_mw) from now until it reports
-        another load or ends; a file per process, so that reports never race the limits' writes."""
-        load = {"pid": os.getpid(), "gpus": list(gpus), "demand_mw": int(demand_mw)}
-        if self.state_path is None:
-            self._loads[load["pid"]] = load
-            return
-        path = self._load_path(load["pid"])
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(load))
-        os.replace(tmp, path)
-
-    def end_load(self) -> None:
-        """This process ends: its load with it (a killed one's is ignored once its pid is gone)."""
-        self._loads.pop(os.getpid(), None)
-        if self.state_path is not None:
-            self._load_path(os.getpid()).unlink(missing_ok=True)
-
-    def _live_loads(self) -> list[dict]:
-        if self.state_path is None:
-            return list(self._loads.values())
-        loads = []
-        for path in self.state_path.parent.glob(f"{self.state_path.stem}.load.*.json"):
-            with contextlib.suppress(OSError, ValueError):
-                load = json.loads(path.read_text())
-                if _alive(load["pid"]):  # a killed stand-in's load ends with it
-                    loads.append(load)
-        return loads
+        self._advance()
+        return self._draws(self._enforced())
 
     @power_mw.setter
     def power_mw(self, values: list[int]) -> None:
         self._power_mw = values
 
+    def demands_mw(self) -> list[int]:
+        """What each GPU asks for now: the load a live process last reported on it (report_load), else idle_mw
+        where set, else the full demand."""
+        demands = [self.idle_mw if self.idle_mw is not None else self.demand_mw] * self.count
+        for gpus, demand in self._loads.values():
+            for h in gpus:
+                demands[h] = demand
+        return demands
+
+    def _draws(self, limits: list[int]) -> list[int]:
+        return [min(limit, demand) for limit, demand in zip(limits, self.demands_mw())]
+
+    def _load_log(self, pid: int) -> Path:
+        return self.state_path.with_name(f"{self.state_path.stem}.load.{pid}.jsonl")
+
+    def report_load(self, gpus: list[int], demand_mw: int | None) -> None:
+        """This process's work on GPUs `gpus` asks for demand_mw each (load_draw_mw; None: it ends) from now on.
+        Appended to a log per process with the time (this double's clock, monotonic: one time base across the
+        host's processes), so the energy counter of any process's double integrates every change in its order,
+        however seldom it is read, and no report races the limits' writes."""
+        event = {"t": self.clock(), "pid": os.getpid(), "gpus": list(gpus), "demand_mw": demand_mw}
+        if self.state_path is None:
+            self._apply([event])
+            return
+        with open(self._load_log(event["pid"]), "a") as log:
+            log.write(json.dumps(event) + "\n")
+
+    def end_load(self) -> None:
+        """This process ends: its load with it (a killed one's ends when a reader finds its pid gone)."""
+        self.report_load([], None)
+
+    def _new_events(self) -> list[dict]:
+        """The load events appended since this double last read them, every process's, in time order."""
+        if self.state_path is None:
+            return []
+        events = []
+        for path in self.state_path.parent.glob(f"{self.state_path.stem}.load.*.jsonl"):
+            with open(path) as log:
+                log.seek(self._read_to.get(path, 0))
+                lines = log.readlines()
+            complete = [line for line in lines if line.endswith("\n")]  # a line still being written waits
+            self._read_to[path] = self._read_to.get(path, 0) + sum(len(line.encode()) for line in complete)
+            events += [json.loads(line) for line in complete]
+        return sorted(events, key=lambda e: e["t"])
+
+    def _skip_history(self) -> None:
+        """A new double starts from the loads in effect now (each log's last event), not their history."""
+        if self.state_path is None:
+            return
+        for path in self.state_path.parent.glob(f"{self.state_path.stem}.load.*.jsonl"):
+            text = path.read_bytes()
+            end = text.rfind(b"\n") + 1
+            self._read_to[path] = end
+            last = text[:end].rstrip(b"\n").rsplit(b"\n", 1)[-1]
+            if last:
+                self._apply([json.loads(last)])
+
+    def _apply(self, events: list[dict]) -> None:
+        for event in events:
+            if event["demand_mw"] is None:
+                self._loads.pop(event["pid"], None)
+            else:
+                self._loads[event["pid"]] = (event["gpus"], event["demand_mw"])
+
+    def _advance(self) -> None:
+        """Energy and demands up to now: each load event since the last read at its own time, then the loads of
+        processes that ended without a word (SIGKILL) dropped."""
+        limits, now = self._enforced(), self.clock()
+        for event in self._new_events():
+            self._accrue(limits, min(event["t"], now))
+            self._apply([event])
+        for pid in [pid for pid in self._loads if not _alive(pid)]:
+            del self._loads[pid]
+        self._accrue(limits, now)
+
+    def _accrue(self, limits: list[int], until: float) -> None:
+        for h, power in enumerate(self._draws(limits)):
+            if until > self._energy_at[h]:
+                self._energy_mj[h] += power * (until - self._energy_at[h])
+                self._energy_at[h] = until
+
     def _enforced(self) -> list[int]:
         return [limit if self.enforce else self.default_mw for limit in self._load()["limits_mw"]]
 
     def _integrate(self) -> None:
-        now = self.clock()
-        for h, power in enumerate(self.power_mw):
-            self._energy_mj[h] += power * (now - self._energy_at[h])
-            self._energy_at[h] = now
+        if self.demand_mw is not None:
+            self._advance()
 
     def _processes(self, h: int) -> list[dict]:
         """The processes holding memory on GPU h now: alive, or dead less than their release time ago."""

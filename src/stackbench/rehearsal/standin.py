@@ -504,34 +504,34 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 calling = True
                 return {"tool_calls": [call]}
 
-            def wait_until(due: float) -> float:
-                """Sleep until `due` seconds after the request began; the seconds since then on waking."""
+            def wait_until(due: float) -> None:
                 delay = due - (time.perf_counter() - start)
                 if delay > 0:
                     time.sleep(delay)
-                return time.perf_counter() - start
 
             phase = "prefilling"
-            enter(phase)
+            decoding = enter(phase)
+            # The step at no context, once per request with the streams decoding as it arrives and itself (the cap
+            # is read once, here, before its first token is due); each step then slows with the context it attends
+            # over (Pace.slowdown).
+            interval = pace.interval_s(streams=decoding + 1) if pace else timing.interval_s
+            if timing.jitter:
+                with draws_lock:
+                    interval *= 1 + timing.jitter * (2 * jitters.random() - 1)
             try:
                 send({"role": "assistant", "content": ""}, usage=False)
-                # The decode's steps are timed from the first token as sent: where this host sent it late (its
-                # threads busy), a schedule kept from the request's start would send the steps it missed at once,
-                # a decode faster than the pace (issue 60: 21x the roofline).
-                first_sent = wait_until(ttft)
-                streams, phase = enter("decoding", leave=phase), "decoding"
-                # The step at no context, once per request with the streams decoding as it starts (the cap is read
-                # once); each step then slows with the context it attends over (Pace.slowdown).
-                interval = pace.interval_s(streams=streams) if pace else timing.interval_s
-                if timing.jitter:
-                    with draws_lock:
-                        interval *= 1 + timing.jitter * (2 * jitters.random() - 1)
+                wait_until(ttft)
                 emitted = 1
                 reasoning_emitted = 1 if reasoning_budget else 0
                 send(text_delta("reasoning_content" if reasoning_emitted else "content", timing.token_text(0), emitted >= output),
                      usage=continuous)
+                # The decode's steps are timed from the first token as sent: where this host sent it late (its
+                # threads busy), a schedule kept from the request's start would send the steps it missed at once,
+                # a decode faster than the pace (issue 60: 21x the roofline).
+                last_sent = due = max(ttft, time.perf_counter() - start)
+                enter("decoding", leave=phase)
+                phase = "decoding"
                 pending = {"reasoning_content": "", "content": ""}
-                last_sent = due = max(ttft, first_sent)
                 while emitted < output:
                     step = steps + 1
                     accepted = accepted_drafts()

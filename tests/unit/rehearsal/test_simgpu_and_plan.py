@@ -129,3 +129,22 @@ def test_the_draw_follows_the_load_a_stand_in_reports_until_it_ends(tmp_path):
     assert sampler.nvmlDeviceGetPowerUsage(2) == decode
     sampler.end_load()
     assert sampler.nvmlDeviceGetPowerUsage(2) == 70_000
+
+
+def test_the_energy_counter_integrates_every_load_between_two_reads(tmp_path):
+    """The counter read only at a cell's edges, both idle, still holds the prefill and decode between them: each
+    load change is logged with its time and integrated in order (issue 60: read at its edges, a draw that follows the
+    load would give "energy 0.58 J/token below what 1107 W allows")."""
+    now = [0.0]
+    gpu = dict(count=1, state_path=tmp_path / "gpus.json", limit_mw=700_000, min_mw=200_000, max_mw=700_000,
+               default_mw=700_000, demand_mw=630_000, idle_mw=70_000, clock=lambda: now[0])
+    sampler, standin_gpus = simgpu.NvmlDouble(**gpu), simgpu.NvmlDouble(**gpu)
+    start = sampler.nvmlDeviceGetTotalEnergyConsumption(0)
+    now[0] = 1.0
+    standin_gpus.report_load([0], 630_000)  # a prompt prefills for 1 s
+    now[0] = 2.0
+    standin_gpus.report_load([0], 227_000)  # its decode for 3 s
+    now[0] = 5.0
+    standin_gpus.end_load()  # then idle for 5 s
+    now[0] = 10.0
+    assert sampler.nvmlDeviceGetTotalEnergyConsumption(0) - start == 70_000 * 1 + 630_000 * 1 + 227_000 * 3 + 70_000 * 5

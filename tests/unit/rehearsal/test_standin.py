@@ -328,7 +328,6 @@ def test_the_fp4_warning_reaches_the_rows_and_the_headline_beside_them(h100):
     from stackbench.results import store
 
     node, launches = h100
-    adapter = adapter_for("vllm")
     setups = {}
     for name in ("vllm-nvfp4-mtp--nospec", "sglang-nospec--nospec"):
         facts = h100_facts(node, launches[name])[0]
