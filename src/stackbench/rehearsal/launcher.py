@@ -177,6 +177,7 @@ class StandinLauncher(ProcessLauncher):
                                             gpu_devices)
         self.facts_path = out_dir / "standin_facts.json"
         self.argv_path = out_dir / "standin_argv.json"
+        self.scale_path = out_dir / "standin_time_scale"  # the current cell's time scale (set_cell_time_scale)
 
     def _prepare(self) -> None:
         if self.launch.launch_mode == "external":
@@ -192,12 +193,22 @@ class StandinLauncher(ProcessLauncher):
                  "step_share": fit[0] if fit else standin.ROOFLINE_SHARE, "calibrated": bool(fit),
                  "pinned": pinned(self.launch),
                  "gpu_uuids": list(self.gpu_devices or []),
-                 "argv_out": str(self.argv_path), "envs_dir": str(self.envs_dir), "answers": answer_key(self.node, self.launch)}
+                 "argv_out": str(self.argv_path), "envs_dir": str(self.envs_dir), "answers": answer_key(self.node, self.launch),
+                 "time_scale_file": str(self.scale_path)}
         if host is not None:
             facts.update(gpu_state=str(gpu_state(self.node.name)), host_gpus=host.count, demand_mw=host.demand_mw,
                          idle_mw=host.idle_mw, uuid_prefix=host.uuid_prefix)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.facts_path.write_text(json.dumps(facts, indent=1))
+
+    def set_cell_time_scale(self, reply_tokens: int) -> float:
+        """The time scale of the next cell, whose shortest reply has `reply_tokens` tokens (standin.cell_time_scale),
+        handed to the stand-in, which reads it at each request; returned for its figures."""
+        scale = standin.cell_time_scale(json.loads(self.facts_path.read_text()), self.rehearsal["time_scale"], reply_tokens)
+        tmp = self.scale_path.with_suffix(".tmp")
+        tmp.write_text(repr(scale))
+        tmp.replace(self.scale_path)
+        return scale
 
     def engine_argv(self, host: str, port: int | str) -> list[str]:
         """What the real run passes the engine: after the binary, or the container's command after the image."""
@@ -220,5 +231,6 @@ class StandinLauncher(ProcessLauncher):
     def identity(self) -> dict:
         real = {"native": "native build", "image": f"image {self.launch.launch_target}"}.get(self.mode, self.mode)
         return {"launch_mode": self.mode, "engine_version": STANDIN_VERSION,
-                "engine_image": f"REHEARSAL: stand-in engine for {real}, simulated GPUs, time x{self.rehearsal['time_scale']:g}, "
-                                "each cell once"}
+                "engine_image": f"REHEARSAL: stand-in engine for {real}, simulated GPUs, time x{self.rehearsal['time_scale']:g} "
+                                f"(less for a cell whose shortest reply would decode in under {standin.CELL_WINDOW_S * 1000:g} ms "
+                                "here), each cell once"}

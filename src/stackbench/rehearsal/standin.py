@@ -173,6 +173,22 @@ def allreduce_s_per_step(layers: int, tp: int, interconnect: str | None) -> tupl
                      f"= {seconds * 1e3:.2f} ms per decode step (a shape, rehearsal/standin.py ALLREDUCE_S)")
 
 
+# A cell's clock: the rehearsal's time scale, slowed for a cell whose shortest reply would decode in under
+# CELL_WINDOW_S here (cell_time_scale). A client measures a decode from the first token it reads to the last; at
+# x50 a 32-token reply decodes in 2 ms here, and a client read a few ms late (this host's other work) found every
+# later token waiting at once: decodes of 20x the roofline (issue 60). Every figure of the cell is read at its own
+# scale (rehearsal/backend.py), so the cell costs more seconds here, never another pace.
+CELL_WINDOW_S = 0.03
+
+
+def cell_time_scale(facts: dict, time_scale: float, reply_tokens: int) -> float:
+    """The time scale of a cell whose shortest reply has `reply_tokens` tokens: the rehearsal's, or less, down to
+    real time, so that reply decodes in at least CELL_WINDOW_S here at the pace's fastest (uncapped, no context)."""
+    fastest = step_share(facts) * facts["roofline_decode_tps"] * tokens_per_step(facts)
+    decode_s = max(reply_tokens - 1, 0) / fastest
+    return min(float(time_scale), max(1.0, decode_s / CELL_WINDOW_S))
+
+
 # Ready time: the engine's start (process, CUDA context, graphs) plus the weights read at this rate.
 STARTUP_S = 20.0
 LOAD_BYTES_PER_S = 2e9
@@ -226,20 +242,32 @@ def cap_factor_at(demand_mw: float | None, cap_w: float | None) -> float:
 
 
 class Pace:
-    """A rehearsal's timing, all divided by `time_scale` (a rehearsal runs faster than real; its basis
-    says by how much): decode at the step's share of the node's bandwidth roofline, prefill at its compute
-    roofline (prefill_tps), both slowing with context by the shape above and under a cap by what the phase
-    asks for; the load it runs is reported to the simulated GPUs (report_load), whose draw follows it."""
+    """A rehearsal's timing, all divided by `time_scale` (a rehearsal runs faster than real; its basis says by how
+    much; the cell's own where the measure job set one, facts' time_scale_file): decode at the step's share of the
+    node's bandwidth roofline, prefill at its compute roofline (prefill_tps), both slowing with context by the shape
+    above and under a cap by what the phase asks for; the load it runs is reported to the simulated GPUs
+    (report_load), whose draw follows it."""
 
     def __init__(self, facts: dict, gpus=None):
         self.facts = facts
         self.decode_tps = step_share(facts) * facts["roofline_decode_tps"]
-        self.time_scale = float(facts["time_scale"])
+        self.scale_file = Path(facts["time_scale_file"]) if facts.get("time_scale_file") else None
+        self.scale, self.scale_read = float(facts["time_scale"]), None
         self.kv_share = float(facts.get("kv_share_per_token") or 0.0)
         self.allreduce_s = float(facts.get("allreduce_s_per_step") or 0.0)  # TP's per-step cost (allreduce_s_per_step)
         self.gpus, self.uuids = gpus, list(facts.get("gpu_uuids") or [])
         self.reported: float | None = None
         self.lock = threading.Lock()
+
+    @property
+    def time_scale(self) -> float:
+        """The current cell's time scale (the file the measure job writes before each cell), else the rehearsal's."""
+        if self.scale_file is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stamp = self.scale_file.stat().st_mtime_ns
+                if stamp != self.scale_read:
+                    self.scale, self.scale_read = float(self.scale_file.read_text()), stamp
+        return self.scale
 
     def cap_w(self) -> float | None:
         """The lowest power limit among the launch's simulated GPUs, in W (None without any)."""
@@ -532,12 +560,12 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 enter("decoding", leave=phase)
                 phase = "decoding"
                 pending = {"reasoning_content": "", "content": ""}
+                # The weights-and-KV part slows with the context; TP's all-reduces do not.
+                fixed = pace.allreduce_s / pace.time_scale if pace else 0.0
                 while emitted < output:
                     step = steps + 1
                     accepted = accepted_drafts()
                     tokens = min(accepted + 1, output - emitted)
-                    # The weights-and-KV part slows with the context; TP's all-reduces do not.
-                    fixed = pace.allreduce_s / pace.time_scale if pace else 0.0
                     due += (interval - fixed) * (pace.slowdown(prompt_tokens + emitted) if pace else 1.0) + fixed
                     if step - 1 == timing.broken_line_after:
                         wait_until(due)

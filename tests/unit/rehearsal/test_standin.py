@@ -344,3 +344,28 @@ def test_the_fp4_warning_reaches_the_rows_and_the_headline_beside_them(h100):
     lines = queries.unpacked_fp4(queries.Results(store.to_table(rows).to_pandas()))
     assert list(lines) == ["h100x4"] and len(lines["h100x4"]) == 1
     assert lines["h100x4"][0].startswith("vllm (mtp-n2, nospec): NVFP4 (compressed-tensors) on the NVIDIA H100 80GB HBM3")
+
+
+def test_a_cell_of_short_replies_runs_on_a_slower_clock_and_is_read_at_it(tmp_path):
+    """Issue 60: at x50 a 32-token reply decoded in 2 ms here, and a client that read its first token a few ms late
+    found the rest waiting: decodes of 20x the roofline. Such a cell runs on a slower clock (its shortest reply
+    decodes in CELL_WINDOW_S here at the fastest pace), which the stand-in reads at each request and the backend
+    divides out of that cell's figures alone."""
+    from stackbench.config.model import Workload
+    from stackbench.measure.summary import Figure
+    from stackbench.plan.launchspec import Cell
+    from stackbench.rehearsal.backend import RehearsalBackend
+
+    facts = {"roofline_decode_tps": 500.0, "step_share": 0.7, "time_scale": 50, "time_scale_file": str(tmp_path / "scale")}
+    assert standin.cell_time_scale(facts, 50, 32) == pytest.approx(31 / 350 / standin.CELL_WINDOW_S)  # 89 ms: x2.95
+    assert standin.cell_time_scale(facts, 50, 1024) == 50 and standin.cell_time_scale(facts, 50, 1) == 1.0
+    pace = Pace(facts)
+    assert pace.time_scale == 50
+    (tmp_path / "scale").write_text("2.5")
+    assert pace.time_scale == 2.5 and pace.interval_s() == pytest.approx(1 / 350 / 2.5)
+    backend = RehearsalBackend({"time_scale": 50})
+    short, long = (Cell(Workload(name, "chat", ("x",), tokens, None, 1, False, (1,)), 1, None) for name, tokens in
+                   (("short", 32), ("long", 1024)))
+    backend.start_cell(short, type("Server", (), {"set_cell_time_scale": staticmethod(lambda tokens: 2.5)}))
+    rate = Figure("decode_tps", 875.0, "median", 1)
+    assert backend.figures_at_pace([rate], short)[0].value == 350.0 and backend.figures_at_pace([rate], long)[0].value == 17.5
