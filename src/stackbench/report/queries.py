@@ -369,8 +369,14 @@ def bundle_manifests(results: Results) -> pd.DataFrame:
 
 
 def implausible_cells(results: Results) -> pd.DataFrame:
-    return results.frame("select distinct source, node, stack, variant, workload, concurrency, implausible as why "
-                         "from results where implausible is not null order by all")
+    """One row per flagged cell: its launch and cell, its replies' length, whether the host was busy during it (the
+    cell's host_busy row: its other processes ran beside the client and the server) and why it was flagged."""
+    return results.frame(
+        "select source, node, stack, variant, power_cap_w, workload, concurrency, max(output_tokens) as reply_tokens, "
+        f"coalesce(case max(case when metric = '{M.host_busy}' then value end) when 1 then 'busy' when 0 then 'not busy' "
+        "end, 'not sampled') as host, any_value(implausible) as why from results where implausible is not null "
+        "group by source, ref, node, stack, variant, replicate, spec_method, spec_tokens, power_cap_w, workload, concurrency, "
+        "request_rate order by all")
 
 
 def posts_and_nodes(results: Results, nodes: list[str]) -> pd.DataFrame:
