@@ -705,6 +705,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
     finally:  # whether the engine's own parser checked the flags, for the rehearsal's report (rehearsal/budget.py)
         argv_out.write_text(json.dumps({"engine": engine, "argv": argv, "flag_check": check}))
     print(f"{STANDIN_NAME}: argument check {check}", flush=True)
+    print(f"{STANDIN_NAME}: pace: {facts.get('compute_basis') or 'prefill by the stated shape'}", flush=True)
     for line in startup_lines(engine, facts):
         print(line, flush=True)
     time.sleep(ready_s(facts["weights_gib_per_gpu"] * 2**30) / float(facts["time_scale"]))  # loading, as modeled
