@@ -49,7 +49,7 @@ class RehearsalBackend:
         return self.settings["time_scale"]
 
     def gpu_host(self, node: Node):
-        return simulated_host(node)
+        return simulated_host(node, self.time_scale)
 
     def lock_dir(self, node: Node) -> Path:
         return rehearsal.lock_dir(node.name)

@@ -34,11 +34,13 @@ def gpu_state(node: str) -> Path:
     return lock_dir(node) / "simulated-gpus.json"
 
 
-def simulated_host(node: Node) -> simgpu.NvmlDouble | None:
-    """The node's GPUs and more on a simulated host; None on a CPU node."""
+def simulated_host(node: Node, time_scale: float = 1.0) -> simgpu.NvmlDouble | None:
+    """The node's GPUs and more on a simulated host, its power averaged over NVML's second at the rehearsal's time
+    scale; None on a CPU node."""
     if not node.gpu_count:
         return None
-    return simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, gpu_state(node.name))
+    return simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, gpu_state(node.name),
+                                 average_s=simgpu.POWER_AVERAGE_S / time_scale)
 
 
 def model_figures(launch: Launch, root: Path = Path(".")) -> dict:

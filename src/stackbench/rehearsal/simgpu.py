@@ -44,6 +44,10 @@ DEMAND_SHARE = 0.9
 # for 70 + 560 x 0.28 = 227 W, inside that range; the shares are the double's, not a measurement of any GPU.
 IDLE_SHARE = 0.1
 MEMORY_DRAW = 0.4
+# nvmlDeviceGetPowerUsage on Ampere and newer: the mean power over the last second (measure/summary.py
+# telemetry_figures). A cell of a rehearsal lasts milliseconds here, between two 0.5 s samples, so the draw at an
+# instant would mostly read the idle GPU after the cell's last request.
+POWER_AVERAGE_S = 1.0
 EXTRA_GPUS = 2  # a simulated host has this many GPUs more than the node uses
 UUID_PREFIX = "GPU-simulated-"
 IDLE_USED_MIB = 300  # what an idle GPU shows used (the driver's own), under any idle threshold
@@ -80,7 +84,7 @@ class NvmlDouble:
                  default_mw=350_000, memory_gib=24.0, demand_mw: int | None = None, idle_mw: int | None = None,
                  uuid_prefix="GPU-fake-",
                  energy_step_mj: int = 1, compute_capability=(8, 6), driver="simulated 0.0", cuda_driver=12080,
-                 p2p_read=0, p2p_nvlink=5):
+                 p2p_read=0, p2p_nvlink=5, average_s: float = 0.0):
         self.state_path = Path(state_path) if state_path else None
         # What the preflight reads (host/preflight.py): a P2P status is NVML's (0 ok, 5 not supported) per capability.
         self.compute_capability, self.driver, self.cuda_driver = compute_capability, driver, cuda_driver
@@ -94,6 +98,7 @@ class NvmlDouble:
         self.idle_mw = idle_mw
         self._loads: dict[int, tuple[list[int], int]] = {}  # pid -> (its GPUs, their demand), from its reports
         self._read_to: dict[Path, int] = {}  # how far each load log has been read
+        self._unread: list[dict] = []  # this double's own reports, where no state file holds them
         self.set_calls: list[tuple[int, int]] = []
         self.names = names or ["NVIDIA GeForce RTX 3090"] * count
         self.bus_ids = bus_ids or [f"00000000:{0x41 + i:02X}:00.0" for i in range(count)]
@@ -102,6 +107,10 @@ class NvmlDouble:
         self.clock, self.t0 = clock, clock()
         self.energy_offset_mj = [1_000_000] * count
         self._energy_mj, self._energy_at = [0.0] * count, [self.t0] * count
+        # nvmlDeviceGetPowerUsage: the mean power over the last `average_s` (NVML's is over the last second on Ampere
+        # and newer), from the energy at each load change (_checkpoints: time, each GPU's energy); 0: the draw now.
+        self.average_s = average_s
+        self._checkpoints: list[tuple[float, list[float]]] = [(self.t0, [0.0] * count)]
         self.fail_sampling = False
         if self.state_path is None or not self.state_path.exists():
             self._save({"limits_mw": [limit_mw] * count})
@@ -110,11 +119,27 @@ class NvmlDouble:
 
     @property
     def power_mw(self) -> list[int]:
-        """Each GPU's draw now: a fixed figure, or min(its cap, its demand) on a simulated host."""
+        """Each GPU's power as NVML reports it: a fixed figure, or on a simulated host min(its cap, its demand), now
+        or averaged over the last average_s."""
         if self.demand_mw is None:
             return self._power_mw
         self._advance()
-        return self._draws(self._enforced())
+        if not self.average_s:
+            return self._draws(self._enforced())
+        now = self._energy_at[0]  # the energy is accrued to here (_advance)
+        since = max(now - self.average_s, self.t0)
+        if now <= since:
+            return self._draws(self._enforced())
+        before = self._energy_at_time(since)
+        return [int((self._energy_mj[h] - before[h]) / (now - since)) for h in range(self.count)]
+
+    def _energy_at_time(self, t: float) -> list[float]:
+        """Each GPU's integrated energy at time t (after the oldest checkpoint kept): the draw is constant between
+        two checkpoints, so linear there."""
+        earlier = [c for c in self._checkpoints if c[0] <= t]
+        (t0, e0), (t1, e1) = earlier[-1], next((c for c in self._checkpoints if c[0] > t), (self._energy_at[0], self._energy_mj))
+        share = (t - t0) / (t1 - t0) if t1 > t0 else 0.0
+        return [a + (b - a) * share for a, b in zip(e0, e1)]
 
     @power_mw.setter
     def power_mw(self, values: list[int]) -> None:
@@ -142,7 +167,7 @@ class NvmlDouble:
         however seldom it is read, and no report races the limits' writes."""
         event = {"t": self.clock(), "pid": os.getpid(), "gpus": list(gpus), "demand_mw": demand_mw}
         if self.state_path is None:
-            self._apply([event])
+            self._unread.append(event)
             return
         with open(self._load_log(event["pid"]), "a") as log:
             log.write(json.dumps(event) + "\n")
@@ -153,9 +178,9 @@ class NvmlDouble:
 
     def _new_events(self) -> list[dict]:
         """The load events appended since this double last read them, every process's, in time order."""
+        events, self._unread = self._unread, []
         if self.state_path is None:
-            return []
-        events = []
+            return events
         for path in self.state_path.parent.glob(f"{self.state_path.stem}.load.*.jsonl"):
             with open(path) as log:
                 log.seek(self._read_to.get(path, 0))
@@ -200,6 +225,11 @@ class NvmlDouble:
             if until > self._energy_at[h]:
                 self._energy_mj[h] += power * (until - self._energy_at[h])
                 self._energy_at[h] = until
+        if self.average_s and until > self._checkpoints[-1][0]:  # the draws change here: a checkpoint for the average
+            self._checkpoints.append((until, list(self._energy_mj)))
+            before = [i for i, c in enumerate(self._checkpoints) if c[0] <= until - self.average_s]
+            if before:  # keep the last one at or before the window's start
+                del self._checkpoints[:before[-1]]
 
     def _enforced(self) -> list[int]:
         return [limit if self.enforce else self.default_mw for limit in self._load()["limits_mw"]]
@@ -351,8 +381,12 @@ class NvmlDouble:
         return SimpleNamespace(gpu=97, memory=80)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        capped = self.power_mw[h] < (self.demands_mw()[h] if self.demand_mw is not None else self.default_mw) \
-            and self.power_mw[h] >= self._enforced()[h]
+        if self.demand_mw is None:
+            draw, demand = self.power_mw[h], self.default_mw
+        else:  # the draw now, not the reported average
+            self._advance()
+            draw, demand = self._draws(self._enforced())[h], self.demands_mw()[h]
+        capped = draw < demand and draw >= self._enforced()[h]
         return (SW_POWER_CAP if capped else 0) | self._extra_reasons(h)
 
 
@@ -373,12 +407,14 @@ def board_power_w(gpu_model: str) -> float:
 
 
 def simulated_host(gpu_model: str, gpu_count: int, memory_gib: float | None, state_path: Path,
-                   compute_capability: str | None = None, interconnect: str | None = None) -> NvmlDouble:
+                   compute_capability: str | None = None, interconnect: str | None = None,
+                   average_s: float = POWER_AVERAGE_S) -> NvmlDouble:
     """A host of the node's GPUs and EXTRA_GPUS more, every limit at its board power until a cap is set, each
     drawing IDLE_SHARE of it until a stand-in reports a load;
     the limits live in `state_path`, so a SIGKILLed measure job leaves them as a real GPU would. With the node's
     compute capability and interconnect (the preflight's simulated machine) it reports those: NVLink peer
-    access only where the interconnect is nvlink."""
+    access only where the interconnect is nvlink. Its power reads as NVML's, a mean over the last `average_s` (a
+    rehearsal's: POWER_AVERAGE_S at its time scale)."""
     board_mw = int(board_power_w(gpu_model) * 1000)
     low, high = limits_w(gpu_model)
     count = gpu_count + EXTRA_GPUS
@@ -389,4 +425,4 @@ def simulated_host(gpu_model: str, gpu_count: int, memory_gib: float | None, sta
                       idle_mw=int(board_mw * IDLE_SHARE), uuid_prefix=UUID_PREFIX,
                       **({"compute_capability": tuple(int(p) for p in compute_capability.split("."))}
                          if compute_capability else {}),
-                      p2p_nvlink=0 if interconnect == "nvlink" else 5)
+                      p2p_nvlink=0 if interconnect == "nvlink" else 5, average_s=average_s)

@@ -106,7 +106,7 @@ def test_the_draw_follows_the_load_a_stand_in_reports_until_it_ends(tmp_path):
     import time
 
     state = tmp_path / "gpus.json"
-    sampler = simgpu.simulated_host("NVIDIA H100 80GB HBM3", 4, 80, state)
+    sampler = simgpu.simulated_host("NVIDIA H100 80GB HBM3", 4, 80, state, average_s=0)  # the draw now, not a mean
     assert sampler.nvmlDeviceGetPowerUsage(0) == 70_000  # idle: 10% of 700 W, not 630 W
     decode = simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.7, 0.0)
     assert 137_000 <= decode <= 300_000 and simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.0, 1.0) == 630_000
@@ -148,3 +148,20 @@ def test_the_energy_counter_integrates_every_load_between_two_reads(tmp_path):
     standin_gpus.end_load()  # then idle for 5 s
     now[0] = 10.0
     assert sampler.nvmlDeviceGetTotalEnergyConsumption(0) - start == 70_000 * 1 + 630_000 * 1 + 227_000 * 3 + 70_000 * 5
+
+
+def test_power_reads_as_nvmls_mean_over_the_last_second():
+    """NVML's power on Ampere and newer is the mean over the last second; a rehearsal's cell lasts milliseconds
+    here, so the draw at the instant a sample lands (after its last request) would read an idle GPU."""
+    now = [0.0]
+    gpu = simgpu.NvmlDouble(count=1, limit_mw=700_000, min_mw=200_000, max_mw=700_000, default_mw=700_000,
+                            demand_mw=630_000, idle_mw=70_000, clock=lambda: now[0], average_s=1.0)
+    now[0] = 2.0
+    gpu.report_load([0], 630_000)
+    now[0] = 2.5
+    assert gpu.nvmlDeviceGetPowerUsage(0) == 350_000  # half the second idle, half prefilling
+    now[0] = 4.0
+    assert gpu.nvmlDeviceGetPowerUsage(0) == 630_000
+    gpu.end_load()
+    now[0] = 4.25
+    assert gpu.nvmlDeviceGetPowerUsage(0) == 490_000

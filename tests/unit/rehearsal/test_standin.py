@@ -177,7 +177,7 @@ def h100(tmp_path, monkeypatch):
 
 
 def h100_facts(node, launch) -> dict:
-    host = simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, Path("gpus.json"))
+    host = simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, Path("gpus.json"), average_s=0)
     return {**launcher.engine_facts(node, launch, adapter_for(launch.engine)), "time_scale": 1, "demand_mw": host.demand_mw,
             "idle_mw": host.idle_mw, "gpu_uuids": [f"{simgpu.UUID_PREFIX}{i}" for i in range(4)]}, host
 
