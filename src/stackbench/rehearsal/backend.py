@@ -1,6 +1,7 @@
 """A rehearsal's run backend (measure/backend.py RunBackend): the stand-in behind the real command
 (launcher.py), the node's GPUs simulated (simgpu.py) with their locks in the rehearsal's own folder, and a
-clock `time_scale` times fast (less for a cell of short replies: standin.cell_time_scale), divided out of what
+clock `time_scale` times fast (less for a cell of short replies or many streams: standin.cell_time_scale), divided
+out of what
 each cell's rows report so that they read at the stand-in's modeled pace.
 """
 
@@ -63,7 +64,7 @@ class RehearsalBackend:
         return powercap.PowerCapper(gpus, lock_dir, settle_s=powercap.PowerCapper.settle_s / self.time_scale)
 
     def start_cell(self, cell: Cell, server: StandinLauncher) -> None:
-        self.scales[cell.key] = server.set_cell_time_scale(shortest_reply(cell))
+        self.scales[cell.key] = server.set_cell_time_scale(shortest_reply(cell), cell.concurrency or 1)
 
     def figures_at_pace(self, figures: list[Figure], cell: Cell) -> list[Figure]:
         return [at_model_pace(f, self.scales.get(cell.key, self.time_scale)) for f in figures]

@@ -203,10 +203,11 @@ class StandinLauncher(ProcessLauncher):
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.facts_path.write_text(json.dumps(facts, indent=1))
 
-    def set_cell_time_scale(self, reply_tokens: int) -> float:
-        """The time scale of the next cell, whose shortest reply has `reply_tokens` tokens (standin.cell_time_scale),
-        handed to the stand-in, which reads it at each request; returned for its figures."""
-        scale = standin.cell_time_scale(json.loads(self.facts_path.read_text()), self.rehearsal["time_scale"], reply_tokens)
+    def set_cell_time_scale(self, reply_tokens: int, streams: int) -> float:
+        """The time scale of the next cell, of `streams` streams whose shortest reply has `reply_tokens` tokens
+        (standin.cell_time_scale), handed to the stand-in, which reads it at each request; returned for its figures."""
+        scale = standin.cell_time_scale(json.loads(self.facts_path.read_text()), self.rehearsal["time_scale"], reply_tokens,
+                                        streams)
         tmp = self.scale_path.with_suffix(".tmp")
         tmp.write_text(repr(scale))
         tmp.replace(self.scale_path)
@@ -234,5 +235,4 @@ class StandinLauncher(ProcessLauncher):
         real = {"native": "native build", "image": f"image {self.launch.launch_target}"}.get(self.mode, self.mode)
         return {"launch_mode": self.mode, "engine_version": STANDIN_VERSION,
                 "engine_image": f"REHEARSAL: stand-in engine for {real}, simulated GPUs, time x{self.rehearsal['time_scale']:g} "
-                                f"(less for a cell whose shortest reply would decode in under {standin.CELL_WINDOW_S * 1000:g} ms "
-                                "here), each cell once"}
+                                "(less for a cell of short replies or many streams: standin.cell_time_scale), each cell once"}

@@ -173,20 +173,27 @@ def allreduce_s_per_step(layers: int, tp: int, interconnect: str | None) -> tupl
                      f"= {seconds * 1e3:.2f} ms per decode step (a shape, rehearsal/standin.py ALLREDUCE_S)")
 
 
-# A cell's clock: the rehearsal's time scale, slowed for a cell whose shortest reply would decode in under
-# CELL_WINDOW_S here (cell_time_scale). A client measures a decode from the first token it reads to the last; at
-# x50 a 32-token reply decodes in 2 ms here, and a client read a few ms late (this host's other work) found every
-# later token waiting at once: decodes of 20x the roofline (issue 60). Every figure of the cell is read at its own
-# scale (rehearsal/backend.py), so the cell costs more seconds here, never another pace.
+# A cell's clock: the rehearsal's time scale, slowed (cell_time_scale) for a cell
+# - whose shortest reply would decode in under CELL_WINDOW_S here: a client measures a decode from the first token it
+#   reads to the last, and at x50 a 32-token reply decoded in 2 ms; a client that read it a few ms late (this host's
+#   other work) found every later token waiting at once: decodes of 20x the roofline (issue 60);
+# - whose streams together would step more than HOST_STEPS_PER_S times a second here: at x50 32 streams asked this
+#   host for 550,000 chunks a second, and the cell measured what the host kept up with (an aggregate of 848 tok/s where
+#   the pace gives 8,000), a stream's decode at once faster than the aggregate. One stream at x50, 17,000 a second,
+#   kept the pace on this 2-core machine; the bound is that, not a measurement of any other host.
+# Every figure of the cell is read at its own scale (rehearsal/backend.py): the cell costs more seconds here, never
+# another pace.
 CELL_WINDOW_S = 0.03
+HOST_STEPS_PER_S = 20_000
 
 
-def cell_time_scale(facts: dict, time_scale: float, reply_tokens: int) -> float:
-    """The time scale of a cell whose shortest reply has `reply_tokens` tokens: the rehearsal's, or less, down to
-    real time, so that reply decodes in at least CELL_WINDOW_S here at the pace's fastest (uncapped, no context)."""
-    fastest = step_share(facts) * facts["roofline_decode_tps"] * tokens_per_step(facts)
-    decode_s = max(reply_tokens - 1, 0) / fastest
-    return min(float(time_scale), max(1.0, decode_s / CELL_WINDOW_S))
+def cell_time_scale(facts: dict, time_scale: float, reply_tokens: int, streams: int = 1) -> float:
+    """The time scale of a cell of `streams` streams whose shortest reply has `reply_tokens` tokens: the rehearsal's,
+    or less, down to real time, so that reply decodes in at least CELL_WINDOW_S here and the streams step at most
+    HOST_STEPS_PER_S times a second, each at the pace's fastest (uncapped, no context)."""
+    steps_per_s = step_share(facts) * facts["roofline_decode_tps"]
+    decode_s = max(reply_tokens - 1, 0) / (steps_per_s * tokens_per_step(facts))
+    return min(float(time_scale), max(1.0, min(decode_s / CELL_WINDOW_S, HOST_STEPS_PER_S / (max(streams, 1) * steps_per_s))))
 
 
 # Ready time: the engine's start (process, CUDA context, graphs) plus the weights read at this rate.

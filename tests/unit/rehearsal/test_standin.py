@@ -359,6 +359,9 @@ def test_a_cell_of_short_replies_runs_on_a_slower_clock_and_is_read_at_it(tmp_pa
     facts = {"roofline_decode_tps": 500.0, "step_share": 0.7, "time_scale": 50, "time_scale_file": str(tmp_path / "scale")}
     assert standin.cell_time_scale(facts, 50, 32) == pytest.approx(31 / 350 / standin.CELL_WINDOW_S)  # 89 ms: x2.95
     assert standin.cell_time_scale(facts, 50, 1024) == 50 and standin.cell_time_scale(facts, 50, 1) == 1.0
+    # 32 streams of 1,024 tokens: at x50 this host would send 560,000 chunks a second; the cell steps at most
+    # HOST_STEPS_PER_S times a second here (issue 60: an aggregate of 848 tok/s where the pace gives 8,000).
+    assert standin.cell_time_scale(facts, 50, 1024, streams=32) == pytest.approx(standin.HOST_STEPS_PER_S / (32 * 350))
     pace = Pace(facts)
     assert pace.time_scale == 50
     (tmp_path / "scale").write_text("2.5")
@@ -366,6 +369,6 @@ def test_a_cell_of_short_replies_runs_on_a_slower_clock_and_is_read_at_it(tmp_pa
     backend = RehearsalBackend({"time_scale": 50})
     short, long = (Cell(Workload(name, "chat", ("x",), tokens, None, 1, False, (1,)), 1, None) for name, tokens in
                    (("short", 32), ("long", 1024)))
-    backend.start_cell(short, type("Server", (), {"set_cell_time_scale": staticmethod(lambda tokens: 2.5)}))
+    backend.start_cell(short, type("Server", (), {"set_cell_time_scale": staticmethod(lambda tokens, streams: 2.5)}))
     rate = Figure("decode_tps", 875.0, "median", 1)
     assert backend.figures_at_pace([rate], short)[0].value == 350.0 and backend.figures_at_pace([rate], long)[0].value == 17.5
