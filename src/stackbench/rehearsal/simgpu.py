@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -99,6 +100,8 @@ class NvmlDouble:
         self._loads: dict[int, tuple[list[int], int]] = {}  # pid -> (its GPUs, their demand), from its reports
         self._read_to: dict[Path, int] = {}  # how far each load log has been read
         self._unread: list[dict] = []  # this double's own reports, where no state file holds them
+        # The sampler's thread and the cell's (the energy at a window's edges) read one double: one reads the logs at a time.
+        self._reading = threading.RLock()
         self.set_calls: list[tuple[int, int]] = []
         self.names = names or ["NVIDIA GeForce RTX 3090"] * count
         self.bus_ids = bus_ids or [f"00000000:{0x41 + i:02X}:00.0" for i in range(count)]
@@ -123,15 +126,16 @@ class NvmlDouble:
         or averaged over the last average_s."""
         if self.demand_mw is None:
             return self._power_mw
-        self._advance()
-        if not self.average_s:
-            return self._draws(self._enforced())
-        now = self._energy_at[0]  # the energy is accrued to here (_advance)
-        since = max(now - self.average_s, self.t0)
-        if now <= since:
-            return self._draws(self._enforced())
-        before = self._energy_at_time(since)
-        return [int((self._energy_mj[h] - before[h]) / (now - since)) for h in range(self.count)]
+        with self._reading:
+            self._advance()
+            if not self.average_s:
+                return self._draws(self._enforced())
+            now = self._energy_at[0]  # the energy is accrued to here (_advance)
+            since = max(now - self.average_s, self.t0)
+            if now <= since:
+                return self._draws(self._enforced())
+            before = self._energy_at_time(since)
+            return [int((self._energy_mj[h] - before[h]) / (now - since)) for h in range(self.count)]
 
     def _energy_at_time(self, t: float) -> list[float]:
         """Each GPU's integrated energy at time t (after the oldest checkpoint kept): the draw is constant between
@@ -212,13 +216,14 @@ class NvmlDouble:
     def _advance(self) -> None:
         """Energy and demands up to now: each load event since the last read at its own time, then the loads of
         processes that ended without a word (SIGKILL) dropped."""
-        limits, now = self._enforced(), self.clock()
-        for event in self._new_events():
-            self._accrue(limits, min(event["t"], now))
-            self._apply([event])
-        for pid in [pid for pid in self._loads if not _alive(pid)]:
-            del self._loads[pid]
-        self._accrue(limits, now)
+        with self._reading:
+            limits, now = self._enforced(), self.clock()
+            for event in self._new_events():
+                self._accrue(limits, min(event["t"], now))
+                self._apply([event])
+            for pid in [pid for pid in self._loads if not _alive(pid)]:
+                del self._loads[pid]
+            self._accrue(limits, now)
 
     def _accrue(self, limits: list[int], until: float) -> None:
         for h, power in enumerate(self._draws(limits)):
@@ -351,8 +356,9 @@ class NvmlDouble:
         if self.demand_mw is None:
             total = int(self.energy_offset_mj[h] + self.power_mw[h] * (self.clock() - self.t0))
         else:
-            self._integrate()
-            total = int(self.energy_offset_mj[h] + self._energy_mj[h])
+            with self._reading:
+                self._integrate()
+                total = int(self.energy_offset_mj[h] + self._energy_mj[h])
         return total - total % self.energy_step_mj  # the last whole step the counter has reached
 
     def nvmlDeviceGetMemoryInfo(self, h):
