@@ -14,7 +14,9 @@ STANDIN_WHY = ("A stand-in's figure is this host's timing x the cell's time scal
                "each decode under its roofline (0.7 of it, or a seed post's fit) and draws under every power limit, so a "
                "flagged cell is its client's timestamps on this host, late where the host was busy (the column says "
                "which) or where a reply decoded in a few ms here (short replies x the time scale; such a cell runs on a "
-               "slower clock, rehearsal/standin.py cell_time_scale). The real run measures these cells afresh.")
+               "slower clock, rehearsal/standin.py cell_time_scale), or its mean power from the few 0.5 s samples a cell "
+               "of a fraction of a second here takes, against an energy counter that holds its whole window. The real "
+               "run measures these cells afresh.")
 
 
 def flagged_table(ctx: Context, caveats: list[str]) -> list:
