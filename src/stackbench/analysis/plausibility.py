@@ -15,6 +15,8 @@ The checks, each against a bound from facts already in the results:
   fastest token rate (the aggregate, or one stream's decode x streams), which already favours the row;
 - aggregate below one stream: at two or more streams, the aggregate rate below one stream's decode rate of the
   same cell (an aggregate over n streams is at least one of them, unless first-token waits fill half the window).
+These two compare a cell's figures at one prompt length (POINT): a context ladder's points share the cell's identity,
+and a short point's energy is not bounded by a long point's power (its prefill) or rate.
 Margins absorb the estimates in each bound (a roofline's bandwidth, NVML's sampling), not doubt about the rule.
 """
 
@@ -35,6 +37,7 @@ ROOFLINE_MARGIN = 1.25
 POWER_MARGIN = 1.10
 ENERGY_MARGIN = 0.8
 CENTRAL = ("median", "mean", "single")
+POINT = [*CELL, "prompt_tokens"]  # one cell at one prompt length (a ladder's point)
 COLUMN = "implausible"
 # What the checks read (and analysis/roofline.py under over_roofline): the rows of these metrics, these columns. Every
 # other row's figure is never looked at, so findings() over these rows alone equals findings() over the whole table;
@@ -118,10 +121,10 @@ def energy_below_power(results: pd.DataFrame) -> pd.DataFrame:
     per_cell = {}
     for metric in (M.power_w, M.aggregate_tps, M.decode_tps):
         picked = _ok(results, metric)
-        per_cell[metric] = picked.groupby(CELL, dropna=False, sort=False)["value"].median().rename(metric).reset_index()
+        per_cell[metric] = picked.groupby(POINT, dropna=False, sort=False)["value"].median().rename(metric).reset_index()
     joined = energy
     for frame in per_cell.values():
-        joined = joined.merge(frame, on=CELL, how="left")
+        joined = joined.merge(frame, on=POINT, how="left")
     streams = pd.to_numeric(joined["concurrency"], errors="coerce").fillna(1)
     fastest = np.fmax(joined[M.aggregate_tps], joined[M.decode_tps] * streams)
     floor = joined[M.power_w] / fastest
@@ -134,8 +137,8 @@ def energy_below_power(results: pd.DataFrame) -> pd.DataFrame:
 def aggregate_below_single(results: pd.DataFrame) -> pd.DataFrame:
     aggregate = _ok(results, M.aggregate_tps)
     aggregate = aggregate[pd.to_numeric(aggregate["concurrency"], errors="coerce") >= 2]
-    decode = _ok(results, M.decode_tps).groupby(CELL, dropna=False, sort=False)["value"].median().rename("decode").reset_index()
-    joined = aggregate.merge(decode, on=CELL, how="inner")
+    decode = _ok(results, M.decode_tps).groupby(POINT, dropna=False, sort=False)["value"].median().rename("decode").reset_index()
+    joined = aggregate.merge(decode, on=POINT, how="inner")
     low = joined[joined["value"] < joined["decode"]]
     reason = [f"aggregate {a:.4g} tok/s over {c:.0f} streams below one stream's decode {d:.4g} tok/s"
               for a, c, d in zip(low["value"], low["concurrency"], low["decode"])]

@@ -452,11 +452,14 @@ class LlamaCppFormats:
                 f"kv_unified = '{str(f['streams'] == 1).lower()}'"]
 
     def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
-        """tests/fixtures/llamacpp/metrics-draft.txt's names (llama-server --metrics), unlabelled."""
+        """tests/fixtures/llamacpp/metrics-draft.txt's names (llama-server --metrics), unlabelled; a speculative
+        launch's counters from the start, at zero before its first draft, as llama-server exports them
+        (metrics-nospec.txt), so a cell's delta has a start."""
         c = counts
         lines = [f"llamacpp:prompt_tokens_total {c.prompt - c.cached}", f"llamacpp:prompt_tokens_cached_total {c.cached}",
                  f"llamacpp:tokens_predicted_total {c.generated}", f"llamacpp:requests_processing {c.running}"]
-        return "\n".join(lines + (spec_decode_lines(self.engine, "", c) if c.drafts else [])).replace("{}", "")
+        speculative = c.drafts or facts.get("spec_tokens")
+        return "\n".join(lines + (spec_decode_lines(self.engine, "", c) if speculative else [])).replace("{}", "")
 
     def context_error(self, limit: int, asked: int) -> str:
         return f"the request exceeds the available context size ({limit} tokens), try increasing it"

@@ -303,7 +303,7 @@ class SglangFormats(PythonEngineFormats):
                  f"sglang:cached_tokens_total{{{labels}}} {c.cached}.0",
                  f"sglang:token_usage{{{labels}}} {min(c.running, 1) * 0.01}",
                  f"sglang:cache_hit_rate{{{labels}}} {c.cached / c.prompt if c.prompt else 0.0}"]
-        if c.drafts:
+        if c.drafts or f.get("spec_tokens"):  # a speculative server's counter, at zero before its first verify step
             lines.append(f"sglang:spec_verify_calls_total{{{labels}}} {c.drafts}.0")
         if f.get("kv_pool_tokens"):
             lines += [f"sglang:max_total_num_tokens{{{labels}}} {f['kv_pool_tokens']}.0",

@@ -25,6 +25,7 @@ from stackbench.engines.base import (
     slots_from,
     spec_decode_lines,
 )
+from stackbench.results.basis import UNPACKED_FP4
 from stackbench.results.divergence import Position
 from stackbench.results.metrics import M
 
@@ -38,6 +39,12 @@ SPEC_NUM = re.compile(r"num_spec_tokens=(?P<n>\d+)")
 # The engine config line: "... with config: model=..., dtype=torch.bfloat16, ..., kv_cache_dtype=auto, ..."
 MODEL_DTYPE = re.compile(r"with config: .*?\bdtype=(?:torch\.)?(?P<dtype>\w+)")
 KV_CACHE_DTYPE = re.compile(r"\bkv_cache_dtype=(?P<dtype>\w+)")
+# On a GPU without FP4 tensor cores (before Blackwell) vLLM runs an NVFP4 or MXFP4 checkpoint weight-only and says so
+# once (vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py, prepare_fp4_layer_for_marlin).
+MARLIN_FP4_WARNING = ("Your GPU does not have native support for FP4 computation but FP4 quantization is being used. "
+                      "Weight-only FP4 compression will be used leveraging the Marlin kernel. This may degrade "
+                      "performance for compute-heavy workloads.")
+MARLIN_FP4 = re.compile(r"does not have native support for FP4 computation")
 
 
 def _kv_dtype(cache_dtype: str | None, model_dtype: str | None) -> str | None:
@@ -62,7 +69,7 @@ class VllmAdapter(PythonEngine):
     gpu_memory_share = ("gpu_memory_utilization", 0.9)  # EngineArgs default
     kv_dtype_arg, default_kv_dtype = "kv_cache_dtype", "bfloat16"  # "auto": the model's dtype
     stream_interval_arg = "stream_interval"
-    setup_facts = ()
+    setup_facts = ("fp4_kernel",)
     setup_env = ("VLLM_CPU_OMP_THREADS_BIND",)
     # Workers log their own GPU's KV; the MTP layer's attention joins the KV cache groups; the hybrid
     # allocator pools KV, window KV and recurrent state in one memory pool.
@@ -151,6 +158,8 @@ class VllmAdapter(PythonEngine):
             facts.extra["model_dtype"] = model_dtype["dtype"]
         if cache_dtype:
             facts.kv_dtype = _kv_dtype(cache_dtype["dtype"], facts.extra.get("model_dtype"))
+        if MARLIN_FP4.search(text):
+            facts.extra["fp4_kernel"] = f"weight-only Marlin: {UNPACKED_FP4}"
         return facts
 
     def facts_from_metrics(self, metrics_text: str) -> ServerFacts:
@@ -214,7 +223,8 @@ class VllmFormats(PythonEngineFormats):
                 f"INFO [gpu_worker.py] Available KV cache memory: {f['kv_cache_gib']:.2f} GiB",
                 f"INFO [kv_cache_utils.py] GPU KV cache size: {f['kv_pool_tokens']:,} tokens",
                 f"INFO [kv_cache_utils.py] Maximum concurrency for {f['context_len']:,} tokens per request: "
-                f"{f['kv_pool_tokens'] / f['context_len']:.2f}x"]
+                f"{f['kv_pool_tokens'] / f['context_len']:.2f}x",
+                *([f"WARNING [marlin_utils_fp4.py] {MARLIN_FP4_WARNING}"] if f.get("fp4_unpacked") else [])]
 
     def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
         """tests/fixtures/vllm/metrics-mtp.txt's names; cache_config_info carries the pool (vLLM >= 0.33)."""

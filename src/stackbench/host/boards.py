@@ -37,6 +37,17 @@ INTERCONNECT: dict[str, str | None] = {
     "NVIDIA RTX A6000": None, "NVIDIA H100 80GB HBM3": "nvlink"}
 CAP_SHARES = (5 / 9, 6 / 9, 7 / 9, 8 / 9)  # a starter cap sweep below the stock limit: 250-400 W on a 450 W board
 FP4_MAJOR = 10  # FP4 tensor cores from Blackwell (sm_100, sm_120) on
+FP8_CAPABILITY = (8, 9)  # FP8 tensor cores from Ada (sm_89) and Hopper (sm_90) on
+# Dense tensor-core peaks in TFLOPS per math format (FP32 accumulate, no sparsity: the sparse figures NVIDIA
+# lists halved), the compute roofline of a compute-bound prefill; a format the GPU has no tensor cores for is
+# absent. From NVIDIA's pages: H100 SXM datasheet (1,979 BF16 and 3,958 FP8 with sparsity); the RTX Blackwell,
+# Ada and Ampere GA102 architecture whitepapers' appendix tables (RTX 5090: 209.5 BF16, 419 FP8, 1,676 FP4
+# with FP32 accumulate; RTX 4090: 165.2 BF16, 330.3 FP8; RTX 3090: 71 BF16); the RTX A6000 datasheet (309.7
+# tensor TFLOPS with sparsity).
+TENSOR_TFLOPS: dict[str, dict[str, float]] = {
+    "NVIDIA GeForce RTX 5090": {"bf16": 209.5, "fp8": 419.0, "fp4": 1676.0},
+    "NVIDIA GeForce RTX 4090": {"bf16": 165.2, "fp8": 330.3}, "NVIDIA GeForce RTX 3090": {"bf16": 71.0},
+    "NVIDIA RTX A6000": {"bf16": 154.8}, "NVIDIA H100 80GB HBM3": {"bf16": 989.4, "fp8": 1978.9}}
 
 
 def board_power_w(gpu_model: str) -> float | None:
@@ -116,14 +127,50 @@ def starter_caps_w(gpu_model: str) -> list[int]:
     return sorted(c for c in caps if low is None or c >= low)
 
 
+def _capability(compute_capability: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a compute capability written "9.0"; None where not known."""
+    if not compute_capability:
+        return None
+    major, _, minor = str(compute_capability).partition(".")
+    return int(major), int(minor or 0)
+
+
+def fp4_unpacked(compute_capability: str | None, quant: str | None) -> bool:
+    """Whether a 4-bit float checkpoint (NVFP4, MXFP4) meets a GPU without FP4 tensor cores (before Blackwell,
+    sm_100+), where the engine unpacks it to wider math or refuses it; False where the capability is not known."""
+    capability = _capability(compute_capability)
+    return bool(quant) and "FP4" in quant.upper() and capability is not None and capability[0] < FP4_MAJOR
+
+
+def math_format(compute_capability: str | None, quant: str | None) -> str:
+    """The tensor-core format a checkpoint's matmuls run in on this GPU (a TENSOR_TFLOPS key): fp4 for a 4-bit float
+    checkpoint where the GPU has FP4 tensor cores, fp8 for an FP8 one where it has FP8 tensor cores, else bf16:
+    integer and GGUF checkpoints, and a float format the GPU has no tensor cores for, are unpacked to 16-bit math
+    (weight-only kernels: vLLM's Marlin on Hopper for NVFP4, vllm/model_executor/layers/quantization/utils/
+    marlin_utils_fp4.py "Weight-only FP4 compression will be used leveraging the Marlin kernel")."""
+    label, capability = (quant or "").upper(), _capability(compute_capability)
+    if capability is None:
+        return "bf16"
+    if "FP4" in label and capability[0] >= FP4_MAJOR:
+        return "fp4"
+    if label.startswith("FP8") and capability >= FP8_CAPABILITY:
+        return "fp8"
+    return "bf16"
+
+
+def tensor_tflops(gpu_model: str, compute_capability: str | None, quant: str | None) -> tuple[float, str] | None:
+    """(the dense tensor peak in TFLOPS the checkpoint's matmuls run at on this GPU, its format); None where
+    TENSOR_TFLOPS does not list the GPU or that format."""
+    fmt = math_format(compute_capability, quant)
+    peak = TENSOR_TFLOPS.get(gpu_model, {}).get(fmt)
+    return (peak, fmt) if peak else None
+
+
 def fp4_warning(gpu_model: str, compute_capability: str | None, quant: str | None) -> str | None:
     """A line where a 4-bit float checkpoint (NVFP4, MXFP4) meets a GPU without FP4 tensor cores (before
-    Blackwell, sm_100+): the engine unpacks it to wider math (vLLM's Marlin kernels) or refuses, so it is not the
+    Blackwell, sm_100+): the engine unpacks it to wider math (vLLM's Marlin kernels) or refuses it, so it is not the
     speed a Blackwell post reports. None otherwise, or where the compute capability is not known."""
-    if not quant or "FP4" not in quant.upper() or not compute_capability:
-        return None
-    major = int(str(compute_capability).split(".")[0])
-    if major >= FP4_MAJOR:
+    if not fp4_unpacked(compute_capability, quant):
         return None
     sm = str(compute_capability).replace(".", "")
     return (f"{quant} on the {gpu_model} (sm_{sm}): no FP4 tensor cores before Blackwell (sm_100+); the engine "

@@ -13,6 +13,7 @@ from stackbench.config.model import Launch, Node
 from stackbench.host import locks, powercap
 from stackbench.host.telemetry import NvmlGpus
 from stackbench.measure.summary import Figure
+from stackbench.plan.launchspec import Cell
 from stackbench.serve.launchers import Launcher, open_launcher
 
 
@@ -32,7 +33,10 @@ class RunBackend(Protocol):
     def power_capper(self, gpus: NvmlGpus, lock_dir: Path) -> powercap.PowerCapper:
         """The capper of the launch's GPUs, letting their clocks settle as long as the backend's clock needs."""
 
-    def figures_at_pace(self, figures: list[Figure]) -> list[Figure]:
+    def start_cell(self, cell: Cell, server: Launcher) -> None:
+        """Before a cell's first request: set the clock its figures are read at (a rehearsal's, per cell)."""
+
+    def figures_at_pace(self, figures: list[Figure], cell: Cell) -> list[Figure]:
         """A cell's figures at the pace its rows report."""
 
     def ready_at_pace(self, seconds: float | None) -> float | None:
@@ -57,7 +61,10 @@ class RealBackend:
     def power_capper(self, gpus: NvmlGpus, lock_dir: Path) -> powercap.PowerCapper:
         return powercap.PowerCapper(gpus, lock_dir)
 
-    def figures_at_pace(self, figures: list[Figure]) -> list[Figure]:
+    def start_cell(self, cell: Cell, server: Launcher) -> None:
+        pass  # a real server runs at its own pace
+
+    def figures_at_pace(self, figures: list[Figure], cell: Cell) -> list[Figure]:
         return figures
 
     def ready_at_pace(self, seconds: float | None) -> float | None:

@@ -271,6 +271,7 @@ class LaunchRun:
         if self.start_error is not None:
             self._record(CellResult(cell, status_of(self.start_error), str(self.start_error)))
             return None
+        self.backend.start_cell(cell, self.server)
         started = time.monotonic()
         result = runner.run(cell)
         self._judge_host(result, started)
@@ -279,7 +280,7 @@ class LaunchRun:
         return runner
 
     def _record(self, result: CellResult) -> None:
-        rows = self.rows.cell_rows(result.cell, self.backend.figures_at_pace(result.figures), result.status, result.reason,
+        rows = self.rows.cell_rows(result.cell, self.backend.figures_at_pace(result.figures, result.cell), result.status, result.reason,
                                    result.prompt_tokens, result.row_extra())
         outputs = None
         if result.outputs is not None:

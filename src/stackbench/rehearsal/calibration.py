@@ -11,6 +11,15 @@ launcher.engine_facts: 124.9 steps/s for the INT4, 118.0 for the NVFP4):
   gives p = 0.926;
 - vLLM MTP, seed 004's short profile at c1: n=2 102 tok/s at lambda 2.01-2.03, n=3 100 tok/s at 2.14-2.18:
   50.5 and 46.3 steps/s = 0.428 and 0.392 of the roofline (mean 0.41); p = 0.627 and 0.595 (mean 0.61).
+- prefill (every launch: a prompt is prefilled once, drafts or not), seed 000's SGLang without speculation on
+  the RTX 5090 (section 8): a 17.9K-token prefix cold in 10.2 s (1,755 tok/s) and 1,199 tok/s at 123K. The
+  stand-in's shape, a short rate s over (1 + n / (2 A)) for an n-token prompt (standin.prefill_s), through both
+  points gives A = 104,000 tokens and s = 1,905 tok/s, the top of the post's own 1,680-1,915 tok/s; s is
+  PREFILL_SHARE = 0.49 of the compute roofline, 209.5 TFLOPS of BF16 (the INT4 weights are unpacked to 16-bit
+  math) over 2 x 27e9 flops a token (standin.prefill_roofline_tps). Seed 000's speculative 128,180-token prefill,
+  1,136 tok/s, is 4% under the fit (1,180). Other GPUs and TP sizes take the share as a shape on their own
+  roofline (host/boards.py TENSOR_TFLOPS); seed 001's 1,655-token cold TTFT on 4x RTX A6000 (0.6-1.2 s, stage
+  not stated) reads slower than that roofline's 0.3 s at TP 4, whose prefill all-reduces over PCIe are not modeled.
 Not fitted, shown against the model in the report: acceptance falling with context (seed 000's 1.68 at 128K;
 the stand-in's acceptance does not depend on context) and every launch without speculation (no seed post
 measured one on these flags).
@@ -20,6 +29,10 @@ from __future__ import annotations
 
 from stackbench.results.metrics import M
 
+# A short prompt's prefill: this share of the compute roofline, each position c costing 1 + c / PREFILL_ATTENTION_TOKENS
+# times a short prompt's (the fit above).
+PREFILL_SHARE = 0.49
+PREFILL_ATTENTION_TOKENS = 104_000
 # (engine label as the rows and adapters write it, spec_method) -> (step share of the roofline, acceptance)
 FITTED = {("SGLang", "mtp"): (0.194, 0.926), ("SGLang", "eagle"): (0.194, 0.926), ("vLLM", "mtp"): (0.41, 0.61)}
 

@@ -15,8 +15,10 @@ import json
 import sys
 from pathlib import Path
 
+from stackbench.config import load_file
 from stackbench.config.model import Launch, Node
 from stackbench.config.rehearsal import STANDIN_VERSION, lock_dir
+from stackbench.host import boards
 from stackbench.models import geometry
 from stackbench.models.formats import BITS_PER_WEIGHT, KV_DTYPE_BYTES
 from stackbench.rehearsal import calibration, simgpu, standin
@@ -32,11 +34,13 @@ def gpu_state(node: str) -> Path:
     return lock_dir(node) / "simulated-gpus.json"
 
 
-def simulated_host(node: Node) -> simgpu.NvmlDouble | None:
-    """The node's GPUs and more on a simulated host; None on a CPU node."""
+def simulated_host(node: Node, time_scale: float = 1.0) -> simgpu.NvmlDouble | None:
+    """The node's GPUs and more on a simulated host, its power averaged over NVML's second at the rehearsal's time
+    scale; None on a CPU node."""
     if not node.gpu_count:
         return None
-    return simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, gpu_state(node.name))
+    return simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, gpu_state(node.name),
+                                 average_s=simgpu.POWER_AVERAGE_S / time_scale)
 
 
 def model_figures(launch: Launch, root: Path = Path(".")) -> dict:
@@ -60,6 +64,38 @@ def bits_per_weight(quant: str) -> float:
     return BITS_PER_WEIGHT[label]
 
 
+def compute_capability(node: Node) -> str | None:
+    """The node's GPU compute capability: its file's hardware.gpu.compute_capability, else the model's in
+    host/boards.py SPECS; None for a CPU node or a GPU known to neither."""
+    if not node.gpu_count:
+        return None
+    stated = load_file(Path(node.file), "node")["hardware"].get("gpu", {}).get("compute_capability")
+    return stated or (boards.SPECS[node.gpu_model][2] if node.gpu_model in boards.SPECS else None)
+
+
+def compute_facts(node: Node, launch: Launch, params: float, bpw: float) -> dict:
+    """How the checkpoint's math runs on the node's GPU: the prefill's compute roofline and the decode step's
+    ridge (standin.prefill_roofline_tps, ridge_tokens) from the tensor peak of the format its matmuls run in
+    (host/boards.py TENSOR_TFLOPS), and the decode's kernel share where an FP4 checkpoint is unpacked
+    (standin.UNPACKED_FP4_SHARE), each with what it rests on (`compute_basis`)."""
+    capability = compute_capability(node)
+    unpacked = boards.fp4_unpacked(capability, launch.model.quant)
+    kernel = {"kernel_share": standin.UNPACKED_FP4_SHARE, "fp4_unpacked": True} if unpacked else {}
+    unpacking = (f"; {launch.model.quant} unpacked to BF16 (no FP4 tensor cores on sm_{str(capability).replace('.', '')}): "
+                 f"decode at {standin.UNPACKED_FP4_SHARE:.2f} of the step share (rehearsal/standin.py UNPACKED_FP4_SHARE)"
+                 if unpacked else "")
+    peak = boards.tensor_tflops(node.gpu_model, capability, launch.model.quant) if node.gpu_count else None
+    if peak is None:
+        return {**kernel, "compute_basis": f"prefill {standin.PREFILL_PER_DECODE:g}x decode: no tensor peak known for "
+                f"{node.gpu_model or 'a CPU node'} (host/boards.py TENSOR_TFLOPS){unpacking}"}
+    tflops, fmt = peak
+    tp = max(launch.tp, 1)
+    return {**kernel, "prefill_roofline_tps": standin.prefill_roofline_tps(tflops, params, tp),
+            "ridge_tokens": standin.ridge_tokens(tflops, node.bandwidth_gbs or 0.0, bpw),
+            "compute_basis": f"prefill at {calibration.PREFILL_SHARE:g} of {tflops:g} TFLOPS {fmt.upper()} x TP {tp} "
+                             f"(host/boards.py TENSOR_TFLOPS, rehearsal/calibration.py PREFILL_SHARE){unpacking}"}
+
+
 def engine_facts(node: Node, launch: Launch, adapter) -> dict:
     """What the stand-in prints at start-up and paces itself by, sized from geometry, quantization and
     the node's GPUs. A KV pool that does not fit is left negative: the stand-in then refuses to start, as
@@ -67,6 +103,7 @@ def engine_facts(node: Node, launch: Launch, adapter) -> dict:
     figures = model_figures(launch)
     bpw = bits_per_weight(launch.model.quant)
     weight_bytes = figures.get("weight_bytes") or figures["params_b"] * 1e9 * bpw / 8
+    params = figures["params_b"] * 1e9 if figures.get("params_b") else weight_bytes * 8 / bpw
     devices = max(node.gpu_count, 1)
     tp = launch.tp  # 1 where the engine splits layers: one GPU reads at a time
     kv_dtype = str(launch.server_args.get(adapter.kv_dtype_arg) or adapter.default_kv_dtype)
@@ -107,7 +144,7 @@ def engine_facts(node: Node, launch: Launch, adapter) -> dict:
                        standin.allreduce_s_per_step(int(figures.get("layers") or layers), tp,
                                                     getattr(node, "interconnect", None)))),
             # what each token of KV in use adds to a decode step's bytes, against the weights (Pace.slowdown)
-            "kv_share_per_token": per_token * tp / weight_bytes}
+            "kv_share_per_token": per_token * tp / weight_bytes, **compute_facts(node, launch, params, bpw)}
 
 
 def pinned(launch: Launch, root: Path = Path(".")) -> str | None:
@@ -142,6 +179,7 @@ class StandinLauncher(ProcessLauncher):
                                             gpu_devices)
         self.facts_path = out_dir / "standin_facts.json"
         self.argv_path = out_dir / "standin_argv.json"
+        self.scale_path = out_dir / "standin_time_scale"  # the current cell's time scale (set_cell_time_scale)
 
     def _prepare(self) -> None:
         if self.launch.launch_mode == "external":
@@ -157,12 +195,23 @@ class StandinLauncher(ProcessLauncher):
                  "step_share": fit[0] if fit else standin.ROOFLINE_SHARE, "calibrated": bool(fit),
                  "pinned": pinned(self.launch),
                  "gpu_uuids": list(self.gpu_devices or []),
-                 "argv_out": str(self.argv_path), "envs_dir": str(self.envs_dir), "answers": answer_key(self.node, self.launch)}
+                 "argv_out": str(self.argv_path), "envs_dir": str(self.envs_dir), "answers": answer_key(self.node, self.launch),
+                 "time_scale_file": str(self.scale_path)}
         if host is not None:
             facts.update(gpu_state=str(gpu_state(self.node.name)), host_gpus=host.count, demand_mw=host.demand_mw,
-                         uuid_prefix=host.uuid_prefix)
+                         idle_mw=host.idle_mw, uuid_prefix=host.uuid_prefix)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.facts_path.write_text(json.dumps(facts, indent=1))
+
+    def set_cell_time_scale(self, reply_tokens: int, streams: int) -> float:
+        """The time scale of the next cell, of `streams` streams whose shortest reply has `reply_tokens` tokens
+        (standin.cell_time_scale), handed to the stand-in, which reads it at each request; returned for its figures."""
+        scale = standin.cell_time_scale(json.loads(self.facts_path.read_text()), self.rehearsal["time_scale"], reply_tokens,
+                                        streams)
+        tmp = self.scale_path.with_suffix(".tmp")
+        tmp.write_text(repr(scale))
+        tmp.replace(self.scale_path)
+        return scale
 
     def engine_argv(self, host: str, port: int | str) -> list[str]:
         """What the real run passes the engine: after the binary, or the container's command after the image."""
@@ -185,5 +234,5 @@ class StandinLauncher(ProcessLauncher):
     def identity(self) -> dict:
         real = {"native": "native build", "image": f"image {self.launch.launch_target}"}.get(self.mode, self.mode)
         return {"launch_mode": self.mode, "engine_version": STANDIN_VERSION,
-                "engine_image": f"REHEARSAL: stand-in engine for {real}, simulated GPUs, time x{self.rehearsal['time_scale']:g}, "
-                                "each cell once"}
+                "engine_image": f"REHEARSAL: stand-in engine for {real}, simulated GPUs, time x{self.rehearsal['time_scale']:g} "
+                                "(less for a cell of short replies or many streams: standin.cell_time_scale), each cell once"}

@@ -5,7 +5,8 @@ Two uses, one double. Unit tests build it with knobs for the cases a real driver
 PCI bus ids (enumeration vs CUDA order), NVML errors while sampling, a missing driver, a refused set, a cap
 the GPU does not enforce, a memory bus width it does not report. A rehearsal builds a simulated host for
 a node (`simulated_host`): the node's GPU model and memory, its power-limit range, and more GPUs than the
-node uses, so that GPU scope is tested; there a set cap reads back, power = min(cap, demand) and the
+node uses, so that GPU scope is tested; there a set cap reads back, power = min(cap, demand), the demand
+follows the load the stand-in on the GPU reports (report_load: idle, decode, prefill; load_draw_mw) and the
 energy counter integrates that power. A real counter (nvmlDeviceGetTotalEnergyConsumption) moves in steps:
 `energy_step_mj` makes the double's read in whole steps of that many mJ, so a short window can read no change.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,8 +32,23 @@ from stackbench.host.boards import BOARD_POWER_W, limits_w
 # double takes MIN_LIMIT_SHARE of the board power, and no highest one the board power: no GPU's figures (a
 # rehearsal only checks that caps inside the range are applied, read back and restored).
 MIN_LIMIT_SHARE = 1 / 3
-# Under load the simulated GPU asks for this share of its board power; it draws min(cap, demand).
+# Under full load (a compute-bound prefill) the simulated GPU asks for this share of its board power; it draws
+# min(cap, demand).
 DEMAND_SHARE = 0.9
+# Draw against load: an idle GPU (a context loaded, nothing running) draws IDLE_SHARE of its board power; under
+# work it asks for idle + (full demand - idle) x min(1, MEMORY_DRAW x bandwidth share + compute share)
+# (load_draw_mw), the bandwidth share being the share of peak memory bandwidth the work reads at and the compute
+# share the share of the time its tensor cores are busy (1 in a compute-bound prefill). A shape after "The
+# Illusion of Power Capping in LLM Decode" (Ma et al., arXiv:2605.11999, 2026): on an H200 (a 700 W board)
+# decode drew 137-300 W, memory-bound and leaving the power headroom untouched, so no cap bound it, while prefill
+# is the heavy phase. With these shares a 700 W board's single-stream decode at 0.7 of the bandwidth roofline asks
+# for 70 + 560 x 0.28 = 227 W, inside that range; the shares are the double's, not a measurement of any GPU.
+IDLE_SHARE = 0.1
+MEMORY_DRAW = 0.4
+# nvmlDeviceGetPowerUsage on Ampere and newer: the mean power over the last second (measure/summary.py
+# telemetry_figures). A cell of a rehearsal lasts milliseconds here, between two 0.5 s samples, so the draw at an
+# instant would mostly read the idle GPU after the cell's last request.
+POWER_AVERAGE_S = 1.0
 EXTRA_GPUS = 2  # a simulated host has this many GPUs more than the node uses
 UUID_PREFIX = "GPU-simulated-"
 IDLE_USED_MIB = 300  # what an idle GPU shows used (the driver's own), under any idle threshold
@@ -44,6 +61,12 @@ THROTTLED_CLOCK_MHZ, THROTTLED_TEMP_C = 1200, 90  # what a thermally slowed simu
 
 class NVMLError(Exception):
     pass
+
+
+def load_draw_mw(idle_mw: float, demand_mw: float, bandwidth_share: float, compute_share: float) -> int:
+    """What a GPU asks for under a load (the shape above): idle where nothing runs, its full demand compute-bound."""
+    busy = min(1.0, MEMORY_DRAW * bandwidth_share + compute_share)
+    return int(idle_mw + (demand_mw - idle_mw) * busy)
 
 
 class NvmlDouble:
@@ -59,9 +82,10 @@ class NvmlDouble:
     def __init__(self, count=2, state_path: Path | None = None, limit_mw=300_000, deny_set=False,
                  names: list[str] | None = None, bus_ids: list[str] | None = None, no_driver=False,
                  enforce=True, clock=time.monotonic, bus_width_supported=True, min_mw=100_000, max_mw=350_000,
-                 default_mw=350_000, memory_gib=24.0, demand_mw: int | None = None, uuid_prefix="GPU-fake-",
+                 default_mw=350_000, memory_gib=24.0, demand_mw: int | None = None, idle_mw: int | None = None,
+                 uuid_prefix="GPU-fake-",
                  energy_step_mj: int = 1, compute_capability=(8, 6), driver="simulated 0.0", cuda_driver=12080,
-                 p2p_read=0, p2p_nvlink=5):
+                 p2p_read=0, p2p_nvlink=5, average_s: float = 0.0):
         self.state_path = Path(state_path) if state_path else None
         # What the preflight reads (host/preflight.py): a P2P status is NVML's (0 ok, 5 not supported) per capability.
         self.compute_capability, self.driver, self.cuda_driver = compute_capability, driver, cuda_driver
@@ -71,6 +95,13 @@ class NvmlDouble:
         self.bus_width_supported = bus_width_supported
         self.min_mw, self.max_mw, self.default_mw = min_mw, max_mw, default_mw
         self.memory_gib, self.demand_mw, self.uuid_prefix = memory_gib, demand_mw, uuid_prefix
+        # A GPU no process reports a load on asks for idle_mw (a simulated host), else its full demand.
+        self.idle_mw = idle_mw
+        self._loads: dict[int, tuple[list[int], int]] = {}  # pid -> (its GPUs, their demand), from its reports
+        self._read_to: dict[Path, int] = {}  # how far each load log has been read
+        self._unread: list[dict] = []  # this double's own reports, where no state file holds them
+        # The sampler's thread and the cell's (the energy at a window's edges) read one double: one reads the logs at a time.
+        self._reading = threading.RLock()
         self.set_calls: list[tuple[int, int]] = []
         self.names = names or ["NVIDIA GeForce RTX 3090"] * count
         self.bus_ids = bus_ids or [f"00000000:{0x41 + i:02X}:00.0" for i in range(count)]
@@ -79,30 +110,138 @@ class NvmlDouble:
         self.clock, self.t0 = clock, clock()
         self.energy_offset_mj = [1_000_000] * count
         self._energy_mj, self._energy_at = [0.0] * count, [self.t0] * count
+        # nvmlDeviceGetPowerUsage: the mean power over the last `average_s` (NVML's is over the last second on Ampere
+        # and newer), from the energy at each load change (_checkpoints: time, each GPU's energy); 0: the draw now.
+        self.average_s = average_s
+        self._checkpoints: list[tuple[float, list[float]]] = [(self.t0, [0.0] * count)]
         self.fail_sampling = False
         if self.state_path is None or not self.state_path.exists():
             self._save({"limits_mw": [limit_mw] * count})
         self.count = count
+        self._skip_history()
 
     @property
     def power_mw(self) -> list[int]:
-        """Each GPU's draw: a fixed figure, or min(its cap, the demand) on a simulated host."""
+        """Each GPU's power as NVML reports it: a fixed figure, or on a simulated host min(its cap, its demand), now
+        or averaged over the last average_s."""
         if self.demand_mw is None:
             return self._power_mw
-        return [min(limit, self.demand_mw) for limit in self._enforced()]
+        with self._reading:
+            self._advance()
+            if not self.average_s:
+                return self._draws(self._enforced())
+            now = self._energy_at[0]  # the energy is accrued to here (_advance)
+            since = max(now - self.average_s, self.t0)
+            if now <= since:
+                return self._draws(self._enforced())
+            before = self._energy_at_time(since)
+            return [int((self._energy_mj[h] - before[h]) / (now - since)) for h in range(self.count)]
+
+    def _energy_at_time(self, t: float) -> list[float]:
+        """Each GPU's integrated energy at time t (after the oldest checkpoint kept): the draw is constant between
+        two checkpoints, so linear there."""
+        earlier = [c for c in self._checkpoints if c[0] <= t]
+        (t0, e0), (t1, e1) = earlier[-1], next((c for c in self._checkpoints if c[0] > t), (self._energy_at[0], self._energy_mj))
+        share = (t - t0) / (t1 - t0) if t1 > t0 else 0.0
+        return [a + (b - a) * share for a, b in zip(e0, e1)]
 
     @power_mw.setter
     def power_mw(self, values: list[int]) -> None:
         self._power_mw = values
 
+    def demands_mw(self) -> list[int]:
+        """What each GPU asks for now: the load a live process last reported on it (report_load), else idle_mw
+        where set, else the full demand."""
+        demands = [self.idle_mw if self.idle_mw is not None else self.demand_mw] * self.count
+        for gpus, demand in self._loads.values():
+            for h in gpus:
+                demands[h] = demand
+        return demands
+
+    def _draws(self, limits: list[int]) -> list[int]:
+        return [min(limit, demand) for limit, demand in zip(limits, self.demands_mw())]
+
+    def _load_log(self, pid: int) -> Path:
+        return self.state_path.with_name(f"{self.state_path.stem}.load.{pid}.jsonl")
+
+    def report_load(self, gpus: list[int], demand_mw: int | None) -> None:
+        """This process's work on GPUs `gpus` asks for demand_mw each (load_draw_mw; None: it ends) from now on.
+        Appended to a log per process with the time (this double's clock, monotonic: one time base across the
+        host's processes), so the energy counter of any process's double integrates every change in its order,
+        however seldom it is read, and no report races the limits' writes."""
+        event = {"t": self.clock(), "pid": os.getpid(), "gpus": list(gpus), "demand_mw": demand_mw}
+        if self.state_path is None:
+            self._unread.append(event)
+            return
+        with open(self._load_log(event["pid"]), "a") as log:
+            log.write(json.dumps(event) + "\n")
+
+    def end_load(self) -> None:
+        """This process ends: its load with it (a killed one's ends when a reader finds its pid gone)."""
+        self.report_load([], None)
+
+    def _new_events(self) -> list[dict]:
+        """The load events appended since this double last read them, every process's, in time order."""
+        events, self._unread = self._unread, []
+        if self.state_path is None:
+            return events
+        for path in self.state_path.parent.glob(f"{self.state_path.stem}.load.*.jsonl"):
+            with open(path) as log:
+                log.seek(self._read_to.get(path, 0))
+                lines = log.readlines()
+            complete = [line for line in lines if line.endswith("\n")]  # a line still being written waits
+            self._read_to[path] = self._read_to.get(path, 0) + sum(len(line.encode()) for line in complete)
+            events += [json.loads(line) for line in complete]
+        return sorted(events, key=lambda e: e["t"])
+
+    def _skip_history(self) -> None:
+        """A new double starts from the loads in effect now (each log's last event), not their history."""
+        if self.state_path is None:
+            return
+        for path in self.state_path.parent.glob(f"{self.state_path.stem}.load.*.jsonl"):
+            text = path.read_bytes()
+            end = text.rfind(b"\n") + 1
+            self._read_to[path] = end
+            last = text[:end].rstrip(b"\n").rsplit(b"\n", 1)[-1]
+            if last:
+                self._apply([json.loads(last)])
+
+    def _apply(self, events: list[dict]) -> None:
+        for event in events:
+            if event["demand_mw"] is None:
+                self._loads.pop(event["pid"], None)
+            else:
+                self._loads[event["pid"]] = (event["gpus"], event["demand_mw"])
+
+    def _advance(self) -> None:
+        """Energy and demands up to now: each load event since the last read at its own time, then the loads of
+        processes that ended without a word (SIGKILL) dropped."""
+        with self._reading:
+            limits, now = self._enforced(), self.clock()
+            for event in self._new_events():
+                self._accrue(limits, min(event["t"], now))
+                self._apply([event])
+            for pid in [pid for pid in self._loads if not _alive(pid)]:
+                del self._loads[pid]
+            self._accrue(limits, now)
+
+    def _accrue(self, limits: list[int], until: float) -> None:
+        for h, power in enumerate(self._draws(limits)):
+            if until > self._energy_at[h]:
+                self._energy_mj[h] += power * (until - self._energy_at[h])
+                self._energy_at[h] = until
+        if self.average_s and until > self._checkpoints[-1][0]:  # the draws change here: a checkpoint for the average
+            self._checkpoints.append((until, list(self._energy_mj)))
+            before = [i for i, c in enumerate(self._checkpoints) if c[0] <= until - self.average_s]
+            if before:  # keep the last one at or before the window's start
+                del self._checkpoints[:before[-1]]
+
     def _enforced(self) -> list[int]:
         return [limit if self.enforce else self.default_mw for limit in self._load()["limits_mw"]]
 
     def _integrate(self) -> None:
-        now = self.clock()
-        for h, power in enumerate(self.power_mw):
-            self._energy_mj[h] += power * (now - self._energy_at[h])
-            self._energy_at[h] = now
+        if self.demand_mw is not None:
+            self._advance()
 
     def _processes(self, h: int) -> list[dict]:
         """The processes holding memory on GPU h now: alive, or dead less than their release time ago."""
@@ -217,8 +356,9 @@ class NvmlDouble:
         if self.demand_mw is None:
             total = int(self.energy_offset_mj[h] + self.power_mw[h] * (self.clock() - self.t0))
         else:
-            self._integrate()
-            total = int(self.energy_offset_mj[h] + self._energy_mj[h])
+            with self._reading:
+                self._integrate()
+                total = int(self.energy_offset_mj[h] + self._energy_mj[h])
         return total - total % self.energy_step_mj  # the last whole step the counter has reached
 
     def nvmlDeviceGetMemoryInfo(self, h):
@@ -247,8 +387,12 @@ class NvmlDouble:
         return SimpleNamespace(gpu=97, memory=80)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        capped = self.power_mw[h] < (self.demand_mw if self.demand_mw is not None else self.default_mw) \
-            and self.power_mw[h] >= self._enforced()[h]
+        if self.demand_mw is None:
+            draw, demand = self.power_mw[h], self.default_mw
+        else:  # the draw now, not the reported average
+            self._advance()
+            draw, demand = self._draws(self._enforced())[h], self.demands_mw()[h]
+        capped = draw < demand and draw >= self._enforced()[h]
         return (SW_POWER_CAP if capped else 0) | self._extra_reasons(h)
 
 
@@ -269,18 +413,22 @@ def board_power_w(gpu_model: str) -> float:
 
 
 def simulated_host(gpu_model: str, gpu_count: int, memory_gib: float | None, state_path: Path,
-                   compute_capability: str | None = None, interconnect: str | None = None) -> NvmlDouble:
-    """A host of the node's GPUs and EXTRA_GPUS more, every limit at its board power until a cap is set;
+                   compute_capability: str | None = None, interconnect: str | None = None,
+                   average_s: float = POWER_AVERAGE_S) -> NvmlDouble:
+    """A host of the node's GPUs and EXTRA_GPUS more, every limit at its board power until a cap is set, each
+    drawing IDLE_SHARE of it until a stand-in reports a load;
     the limits live in `state_path`, so a SIGKILLed measure job leaves them as a real GPU would. With the node's
     compute capability and interconnect (the preflight's simulated machine) it reports those: NVLink peer
-    access only where the interconnect is nvlink."""
+    access only where the interconnect is nvlink. Its power reads as NVML's, a mean over the last `average_s` (a
+    rehearsal's: POWER_AVERAGE_S at its time scale)."""
     board_mw = int(board_power_w(gpu_model) * 1000)
     low, high = limits_w(gpu_model)
     count = gpu_count + EXTRA_GPUS
     return NvmlDouble(count=count, state_path=state_path, limit_mw=board_mw, names=[gpu_model] * count,
                       min_mw=int(low * 1000) if low else int(board_mw * MIN_LIMIT_SHARE),
                       max_mw=int(high * 1000) if high else board_mw, default_mw=board_mw,
-                      memory_gib=memory_gib or 24.0, demand_mw=int(board_mw * DEMAND_SHARE), uuid_prefix=UUID_PREFIX,
+                      memory_gib=memory_gib or 24.0, demand_mw=int(board_mw * DEMAND_SHARE),
+                      idle_mw=int(board_mw * IDLE_SHARE), uuid_prefix=UUID_PREFIX,
                       **({"compute_capability": tuple(int(p) for p in compute_capability.split("."))}
                          if compute_capability else {}),
-                      p2p_nvlink=0 if interconnect == "nvlink" else 5)
+                      p2p_nvlink=0 if interconnect == "nvlink" else 5, average_s=average_s)

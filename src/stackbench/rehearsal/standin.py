@@ -49,7 +49,9 @@ from pathlib import Path
 from stackbench.config.rehearsal import STANDIN_NAME, STANDIN_VERSION
 from stackbench.engines import adapter_for
 from stackbench.engines.base import RequestTrace, ServedCounts
+from stackbench.rehearsal.calibration import PREFILL_ATTENTION_TOKENS, PREFILL_SHARE
 from stackbench.rehearsal.formats import formats_for
+from stackbench.rehearsal.simgpu import load_draw_mw
 
 
 @dataclass(frozen=True)
@@ -124,10 +126,23 @@ def accuracy_answer(messages: list[dict], answers: dict[str, str], share: float)
 # -- a rehearsal's pace: the roofline, the context, the power cap, the time scale ---------------------------
 # Decode reaches this share of the bandwidth roofline (weights read once per step). A shape, not a figure.
 ROOFLINE_SHARE = 0.7
-# Decode speed against power: rate = rate at board power x (draw / demand) ** CAP_EXPONENT. Memory-bound
-# decode loses less than proportionally to power; the exponent is the double's, no GPU's measurement.
+# NVFP4 (or MXFP4) on a GPU without FP4 tensor cores (host/boards.py fp4_unpacked): vLLM runs it weight-only
+# through its Marlin FP4 kernels (vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py: "Weight-only
+# FP4 compression will be used leveraging the Marlin kernel"): the 4-bit weights are read (the roofline's bytes)
+# and unpacked to BF16 in the kernel, and prefill runs in BF16 (boards.math_format). What the unpacking costs a
+# decode step: one public measurement, a decode profile of Qwen3.6-27B on 2x RTX 5060 Ti (vLLM 0.21, TP 2, CUDA
+# graphs, no speculation, 2026-07-10): the NVFP4 checkpoint through Marlin FP4 at 23.2 tok/s, the same weights in
+# INT4 through GPTQ-Marlin at 39.2. A step reaches that ratio of the share an INT4 step does, on any GPU without
+# FP4 tensor cores: a shape from one GPU, not a Hopper measurement.
+UNPACKED_FP4_SHARE = 23.2 / 39.2
+# Speed against power: rate = rate uncapped x (min(cap, demand) / demand) ** CAP_EXPONENT, the demand being what
+# the phase asks for (simgpu.load_draw_mw: a prefill the full demand, a decode far less), so a cap above a
+# phase's demand costs it nothing. Memory-bound decode loses less than proportionally to power; the exponent is
+# the double's, no GPU's measurement.
 CAP_EXPONENT = 0.5
-# Prefill of a short prompt runs this many times the single-stream decode rate (compute-bound and batched).
+# Prefill of a short prompt where the GPU's tensor peak is not known (host/boards.py TENSOR_TFLOPS; a CPU node):
+# this many times the single-stream decode rate at ROOFLINE_SHARE. Elsewhere it is the compute roofline (each
+# token 2 flops per parameter over the TP group's tensor peak, prefill_roofline_tps) at PREFILL_SHARE.
 PREFILL_PER_DECODE = 40.0
 # The shape of context, attention over the KV in use:
 # - decode: each step reads the weights and the request's KV so far, so a step at context c takes
@@ -135,11 +150,10 @@ PREFILL_PER_DECODE = 40.0
 #   (Qwen3.8-27B INT4, fp8 KV, 32 KiB a token over ~15 GB of weights) gives 1 + 128K x 32 KiB / 15 GB = 1.28;
 #   its own figures: 86.1 t/s at accept 3.56 short, 31.5 t/s at accept 1.68 at 128K, 1.29 times the time
 #   per verify step.
-# - prefill: the token at position c costs (1 + c / PREFILL_ATTENTION_TOKENS) times a short prompt's, so a
-#   prompt of n tokens averages the short rate / (1 + n / (2 x PREFILL_ATTENTION_TOKENS)). 38,000 puts
-#   the rtx5090 stand-in's 128,180-token prefill at seed 000's 1,136 tok/s (112.9 s) from its short rate;
-#   seed 001's 1,655-token prefill (0.6-1.2 s cold on 4x A6000) is within 2% of the short rate either way.
-PREFILL_ATTENTION_TOKENS = 38_000
+# - prefill: the token at position c costs (1 + c / PREFILL_ATTENTION_TOKENS) times a short prompt's (its
+#   attention's flops grow with c, its weights' do not), so a prompt of n tokens averages the short rate /
+#   (1 + n / (2 x PREFILL_ATTENTION_TOKENS)). Both PREFILL_* are fitted to seed 000 (calibration.py). Both terms are flops split
+#   alike over a TP group, so the shape carries to any GPU and TP where prefill is compute-bound.
 # Tensor parallelism's cost: each decode step all-reduces the activations twice per layer across the TP group.
 # At one token per step the messages are a few KiB, so each all-reduce costs its latency, not bandwidth: NCCL's
 # small-message latency, a stated shape per interconnect (over NVLink a few us; over PCIe without peer access
@@ -159,6 +173,29 @@ def allreduce_s_per_step(layers: int, tp: int, interconnect: str | None) -> tupl
                      f"= {seconds * 1e3:.2f} ms per decode step (a shape, rehearsal/standin.py ALLREDUCE_S)")
 
 
+# A cell's clock: the rehearsal's time scale, slowed (cell_time_scale) for a cell
+# - whose shortest reply would decode in under CELL_WINDOW_S here: a client measures a decode from the first token it
+#   reads to the last, and at x50 a 32-token reply decoded in 2 ms; a client that read it a few ms late (this host's
+#   other work) found every later token waiting at once: decodes of 20x the roofline (issue 60);
+# - whose streams together would step more than HOST_STEPS_PER_S times a second here: at x50 32 streams asked this
+#   host for 550,000 chunks a second, and the cell measured what the host kept up with (an aggregate of 848 tok/s where
+#   the pace gives 8,000), a stream's decode at once faster than the aggregate. One stream at x50, 17,000 a second,
+#   kept the pace on this 2-core machine; the bound is that, not a measurement of any other host.
+# Every figure of the cell is read at its own scale (rehearsal/backend.py): the cell costs more seconds here, never
+# another pace.
+CELL_WINDOW_S = 0.03
+HOST_STEPS_PER_S = 20_000
+
+
+def cell_time_scale(facts: dict, time_scale: float, reply_tokens: int, streams: int = 1) -> float:
+    """The time scale of a cell of `streams` streams whose shortest reply has `reply_tokens` tokens: the rehearsal's,
+    or less, down to real time, so that reply decodes in at least CELL_WINDOW_S here and the streams step at most
+    HOST_STEPS_PER_S times a second, each at the pace's fastest (uncapped, no context)."""
+    steps_per_s = step_share(facts) * facts["roofline_decode_tps"]
+    decode_s = max(reply_tokens - 1, 0) / (steps_per_s * tokens_per_step(facts))
+    return min(float(time_scale), max(1.0, min(decode_s / CELL_WINDOW_S, HOST_STEPS_PER_S / (max(streams, 1) * steps_per_s))))
+
+
 # Ready time: the engine's start (process, CUDA context, graphs) plus the weights read at this rate.
 STARTUP_S = 20.0
 LOAD_BYTES_PER_S = 2e9
@@ -167,41 +204,110 @@ LOAD_BYTES_PER_S = 2e9
 MIN_CHUNK_S = 0.004
 
 
+def prefill_tps(facts: dict) -> float:
+    """A short prompt's prefill rate uncapped: the launch's compute roofline at the fitted share (engine_facts'
+    prefill_roofline_tps), else PREFILL_PER_DECODE times decode at ROOFLINE_SHARE; never the speculative pace (a
+    prompt is prefilled once, drafts or not)."""
+    roofline = facts.get("prefill_roofline_tps")
+    if roofline:
+        return PREFILL_SHARE * float(roofline)
+    return PREFILL_PER_DECODE * ROOFLINE_SHARE * facts["roofline_decode_tps"]
+
+
+def prefill_s(facts: dict, processed_tokens: int, cached_tokens: int = 0) -> float:
+    """Real seconds to prefill positions cached..cached + processed uncapped: the integral of the per-position
+    cost above (the cached ones are not computed again)."""
+    n, end = max(processed_tokens, 1), cached_tokens + max(processed_tokens, 1)
+    positions = n + (end ** 2 - cached_tokens ** 2) / (2 * PREFILL_ATTENTION_TOKENS)
+    return positions / prefill_tps(facts)
+
+
+def step_share(facts: dict) -> float:
+    """The share of the bandwidth roofline a verification step reaches: fitted to a post or the stated shape
+    (launcher: facts' step_share), times UNPACKED_FP4_SHARE where an FP4 checkpoint is unpacked."""
+    return float(facts.get("step_share") or ROOFLINE_SHARE) * float(facts.get("kernel_share") or 1.0)
+
+
+def decode_demand_mw(facts: dict, streams: int = 1) -> float | None:
+    """What each of the launch's GPUs asks for while `streams` requests decode (simgpu.load_draw_mw): it reads at
+    the step's share of the bandwidth roofline, and its tensor cores are busy for the share of the step its
+    tokens' math takes (streams x tokens per step / ridge_tokens). The full demand where no idle draw is known."""
+    demand, idle = facts.get("demand_mw"), facts.get("idle_mw")
+    if not demand or idle is None:
+        return demand
+    ridge = facts.get("ridge_tokens")
+    compute = streams * tokens_per_step(facts) / ridge if ridge else 0.0
+    return load_draw_mw(idle, demand, step_share(facts), compute)
+
+
+def cap_factor_at(demand_mw: float | None, cap_w: float | None) -> float:
+    """(min(cap, demand) / demand) ** CAP_EXPONENT for a phase asking for `demand_mw` on a GPU capped at `cap_w`:
+    1 uncapped, without a demand or with the cap above it."""
+    if not cap_w or not demand_mw:
+        return 1.0
+    return (min(cap_w * 1000, demand_mw) / demand_mw) ** CAP_EXPONENT
+
+
 class Pace:
-    """A rehearsal's timing, all divided by `time_scale` (a rehearsal runs faster than real; its basis
-    says by how much): decode at ROOFLINE_SHARE of the node's bandwidth roofline along the power-cap curve
-    above, prefill at PREFILL_PER_DECODE times that, both slowing with context by the shape above."""
+    """A rehearsal's timing, all divided by `time_scale` (a rehearsal runs faster than real; its basis says by how
+    much; the cell's own where the measure job set one, facts' time_scale_file): decode at the step's share of the
+    node's bandwidth roofline, prefill at its compute roofline (prefill_tps), both slowing with context by the shape
+    above and under a cap by what the phase asks for; the load it runs is reported to the simulated GPUs
+    (report_load), whose draw follows it."""
 
     def __init__(self, facts: dict, gpus=None):
-        # A verification step's share of the roofline: fitted to a seed post where one measured this engine and
-        # method (rehearsal/calibration.py, through the facts), else the stated shape.
-        self.decode_tps = float(facts.get("step_share") or ROOFLINE_SHARE) * facts["roofline_decode_tps"]
-        self.time_scale = float(facts["time_scale"])
+        self.facts = facts
+        self.decode_tps = step_share(facts) * facts["roofline_decode_tps"]
+        self.scale_file = Path(facts["time_scale_file"]) if facts.get("time_scale_file") else None
+        self.scale, self.scale_read = float(facts["time_scale"]), None
         self.kv_share = float(facts.get("kv_share_per_token") or 0.0)
         self.allreduce_s = float(facts.get("allreduce_s_per_step") or 0.0)  # TP's per-step cost (allreduce_s_per_step)
         self.gpus, self.uuids = gpus, list(facts.get("gpu_uuids") or [])
+        self.reported: float | None = None
+        self.lock = threading.Lock()
 
-    def cap_factor(self) -> float:
-        """(draw / demand) ** CAP_EXPONENT of the slowest of the launch's simulated GPUs (1 without any)."""
+    @property
+    def time_scale(self) -> float:
+        """The current cell's time scale (the file the measure job writes before each cell), else the rehearsal's."""
+        if self.scale_file is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stamp = self.scale_file.stat().st_mtime_ns
+                if stamp != self.scale_read:
+                    self.scale, self.scale_read = float(self.scale_file.read_text()), stamp
+        return self.scale
+
+    def cap_w(self) -> float | None:
+        """The lowest power limit among the launch's simulated GPUs, in W (None without any)."""
         if self.gpus is None or not self.uuids:
-            return 1.0
-        draws = [self.gpus.nvmlDeviceGetPowerUsage(self.gpus.index_of(u)) for u in self.uuids]
-        return (min(draws) / self.gpus.demand_mw) ** CAP_EXPONENT
+            return None
+        return min(self.gpus.nvmlDeviceGetEnforcedPowerLimit(self.gpus.index_of(u)) for u in self.uuids) / 1000
 
     def ttft_s(self, processed_tokens: int, cached_tokens: int = 0) -> float:
-        """Prefill of the prompt's positions cached..cached + processed: the integral of the per-position
-        cost above (the cached ones are not computed again)."""
-        n, end = max(processed_tokens, 1), cached_tokens + max(processed_tokens, 1)
-        positions = n + (end ** 2 - cached_tokens ** 2) / (2 * PREFILL_ATTENTION_TOKENS)
-        return positions / (PREFILL_PER_DECODE * self.decode_tps * self.cap_factor()) / self.time_scale
+        """Prefill of the prompt's positions cached..cached + processed, at the full demand's cap factor."""
+        factor = cap_factor_at(self.facts.get("demand_mw"), self.cap_w())
+        return prefill_s(self.facts, processed_tokens, cached_tokens) / factor / self.time_scale
 
     def slowdown(self, context: int) -> float:
         """How many times a short step's time a decode step takes with `context` tokens of KV in use."""
         return 1 + context * self.kv_share
 
-    def interval_s(self, context: int = 0) -> float:
-        """Seconds per verification step (one token without speculation) with `context` tokens of KV in use."""
-        return (self.slowdown(context) / (self.decode_tps * self.cap_factor()) + self.allreduce_s) / self.time_scale
+    def interval_s(self, context: int = 0, streams: int = 1) -> float:
+        """Seconds per verification step (one token without speculation) with `context` tokens of KV in use, while
+        `streams` requests decode (what the GPUs ask for, so whether the cap binds)."""
+        factor = cap_factor_at(decode_demand_mw(self.facts, streams), self.cap_w())
+        return (self.slowdown(context) / (self.decode_tps * factor) + self.allreduce_s) / self.time_scale
+
+    def report_load(self, prefilling: int, decoding: int) -> None:
+        """Tell the launch's simulated GPUs what they now ask for: the full demand while any prompt prefills
+        (compute-bound), the decode's demand at its streams while only decodes run, idle without work."""
+        if self.gpus is None or not self.uuids or self.facts.get("idle_mw") is None:
+            return
+        demand = (self.facts["demand_mw"] if prefilling else decode_demand_mw(self.facts, decoding) if decoding
+                  else self.facts["idle_mw"])
+        with self.lock:
+            if demand != self.reported:
+                self.reported = demand
+                self.gpus.report_load([self.gpus.index_of(u) for u in self.uuids], demand)
 
 
 def tokens_per_step(facts: dict) -> float:
@@ -212,22 +318,15 @@ def tokens_per_step(facts: dict) -> float:
     return sum(rate ** i for i in range(drafts + 1))
 
 
-def cap_factor_at(facts: dict, cap_w: float | None) -> float:
-    """Pace.cap_factor for a GPU capped at `cap_w`: it draws min(cap, demand); 1 uncapped or without a demand."""
-    demand_mw = facts.get("demand_mw")
-    if not cap_w or not demand_mw:
-        return 1.0
-    return (min(cap_w * 1000, demand_mw) / demand_mw) ** CAP_EXPONENT
-
-
 def modeled_request_s(facts: dict, prompt_tokens: int, completion_tokens: int, cap_w: float | None = None) -> float:
     """The real seconds (the time scale undone) the stand-in models for one request: the prefill of its prompt
-    (Pace.ttft_s, nothing cached: the rehearsal's stand-in caches nothing), then (completion - 1) tokens at the
-    expected tokens per step (tokens_per_step), each step slowed by the context at the reply's middle
-    (Pace.slowdown) plus TP's all-reduces (allreduce_s_per_step). The budget's figure: the pace as modeled, never this host's seconds."""
-    rate = float(facts.get("step_share") or ROOFLINE_SHARE) * facts["roofline_decode_tps"] * cap_factor_at(facts, cap_w)
+    (prefill_s, nothing cached: the rehearsal's stand-in caches nothing) at the full demand's cap factor, then
+    (completion - 1) tokens at the expected tokens per step (tokens_per_step), each step slowed by the context at
+    the reply's middle (Pace.slowdown) and by the cap where a single stream's decode asks for more, plus TP's
+    all-reduces (allreduce_s_per_step). The budget's figure: the pace as modeled, never this host's seconds."""
+    rate = step_share(facts) * facts["roofline_decode_tps"] * cap_factor_at(decode_demand_mw(facts), cap_w)
     n = max(int(prompt_tokens), 1)
-    ttft = (n + n ** 2 / (2 * PREFILL_ATTENTION_TOKENS)) / (PREFILL_PER_DECODE * rate)
+    ttft = prefill_s(facts, n) / cap_factor_at(facts.get("demand_mw"), cap_w)
     steps = max(int(completion_tokens) - 1, 0) / tokens_per_step(facts)
     slowdown = 1 + (n + completion_tokens / 2) * float(facts.get("kv_share_per_token") or 0.0)
     return ttft + steps * (slowdown / rate + float(facts.get("allreduce_s_per_step") or 0.0))
@@ -242,6 +341,18 @@ def roofline_decode_tps(bandwidth_gbs: float, weight_bytes: float, tp: int) -> f
     """The bandwidth roofline of single-stream decode: each step reads every weight once, spread over the
     TP group's GPUs (research/snakemake_nvml.md section 3)."""
     return bandwidth_gbs * 1e9 * tp / weight_bytes
+
+
+def prefill_roofline_tps(peak_tflops: float, params: float, tp: int) -> float:
+    """The compute roofline of a short prompt's prefill: each token costs 2 flops per parameter, spread over
+    the TP group's tensor peaks (the attention over earlier positions is the context shape's)."""
+    return peak_tflops * 1e12 * tp / (2 * params)
+
+
+def ridge_tokens(peak_tflops: float, bandwidth_gbs: float, bits_per_weight: float) -> float:
+    """Tokens per decode step at which its math takes as long as its weight reads (2 flops per parameter per
+    token against bits_per_weight / 8 bytes per parameter): below it a step is bandwidth-bound."""
+    return peak_tflops * 1e12 * bits_per_weight / 8 / (2 * bandwidth_gbs * 1e9)
 
 
 # -- the engines' formats --------------------------------------------------------------------------------
@@ -292,6 +403,20 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
     draws_lock = threading.Lock()
     jitters = random.Random(1)  # a noisy engine's interval draws, apart from the acceptance draws
     adapter, formats = adapter_for(timing.engine), formats_for(timing.engine)
+    phases = {"prefilling": 0, "decoding": 0}  # the requests in each phase now: the load the GPUs draw for
+    phases_lock = threading.Lock()
+
+    def enter(phase: str | None, leave: str | None = None) -> int:
+        """A request moves from `leave` to `phase` (None: arrives or ends); the pace reports the new load. Returns
+        the requests now decoding."""
+        with phases_lock:
+            for name, change in ((phase, 1), (leave, -1)):
+                if name:
+                    phases[name] += change
+            prefilling, decoding = phases["prefilling"], phases["decoding"]
+        if pace is not None:
+            pace.report_load(prefilling, decoding)
+        return decoding
 
     def accepted_drafts() -> int:
         if not timing.accept_rate:
@@ -376,12 +501,6 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
                 reasoning_budget = min(timing.reasoning_tokens, (output - 1) // 2) if thinking else 0
             ttft = pace.ttft_s(prompt_tokens - cached, cached) if pace else timing.ttft_s
-            # The step at no context, once per request (the cap is read once); each step then slows with
-            # the context it attends over (Pace.slowdown).
-            interval = pace.interval_s() if pace else timing.interval_s
-            if timing.jitter:
-                with draws_lock:
-                    interval *= 1 + timing.jitter * (2 * jitters.random() - 1)
             call_name = body["tools"][0]["function"]["name"] if body.get("tools") else None
             closing = accuracy_answer(body.get("messages") or [], facts.get("answers") or {},
                                       facts.get("right_share", RIGHT_SHARE))
@@ -425,58 +544,75 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 if delay > 0:
                     time.sleep(delay)
 
-            send({"role": "assistant", "content": ""}, usage=False)
-            wait_until(ttft)
-            emitted = 1
-            reasoning_emitted = 1 if reasoning_budget else 0
-            send(text_delta("reasoning_content" if reasoning_emitted else "content", timing.token_text(0), emitted >= output),
-                 usage=continuous)
-            pending = {"reasoning_content": "", "content": ""}
-            last_sent = ttft
-            due = ttft
-            while emitted < output:
-                step = steps + 1
-                accepted = accepted_drafts()
-                tokens = min(accepted + 1, output - emitted)
+            phase = "prefilling"
+            decoding = enter(phase)
+            # The step at no context, once per request with the streams decoding as it arrives and itself (the cap
+            # is read once, here, before its first token is due); each step then slows with the context it attends
+            # over (Pace.slowdown).
+            interval = pace.interval_s(streams=decoding + 1) if pace else timing.interval_s
+            if timing.jitter:
+                with draws_lock:
+                    interval *= 1 + timing.jitter * (2 * jitters.random() - 1)
+            try:
+                send({"role": "assistant", "content": ""}, usage=False)
+                wait_until(ttft)
+                emitted = 1
+                reasoning_emitted = 1 if reasoning_budget else 0
+                send(text_delta("reasoning_content" if reasoning_emitted else "content", timing.token_text(0), emitted >= output),
+                     usage=continuous)
+                # The decode's steps are timed from the first token as sent: where this host sent it late (its
+                # threads busy), a schedule kept from the request's start would send the steps it missed at once,
+                # a decode faster than the pace (issue 60: 21x the roofline).
+                last_sent = due = max(ttft, time.perf_counter() - start)
+                enter("decoding", leave=phase)
+                phase = "decoding"
+                pending = {"reasoning_content": "", "content": ""}
                 # The weights-and-KV part slows with the context; TP's all-reduces do not.
                 fixed = pace.allreduce_s / pace.time_scale if pace else 0.0
-                due += (interval - fixed) * (pace.slowdown(prompt_tokens + emitted) if pace else 1.0) + fixed
-                if step - 1 == timing.broken_line_after:
-                    wait_until(due)
-                    self.wfile.write(b"data: <html>upstream reset</html>\n\n")
-                    return
-                if step - 1 == timing.stall_after:
-                    wait_until(due)
-                    time.sleep(30)
-                    return
-                thinking = emitted - 1 < reasoning_budget
-                pending["reasoning_content" if thinking else "content"] += "".join(
-                    timing.token_text(emitted + i) for i in range(tokens))
-                emitted += tokens
-                reasoning_emitted += tokens if thinking else 0
-                steps, correct, proposed = step, correct + accepted, proposed + timing.spec_tokens
-                counters.step(accepted, timing.spec_tokens)
-                if due - last_sent >= MIN_CHUNK_S or emitted >= output or not coalesce:
-                    wait_until(due)
-                    last_sent = due
-                    for kind in ("reasoning_content", "content"):
-                        if pending[kind]:
-                            send(text_delta(kind, pending[kind], emitted >= output), usage=continuous)
-                            pending[kind] = ""
-            if closing is not None:
-                send({"content": closing}, usage=False)
-            counters.finished(prompt_tokens, cached, emitted)
-            send(None, usage=True, final=True)
-            self.wfile.write(b"data: [DONE]\n\n")
+                while emitted < output:
+                    step = steps + 1
+                    accepted = accepted_drafts()
+                    tokens = min(accepted + 1, output - emitted)
+                    due += (interval - fixed) * (pace.slowdown(prompt_tokens + emitted) if pace else 1.0) + fixed
+                    if step - 1 == timing.broken_line_after:
+                        wait_until(due)
+                        self.wfile.write(b"data: <html>upstream reset</html>\n\n")
+                        return
+                    if step - 1 == timing.stall_after:
+                        wait_until(due)
+                        time.sleep(30)
+                        return
+                    thinking = emitted - 1 < reasoning_budget
+                    pending["reasoning_content" if thinking else "content"] += "".join(
+                        timing.token_text(emitted + i) for i in range(tokens))
+                    emitted += tokens
+                    reasoning_emitted += tokens if thinking else 0
+                    steps, correct, proposed = step, correct + accepted, proposed + timing.spec_tokens
+                    counters.step(accepted, timing.spec_tokens)
+                    if due - last_sent >= MIN_CHUNK_S or emitted >= output or not coalesce:
+                        wait_until(due)
+                        last_sent = due
+                        for kind in ("reasoning_content", "content"):
+                            if pending[kind]:
+                                send(text_delta(kind, pending[kind], emitted >= output), usage=continuous)
+                                pending[kind] = ""
+                if closing is not None:
+                    send({"content": closing}, usage=False)
+                counters.finished(prompt_tokens, cached, emitted)
+                send(None, usage=True, final=True)
+                self.wfile.write(b"data: [DONE]\n\n")
+            finally:
+                enter(None, leave=phase)
 
     return Handler
 
 
-class Listener(ThreadingHTTPServer):
-    """A listen backlog for a datacenter cell's streams: socketserver's 5 overflows when 256-512 streams connect
-    at once, and a connection the kernel dropped from the full queue stalls its client until the stall timeout."""
-
-    request_queue_size = 1024
+class Server(ThreadingHTTPServer):
+    # The queue of connections not yet accepted: socketserver's default is 5, so a cell of 8 or 32 streams had
+    # connections past the fifth dropped and retried by the client's TCP a second later (issue 60: TTFT 1 s here,
+    # 50 s at the time scale, "aggregate 77 tok/s over 8 streams"). An engine's server queues far more (uvicorn's
+    # backlog: 2048).
+    request_queue_size = 2048
 
 
 class StandinEngine:
@@ -486,7 +622,7 @@ class StandinEngine:
                  facts: dict | None = None):
         self.timing = timing
         self.counters = Counters(timing.engine, facts)
-        self.httpd = Listener((host, port), _handler(timing, self.counters, pace, facts or {}))
+        self.httpd = Server((host, port), _handler(timing, self.counters, pace, facts or {}))
         self.httpd.daemon_threads = True
         self.base_url = f"http://{host}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -546,6 +682,7 @@ def hold_gpu_memory(gpus, facts: dict) -> None:
 
     def release_and_exit(signum, frame):
         gpus.release(os.getpid())
+        gpus.end_load()
         os._exit(0)  # at once, as an engine's workers end: the release time starts with the process's end
 
     signal.signal(signal.SIGTERM, release_and_exit)
@@ -575,6 +712,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
     finally:  # whether the engine's own parser checked the flags, for the rehearsal's report (rehearsal/budget.py)
         argv_out.write_text(json.dumps({"engine": engine, "argv": argv, "flag_check": check}))
     print(f"{STANDIN_NAME}: argument check {check}", flush=True)
+    print(f"{STANDIN_NAME}: pace: {facts.get('compute_basis') or 'prefill by the stated shape'}", flush=True)
     for line in startup_lines(engine, facts):
         print(line, flush=True)
     time.sleep(ready_s(facts["weights_gib_per_gpu"] * 2**30) / float(facts["time_scale"]))  # loading, as modeled

@@ -16,7 +16,7 @@ from stackbench.analysis.common import CAP_NOT_APPLIED
 from stackbench.report import charts, usecase
 from stackbench.report.headline import HEADLINE, HEADLINE_METRICS
 from stackbench.report.layouts import AGGREGATE_METRICS, Layout
-from stackbench.results import metrics, published
+from stackbench.results import basis, metrics, published
 from stackbench.results.judged import single_stream_sql
 from stackbench.results.metrics import ACCEPT_RATE_POS, GEOMETRY_PREFIX, REQUEST_ACCEPT_RATE_BIN, M
 from stackbench.results.pairing import PROMPTS, REPLIES
@@ -152,6 +152,21 @@ def geometry_not_read(results: Results) -> dict[str, str]:
                           f"as launches from results where {REHEARSAL_GEOMETRY} group by node")
     return {node: f"model geometry not read in a rehearsal (the model files are on the GPU host; the stand-ins were "
                   f"sized from configs/models): {launches}" for node, launches in frame.itertuples(index=False)}
+
+
+def unpacked_fp4(results: Results) -> dict[str, list[str]]:
+    """Per node, a line per stack whose server said it unpacks its 4-bit float checkpoint (no FP4 tensor cores, rows'
+    engine_setup: basis.UNPACKED_FP4), naming its variants: a speed that is not a Blackwell post's."""
+    frame = results.frame(
+        "select node, stack, quant, gpu, string_agg(distinct variant, ', ' order by variant) as variants from results "
+        f"where source in {MEASURED_SQL} and engine_setup like '%{basis.UNPACKED_FP4}%' group by all order by all")
+    lines: dict[str, list[str]] = {}
+    for row in frame.itertuples(index=False):
+        lines.setdefault(row.node, []).append(
+            f"{row.stack} ({row.variants}): {row.quant} on the {row.gpu}, whose server says it has no FP4 tensor cores "
+            "(before Blackwell) and unpacks the 4-bit weights to BF16 math (weight-only): its speed is not a Blackwell "
+            "post's, and an INT4 or AWQ checkpoint is the like-for-like choice on this GPU")
+    return lines
 
 
 def status_lines(results: Results) -> list[str]:
@@ -368,8 +383,14 @@ def bundle_manifests(results: Results) -> pd.DataFrame:
 
 
 def implausible_cells(results: Results) -> pd.DataFrame:
-    return results.frame("select distinct source, node, stack, variant, workload, concurrency, implausible as why "
-                         "from results where implausible is not null order by all")
+    """One row per flagged cell: its launch and cell, its replies' length, whether the host was busy during it (the
+    cell's host_busy row: its other processes ran beside the client and the server) and why it was flagged."""
+    return results.frame(
+        "select source, node, stack, variant, power_cap_w, workload, concurrency, max(output_tokens) as reply_tokens, "
+        f"coalesce(case max(case when metric = '{M.host_busy}' then value end) when 1 then 'busy' when 0 then 'not busy' "
+        "end, 'not sampled') as host, any_value(implausible) as why from results where implausible is not null "
+        "group by source, ref, node, stack, variant, replicate, spec_method, spec_tokens, power_cap_w, workload, concurrency, "
+        "request_rate order by all")
 
 
 def posts_and_nodes(results: Results, nodes: list[str]) -> pd.DataFrame:

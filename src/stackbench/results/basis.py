@@ -45,6 +45,10 @@ WHY_IT_MATTERS: dict[str, str] = {
     "source": "measured here versus transcribed from a post",
 }
 
+# What a server's log says when it runs a 4-bit float checkpoint (NVFP4, MXFP4) on a GPU without FP4 tensor cores: an
+# adapter's setup fact (rows' engine_setup), which the report repeats beside the rows it concerns.
+UNPACKED_FP4 = "4-bit float weights unpacked to BF16, no FP4 tensor cores"
+
 # Stats that are not a central value of repeats get a marker on their row.
 STAT_MARKERS: dict[str, tuple[str, str]] = {
     "single": ("†", "a single figure: one run, or repeats not stated"),

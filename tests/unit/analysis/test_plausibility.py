@@ -187,7 +187,8 @@ def test_flag_table_is_flag_over_the_whole_table_in_row_order():
                                           ("NVIDIA RTX A6000", None)])
 def test_a_rehearsals_two_gpu_window_is_judged_not_excluded(tmp_path, node_gpu, cap):
     """The 2x3090-nvlink and 4xa6000-tp2 rehearsals' telemetry, end to end: two simulated GPUs each drawing
-    min(cap, 90% of board power), sampled, summed and per GPU (measure/summary.py), then checked: judged."""
+    min(cap, 90% of board power) under a stand-in's full load, sampled, summed and per GPU (measure/summary.py),
+    then checked: judged."""
     from stackbench.host import powercap, telemetry
     from stackbench.measure import summary
     from stackbench.rehearsal import simgpu
@@ -195,6 +196,7 @@ def test_a_rehearsals_two_gpu_window_is_judged_not_excluded(tmp_path, node_gpu, 
     now = [0.0]
     host = simgpu.simulated_host(node_gpu, 2, 24, tmp_path / "gpus.json")
     host.clock = lambda: now[0]
+    host.report_load([0, 1], host.demand_mw)  # a stand-in's prefill on both: each at its full demand
     gpus, _ = telemetry.open_gpus(2, host)
     with powercap.PowerCapper(gpus, state_dir=tmp_path, settle_s=0, sleep=lambda s: None) as capper:
         if cap:
@@ -213,3 +215,17 @@ def test_a_rehearsals_two_gpu_window_is_judged_not_excluded(tmp_path, node_gpu, 
             measured(**facts)] + [measured(metric=f.metric, value=f.value, unit=f.unit, stat=f.stat, **facts)
                                   for f in figures.values() if f.value is not None]
     assert flagged(rows)["implausible"].isna().all()
+
+
+def test_a_ladder_point_is_judged_against_its_own_power_and_rate():
+    """A context ladder's points share one cell identity. Issue 60: once the simulated draw followed the load, each
+    short point's energy was compared with the median power of the long points (their prefill): "energy 9.5 J/token
+    below what 2480 W at 129 tok/s allows" for a 1,024-token point that drew 280 W."""
+    points = [(1024, 280.0, 135.0, 9.5), (32609, 2480.0, 129.0, 89.9), (126345, 2480.0, 94.0, 454.0)]
+    rows = [measured(workload="context-ladder", prompt_tokens=prompt, metric=metric, value=value, unit=unit, stat=stat)
+            for prompt, power, decode, energy in points
+            for metric, value, unit, stat in (("power_w", power, "W", "mean"), ("decode_tps", decode, "tok/s", "median"),
+                                              ("energy_j_per_token", energy, "J/token", "mean"))]
+    assert flagged(rows)["implausible"].isna().all()
+    doctored = [dict(r, value=0.5) if r["metric"] == "energy_j_per_token" and r["prompt_tokens"] == 1024 else r for r in rows]
+    assert flagged(doctored)["implausible"].dropna().str.startswith("energy 0.5 J/token below what 280 W").all()

@@ -229,6 +229,9 @@ def test_the_report_is_about_its_node_its_posts_counted_only_where_they_describe
     # Flagged cells stand under their own heading, not under Bundles (no bundle was brought in).
     assert "## Implausible cells" in other and "## Bundles" not in other
     assert "power 900 W per GPU" in section(other, "Implausible cells")
+    # Beside them, why a stand-in's cell can cross a bound its pace never does, and the host's state during each.
+    assert "this host's timing x the cell's time scale" in section(other, "Implausible cells")
+    assert "| host |" in section(other, "Implausible cells") and "not sampled" in section(other, "Implausible cells")
 
 
 def test_what_to_run_for_energy_says_what_the_real_run_compares(tmp_path):

@@ -94,3 +94,106 @@ def test_memory_follows_processes_and_a_dead_ones_is_freed_after_its_release_tim
     host.release(child.pid, after_s=0)  # its release time is now: past at the next read
     assert gpus.memory_used_mib()["GPU-simulated-0"] == simgpu.IDLE_USED_MIB
     assert host.nvmlDeviceGetComputeRunningProcesses(1)[0].pid == 4242
+
+
+def test_the_draw_follows_the_load_a_stand_in_reports_until_it_ends(tmp_path):
+    """Issue 60: every simulated GPU drew 90% of its board power at any load, so every cap 'bound'. Now an idle GPU
+    draws IDLE_SHARE of it, a GPU whose stand-in reports a decode what a memory-bound step asks for, across
+    processes (the sampler's double reads the stand-in's report), and the load ends with its process."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    state = tmp_path / "gpus.json"
+    sampler = simgpu.simulated_host("NVIDIA H100 80GB HBM3", 4, 80, state, average_s=0)  # the draw now, not a mean
+    assert sampler.nvmlDeviceGetPowerUsage(0) == 70_000  # idle: 10% of 700 W, not 630 W
+    decode = simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.7, 0.0)
+    assert 137_000 <= decode <= 300_000 and simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.0, 1.0) == 630_000
+    script = (f"import sys; from stackbench.rehearsal import simgpu; host = simgpu.simulated_host("
+              f"'NVIDIA H100 80GB HBM3', 4, 80, {str(state)!r}); host.report_load([0, 1], {decode}); sys.stdin.readline()")
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    deadline = time.monotonic() + 30
+    while sampler.nvmlDeviceGetPowerUsage(1) != decode and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sampler.nvmlDeviceGetPowerUsage(1) == decode and sampler.nvmlDeviceGetPowerUsage(2) == 70_000
+    sampler.nvmlDeviceSetPowerManagementLimit(0, 390_000)  # above the decode's draw: the cap does not bind
+    assert sampler.nvmlDeviceGetPowerUsage(0) == decode
+    assert not sampler.nvmlDeviceGetCurrentClocksEventReasons(0) & simgpu.SW_POWER_CAP
+    sampler.nvmlDeviceSetPowerManagementLimit(1, 200_000)  # below it: it binds, and the GPU says so
+    assert sampler.nvmlDeviceGetPowerUsage(1) == 200_000 and sampler.nvmlDeviceGetCurrentClocksEventReasons(1) & simgpu.SW_POWER_CAP
+    child.communicate(b"\n", timeout=30)
+    assert sampler.nvmlDeviceGetPowerUsage(0) == 70_000  # the process ended: its load with it
+    sampler.report_load([2], decode)  # a stand-in stopped by SIGTERM ends its load before it exits
+    assert sampler.nvmlDeviceGetPowerUsage(2) == decode
+    sampler.end_load()
+    assert sampler.nvmlDeviceGetPowerUsage(2) == 70_000
+
+
+def test_the_energy_counter_integrates_every_load_between_two_reads(tmp_path):
+    """The counter read only at a cell's edges, both idle, still holds the prefill and decode between them: each
+    load change is logged with its time and integrated in order (issue 60: read at its edges, a draw that follows the
+    load would give "energy 0.58 J/token below what 1107 W allows")."""
+    now = [0.0]
+    gpu = dict(count=1, state_path=tmp_path / "gpus.json", limit_mw=700_000, min_mw=200_000, max_mw=700_000,
+               default_mw=700_000, demand_mw=630_000, idle_mw=70_000, clock=lambda: now[0])
+    sampler, standin_gpus = simgpu.NvmlDouble(**gpu), simgpu.NvmlDouble(**gpu)
+    start = sampler.nvmlDeviceGetTotalEnergyConsumption(0)
+    now[0] = 1.0
+    standin_gpus.report_load([0], 630_000)  # a prompt prefills for 1 s
+    now[0] = 2.0
+    standin_gpus.report_load([0], 227_000)  # its decode for 3 s
+    now[0] = 5.0
+    standin_gpus.end_load()  # then idle for 5 s
+    now[0] = 10.0
+    assert sampler.nvmlDeviceGetTotalEnergyConsumption(0) - start == 70_000 * 1 + 630_000 * 1 + 227_000 * 3 + 70_000 * 5
+
+
+def test_power_reads_as_nvmls_mean_over_the_last_second():
+    """NVML's power on Ampere and newer is the mean over the last second; a rehearsal's cell lasts milliseconds
+    here, so the draw at the instant a sample lands (after its last request) would read an idle GPU."""
+    now = [0.0]
+    gpu = simgpu.NvmlDouble(count=1, limit_mw=700_000, min_mw=200_000, max_mw=700_000, default_mw=700_000,
+                            demand_mw=630_000, idle_mw=70_000, clock=lambda: now[0], average_s=1.0)
+    now[0] = 2.0
+    gpu.report_load([0], 630_000)
+    now[0] = 2.5
+    assert gpu.nvmlDeviceGetPowerUsage(0) == 350_000  # half the second idle, half prefilling
+    now[0] = 4.0
+    assert gpu.nvmlDeviceGetPowerUsage(0) == 630_000
+    gpu.end_load()
+    now[0] = 4.25
+    assert gpu.nvmlDeviceGetPowerUsage(0) == 490_000
+
+
+def test_two_threads_reading_one_double_never_split_a_load_line(tmp_path):
+    """The sampler's thread and the cell's thread (the energy at a window's edges) read one double while the stand-in
+    writes its loads: unguarded, the two advanced one read offset into the middle of a line (JSONDecodeError)."""
+    import threading
+    import time
+
+    gpu = dict(count=4, state_path=tmp_path / "gpus.json", demand_mw=630_000, idle_mw=70_000, average_s=0.02)
+    standin_gpus, sampler = simgpu.NvmlDouble(**gpu), simgpu.NvmlDouble(**gpu)
+    stop, errors = threading.Event(), []
+
+    def write(k):
+        while not stop.is_set():
+            standin_gpus.report_load([0, 1, 2, 3], 100_000 + k)
+
+    def read():
+        try:
+            while not stop.is_set():
+                sampler.nvmlDeviceGetTotalEnergyConsumption(0)
+                sampler.nvmlDeviceGetPowerUsage(1)
+        except Exception as err:  # any error a reader meets is the failure
+            errors.append(repr(err))
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(3)] + [threading.Thread(target=read) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(2)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert errors == []

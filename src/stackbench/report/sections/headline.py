@@ -43,6 +43,8 @@ def headlines(ctx: Context, outputs_judged) -> list[Table]:
             legend.setdefault(node, []).append(f"{said} on {why}.")
     for node, why in queries.geometry_not_read(results).items():
         legend.setdefault(node, []).append(f"{why}.")
+    for node, lines in queries.unpacked_fp4(results).items():
+        legend.setdefault(node, []).extend(f"{line}." for line in lines)
     for table in tables:
         node = table.table_id.removeprefix("headline-")
         table.caveats += [f"power {ctx.caps_refused[node]}."] if node in ctx.caps_refused else []
