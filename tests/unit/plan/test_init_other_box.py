@@ -97,6 +97,7 @@ def test_init_node_for_four_h100s_writes_a_gpu_sized_experiment_that_decides(rep
     workloads = {w.name: w for w in node.workloads}
     judged = [w for w in workloads.values() if expand.judged_workload(w)]
     assert judged and all(w.output_tokens >= 512 and w.thinking is False for w in judged)
+    assert workloads["accuracy-gpu"].thinking is False  # the accuracy set's thinking stated too, the same on every stack
     top = max(p for w in workloads.values() for p in w.ladder)
     assert doc["context_len"] - 8192 < top + workloads["context-ladder"].output_tokens <= doc["context_len"]
     parsers = {l.stack_config: l.server_args.get(adapter_for(l.engine).reasoning_parser_arg)
