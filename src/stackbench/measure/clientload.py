@@ -62,10 +62,10 @@ LAG_FLOOR_MS = 10.0
 # (M/M/1: rho / (1 - rho) = 1), well inside the lag limits above.
 BUSY_TARGET = 0.5
 # Our client's ingest per CPU second, one token a chunk from 512 paced streams (benchmarks/client_ceiling.py, its
-# tok/CPU-s column at 50,000 offered tokens/s on this 2-core machine, shared, 2026-12-05: 62,766 in the run
-# docs/benchmarks-log.md gives, 49,652 in one before it; the lower, rounded): what a real run's client processes
-# are sized by before it has a warm-up of its own (processes_for_rate).
-TOKENS_PER_CPU_S = 50_000
+# tok/CPU-s column at 50,000 offered tokens/s on this 2-core machine, idle, 2026-12-05: 37,694, the reference reader
+# 41,531; docs/benchmarks-log.md), rounded down: what a real run's client processes are sized by before it has a
+# warm-up of its own (processes_for_rate).
+TOKENS_PER_CPU_S = 37_000
 
 
 @dataclass(frozen=True)
