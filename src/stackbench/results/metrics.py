@@ -220,9 +220,9 @@ METRICS = _entries(
            "the measured window's wall seconds, the busiest process's where the client runs several: 1 is one core "
            "busy all the time, all one loop can use; our own", "lower", "client", analysed=True),
     Metric("client_saturated", "ratio", "single", "1 where the client was the bottleneck of the cell: its loop "
-           "thread's CPU share >= 0.9, or its loop lag p99 above half the cell's median inter-chunk gap and above 10 ms "
-           "while the loop was busy at least half a core (measure/clientload.py says why those); else 0. Its note says "
-           "which; a flagged cell is never judged; our own",
+           "thread's CPU share >= 0.9, its loop lag p50 above half the cell's median inter-chunk gap and above 10 ms, or "
+           "its lag p99 above them while the loop was busy at least half a core (measure/clientload.py says why "
+           "those); else 0. Its note says which; a flagged cell is never judged; our own",
            "lower", "client", analysed=True),
     Metric("server_generated_tps", "tok/s", "mean", "the engine's own generated-token counter (vLLM and SGLang "
            "generation_tokens_total, llama.cpp tokens_predicted_total) delta between the cell's /metrics scrapes "
