@@ -241,7 +241,9 @@ def test_caps_restored_after_sigkill_mid_cap_and_rerun(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert json.loads(state_file.read_text())["limits_mw"] == [board_mw] * (2 + simgpu.EXTRA_GPUS)
     summary = json.loads((repo / "data/rehearsal/2x3090-nvlink/rehearsal.json").read_text())
-    assert all(set(launch["cells"].values()) == {"ok"} for launch in summary["launches"])
+    # every cell finished: measured, or a cap at or above what the stock cell drew, not swept (a result too)
+    assert all(set(launch["cells"].values()) <= {"ok", "not_swept"} for launch in summary["launches"])
+    assert all("ok" in launch["cells"].values() for launch in summary["launches"])
     runs = repo / "data/rehearsal/2x3090-nvlink/runs/2x3090-nvlink"
     leftovers = [item for run in runs.glob("*/run.json") for item in json.loads(run.read_text())["leftovers"]]
     assert any("power limit" in item for item in leftovers)
