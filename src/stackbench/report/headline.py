@@ -227,10 +227,10 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
             if flagged and text and column.cell != "any":
                 text += NOT_SAME_OUTPUT
             for flag, (marker, said) in CELL_FLAGS.items():
-                why = "; ".join(dict.fromkeys(field_values[flag][i] for i in hits if field_values[flag][i]))
-                if why and text:
+                flag_why = "; ".join(dict.fromkeys(field_values[flag][i] for i in hits if field_values[flag][i]))
+                if flag_why and text:
                     text += marker
-                    flagged_lines.append(f"{marker} {stack} / {variant} {column.title}: {said.format(why)}, not the stack's "
+                    flagged_lines.append(f"{marker} {stack} / {variant} {column.title}: {said.format(flag_why)}, not the stack's "
                                          "speed; left out of What to run.")
             cells.append(text or MISSING)
             raw.append(_scaled(value, column.scale))
