@@ -13,7 +13,7 @@ from report_pages import assert_no_leaks, measured_rows, without_plotly_library,
 
 from stackbench.analysis import decide
 from stackbench.report import derived, queries, render
-from stackbench.report.headline import SLOWED_GPU, headline_table
+from stackbench.report.headline import NOT_SAME_OUTPUT, SLOWED_GPU, headline_table
 from stackbench.report.seeds import _one_cap
 from stackbench.results import store
 
@@ -193,3 +193,20 @@ def test_a_headline_figure_from_a_slowed_gpu_is_marked_with_a_caveat():
     got = {row[table.columns.index("variant")]: row[table.columns.index("decode tok/s")] for row in table.rows}
     assert got == {"nospec": "100", "draft-n2": "150" + SLOWED_GPU}
     assert any("draft-n2 decode tok/s: measured on a GPU slowed by thermal 75%" in line for line in table.caveats)
+
+
+def test_a_variant_whose_outputs_differ_keeps_its_reason_in_the_headline():
+    """Hand-built rows and verdict (test data): draft-n2 answers other text than no-spec; its ≠ line says why
+    (a cell flag's reason, computed per column, once shadowed it and left "≠ vllm / draft-n2: ;")."""
+    base = dict(source="measured", ref="test-run", node="test-gpu", stack="vllm", status="ok", stat="median", workload="code",
+                note=None, value_min=None, value_max=None, power_cap_w=None, concurrency=1, spec_method="none")
+    rows = [dict(base, variant="nospec", metric="decode_tps", value=100.0),
+            dict(base, variant="draft-n2", metric="decode_tps", value=150.0, spec_method="draft")]
+    why = "greedy outputs differ from no-spec at token 20 (agreement 0.65)"
+    correctness = pd.DataFrame([{"node": "test-gpu", "stack": "vllm", "variant": "draft-n2", "outputs": "differs at token 20",
+                                 "flagged": True, "caveat": why, "accuracy_text": ""}])
+    table = headline_table(queries.headline_input(queries.Results(store.to_table(rows).to_pandas())), "test-gpu",
+                           correctness=correctness)
+    got = {row[table.columns.index("variant")]: row[table.columns.index("decode tok/s")] for row in table.rows}
+    assert got == {"nospec": "100", "draft-n2": "150" + NOT_SAME_OUTPUT}
+    assert f"{NOT_SAME_OUTPUT} vllm / draft-n2: {why}; do not rank it on the figures marked {NOT_SAME_OUTPUT}." in table.caveats
