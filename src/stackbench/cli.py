@@ -193,7 +193,6 @@ def what_it_resolves(rule) -> str:
 
 
 def _commands(args) -> None:
-    from stackbench.config import load_file
     from stackbench.engines import adapter_for
     from stackbench.host import boards
     from stackbench.plan import expand, launchspec
@@ -201,7 +200,7 @@ def _commands(args) -> None:
 
     cfg = {**expand.load_run_config(Path(".")), "stacks": "all"}  # a named node's every launch, selected or not
     node = expand.load_node(args.node, cfg)
-    capability = load_file(Path(node.file), "node")["hardware"]["gpu"].get("compute_capability")
+    capability = node.compute_capability
     launches = [l for l in node.launches if args.launch in (None, l.name)]
     if not launches:
         raise ConfigError(f"{node.file}: no launch {args.launch!r}; its launches: {', '.join(l.name for l in node.launches)}")
@@ -241,7 +240,7 @@ def preflight_expected(node, cfg: dict):
     models = {m.name: m for launch in node.launches for m in (launch.model, launch.draft_model) if m and not m.prepare}
     return preflight.Expected(
         file=node.file, gpu_model=node.gpu_model, gpu_count=node.gpu_count, memory_gib=node.gpu_memory_gib,
-        compute_capability=doc["hardware"]["gpu"].get("compute_capability"),
+        compute_capability=node.compute_capability,
         interconnect=doc["hardware"].get("interconnect") or "pcie", devices=tuple(node.gpu_devices),
         max_used_mib=node.gpu_idle.max_used_mib, caps_w=tuple(sorted({c for l in node.launches for c in l.power_caps_w})),
         tp_sizes=tuple(sorted({l.tp for l in node.launches})), engines=tuple(engines),

@@ -289,6 +289,7 @@ class Node:
     client_cpus: tuple[int, ...] | None = None  # the measuring process's cores; the server gets the rest (host/affinity.py)
     interconnect: str = "none"  # between the node's GPUs: none | pcie | nvlink (a TP launch's all-reduces)
     host_idle: HostIdle = field(default_factory=HostIdle.from_schema)  # checked before every launch, watched per cell
+    compute_capability: str | None = None  # hardware.gpu.compute_capability as the file states it ("9.0"); None: not stated
 
     @property
     def configured_gpus(self) -> tuple[str, ...]:

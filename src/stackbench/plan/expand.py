@@ -259,6 +259,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         gpu_devices=tuple(str(d) for d in gpu.get("devices") or ()),
         gpu_memory_gib=gpu["memory_gib"],
         bandwidth_gbs=gpu["bandwidth_gbs"],
+        compute_capability=gpu.get("compute_capability"),
         cpu_threads=doc["hardware"]["cpu_threads"],
         client_cpus=tuple(doc["hardware"]["client_cpus"]) if doc["hardware"]["client_cpus"] else None,
         interconnect=doc["hardware"]["interconnect"],

@@ -15,7 +15,6 @@ import json
 import sys
 from pathlib import Path
 
-from stackbench.config import load_file
 from stackbench.config.model import Launch, Node
 from stackbench.config.rehearsal import STANDIN_VERSION, lock_dir
 from stackbench.host import boards
@@ -69,8 +68,7 @@ def compute_capability(node: Node) -> str | None:
     host/boards.py SPECS; None for a CPU node or a GPU known to neither."""
     if not node.gpu_count:
         return None
-    stated = load_file(Path(node.file), "node")["hardware"].get("gpu", {}).get("compute_capability")
-    return stated or (boards.SPECS[node.gpu_model][2] if node.gpu_model in boards.SPECS else None)
+    return node.compute_capability or (boards.SPECS[node.gpu_model][2] if node.gpu_model in boards.SPECS else None)
 
 
 def compute_facts(node: Node, launch: Launch, params: float, bpw: float) -> dict:
