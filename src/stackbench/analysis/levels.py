@@ -10,11 +10,16 @@ analysis of variance without replication (text x round, method of moments, each 
 With the texts kept across rounds (measure.texts_across_rounds: same) the text level is a fixed effect of the
 texts asked: it moves no round's gain, so What to run's interval sees only the other two levels, and its verdict
 covers these texts. Were each round to draw new texts, a round's gain would carry the text level divided by the
-texts per cell: `texts_needed` is the texts per cell at which that share falls under the launch level."""
+texts per cell: `texts_needed` is the texts per cell at which that share falls under the launch level.
+
+`allocate` puts the repetitions where the variance is, at their costs: a round's texts per cell from the components
+and what a text and a launch cost (Kalibera & Jones 2013's optimal count per level, the two-stage optimum of
+Cochran, Sampling Techniques, 3rd ed., section 10.6), and the rounds a budget then affords."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -83,3 +88,57 @@ def gain_levels(results: pd.DataFrame) -> pd.DataFrame:
                      text, launch, within, float(np.median([c[2] for c in cells])),
                      int(np.max(needed)) if needed else None])
     return pd.DataFrame(rows, columns=LEVEL_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Components:
+    """A paired gain's SDs (of log ratios) by level: between texts, between launches, within."""
+
+    text: float
+    launch: float
+    within: float
+
+
+# Measured on this machine (the default node, llama.cpp, SmolLM2-135M): the cold run at 602b215's "Where a
+# speculative gain's variance is", decode's SD between texts 0.050-0.060, between launches 0.017-0.040, within 0.016
+# (issue 66); each range's middle. What `allocate` prices a node at until its own run measures its levels.
+MEASURED_HERE = Components(text=0.055, launch=0.0285, within=0.016)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    texts: int  # texts per cell per round (repeats at c1; a repeat at concurrency c sends c texts)
+    rounds: int | None  # the rounds the budget affords at those texts; None: no budget given
+    round_sd: float  # the SD of a round's gain at those texts: what the rule's interval over rounds sees
+    why: str
+
+
+def allocate(levels: Components, launch_s: float, text_s: float, texts_across_rounds: str = "new",
+             budget_s: float | None = None, most_texts: int = 64) -> Allocation:
+    """The texts per cell a round should send, and the rounds `budget_s` then affords. A round's gain is its
+    launches' effect plus the mean of its texts': with new texts each round its variance is launch^2 + (text^2 +
+    within^2) / n, with the texts kept (`same`) launch^2 + within^2 / n (the text level is fixed: it moves no
+    round). A round costs `launch_s` (its launches' start-up and warm-up) plus n x `text_s` (one more text in every
+    judged cell: its requests' time over the round's launches). The cost of a given error is least at
+    n = sqrt(launch_s / text_s x lower variance / launch variance) (Kalibera & Jones, "Rigorous benchmarking in
+    reasonable time", ISMM 2013, the optimal repetition count per level), rounded up, between 1 and `most_texts`."""
+    if launch_s < 0 or text_s <= 0:
+        raise ValueError(f"launch_s {launch_s} must be >= 0 and text_s {text_s} > 0")
+    lower = levels.within ** 2 + (levels.text ** 2 if texts_across_rounds == "new" else 0.0)
+    upper = levels.launch ** 2
+    if lower == 0:
+        exact, texts = 0.0, 1
+    elif upper == 0 or launch_s == 0:
+        exact = math.inf if upper == 0 else 0.0
+        texts = most_texts if upper == 0 else 1
+    else:
+        exact = math.sqrt(launch_s / text_s * lower / upper)
+        texts = min(max(math.ceil(exact - 1e-9), 1), most_texts)
+    round_sd = math.sqrt(upper + lower / texts)
+    rounds = None if budget_s is None else int(budget_s // (launch_s + texts * text_s))
+    level = "text and within" if texts_across_rounds == "new" else "within (the texts kept: the text level is fixed)"
+    why = (f"{texts} text(s) per cell a round: sqrt(launch {launch_s:.0f} s / text {text_s:.1f} s x "
+           f"{level} variance {lower:.5f} / launch variance {upper:.5f}) = {exact:.2f}, rounded up (Kalibera & Jones "
+           f"2013); a round's gain then has SD {round_sd:.3f}"
+           + ("" if rounds is None else f"; {rounds} round(s) of {launch_s + texts * text_s:.0f} s fit {budget_s:.0f} s"))
+    return Allocation(texts, rounds, round_sd, why)

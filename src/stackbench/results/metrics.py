@@ -409,6 +409,14 @@ METRICS = _entries(
            "reply (sha256 of reasoning and content) is identical to no-spec's: greedy speculative decoding is lossless "
            "up to numerics (vLLM docs, \"Lossless guarantees of Speculative Decoding\"); its note says where they "
            "diverged; our own", "higher", "quality", analysed=True),
+    Metric("text_gain", "ratio", "single", "one text's paired gain (results/pairing.py): a speculative launch's decode "
+           "rate on one request (decode_tps: tokens after the first over first text to the last chunk, the inverse of "
+           "vLLM's TPOT) / its no-spec launch's on the same prompt in the same round; table_title and row_label name the "
+           "text's prompt set and row; our own", "higher", "quality", analysed=True),
+    Metric("text_accept_rate", "ratio", "single", "one text's acceptance on a speculative launch: accepted / drafted "
+           "tokens of that request, from the engine's per-request counts (llama.cpp timings.draft_n_accepted / "
+           "draft_n, SGLang spec_num_correct_drafts / spec_num_proposed_drafts; measure/acceptance.py)", "higher",
+           "quality", analysed=True),
     Metric("energy_j_per_token_steady", "J/token", "mean", "NVML nvmlDeviceGetTotalEnergyConsumption deltas over the "
            "steady windows (ML.ENERGY's steady state), interpolated at their edges from the bracketing samples, the launch's "
            "GPUs only / the output tokens inside them; no value where a sample gap exceeds 2 s (the note says)", "lower", "window"),

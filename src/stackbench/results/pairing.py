@@ -12,7 +12,11 @@ turn); a capped cell whose no-spec launch has no cell at that cap pairs with not
 - paired_replies_identical: of the requests with identical prompts, the share whose whole reply is identical. At
   temperature 0 a lossless speculative variant answers as no-spec does (vLLM's "Lossless guarantees of
   Speculative Decoding"); batch shape and kernels can flip a near-tie, and the row's note says where the replies
-  diverged. A low share on identical prompts is the variant's own doing, never the pairing's.
+  diverged. A low share on identical prompts is the variant's own doing, never the pairing's;
+- text_gain, one row per paired request with an identical prompt: the variant's decode rate on it over no-spec's,
+  the text named by its prompt set (table_title) and row (row_label) where the request files record them
+  (prompt_set, prompt_row), else by its workload's YAML and its prompt's sha256; text_accept_rate beside it where
+  the engine counts drafts per request. The report shows how a gain spreads over a class's texts from them.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from stackbench.engines.base import SERVER_SPEC_ACCEPTED, SERVER_SPEC_DRAFTED
 from stackbench.results import metrics
 from stackbench.results.judged import JUDGED_METRICS
 from stackbench.results.metrics import M
@@ -30,6 +35,8 @@ from stackbench.results.metrics import M
 PAIR = ["node", "stack", "model", "replicate", "key", "repeat", "request", "turn"]
 SHOWN_CHARS = 200  # the request files keep the first 200 characters of a reply (measure/client.py to_row)
 PROMPTS, REPLIES = M.paired_prompts_identical, M.paired_replies_identical
+# Per request, where the files have them: the text's set and row (measure's request records) and its draft counts.
+OPTIONAL = ["decode_tps", "prompt_set", "prompt_row", SERVER_SPEC_DRAFTED, SERVER_SPEC_ACCEPTED]
 
 
 def launch_requests(part: Path) -> pd.DataFrame:
@@ -48,7 +55,8 @@ def launch_requests(part: Path) -> pd.DataFrame:
         requests = pd.read_parquet(path)
         if "prompt_sha" not in requests or requests.empty:
             continue
-        frames.append(requests[["repeat", "request", "turn", "status", "prompt_sha", "reply_sha", "content"]].assign(
+        columns = ["repeat", "request", "turn", "status", "prompt_sha", "reply_sha", "content"]
+        frames.append(requests[columns + [c for c in OPTIONAL if c in requests]].assign(
             key=cell["key"], workload=cell["workload"], concurrency=cell["concurrency"], power_cap_w=cell["power_cap_w"]))
     if not frames:
         return pd.DataFrame()
@@ -69,9 +77,10 @@ def pairing_rows(requests: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
     """The two pairing rows of each speculative launch's cell (module docstring), on the basis of its judged row."""
     if requests.empty:
         return []
-    ok = requests[requests["status"] == "ok"]
+    ok = requests[requests["status"] == "ok"].reindex(columns=[*requests.columns, *(c for c in OPTIONAL if c not in requests)])
     spec, nospec = ok[ok["spec_method"] != "none"], ok[ok["spec_method"] == "none"]
-    paired = spec.merge(nospec[PAIR + ["prompt_sha", "reply_sha", "content", "variant"]], on=PAIR, suffixes=("", "_ref"))
+    paired = spec.merge(nospec[PAIR + ["prompt_sha", "reply_sha", "content", "variant", "decode_tps"]], on=PAIR,
+                        suffixes=("", "_ref"))
     rows = []
     for (_, _, _, variant, replicate, _), cell in paired.groupby(["node", "stack", "model", "variant", "replicate", "key"],
                                                                  sort=True):
@@ -104,6 +113,35 @@ def pairing_rows(requests: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
                   "n": len(compared),
                   "note": f"{int(same_reply.sum())} of {len(compared)} identical prompts answered identically by "
                           f"{reference}{diverged}"}]
+        rows += text_rows(compared, common, reference)
+    return rows
+
+
+def text_name(request) -> tuple[str, str]:
+    """(prompt set, row) of a request: as its record names them, else its workload's YAML and its prompt's sha256
+    (salt included: a salted prompt is the text where no set names it)."""
+    named = request.get("prompt_set")
+    if isinstance(named, str) and named:
+        return named, str(request.get("prompt_row"))
+    return f"{request['workload']}.yaml", f"prompt {request['prompt_sha'][:12]}"
+
+
+def text_rows(compared: pd.DataFrame, common: dict, reference: str) -> list[dict]:
+    """text_gain and text_accept_rate of each request whose prompt was the same as no-spec's (module docstring)."""
+    rows = []
+    for request in compared.to_dict("records"):
+        mine, theirs = request["decode_tps"], request["decode_tps_ref"]
+        if not (pd.notna(mine) and pd.notna(theirs) and mine > 0 and theirs > 0):
+            continue
+        prompt_set, row = text_name(request)
+        where = {**common, "table_title": prompt_set, "row_label": row, "n": 1,
+                 "col_label": f"repeat {request['repeat']}, conversation {request['request']}, turn {request['turn']}"}
+        rows.append({**where, **metrics.row_fields(M.text_gain), "value": float(mine / theirs), "stat": "single",
+                     "note": f"decode {mine:.1f} tok/s against {theirs:.1f} on {reference}"})
+        drafted, accepted = request[SERVER_SPEC_DRAFTED], request[SERVER_SPEC_ACCEPTED]
+        if pd.notna(drafted) and drafted > 0 and pd.notna(accepted):
+            rows.append({**where, **metrics.row_fields(M.text_accept_rate), "value": float(accepted / drafted),
+                         "n": int(drafted), "stat": "single", "note": f"{accepted:.0f} of {drafted:.0f} drafted tokens accepted"})
     return rows
 
 

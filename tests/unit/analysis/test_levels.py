@@ -45,3 +45,43 @@ def test_gain_levels_pairs_each_repeat_with_no_specs_same_text_in_the_same_round
     assert row["text_sd"] > 0.3 and row["launch_sd"] > 0.02 and row["within_sd"] < 1e-9
     assert row["texts_needed"] > 2  # new texts each round would need more than two texts a cell
     assert isinstance(table, pd.DataFrame)
+
+
+sds = st.floats(0.001, 0.3)
+seconds = st.floats(0.1, 600)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sds, sds, sds, seconds, seconds)
+def test_the_allocation_minimizes_the_cost_of_an_error_and_moves_the_way_its_inputs_do(text, launch, within, launch_s, text_s):
+    found = levels.allocate(levels.Components(text, launch, within), launch_s, text_s)
+    assert 1 <= found.texts <= 64
+    exact = math.sqrt(launch_s / text_s * (text ** 2 + within ** 2) / launch ** 2)
+    # variance x cost of a round at n texts: least at the exact optimum, so no nearby n does better
+    product = (lambda n: (launch ** 2 + (text ** 2 + within ** 2) / n) * (launch_s + n * text_s))
+    assert product(exact) <= min(product(exact * 1.2), product(exact / 1.2)) * (1 + 1e-9)
+    assert found.texts == min(max(math.ceil(exact - 1e-9), 1), 64)
+    assert found.round_sd == pytest.approx(math.sqrt(launch ** 2 + (text ** 2 + within ** 2) / found.texts))
+    dearer_launch = levels.allocate(levels.Components(text, launch, within), launch_s * 2, text_s)
+    dearer_text = levels.allocate(levels.Components(text, launch, within), launch_s, text_s * 2)
+    noisier_launch = levels.allocate(levels.Components(text, launch * 2, within), launch_s, text_s)
+    kept = levels.allocate(levels.Components(text, launch, within), launch_s, text_s, "same")
+    assert dearer_launch.texts >= found.texts >= dearer_text.texts
+    assert noisier_launch.texts <= found.texts and kept.texts <= found.texts
+
+
+@settings(max_examples=100, deadline=None)
+@given(sds, sds, sds, seconds, seconds, st.floats(0, 36000))
+def test_the_rounds_are_as_many_as_the_budget_affords_at_those_texts(text, launch, within, launch_s, text_s, budget_s):
+    found = levels.allocate(levels.Components(text, launch, within), launch_s, text_s, budget_s=budget_s)
+    round_s = launch_s + found.texts * text_s
+    assert found.rounds * round_s <= budget_s + 1e-6 < (found.rounds + 1) * round_s
+
+
+def test_the_default_machine_levels_ask_a_few_texts_a_round_and_say_why():
+    found = levels.allocate(levels.MEASURED_HERE, launch_s=25, text_s=20, budget_s=13 * 60)
+    assert 2 <= found.texts <= 4 and "Kalibera & Jones" in found.why and f"{found.rounds} round(s)" in found.why
+    # the text level fixed (same): the within level alone is left to average over, so fewer texts pay
+    assert levels.allocate(levels.MEASURED_HERE, launch_s=25, text_s=20, texts_across_rounds="same").texts == 1
+    with pytest.raises(ValueError, match="text_s"):
+        levels.allocate(levels.MEASURED_HERE, launch_s=25, text_s=0)

@@ -61,3 +61,23 @@ def test_a_cell_pairs_at_its_own_cap_only_and_its_row_is_that_caps():
                                            at_400]), results)
     # the 400 W cell has no no-spec at 400 W: no pairing row; the uncapped cell's rows carry no cap
     assert len(rows) == 2 and all(pd.isna(r["power_cap_w"]) for r in rows)
+
+
+def test_each_paired_text_gets_its_gain_and_acceptance_named_by_its_set_and_row():
+    nospec = _requests("nospec", 1, ["a", "b"], ["x", "y"]).assign(decode_tps=[30.0, 30.0])
+    ngram = _requests("ngram-n8", 1, ["a", "b"], ["x", "y"]).assign(
+        decode_tps=[45.0, 27.0], prompt_set="humaneval", prompt_row=["HumanEval/12", "HumanEval/40"],
+        server_spec_drafted_tokens=[40, 0], server_spec_accepted_tokens=[30, 0])
+    rows = [r for r in pairing.pairing_rows(pd.concat([nospec, ngram]), RESULTS) if r["metric"].startswith("text_")]
+    gains = {r["row_label"]: r for r in rows if r["metric"] == "text_gain"}
+    assert gains["HumanEval/12"]["value"] == 1.5 and gains["HumanEval/40"]["value"] == 0.9
+    assert {r["table_title"] for r in rows} == {"humaneval"}
+    accepted = [r for r in rows if r["metric"] == "text_accept_rate"]  # the text that drafted nothing has no rate
+    assert len(accepted) == 1 and accepted[0]["value"] == 0.75 and accepted[0]["row_label"] == "HumanEval/12"
+
+
+def test_a_text_no_set_names_is_its_workloads_yaml_and_prompt_and_an_unpaired_one_has_no_gain():
+    nospec = _requests("nospec", 1, ["a" * 16, "b" * 16], ["x", "y"]).assign(decode_tps=[30.0, 30.0])
+    ngram = _requests("ngram-n8", 1, ["a" * 16, "c" * 16], ["x", "y"]).assign(decode_tps=[60.0, 60.0])
+    gains = [r for r in pairing.pairing_rows(pd.concat([nospec, ngram]), RESULTS) if r["metric"] == "text_gain"]
+    assert [(r["table_title"], r["row_label"], r["value"]) for r in gains] == [("code.yaml", "prompt aaaaaaaaaaaa", 2.0)]
