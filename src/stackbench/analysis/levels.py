@@ -142,3 +142,80 @@ def allocate(levels: Components, launch_s: float, text_s: float, texts_across_ro
            f"2013); a round's gain then has SD {round_sd:.3f}"
            + ("" if rounds is None else f"; {rounds} round(s) of {launch_s + texts * text_s:.0f} s fit {budget_s:.0f} s"))
     return Allocation(texts, rounds, round_sd, why)
+
+
+# -- the text level shown: how a paired gain spreads over a class's texts (results/pairing.py text_gain rows) ----
+CELL = ["node", "stack", "model", "power_cap_w", "workload", "concurrency", "prompt_tokens"]
+TEXT = ["prompt_set", "prompt_row"]
+# The issue's reading of a text's gain (issue 66): worth it on a text from +10%, a loss below -5%.
+PAYS, LOSES = 0.10, -0.05
+
+
+def per_text(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell, variant and text from the text_gain and text_accept_rate rows: the text's gain (the
+    geometric mean of its paired ratios over its rounds and turns), the rounds it was asked in, and its acceptance
+    (accepted over drafted tokens, summed over its requests: token-weighted, as aiperf's)."""
+    if rows.empty:
+        return pd.DataFrame(columns=[*CELL, "variant", *TEXT, "gain", "rounds", "accept_rate"])
+    rows = rows.rename(columns={"table_title": "prompt_set", "row_label": "prompt_row"})
+    rows = rows.assign(power_cap_w=rows["power_cap_w"].fillna(-1), prompt_tokens=rows["prompt_tokens"].fillna(-1))
+    keys = [*CELL, "variant", *TEXT]
+    gains = rows[rows["metric"] == "text_gain"].assign(log=lambda f: np.log(f["value"]))
+    out = gains.groupby(keys, sort=True).agg(log=("log", "mean"), rounds=("replicate", "nunique")).reset_index()
+    out["gain"] = np.expm1(out.pop("log"))
+    accepted = rows[rows["metric"] == "text_accept_rate"].assign(accepted=lambda f: f["value"] * f["n"])
+    rates = accepted.groupby(keys, sort=True)[["accepted", "n"]].sum()
+    out = out.merge((rates["accepted"] / rates["n"]).rename("accept_rate").reset_index(), on=keys, how="left")
+    return out.assign(power_cap_w=out["power_cap_w"].where(out["power_cap_w"] >= 0),
+                      prompt_tokens=out["prompt_tokens"].where(out["prompt_tokens"] >= 0))
+
+
+def _sets(texts: pd.DataFrame) -> str:
+    """'HumanEval 20 and arena-hard-coding 4' (each set's distinct texts, most first)."""
+    counts = texts.drop_duplicates(TEXT)["prompt_set"].value_counts()
+    named = [f"{name} ({count})" if len(counts) > 1 else name for name, count in counts.items()]
+    return named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+
+
+def scope(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per cell, what its verdict covers (docs/what-to-run.md, "The scope"): the distinct texts its rounds asked,
+    their sets, the texts a round and the rounds. Texts that are the same every round (measure.texts_across_rounds:
+    same) cover those texts only, and the sentence says so; texts drawn anew each round cover the class."""
+    gains = rows[rows["metric"] == "text_gain"]
+    if gains.empty:
+        return pd.DataFrame(columns=[*CELL, "texts", "scope"])
+    gains = gains.rename(columns={"table_title": "prompt_set", "row_label": "prompt_row"})
+    gains = gains.assign(power_cap_w=gains["power_cap_w"].fillna(-1), prompt_tokens=gains["prompt_tokens"].fillna(-1))
+    out = []
+    for key, cell in gains.groupby(CELL, sort=True):
+        texts = cell.drop_duplicates(TEXT)
+        per_round = cell.drop_duplicates(["replicate", *TEXT]).groupby("replicate").size()
+        rounds, each = len(per_round), int(per_round.median())
+        kept = rounds > 1 and len(texts) == each
+        what = f"these {len(texts)} texts" if kept else f"{key[4]}: {len(texts)} texts"
+        said = (f"covers {what} of {_sets(texts)}, " + ("the same " if kept else "")
+                + f"{each} a round over {rounds} round{'s' * (rounds != 1)}")
+        out.append([*key, len(texts), said])
+    found = pd.DataFrame(out, columns=[*CELL, "texts", "scope"])
+    return found.assign(power_cap_w=found["power_cap_w"].where(found["power_cap_w"] >= 0),
+                        prompt_tokens=found["prompt_tokens"].where(found["prompt_tokens"] >= 0))
+
+
+def text_spread(texts: pd.DataFrame) -> pd.DataFrame:
+    """Per cell and variant (per_text's rows): how its gain spreads over the texts: their count, the median and
+    the range of the per-text gains, how many pay at least PAYS and lose more than LOSES, the best and worst text,
+    and the acceptance over texts (median, 10th and 90th percentile; none where the engine counts no drafts per
+    request: its acceptance is the launch's only, analysis/acceptance.py)."""
+    rows = []
+    for key, mine in texts.groupby([*CELL, "variant"], sort=True, dropna=False):
+        ordered = mine.sort_values("gain")
+        rates = mine["accept_rate"].dropna()
+        worst, best = ordered.iloc[0], ordered.iloc[-1]
+        rows.append([*key, len(mine), int(mine["rounds"].max()), float(mine["gain"].median()),
+                     int((mine["gain"] >= PAYS).sum()), int((mine["gain"] < LOSES).sum()),
+                     f"{best['prompt_set']} {best['prompt_row']}", float(best["gain"]),
+                     f"{worst['prompt_set']} {worst['prompt_row']}", float(worst["gain"]),
+                     float(rates.median()) if len(rates) else None,
+                     float(rates.quantile(0.1)) if len(rates) else None, float(rates.quantile(0.9)) if len(rates) else None])
+    return pd.DataFrame(rows, columns=[*CELL, "variant", "texts", "rounds", "median_gain", "pays", "loses", "best",
+                                       "best_gain", "worst", "worst_gain", "accept_median", "accept_p10", "accept_p90"])

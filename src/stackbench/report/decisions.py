@@ -8,13 +8,17 @@ from __future__ import annotations
 import pandas as pd
 
 from stackbench import analysis
-from stackbench.analysis import decide
+from stackbench.analysis import decide, levels
 from stackbench.analysis import held as held_verdicts
 from stackbench.report.table import Table, frame_table
 from stackbench.results import estimators
 from stackbench.results.judged import judged_rows
 from stackbench.results.metrics import M
 
+# What a verdict's "covers" says (analysis/levels.py scope), under every table that prints it.
+SCOPE = ("Covers: the texts the verdict is about, read from the request files (each request's prompt set and row): "
+         "drawn anew each round (measure.texts_across_rounds: new), it covers the class those sets stand for; kept "
+         "across rounds (same), it covers those texts only, as it says.")
 # Past these bounds an interval says only that the launches disagree: it is not printed as a figure.
 TOO_NOISY = (-0.9, 9.0)
 
@@ -91,7 +95,18 @@ def _qualifier(column: str, value) -> str:
     return f"c{value:.0f}" if column == "concurrency" else f"{_tokens(value)} prompt tokens"
 
 
-def _display(choices: pd.DataFrame) -> pd.DataFrame:
+def covers(choices: pd.DataFrame, scope: pd.DataFrame | None) -> list[str]:
+    """Each verdict's scope (analysis/levels.py scope: the texts its rounds asked, their sets, a round's and the
+    rounds), aligned with `choices`; '' where the request files named no text (rows collected before them)."""
+    if scope is None or scope.empty:
+        return [""] * len(choices)
+    keys = [c for c in levels.CELL if c in choices.columns]
+    found = {tuple(None if pd.isna(v) else v for v in k): said
+             for k, said in zip(scope[keys].itertuples(index=False), scope["scope"])}
+    return [found.get(tuple(None if pd.isna(v) else v for v in k), "") for k in choices[keys].itertuples(index=False)]
+
+
+def _display(choices: pd.DataFrame, scope: pd.DataFrame | None = None) -> pd.DataFrame:
     gain = [(f"{lead}: " if isinstance(lead, str) else "") + _interval(g, lo, hi, level) if pd.notna(g) else ""
             for lead, g, lo, hi, level in zip(choices["leading"], choices["gain"], choices["gain_low"], choices["gain_high"],
                                               choices["level"])]
@@ -101,7 +116,8 @@ def _display(choices: pd.DataFrame) -> pd.DataFrame:
         "stack": choices["stack"], "model": choices["model"], "power cap W": choices["power_cap_w"],
         "workload": choices["workload"], "concurrency": choices["concurrency"],
         "prompt tokens": choices["prompt_tokens"], "judged on": choices["metric"],
-        "verdict": choices["verdict"], "run": choices["run"], "gain over no-spec (interval)": gain,
+        "verdict": choices["verdict"], "covers": covers(choices, scope), "run": choices["run"],
+        "gain over no-spec (interval)": gain,
         "rounds (decided at)": [_rounds(n, at) for n, at in zip(choices["rounds"], choices["decided_at"])],
         "what would settle it": [_settle(c) for _, c in choices.iterrows()],
         "runner-up (paired gain)": runner, "why": choices["why"],
@@ -118,9 +134,11 @@ def verdict_summary(mine: pd.DataFrame) -> str:
             + (f"; {skipped} {decide.NOT_JUDGED}" if skipped else ""))
 
 
-def answer_tables(choices: pd.DataFrame, nodes: list[str], notes: dict[str, list[str]] | None = None) -> list[Table]:
-    """The answer first, per node: each judged cell's verdict, the gain with its interval, the price in KV pool,
-    and what would settle the rest; `notes` the node's own lines to say before anything (a busy host)."""
+def answer_tables(choices: pd.DataFrame, nodes: list[str], notes: dict[str, list[str]] | None = None,
+                  scope: pd.DataFrame | None = None) -> list[Table]:
+    """The answer first, per node: each judged cell's verdict with what it covers (`scope`: analysis/levels.py
+    scope), the gain with its interval, the price in KV pool, and what would settle the rest; `notes` the node's
+    own lines to say before anything (a busy host)."""
     out = []
     for node in nodes:
         mine = choices[choices["node"] == node]
@@ -128,38 +146,43 @@ def answer_tables(choices: pd.DataFrame, nodes: list[str], notes: dict[str, list
             continue
         shown = pd.DataFrame({
             "stack": mine["stack"], "workload": mine["workload"], "concurrency": mine["concurrency"],
-            "power cap W": mine["power_cap_w"], "verdict": mine["verdict"], "run": mine["run"],
+            "power cap W": mine["power_cap_w"], "verdict": mine["verdict"], "covers": covers(mine, scope), "run": mine["run"],
             "gain over no-spec (interval)": _display(mine)["gain over no-spec (interval)"],
             "KV pool tokens": [_against(v, r, "{:.0f}") for v, r in zip(mine["kv_pool_tokens"], mine["kv_pool_tokens_nospec"])],
             "what would settle it": [_settle(c) for _, c in mine.iterrows()]})
         if shown["power cap W"].isna().all():
             shown = shown.drop(columns="power cap W")
+        if not any(shown["covers"]):  # rows collected before the request files named their texts
+            shown = shown.drop(columns="covers")
         table = frame_table(shown, f"answer-{node}", f"The answer on {node}: {verdict_summary(mine)}",
                                    "analysis.decide: the sequential rule over rounds of launches")
         table.legend = [*(notes or {}).get(node, []), "run V: V's gain clears zero; not worth it: every candidate's upper "
                         "bound is below the node's smallest gain worth switching for; undecided: neither, with the rounds "
-                        "that would settle it. The rule and each cell's detail are under What to run."]
+                        "that would settle it. " + (SCOPE + " " if "covers" in shown else "") + "The rule and each cell's "
+                        "detail are under What to run."]
         out.append(table)
     return out
 
 
 def what_to_run_tables(choices: pd.DataFrame, nodes: list[str], agreement: pd.DataFrame,
-                       variance: pd.DataFrame | None = None) -> list[Table]:
-    """Per node its choices and, with launch replicates, where its rates vary (`variance`:
-    analysis.launch_variance); then, where two or more stacks were decided, the choices side by side.
-    `agreement` holds the cross_stack_agreement rows (report.queries.cross_stack_input)."""
+                       variance: pd.DataFrame | None = None, scope: pd.DataFrame | None = None) -> list[Table]:
+    """Per node its choices, each with what it covers (`scope`: analysis/levels.py scope) and, with launch
+    replicates, where its rates vary (`variance`: analysis.launch_variance); then, where two or more stacks were
+    decided, the choices side by side. `agreement` holds the cross_stack_agreement rows
+    (report.queries.cross_stack_input)."""
     out = []
     for node in nodes:
         out += variance_table(variance, node) if variance is not None else []
         mine = choices[choices["node"] == node]
         if mine.empty:
             continue
-        table = frame_table(_display(mine), f"what-to-run-{node}", f"What to run on {node}",
-                                   "analysis.decide over every measured closed-loop cell")
+        shown = _display(mine, scope)
+        table = frame_table(shown if any(shown["covers"]) else shown.drop(columns="covers"), f"what-to-run-{node}",
+                            f"What to run on {node}", "analysis.decide over every measured closed-loop cell")
         sentence = by_content_class(mine)
         if sentence:
             table.legend.insert(0, sentence)
-        table.legend.append(decide.RULE)
+        table.legend += ([SCOPE] if any(shown["covers"]) else []) + [decide.RULE]
         out.append(table)
     return out + across_stacks(choices, agreement)
 

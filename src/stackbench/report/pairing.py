@@ -1,11 +1,13 @@
 """The report's view of What to run's pairing (docs/what-to-run.md, "The same texts"): whether each round's variants
-sent the same texts as their no-spec (results/pairing.py) and where a speculative gain's variance lies, by text,
-launch and within (analysis/levels.py)."""
+sent the same texts as their no-spec (results/pairing.py), where a speculative gain's variance lies, by text,
+launch and within (analysis/levels.py), and how it spreads over the class's texts, with each text's acceptance
+(results/pairing.py text_gain and text_accept_rate rows; analysis/levels.py text_spread)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from stackbench.analysis import levels
 from stackbench.report.table import Table, frame_table
 from stackbench.results.pairing import PROMPTS, REPLIES
 
@@ -74,3 +76,63 @@ def levels_table(levels: pd.DataFrame, node: str) -> list[Table]:
                         "texts a cell would need, were each round to draw new ones, for the text level to weigh no more "
                         "than the launch level in a round's gain (Kalibera & Jones, ISMM 2013).")
     return [table]
+
+
+def _share(value) -> str:
+    return f"{value:.2f}" if pd.notna(value) else ""
+
+
+def spread_sentence(row) -> str:
+    """'at least +10% on 7 of 24 texts, below -5% on 3' (analysis/levels.py PAYS and LOSES)."""
+    return (f"at least {levels.PAYS:+.0%} on {row['pays']} of {row['texts']} texts, below {levels.LOSES:+.0%} on "
+            f"{row['loses']}")
+
+
+def spread_table(spread: pd.DataFrame, node: str) -> list[Table]:
+    """Per cell and speculative variant on `node`: how its paired gain spreads over the texts, and their acceptance."""
+    mine = spread[spread["node"] == node]
+    if mine.empty:
+        return []
+    accept = [f"{_share(m)} ({_share(lo)}-{_share(hi)})" if pd.notna(m) else "per launch only (no per-request draft counts)"
+              for m, lo, hi in zip(mine["accept_median"], mine["accept_p10"], mine["accept_p90"])]
+    shown = pd.DataFrame({
+        "stack": mine["stack"], "model": mine["model"], "power cap W": mine["power_cap_w"], "workload": mine["workload"],
+        "concurrency": mine["concurrency"], "prompt tokens": mine["prompt_tokens"], "variant": mine["variant"],
+        "texts": mine["texts"], "rounds": mine["rounds"],
+        "gain over the texts": [spread_sentence(r) for _, r in mine.iterrows()],
+        "median text's gain": mine["median_gain"].map("{:+.1%}".format),
+        "best text (gain)": [f"{t} ({g:+.1%})" for t, g in zip(mine["best"], mine["best_gain"])],
+        "worst text (gain)": [f"{t} ({g:+.1%})" for t, g in zip(mine["worst"], mine["worst_gain"])],
+        "acceptance per text: median (p10-p90)": accept})
+    shown = shown.drop(columns=[c for c in ("power cap W", "prompt tokens") if shown[c].isna().all()])
+    table = frame_table(shown, f"text-spread-{node}", f"How each gain spreads over the texts on {node}",
+                        "results/pairing.py text_gain and text_accept_rate over the cells' request files; "
+                        "analysis/levels.py text_spread")
+    table.legend.append(
+        "Each text's gain is its decode rate on the variant over no-spec's on the same prompt in the same round "
+        "(decode_tps: tokens after the first over first text to the last chunk, the inverse of vLLM's TPOT), the "
+        "geometric mean over the rounds and turns that asked it: like with like, the same text, round and load. "
+        "Acceptance per text is accepted over drafted tokens of its requests (llama.cpp timings.draft_n_accepted / "
+        "draft_n, SGLang spec_num_correct_drafts / spec_num_proposed_drafts; vLLM counts none per request, so its "
+        "acceptance is the launch's, under Speculative decoding). At c2 and above a text shares its batch; the verdict "
+        "is judged on the aggregate rate, and this spread is of each stream's own rate. A verdict is about the mean "
+        "over the texts; this says whether a drafter pays on some of them and not the rest.")
+    return [table]
+
+
+def spread_chart(texts: pd.DataFrame, node: str) -> dict | None:
+    """Per cell and variant on `node`, its texts' gains sorted: where a drafter pays and where it does not."""
+    mine = texts[texts["node"] == node]
+    if mine.empty:
+        return None
+    traces = []
+    for (stack, workload, concurrency, variant), rows in mine.groupby(["stack", "workload", "concurrency", "variant"], sort=True):
+        ordered = rows.sort_values("gain")
+        traces.append({"type": "scatter", "mode": "lines+markers", "name": f"{stack} / {variant} / {workload} c{concurrency:.0f}",
+                       "x": list(range(1, len(ordered) + 1)), "y": [float(g) for g in ordered["gain"]],
+                       "text": [f"{s} {r}" for s, r in zip(ordered["prompt_set"], ordered["prompt_row"])]})
+    return {"data": traces, "layout": {
+        "title": {"text": f"Gain over no-spec per text, sorted, on {node} (measured; each text paired in its round)"},
+        "xaxis": {"title": {"text": "text, from the least gain to the most"}},
+        "yaxis": {"title": {"text": "paired gain on the text"}, "tickformat": "+.0%"}, "height": 400,
+        "margin": {"l": 60, "r": 20, "t": 80, "b": 50}, "paper_bgcolor": "white", "plot_bgcolor": "white"}}

@@ -265,6 +265,14 @@ def pairing_input(results: Results) -> pd.DataFrame:
                          f"where source in {MEASURED_SQL} and metric in {sql_in([PROMPTS, REPLIES])}")
 
 
+def texts_input(results: Results) -> pd.DataFrame:
+    """The per-text rows (results/pairing.py text_gain, text_accept_rate): each paired request's gain and
+    acceptance, with its prompt set (table_title) and row (row_label)."""
+    return results.frame("select node, stack, model, power_cap_w, variant, replicate, workload, concurrency, prompt_tokens, "
+                         "metric, value, n, table_title, row_label from results "
+                         f"where source in {MEASURED_SQL} and metric in {sql_in([M.text_gain, M.text_accept_rate])}")
+
+
 def cross_stack_input(results: Results) -> pd.DataFrame:
     """The cross-stack agreement rows only: a handful per weights family."""
     return results.frame("select source, table_title, row_label, col_label, metric, value, unit from results "

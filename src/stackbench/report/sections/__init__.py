@@ -11,10 +11,11 @@ from stackbench.report.sections import (
     headline,
     implausible,
     seeds,
+    texts,
     time_budget,
     what_to_run,
     without_figure,
 )
 
-SECTIONS = [module.SECTION for module in (answer, time_budget, headline, what_to_run, correctness, without_figure,
+SECTIONS = [module.SECTION for module in (answer, time_budget, headline, what_to_run, texts, correctness, without_figure,
                                           implausible, bundles, full_tables, charts, analysis, seeds)]

@@ -3,7 +3,7 @@ model beyond the node's quality limit). A rehearsal names no answer: its figures
 
 from __future__ import annotations
 
-from stackbench.analysis import hoststate, quality
+from stackbench.analysis import hoststate, levels, quality
 from stackbench.report import decisions, queries
 from stackbench.report.section import DROP, Context, Section
 
@@ -21,7 +21,7 @@ def node_notes(ctx: Context) -> dict[str, list[str]]:
 
 
 def build(ctx: Context) -> list:
-    return decisions.answer_tables(ctx.choices, ctx.nodes, node_notes(ctx))
+    return decisions.answer_tables(ctx.choices, ctx.nodes, node_notes(ctx), levels.scope(queries.texts_input(ctx.results)))
 
 
 SECTION = Section("answer", "The answer: what to run on each node", build, rehearsal=DROP)

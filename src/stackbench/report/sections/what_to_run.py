@@ -50,7 +50,9 @@ def held_tables(ctx: Context) -> list[Table]:
 
 def build(ctx: Context) -> list:
     uses = usecase.use_case_tables(queries.use_case_rows(ctx.results), ctx.nodes, ctx.choices)
-    decided = decisions.what_to_run_tables(ctx.choices, ctx.nodes, ctx.agreement, analysis.launch_variance(ctx.decide_rows))
+    scope = levels.scope(queries.texts_input(ctx.results))  # what each verdict covers: the texts its rounds asked
+    decided = decisions.what_to_run_tables(ctx.choices, ctx.nodes, ctx.agreement, analysis.launch_variance(ctx.decide_rows),
+                                           scope)
     decided += held_tables(ctx)
     paired, gain_levels = queries.pairing_input(ctx.results), levels.gain_levels(ctx.decide_rows)
     for node in ctx.nodes:
