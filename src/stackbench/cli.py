@@ -174,6 +174,19 @@ def rounds_planned(node) -> str:
             f"{decides}{apart}\n") + what_it_resolves(rule)
 
 
+def texts_planned(node, measure: dict) -> str:
+    """The texts a round sends a cell at c1 (the repeats) beside what the variance levels and costs advise
+    (analysis/levels.py allocate)."""
+    from stackbench.analysis import levels
+
+    by_repeats: dict[int, list[str]] = {}
+    for launch in (l for l in node.launches if not l.once):
+        stacks = by_repeats.setdefault(launch.repeats or measure["repeats"], [])
+        stacks += [] if launch.stack_config in stacks else [launch.stack_config]
+    sends = ", ".join(f"{n} on {', '.join(stacks)}" if len(by_repeats) > 1 else str(n) for n, stacks in by_repeats.items())
+    return levels.allocation_said(sends or measure["repeats"], measure["texts_across_rounds"])
+
+
 def what_it_resolves(rule) -> str:
     """The gain the node's rounds resolve at assumed launch-to-launch CVs, and the cheapest plan resolving its margin
     (results/estimators.py; the GPU-node hours come from a rehearsal, rehearsal/budget.py)."""
@@ -218,6 +231,7 @@ def _commands(args) -> None:
         print(f"warning: {warning}", file=sys.stderr)
     if args.launch is None:
         print(rounds_planned(node), file=sys.stderr)
+        print(texts_planned(node, cfg["measure"]), file=sys.stderr)
 
 
 def preflight_expected(node, cfg: dict):
@@ -309,10 +323,11 @@ def _measure(args) -> None:
 
 
 def _rehearse(args) -> None:
+    from stackbench.analysis import levels
     from stackbench.rehearsal import run
 
     settings = {"time_scale": args.time_scale, "accept_rate": args.accept_rate}
-    if run.rehearse(args.nodes, settings):
+    if run.rehearse(args.nodes, settings, lambda launch_s, repeat_s, repeats: levels.allocation_said(repeats, None, launch_s, repeat_s)):
         sys.exit(1)
 
 

@@ -219,3 +219,30 @@ def text_spread(texts: pd.DataFrame) -> pd.DataFrame:
                      float(rates.quantile(0.1)) if len(rates) else None, float(rates.quantile(0.9)) if len(rates) else None])
     return pd.DataFrame(rows, columns=[*CELL, "variant", "texts", "rounds", "median_gain", "pays", "loses", "best",
                                        "best_gain", "worst", "worst_gain", "accept_median", "accept_p10", "accept_p90"])
+
+
+# Launch cost over text cost the plan states the allocation at, before a rehearsal prices them: a launch's start-up
+# and warm-up as dear as one more text in every judged cell (this machine's 135M llama-server: ready in a second, one
+# warm-up request a cell), four and ten times that (a GPU server's load, compile and graph capture).
+COST_RATIOS = (1, 4, 10)
+
+
+def allocation_said(texts_now: int | str, texts_across_rounds: str | None, launch_s: float | None = None,
+                    text_s: float | None = None, levels: Components = MEASURED_HERE) -> str:
+    """The plan's and the rehearsal's line: the texts per cell a round should send at `levels` (this machine's
+    measured ones until a node measures its own) and the costs where known (else at COST_RATIOS), beside the
+    `texts_now` a round sends."""
+    said = (f"SD between texts {levels.text:.3f}, launches {levels.launch:.3f}, within {levels.within:.3f} (measured on "
+            "the default node, issue 66)")
+    if launch_s is not None and text_s:
+        best = allocate(levels, launch_s, text_s, "new")
+        kept = allocate(levels, launch_s, text_s, "same")
+        advice = f"with new texts each round, {best.why}; with the texts kept (same), {kept.texts}"
+    else:
+        advice = "with new texts each round " + ", ".join(
+            f"{allocate(levels, ratio, 1.0).texts} at a launch {ratio}x a text's cost" for ratio in COST_RATIOS) + (
+            f"; with the texts kept (same) {allocate(levels, COST_RATIOS[0], 1.0, 'same').texts}; "
+            "a rehearsal prices both costs")
+    return (f"# texts a round, where the variance is (Kalibera & Jones 2013, sqrt(cost ratio x variance ratio)) at {said}: "
+            f"{advice}. Texts a cell a round at c1 now: {texts_now}"
+            + (f", {texts_across_rounds} across rounds." if texts_across_rounds else "."))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from stackbench.config import rehearsal
-from stackbench.config.model import configuration_name
+from stackbench.config.model import ONCE_SUFFIX, configuration_name
 from stackbench.config.rehearsal import flags_checked
 from stackbench.results.store import NOT_SWEPT
 
@@ -75,12 +75,27 @@ def summarize(node: str, seconds: float, time_scale: float) -> dict:
     low, high = budget["total_h"]
     per_hour = (budget.get("rental") or {}).get("node_hour_usd")
     return {"node": node, "rehearsal_seconds": round(seconds, 1), "time_scale": time_scale, "launches": launches,
+            "round_costs": round_costs(budget),
             "expected_real_hours": round(low, 2), "expected_real_hours_high": round(high, 2),
             "expected_real_usd": None if per_hour is None else [round(low * per_hour), round(high * per_hour)],
             "node_hour_usd": per_hour,
             "expected_basis": f"the rehearsal's time budget ({budget_path}): each cell's requests at the stand-in's "
                               "modeled pace (never this host's seconds), the real repeats and warm-up, start-up, "
                               "compile, model load and image pulls; builds and installs beside it"}
+
+
+def round_costs(budget: dict) -> tuple[float, float, int] | None:
+    """(a round's launch start-up and warm-up s, one more repeat of every judged cell s, its repeats) from the
+    budget's first round (rehearsal/budget.py: its launches' starts, one later round's judged cells at their repeats
+    and warm-up): the costs a round's texts per cell are allocated at (analysis/levels.py allocate)."""
+    first = [x for x in budget.get("launches", []) if "--r" not in x["launch"] and ONCE_SUFFIX not in x["launch"]]
+    later = (budget.get("rounds") or {}).get("later_round_h")
+    if not first or not later:
+        return None
+    repeats, warmup = max(x["repeats"] for x in first), budget.get("warmup_requests", 0)
+    start_s = sum(x["start_h"][0] for x in first) * 3600
+    repeat_s = max(later[0] * 3600 - start_s, 0.0) / (repeats + warmup)
+    return (start_s + warmup * repeat_s, repeat_s, repeats) if repeat_s > 0 else None
 
 
 def console_names(launches: list[dict]) -> list[str]:
@@ -111,18 +126,23 @@ def report_lines(summary: dict) -> list[str]:
     money = f", ${cost[0]:g}-{cost[1]:g} at ${summary['node_hour_usd']:g} a GPU-node hour" if cost else ""
     lines.append(f"  the real run: about {summary['expected_real_hours']:g}-{summary['expected_real_hours_high']:g} GPU-node "
                  f"hours{money} ({summary['expected_basis']})")
+    if summary.get("texts_advised"):
+        lines.append("  " + summary["texts_advised"].lstrip("# "))
     lines.append(f"  report: {rehearsal.paths(summary['node'])['reports']}/index.html")
     return lines
 
 
-def rehearse(nodes: list[str], settings: dict) -> int:
-    """Rehearse each node in turn; the exit code is the first failing workflow's (0 when all ran)."""
+def rehearse(nodes: list[str], settings: dict, advise=None) -> int:
+    """Rehearse each node in turn; the exit code is the first failing workflow's (0 when all ran). `advise` (launch
+    s, repeat s, repeats) -> the line on a round's texts per cell at those costs (the caller's analysis.levels)."""
     code = 0
     for node in nodes:
         env = {**os.environ, "STACKBENCH_LOCK_DIR": str(rehearsal.lock_dir(node).absolute())}
         started = time.monotonic()
         done = subprocess.run(snakemake_argv(node, settings), env=env)
         summary = summarize(node, time.monotonic() - started, settings["time_scale"])
+        if advise and summary["round_costs"]:
+            summary["texts_advised"] = advise(*summary["round_costs"])
         out = rehearsal.DATA / node / "rehearsal.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({**summary, "workflow_exit_code": done.returncode}, indent=1))

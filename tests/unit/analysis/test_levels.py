@@ -85,3 +85,12 @@ def test_the_default_machine_levels_ask_a_few_texts_a_round_and_say_why():
     assert levels.allocate(levels.MEASURED_HERE, launch_s=25, text_s=20, texts_across_rounds="same").texts == 1
     with pytest.raises(ValueError, match="text_s"):
         levels.allocate(levels.MEASURED_HERE, launch_s=25, text_s=0)
+
+
+def test_the_plan_states_the_allocation_at_cost_ratios_and_the_rehearsal_at_its_costs():
+    planned = levels.allocation_said(2, "same")
+    ratios = [levels.allocate(levels.MEASURED_HERE, r, 1.0).texts for r in levels.COST_RATIOS]
+    assert all(f"{n} at a launch {r}x a text's cost" in planned for n, r in zip(ratios, levels.COST_RATIOS))
+    assert planned.endswith("Texts a cell a round at c1 now: 2, same across rounds.")
+    priced = levels.allocation_said(2, None, 40.0, 30.0)
+    assert levels.allocate(levels.MEASURED_HERE, 40.0, 30.0).why in priced and priced.endswith("at c1.")

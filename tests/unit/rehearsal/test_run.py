@@ -58,3 +58,19 @@ def test_the_console_says_which_parser_checked_the_flags_beside_the_pinned_versi
     assert lines[2].startswith("  llamacpp+int4--mtp-n2: NOT READY") and lines[2].endswith(
         "; flags checked: REFUSED: stackbench-standin: vllm's own argument parser refuses the command: error: "
         "unrecognized arguments: --no-such-flag")
+
+
+def test_a_rounds_costs_come_from_the_budgets_first_round_and_the_advice_is_printed():
+    """Issue 66: a round's texts per cell are allocated at its costs, a launch's start-up and warm-up against one more
+    repeat of every judged cell; later rounds and the one-off launch do not price a round."""
+    budget = {"warmup_requests": 1, "rounds": {"later_round_h": [100 / 3600, 200 / 3600]},
+              "launches": [{"launch": "llamacpp--nospec", "repeats": 2, "start_h": [5 / 3600, 9 / 3600]},
+                           {"launch": "llamacpp--ngram-n8", "repeats": 2, "start_h": [5 / 3600, 9 / 3600]},
+                           {"launch": "llamacpp--ngram-n8--r2", "repeats": 2, "start_h": [50 / 3600, 0]},
+                           {"launch": "llamacpp--nospec--once", "repeats": 2, "start_h": [50 / 3600, 0]}]}
+    launch_s, repeat_s, repeats = run.round_costs(budget)
+    # 100 s a round, 10 s of it starts: 90 s over 2 repeats and 1 warm-up, so 30 s a repeat; the warm-up is the launch's
+    assert (round(launch_s, 6), round(repeat_s, 6), repeats) == (40.0, 30.0, 2)
+    assert run.round_costs({"launches": []}) is None
+    lines = run.report_lines({**summary([]), "texts_advised": "# texts a round: 3"})
+    assert "  texts a round: 3" in lines

@@ -81,3 +81,9 @@ def test_a_text_no_set_names_is_its_workloads_yaml_and_prompt_and_an_unpaired_on
     ngram = _requests("ngram-n8", 1, ["a" * 16, "c" * 16], ["x", "y"]).assign(decode_tps=[60.0, 60.0])
     gains = [r for r in pairing.pairing_rows(pd.concat([nospec, ngram]), RESULTS) if r["metric"] == "text_gain"]
     assert [(r["table_title"], r["row_label"], r["value"]) for r in gains] == [("code.yaml", "prompt aaaaaaaaaaaa", 2.0)]
+
+
+def test_the_draft_count_columns_are_the_ones_the_engines_write():
+    from stackbench.engines import base
+
+    assert (pairing.SERVER_SPEC_DRAFTED, pairing.SERVER_SPEC_ACCEPTED) == (base.SERVER_SPEC_DRAFTED, base.SERVER_SPEC_ACCEPTED)

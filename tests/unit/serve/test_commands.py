@@ -173,3 +173,12 @@ def test_a_runs_context_len_is_checked_by_the_schema(repo):
     edit_run(repo, "local-cpu", 0, context_len=128)
     with pytest.raises(ConfigError, match=r"local-cpu.yaml: runs\[0\].context_len: 128 is less than the minimum of 256"):
         expand.load_plan(repo, {"nodes": ["local-cpu"]})
+
+
+def test_the_plan_prints_a_rounds_texts_beside_what_the_variance_levels_advise(repo, capsys):
+    """Issue 66: the plan says how many texts a round sends a judged cell (its launches' repeats, not the one-off
+    launch's) and how many the text, launch and within levels would have it send (analysis/levels.py)."""
+    assert cli.main(["commands", "--node", "local-cpu"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("# texts a round")]
+    assert len(said) == 1 and "Kalibera & Jones" in said[0]
+    assert said[0].endswith("Texts a cell a round at c1 now: 2 on llamacpp, 3 on vllm-cpu, sglang-cpu, same across rounds.")
