@@ -93,4 +93,4 @@ def test_the_plan_states_the_allocation_at_cost_ratios_and_the_rehearsal_at_its_
     assert all(f"{n} at a launch {r}x a text's cost" in planned for n, r in zip(ratios, levels.COST_RATIOS))
     assert planned.endswith("Texts a cell a round at c1 now: 2, same across rounds.")
     priced = levels.allocation_said(2, None, 40.0, 30.0)
-    assert levels.allocate(levels.MEASURED_HERE, 40.0, 30.0).why in priced and priced.endswith("at c1.")
+    assert levels.allocate(levels.MEASURED_HERE, 40.0, 30.0).why in priced and priced.endswith("at c1 now: 2.")
