@@ -161,10 +161,10 @@ def per_text(rows: pd.DataFrame) -> pd.DataFrame:
     rows = rows.assign(power_cap_w=rows["power_cap_w"].fillna(-1), prompt_tokens=rows["prompt_tokens"].fillna(-1))
     keys = [*CELL, "variant", *TEXT]
     gains = rows[rows["metric"] == "text_gain"].assign(log=lambda f: np.log(f["value"]))
-    out = gains.groupby(keys, sort=True).agg(log=("log", "mean"), rounds=("replicate", "nunique")).reset_index()
+    out = gains.groupby(keys, sort=True, dropna=False).agg(log=("log", "mean"), rounds=("replicate", "nunique")).reset_index()
     out["gain"] = np.expm1(out.pop("log"))
     accepted = rows[rows["metric"] == "text_accept_rate"].assign(accepted=lambda f: f["value"] * f["n"])
-    rates = accepted.groupby(keys, sort=True)[["accepted", "n"]].sum()
+    rates = accepted.groupby(keys, sort=True, dropna=False)[["accepted", "n"]].sum()
     out = out.merge((rates["accepted"] / rates["n"]).rename("accept_rate").reset_index(), on=keys, how="left")
     return out.assign(power_cap_w=out["power_cap_w"].where(out["power_cap_w"] >= 0),
                       prompt_tokens=out["prompt_tokens"].where(out["prompt_tokens"] >= 0))
@@ -187,7 +187,7 @@ def scope(rows: pd.DataFrame) -> pd.DataFrame:
     gains = gains.rename(columns={"table_title": "prompt_set", "row_label": "prompt_row"})
     gains = gains.assign(power_cap_w=gains["power_cap_w"].fillna(-1), prompt_tokens=gains["prompt_tokens"].fillna(-1))
     out = []
-    for key, cell in gains.groupby(CELL, sort=True):
+    for key, cell in gains.groupby(CELL, sort=True, dropna=False):
         texts = cell.drop_duplicates(TEXT)
         per_round = cell.drop_duplicates(["replicate", *TEXT]).groupby("replicate").size()
         rounds, each = len(per_round), int(per_round.median())

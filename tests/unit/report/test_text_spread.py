@@ -9,7 +9,7 @@ import pandas as pd
 from stackbench.analysis import decide, levels
 from stackbench.report import decisions, pairing
 
-CELL = {"node": "n", "stack": "llamacpp", "model": "m", "power_cap_w": None, "workload": "code", "concurrency": 1,
+CELL = {"node": "n", "stack": "llamacpp", "model": None, "power_cap_w": None, "workload": "code", "concurrency": 1,
         "prompt_tokens": None}
 
 
