@@ -71,10 +71,12 @@ def levels_table(levels: pd.DataFrame, node: str) -> list[Table]:
                "moves no round's gain: What to run's interval sees the launch level and the rest, and its verdict covers "
                "these texts. Where each round draws new texts (new), a round's gain carries the text level over the texts "
                "a cell, and the verdict covers the workload's kind of text; a text is then another one each round, so this "
-               "split reads its text level as launch level.")
+               "split counts the text level in its within level, and its launch level stays the launches'.")
     table.legend.append("SDs are of log ratios (about a relative spread). " + covered + " The last column is how many "
                         "texts a cell would need, were each round to draw new ones, for the text level to weigh no more "
-                        "than the launch level in a round's gain (Kalibera & Jones, ISMM 2013).")
+                        "than the launch level in a round's gain (Kalibera & Jones, ISMM 2013); the texts a round should send at "
+                        "these levels and their costs are the plan's and the rehearsal's allocation line (analysis/levels.py "
+                        "allocate).")
     return [table]
 
 
