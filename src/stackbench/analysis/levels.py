@@ -27,6 +27,7 @@ import pandas as pd
 from stackbench.analysis import decide
 from stackbench.analysis.speculative import SPEC_PAIR
 from stackbench.results.judged import judged_metric
+from stackbench.results.pairing import SALTED_PROMPT
 
 LEVEL_COLUMNS = ["node", "stack", "variant", "metric", "cells", "rounds", "texts", "text_sd", "launch_sd", "within_sd",
                  "round_gain_sd", "texts_needed"]
@@ -192,7 +193,9 @@ def scope(rows: pd.DataFrame) -> pd.DataFrame:
         per_round = cell.drop_duplicates(["replicate", *TEXT]).groupby("replicate").size()
         rounds, each = len(per_round), int(per_round.median())
         kept = rounds > 1 and len(texts) == each
-        what = f"these {len(texts)} texts" if kept else f"{key[4]}: {len(texts)} texts"
+        # files that name no set count salted prompts: one prompt under two salts is two of them
+        noun = "salted prompts" if texts["prompt_row"].str.startswith(SALTED_PROMPT).all() else "texts"
+        what = f"these {len(texts)} {noun}" if kept else f"{key[4]}: {len(texts)} {noun}"
         said = (f"covers {what} of {_sets(texts)}, " + ("the same " if kept else "")
                 + f"{each} a round over {rounds} round{'s' * (rounds != 1)}")
         out.append([*key, len(texts), said])

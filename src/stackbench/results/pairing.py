@@ -37,6 +37,7 @@ PROMPTS, REPLIES = M.paired_prompts_identical, M.paired_replies_identical
 # The request files' per-request draft counts, as engines/base.py names them (SERVER_SPEC_DRAFTED, SERVER_SPEC_ACCEPTED:
 # results sits below engines, so the names are repeated here and tests/unit/results/test_pairing.py holds them equal).
 SERVER_SPEC_DRAFTED, SERVER_SPEC_ACCEPTED = "server_spec_drafted_tokens", "server_spec_accepted_tokens"
+SALTED_PROMPT = "salted prompt "  # a text's row where its request file names no set and row: its prompt's sha256 follows
 # Per request, where the files have them: the text's set and row (measure's request records) and its draft counts.
 OPTIONAL = ["decode_tps", "prompt_set", "prompt_row", SERVER_SPEC_DRAFTED, SERVER_SPEC_ACCEPTED]
 
@@ -121,11 +122,12 @@ def pairing_rows(requests: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
 
 def text_name(request) -> tuple[str, str]:
     """(prompt set, row) of a request: as its record names them, else its workload's YAML and its prompt's sha256
-    (salt included: a salted prompt is the text where no set names it)."""
+    (salt included: a salted prompt is the text where no set names it, so the same prompt under other salts counts
+    as other texts, and the scope says salted prompts)."""
     named = request.get("prompt_set")
     if isinstance(named, str) and named:
         return named, str(request.get("prompt_row"))
-    return f"{request['workload']}.yaml", f"prompt {request['prompt_sha'][:12]}"
+    return f"{request['workload']}.yaml", SALTED_PROMPT + request["prompt_sha"][:12]
 
 
 def text_rows(compared: pd.DataFrame, common: dict, reference: str) -> list[dict]:

@@ -81,3 +81,9 @@ def test_the_chart_sorts_each_cells_texts_by_gain():
     chart = pairing.spread_chart(levels.per_text(_text_rows(NEW, GAINS.get)), "n")
     (trace,) = chart["data"]
     assert trace["y"] == sorted(trace["y"]) and len(trace["y"]) == 6 and trace["text"][0] == "humaneval HumanEval/6"
+
+
+def test_request_files_that_name_no_set_count_salted_prompts_not_texts():
+    rows = _text_rows({1: ["salted prompt 0a1b", "salted prompt 2c3d"], 2: ["salted prompt 4e5f", "salted prompt 6a7b"]},
+                      lambda t: 1.0, prompt_set="code.yaml")
+    assert levels.scope(rows).iloc[0]["scope"] == "covers code: 4 salted prompts of code.yaml, 2 a round over 2 rounds"

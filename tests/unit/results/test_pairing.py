@@ -80,7 +80,7 @@ def test_a_text_no_set_names_is_its_workloads_yaml_and_prompt_and_an_unpaired_on
     nospec = _requests("nospec", 1, ["a" * 16, "b" * 16], ["x", "y"]).assign(decode_tps=[30.0, 30.0])
     ngram = _requests("ngram-n8", 1, ["a" * 16, "c" * 16], ["x", "y"]).assign(decode_tps=[60.0, 60.0])
     gains = [r for r in pairing.pairing_rows(pd.concat([nospec, ngram]), RESULTS) if r["metric"] == "text_gain"]
-    assert [(r["table_title"], r["row_label"], r["value"]) for r in gains] == [("code.yaml", "prompt aaaaaaaaaaaa", 2.0)]
+    assert [(r["table_title"], r["row_label"], r["value"]) for r in gains] == [("code.yaml", "salted prompt aaaaaaaaaaaa", 2.0)]
 
 
 def test_the_draft_count_columns_are_the_ones_the_engines_write():
