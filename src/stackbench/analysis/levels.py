@@ -152,14 +152,21 @@ TEXT = ["prompt_set", "prompt_row"]
 PAYS, LOSES = 0.10, -0.05
 
 
+def _text_keys(rows: pd.DataFrame) -> pd.DataFrame:
+    """The text rows with their set and row named as such, an uncapped cell's cap and an unsized prompt as -1 (so
+    they group), and a row collected before replicates existed in round 1 (as decide reads it)."""
+    return rows.rename(columns={"table_title": "prompt_set", "row_label": "prompt_row"}).assign(
+        power_cap_w=rows["power_cap_w"].fillna(-1), prompt_tokens=rows["prompt_tokens"].fillna(-1),
+        replicate=pd.to_numeric(rows["replicate"], errors="coerce").fillna(1).astype(int))
+
+
 def per_text(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per cell, variant and text from the text_gain and text_accept_rate rows: the text's gain (the
     geometric mean of its paired ratios over its rounds and turns), the rounds it was asked in, and its acceptance
     (accepted over drafted tokens, summed over its requests: token-weighted, as aiperf's)."""
     if rows.empty:
         return pd.DataFrame(columns=[*CELL, "variant", *TEXT, "gain", "rounds", "accept_rate"])
-    rows = rows.rename(columns={"table_title": "prompt_set", "row_label": "prompt_row"})
-    rows = rows.assign(power_cap_w=rows["power_cap_w"].fillna(-1), prompt_tokens=rows["prompt_tokens"].fillna(-1))
+    rows = _text_keys(rows)
     keys = [*CELL, "variant", *TEXT]
     gains = rows[rows["metric"] == "text_gain"].assign(log=lambda f: np.log(f["value"]))
     out = gains.groupby(keys, sort=True, dropna=False).agg(log=("log", "mean"), rounds=("replicate", "nunique")).reset_index()
@@ -185,8 +192,7 @@ def scope(rows: pd.DataFrame) -> pd.DataFrame:
     gains = rows[rows["metric"] == "text_gain"]
     if gains.empty:
         return pd.DataFrame(columns=[*CELL, "texts", "scope"])
-    gains = gains.rename(columns={"table_title": "prompt_set", "row_label": "prompt_row"})
-    gains = gains.assign(power_cap_w=gains["power_cap_w"].fillna(-1), prompt_tokens=gains["prompt_tokens"].fillna(-1))
+    gains = _text_keys(gains)
     out = []
     for key, cell in gains.groupby(CELL, sort=True, dropna=False):
         texts = cell.drop_duplicates(TEXT)

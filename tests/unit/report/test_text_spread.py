@@ -87,3 +87,9 @@ def test_request_files_that_name_no_set_count_salted_prompts_not_texts():
     rows = _text_rows({1: ["salted prompt 0a1b", "salted prompt 2c3d"], 2: ["salted prompt 4e5f", "salted prompt 6a7b"]},
                       lambda t: 1.0, prompt_set="code.yaml")
     assert levels.scope(rows).iloc[0]["scope"] == "covers code: 4 salted prompts of code.yaml, 2 a round over 2 rounds"
+
+
+def test_rows_collected_before_replicates_existed_read_as_round_one():
+    rows = _text_rows({1: ["a", "b"]}, lambda t: 1.2).assign(replicate=None)
+    assert levels.scope(rows).iloc[0]["scope"] == "covers code: 2 texts of humaneval, 2 a round over 1 round"
+    assert levels.per_text(rows)["rounds"].tolist() == [1, 1]

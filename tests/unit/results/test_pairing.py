@@ -87,3 +87,25 @@ def test_the_draft_count_columns_are_the_ones_the_engines_write():
     from stackbench.engines import base
 
     assert (pairing.SERVER_SPEC_DRAFTED, pairing.SERVER_SPEC_ACCEPTED) == (base.SERVER_SPEC_DRAFTED, base.SERVER_SPEC_ACCEPTED)
+
+
+def test_a_launchs_request_file_brings_each_requests_set_row_rate_and_draft_counts_where_it_has_them(tmp_path):
+    """The request files as measure writes them (cells/<key>--<fingerprint>.requests.parquet): the set and row
+    columns are read where a file has them and left empty where it predates them."""
+    import json
+
+    part = tmp_path / "llamacpp--ngram-n8" / "part.parquet"
+    (part.parent / "cells").mkdir(parents=True)
+    launch = {"node": "n", "engine": "llamacpp", "model": {"name": "m"}, "replicate": 1, "variant": "ngram-n8",
+              "spec_method": "ngram"}
+    cells = [{"key": "code--c1", "fingerprint": "f1", "concurrency": 1, "workload": "code", "power_cap_w": None},
+             {"key": "prose--c1", "fingerprint": "f2", "concurrency": 1, "workload": "prose", "power_cap_w": None}]
+    (part.parent / "launch.json").write_text(json.dumps({"launch": launch, "cells": cells}))
+    base = {"repeat": [0], "request": [0], "turn": [0], "status": ["ok"], "prompt_sha": ["a"], "reply_sha": ["r"],
+            "content": ["x"], "decode_tps": [40.0]}
+    pd.DataFrame({**base, "prompt_set": ["humaneval"], "prompt_row": ["HumanEval/3"], "server_spec_drafted_tokens": [10],
+                  "server_spec_accepted_tokens": [7]}).to_parquet(part.parent / "cells/code--c1--f1.requests.parquet")
+    pd.DataFrame(base).to_parquet(part.parent / "cells/prose--c1--f2.requests.parquet")
+    got = pairing.launch_requests(part).set_index("workload")
+    assert got.loc["code", "prompt_row"] == "HumanEval/3" and got.loc["code", "server_spec_accepted_tokens"] == 7
+    assert pd.isna(got.loc["prose", "prompt_set"]) and got.loc["prose", "decode_tps"] == 40.0
