@@ -75,7 +75,7 @@ def test_the_allocation_minimizes_the_cost_of_an_error_and_moves_the_way_its_inp
 def test_the_rounds_are_as_many_as_the_budget_affords_at_those_texts(text, launch, within, launch_s, text_s, budget_s):
     found = levels.allocate(levels.Components(text, launch, within), launch_s, text_s, budget_s=budget_s)
     round_s = launch_s + found.texts * text_s
-    assert found.rounds * round_s <= budget_s + 1e-6 < (found.rounds + 1) * round_s
+    assert found.rounds * round_s <= budget_s * (1 + 1e-9) and (found.rounds + 1) * round_s > budget_s * (1 - 1e-9)
 
 
 def test_the_default_machine_levels_ask_a_few_texts_a_round_and_say_why():
