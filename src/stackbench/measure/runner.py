@@ -125,9 +125,11 @@ class CellRunner:
         self.chars_per_token: dict[str, tuple[float, str | None]] = {}  # calibrated once per launch (calibrate)
 
     def texts_of(self, cell: Cell) -> workloads.Texts:
-        """The cell's texts (workloads.Texts): its round's where each round draws new texts, else round 1's."""
+        """The cell's texts (workloads.Texts): its round's where each round draws new texts (the default), else round
+        1's; a round's draw holds the cell's most repeats (precision.most_repeats), so rounds take disjoint texts."""
         fresh = self.spec.measure["texts_across_rounds"] == "new"
-        return workloads.Texts(self.spec.measure["text_seed"], self.spec.launch.replicate if fresh else 1, cell.key)
+        return workloads.Texts(self.spec.measure["text_seed"], self.spec.launch.replicate if fresh else 1, cell.key,
+                               precision.most_repeats(self.spec.measure))
 
     def apply_cap(self, cell: Cell) -> powercap.CapResult | None:
         if cell.power_cap_w is None:

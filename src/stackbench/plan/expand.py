@@ -22,7 +22,7 @@ from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict, flag_name
 from stackbench.host import boards
-from stackbench.models import recipes
+from stackbench.models import promptsets, recipes
 from stackbench.plan import probeset
 
 CONFIG_DIR = Path("configs")
@@ -50,6 +50,14 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         if (doc["kind"] == kind.name) != (doc[kind.own_field] not in (None, [])):
             raise ConfigError(f"{path}: {kind.own_field}: {kind.own_field_is}required with kind {kind.name} and only "
                               f"there (kind is {doc['kind']!r})")
+    given = [key for key in ("prompts", "prompts_from", "prompts_file") if doc[key]]
+    if len(given) != 1:
+        raise ConfigError(f"{path}: give exactly one of prompts, prompts_from and prompts_file (it gives "
+                          f"{', '.join(given) or 'none'})")
+    try:
+        texts = promptsets.read_prompts_file(root / doc["prompts_file"], str(path)) if doc["prompts_file"] else ()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     return Workload(
         name=name,
         kind=doc["kind"],
@@ -70,6 +78,9 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         prompt_tokens_target=doc["prompt_tokens_target"],
         ladder=tuple(doc["ladder"]),
         not_for_ranking=doc["not_for_ranking"],
+        prompts_from=tuple(doc["prompts_from"]),
+        prompts_file=doc["prompts_file"],
+        texts=tuple(texts),
     )
 
 

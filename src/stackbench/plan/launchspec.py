@@ -25,7 +25,7 @@ from stackbench.config.kinds import KINDS
 from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
 from stackbench.config.rehearsal import REAL_RUN, Run, planned_for, selected
 from stackbench.engines import adapter_for, flag_parser_env
-from stackbench.models import datasets
+from stackbench.models import datasets, promptsets
 from stackbench.models.recipes import RECIPES
 from stackbench.plan.expand import launch_points
 
@@ -234,6 +234,8 @@ def inputs(node: Node, launch: Launch, paths: dict, run: Run = REAL_RUN) -> dict
         for asked in (workload.accuracy, workload.divergence):
             if asked is not None:
                 needed[f"dataset_{asked['dataset']}"] = str(datasets.path(paths["datasets"], asked["dataset"]))
+        for entry in workload.prompts_from:
+            needed[f"dataset_{entry['set']}"] = str(datasets.path(paths["datasets"], entry["set"]))
         reference = node.quality_reference
         if workload.divergence is not None and reference is not None and reference.prepare and not RECIPES[reference.prepare].hf:
             needed["quality_reference"] = f"{reference.path}.sha256.json"  # llama.cpp's tool scores the file itself
@@ -275,6 +277,8 @@ def with_questions(node: Node, launch: Launch, datasets_dir: str) -> Node:
     def asked(workload: Workload) -> Workload:
         if workload.divergence is not None and workload.name in launch.workloads:
             return with_text(workload, node.quality_reference, datasets_dir)
+        if workload.prompts_from and workload.name in launch.workloads:
+            return with_set_texts(workload, launch.context_len, datasets_dir)
         if workload.accuracy is None or workload.name not in launch.workloads:
             return workload
         file = datasets.path(datasets_dir, workload.accuracy["dataset"])
@@ -284,6 +288,16 @@ def with_questions(node: Node, launch: Launch, datasets_dir: str) -> Node:
         return dataclasses.replace(workload, accuracy={**workload.accuracy, "items": items})
 
     return dataclasses.replace(node, workloads=tuple(asked(w) for w in node.workloads))
+
+
+def with_set_texts(workload: Workload, context_len: int, datasets_dir: str) -> Workload:
+    """A workload drawing from public prompt sets with its texts (models/promptsets.texts_from); a set not fetched
+    yet (a plan read outside the workflow) leaves it without: its cell fails saying so."""
+    if not all(datasets.path(datasets_dir, e["set"]).exists() for e in workload.prompts_from):
+        return workload
+    texts = promptsets.texts_from(datasets_dir, list(workload.prompts_from), context_len, workload.output_tokens,
+                                  f"configs/workloads/{workload.name}.yaml")
+    return dataclasses.replace(workload, texts=tuple(texts))
 
 
 def with_text(workload: Workload, reference: Model | None, datasets_dir: str) -> Workload:
