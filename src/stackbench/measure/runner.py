@@ -197,8 +197,10 @@ class CellRunner:
 
     async def _measure(self, cell: Cell):
         measure = self.spec.measure
-        # A tool call ends where the model ends it: no fixed length (output_tokens only caps it).
-        fixed = None if cell.workload.tool is not None else cell.workload.output_tokens
+        # A tool call ends where the model ends it: no fixed length (output_tokens only caps it); so do a class's
+        # texts that carry their own tools (BFCL's).
+        calls = cell.workload.tool is not None or any(t["tools"] for t in cell.workload.texts)
+        fixed = None if calls else cell.workload.output_tokens
         # a salted conversation's first turn is served by no earlier request; its later turns reuse its own prefix
         reuse = not cell.workload.salt or cell.workload.turns > 1
         extras = {**self.adapter.request_extras(self.spec.launch, fixed, reuse_prefix=reuse),

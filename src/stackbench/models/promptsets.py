@@ -166,9 +166,12 @@ PROMPT_SETS = {s.name: s for s in (
 
 
 def tokens(text: dict) -> int:
-    """A text's prompt length in tokens, estimated from its characters (CHARS_PER_TOKEN)."""
-    chars = sum(len(str(m.get("content") or "")) for m in text["prefix"]) + sum(len(t) for t in text["turns"])
-    return -(-(chars + len(json.dumps(text["tools"])) * bool(text["tools"])) // CHARS_PER_TOKEN)
+    """A text's prompt length in tokens, estimated: CHARS_PER_TOKEN characters a token, but one token a CJK
+    character (BPE vocabularies split Chinese into about one token a character, or more)."""
+    whole = "".join(str(m.get("content") or "") for m in text["prefix"]) + "".join(text["turns"])
+    whole += json.dumps(text["tools"]) if text["tools"] else ""
+    cjk = sum(1 for ch in whole if "\u3000" <= ch <= "\u9fff" or "\uff00" <= ch <= "\uffef")
+    return cjk + -(-(len(whole) - cjk) // CHARS_PER_TOKEN)
 
 
 def texts_from(sets_dir: str | Path, asked: list[dict], context_len: int, output_tokens: int, where: str) -> list[dict]:
@@ -225,11 +228,27 @@ def _body_text(line: str, at: str) -> dict:
     return {**text, "max_tokens": body["max_tokens"]} if "max_tokens" in body else text
 
 
+def check_enough(workload, rounds: int, repeats: int, where: str) -> None:
+    """A prompts_file class must hold every text its cells may draw (the owner's traffic is not sent twice): at
+    most `rounds` rounds (1 where texts are kept across rounds) of `repeats` repeats, each a closed loop's
+    concurrency x requests_per_stream at its largest level, or an open loop's `requests`. Raises ValueError with
+    both counts; a public set's class goes on with a new permutation instead (measure/workloads.py drawn)."""
+    load = workload.load
+    per_repeat = load.requests if load.rates and load.requests else max(workload.concurrency) * load.requests_per_stream
+    needed = rounds * repeats * per_repeat
+    if workload.prompts_file and len(workload.texts) < needed:
+        raise ValueError(f"{where}: prompts_file {workload.prompts_file} holds {len(workload.texts)} texts; the plan "
+                         f"draws up to {needed} ({rounds} round(s) x {repeats} repeat(s) x {per_repeat} a repeat)")
+
+
 def texts_of(workload) -> list[dict]:
     """Every text a workload's class draws from, each with its `set` (a prompt set's name, the prompts_file's
     name, or <workload>.yaml for prompts written in the YAML) and `row`."""
     if workload.texts:
         return list(workload.texts)
+    if workload.prompts_from:
+        raise ValueError(f"{workload.name}: the texts of {', '.join(e['set'] for e in workload.prompts_from)} are not in "
+                         "the launch spec: their files were not fetched when it was planned (rule dataset)")
     return [{"set": f"{workload.name}.yaml", **_text(i, [p])} for i, p in enumerate(workload.prompts)]
 
 

@@ -253,6 +253,14 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     # Every round the sequence may reach (What to run's rule, docs/what-to-run.md): the first `launches` rounds are
     # planned; each later one only as the checkpoint after the round before asks.
     rounds = run.rounds(replicates, decision.most)
+    measure = cfg["measure"]
+    most_repeats = max(measure["repeats"], *(l.repeats or 0 for l in launches),
+                       measure["max_repeats"] if measure.get("target_rel_ci") is not None else 0)
+    for workload in (w for w in workloads if w.prompts_file):
+        try:
+            promptsets.check_enough(workload, rounds if measure["texts_across_rounds"] == "new" else 1, most_repeats, where)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     by_name = {w.name: w for w in workloads}
     measured = [l for l in launches if l.stack_config in chosen]
     if doc["long_context_rounds"] == "every":  # the long-context use decided on as many launches as the rest
