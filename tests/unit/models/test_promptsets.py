@@ -150,3 +150,17 @@ def test_every_set_names_its_pin_its_sha256_and_whether_its_licence_is_stated():
         assert "==" in prompt_set.wheel and len(prompt_set.sha256) == 64 and prompt_set.rows > 0
     opt_in = sorted(s.name for s in promptsets.PROMPT_SETS.values() if not s.licence_stated)
     assert opt_in == ["alpaca-eval", "arena-hard", "ifeval", "longbench-write", "writingbench"]
+
+
+def test_the_default_node_refuses_a_prompts_file_shorter_than_its_rounds_draw(tmp_path):
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    shutil.copy(OWNER_TRAFFIC / "owner-traffic-3-requests.jsonl", tmp_path / "traffic.jsonl")
+    _workload_file(tmp_path, "prompts_file: traffic.jsonl\noutput_tokens: 48\n")
+    node_file = tmp_path / "configs/nodes/local-cpu.yaml"
+    node_file.write_text(node_file.read_text().replace("workloads: [code-edit,", "workloads: [mine, code-edit,", 1))
+    cfg = expand.load_run_config(tmp_path, {"nodes": ["local-cpu"]})
+    with pytest.raises(ConfigError, match=r"prompts_file traffic.jsonl holds 3 texts; the plan draws up to \d+ \(6 round"):
+        expand.load_node("local-cpu", cfg, tmp_path)
+    same = expand.load_run_config(tmp_path, {"nodes": ["local-cpu"], "measure": {"texts_across_rounds": "same"}})
+    with pytest.raises(ConfigError, match=r"holds 3 texts; the plan draws up to \d+ \(1 round"):
+        expand.load_node("local-cpu", same, tmp_path)
