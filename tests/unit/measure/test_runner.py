@@ -13,7 +13,6 @@ from stackbench.measure.runner import CellResult, CellRunner
 from stackbench.plan import expand, launchspec
 from stackbench.rehearsal.standin import StandinEngine, Timing
 
-
 STANDIN_SETS = ROOT / "tests/fixtures/promptsets-standin"
 
 

@@ -5,7 +5,6 @@ import dataclasses
 import re
 
 import pytest
-
 from hypothesis import given
 from hypothesis import strategies as st
 
