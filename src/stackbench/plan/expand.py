@@ -54,6 +54,9 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
     if len(given) != 1:
         raise ConfigError(f"{path}: give exactly one of prompts, prompts_from and prompts_file (it gives "
                           f"{', '.join(given) or 'none'})")
+    if given[0] != "prompts" and (not KINDS[doc["kind"]].draws or doc["prompt_tokens_target"] or doc["load"]["input_tokens"]):
+        raise ConfigError(f"{path}: {given[0]}: its texts are sent as they are: a kind that draws (single), without "
+                          "prompt_tokens_target or load.input_tokens")
     try:
         texts = promptsets.read_prompts_file(root / doc["prompts_file"], str(path)) if doc["prompts_file"] else ()
     except ValueError as err:

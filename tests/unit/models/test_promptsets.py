@@ -121,6 +121,14 @@ def test_a_workload_gives_exactly_one_source_of_texts(tmp_path):
         expand.load_workload("mine", [1], tmp_path, "node")
 
 
+@pytest.mark.parametrize("extra", ["kind: multi-turn\nturns: 2\n", "prompt_tokens_target: 512\n",
+                                   "load: {input_tokens: [100, 200]}\n"])
+def test_a_class_of_drawn_texts_is_sent_as_it_is(tmp_path, extra):
+    _workload_file(tmp_path, "prompts_from: [{set: humaneval}]\n" + extra)
+    with pytest.raises(ConfigError, match="mine.yaml: prompts_from: its texts are sent as they are"):
+        expand.load_workload("mine", [1], tmp_path, "node")
+
+
 def _traffic_class(texts: int, concurrency=(1, 2)) -> Workload:
     return Workload(name="mine", kind="single", prompts=(), output_tokens=48, prompt_tokens=None, turns=1, salt=True,
                     concurrency=concurrency, load=Load(), prompts_file="traffic.jsonl",
