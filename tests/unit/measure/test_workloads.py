@@ -3,13 +3,16 @@ inside one launch each request's salt differs, and a salt never moves a prompt's
 
 import dataclasses
 import re
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stackbench.config import load_schema
 from stackbench.config.model import Load, Workload
 from stackbench.measure import workloads
+from stackbench.measure.runner import CellRunner
 
 SHAPE = re.compile(r"\[run (\w+) (\w+) (\w+) (\w+)\] ")
 
@@ -99,11 +102,14 @@ def test_every_variant_of_a_round_sends_the_same_texts_and_each_round_new_ones()
     assert all(r.prompt_set == "humaneval" and r.prompt_row.startswith("HumanEval/") for r in no_spec)
 
 
-def test_same_sends_round_ones_draw_every_round():
-    """`same` gives every launch text round 1 (runner.texts_of), so its rounds send round 1's requests."""
-    workload = _class(164)
-    first = workloads.requests(workload, Load(), 2, 1, texts=workloads.Texts(7, 1, "code--c2--nocap", 2))
-    assert first == workloads.requests(workload, Load(), 2, 1, texts=workloads.Texts(7, 1, "code--c2--nocap", 2))
+@pytest.mark.parametrize(("across", "text_round"), [("new", 3), ("same", 1)])
+def test_a_launch_draws_its_rounds_texts_unless_texts_are_kept(across, text_round):
+    """runner.texts_of: round 3's launch draws round 3's texts under `new` (the default), round 1's under `same`;
+    a round's draw holds the cell's most repeats."""
+    measure = {"texts_across_rounds": across, "text_seed": 7, "repeats": 2, "target_rel_ci": None}
+    spec = SimpleNamespace(measure=measure, launch=SimpleNamespace(replicate=3))
+    cell = SimpleNamespace(key="code--c1--nocap")
+    assert CellRunner("http://x", None, spec, None).texts_of(cell) == workloads.Texts(7, text_round, "code--c1--nocap", 2)
 
 
 def test_prompts_written_in_the_yaml_name_the_file_and_their_index():
@@ -126,3 +132,7 @@ def test_a_class_whose_set_was_not_fetched_says_so():
     workload = dataclasses.replace(_class(3), texts=())
     with pytest.raises(ValueError, match="code: the texts of humaneval are not in the launch spec"):
         workloads.requests(workload, Load(), 1, 0)
+
+
+def test_new_texts_every_round_is_the_default():
+    assert load_schema("config")["properties"]["measure"]["properties"]["texts_across_rounds"]["default"] == "new"

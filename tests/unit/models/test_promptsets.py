@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from paths import ROOT
 
-from stackbench.config import ConfigError
+from stackbench.config import ConfigError, load_schema
 from stackbench.config.model import Load, Workload
 from stackbench.models import promptsets
 from stackbench.plan import expand
@@ -172,3 +172,8 @@ def test_the_default_node_refuses_a_prompts_file_shorter_than_its_rounds_draw(tm
     same = expand.load_run_config(tmp_path, {"nodes": ["local-cpu"], "measure": {"texts_across_rounds": "same"}})
     with pytest.raises(ConfigError, match=r"holds 3 texts; the plan draws up to \d+ \(1 round"):
         expand.load_node("local-cpu", same, tmp_path)
+
+
+def test_the_workload_schema_offers_exactly_the_registrys_sets():
+    offered = load_schema("workload")["properties"]["prompts_from"]["items"]["properties"]["set"]["enum"]
+    assert sorted(offered) == sorted(promptsets.PROMPT_SETS)
