@@ -89,6 +89,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "models/datasets.py": ("unit/measure/test_accuracy.py", "unit/plan/test_divergence_plan.py"),
     "models/formats.py": ("unit/analysis/test_analysis.py",),
     "models/geometry.py": ("unit/models/test_geometry.py", "integration/test_geometry_real_gguf.py"),
+    "models/promptsets.py": ("unit/models/test_promptsets.py", "unit/measure/test_workloads.py", "integration/test_promptsets_real.py"),
     "models/provenance.py": ("unit/results/test_bundle.py",),
     "models/recipes.py": ("unit/provision/test_envs.py",),
     "plan/expand.py": ("unit/plan/test_config.py", "unit/plan/test_stacks.py", "unit/plan/test_replicates.py",

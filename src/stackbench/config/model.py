@@ -66,7 +66,8 @@ class Load:
 
 
 # Workload fields added after cells were measured: in a cell's fingerprint only where set.
-OPTIONAL_IDENTITY = ("probes", "accuracy", "divergence", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale", "tool")
+OPTIONAL_IDENTITY = ("probes", "accuracy", "divergence", "thinking", "reasoning_effort", "prompt_tokens_target", "ladder", "method_scale", "tool",
+                     "prompts_from", "prompts_file", "texts")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,11 @@ class Workload:
     ladder: tuple[int, ...] = ()  # kind ladder: one cell per prompt length (tokens of the served model)
     method_scale: str | None = None  # the node runs this method reduced ("output 64 of 512"); None: as written
     not_for_ranking: bool = False  # a behaviour shown, not a typical figure: never a headline cell (report only)
+    prompts_from: tuple[dict, ...] = ()  # public prompt sets the class draws from (models/promptsets.py)
+    prompts_file: str | None = None  # the owner's own traffic, a JSONL of chat-completions bodies
+    # The class's texts (models/promptsets.py) where they are not `prompts`: a prompts_file's at load, a set's
+    # once the plan has its file (plan/launchspec.py with_questions), so a cell's fingerprint moves with them.
+    texts: tuple[dict, ...] = ()
 
     @property
     def identity(self) -> dict:

@@ -58,6 +58,8 @@ class RequestRecord:
     request: int | None = None  # its conversation's index in the list run_streams was given
     salt: str = ""  # its conversation's salt (workloads.salt; "" unsalted): the same on every variant of a round
     prompt_sha: str = ""  # its conversation's first turn, salt included (workloads.Request.prompt_sha)
+    prompt_set: str = ""  # the set, prompts_file or <workload>.yaml its text came from (workloads.Request)
+    prompt_row: str = ""  # the text's row there: "HumanEval/12", a file's line number, a YAML prompt's index
     retried: int = 0  # sends again after a 429 or 503 (StreamClient.BUSY_RETRIES)
     content_chunks: int = 0
     reasoning_chunks: int = 0
@@ -243,16 +245,17 @@ class StreamClient:
         except (aiohttp.ClientError, TimeoutError):
             return None, None
 
-    def body(self, messages: list[dict], output_tokens: int) -> dict:
+    def body(self, messages: list[dict], output_tokens: int, tools: tuple[dict, ...] = ()) -> dict:
+        own = {"tools": list(tools)} if tools else {}  # a text's own tools (BFCL's functions) over the workload's
         return {"model": self.model, "messages": messages, "stream": True,
                 "stream_options": {"include_usage": True}, "max_tokens": output_tokens,
-                "temperature": 0.0, "seed": 0, **self.extras}
+                "temperature": 0.0, "seed": 0, **self.extras, **own}
 
     async def chat(self, messages: list[dict], output_tokens: int, stream: int, turn: int,
-                   final_hook=None) -> RequestRecord:
+                   final_hook=None, tools: tuple[dict, ...] = ()) -> RequestRecord:
         record = RequestRecord(stream=stream, turn=turn, t_submit=self.clock(), requested_tokens=output_tokens)
         try:
-            await asyncio.wait_for(self._send(record, messages, output_tokens, final_hook), self.request_timeout_s)
+            await asyncio.wait_for(self._send(record, messages, output_tokens, final_hook, tools), self.request_timeout_s)
         except aiohttp.ServerTimeoutError:  # a TimeoutError too, so it is caught before the request timeout
             record.status, record.error = "timeout", f"stream stalled: nothing received for {self.stall_timeout_s:g} s"
         except TimeoutError:
@@ -262,7 +265,7 @@ class StreamClient:
         record.t_end = self.clock()
         return record
 
-    async def _send(self, record: RequestRecord, messages, output_tokens, final_hook) -> None:
+    async def _send(self, record: RequestRecord, messages, output_tokens, final_hook, tools=()) -> None:
         """Send, and send again (at most RESENDS times) when the server closed the connection before any
         answer: the keep-alive race, where a pooled connection is reused just as the server closes it
         (llama-server's cpp-httplib closes one after CPPHTTPLIB_KEEPALIVE_MAX_COUNT requests, 5 by default,
@@ -271,7 +274,7 @@ class StreamClient:
         TTFT, as a user would see it."""
         for attempt in range(self.RESENDS + 1):
             try:
-                return await self._retry_busy(record, messages, output_tokens, final_hook)
+                return await self._retry_busy(record, messages, output_tokens, final_hook, tools)
             except aiohttp.ClientConnectorError:
                 raise  # no server there: sending again would not help
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
@@ -279,13 +282,13 @@ class StreamClient:
                     raise
                 record.resent += 1
 
-    async def _retry_busy(self, record: RequestRecord, messages, output_tokens, final_hook) -> None:
+    async def _retry_busy(self, record: RequestRecord, messages, output_tokens, final_hook, tools=()) -> None:
         """Send, and while the server answers 429 or 503, wait (doubling from BUSY_BACKOFF_S) and send again,
         at most BUSY_RETRIES times; then the request fails with the server's last message. t_submit stays
         the first send, so the waits are inside the request's latency, as a user would see them."""
         for attempt in range(self.BUSY_RETRIES + 1):
             try:
-                return await self._stream(record, messages, output_tokens, final_hook)
+                return await self._stream(record, messages, output_tokens, final_hook, tools)
             except ServerBusy as busy:
                 if attempt == self.BUSY_RETRIES:
                     record.status, record.error = "failed", f"{busy} (still busy after {attempt} retries)"
@@ -293,8 +296,8 @@ class StreamClient:
                 record.retried, record.status, record.error, record.http_status = attempt + 1, "ok", None, None
                 await asyncio.sleep(self.BUSY_BACKOFF_S * 2 ** attempt)
 
-    async def _stream(self, record: RequestRecord, messages, output_tokens, final_hook) -> None:
-        body = orjson.dumps(self.body(messages, output_tokens))
+    async def _stream(self, record: RequestRecord, messages, output_tokens, final_hook, tools=()) -> None:
+        body = orjson.dumps(self.body(messages, output_tokens, tools))
         async with self._session().post(self.url, data=body, headers=JSON_HEADERS) as response:
             record.http_status = response.status
             if response.status != 200:
@@ -406,17 +409,25 @@ def _error_message(text: str) -> str:
         return text.strip()[:300]
 
 
-async def _conversation(client: StreamClient, stream: int, turns, output_tokens: int, final_hook) -> list[RequestRecord]:
-    """One conversation: its turns one after another, each answer appended before the next turn."""
-    messages, records = [], []
-    for turn, text in enumerate(turns):
+async def _conversation(client: StreamClient, stream: int, request: Request, final_hook) -> list[RequestRecord]:
+    """One conversation: the messages before its first turn, then its turns one after another, each answer
+    appended before the next turn."""
+    messages, records = list(request.prefix), []
+    for turn, text in enumerate(request.turns):
         messages.append({"role": "user", "content": text})
-        record = await client.chat(list(messages), output_tokens, stream, turn, final_hook)
+        record = await client.chat(list(messages), request.output_tokens, stream, turn, final_hook, request.tools)
         records.append(record)
         if record.status != "ok":
             break
         messages.append({"role": "assistant", "content": record.content})
     return records
+
+
+def _mark(records: list[RequestRecord], index: int, request: Request) -> None:
+    """Which conversation and text each record answered, for the request files."""
+    for record in records:
+        record.request, record.salt, record.prompt_sha = index, request.salt, request.prompt_sha
+        record.prompt_set, record.prompt_row = request.prompt_set, request.prompt_row
 
 
 async def run_streams(client: StreamClient, requests: list[Request], concurrency: int, final_hook=None) -> list[RequestRecord]:
@@ -430,9 +441,8 @@ async def run_streams(client: StreamClient, requests: list[Request], concurrency
         records = []
         while queue:
             index, request = queue.pop()
-            done = await _conversation(client, stream, request.turns, request.output_tokens, final_hook)
-            for record in done:
-                record.request, record.salt, record.prompt_sha = index, request.salt, request.prompt_sha
+            done = await _conversation(client, stream, request, final_hook)
+            _mark(done, index, request)
             records += done
             if done[-1].status != "ok":
                 break
@@ -457,9 +467,8 @@ async def run_open_loop(client: StreamClient, requests: list[Request], send_at_s
 
     async def one(index: int, request: Request) -> list[RequestRecord]:
         await asyncio.sleep(max(0.0, start + send_at_s[index] - time.perf_counter()))
-        done = await _conversation(client, index, request.turns, request.output_tokens, final_hook)
-        for record in done:
-            record.request, record.salt, record.prompt_sha = index, request.salt, request.prompt_sha
+        done = await _conversation(client, index, request, final_hook)
+        _mark(done, index, request)
         return done
 
     results = await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))

@@ -125,9 +125,11 @@ class CellRunner:
         self.chars_per_token: dict[str, tuple[float, str | None]] = {}  # calibrated once per launch (calibrate)
 
     def texts_of(self, cell: Cell) -> workloads.Texts:
-        """The cell's texts (workloads.Texts): its round's where each round draws new texts, else round 1's."""
+        """The cell's texts (workloads.Texts): its round's where each round draws new texts (the default), else round
+        1's; a round's draw holds the cell's most repeats (precision.most_repeats), so rounds take disjoint texts."""
         fresh = self.spec.measure["texts_across_rounds"] == "new"
-        return workloads.Texts(self.spec.measure["text_seed"], self.spec.launch.replicate if fresh else 1, cell.key)
+        return workloads.Texts(self.spec.measure["text_seed"], self.spec.launch.replicate if fresh else 1, cell.key,
+                               precision.most_repeats(self.spec.measure))
 
     def apply_cap(self, cell: Cell) -> powercap.CapResult | None:
         if cell.power_cap_w is None:
@@ -195,8 +197,10 @@ class CellRunner:
 
     async def _measure(self, cell: Cell):
         measure = self.spec.measure
-        # A tool call ends where the model ends it: no fixed length (output_tokens only caps it).
-        fixed = None if cell.workload.tool is not None else cell.workload.output_tokens
+        # A tool call ends where the model ends it: no fixed length (output_tokens only caps it); so do a class's
+        # texts that carry their own tools (BFCL's).
+        calls = cell.workload.tool is not None or any(t["tools"] for t in cell.workload.texts)
+        fixed = None if calls else cell.workload.output_tokens
         # a salted conversation's first turn is served by no earlier request; its later turns reuse its own prefix
         reuse = not cell.workload.salt or cell.workload.turns > 1
         extras = {**self.adapter.request_extras(self.spec.launch, fixed, reuse_prefix=reuse),

@@ -8,7 +8,9 @@ cell whose requests arrive at that rate (Poisson, constant or gamma, as vLLM `be
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import random
 from dataclasses import dataclass, field
 
@@ -16,23 +18,32 @@ import numpy
 
 from stackbench.config.kinds import KINDS
 from stackbench.config.model import Load, Workload
+from stackbench.models import promptsets
 
-CHARS_PER_TOKEN = 4  # rough, only to size long prompts; the real count comes back from the server
+CHARS_PER_TOKEN = promptsets.CHARS_PER_TOKEN  # rough, only to size long prompts; the real count comes back from the server
 
 
 @dataclass(frozen=True)
 class Request:
-    """One conversation: the user turns it sends (one unless multi-turn) and its max_tokens."""
+    """One conversation: the user turns it sends (one unless multi-turn) and its max_tokens, the messages sent
+    before its first turn and its tools (a prompt set's or a prompts_file's text), and which text it is."""
 
     turns: tuple[str, ...]
     output_tokens: int
     salt: str = ""  # the salt at the start of its first turn ("" unsalted): the request files record it
+    prefix: tuple[dict, ...] = ()  # messages before the first user turn: a system prompt, a recording's earlier turns
+    tools: tuple[dict, ...] = ()  # OpenAI chat-completions tools of this text (BFCL's functions)
+    prompt_set: str = ""  # the set, prompts_file or <workload>.yaml the text came from (models/promptsets.texts_of)
+    prompt_row: str = ""  # the text's row there
 
     @property
     def prompt_sha(self) -> str:
-        """Its first turn's identity, salt included: paired requests (same round, cell, repeat and index on two
-        variants) must have the same (analysis/pairing.py checks it)."""
-        return hashlib.sha256(self.turns[0].encode()).hexdigest()[:16] if self.turns else ""
+        """Its first turn's identity, salt and the messages before it included: paired requests (same round, cell,
+        repeat and index on two variants) must have the same (results/pairing.py checks it)."""
+        if not self.turns:
+            return ""
+        text = self.turns[0] if not self.prefix else json.dumps([*self.prefix, self.turns[0]], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # Common short English words, each one token (with its leading space) in the BPE vocabularies of the
@@ -91,16 +102,17 @@ class Sizing:
 
 @dataclass(frozen=True)
 class Texts:
-    """Where a launch's salts come from (docs/what-to-run.md, "The same texts"): the run's `measure.text_seed` and
-    the text round. Salts are drawn, never random, so no-spec and every speculative variant of a round answer the
-    same requests and their gain is paired request by request (common random numbers, Law & Kelton ch. 11). The
-    text round is 1 on every launch where texts are kept across rounds (`measure.texts_across_rounds: same`, the
-    default: a verdict covers these texts), else the launch's round (`new`: each round draws new texts, so a
-    verdict covers the workload's kind of text)."""
+    """Where a launch's texts and salts come from (docs/what-to-run.md, "The same texts"): the run's
+    `measure.text_seed` and the text round. Both are drawn, never random, so no-spec and every speculative variant
+    of a round answer the same requests and their gain is paired request by request (common random numbers, Law &
+    Kelton ch. 11). The text round is the launch's round (`measure.texts_across_rounds: new`, the default: each
+    round draws new texts of the class, so a verdict covers the class), else 1 on every launch (`same`: a verdict
+    covers round 1's texts)."""
 
     seed: int = 0
     round: int = 1
     cell: str = ""  # the cell's key (workload, load, prompt length, cap): no two cells of a launch share a salt
+    repeats: int = 1  # the most repeats a cell runs in a launch: how many texts a round's draw holds (`drawn`)
 
 
 WARM_UP = -1  # the repeat warm-up requests are salted as: never a measured repeat's texts, so its cache helps none
@@ -112,6 +124,29 @@ def salt(texts: Texts, workload: str, index: int, repeat: int) -> str:
     request's salt differs (cell, index or repeat differ), so no prefix cache helps across its requests."""
     rng = random.Random(f"{texts.seed}/{texts.cell or workload}/{index}/{repeat}/{texts.round}")
     return "[run " + " ".join(rng.choice(SALT_WORDS) for _ in range(4)) + "] "
+
+
+@functools.lru_cache(maxsize=64)
+def _order(seed: int, workload: str, cell: str, cycle: int, size: int) -> tuple[int, ...]:
+    order = list(range(size))
+    random.Random(f"{seed}/{workload}/{cell}/{cycle}").shuffle(order)
+    return tuple(order)
+
+
+def drawn(texts: Texts, workload: Workload, count: int, repeat: int) -> list[dict]:
+    """The class's texts (promptsets.texts_of) that `repeat`'s `count` conversations answer. The cell's rounds walk
+    one permutation of the class, seeded by the text seed, the class and the cell: round r's repeat k takes the
+    positions from ((r - 1) x repeats + k) x count on, so every text is sent once before any is sent again, and a
+    class used up goes on with a new permutation (cycle). Nothing else enters, so no-spec and every speculative
+    variant of a round send the same texts; under `same` every launch is round 1. The warm-up's texts come from
+    a generator of their own: they never hold a measured repeat's place."""
+    pool = promptsets.texts_of(workload)
+    if repeat == WARM_UP:
+        rng = random.Random(f"{texts.seed}/{workload.name}/{texts.cell}/warm-up/{texts.round}")
+        return [pool[rng.randrange(len(pool))] for _ in range(count)]
+    start = ((texts.round - 1) * texts.repeats + repeat) * count
+    return [pool[_order(texts.seed, workload.name, texts.cell, cycle, len(pool))[at]]
+            for cycle, at in (divmod(position, len(pool)) for position in range(start, start + count))]
 
 
 @dataclass(frozen=True)
@@ -133,20 +168,24 @@ class _Shape:
 
 
 def conversations(workload: Workload, count: int, repeat: int, prompt_tokens: list[int] | None = None,
-                  sizing: Sizing | None = None, texts: Texts = Texts()) -> list[tuple[str, list[str]]]:
+                  sizing: Sizing | None = None, texts: Texts = Texts()) -> list[tuple[str, list[str], dict]]:
     """For each of `count` conversations, its salt and the user turns it sends, as the workload's kind builds
     them (config/kinds); the salt (`salt`, drawn from `texts`) at the start of each conversation keeps prefix
     caches from helping across requests. `prompt_tokens` sizes each conversation's prompt (synthetic lengths) by repeating its text, as
     long-prefill does; `sizing` builds every prompt to a length in the served model's tokens
-    (prompt_tokens_target, ladder points).
+    (prompt_tokens_target, ladder points). A kind that draws (config/kinds base.py `draws`) sends, where no length
+    is built, the class's texts as `drawn` picks them; the third of each triple is the text ({} where none).
     """
     shape = _Shape(sizing, prompt_tokens)
+    picked = drawn(texts, workload, count, repeat) if KINDS[workload.kind].draws and sizing is None \
+        and prompt_tokens is None else None
     out = []
     for index in range(count):
-        turns = KINDS[workload.kind].turns(workload, index, count, repeat, shape)
+        text = picked[index] if picked else {}
+        turns = list(text["turns"]) if text else KINDS[workload.kind].turns(workload, index, count, repeat, shape)
         salted = salt(texts, workload.name, index, repeat) if workload.salt else ""
         turns[0] = salted + turns[0]
-        out.append((salted, turns))
+        out.append((salted, turns, text))
     return out
 
 
@@ -160,7 +199,9 @@ def requests(workload: Workload, load: Load, count: int, repeat: int, sizing: Si
     prompt_tokens = draw(load.input_tokens) if load.input_tokens else None
     outputs = draw(load.output_tokens) if load.output_tokens else [workload.output_tokens] * count
     built = conversations(workload, count, repeat, prompt_tokens, sizing, texts)
-    return [Request(tuple(turns), out, salted) for (salted, turns), out in zip(built, outputs)]
+    return [Request(tuple(turns), out, salted, tuple(text.get("prefix", ())), tuple(text.get("tools", ())),
+                    text.get("set", f"{workload.name}.yaml"), text.get("row", ""))
+            for (salted, turns, text), out in zip(built, outputs)]
 
 
 def arrival_offsets(load: Load, rate: float, repeat: int) -> list[float]:

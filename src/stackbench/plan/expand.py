@@ -22,7 +22,7 @@ from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict, flag_name
 from stackbench.host import boards
-from stackbench.models import recipes
+from stackbench.models import promptsets, recipes
 from stackbench.plan import probeset
 
 CONFIG_DIR = Path("configs")
@@ -50,6 +50,17 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         if (doc["kind"] == kind.name) != (doc[kind.own_field] not in (None, [])):
             raise ConfigError(f"{path}: {kind.own_field}: {kind.own_field_is}required with kind {kind.name} and only "
                               f"there (kind is {doc['kind']!r})")
+    given = [key for key in ("prompts", "prompts_from", "prompts_file") if doc[key]]
+    if len(given) != 1:
+        raise ConfigError(f"{path}: give exactly one of prompts, prompts_from and prompts_file (it gives "
+                          f"{', '.join(given) or 'none'})")
+    if given[0] != "prompts" and (not KINDS[doc["kind"]].draws or doc["prompt_tokens_target"] or doc["load"]["input_tokens"]):
+        raise ConfigError(f"{path}: {given[0]}: its texts are sent as they are: a kind that draws (single), without "
+                          "prompt_tokens_target or load.input_tokens")
+    try:
+        texts = promptsets.read_prompts_file(root / doc["prompts_file"], str(path)) if doc["prompts_file"] else ()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     return Workload(
         name=name,
         kind=doc["kind"],
@@ -70,6 +81,9 @@ def load_workload(name: str, node_concurrency: list[int], root: Path, where: str
         prompt_tokens_target=doc["prompt_tokens_target"],
         ladder=tuple(doc["ladder"]),
         not_for_ranking=doc["not_for_ranking"],
+        prompts_from=tuple(doc["prompts_from"]),
+        prompts_file=doc["prompts_file"],
+        texts=tuple(texts),
     )
 
 
@@ -242,6 +256,14 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     # Every round the sequence may reach (What to run's rule, docs/what-to-run.md): the first `launches` rounds are
     # planned; each later one only as the checkpoint after the round before asks.
     rounds = run.rounds(replicates, decision.most)
+    measure = cfg["measure"]
+    most_repeats = max(measure["repeats"], *(l.repeats or 0 for l in launches),
+                       measure["max_repeats"] if measure.get("target_rel_ci") is not None else 0)
+    for workload in (w for w in workloads if w.prompts_file):
+        try:
+            promptsets.check_enough(workload, rounds if measure["texts_across_rounds"] == "new" else 1, most_repeats, where)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     by_name = {w.name: w for w in workloads}
     measured = [l for l in launches if l.stack_config in chosen]
     if doc["long_context_rounds"] == "every":  # the long-context use decided on as many launches as the rest

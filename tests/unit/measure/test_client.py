@@ -312,3 +312,28 @@ def test_a_server_busy_past_the_retries_fails_with_its_message(monkeypatch):
 def test_another_4xx_is_rejected_at_once_with_the_servers_message(monkeypatch):
     record, sent = scripted([Answer(status=400, body='{"error": {"message": "max_tokens must be at least 1"}}')], monkeypatch)
     assert (record.status, record.error, sent) == ("rejected", "HTTP 400: max_tokens must be at least 1", 1)
+
+
+class RecordingClient:
+    """A test double of StreamClient.chat: keeps what each request would send and answers "ok" at once."""
+
+    def __init__(self):
+        self.sent = []
+
+    async def chat(self, messages, output_tokens, stream, turn, final_hook=None, tools=()):
+        self.sent.append((list(messages), tools))
+        return RequestRecord(stream=stream, turn=turn, t_submit=0.0, parts=[f"reply {turn}"])
+
+
+def test_a_texts_earlier_messages_and_tools_are_sent_and_its_set_and_row_recorded():
+    tools = ({"type": "function", "function": {"name": "area", "parameters": {"type": "object"}}},)
+    request = Request(("first", "second"), 8, prefix=({"role": "system", "content": "Be brief."},), tools=tools,
+                      prompt_set="mt-bench-2turn", prompt_row="81")
+    client = RecordingClient()
+    records = asyncio.run(run_streams(client, [request], 1))
+    assert [m["role"] for m in client.sent[1][0]] == ["system", "user", "assistant", "user"]
+    assert client.sent[0][1] == tools and client.sent[1][0][2]["content"] == "reply 0"
+    assert [(r.prompt_set, r.prompt_row, r.turn) for r in records] == [("mt-bench-2turn", "81", 0), ("mt-bench-2turn", "81", 1)]
+    assert {"prompt_set", "prompt_row"} <= set(records[0].to_row())
+    body = StreamClient("http://x", "m", {"tools": ["the workload's"]}, 1, 1).body([], 8, tools)
+    assert body["tools"] == list(tools)  # a text's own tools over the workload's

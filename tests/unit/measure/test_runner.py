@@ -13,6 +13,8 @@ from stackbench.measure.runner import CellResult, CellRunner
 from stackbench.plan import expand, launchspec
 from stackbench.rehearsal.standin import StandinEngine, Timing
 
+STANDIN_SETS = ROOT / "tests/fixtures/promptsets-standin"
+
 
 def test_a_scrape_with_no_server_says_why():
     counters, why = CellRunner("http://127.0.0.1:9", VllmAdapter(), None, None).scrape()
@@ -41,8 +43,9 @@ def test_a_measured_cell_carries_the_clients_own_load_and_the_servers_token_rate
     warm-up far from a busy core), and the server's own token counter over the window counts what the client
     received, read by one process or spread over two."""
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
-    cfg = expand.load_run_config(tmp_path, {"nodes": ["local-cpu"], "measure": {"repeats": 2, "warmup_requests": 1,
-                                                                                "client_processes": asked}})
+    # the default's classes draw from prompt sets: stand-ins of their fetched files, not the public sets
+    cfg = expand.load_run_config(tmp_path, {"nodes": ["local-cpu"], "paths": {"datasets": str(STANDIN_SETS)},
+                                            "measure": {"repeats": 2, "warmup_requests": 1, "client_processes": asked}})
     node = expand.load_node("local-cpu", cfg, tmp_path)
     spec = launchspec.build(cfg, node, node.launches[0])
     cell = next(c for c in spec.cells if c.workload.name == "code" and c.concurrency == 2 and c.power_cap_w is None)

@@ -1,13 +1,18 @@
 """Prompt salts: drawn, never random, so every variant of a round answers the same texts (docs/what-to-run.md);
 inside one launch each request's salt differs, and a salt never moves a prompt's token count."""
 
+import dataclasses
 import re
+from types import SimpleNamespace
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stackbench.config import load_schema
 from stackbench.config.model import Load, Workload
 from stackbench.measure import workloads
+from stackbench.measure.runner import CellRunner
 
 SHAPE = re.compile(r"\[run (\w+) (\w+) (\w+) (\w+)\] ")
 
@@ -57,3 +62,77 @@ def test_no_two_cells_of_a_launch_share_a_prompt():
     cells = ("code--c1--nocap", "code--c2--nocap", "code--c1--300W")
     prompts = [r.turns[0] for key in cells for r in workloads.requests(_workload(), Load(), 2, 0, texts=workloads.Texts(0, 1, key))]
     assert len(set(prompts)) == len(prompts)
+
+
+# --- New texts every round, drawn from the class (docs/prompt-sets.md) ---
+
+def _class(size: int) -> Workload:
+    """A class of `size` texts, as the plan gives a prompt set's (promptsets.texts_from)."""
+    texts = tuple({"set": "humaneval", "row": f"HumanEval/{i}", "category": "", "prefix": [], "turns": [f"def f{i}(): ..."],
+                   "tools": []} for i in range(size))
+    return Workload(name="code", kind="single", prompts=(), output_tokens=48, prompt_tokens=None, turns=1, salt=True,
+                    concurrency=(1, 2), prompts_from=({"set": "humaneval"},), texts=texts)
+
+
+def _rows(texts: workloads.Texts, workload: Workload, count: int, repeats: int) -> list[str]:
+    return [t["row"] for repeat in range(repeats) for t in workloads.drawn(texts, workload, count, repeat)]
+
+
+@given(st.integers(0, 2**31), st.integers(1, 6), st.integers(1, 3))
+def test_rounds_draw_disjoint_texts_until_the_class_is_used_up(seed, rounds, count):
+    workload = _class(40)
+    drawn = [row for r in range(1, rounds + 1) for row in _rows(workloads.Texts(seed, r, "code--c1--nocap", 2), workload, count, 2)]
+    assert len(drawn) == rounds * 2 * count <= 40 and len(set(drawn)) == len(drawn)
+
+
+def test_a_class_used_up_goes_on_with_a_new_permutation_each_text_once_per_pass():
+    workload = _class(5)
+    drawn = [row for r in range(1, 6) for row in _rows(workloads.Texts(0, r, "code--c1--nocap", 1), workload, 2, 1)]
+    passes = [drawn[:5], drawn[5:10]]
+    assert all(sorted(p) == sorted(t["row"] for t in workload.texts) for p in passes) and passes[0] != passes[1]
+
+
+def test_every_variant_of_a_round_sends_the_same_texts_and_each_round_new_ones():
+    workload = _class(164)
+    no_spec = workloads.requests(workload, Load(), 2, 0, texts=workloads.Texts(7, 3, "code--c2--nocap", 2))
+    ngram = workloads.requests(workload, Load(), 2, 0, texts=workloads.Texts(7, 3, "code--c2--nocap", 2))
+    next_round = workloads.requests(workload, Load(), 2, 0, texts=workloads.Texts(7, 4, "code--c2--nocap", 2))
+    assert no_spec == ngram and [r.prompt_sha for r in no_spec] == [r.prompt_sha for r in ngram]
+    assert not {r.prompt_row for r in no_spec} & {r.prompt_row for r in next_round}
+    assert all(r.prompt_set == "humaneval" and r.prompt_row.startswith("HumanEval/") for r in no_spec)
+
+
+@pytest.mark.parametrize(("across", "text_round"), [("new", 3), ("same", 1)])
+def test_a_launch_draws_its_rounds_texts_unless_texts_are_kept(across, text_round):
+    """runner.texts_of: round 3's launch draws round 3's texts under `new` (the default), round 1's under `same`;
+    a round's draw holds the cell's most repeats."""
+    measure = {"texts_across_rounds": across, "text_seed": 7, "repeats": 2, "target_rel_ci": None}
+    spec = SimpleNamespace(measure=measure, launch=SimpleNamespace(replicate=3))
+    cell = SimpleNamespace(key="code--c1--nocap")
+    assert CellRunner("http://x", None, spec, None).texts_of(cell) == workloads.Texts(7, text_round, "code--c1--nocap", 2)
+
+
+def test_prompts_written_in_the_yaml_name_the_file_and_their_index():
+    requests = workloads.requests(_workload(), Load(), 2, 0, texts=workloads.Texts(0, 1, "code--c2--nocap", 1))
+    assert sorted((r.prompt_set, r.prompt_row) for r in requests) == [("code.yaml", "0"), ("code.yaml", "1")]
+
+
+def test_a_texts_system_prompt_and_tools_travel_with_its_request_and_enter_its_identity():
+    text = {"set": "bfcl-simple", "row": "simple_python_0", "category": "", "turns": ["Area of a 10 x 5 triangle?"],
+            "prefix": [{"role": "system", "content": "Use the tools."}],
+            "tools": [{"type": "function", "function": {"name": "area", "parameters": {"type": "object"}}}]}
+    workload = dataclasses.replace(_class(1), texts=(text,))
+    request = workloads.requests(workload, Load(), 1, 0, texts=workloads.Texts(0, 1, "c", 1))[0]
+    assert request.prefix == tuple(text["prefix"]) and request.tools == tuple(text["tools"])
+    bare = dataclasses.replace(request, prefix=())
+    assert request.prompt_sha != bare.prompt_sha  # another system prompt is another request to pair against
+
+
+def test_a_class_whose_set_was_not_fetched_says_so():
+    workload = dataclasses.replace(_class(3), texts=())
+    with pytest.raises(ValueError, match="code: the texts of humaneval are not in the launch spec"):
+        workloads.requests(workload, Load(), 1, 0)
+
+
+def test_new_texts_every_round_is_the_default():
+    assert load_schema("config")["properties"]["measure"]["properties"]["texts_across_rounds"]["default"] == "new"

@@ -35,6 +35,9 @@ class WorkloadKind:
     # Whether its cells run again at every power cap of a sweep (False: uncapped only; what it measures does
     # not move with the cap).
     every_cap: bool = True
+    # Whether a conversation is one text of the class, drawn (measure/workloads.py drawn: new texts each round,
+    # the same on every variant of a round), where no length is built; False: the kind's own `turns`.
+    draws: bool = True
 
     def points(self, workload: Workload) -> tuple[int | None, ...]:
         """The prompt lengths a cell runs at, one cell each per concurrency; None: the workload's own."""

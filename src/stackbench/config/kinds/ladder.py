@@ -6,6 +6,7 @@ from stackbench.config.model import Workload
 
 class Ladder(WorkloadKind):
     name = "ladder"
+    draws = False  # its turns are built from its prompts to a length
     own_field = "ladder"
     own_field_is = "a list of prompt lengths, "
 

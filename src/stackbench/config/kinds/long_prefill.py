@@ -8,6 +8,7 @@ DEFAULT_PROMPT_TOKENS = 1024
 
 class LongPrefill(WorkloadKind):
     name = "long-prefill"
+    draws = False  # its turns are built from its prompts to a length
 
     def turns(self, workload: Workload, index: int, count: int, repeat: int, shape: PromptShape) -> list[str]:
         prompt = workload.prompts[(repeat * count + index) % len(workload.prompts)]

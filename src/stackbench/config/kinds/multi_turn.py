@@ -7,6 +7,7 @@ from stackbench.config.model import Workload
 
 class MultiTurn(WorkloadKind):
     name = "multi-turn"
+    draws = False  # its turns are one growing conversation of its prompts
 
     def turns(self, workload: Workload, index: int, count: int, repeat: int, shape: PromptShape) -> list[str]:
         turns = list(workload.prompts[: workload.turns])
