@@ -49,7 +49,29 @@ POINTS = [
 ]
 
 
+# A speculative method no post measured on an engine is priced on the basis of the post that measured that method
+# on another: SGLang's fit (seed 000), its verify step's share of the roofline at its acceptance. So llama.cpp's MTP
+# reads the speed-up SGLang's reads at the same acceptance (issue 67: priced at a plain step's share and the
+# rehearsal's acceptance, llama.cpp MTP-n3 read 181 against no-spec's 76.2 tok/s, 2.4x, beside SGLang's +13%).
+# The report says which launches are priced so (launcher.py facts' priced_as).
+METHOD_BASIS = {"mtp": ("SGLang", "mtp"), "eagle": ("SGLang", "eagle")}
+
+
 def fitted(engine_label: str, spec_method: str) -> tuple[float, float] | None:
     """(step share, acceptance) fitted to a post for this engine (its label: Adapter.engine_label) and method;
     None where no post measured it."""
     return FITTED.get((engine_label, spec_method))
+
+
+def priced(engine_label: str, spec_method: str) -> tuple[float, float, bool, str] | None:
+    """(step share, acceptance, whether fitted to this engine, the basis in words) a speculative launch is paced
+    at: its own fit, else the method's basis on another engine (METHOD_BASIS); None where neither exists."""
+    own = fitted(engine_label, spec_method)
+    if own:
+        return (*own, True, f"fitted to {engine_label} {spec_method} (rehearsal/calibration.py FITTED)")
+    basis = METHOD_BASIS.get(spec_method)
+    if basis is None or basis not in FITTED:
+        return None
+    share, accept = FITTED[basis]
+    return (share, accept, False, f"{engine_label} {spec_method} priced on {basis[0]}'s {basis[1]} fit: a verify step "
+            f"at {share:g} of the roofline, acceptance {accept:g} (rehearsal/calibration.py METHOD_BASIS)")

@@ -106,10 +106,12 @@ def test_the_draw_follows_the_load_a_stand_in_reports_until_it_ends(tmp_path):
     import time
 
     state = tmp_path / "gpus.json"
-    sampler = simgpu.simulated_host("NVIDIA H100 80GB HBM3", 4, 80, state, average_s=0)  # the draw now, not a mean
+    sampler = simgpu.simulated_host("NVIDIA H100 80GB HBM3", 4, 80, state, average_s=0, bandwidth_gbs=3350)  # the draw now
     assert sampler.nvmlDeviceGetPowerUsage(0) == 70_000  # idle: 10% of 700 W, not 630 W
-    decode = simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.7, 0.0)
-    assert 137_000 <= decode <= 300_000 and simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.0, 1.0) == 630_000
+    one = simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, sampler.memory_bound_share, 0.0)
+    assert 137_000 <= one <= 300_000  # an HBM board's single-stream decode, inside Ma et al.'s H200 range
+    decode = simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, sampler.memory_bound_share, 0.5)  # a batch
+    assert one < decode < simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.0, 1.0) == 700_000
     script = (f"import sys; from stackbench.rehearsal import simgpu; host = simgpu.simulated_host("
               f"'NVIDIA H100 80GB HBM3', 4, 80, {str(state)!r}); host.report_load([0, 1], {decode}); sys.stdin.readline()")
     child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
@@ -118,7 +120,7 @@ def test_the_draw_follows_the_load_a_stand_in_reports_until_it_ends(tmp_path):
     while sampler.nvmlDeviceGetPowerUsage(1) != decode and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sampler.nvmlDeviceGetPowerUsage(1) == decode and sampler.nvmlDeviceGetPowerUsage(2) == 70_000
-    sampler.nvmlDeviceSetPowerManagementLimit(0, 390_000)  # above the decode's draw: the cap does not bind
+    sampler.nvmlDeviceSetPowerManagementLimit(0, 500_000)  # above the decode's draw: the cap does not bind
     assert sampler.nvmlDeviceGetPowerUsage(0) == decode
     assert not sampler.nvmlDeviceGetCurrentClocksEventReasons(0) & simgpu.SW_POWER_CAP
     sampler.nvmlDeviceSetPowerManagementLimit(1, 200_000)  # below it: it binds, and the GPU says so

@@ -177,9 +177,11 @@ def h100(tmp_path, monkeypatch):
 
 
 def h100_facts(node, launch) -> dict:
-    host = simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, Path("gpus.json"), average_s=0)
+    host = simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, Path("gpus.json"), average_s=0,
+                                 board_w=node.board_power_w, limits_w=node.power_limit_w, bandwidth_gbs=node.bandwidth_gbs)
     return {**launcher.engine_facts(node, launch, adapter_for(launch.engine)), "time_scale": 1, "demand_mw": host.demand_mw,
-            "idle_mw": host.idle_mw, "gpu_uuids": [f"{simgpu.UUID_PREFIX}{i}" for i in range(4)]}, host
+            "idle_mw": host.idle_mw, "memory_bound_share": host.memory_bound_share,
+            "gpu_uuids": [f"{simgpu.UUID_PREFIX}{i}" for i in range(4)]}, host
 
 
 def test_a_cap_binds_a_prefill_and_not_a_single_stream_decode_on_an_h100(h100):
@@ -195,9 +197,15 @@ def test_a_cap_binds_a_prefill_and_not_a_single_stream_decode_on_an_h100(h100):
     for gpu in range(4):
         host.nvmlDeviceSetPowerManagementLimit(gpu, 390_000)
     assert pace.interval_s() == uncapped_step  # the cap is above what the decode asks for
-    assert pace.ttft_s(8000) == pytest.approx(uncapped_prefill / (390 / 630) ** standin.CAP_EXPONENT)
-    # Enough streams make the step compute-bound: then it asks for the full demand, and the cap binds.
-    assert pace.interval_s(streams=int(facts["ridge_tokens"]) + 1) > uncapped_step
+    assert pace.ttft_s(8000) == pytest.approx(uncapped_prefill / (390 / 700) ** standin.CAP_EXPONENT)
+    # Enough streams make the step compute-bound: then it asks for more than the cap, and the cap binds.
+    many = int(facts["ridge_tokens"]) * 4
+    capped_many = pace.interval_s(streams=many)
+    for gpu in range(4):
+        host.nvmlDeviceSetPowerManagementLimit(gpu, 700_000)
+    assert capped_many > pace.interval_s(streams=many) > uncapped_step
+    for gpu in range(4):
+        host.nvmlDeviceSetPowerManagementLimit(gpu, 390_000)
     # The simulated GPUs draw what the stand-in's load asks for, up to the cap.
     assert host.nvmlDeviceGetPowerUsage(0) == host.idle_mw
     pace.report_load(prefilling=0, decoding=1)
@@ -251,7 +259,8 @@ def test_pace_slows_with_the_context_it_attends_over_as_stated(monkeypatch):
     node, launch = seed_launch("rtx5090", "sglang-nospec--nospec")
     facts = {**launcher.engine_facts(node, launch, adapter_for("sglang")), "time_scale": 1}
     pace = Pace(facts)
-    slowdown = pace.interval_s(128_000) / pace.interval_s(0)
+    # The step's reads slow with the context; its batch's math does not (Pace.fixed_s).
+    slowdown = (pace.interval_s(128_000) - pace.fixed_s()) / (pace.interval_s(0) - pace.fixed_s())
     assert slowdown == pytest.approx(1 + 128_000 * facts["kv_share_per_token"])
     assert 1.15 < slowdown < 1.45
     assert 128_180 / pace.ttft_s(128_180) == pytest.approx(1136, rel=0.05)
@@ -387,7 +396,8 @@ def test_a_cell_of_short_replies_runs_on_a_slower_clock_and_is_read_at_it(tmp_pa
     pace = Pace(facts)
     assert pace.time_scale == 50
     (tmp_path / "scale").write_text("2.5")
-    assert pace.time_scale == 2.5 and pace.interval_s() == pytest.approx(1 / 350 / 2.5)
+    one_token_math = 1 / (standin.PREFILL_PER_DECODE * 350)  # no tensor peak: prefill at 40x decode
+    assert pace.time_scale == 2.5 and pace.interval_s() == pytest.approx((1 / 350 + one_token_math) / 2.5)
     backend = RehearsalBackend({"time_scale": 50})
     short, long = (Cell(Workload(name, "chat", ("x",), tokens, None, 1, False, (1,)), 1, None) for name, tokens in
                    (("short", 32), ("long", 1024)))
