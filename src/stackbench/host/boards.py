@@ -49,7 +49,7 @@ LIMITS_W: dict[str, tuple[float | None, float | None]] = {
     "NVIDIA H100 80GB HBM3": (200.0, 700.0)}
 SOURCE = "stackbench/host/boards.py LIMITS_W"
 # Per model, what a node file states about it without the GPU at hand (`stackbench init-node --gpu`): memory
-# (GiB), peak memory bandwidth (GB/s: bus width x memory clock, as nodeinit.memory_bandwidth_gbs reads it from
+# (GiB), peak memory bandwidth (GB/s: bus width x memory clock, as memory_bandwidth_gbs reads it from
 # NVML) and CUDA compute capability, from NVIDIA's specifications (sources above).
 SPECS = {"NVIDIA GeForce RTX 5090": (32, 1792, "12.0"), "NVIDIA GeForce RTX 4090": (24, 1008, "8.9"),
          "NVIDIA GeForce RTX 3090": (24, 936, "8.6"), "NVIDIA RTX A6000": (48, 768, "8.6"),
@@ -106,6 +106,20 @@ NEEDED = tuple(WHERE_TO_READ)  # the facts a GPU node's plan, stand-in and prefl
 PLACEHOLDER = "<fill in"  # how init-node marks a fact it could not know: "<fill in: nvidia-smi -q -d POWER, ...>"
 # Optional: without it prefill is priced as a multiple of decode (rehearsal/standin.py PREFILL_PER_DECODE).
 TENSOR_WHERE = "the spec sheet's dense tensor TFLOPS per format (bf16, fp8, fp4; a sparse figure halved)"
+
+
+def memory_bandwidth_gbs(nvml, handle) -> int | None:
+    """Peak memory bandwidth from NVML: bus width (bits) x max memory clock (MHz) x 2 / 8 / 1000 = GB/s.
+
+    NVML reports the memory clock at half the data rate on GDDR6, GDDR6X, GDDR7 and HBM alike, so x2
+    gives the published figures: RTX A6000 384 bit x 8001 MHz = 768, RTX 3090 384 x 9751 = 936, RTX 5090
+    512 x 14001 = 1792, A100 5120 x 1215 = 1555 GB/s. None where NVML does not report either figure."""
+    try:
+        bus_bits = nvml.nvmlDeviceGetMemoryBusWidth(handle)
+        clock_mhz = nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM)
+    except (nvml.NVMLError, AttributeError):  # an old driver or nvidia-ml-py without the call
+        return None
+    return round(bus_bits * clock_mhz * 2 / 8 / 1000) if bus_bits and clock_mhz else None
 
 
 def placeholder(name: str) -> str:
@@ -182,7 +196,7 @@ def describe(gpu_model: str) -> str:
     memory, bandwidth, capability = SPECS[gpu_model]
     low, high = limits_w(gpu_model)
     settable = f"{low:g}-{high:g} W" if low is not None and high is not None else \
-        f"from {low:g} W, highest by board" if low is not None else "range not known here"
+        f"from {low:g} W, highest by board" if low is not None else "range from the node file (nvidia-smi -q -d POWER)"
     links = INTERCONNECT[gpu_model] or "pcie, or nvlink with a bridge"
     return (f"{gpu_model}: {memory} GiB, {bandwidth} GB/s, compute capability {capability}, power limit {settable}, "
             f"stock {BOARD_POWER_W[gpu_model]:g} W, {links}")

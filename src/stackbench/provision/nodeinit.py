@@ -48,20 +48,6 @@ GPU_DECIDE = {"most_launches": 8, "budget_minutes": 720}
 REASONING_PARSER = "qwen3"
 
 
-def memory_bandwidth_gbs(nvml, handle) -> int | None:
-    """Peak memory bandwidth from NVML: bus width (bits) x max memory clock (MHz) x 2 / 8 / 1000 = GB/s.
-
-    NVML reports the memory clock at half the data rate on GDDR6, GDDR6X, GDDR7 and HBM alike, so x2
-    gives the published figures: RTX A6000 384 bit x 8001 MHz = 768, RTX 3090 384 x 9751 = 936, RTX 5090
-    512 x 14001 = 1792, A100 5120 x 1215 = 1555 GB/s. None where NVML does not report either figure."""
-    try:
-        bus_bits = nvml.nvmlDeviceGetMemoryBusWidth(handle)
-        clock_mhz = nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM)
-    except (nvml.NVMLError, AttributeError):  # an old driver or nvidia-ml-py without the call
-        return None
-    return round(bus_bits * clock_mhz * 2 / 8 / 1000) if bus_bits and clock_mhz else None
-
-
 def describe_machine(nvml=None) -> dict:
     gpus, why = telemetry.all_gpus(nvml)
     if gpus is None:
@@ -75,7 +61,7 @@ def describe_machine(nvml=None) -> dict:
     return {
         "description": f"{len(gpus.info)}x {', '.join(sorted(names))}",
         "hardware": {"gpu": {"model": first.name, "count": len(gpus.info), "memory_gib": round(memory, 1),
-                             "bandwidth_gbs": memory_bandwidth_gbs(gpus.nvml, gpus.handles[0]),
+                             "bandwidth_gbs": boards.memory_bandwidth_gbs(gpus.nvml, gpus.handles[0]),
                              "compute_capability": f"{major}.{minor}",
                              # the board's own readings (NVML's default and settable limits), whatever the tables say
                              "board_power_w": round(first.default_limit_w),

@@ -60,6 +60,7 @@ HBM_BANDWIDTH_GBS = 1900.0
 POWER_AVERAGE_S = 1.0
 EXTRA_GPUS = 2  # a simulated host has this many GPUs more than the node uses
 UUID_PREFIX = "GPU-simulated-"
+SIM_BUS_BITS = 512  # a simulated board of a stated bandwidth: this bus width, and the memory clock that gives it
 IDLE_USED_MIB = 300  # what an idle GPU shows used (the driver's own), under any idle threshold
 RELEASE_S = 1.0  # how long after its process ends a context's memory is still held
 
@@ -102,7 +103,7 @@ class NvmlDouble:
                  default_mw=350_000, memory_gib=24.0, demand_mw: int | None = None, idle_mw: int | None = None,
                  uuid_prefix="GPU-fake-",
                  energy_step_mj: int = 1, compute_capability=(8, 6), driver="simulated 0.0", cuda_driver=12080,
-                 p2p_read=0, p2p_nvlink=5, average_s: float = 0.0):
+                 p2p_read=0, p2p_nvlink=5, average_s: float = 0.0, bandwidth_gbs: float | None = None):
         self.state_path = Path(state_path) if state_path else None
         # What the preflight reads (host/preflight.py): a P2P status is NVML's (0 ok, 5 not supported) per capability.
         self.compute_capability, self.driver, self.cuda_driver = compute_capability, driver, cuda_driver
@@ -110,6 +111,9 @@ class NvmlDouble:
         self.energy_step_mj = energy_step_mj
         self.deny_set, self.no_driver, self.enforce = deny_set, no_driver, enforce
         self.bus_width_supported = bus_width_supported
+        # What the bus width and memory clock give (host/boards.py memory_bandwidth_gbs): an RTX 3090's unless told.
+        self.bus_bits = SIM_BUS_BITS if bandwidth_gbs else 384
+        self.memory_clock_mhz = round(bandwidth_gbs * 1000 * 8 / 2 / SIM_BUS_BITS) if bandwidth_gbs else 9751
         self.min_mw, self.max_mw, self.default_mw = min_mw, max_mw, default_mw
         self.memory_gib, self.demand_mw, self.uuid_prefix = memory_gib, demand_mw, uuid_prefix
         # A GPU no process reports a load on asks for idle_mw (a simulated host), else its full demand.
@@ -390,12 +394,12 @@ class NvmlDouble:
         return THROTTLED_CLOCK_MHZ if self._extra_reasons(h) & (SW_THERMAL | HW_THERMAL) else 1695
 
     def nvmlDeviceGetMaxClockInfo(self, h, kind):
-        return {self.NVML_CLOCK_MEM: 9751, self.NVML_CLOCK_SM: 2100}[kind]  # an RTX 3090's memory and SM clocks
+        return {self.NVML_CLOCK_MEM: self.memory_clock_mhz, self.NVML_CLOCK_SM: 2100}[kind]
 
     def nvmlDeviceGetMemoryBusWidth(self, h):
         if not self.bus_width_supported:
             raise NVMLError("Not Supported")
-        return 384
+        return self.bus_bits
 
     def nvmlDeviceGetTemperature(self, h, kind):
         return THROTTLED_TEMP_C if self._extra_reasons(h) & (SW_THERMAL | HW_THERMAL) else 64
@@ -453,6 +457,6 @@ def simulated_host(gpu_model: str, gpu_count: int, memory_gib: float | None, sta
                       idle_mw=int(board_mw * IDLE_SHARE), uuid_prefix=UUID_PREFIX,
                       **({"compute_capability": tuple(int(p) for p in compute_capability.split("."))}
                          if compute_capability else {}),
-                      p2p_nvlink=0 if interconnect == "nvlink" else 5, average_s=average_s)
+                      p2p_nvlink=0 if interconnect == "nvlink" else 5, average_s=average_s, bandwidth_gbs=bandwidth_gbs)
     host.memory_bound_share = memory_bound_share(bandwidth_gbs)
     return host

@@ -49,7 +49,7 @@ from pathlib import Path
 from stackbench.config.rehearsal import STANDIN_NAME, STANDIN_VERSION
 from stackbench.engines import adapter_for
 from stackbench.engines.base import RequestTrace, ServedCounts
-from stackbench.rehearsal.calibration import PREFILL_ATTENTION_TOKENS, PREFILL_SHARE
+from stackbench.rehearsal.calibration import PLAIN_STEP_SHARE, PREFILL_ATTENTION_TOKENS, PREFILL_SHARE
 from stackbench.rehearsal.formats import formats_for
 from stackbench.rehearsal.simgpu import MEMORY_BOUND_SHARE, load_draw_mw
 
@@ -125,7 +125,7 @@ def accuracy_answer(messages: list[dict], answers: dict[str, str], share: float)
 
 # -- a rehearsal's pace: the roofline, the context, the power cap, the time scale ---------------------------
 # Decode reaches this share of the bandwidth roofline (weights read once per step). A shape, not a figure.
-ROOFLINE_SHARE = 0.7
+ROOFLINE_SHARE = PLAIN_STEP_SHARE
 # NVFP4 (or MXFP4) on a GPU without FP4 tensor cores (host/boards.py fp4_unpacked): vLLM runs it weight-only
 # through its Marlin FP4 kernels (vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py: "Weight-only
 # FP4 compression will be used leveraging the Marlin kernel"): the 4-bit weights are read (the roofline's bytes)

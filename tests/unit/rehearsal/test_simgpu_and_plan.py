@@ -199,3 +199,17 @@ def test_two_threads_reading_one_double_never_split_a_load_line(tmp_path):
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+def test_a_simulated_board_takes_the_node_files_power_and_range(tmp_path):
+    """Issue 67: a board no table knows stopped the rehearsal with a traceback, and the simulated GPU took a third of
+    the board power as its lowest limit whatever the node stated. Now it is made of the node's facts."""
+    host = simgpu.simulated_host("NVIDIA RTX PRO 4000 Blackwell", 2, 24, tmp_path / "gpus.json", board_w=140,
+                                 limits_w=(100.0, 140.0), bandwidth_gbs=672)
+    assert host.nvmlDeviceGetPowerManagementLimitConstraints(0) == (100_000, 140_000)
+    assert host.nvmlDeviceGetPowerManagementDefaultLimit(0) == 140_000 == host.demand_mw
+    assert host.memory_bound_share == simgpu.MEMORY_BOUND_SHARE["gddr"]
+    from stackbench.host import boards
+    assert boards.memory_bandwidth_gbs(host, 0) == 672  # the preflight reads the stated bandwidth back
+    with pytest.raises(simgpu.NVMLError):
+        host.nvmlDeviceSetPowerManagementLimit(0, 90_000)  # below the stated range, as NVML refuses it

@@ -404,3 +404,61 @@ def test_a_cell_of_short_replies_runs_on_a_slower_clock_and_is_read_at_it(tmp_pa
     backend.start_cell(short, type("Server", (), {"set_cell_time_scale": staticmethod(lambda tokens, streams: 2.5)}))
     rate = Figure("decode_tps", 875.0, "median", 1)
     assert backend.figures_at_pace([rate], short)[0].value == 350.0 and backend.figures_at_pace([rate], long)[0].value == 17.5
+
+
+def node_facts(node_name: str, launch_name: str) -> dict:
+    """A launch's stand-in facts as the launcher writes them, on a simulated host of the node's board."""
+    node, launch = seed_launch(node_name, launch_name)
+    adapter = adapter_for(launch.engine)
+    host = simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, Path("/nonexistent/gpus.json"),
+                                 board_w=node.board_power_w, limits_w=node.power_limit_w, bandwidth_gbs=node.bandwidth_gbs)
+    fit = launcher.calibration.priced(adapter.engine_label, launch.spec_method, launch.spec_tokens) \
+        if launch.spec_method != "none" else None
+    return {**launcher.engine_facts(node, launch, adapter), "time_scale": 1, "demand_mw": host.demand_mw,
+            "idle_mw": host.idle_mw, "memory_bound_share": host.memory_bound_share,
+            "accept_rate": fit[1] if fit else 0.6, "step_share": fit[0] if fit else standin.ROOFLINE_SHARE}
+
+
+@pytest.mark.parametrize("node_name, caps", [("2x4090", (250, 300, 350)), ("2x-pro6000-maxq", (180, 220))])
+def test_the_stand_in_draws_like_the_board_so_the_caps_bind(monkeypatch, node_name, caps):
+    """Issue 67: the stand-in drew 97 W of a 300 W board at c1, c8 and c32 alike, so no cap was ever swept. Now a
+    GDDR board's single-stream decode draws its memory-bound share (simgpu.MEMORY_BOUND_SHARE, from public sweeps),
+    and batching fills the tensor cores toward the board limit: c32 above the caps a sweep sets below stock."""
+    monkeypatch.chdir(ROOT)
+    facts = node_facts(node_name, "llamacpp--nospec")
+    board = facts["demand_mw"]
+    draws = [standin.decode_demand_mw(facts, c) for c in (1, 8, 32)]
+    assert draws == sorted(draws) and 0.6 * board < draws[0] < 0.75 * board < 0.8 * board < draws[2] <= board
+    assert all(draws[2] > cap * 1000 for cap in caps)  # the judged c32 cells: each cap binds, so each is swept
+    assert standin.decode_demand_mw(facts, 10_000) == pytest.approx(board, rel=0.01)  # a full batch: at the limit
+
+
+def test_per_stream_decode_falls_with_the_batch_and_the_aggregate_bends_to_a_knee(monkeypatch):
+    """Issue 67: per-stream decode read 76.5 / 76.0 / 76.3 tok/s at c1 / c8 / c32. A step reads the weights once
+    whatever the batch, and its math grows with it (standin.batch_s): per stream falls, the aggregate rises ever
+    less."""
+    monkeypatch.chdir(ROOT)
+    facts = node_facts("2x4090", "sglang-nospec--nospec")
+    per_stream = {c: 1 / standin.step_s(facts, c) for c in (1, 8, 32, 128)}
+    assert per_stream[1] > per_stream[8] > per_stream[32] > per_stream[128]
+    gains = [c2 * per_stream[c2] / (c1 * per_stream[c1]) for c1, c2 in ((1, 8), (8, 32), (32, 128))]
+    assert gains[0] > 4 and gains == sorted(gains, reverse=True) and gains[-1] < 2  # the knee: x4 streams, < x2
+    pace = Pace(facts)
+    step = {c: pace.interval_s(streams=c) - pace.allreduce_s for c in (1, 32)}  # the served pace: the same steps
+    assert step[32] / step[1] == pytest.approx(per_stream[1] / per_stream[32])
+
+
+def test_llama_cpps_mtp_is_priced_on_sglangs_basis_at_the_same_acceptance(monkeypatch):
+    """Issue 67: llama.cpp MTP-n3 read 181 against no-spec's 76.2 tok/s (2.4x) beside SGLang EAGLE's +13%: it was
+    priced at a plain step's share. Now a method no post measured on the engine takes the method's fit on SGLang
+    (calibration.METHOD_BASIS): its acceptance and its verify cost per draft."""
+    monkeypatch.chdir(ROOT)
+    speedup = {}
+    for name, nospec, spec in (("llama.cpp", "llamacpp--nospec", "llamacpp--mtp-n3"),
+                               ("SGLang", "sglang-nospec--nospec", "sglang-eagle--eagle-3-1-4")):
+        plain, drafted = node_facts("2x-pro6000-maxq", nospec), node_facts("2x-pro6000-maxq", spec)
+        speedup[name] = standin.tokens_per_step(drafted) / standin.step_s(drafted) * standin.step_s(plain)
+    assert speedup["llama.cpp"] == pytest.approx(speedup["SGLang"], rel=0.02) and speedup["llama.cpp"] < 1.3
+    share, accept, own, said = launcher.calibration.priced("llama.cpp", "mtp", 3)
+    assert not own and accept == launcher.calibration.FITTED[("SGLang", "mtp")][1] and "SGLang's mtp fit" in said
+    assert launcher.calibration.priced("SGLang", "mtp", 3)[:3] == (*launcher.calibration.FITTED[("SGLang", "mtp")], True)
