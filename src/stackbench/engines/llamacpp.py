@@ -264,7 +264,7 @@ class LlamaCppAdapter:
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         # log_verbosity renders as --log-verbosity (common/arg.cpp: "-lv", "--verbosity", "--log-verbosity")
         args = dict(launch.server_args)
-        if threads and "threads" not in args:
+        if threads:  # the node's cpu_threads: the cores it gives the server, whatever a stack or run says
             args["threads"] = threads
         own = {"model": launch.model.path, "host": host, "port": port, "ctx_size": launch.context_len}
         spec = {}
