@@ -433,7 +433,9 @@ class LlamaCppFormats:
     """llama-server's formats as the rehearsal's stand-in writes them (rehearsal/formats.py EngineFormats)."""
 
     engine = LlamaCppAdapter.engine
-    flag_parser = "llama-server parses its flags in C++ (common/arg.cpp) and a CUDA build cannot be made here"
+    # llama-server parses its flags in C++ (common/arg.cpp, shared by the CPU and CUDA builds of one tag): the portable
+    # build's own --help lists every argument it takes (None: the environment's server, not a Python source).
+    flag_parser = ("llamacpp", None)
 
     def startup_log(self, facts: dict, name: str) -> list[str]:
         """The lines of the captured logs under tests/fixtures/llamacpp/ that parse_log reads."""

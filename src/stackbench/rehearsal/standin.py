@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -681,22 +682,43 @@ def engine_flags(engine: str, argv: list[str]) -> list[str]:
     return rest
 
 
-def check_with_engine_parser(engine: str, flags: list[str], envs_dir: Path) -> str:
-    """'ok' or why not checked; raises SystemExit with the parser's message when the engine would refuse."""
+def check_with_engine_parser(engine: str, flags: list[str], envs_dir: Path, pinned: str | None = None) -> str:
+    """'ok' or why not checked; raises SystemExit with the parser's message when the engine would refuse. Where the
+    environment holds another version than the run pins, 'ok' names the flags checked against that version only."""
     parser = formats_for(engine).flag_parser
     if isinstance(parser, str):
         return f"skipped: {parser}"
     env, source = parser
     ready = envs_dir / env / "ready.json"
     if not ready.exists():
-        return f"skipped: {ready} not built (the engine's own argparse lives in that environment)"
+        return f"skipped: {ready} not built (the engine's own {'argparse' if source else 'arguments'} live in that environment)"
     info = json.loads(ready.read_text())
-    done = subprocess.run([info.get("server"), "-c", source, *flags], capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise SystemExit(f"{STANDIN_NAME}: {engine}'s own argument parser refuses the command: {last}")
+    if source is None:
+        unknown = unknown_flags(info["server"], flags)
+        if unknown:
+            raise SystemExit(f"{STANDIN_NAME}: {engine}'s own arguments (`{Path(info['server']).name} --help`) lack "
+                             f"{', '.join(unknown)}")
+        checked = f"{env}'s {Path(info['server']).name} --help"
+    else:
+        done = subprocess.run([info.get("server"), "-c", source, *flags], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+            raise SystemExit(f"{STANDIN_NAME}: {engine}'s own argument parser refuses the command: {last}")
+        checked = f"{env}'s argparse"
     # The version checked, said beside the one the real run pins (rehearsal/budget.py): a CPU build may lag it.
-    return f"ok ({env}'s argparse{', version ' + str(info['version']) if info.get('version') else ''})"
+    version = str(info.get("version") or "")
+    other = pinned and version and not pinned.endswith(version) and not pinned.endswith(version.lstrip("b"))
+    names = sorted({flag.split("=", 1)[0] for flag in flags if flag.startswith("--")})
+    return (f"ok ({checked}{', version ' + version if version else ''}"
+            + (f"; not the pinned {pinned}: {', '.join(names)} unchecked on it" if other else "") + ")")
+
+
+def unknown_flags(server: str, flags: list[str]) -> list[str]:
+    """The options in `flags` that `server --help` does not list (an argv's values are not options)."""
+    done = subprocess.run([server, "--help"], capture_output=True, text=True, timeout=60)
+    known = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", done.stdout + done.stderr))
+    asked = [flag.split("=", 1)[0] for flag in flags if re.match(r"--?[A-Za-z]", flag)]
+    return [flag for flag in dict.fromkeys(asked) if flag not in known]
 
 
 def hold_gpu_memory(gpus, facts: dict) -> None:
@@ -731,7 +753,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
     print(f"{STANDIN_NAME}: TEST DOUBLE standing in for {engine} (no model is loaded, no kernel runs)", flush=True)
     check = None
     try:
-        check = check_with_engine_parser(engine, flags, Path(facts["envs_dir"]))
+        check = check_with_engine_parser(engine, flags, Path(facts["envs_dir"]), facts.get("pinned"))
     except SystemExit as refused:
         check = f"refused: {refused}"
         raise

