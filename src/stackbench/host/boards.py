@@ -96,11 +96,11 @@ TENSOR_TFLOPS: dict[str, dict[str, float]] = {
 # Where an owner reads each fact of hardware.gpu for a board no table here knows: init-node writes it into the
 # field's placeholder, and the refusal of a node that leaves it out names it.
 WHERE_TO_READ = {
-    "board_power_w": 'nvidia-smi -q -d POWER, "Default Power Limit"',
-    "power_limit_w": 'nvidia-smi -q -d POWER, "Min Power Limit" and "Max Power Limit"',
     "memory_gib": 'nvidia-smi -q -d MEMORY, "FB Memory Usage" Total in MiB / 1024',
     "bandwidth_gbs": "the spec sheet, memory bandwidth in GB/s",
     "compute_capability": "nvidia-smi --query-gpu=compute_cap --format=csv",
+    "board_power_w": 'nvidia-smi -q -d POWER, "Default Power Limit"',
+    "power_limit_w": 'nvidia-smi -q -d POWER, "Min Power Limit" and "Max Power Limit"',
 }
 NEEDED = tuple(WHERE_TO_READ)  # the facts a GPU node's plan, stand-in and preflight read
 PLACEHOLDER = "<fill in"  # how init-node marks a fact it could not know: "<fill in: nvidia-smi -q -d POWER, ...>"

@@ -191,7 +191,8 @@ def write_node(name: str, root: Path = Path("."), nvml=None, gpu: str | None = N
                  if model in boards.SPECS else
                  f"# No table here knows the {model}: fill in each '<fill in: ...>' from where it says (the plan "
                  "refuses the node, naming\n# the field, until then), then power_caps_w below board_power_w inside "
-                 "power_limit_w, and context_len from the memory.\n"
+                 "power_limit_w, context_len from the memory, and\n# concurrency [1, 8, 32] where the GPUs hold "
+                 f"{MANY_STREAMS_GIB} GiB or more together.\n"
                  f"# tensor_tflops (optional): {boards.TENSOR_WHERE}, e.g. {{bf16: 209.5, fp8: 419}};\n"
                  "# without it the rehearsal prices prefill as a multiple of decode and says so.\n")
         missing = [k for k, v in gpu_spec.items() if isinstance(v, str) and v.startswith(boards.PLACEHOLDER)]

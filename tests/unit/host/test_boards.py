@@ -102,5 +102,16 @@ def test_init_node_on_an_unknown_board_writes_each_fact_to_fill_in_and_the_plan_
     capsys.readouterr()
     assert cli.main(["preflight", "--node", "pro4000", "--simulated"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"config error: configs/nodes/pro4000.yaml: hardware.gpu.board_power_w is needed for '{PRO_4000}' "
-                   f"(no table knows this board): {boards.WHERE_TO_READ['board_power_w']}"]
+    assert err == [f"config error: configs/nodes/pro4000.yaml: hardware.gpu.memory_gib is needed for '{PRO_4000}' "
+                   f"(no table knows this board): {boards.WHERE_TO_READ['memory_gib']}"]  # the first, in the file's order
+
+
+def test_the_starters_context_follows_the_kv_memory_the_gpus_hold():
+    """Issue 67: init-node wrote a 131,072 context whatever the memory allowed. Now the context is the ladder's
+    longest point (with its reply) whose one stream's KV fits beside the starter model's weights."""
+    from stackbench.provision import nodeinit
+
+    assert nodeinit.gpu_context_len(16, 1) == 12_288  # 17K tokens of KV: the ladder's 8,192 point and its reply
+    assert nodeinit.gpu_context_len(96, 2) == 131_072  # the ladder's top, 126,976 + 128, fits many times over
+    assert nodeinit.kv_tokens_held(16, 1) < nodeinit.kv_tokens_held(24, 1) < nodeinit.kv_tokens_held(24, 2)
+    assert nodeinit.gpu_context_len(boards.placeholder("memory_gib"), 2) == nodeinit.GPU_CONTEXT_LEN  # not known yet
