@@ -187,8 +187,10 @@ class StandinLauncher(ProcessLauncher):
             raise NotRunnable(f"rehearsal: {self.node.file}: hardware.gpu.bandwidth_gbs is needed to pace the stand-in")
         formats_for(self.launch.engine)  # an engine whose formats the stand-in cannot write is not rehearsed
         host = simulated_host(self.node)
-        # The pace fitted to a seed post where one measured this engine and method (calibration.py), else the shape.
-        fit = calibration.priced(self.adapter.engine_label, self.launch.spec_method, self.launch.spec_tokens) if self.launch.spec_method != "none" else None
+        # The pace fitted to a seed post where one measured this engine and method, else the method's fit on another
+        # engine (calibration.priced), else the shape.
+        fit = calibration.priced(self.adapter.engine_label, self.launch.spec_method, self.launch.spec_tokens) \
+            if self.launch.spec_method != "none" else None
         facts = {**engine_facts(self.node, self.launch, self.adapter), "time_scale": self.rehearsal["time_scale"],
                  "accept_rate": fit[1] if fit else self.rehearsal["accept_rate"],
                  "step_share": fit[0] if fit else standin.ROOFLINE_SHARE, "calibrated": bool(fit and fit[2]),

@@ -230,11 +230,12 @@ def step_share(facts: dict) -> float:
 
 
 def batch_s(facts: dict, streams: int) -> float:
-    """Real seconds a decode step spends on its tokens' math with `streams` requests in the batch: streams x tokens
-    per step at the prefill's compute rate (prefill_tps: the same matmuls over more rows). Beside the step's weight
-    reads (one per step, whatever the batch) it is what batching costs: per-stream decode falls as it grows, and the
-    aggregate bends to a knee where the math outweighs the reads."""
-    return max(streams, 1) * tokens_per_step(facts) / prefill_tps(facts)
+    """Real seconds a decode step spends on the math of the batch's other requests, with `streams` in it: (streams - 1)
+    x tokens per step at the prefill's compute rate (prefill_tps: the same matmuls over more rows). A single stream's
+    own math is in the step's share already (fitted to single-stream posts). Beside the step's weight reads (one per
+    step, whatever the batch) it is what batching costs: per-stream decode falls as it grows, and the aggregate
+    bends to a knee where the math outweighs the reads."""
+    return (max(streams, 1) - 1) * tokens_per_step(facts) / prefill_tps(facts)
 
 
 def step_s(facts: dict, streams: int = 1) -> float:

@@ -425,8 +425,9 @@ def test_a_cell_of_short_replies_runs_on_a_slower_clock_and_is_read_at_it(tmp_pa
     pace = Pace(facts)
     assert pace.time_scale == 50
     (tmp_path / "scale").write_text("2.5")
-    one_token_math = 1 / (standin.PREFILL_PER_DECODE * 350)  # no tensor peak: prefill at 40x decode
-    assert pace.time_scale == 2.5 and pace.interval_s() == pytest.approx((1 / 350 + one_token_math) / 2.5)
+    assert pace.time_scale == 2.5 and pace.interval_s() == pytest.approx(1 / 350 / 2.5)
+    other_stream = 1 / (standin.PREFILL_PER_DECODE * 350)  # no tensor peak: prefill at 40x decode
+    assert pace.interval_s(streams=2) == pytest.approx((1 / 350 + other_stream) / 2.5)
     backend = RehearsalBackend({"time_scale": 50})
     short, long = (Cell(Workload(name, "chat", ("x",), tokens, None, 1, False, (1,)), 1, None) for name, tokens in
                    (("short", 32), ("long", 1024)))
