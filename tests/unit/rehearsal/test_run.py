@@ -58,3 +58,18 @@ def test_the_console_says_which_parser_checked_the_flags_beside_the_pinned_versi
     assert lines[2].startswith("  llamacpp+int4--mtp-n2: NOT READY") and lines[2].endswith(
         "; flags checked: REFUSED: stackbench-standin: vllm's own argument parser refuses the command: error: "
         "unrecognized arguments: --no-such-flag")
+
+
+def test_the_console_names_a_pace_priced_on_a_stated_shape_once(tmp_path):
+    """Issue 67: with no tensor peak known, prefill was priced as 40x decode, said only in standin_facts.json; and a
+    speculative launch priced on another engine's fit was not named."""
+    basis = "prefill 40x decode: no BF16 tensor peak known for NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
+    priced = "llama.cpp mtp priced on SGLang's mtp fit: a verify step of 2 drafts at 0.255 of the roofline"
+    launches = []
+    for name, replicate in (("llamacpp--mtp-n2", 1), ("llamacpp--mtp-n2--r2", 2)):
+        folder = launch_dir(tmp_path, name, replicate=replicate)
+        (folder / "standin_facts.json").write_text(json.dumps({"compute_basis": basis, "prefill_per_decode": True,
+                                                               "priced_as": priced, "calibrated": False}))
+        launches.append(run.launch_summary(folder))
+    lines = run.report_lines(summary(launches))
+    assert [line for line in lines if line.startswith("  priced: ")] == [f"  priced: {basis}", f"  priced: {priced}"]

@@ -492,3 +492,26 @@ def test_llama_cpps_mtp_is_priced_on_sglangs_basis_at_the_same_acceptance(monkey
     share, accept, own, said = launcher.calibration.priced("llama.cpp", "mtp", 3)
     assert not own and accept == launcher.calibration.FITTED[("SGLang", "mtp")][1] and "SGLang's mtp fit" in said
     assert launcher.calibration.priced("SGLang", "mtp", 3)[:3] == (*launcher.calibration.FITTED[("SGLang", "mtp")], True)
+
+
+def test_a_board_no_table_knows_is_rehearsed_from_its_node_files_facts(tmp_path, monkeypatch):
+    """Issue 67: an unknown board stopped the rehearsal with `ValueError: no board power known`. Now the launcher's
+    simulated GPUs and the stand-in's pace come from the node file; with no tensor peak stated, the pace says that
+    prefill is priced as a multiple of decode."""
+    import shutil
+
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    text = (ROOT / "configs/nodes/2x-pro6000-maxq.yaml").read_text()
+    text = text.replace("model: NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "model: NVIDIA RTX PRO 4500 Blackwell")
+    text = text.replace("    compute_capability: '12.0'\n", "    compute_capability: '12.0'\n    board_power_w: 200\n")
+    (tmp_path / "configs/nodes/unknown.yaml").write_text(text.replace("power_limit_w: [150, 300]", "power_limit_w: [120, 200]")
+                                                        .replace("power_caps_w: [180, 220, 260]", "power_caps_w: [160]"))
+    monkeypatch.chdir(tmp_path)
+    node = expand.load_node("unknown", expand.load_run_config(tmp_path, {"nodes": ["unknown"], "stacks": "all"}), tmp_path)
+    assert (node.board_power_w, node.power_limit_w, node.bandwidth_gbs) == (200, (120.0, 200.0), 1792)
+    monkeypatch.setattr(launcher, "gpu_state", lambda name: tmp_path / "gpus.json")
+    host = launcher.simulated_host(node)
+    assert host.nvmlDeviceGetPowerManagementLimitConstraints(0) == (120_000, 200_000) and host.default_mw == 200_000
+    launch = next(l for l in node.launches if l.engine == "llamacpp")
+    facts = launcher.engine_facts(node, launch, adapter_for("llamacpp"))
+    assert facts["prefill_per_decode"] and facts["compute_basis"].startswith("prefill 40x decode: no BF16 tensor peak")
