@@ -293,7 +293,7 @@ class Node:
     # The board's power (NVML's default limit), settable (min, max) W and dense tensor peaks in TFLOPS by math format,
     # as the file states them, else as host/boards.py knows the model (boards.gpu_facts); None: a CPU node.
     board_power_w: float | None = None
-    power_limit_w: tuple[float, float] | None = None
+    power_limit_w: tuple[float, float | None] | None = None  # the highest None where the boards differ
     tensor_tflops: dict | None = None
 
     @property

@@ -129,8 +129,8 @@ def placeholder(name: str) -> str:
 
 def gpu_facts(gpu: dict, where: str) -> dict:
     """hardware.gpu's facts about the board (NEEDED, and tensor_tflops), each as the node file states it, else as
-    the tables here know the model: the file wins, so any board is planned from its node file. A table board whose
-    highest limit differs between boards gets its board power as the highest. ConfigError, one line naming the field
+    the tables here know the model: the file wins, so any board is planned from its node file (a table board whose
+    highest limit differs between boards keeps None there: the simulated GPU takes its board power). ConfigError, one line naming the field
     and where to read it, for a GPU node that leaves a NEEDED fact unknown (unstated, or init-node's placeholder)."""
     model = gpu["model"]
     table = {"board_power_w": BOARD_POWER_W.get(model),
@@ -139,7 +139,7 @@ def gpu_facts(gpu: dict, where: str) -> dict:
     facts = {name: _stated(gpu.get(name)) if _stated(gpu.get(name)) is not None else known
              for name, known in table.items()}
     if facts["power_limit_w"] is not None:
-        facts["power_limit_w"] = tuple(float(w) for w in facts["power_limit_w"])
+        facts["power_limit_w"] = tuple(None if w is None else float(w) for w in facts["power_limit_w"])
     missing = next((name for name in NEEDED if facts[name] is None), None) if gpu["count"] else None
     if missing:
         known = "no table knows this board" if model not in SPECS else f"{SOURCE.rsplit(' ', 1)[0]} does not list it"
@@ -153,10 +153,10 @@ def _stated(value):
     return None if value is None or (isinstance(value, str) and value.startswith(PLACEHOLDER)) else value
 
 
-def table_range(model: str) -> tuple[float, float] | None:
-    """The table's settable range, its highest the board power where the boards differ; None without a lowest."""
+def table_range(model: str) -> tuple[float, float | None] | None:
+    """The table's settable range, its highest None where the boards differ; None without a lowest."""
     low, high = limits_w(model)
-    return None if low is None else (low, high if high is not None else BOARD_POWER_W[model])
+    return None if low is None else (low, high)
 
 
 def board_power_w(gpu_model: str) -> float | None:

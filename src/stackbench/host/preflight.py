@@ -70,7 +70,7 @@ class Expected:
     memory_gib: float | None = None
     compute_capability: str | None = None
     board_power_w: float | None = None  # the facts the plan and rehearsal rest on (Node, boards.gpu_facts)
-    power_limit_w: tuple[float, float] | None = None
+    power_limit_w: tuple[float, float | None] | None = None
     bandwidth_gbs: float | None = None
     interconnect: str = "pcie"
     devices: tuple[str, ...] = ()
@@ -129,10 +129,11 @@ def board_disagreements(reading: dict, want: Expected) -> list[str]:
     if want.board_power_w and abs(reading["board_power_w"] - want.board_power_w) > POWER_TOLERANCE_W:
         out.append(f"hardware.gpu.board_power_w says {want.board_power_w:g} W, NVML's default limit is "
                    f"{reading['board_power_w']:g} W")
-    if want.power_limit_w and any(abs(a - b) > POWER_TOLERANCE_W for a, b in zip(reading["power_limit_w"], want.power_limit_w)):
+    if want.power_limit_w and any(b is not None and abs(a - b) > POWER_TOLERANCE_W
+                                  for a, b in zip(reading["power_limit_w"], want.power_limit_w)):
         low, high = reading["power_limit_w"]
-        out.append(f"hardware.gpu.power_limit_w says {want.power_limit_w[0]:g}-{want.power_limit_w[1]:g} W, NVML "
-                   f"accepts {low:g}-{high:g} W: set [{low:g}, {high:g}]")
+        said = "-".join("?" if w is None else f"{w:g}" for w in want.power_limit_w)
+        out.append(f"hardware.gpu.power_limit_w says {said} W, NVML accepts {low:g}-{high:g} W: set [{low:g}, {high:g}]")
     if want.memory_gib and reading["memory_gib"] > want.memory_gib * (1 + MEMORY_TOLERANCE):
         out.append(f"hardware.gpu.memory_gib says {want.memory_gib:g}, NVML reads {reading['memory_gib']:.1f} GiB")
     if want.bandwidth_gbs and reading["bandwidth_gbs"] and \

@@ -81,6 +81,8 @@ def describe_gpus(gpu: str, count: int) -> dict:
     model = gpu if boards.unknown_board(gpu) else boards.resolve(gpu)
     known = {"board_power_w": boards.BOARD_POWER_W.get(model), "power_limit_w": boards.table_range(model),
              **dict(zip(("memory_gib", "bandwidth_gbs", "compute_capability"), boards.SPECS.get(model, (None,) * 3)))}
+    if known["power_limit_w"] and known["power_limit_w"][1] is None:  # the table's lowest, the highest by board
+        del known["power_limit_w"]
     stated = {name: ([round(w) for w in value] if name == "power_limit_w" else value) if value is not None
               else boards.placeholder(name) for name, value in known.items()}
     if model in boards.BOARD_POWER_W:  # the table's board power: planning reads it there

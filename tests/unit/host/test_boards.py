@@ -115,3 +115,17 @@ def test_the_starters_context_follows_the_kv_memory_the_gpus_hold():
     assert nodeinit.gpu_context_len(96, 2) == 131_072  # the ladder's top, 126,976 + 128, fits many times over
     assert nodeinit.kv_tokens_held(16, 1) < nodeinit.kv_tokens_held(24, 1) < nodeinit.kv_tokens_held(24, 2)
     assert nodeinit.gpu_context_len(boards.placeholder("memory_gib"), 2) == nodeinit.GPU_CONTEXT_LEN  # not known yet
+
+
+@pytest.mark.parametrize("model", list(boards.SPECS))
+def test_every_known_boards_starter_plans_or_asks_only_for_what_no_public_sheet_gives(model):
+    from stackbench.config import ConfigError
+    from stackbench.provision import nodeinit
+
+    gpu = nodeinit.describe_gpus(model, 2)["hardware"]["gpu"]
+    try:
+        facts = boards.gpu_facts(gpu, "starter.yaml")
+    except ConfigError as refused:
+        assert "hardware.gpu.power_limit_w is needed" in str(refused) and boards.limits_w(model)[0] is None
+    else:
+        assert facts["board_power_w"] == boards.BOARD_POWER_W[model] and facts["power_limit_w"][0] is not None

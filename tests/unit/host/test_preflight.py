@@ -173,3 +173,11 @@ def test_the_real_nvml_reading_has_every_field():
     got = preflight.board_reading(gpus.nvml, gpus.handles[0])
     assert got["board_power_w"] > 0 and got["power_limit_w"][0] <= got["board_power_w"] <= got["power_limit_w"][1]
     assert got["memory_gib"] > 1 and min(got["clocks_mhz"]) > 0
+
+
+def test_a_highest_limit_the_tables_leave_to_the_board_is_not_held_against_it():
+    """An RTX 3090's highest limit differs by partner board (host/boards.py: None): NVML's 450 W is no disagreement."""
+    stated = want(power_limit_w=(100.0, None))
+    assert preflight.board_disagreements(reading(power_limit_w=(100.0, 450.0)), stated) == []
+    assert preflight.board_disagreements(reading(power_limit_w=(150.0, 450.0)), stated) == [
+        "hardware.gpu.power_limit_w says 100-? W, NVML accepts 150-450 W: set [150, 450]"]
