@@ -254,7 +254,8 @@ def preflight_expected(node, cfg: dict):
     models = {m.name: m for launch in node.launches for m in (launch.model, launch.draft_model) if m and not m.prepare}
     return preflight.Expected(
         file=node.file, gpu_model=node.gpu_model, gpu_count=node.gpu_count, memory_gib=node.gpu_memory_gib,
-        compute_capability=node.compute_capability,
+        compute_capability=node.compute_capability, board_power_w=node.board_power_w,
+        power_limit_w=node.power_limit_w, bandwidth_gbs=node.bandwidth_gbs,
         interconnect=doc["hardware"].get("interconnect") or "pcie", devices=tuple(node.gpu_devices),
         max_used_mib=node.gpu_idle.max_used_mib, caps_w=tuple(sorted({c for l in node.launches for c in l.power_caps_w})),
         tp_sizes=tuple(sorted({l.tp for l in node.launches})), engines=tuple(engines),
@@ -277,7 +278,8 @@ def _preflight(args) -> None:
 
             machine = preflight.Machine(state_dir=Path(scratch), environ={}, nvml=simgpu.simulated_host(
                 node.gpu_model, node.gpu_count, node.gpu_memory_gib, Path(scratch) / "gpus.json",
-                want.compute_capability, want.interconnect))
+                want.compute_capability, want.interconnect, board_w=node.board_power_w, limits_w=node.power_limit_w,
+                bandwidth_gbs=node.bandwidth_gbs))
             print(f"preflight {args.node}: SIMULATED GPUs (rehearsal/simgpu.py, a test double), not this machine's")
         checks = preflight.preflight(want, machine)
     for check in checks:

@@ -295,7 +295,12 @@ class Node:
     client_cpus: tuple[int, ...] | None = None  # the measuring process's cores; the server gets the rest (host/affinity.py)
     interconnect: str = "none"  # between the node's GPUs: none | pcie | nvlink (a TP launch's all-reduces)
     host_idle: HostIdle = field(default_factory=HostIdle.from_schema)  # checked before every launch, watched per cell
-    compute_capability: str | None = None  # hardware.gpu.compute_capability as the file states it ("9.0"); None: not stated
+    compute_capability: str | None = None  # hardware.gpu.compute_capability ("9.0"): the file's, else host/boards.py's
+    # The board's power (NVML's default limit), settable (min, max) W and dense tensor peaks in TFLOPS by math format,
+    # as the file states them, else as host/boards.py knows the model (boards.gpu_facts); None: a CPU node.
+    board_power_w: float | None = None
+    power_limit_w: tuple[float, float | None] | None = None  # the highest None where the boards differ
+    tensor_tflops: dict | None = None
 
     @property
     def configured_gpus(self) -> tuple[str, ...]:

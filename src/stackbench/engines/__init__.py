@@ -24,7 +24,7 @@ def adapter_for_env(env_name: str) -> Adapter:
 
 def flag_parser_env(engine: str) -> str | None:
     """The environment whose copy of the engine's own argument parser checks a rehearsal's flags (its formats'
-    flag_parser); None where no parser of it runs here (llama-server's is C++ in a CUDA build)."""
+    flag_parser: a Python source, or llama-server's own --help); None where no parser of it runs here."""
     parser = FORMATS[engine].flag_parser if engine in FORMATS else None
     return parser[0] if isinstance(parser, tuple) else None
 

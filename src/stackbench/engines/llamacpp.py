@@ -264,7 +264,7 @@ class LlamaCppAdapter:
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         # log_verbosity renders as --log-verbosity (common/arg.cpp: "-lv", "--verbosity", "--log-verbosity")
         args = dict(launch.server_args)
-        if threads and "threads" not in args:
+        if threads:  # the node's cpu_threads: the cores it gives the server, whatever a stack or run says
             args["threads"] = threads
         own = {"model": launch.model.path, "host": host, "port": port, "ctx_size": launch.context_len}
         spec = {}
@@ -433,7 +433,9 @@ class LlamaCppFormats:
     """llama-server's formats as the rehearsal's stand-in writes them (rehearsal/formats.py EngineFormats)."""
 
     engine = LlamaCppAdapter.engine
-    flag_parser = "llama-server parses its flags in C++ (common/arg.cpp) and a CUDA build cannot be made here"
+    # llama-server parses its flags in C++ (common/arg.cpp, shared by the CPU and CUDA builds of one tag): the portable
+    # build's own --help lists every argument it takes (None: the environment's server, not a Python source).
+    flag_parser = ("llamacpp", None)
 
     def startup_log(self, facts: dict, name: str) -> list[str]:
         """The lines of the captured logs under tests/fixtures/llamacpp/ that parse_log reads."""

@@ -7,6 +7,9 @@ The checks read NVML through telemetry.NvmlGpus (the real pynvml, or rehearsal/s
 node file (plan/) and hands them over, so this module sits in host/ beside what it checks.
 
 - gpus: the selected GPUs are the node file's model, count and memory;
+- board: what NVML reports of the board (its default and settable power limits, memory, the bandwidth its bus
+  width and memory clock give, and its clocks) against the facts the node file plans with (hardware.gpu, the
+  file's or host/boards.py's), each disagreement named with the value to set;
 - idle: no compute process on them and memory at or under gpu_idle.max_used_mib (host/gpustate.py);
 - driver: the driver and its CUDA version, and the compute capability the CUDA builds are made for;
 - caps: every planned cap inside NVML's limits, and one set, read back and restored with this user's rights
@@ -25,12 +28,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stackbench.host import gpustate, telemetry
+from stackbench.host import boards, gpustate, telemetry
 from stackbench.host.powercap import PowerCapper
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 MEMORY_TOLERANCE = 0.06  # NVML's total is the board's less what the driver reserves: 24 GiB reads ~23.6
 MIN_FREE_GIB = 30.0  # beside the engine environments: a CUDA build or an engine's wheels, and its caches
+POWER_TOLERANCE_W = 1.0  # NVML's limits are whole watts on every board seen; a node file may round them
+BANDWIDTH_TOLERANCE = 0.05  # bus width x memory clock against a spec sheet's rounded figure (a 4090's 1,008 GB/s)
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,9 @@ class Expected:
     gpu_count: int
     memory_gib: float | None = None
     compute_capability: str | None = None
+    board_power_w: float | None = None  # the facts the plan and rehearsal rest on (Node, boards.gpu_facts)
+    power_limit_w: tuple[float, float | None] | None = None
+    bandwidth_gbs: float | None = None
     interconnect: str = "pcie"
     devices: tuple[str, ...] = ()
     max_used_mib: float = 1024.0
@@ -99,6 +107,57 @@ def check_gpus(gpus: telemetry.NvmlGpus, want: Expected) -> Check:
         return Check("gpus", FAIL, found, f"hardware.gpu.memory_gib says {want.memory_gib:g}: set it to what the "
                                           f"GPU has ({min(memory):.0f}) in {want.file}")
     return Check("gpus", OK, found + f", as {want.file} says")
+
+
+def board_reading(nvml, handle) -> dict:
+    """What NVML reports of one board: board power (its default limit) and settable range in W, memory in GiB,
+    peak bandwidth in GB/s (boards.memory_bandwidth_gbs; None where NVML does not say), max SM and memory clocks."""
+    low, high = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+    return {"board_power_w": nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle) / 1000,
+            "power_limit_w": (low / 1000, high / 1000),
+            "memory_gib": nvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
+            "bandwidth_gbs": boards.memory_bandwidth_gbs(nvml, handle),
+            "clocks_mhz": (nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM),
+                           nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM))}
+
+
+def board_disagreements(reading: dict, want: Expected) -> list[str]:
+    """Where the node file's board facts disagree with NVML's reading (board_reading): one phrase each, naming the
+    field and the value to set. Memory is read as the gpus check reads it (NVML's total is the board's less the
+    driver's reserve); a fact the file does not hold is not compared."""
+    out = []
+    if want.board_power_w and abs(reading["board_power_w"] - want.board_power_w) > POWER_TOLERANCE_W:
+        out.append(f"hardware.gpu.board_power_w says {want.board_power_w:g} W, NVML's default limit is "
+                   f"{reading['board_power_w']:g} W")
+    if want.power_limit_w and any(b is not None and abs(a - b) > POWER_TOLERANCE_W
+                                  for a, b in zip(reading["power_limit_w"], want.power_limit_w)):
+        low, high = reading["power_limit_w"]
+        said = "-".join("?" if w is None else f"{w:g}" for w in want.power_limit_w)
+        out.append(f"hardware.gpu.power_limit_w says {said} W, NVML accepts {low:g}-{high:g} W: set [{low:g}, {high:g}]")
+    if want.memory_gib and reading["memory_gib"] > want.memory_gib * (1 + MEMORY_TOLERANCE):
+        out.append(f"hardware.gpu.memory_gib says {want.memory_gib:g}, NVML reads {reading['memory_gib']:.1f} GiB")
+    if want.bandwidth_gbs and reading["bandwidth_gbs"] and \
+            abs(reading["bandwidth_gbs"] - want.bandwidth_gbs) > BANDWIDTH_TOLERANCE * want.bandwidth_gbs:
+        out.append(f"hardware.gpu.bandwidth_gbs says {want.bandwidth_gbs:g}, NVML's bus width and memory clock give "
+                   f"{reading['bandwidth_gbs']:g} GB/s")
+    return out
+
+
+def check_board(gpus: telemetry.NvmlGpus, want: Expected) -> Check:
+    try:
+        reading = board_reading(gpus.nvml, gpus.handles[0])
+    except (gpus.nvml.NVMLError, AttributeError) as err:
+        return Check("board", SKIP, f"NVML cannot say ({err})", "compare with `nvidia-smi -q -d POWER,MEMORY,CLOCK`")
+    low, high = reading["power_limit_w"]
+    sm, memory = reading["clocks_mhz"]
+    found = (f"NVML: board power {reading['board_power_w']:g} W, limits {low:g}-{high:g} W, "
+             f"{reading['memory_gib']:.1f} GiB, {reading['bandwidth_gbs'] or '?'} GB/s, max clocks SM {sm} / memory "
+             f"{memory} MHz")
+    disagree = board_disagreements(reading, want)
+    if disagree:
+        return Check("board", WARN, found + "; " + "; ".join(disagree),
+                     f"set them in {want.file}: the rehearsal's pace, power and caps rest on the file's facts")
+    return Check("board", OK, found + f", as {want.file} says")
 
 
 def check_idle(gpus: telemetry.NvmlGpus, want: Expected) -> Check:
@@ -241,11 +300,12 @@ def preflight(want: Expected, machine: Machine) -> list[Check]:
         checks.append(Check("gpus", FAIL, why, "install the NVIDIA driver and nvidia-ml-py, or select the node's "
                                                "GPUs (hardware.gpu.devices, CUDA_VISIBLE_DEVICES)")
                       if want.gpu_count else Check("gpus", SKIP, "a CPU node"))
-        checks += [Check(name, SKIP, "no GPU to check") for name in ("idle", "driver", "caps", "p2p")]
+        checks += [Check(name, SKIP, "no GPU to check") for name in ("board", "idle", "driver", "caps", "p2p")]
     else:
         idle = check_idle(gpus, want)
         # A cap is never set on a GPU another process is using.
         caps = check_caps(gpus, want, machine.state_dir) if idle.status != FAIL else \
             Check("caps", SKIP, "the GPUs are busy: no limit touched", "run the preflight again once they are idle")
-        checks += [check_gpus(gpus, want), idle, check_driver(gpus, want), caps, check_p2p(gpus, want)]
+        checks += [check_gpus(gpus, want), check_board(gpus, want), idle, check_driver(gpus, want), caps,
+                   check_p2p(gpus, want)]
     return [*checks, *check_engines(want, machine), *check_models(want, machine)]

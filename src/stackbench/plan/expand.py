@@ -273,15 +273,19 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         every = one_offs_apart(every, by_name)
     launches = [l for l in every if l.replicate <= replicates]
     gpu = doc["hardware"]["gpu"]
+    board = boards.gpu_facts(gpu, where)  # the file's facts, else the tables'; one line where one is missing
     return Node(
         name=name,
         file=where,
         gpu_model=gpu["model"],
         gpu_count=gpu["count"],
         gpu_devices=tuple(str(d) for d in gpu.get("devices") or ()),
-        gpu_memory_gib=gpu["memory_gib"],
-        bandwidth_gbs=gpu["bandwidth_gbs"],
-        compute_capability=gpu.get("compute_capability"),
+        gpu_memory_gib=board["memory_gib"],
+        bandwidth_gbs=board["bandwidth_gbs"],
+        compute_capability=board["compute_capability"],
+        board_power_w=board["board_power_w"],
+        power_limit_w=board["power_limit_w"],
+        tensor_tflops=board["tensor_tflops"],
         cpu_threads=doc["hardware"]["cpu_threads"],
         client_cpus=tuple(doc["hardware"]["client_cpus"]) if doc["hardware"]["client_cpus"] else None,
         interconnect=doc["hardware"]["interconnect"],

@@ -15,6 +15,8 @@ from stackbench.config import load_file
 from stackbench.engines import adapter_for
 from stackbench.host import boards, telemetry
 from stackbench.host.facts import cpu_name, host_os
+from stackbench.models import geometry
+from stackbench.models.formats import BITS_PER_WEIGHT
 
 STARTER = Path("configs/starter")  # the runs a starter gets, as config text with comments
 CPU_CONCURRENCY = [1, 2, 4]
@@ -25,7 +27,15 @@ CPU_WORKLOADS = ["code", "extraction", "prose", "json", "long-prefill", "multi-t
 # gpu-code, gpu-chat and gpu-long draw from public prompt sets (docs/prompt-sets.md); gpu-chinese is opt-in, its
 # set's licence not stated upstream.
 GPU_WORKLOADS = ["gpu-code", "gpu-chat", "gpu-long", "long-prefill", "multi-turn", "context-ladder"]
-GPU_CONTEXT_LEN = 131072  # the seed posts' long-context runs (seed 000's 127K request)
+GPU_CONTEXT_LEN = 131072  # the seed posts' long-context runs (seed 000's 127K request): where the memory is not known
+# The context a GPU starter gets follows the KV memory its GPUs hold: the context ladder's longest point (with its
+# reply) whose one stream's KV fits beside the weights of the seeds' model (configs/models/STARTER_GEOMETRY: KV bytes a
+# token from its geometry at BF16; weights of its parameters at INT4's bits per weight, models/formats.py), in
+# KV_MEMORY_SHARE of the GPUs' memory (vLLM's gpu_memory_utilization default), rounded up to 4,096. A ladder point
+# above 126,976 in configs/workloads/context-ladder.yaml is reached where the memory holds it.
+STARTER_GEOMETRY = "qwen3.8-27b"
+KV_MEMORY_SHARE = 0.9
+LADDER = "context-ladder"
 GPU_ACCURACY = "accuracy-gpu"  # all 100 GSM8K questions of the sample, 512-token replies, at c4
 # Streams a GPU node is judged at: 1, 8 and 32 where its GPUs hold 160 GiB or more (room for 32 streams' KV cache
 # beside a ~30B model's weights), else 1, 2 and 4 as the seed workstations run.
@@ -38,20 +48,6 @@ GPU_DECIDE = {"most_launches": 8, "budget_minutes": 720}
 # The reasoning parser every SGLang and vLLM run gets, so that thinking streams apart alike on every stack:
 # Qwen3's, the seed nodes' model family; name your model's.
 REASONING_PARSER = "qwen3"
-
-
-def memory_bandwidth_gbs(nvml, handle) -> int | None:
-    """Peak memory bandwidth from NVML: bus width (bits) x max memory clock (MHz) x 2 / 8 / 1000 = GB/s.
-
-    NVML reports the memory clock at half the data rate on GDDR6, GDDR6X, GDDR7 and HBM alike, so x2
-    gives the published figures: RTX A6000 384 bit x 8001 MHz = 768, RTX 3090 384 x 9751 = 936, RTX 5090
-    512 x 14001 = 1792, A100 5120 x 1215 = 1555 GB/s. None where NVML does not report either figure."""
-    try:
-        bus_bits = nvml.nvmlDeviceGetMemoryBusWidth(handle)
-        clock_mhz = nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM)
-    except (nvml.NVMLError, AttributeError):  # an old driver or nvidia-ml-py without the call
-        return None
-    return round(bus_bits * clock_mhz * 2 / 8 / 1000) if bus_bits and clock_mhz else None
 
 
 def describe_machine(nvml=None) -> dict:
@@ -67,8 +63,11 @@ def describe_machine(nvml=None) -> dict:
     return {
         "description": f"{len(gpus.info)}x {', '.join(sorted(names))}",
         "hardware": {"gpu": {"model": first.name, "count": len(gpus.info), "memory_gib": round(memory, 1),
-                             "bandwidth_gbs": memory_bandwidth_gbs(gpus.nvml, gpus.handles[0]),
-                             "compute_capability": f"{major}.{minor}"},
+                             "bandwidth_gbs": boards.memory_bandwidth_gbs(gpus.nvml, gpus.handles[0]),
+                             "compute_capability": f"{major}.{minor}",
+                             # the board's own readings (NVML's default and settable limits), whatever the tables say
+                             "board_power_w": round(first.default_limit_w),
+                             "power_limit_w": [round(first.min_limit_w), round(first.max_limit_w)]},
                      "interconnect": (boards.interconnect(first.name, len(gpus.info)) if first.name in boards.SPECS
                                       else None) or "pcie", "cpu_threads": os.cpu_count()},
         # A sweep inside the GPU's own limits; edit to taste. Never applied by this helper.
@@ -78,19 +77,40 @@ def describe_machine(nvml=None) -> dict:
 
 def describe_gpus(gpu: str, count: int) -> dict:
     """A machine that is not this one, from its GPU model's specifications (host/boards.py SPECS): memory,
-    bandwidth, compute capability, and a cap sweep below its stock limit inside the board's settable range."""
-    model = boards.resolve(gpu)
-    memory, bandwidth, capability = boards.SPECS[model]
-    low, high = boards.limits_w(model)
-    # The board's settable range, where both ends are known: caps outside it fail at planning, not on the box.
-    power_limit = {"power_limit_w": [round(low), round(high)]} if low is not None and high is not None else {}
+    bandwidth, compute capability, and a cap sweep below its stock limit inside the board's settable range. A fact
+    the tables do not know (every one, for a board no table lists: boards.unknown_board) is written as a placeholder
+    saying where to read it (boards.placeholder), which the plan refuses in one line until it is filled in."""
+    model = gpu if boards.unknown_board(gpu) else boards.resolve(gpu)
+    known = {"board_power_w": boards.BOARD_POWER_W.get(model), "power_limit_w": boards.table_range(model),
+             **dict(zip(("memory_gib", "bandwidth_gbs", "compute_capability"), boards.SPECS.get(model, (None,) * 3)))}
+    if known["power_limit_w"] and known["power_limit_w"][1] is None:  # the table's lowest, the highest by board
+        del known["power_limit_w"]
+    stated = {name: ([round(w) for w in value] if name == "power_limit_w" else value) if value is not None
+              else boards.placeholder(name) for name, value in known.items()}
+    if model in boards.BOARD_POWER_W:  # the table's board power: planning reads it there
+        del stated["board_power_w"]
+    tensor = {} if model in boards.TENSOR_TFLOPS else {"tensor_tflops": None}  # optional: a comment says where
     return {
         "description": f"{count}x {model} (written by init-node --gpu for a box that is not this one)",
-        "hardware": {"gpu": {"model": model, "count": count, "memory_gib": memory, "bandwidth_gbs": bandwidth,
-                             "compute_capability": capability, **power_limit},
-                     "interconnect": boards.interconnect(model, count) or "pcie"},
-        "power_caps_w": boards.starter_caps_w(model),
+        "hardware": {"gpu": {"model": model, "count": count, **{k: stated[k] for k in (
+                                 "memory_gib", "bandwidth_gbs", "compute_capability", "board_power_w", "power_limit_w")
+                                 if k in stated}, **tensor},
+                     "interconnect": (boards.interconnect(model, count) if model in boards.SPECS else None) or "pcie"},
+        "power_caps_w": boards.starter_caps_w(model) if model in boards.BOARD_POWER_W else [],
     }
+
+
+class _StarterDumper(yaml.SafeDumper):
+    """The starter's YAML: a mapping holding a fact to fill in is written a key a line, so each placeholder reads
+    on its own line; the rest as yaml.safe_dump writes it (flow style for the innermost collections)."""
+
+
+def _mapping(dumper: yaml.SafeDumper, data: dict):
+    filling = any(isinstance(v, str) and v.startswith(boards.PLACEHOLDER) for v in data.values())
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data.items(), flow_style=False if filling else None)
+
+
+_StarterDumper.add_representer(dict, _mapping)
 
 
 def _flow(args: dict) -> str:
@@ -108,10 +128,31 @@ def _template(root: Path, name: str) -> str:
 PARALLEL_ARGS = re.compile(r"<parallel args(?:, with (?P<extra>[^>]*))?>")
 
 
-def gpu_experiment(memory_gib: float, count: int) -> dict:
+def kv_tokens_held(memory_gib: float, count: int, root: Path = Path(".")) -> int:
+    """Tokens of one stream's KV the node's GPUs hold beside the starter model's weights (STARTER_GEOMETRY)."""
+    figures = next(g.figures for g in geometry.load_published_geometries(root) if g.name == STARTER_GEOMETRY)
+    per_token = geometry.kv_bytes_per_token(figures["attention_layers"], figures["kv_heads"], figures["key_length"],
+                                            figures["value_length"], 2, 2)
+    weights = figures["params_b"] * 1e9 * BITS_PER_WEIGHT["int4"] / 8
+    return max(int((memory_gib * count * 2**30 * KV_MEMORY_SHARE - weights) / per_token), 0)
+
+
+def gpu_context_len(memory_gib: float | None, count: int, root: Path = Path(".")) -> int:
+    """The starter's context: the ladder's longest point and reply that one stream's KV fits (kv_tokens_held),
+    rounded up to 4,096; GPU_CONTEXT_LEN where the memory is not known yet (a placeholder)."""
+    if not isinstance(memory_gib, (int, float)):
+        return GPU_CONTEXT_LEN
+    ladder = load_file(root / "configs/workloads" / f"{LADDER}.yaml", "workload")
+    held, reply = kv_tokens_held(memory_gib, count, root), ladder["output_tokens"]
+    top = max((p for p in ladder["ladder"] if p + reply <= held), default=min(ladder["ladder"]))
+    return -(-(top + reply) // 4096) * 4096
+
+
+def gpu_experiment(memory_gib: float | None, count: int, root: Path = Path(".")) -> dict:
     """The node-level fields of a GPU node's experiment: context, streams, judged workloads, accuracy set, rounds."""
-    streams = MANY_STREAMS if memory_gib * count >= MANY_STREAMS_GIB else FEW_STREAMS
-    return {"context_len": GPU_CONTEXT_LEN, "concurrency": streams, "workloads": GPU_WORKLOADS,
+    known = isinstance(memory_gib, (int, float))
+    streams = MANY_STREAMS if known and memory_gib * count >= MANY_STREAMS_GIB else FEW_STREAMS
+    return {"context_len": gpu_context_len(memory_gib, count, root), "concurrency": streams, "workloads": GPU_WORKLOADS,
             "accuracy": GPU_ACCURACY, "launches": GPU_LAUNCHES, "decide": GPU_DECIDE}
 
 
@@ -143,14 +184,26 @@ def write_node(name: str, root: Path = Path("."), nvml=None, gpu: str | None = N
     machine = describe_gpus(gpu, count) if gpu else describe_machine(nvml)
     gpu_spec = machine["hardware"]["gpu"]
     gpu_count = gpu_spec["count"]
-    experiment = gpu_experiment(gpu_spec["memory_gib"], gpu_count) if gpu_count else \
+    experiment = gpu_experiment(gpu_spec["memory_gib"], gpu_count, root) if gpu_count else \
         {"context_len": 32768, "concurrency": CPU_CONCURRENCY, "workloads": CPU_WORKLOADS}
     doc = {**machine, "os": "auto" if gpu else host_os(), **experiment}
     if gpu:
         model = gpu_spec["model"]
         about = (f"# From {boards.SOURCE.rsplit(' ', 1)[0]} SPECS for the {model}: check memory, bandwidth, "
                  "power_limit_w and interconnect against the box;\n# caps are W per GPU, and every sweep also runs "
-                 "the stock limit first. `stackbench preflight --node NAME` on the box checks them.\n")
+                 "the stock limit first. `stackbench preflight --node NAME` on the box checks them.\n"
+                 if model in boards.SPECS else
+                 f"# No table here knows the {model}: fill in each '<fill in: ...>' from where it says (the plan "
+                 "refuses the node, naming\n# the field, until then), then power_caps_w below board_power_w inside "
+                 "power_limit_w, context_len from the memory, and\n# concurrency [1, 8, 32] where the GPUs hold "
+                 f"{MANY_STREAMS_GIB} GiB or more together.\n"
+                 f"# tensor_tflops (optional): {boards.TENSOR_WHERE}, e.g. {{bf16: 209.5, fp8: 419}};\n"
+                 "# without it the rehearsal prices prefill as a multiple of decode and says so.\n")
+        missing = [k for k, v in gpu_spec.items() if isinstance(v, str) and v.startswith(boards.PLACEHOLDER)]
+        if missing and model in boards.SPECS:
+            about += (f"# {', '.join(missing)}: not known here for this board; fill in from where each says.\n"
+                      + (f"# tensor_tflops (optional): {boards.TENSOR_WHERE}; without it the rehearsal prices "
+                         "prefill as a multiple of decode and says so.\n" if "tensor_tflops" in gpu_spec else ""))
         if boards.interconnect(model, gpu_count) is None:
             about += (f"# interconnect: is there an NVLink bridge between the {model}s? (`nvidia-smi nvlink -s` on "
                       "the box) pcie is written; set nvlink if so.\n")
@@ -171,5 +224,6 @@ def write_node(name: str, root: Path = Path("."), nvml=None, gpu: str | None = N
               f"#   stackbench preflight --node {name}   (on the GPU box)\n"
               f"#   snakemake --cores 1 report --config 'nodes=[{name}]'\n")
     runs = gpu_runs(gpu_count, max(doc["concurrency"]), root) if gpu_count else _template(root, "cpu-runs.yaml")
-    path.write_text(header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120) + runs)
+    path.write_text(header + yaml.dump(doc, Dumper=_StarterDumper, sort_keys=False, default_flow_style=None, width=120)
+                    + runs)
     return path

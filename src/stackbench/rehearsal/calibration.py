@@ -49,7 +49,38 @@ POINTS = [
 ]
 
 
+# A speculative method no post measured on an engine is priced on the basis of the post that measured that method
+# on another: SGLang's fit (seed 000, 3 drafts a step: 1 + p + p^2 + p^3 = 3.56), its acceptance, and its verify
+# step's cost per draft: a step of k drafts costs 1 + k x DRAFT_COST plain steps, DRAFT_COST from SGLang's step
+# share against a plain step's (standin.ROOFLINE_SHARE 0.7 / 0.194 = 3.61 plain steps for 3 drafts: 0.87 a draft).
+# So llama.cpp's MTP reads the speed-up SGLang's reads at the same acceptance and depth (issue 67: priced at a plain
+# step's share and the rehearsal's acceptance, llama.cpp MTP-n3 read 181 against no-spec's 76.2 tok/s, 2.4x, beside
+# SGLang's +13%). The rehearsal's report says which launches are priced so (launcher.py facts' priced_as).
+METHOD_BASIS = {"mtp": ("SGLang", "mtp"), "eagle": ("SGLang", "eagle")}
+BASIS_DRAFTS = 3
+# A plain decode step reaches this share of the bandwidth roofline (weights read once per step): a shape, not a figure;
+# the stand-in's ROOFLINE_SHARE.
+PLAIN_STEP_SHARE = 0.7
+DRAFT_COST = (PLAIN_STEP_SHARE / FITTED[("SGLang", "mtp")][0] - 1) / BASIS_DRAFTS
+
+
 def fitted(engine_label: str, spec_method: str) -> tuple[float, float] | None:
     """(step share, acceptance) fitted to a post for this engine (its label: Adapter.engine_label) and method;
     None where no post measured it."""
     return FITTED.get((engine_label, spec_method))
+
+
+def priced(engine_label: str, spec_method: str, drafts: int | None = None) -> tuple[float, float, bool, str] | None:
+    """(step share, acceptance, whether fitted to this engine, the basis in words) a speculative launch of `drafts`
+    drafts a step is paced at: its own fit, else the method's basis on another engine (METHOD_BASIS: its acceptance,
+    its cost per draft); None where neither exists."""
+    own = fitted(engine_label, spec_method)
+    if own:
+        return (*own, True, f"fitted to {engine_label} {spec_method} (rehearsal/calibration.py FITTED)")
+    basis = METHOD_BASIS.get(spec_method)
+    if basis is None:
+        return None
+    depth = drafts or BASIS_DRAFTS
+    share, accept = PLAIN_STEP_SHARE / (1 + depth * DRAFT_COST), FITTED[basis][1]
+    return (share, accept, False, f"{engine_label} {spec_method} priced on {basis[0]}'s {basis[1]} fit: a verify step of "
+            f"{depth} drafts at {share:.3f} of the roofline, acceptance {accept:g} (rehearsal/calibration.py METHOD_BASIS)")

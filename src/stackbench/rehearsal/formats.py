@@ -17,8 +17,9 @@ from stackbench.serve.process import NotRunnable
 
 class EngineFormats(Protocol):
     engine: str  # its adapter's key (engines.ADAPTERS)
-    # The engine's own argument parser as (environment, Python source parsing sys.argv[1:]), or why none runs.
-    flag_parser: tuple[str, str] | str
+    # The engine's own argument parser as (environment, Python source parsing sys.argv[1:]; None: the environment's
+    # server binary, whose --help lists its arguments), or why none runs.
+    flag_parser: tuple[str, str | None] | str
 
     def startup_log(self, facts: dict, name: str) -> list[str]:
         """The start-up lines parse_log reads (KV pool, weights, context, slots), sized from `facts`

@@ -39,7 +39,8 @@ def simulated_host(node: Node, time_scale: float = 1.0) -> simgpu.NvmlDouble | N
     if not node.gpu_count:
         return None
     return simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, gpu_state(node.name),
-                                 average_s=simgpu.POWER_AVERAGE_S / time_scale)
+                                 average_s=simgpu.POWER_AVERAGE_S / time_scale, board_w=node.board_power_w,
+                                 limits_w=node.power_limit_w, bandwidth_gbs=node.bandwidth_gbs)
 
 
 def model_figures(launch: Launch, root: Path = Path(".")) -> dict:
@@ -64,11 +65,9 @@ def bits_per_weight(quant: str) -> float:
 
 
 def compute_capability(node: Node) -> str | None:
-    """The node's GPU compute capability: its file's hardware.gpu.compute_capability, else the model's in
-    host/boards.py SPECS; None for a CPU node or a GPU known to neither."""
-    if not node.gpu_count:
-        return None
-    return node.compute_capability or (boards.SPECS[node.gpu_model][2] if node.gpu_model in boards.SPECS else None)
+    """The node's GPU compute capability (its file's, else host/boards.py's: Node.compute_capability); None for a
+    CPU node."""
+    return node.compute_capability if node.gpu_count else None
 
 
 def compute_facts(node: Node, launch: Launch, params: float, bpw: float) -> dict:
@@ -82,10 +81,12 @@ def compute_facts(node: Node, launch: Launch, params: float, bpw: float) -> dict
     unpacking = (f"; {launch.model.quant} unpacked to BF16 (no FP4 tensor cores on sm_{str(capability).replace('.', '')}): "
                  f"decode at {standin.UNPACKED_FP4_SHARE:.2f} of the step share (rehearsal/standin.py UNPACKED_FP4_SHARE)"
                  if unpacked else "")
-    peak = boards.tensor_tflops(node.gpu_model, capability, launch.model.quant) if node.gpu_count else None
+    peak = boards.tensor_tflops(node.tensor_tflops, capability, launch.model.quant) if node.gpu_count else None
     if peak is None:
-        return {**kernel, "compute_basis": f"prefill {standin.PREFILL_PER_DECODE:g}x decode: no tensor peak known for "
-                f"{node.gpu_model or 'a CPU node'} (host/boards.py TENSOR_TFLOPS){unpacking}"}
+        return {**kernel, "compute_basis": f"prefill {standin.PREFILL_PER_DECODE:g}x decode: no "
+                f"{boards.math_format(capability, launch.model.quant).upper()} tensor peak known for "
+                f"{node.gpu_model or 'a CPU node'} (hardware.gpu.tensor_tflops, host/boards.py TENSOR_TFLOPS)"
+                f"{unpacking}", "prefill_per_decode": True}
     tflops, fmt = peak
     tp = max(launch.tp, 1)
     return {**kernel, "prefill_roofline_tps": standin.prefill_roofline_tps(tflops, params, tp),
@@ -186,18 +187,21 @@ class StandinLauncher(ProcessLauncher):
             raise NotRunnable(f"rehearsal: {self.node.file}: hardware.gpu.bandwidth_gbs is needed to pace the stand-in")
         formats_for(self.launch.engine)  # an engine whose formats the stand-in cannot write is not rehearsed
         host = simulated_host(self.node)
-        # The pace fitted to a seed post where one measured this engine and method (calibration.py), else the shape.
-        fit = calibration.fitted(self.adapter.engine_label, self.launch.spec_method) if self.launch.spec_method != "none" else None
+        # The pace fitted to a seed post where one measured this engine and method, else the method's fit on another
+        # engine (calibration.priced), else the shape.
+        fit = calibration.priced(self.adapter.engine_label, self.launch.spec_method, self.launch.spec_tokens) \
+            if self.launch.spec_method != "none" else None
         facts = {**engine_facts(self.node, self.launch, self.adapter), "time_scale": self.rehearsal["time_scale"],
                  "accept_rate": fit[1] if fit else self.rehearsal["accept_rate"],
-                 "step_share": fit[0] if fit else standin.ROOFLINE_SHARE, "calibrated": bool(fit),
+                 "step_share": fit[0] if fit else standin.ROOFLINE_SHARE, "calibrated": bool(fit and fit[2]),
+                 "priced_as": fit[3] if fit else None,
                  "pinned": pinned(self.launch),
                  "gpu_uuids": list(self.gpu_devices or []),
                  "argv_out": str(self.argv_path), "envs_dir": str(self.envs_dir), "answers": answer_key(self.node, self.launch),
                  "time_scale_file": str(self.scale_path)}
         if host is not None:
             facts.update(gpu_state=str(gpu_state(self.node.name)), host_gpus=host.count, demand_mw=host.demand_mw,
-                         idle_mw=host.idle_mw, uuid_prefix=host.uuid_prefix)
+                         idle_mw=host.idle_mw, uuid_prefix=host.uuid_prefix, memory_bound_share=host.memory_bound_share)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.facts_path.write_text(json.dumps(facts, indent=1))
 

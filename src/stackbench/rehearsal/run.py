@@ -53,6 +53,9 @@ def launch_summary(run_dir: Path) -> dict:
     return {"launch": run_dir.name, "configuration": configuration_name(launch["stack_config"], launch["variant"], launch.get("label")),
             "round": None if launch.get("once") else launch.get("replicate", 1), "ready": ready, "reason": reason,
             "flag_check": argv.get("flag_check"), "pinned": facts.get("pinned"),
+            # how the stand-in priced it where a stated shape stands in for a measured basis (launcher.py)
+            "pace_notes": [n for n in (facts.get("compute_basis") if facts.get("prefill_per_decode") else None,
+                                       facts.get("priced_as") if not facts.get("calibrated") else None) if n],
             "cells": statuses, "cell_seconds": sum(e["seconds"] for e in timeline if e["event"] == "cell"),
             "draft_model": (launch.get("draft_model") or {}).get("path")}
 
@@ -122,6 +125,8 @@ def report_lines(summary: dict) -> list[str]:
         draft = f", draft {launch['draft_model']}" if launch["draft_model"] else ""
         lines.append(f"  {name}: {state}{draft}; cells " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                      + f"; flags checked: {flags_checked(launch.get('flag_check'), launch.get('pinned'))}")
+    notes = dict.fromkeys(n for launch in summary["launches"] for n in launch.get("pace_notes") or ())
+    lines += [f"  priced: {note}" for note in notes]
     cost = summary.get("expected_real_usd")
     money = f", ${cost[0]:g}-{cost[1]:g} at ${summary['node_hour_usd']:g} a GPU-node hour" if cost else ""
     lines.append(f"  the real run: about {summary['expected_real_hours']:g}-{summary['expected_real_hours_high']:g} GPU-node "

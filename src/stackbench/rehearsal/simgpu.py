@@ -25,32 +25,42 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from stackbench.host.boards import BOARD_POWER_W, limits_w
+from stackbench.host import boards
+from stackbench.host.boards import BOARD_POWER_W
 
-# Board power (NVML's default limit) and the settable range per GPU model (host/boards.py, which planning
-# checks caps against): what a simulated GPU's limits are made of. Where boards.py knows no lowest limit the
-# double takes MIN_LIMIT_SHARE of the board power, and no highest one the board power: no GPU's figures (a
-# rehearsal only checks that caps inside the range are applied, read back and restored).
-MIN_LIMIT_SHARE = 1 / 3
-# Under full load (a compute-bound prefill) the simulated GPU asks for this share of its board power; it draws
-# min(cap, demand).
-DEMAND_SHARE = 0.9
-# Draw against load: an idle GPU (a context loaded, nothing running) draws IDLE_SHARE of its board power; under
-# work it asks for idle + (full demand - idle) x min(1, MEMORY_DRAW x bandwidth share + compute share)
-# (load_draw_mw), the bandwidth share being the share of peak memory bandwidth the work reads at and the compute
-# share the share of the time its tensor cores are busy (1 in a compute-bound prefill). A shape after "The
-# Illusion of Power Capping in LLM Decode" (Ma et al., arXiv:2605.11999, 2026): on an H200 (a 700 W board)
-# decode drew 137-300 W, memory-bound and leaving the power headroom untouched, so no cap bound it, while prefill
-# is the heavy phase. With these shares a 700 W board's single-stream decode at 0.7 of the bandwidth roofline asks
-# for 70 + 560 x 0.28 = 227 W, inside that range; the shares are the double's, not a measurement of any GPU.
+# Board power (NVML's default limit) and the settable range: the node's (config/model.py Node, the file's facts
+# else host/boards.py's), what a simulated GPU's limits are made of.
+# Draw against load, as shares of the board power. An idle GPU (a context loaded, nothing running) draws
+# IDLE_SHARE of it (30 W on a 300 W board). A compute-bound phase (a prefill, or a decode batch whose math fills
+# the step) asks for the whole board power: the stock limit binds it. Public readings: an RTX 3090's llama.cpp
+# prefill gained from 300 W to its stock 350 W (9,326 to 9,893 tok/s at 198K; llmgarage.ai "power limit tokens per
+# second benchmark", 6x RTX 3090), and prefill is the heavy phase on an H200 (Ma et al., "The Illusion of Power
+# Capping in LLM Decode", arXiv:2605.11999).
 IDLE_SHARE = 0.1
-MEMORY_DRAW = 0.4
+DEMAND_SHARE = 1.0
+# A memory-bound decode step (one stream) asks for this share of the way from idle to the full demand, by board
+# class (memory_bound_share):
+# - GDDR boards (GeForce, RTX workstation, L40S): 0.65. The same llmgarage.ai sweep's decode kept 94% of its speed
+#   at 200 W and 97% at 250 W of 350 W (72.6 tok/s stock, 68.3 at 200 W, 70.7 at 250 W): its draw lies near
+#   200-250 W, 0.57-0.71 of the board; an RTX 3090 on Qwen 3.6 27B lost under 1% at 280 W of 350 W (jeanfbrito.
+#   github.io, "RTX 3090 power limit sweet spot"); an RTX 5060 Ti's single-stream decode of a 7B drew 172.7 W of
+#   its 180 W (inventivehq.com, "GPU power limit tokens per watt"), a small model's short steps.
+# - HBM boards (A100, H100, H200, B200): 0.15. An H200's decode drew 137-300 W of 700 W (Ma et al.): (137 - 70) /
+#   (700 - 70) = 0.11 at its lightest; its 300 W is the batched end, which the compute share below reaches.
+# The class is read from the bandwidth (HBM_BANDWIDTH_GBS): every GDDR board to date is at most 1,792 GB/s
+# (GDDR7 on 512 bits at 28 Gbps), every HBM board from the A100 80GB PCIe's 1,935 GB/s on; a modeled boundary.
+# A decode batch whose tokens' math takes a share f of the step (standin.decode_demand_mw) asks for
+# share x (1 - f) + f of the way: near the limit where batching fills the tensor cores (a modeled assumption:
+# the math of a full batch is a prefill's), its memory-bound share at one stream.
+MEMORY_BOUND_SHARE = {"gddr": 0.65, "hbm": 0.15}
+HBM_BANDWIDTH_GBS = 1900.0
 # nvmlDeviceGetPowerUsage on Ampere and newer: the mean power over the last second (measure/summary.py
 # telemetry_figures). A cell of a rehearsal lasts milliseconds here, between two 0.5 s samples, so the draw at an
 # instant would mostly read the idle GPU after the cell's last request.
 POWER_AVERAGE_S = 1.0
 EXTRA_GPUS = 2  # a simulated host has this many GPUs more than the node uses
 UUID_PREFIX = "GPU-simulated-"
+SIM_BUS_BITS = 512  # a simulated board of a stated bandwidth: this bus width, and the memory clock that gives it
 IDLE_USED_MIB = 300  # what an idle GPU shows used (the driver's own), under any idle threshold
 RELEASE_S = 1.0  # how long after its process ends a context's memory is still held
 
@@ -63,10 +73,17 @@ class NVMLError(Exception):
     pass
 
 
-def load_draw_mw(idle_mw: float, demand_mw: float, bandwidth_share: float, compute_share: float) -> int:
-    """What a GPU asks for under a load (the shape above): idle where nothing runs, its full demand compute-bound."""
-    busy = min(1.0, MEMORY_DRAW * bandwidth_share + compute_share)
-    return int(idle_mw + (demand_mw - idle_mw) * busy)
+def memory_bound_share(bandwidth_gbs: float | None) -> float:
+    """The share of the way from idle to the full demand a memory-bound decode step asks for, by the board's class
+    (MEMORY_BOUND_SHARE): HBM from HBM_BANDWIDTH_GBS on, else GDDR."""
+    return MEMORY_BOUND_SHARE["hbm" if (bandwidth_gbs or 0.0) >= HBM_BANDWIDTH_GBS else "gddr"]
+
+
+def load_draw_mw(idle_mw: float, demand_mw: float, memory_share: float, compute_share: float) -> int:
+    """What a GPU asks for under a load (the shape above): `memory_share` of the way from idle to its full demand
+    where the step only reads, the full demand for the share of the step its math takes (`compute_share`)."""
+    busy = memory_share * (1 - compute_share) + compute_share
+    return int(idle_mw + (demand_mw - idle_mw) * min(1.0, max(0.0, busy)))
 
 
 class NvmlDouble:
@@ -78,6 +95,7 @@ class NvmlDouble:
     NVML_TEMPERATURE_GPU = 0
     NVML_P2P_CAPS_INDEX_READ, NVML_P2P_CAPS_INDEX_NVLINK = 0, 2
     NVML_P2P_STATUS_OK, NVML_P2P_STATUS_NOT_SUPPORTED = 0, 5
+    memory_bound_share = MEMORY_BOUND_SHARE["gddr"]  # a simulated host's: its board class's (simulated_host)
 
     def __init__(self, count=2, state_path: Path | None = None, limit_mw=300_000, deny_set=False,
                  names: list[str] | None = None, bus_ids: list[str] | None = None, no_driver=False,
@@ -85,7 +103,7 @@ class NvmlDouble:
                  default_mw=350_000, memory_gib=24.0, demand_mw: int | None = None, idle_mw: int | None = None,
                  uuid_prefix="GPU-fake-",
                  energy_step_mj: int = 1, compute_capability=(8, 6), driver="simulated 0.0", cuda_driver=12080,
-                 p2p_read=0, p2p_nvlink=5, average_s: float = 0.0):
+                 p2p_read=0, p2p_nvlink=5, average_s: float = 0.0, bandwidth_gbs: float | None = None):
         self.state_path = Path(state_path) if state_path else None
         # What the preflight reads (host/preflight.py): a P2P status is NVML's (0 ok, 5 not supported) per capability.
         self.compute_capability, self.driver, self.cuda_driver = compute_capability, driver, cuda_driver
@@ -93,6 +111,9 @@ class NvmlDouble:
         self.energy_step_mj = energy_step_mj
         self.deny_set, self.no_driver, self.enforce = deny_set, no_driver, enforce
         self.bus_width_supported = bus_width_supported
+        # What the bus width and memory clock give (host/boards.py memory_bandwidth_gbs): an RTX 3090's unless told.
+        self.bus_bits = SIM_BUS_BITS if bandwidth_gbs else 384
+        self.memory_clock_mhz = round(bandwidth_gbs * 1000 * 8 / 2 / SIM_BUS_BITS) if bandwidth_gbs else 9751
         self.min_mw, self.max_mw, self.default_mw = min_mw, max_mw, default_mw
         self.memory_gib, self.demand_mw, self.uuid_prefix = memory_gib, demand_mw, uuid_prefix
         # A GPU no process reports a load on asks for idle_mw (a simulated host), else its full demand.
@@ -373,12 +394,12 @@ class NvmlDouble:
         return THROTTLED_CLOCK_MHZ if self._extra_reasons(h) & (SW_THERMAL | HW_THERMAL) else 1695
 
     def nvmlDeviceGetMaxClockInfo(self, h, kind):
-        return {self.NVML_CLOCK_MEM: 9751, self.NVML_CLOCK_SM: 2100}[kind]  # an RTX 3090's memory and SM clocks
+        return {self.NVML_CLOCK_MEM: self.memory_clock_mhz, self.NVML_CLOCK_SM: 2100}[kind]
 
     def nvmlDeviceGetMemoryBusWidth(self, h):
         if not self.bus_width_supported:
             raise NVMLError("Not Supported")
-        return 384
+        return self.bus_bits
 
     def nvmlDeviceGetTemperature(self, h, kind):
         return THROTTLED_TEMP_C if self._extra_reasons(h) & (SW_THERMAL | HW_THERMAL) else 64
@@ -407,28 +428,35 @@ def _alive(pid: int) -> bool:
 
 
 def board_power_w(gpu_model: str) -> float:
+    """A model's board power from host/boards.py (the tests' boards); a node's own is Node.board_power_w."""
     if gpu_model not in BOARD_POWER_W:
-        raise ValueError(f"no board power known for {gpu_model!r} (rehearsal/simgpu.py BOARD_POWER_W)")
+        raise ValueError(f"no board power known for {gpu_model!r} (host/boards.py BOARD_POWER_W)")
     return BOARD_POWER_W[gpu_model]
 
 
 def simulated_host(gpu_model: str, gpu_count: int, memory_gib: float | None, state_path: Path,
                    compute_capability: str | None = None, interconnect: str | None = None,
-                   average_s: float = POWER_AVERAGE_S) -> NvmlDouble:
+                   average_s: float = POWER_AVERAGE_S, board_w: float | None = None,
+                   limits_w: tuple[float, float] | None = None, bandwidth_gbs: float | None = None) -> NvmlDouble:
     """A host of the node's GPUs and EXTRA_GPUS more, every limit at its board power until a cap is set, each
-    drawing IDLE_SHARE of it until a stand-in reports a load;
-    the limits live in `state_path`, so a SIGKILLed measure job leaves them as a real GPU would. With the node's
+    drawing IDLE_SHARE of it until a stand-in reports a load; its board power `board_w` and settable range
+    `limits_w` are the node's (Node.board_power_w, power_limit_w: the file's, else host/boards.py's), a model's
+    from host/boards.py where not given (a test's), and its memory-bound draw share its class's (bandwidth_gbs).
+    The limits live in `state_path`, so a SIGKILLed measure job leaves them as a real GPU would. With the node's
     compute capability and interconnect (the preflight's simulated machine) it reports those: NVLink peer
     access only where the interconnect is nvlink. Its power reads as NVML's, a mean over the last `average_s` (a
     rehearsal's: POWER_AVERAGE_S at its time scale)."""
-    board_mw = int(board_power_w(gpu_model) * 1000)
-    low, high = limits_w(gpu_model)
+    board_mw = int((board_w or board_power_w(gpu_model)) * 1000)
+    low, high = limits_w or (boards.limits_w(gpu_model)[0], boards.limits_w(gpu_model)[1])
+    if low is None:
+        raise ValueError(f"no settable power range known for {gpu_model!r}: the node's hardware.gpu.power_limit_w")
     count = gpu_count + EXTRA_GPUS
-    return NvmlDouble(count=count, state_path=state_path, limit_mw=board_mw, names=[gpu_model] * count,
-                      min_mw=int(low * 1000) if low else int(board_mw * MIN_LIMIT_SHARE),
-                      max_mw=int(high * 1000) if high else board_mw, default_mw=board_mw,
+    host = NvmlDouble(count=count, state_path=state_path, limit_mw=board_mw, names=[gpu_model] * count,
+                      min_mw=int(low * 1000), max_mw=int(high * 1000) if high else board_mw, default_mw=board_mw,
                       memory_gib=memory_gib or 24.0, demand_mw=int(board_mw * DEMAND_SHARE),
                       idle_mw=int(board_mw * IDLE_SHARE), uuid_prefix=UUID_PREFIX,
                       **({"compute_capability": tuple(int(p) for p in compute_capability.split("."))}
                          if compute_capability else {}),
-                      p2p_nvlink=0 if interconnect == "nvlink" else 5, average_s=average_s)
+                      p2p_nvlink=0 if interconnect == "nvlink" else 5, average_s=average_s, bandwidth_gbs=bandwidth_gbs)
+    host.memory_bound_share = memory_bound_share(bandwidth_gbs)
+    return host

@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -49,9 +50,9 @@ from pathlib import Path
 from stackbench.config.rehearsal import STANDIN_NAME, STANDIN_VERSION
 from stackbench.engines import adapter_for
 from stackbench.engines.base import RequestTrace, ServedCounts
-from stackbench.rehearsal.calibration import PREFILL_ATTENTION_TOKENS, PREFILL_SHARE
+from stackbench.rehearsal.calibration import PLAIN_STEP_SHARE, PREFILL_ATTENTION_TOKENS, PREFILL_SHARE
 from stackbench.rehearsal.formats import formats_for
-from stackbench.rehearsal.simgpu import load_draw_mw
+from stackbench.rehearsal.simgpu import MEMORY_BOUND_SHARE, load_draw_mw
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def accuracy_answer(messages: list[dict], answers: dict[str, str], share: float)
 
 # -- a rehearsal's pace: the roofline, the context, the power cap, the time scale ---------------------------
 # Decode reaches this share of the bandwidth roofline (weights read once per step). A shape, not a figure.
-ROOFLINE_SHARE = 0.7
+ROOFLINE_SHARE = PLAIN_STEP_SHARE
 # NVFP4 (or MXFP4) on a GPU without FP4 tensor cores (host/boards.py fp4_unpacked): vLLM runs it weight-only
 # through its Marlin FP4 kernels (vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py: "Weight-only
 # FP4 compression will be used leveraging the Marlin kernel"): the 4-bit weights are read (the roofline's bytes)
@@ -228,16 +229,30 @@ def step_share(facts: dict) -> float:
     return float(facts.get("step_share") or ROOFLINE_SHARE) * float(facts.get("kernel_share") or 1.0)
 
 
+def batch_s(facts: dict, streams: int) -> float:
+    """Real seconds a decode step spends on the math of the batch's other requests, with `streams` in it: (streams - 1)
+    x tokens per step at the prefill's compute rate (prefill_tps: the same matmuls over more rows). A single stream's
+    own math is in the step's share already (fitted to single-stream posts). Beside the step's weight reads (one per
+    step, whatever the batch) it is what batching costs: per-stream decode falls as it grows, and the aggregate
+    bends to a knee where the math outweighs the reads."""
+    return (max(streams, 1) - 1) * tokens_per_step(facts) / prefill_tps(facts)
+
+
+def step_s(facts: dict, streams: int = 1) -> float:
+    """Real seconds of one decode step uncapped at no context: the weight reads at the step's share of the roofline
+    plus the batch's math (batch_s)."""
+    return 1 / (step_share(facts) * facts["roofline_decode_tps"]) + batch_s(facts, streams)
+
+
 def decode_demand_mw(facts: dict, streams: int = 1) -> float | None:
-    """What each of the launch's GPUs asks for while `streams` requests decode (simgpu.load_draw_mw): it reads at
-    the step's share of the bandwidth roofline, and its tensor cores are busy for the share of the step its
-    tokens' math takes (streams x tokens per step / ridge_tokens). The full demand where no idle draw is known."""
+    """What each of the launch's GPUs asks for while `streams` requests decode (simgpu.load_draw_mw): the board
+    class's memory-bound share (facts' memory_bound_share) while the step reads, the full demand for the share of
+    the step its batch's math takes (batch_s over step_s). The full demand where no idle draw is known."""
     demand, idle = facts.get("demand_mw"), facts.get("idle_mw")
     if not demand or idle is None:
         return demand
-    ridge = facts.get("ridge_tokens")
-    compute = streams * tokens_per_step(facts) / ridge if ridge else 0.0
-    return load_draw_mw(idle, demand, step_share(facts), compute)
+    compute = batch_s(facts, streams) / step_s(facts, streams)
+    return load_draw_mw(idle, demand, float(facts.get("memory_bound_share") or MEMORY_BOUND_SHARE["gddr"]), compute)
 
 
 def cap_factor_at(demand_mw: float | None, cap_w: float | None) -> float:
@@ -293,9 +308,19 @@ class Pace:
 
     def interval_s(self, context: int = 0, streams: int = 1) -> float:
         """Seconds per verification step (one token without speculation) with `context` tokens of KV in use, while
-        `streams` requests decode (what the GPUs ask for, so whether the cap binds)."""
+        `streams` requests decode: the weight and KV reads, the batch's math (batch_s) and TP's all-reduces, the
+        first two slowed by the cap where the GPUs ask for more (decode_demand_mw)."""
+        return (self.slowdown(context) * self.reads_s(streams) + self.fixed_s(streams)) / self.time_scale
+
+    def reads_s(self, streams: int = 1) -> float:
+        """Real seconds of a step's weight reads at no context, at the cap's factor for `streams` decoding."""
+        return 1 / (self.decode_tps * cap_factor_at(decode_demand_mw(self.facts, streams), self.cap_w()))
+
+    def fixed_s(self, streams: int = 1) -> float:
+        """Real seconds of a step that do not grow with its context: the batch's math at the cap's factor, and TP's
+        all-reduces."""
         factor = cap_factor_at(decode_demand_mw(self.facts, streams), self.cap_w())
-        return (self.slowdown(context) / (self.decode_tps * factor) + self.allreduce_s) / self.time_scale
+        return batch_s(self.facts, streams) / factor + self.allreduce_s
 
     def report_load(self, prefilling: int, decoding: int) -> None:
         """Tell the launch's simulated GPUs what they now ask for: the full demand while any prompt prefills
@@ -318,18 +343,21 @@ def tokens_per_step(facts: dict) -> float:
     return sum(rate ** i for i in range(drafts + 1))
 
 
-def modeled_request_s(facts: dict, prompt_tokens: int, completion_tokens: int, cap_w: float | None = None) -> float:
-    """The real seconds (the time scale undone) the stand-in models for one request: the prefill of its prompt
-    (prefill_s, nothing cached: the rehearsal's stand-in caches nothing) at the full demand's cap factor, then
-    (completion - 1) tokens at the expected tokens per step (tokens_per_step), each step slowed by the context at
-    the reply's middle (Pace.slowdown) and by the cap where a single stream's decode asks for more, plus TP's
-    all-reduces (allreduce_s_per_step). The budget's figure: the pace as modeled, never this host's seconds."""
-    rate = step_share(facts) * facts["roofline_decode_tps"] * cap_factor_at(decode_demand_mw(facts), cap_w)
+def modeled_request_s(facts: dict, prompt_tokens: int, completion_tokens: int, cap_w: float | None = None,
+                      streams: int = 1) -> float:
+    """The real seconds (the time scale undone) the stand-in models for one request of `streams` decoding together:
+    the prefill of its prompt (prefill_s, nothing cached: the rehearsal's stand-in caches nothing) at the full
+    demand's cap factor, then (completion - 1) tokens at the expected tokens per step (tokens_per_step), each step's
+    reads slowed by the context at the reply's middle (Pace.slowdown), plus the batch's math (batch_s), both slowed
+    by the cap where the decode asks for more, plus TP's all-reduces (allreduce_s_per_step). The budget's figure:
+    the pace as modeled, never this host's seconds."""
+    factor = cap_factor_at(decode_demand_mw(facts, streams), cap_w)
     n = max(int(prompt_tokens), 1)
     ttft = prefill_s(facts, n) / cap_factor_at(facts.get("demand_mw"), cap_w)
     steps = max(int(completion_tokens) - 1, 0) / tokens_per_step(facts)
     slowdown = 1 + (n + completion_tokens / 2) * float(facts.get("kv_share_per_token") or 0.0)
-    return ttft + steps * (slowdown / rate + float(facts.get("allreduce_s_per_step") or 0.0))
+    reads = slowdown / (step_share(facts) * facts["roofline_decode_tps"])
+    return ttft + steps * ((reads + batch_s(facts, streams)) / factor + float(facts.get("allreduce_s_per_step") or 0.0))
 
 
 def ready_s(weight_bytes_per_gpu: float) -> float:
@@ -408,7 +436,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
 
     def enter(phase: str | None, leave: str | None = None) -> int:
         """A request moves from `leave` to `phase` (None: arrives or ends); the pace reports the new load. Returns
-        the requests now decoding."""
+        the requests now in flight (prefilling or decoding): the batch a request arriving now decodes in."""
         with phases_lock:
             for name, change in ((phase, 1), (leave, -1)):
                 if name:
@@ -416,7 +444,7 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
             prefilling, decoding = phases["prefilling"], phases["decoding"]
         if pace is not None:
             pace.report_load(prefilling, decoding)
-        return decoding
+        return prefilling + decoding
 
     def accepted_drafts() -> int:
         if not timing.accept_rate:
@@ -545,11 +573,11 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                     time.sleep(delay)
 
             phase = "prefilling"
-            decoding = enter(phase)
-            # The step at no context, once per request with the streams decoding as it arrives and itself (the cap
-            # is read once, here, before its first token is due); each step then slows with the context it attends
-            # over (Pace.slowdown).
-            interval = pace.interval_s(streams=decoding + 1) if pace else timing.interval_s
+            batch = enter(phase)
+            # The step at no context, once per request in the batch it arrives to (every request in flight, itself
+            # among them: a burst's requests all decode together; the cap is read once, here, before its first token
+            # is due); each step's reads then slow with the context it attends over (Pace.slowdown).
+            interval = pace.interval_s(streams=batch) if pace else timing.interval_s
             if timing.jitter:
                 with draws_lock:
                     interval *= 1 + timing.jitter * (2 * jitters.random() - 1)
@@ -567,8 +595,8 @@ def _handler(timing: Timing, counters: Counters, pace: Pace | None, facts: dict)
                 enter("decoding", leave=phase)
                 phase = "decoding"
                 pending = {"reasoning_content": "", "content": ""}
-                # The weights-and-KV part slows with the context; TP's all-reduces do not.
-                fixed = pace.allreduce_s / pace.time_scale if pace else 0.0
+                # The weights-and-KV part slows with the context; the batch's math and TP's all-reduces do not.
+                fixed = pace.fixed_s(batch) / pace.time_scale if pace else 0.0
                 while emitted < output:
                     step = steps + 1
                     accepted = accepted_drafts()
@@ -655,22 +683,43 @@ def engine_flags(engine: str, argv: list[str]) -> list[str]:
     return rest
 
 
-def check_with_engine_parser(engine: str, flags: list[str], envs_dir: Path) -> str:
-    """'ok' or why not checked; raises SystemExit with the parser's message when the engine would refuse."""
+def check_with_engine_parser(engine: str, flags: list[str], envs_dir: Path, pinned: str | None = None) -> str:
+    """'ok' or why not checked; raises SystemExit with the parser's message when the engine would refuse. Where the
+    environment holds another version than the run pins, 'ok' names the flags checked against that version only."""
     parser = formats_for(engine).flag_parser
     if isinstance(parser, str):
         return f"skipped: {parser}"
     env, source = parser
     ready = envs_dir / env / "ready.json"
     if not ready.exists():
-        return f"skipped: {ready} not built (the engine's own argparse lives in that environment)"
+        return f"skipped: {ready} not built (the engine's own {'argparse' if source else 'arguments'} live in that environment)"
     info = json.loads(ready.read_text())
-    done = subprocess.run([info.get("server"), "-c", source, *flags], capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise SystemExit(f"{STANDIN_NAME}: {engine}'s own argument parser refuses the command: {last}")
+    if source is None:
+        unknown = unknown_flags(info["server"], flags)
+        if unknown:
+            raise SystemExit(f"{STANDIN_NAME}: {engine}'s own arguments (`{Path(info['server']).name} --help`) lack "
+                             f"{', '.join(unknown)}")
+        checked = f"{env}'s {Path(info['server']).name} --help"
+    else:
+        done = subprocess.run([info.get("server"), "-c", source, *flags], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+            raise SystemExit(f"{STANDIN_NAME}: {engine}'s own argument parser refuses the command: {last}")
+        checked = f"{env}'s argparse"
     # The version checked, said beside the one the real run pins (rehearsal/budget.py): a CPU build may lag it.
-    return f"ok ({env}'s argparse{', version ' + str(info['version']) if info.get('version') else ''})"
+    version = str(info.get("version") or "")
+    other = pinned and version and not pinned.endswith(version) and not pinned.endswith(version.lstrip("b"))
+    names = sorted({flag.split("=", 1)[0] for flag in flags if flag.startswith("--")})
+    return (f"ok ({checked}{', version ' + version if version else ''}"
+            + (f"; not the pinned {pinned}: {', '.join(names)} unchecked on it" if other else "") + ")")
+
+
+def unknown_flags(server: str, flags: list[str]) -> list[str]:
+    """The options in `flags` that `server --help` does not list (an argv's values are not options)."""
+    done = subprocess.run([server, "--help"], capture_output=True, text=True, timeout=60)
+    known = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", done.stdout + done.stderr))
+    asked = [flag.split("=", 1)[0] for flag in flags if re.match(r"--?[A-Za-z]", flag)]
+    return [flag for flag in dict.fromkeys(asked) if flag not in known]
 
 
 def hold_gpu_memory(gpus, facts: dict) -> None:
@@ -705,7 +754,7 @@ def serve_rehearsal(facts_path: Path, argv: list[str]) -> None:
     print(f"{STANDIN_NAME}: TEST DOUBLE standing in for {engine} (no model is loaded, no kernel runs)", flush=True)
     check = None
     try:
-        check = check_with_engine_parser(engine, flags, Path(facts["envs_dir"]))
+        check = check_with_engine_parser(engine, flags, Path(facts["envs_dir"]), facts.get("pinned"))
     except SystemExit as refused:
         check = f"refused: {refused}"
         raise

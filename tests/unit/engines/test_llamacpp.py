@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 from launch_helpers import make_launch
-from paths import FIXTURES
+from paths import FIXTURES, ROOT
 
+from stackbench.config import load_file
 from stackbench.config.model import Model
 from stackbench.engines import prometheus
 from stackbench.engines.base import FlagConflict
@@ -164,3 +165,10 @@ def test_a_salted_request_reuses_no_cached_prefix():
     adapter = LlamaCppAdapter()
     assert adapter.request_extras(make_launch(), 48, reuse_prefix=False) == {"ignore_eos": True, "n_predict": 48, "cache_prompt": False}
     assert adapter.request_extras(make_launch(), None)["cache_prompt"] is True  # multi-turn and unsalted sets keep it
+
+
+def test_the_nodes_threads_win_over_any_stack_or_run_setting():
+    """Issue 67: the stack file's `threads: 2` overrode the node's `cpu_threads: 1`, two threads on one core."""
+    argv = native_argv(adapter, launch(), "/bin/llama-server", "127.0.0.1", 8080, 1)
+    assert argv.count("--threads") == 1 and argv[argv.index("--threads") + 1] == "1"
+    assert "threads" not in load_file(ROOT / "configs/stacks/llamacpp.yaml", "stack")["server_args"]

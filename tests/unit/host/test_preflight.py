@@ -41,8 +41,8 @@ def checks(tmp_path, nvml, expected=None, **changes) -> dict[str, preflight.Chec
 def test_a_machine_as_the_node_says_passes_and_the_cap_is_put_back(tmp_path):
     nvml = host(tmp_path)
     found = checks(tmp_path, nvml)
-    assert {name: c.status for name, c in found.items()} == {"gpus": OK, "idle": OK, "driver": OK, "caps": OK,
-                                                             "p2p": OK, "disk": OK}
+    assert {name: c.status for name, c in found.items()} == {"gpus": OK, "board": OK, "idle": OK, "driver": OK,
+                                                             "caps": OK, "p2p": OK, "disk": OK}
     assert found["caps"].found == "250 W set and read back on 2 GPUs, restored to 450 W"
     assert (0, 250_000) in nvml.set_calls and [nvml.nvmlDeviceGetPowerManagementLimit(h) for h in range(4)] == [450_000] * 4
     assert not list((tmp_path / "locks").glob("*.powercap.json"))  # no restore state left behind
@@ -136,3 +136,48 @@ def test_the_expected_facts_come_from_the_node_file():
     assert (expected.gpu_count, expected.compute_capability, expected.interconnect) == (2, "8.9", "pcie")
     assert expected.caps_w == (250, 300, 350, 400) and expected.tp_sizes == (1, 2)
     assert {m for m, _ in expected.models} == {"models.qwen38-q4km", "models.qwen38-awq-mtp", "models.qwen38-int4"}
+
+
+def reading(**changes):
+    """What NVML reports of a stock RTX 4090 board (preflight.board_reading's shape)."""
+    return {"board_power_w": 450.0, "power_limit_w": (150.0, 600.0), "memory_gib": 23.6, "bandwidth_gbs": 1008,
+            "clocks_mhz": (2520, 10501), **changes}
+
+
+def test_the_board_as_nvml_reads_it_against_the_node_files_facts():
+    """Issue 67: the preflight read NVML's limits for the caps only; now every board fact the plan rests on is held to
+    what NVML reports, each disagreement naming the field and what NVML says."""
+    stated = want(board_power_w=450.0, power_limit_w=(150.0, 600.0), bandwidth_gbs=1008)
+    assert preflight.board_disagreements(reading(), stated) == []
+    said = preflight.board_disagreements(reading(board_power_w=400.0, power_limit_w=(150.0, 450.0), bandwidth_gbs=936,
+                                                 memory_gib=47.5), stated)
+    assert said == ["hardware.gpu.board_power_w says 450 W, NVML's default limit is 400 W",
+                    "hardware.gpu.power_limit_w says 150-600 W, NVML accepts 150-450 W: set [150, 450]",
+                    "hardware.gpu.memory_gib says 24, NVML reads 47.5 GiB",
+                    "hardware.gpu.bandwidth_gbs says 1008, NVML's bus width and memory clock give 936 GB/s"]
+    assert preflight.board_disagreements(reading(board_power_w=400.0), want()) == []  # a fact not stated: not compared
+
+
+def test_a_board_unlike_the_node_file_warns_naming_each_field(tmp_path):
+    found = checks(tmp_path, host(tmp_path, default_mw=400_000), want(board_power_w=450.0))["board"]
+    assert found.status == WARN and "hardware.gpu.board_power_w says 450 W, NVML's default limit is 400 W" in found.found
+    assert found.found.startswith("NVML: board power 400 W, limits 150-600 W, 24.0 GiB") and "configs/nodes/2x4090.yaml" in found.todo
+
+
+@pytest.mark.skipif(not __import__("shutil").which("nvidia-smi"), reason="the real NVML path needs a GPU")
+def test_the_real_nvml_reading_has_every_field():
+    from stackbench.host import telemetry
+
+    gpus, why = telemetry.open_gpus(1, None, None, None)
+    assert gpus is not None, why
+    got = preflight.board_reading(gpus.nvml, gpus.handles[0])
+    assert got["board_power_w"] > 0 and got["power_limit_w"][0] <= got["board_power_w"] <= got["power_limit_w"][1]
+    assert got["memory_gib"] > 1 and min(got["clocks_mhz"]) > 0
+
+
+def test_a_highest_limit_the_tables_leave_to_the_board_is_not_held_against_it():
+    """An RTX 3090's highest limit differs by partner board (host/boards.py: None): NVML's 450 W is no disagreement."""
+    stated = want(power_limit_w=(100.0, None))
+    assert preflight.board_disagreements(reading(power_limit_w=(100.0, 450.0)), stated) == []
+    assert preflight.board_disagreements(reading(power_limit_w=(150.0, 450.0)), stated) == [
+        "hardware.gpu.power_limit_w says 100-? W, NVML accepts 150-450 W: set [150, 450]"]

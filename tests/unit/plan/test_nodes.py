@@ -39,8 +39,9 @@ def test_init_node_on_gpus_writes_the_posts_four_way_comparison(repo_copy, monke
     path = nodeinit.write_node("gpu-box", repo_copy, nvml=NvmlDouble(count=2))
     doc = yaml.safe_load(path.read_text())
     # 384-bit bus x 9751 MHz x 2 / 8 / 1000: the RTX 3090's 936 GB/s
+    # and the board's own power readings (NVML's default and settable limits; issue 67: any board is its node file)
     assert doc["hardware"]["gpu"] == {"model": "NVIDIA GeForce RTX 3090", "count": 2, "memory_gib": 24.0, "bandwidth_gbs": 936,
-                                     "compute_capability": "8.6"}
+                                     "compute_capability": "8.6", "board_power_w": 350, "power_limit_w": [100, 350]}
     assert doc["power_caps_w"] == [200, 250, 300, 350]
     fill_in_model_paths(path, {"<path to the model's GGUF file>": "/models/m.gguf",
                                "<path to the model's Hugging Face folder>": "/models/m-hf"})

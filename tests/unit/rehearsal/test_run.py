@@ -74,3 +74,18 @@ def test_a_rounds_costs_come_from_the_budgets_first_round_and_the_advice_is_prin
     assert run.round_costs({"launches": []}) is None
     lines = run.report_lines({**summary([]), "texts_advised": "# texts a round: 3"})
     assert "  texts a round: 3" in lines
+
+
+def test_the_console_names_a_pace_priced_on_a_stated_shape_once(tmp_path):
+    """Issue 67: with no tensor peak known, prefill was priced as 40x decode, said only in standin_facts.json; and a
+    speculative launch priced on another engine's fit was not named."""
+    basis = "prefill 40x decode: no BF16 tensor peak known for NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
+    priced = "llama.cpp mtp priced on SGLang's mtp fit: a verify step of 2 drafts at 0.255 of the roofline"
+    launches = []
+    for name, replicate in (("llamacpp--mtp-n2", 1), ("llamacpp--mtp-n2--r2", 2)):
+        folder = launch_dir(tmp_path, name, replicate=replicate)
+        (folder / "standin_facts.json").write_text(json.dumps({"compute_basis": basis, "prefill_per_decode": True,
+                                                               "priced_as": priced, "calibrated": False}))
+        launches.append(run.launch_summary(folder))
+    lines = run.report_lines(summary(launches))
+    assert [line for line in lines if line.startswith("  priced: ")] == [f"  priced: {basis}", f"  priced: {priced}"]

@@ -106,10 +106,12 @@ def test_the_draw_follows_the_load_a_stand_in_reports_until_it_ends(tmp_path):
     import time
 
     state = tmp_path / "gpus.json"
-    sampler = simgpu.simulated_host("NVIDIA H100 80GB HBM3", 4, 80, state, average_s=0)  # the draw now, not a mean
+    sampler = simgpu.simulated_host("NVIDIA H100 80GB HBM3", 4, 80, state, average_s=0, bandwidth_gbs=3350)  # the draw now
     assert sampler.nvmlDeviceGetPowerUsage(0) == 70_000  # idle: 10% of 700 W, not 630 W
-    decode = simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.7, 0.0)
-    assert 137_000 <= decode <= 300_000 and simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.0, 1.0) == 630_000
+    one = simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, sampler.memory_bound_share, 0.0)
+    assert 137_000 <= one <= 300_000  # an HBM board's single-stream decode, inside Ma et al.'s H200 range
+    decode = simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, sampler.memory_bound_share, 0.5)  # a batch
+    assert one < decode < simgpu.load_draw_mw(sampler.idle_mw, sampler.demand_mw, 0.0, 1.0) == 700_000
     script = (f"import sys; from stackbench.rehearsal import simgpu; host = simgpu.simulated_host("
               f"'NVIDIA H100 80GB HBM3', 4, 80, {str(state)!r}); host.report_load([0, 1], {decode}); sys.stdin.readline()")
     child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
@@ -118,7 +120,7 @@ def test_the_draw_follows_the_load_a_stand_in_reports_until_it_ends(tmp_path):
     while sampler.nvmlDeviceGetPowerUsage(1) != decode and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sampler.nvmlDeviceGetPowerUsage(1) == decode and sampler.nvmlDeviceGetPowerUsage(2) == 70_000
-    sampler.nvmlDeviceSetPowerManagementLimit(0, 390_000)  # above the decode's draw: the cap does not bind
+    sampler.nvmlDeviceSetPowerManagementLimit(0, 500_000)  # above the decode's draw: the cap does not bind
     assert sampler.nvmlDeviceGetPowerUsage(0) == decode
     assert not sampler.nvmlDeviceGetCurrentClocksEventReasons(0) & simgpu.SW_POWER_CAP
     sampler.nvmlDeviceSetPowerManagementLimit(1, 200_000)  # below it: it binds, and the GPU says so
@@ -197,3 +199,17 @@ def test_two_threads_reading_one_double_never_split_a_load_line(tmp_path):
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+def test_a_simulated_board_takes_the_node_files_power_and_range(tmp_path):
+    """Issue 67: a board no table knows stopped the rehearsal with a traceback, and the simulated GPU took a third of
+    the board power as its lowest limit whatever the node stated. Now it is made of the node's facts."""
+    host = simgpu.simulated_host("NVIDIA RTX PRO 4000 Blackwell", 2, 24, tmp_path / "gpus.json", board_w=140,
+                                 limits_w=(100.0, 140.0), bandwidth_gbs=672)
+    assert host.nvmlDeviceGetPowerManagementLimitConstraints(0) == (100_000, 140_000)
+    assert host.nvmlDeviceGetPowerManagementDefaultLimit(0) == 140_000 == host.demand_mw
+    assert host.memory_bound_share == simgpu.MEMORY_BOUND_SHARE["gddr"]
+    from stackbench.host import boards
+    assert boards.memory_bandwidth_gbs(host, 0) == 672  # the preflight reads the stated bandwidth back
+    with pytest.raises(simgpu.NVMLError):
+        host.nvmlDeviceSetPowerManagementLimit(0, 90_000)  # below the stated range, as NVML refuses it

