@@ -82,7 +82,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "measure/publish.py": ("unit/results/test_bundle.py",),
     "measure/rows.py": ("unit/measure/test_rows.py",),
     "measure/runner.py": ("unit/measure/test_runner.py", "unit/host/test_energy_counter_steps.py"),
-    "measure/sequencer.py": ("unit/host/test_hostload.py", "unit/host/test_telemetry.py", "unit/measure/test_sequencer.py",
+    "measure/sequencer.py": ("unit/measure/test_sequencer.py", "unit/host/test_hostload.py", "unit/host/test_telemetry.py",
                              "integration/test_measure_synthetic.py"),
     "measure/summary.py": ("unit/measure/test_summary.py", "unit/measure/test_figure_properties.py"),
     "measure/toolcall.py": ("integration/test_seed_002_methods.py",),
