@@ -151,7 +151,9 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
             "low_kwh": sum(c["low_kwh"] for c in cells), "high_kwh": sum(c["high_kwh"] for c in cells),
             "round_low_kwh": sum(c["low_kwh"] for c in cells if c["judged"]),
             "round_high_kwh": sum(c["high_kwh"] for c in cells if c["judged"]),
-            "unpowered_cells": sum(1 for c in cells if c["power_w"] is None)}
+            "unpowered_cells": sum(1 for c in cells if c["power_w"] is None),
+            # planned but not measured here (a cap not swept, a sweep stopped past saturation): the figures decided it
+            "unmeasured_cells": len(by_key) - len(cells)}
 
 
 def cell_power_w(run_dir: Path, cell: dict) -> float | None:
@@ -267,6 +269,8 @@ def budget(runs_dir: Path, time_scale: float, real: dict, decision: Decision | N
                          "uncapped_h": [capped[2] * hours, capped[3] * hours]},
         "compile_s": {adapter_for(engine).engine_label: list(pair) for engine, pair in COMPILE_S.items()},
         "host_timed_cells": sum(1 for x in launches for c in x["cells"] if c["host_timed"]),
+        "priced_cells": sum(len(x["cells"]) for x in launches),
+        "unmeasured_cells": sum(x["unmeasured_cells"] for x in launches),
         "builds": builds(launches),
         "downloads": downloads(launches, rental.download_gbps),
         "rental": {"gpu_hour_usd": rental.gpu_hour_usd, "gpus": rental.gpus, "node_hour_usd": rental.node_hour_usd,

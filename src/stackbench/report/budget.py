@@ -110,6 +110,12 @@ def budget_tables(path: Path) -> list[Table]:
         legend.append("Compile and graph capture per start, assumed (no seed post's log states it): " + "; ".join(
             f"{engine} {low:g}-{high:g} s" for engine, (low, high) in doc["compile_s"].items()) + ".")
     legend += [f"{line}." for line in doc.get("tp_cost") or []]
+    if doc.get("unmeasured_cells"):
+        legend.append(f"Two rehearsals of this node give this budget where they measure the same cells: "
+                      f"{doc['priced_cells']} priced here, {doc['unmeasured_cells']} planned cells not measured (a cap not "
+                      "swept, decided once on round 1's stock draw and kept in every round; a sweep stopped past "
+                      "saturation). Those verdicts read the stand-in's figures, which carry this host's timing, so a cap or "
+                      "a saturation point at the edge can fall the other way in another rehearsal and price another budget.")
     if doc.get("host_timed_cells"):
         legend.append(f"{doc['host_timed_cells']} cells left no request records (they failed here): those count this "
                       "host's seconds x the time scale, and move between rehearsals.")

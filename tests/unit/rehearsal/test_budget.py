@@ -432,3 +432,19 @@ def test_a_rehearsal_that_wrote_no_budget_prints_no_plan(tmp_path, monkeypatch):
     lines = run.report_lines(run.summarize("pro6000", 25.0, SCALE))
     said = next(line for line in lines if "the real run" in line)
     assert "not priced" in said and "0-0" not in said
+
+
+def test_cells_planned_but_not_measured_are_counted_and_the_report_says_they_can_move_the_budget(tmp_path):
+    """Issue 67: two rehearsals read 8.75-14.65 h and 8.94-14.96 h; the budget is the same only where they measure the
+    same cells, and the report says which verdicts, read from the stand-in's figures, can change that."""
+    write_launch(tmp_path, "sglang-eagle--eagle-3-1-4", "native",
+                 [("chat--c1--nocap", "chat", None, 1.0), ("chat--c1--180W", "chat", 180, 2.0)], ready_s=0.5, caps=(180, 260))
+    spec = tmp_path / "sglang-eagle--eagle-3-1-4/launch.json"
+    doc = json.loads(spec.read_text())
+    doc["cells"].append({"key": "chat--c1--260W", "workload": "chat", "power_cap_w": 260})  # not swept: no cell event
+    spec.write_text(json.dumps(doc))
+    doc = budget.budget(tmp_path, SCALE, REAL)
+    assert (doc["priced_cells"], doc["unmeasured_cells"]) == (2, 1)
+    launches = budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "b.json"))[0]
+    assert any(line.startswith("Two rehearsals of this node give this budget where they measure the same cells: 2 priced")
+               for line in launches.legend)
