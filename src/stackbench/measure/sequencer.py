@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import logging
 import os
@@ -327,15 +328,18 @@ class LaunchRun:
         if cell.power_cap_w is None:
             return None
         path = caps_decided(self.out_dir, self.launch)
-        decided = json.loads(path.read_text()) if path.exists() else {}
+        path.parent.mkdir(parents=True, exist_ok=True)
         key = f"{cell.key}--{self.spec.cell_fingerprint(cell)}"
-        if key not in decided:
-            why = self._cap_above_draw(cell)
-            decided[key] = None if why is None else f"{why}; decided in {self.launch.name}, kept in every round ({path.name})"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(decided, indent=1, sort_keys=True))
-            tmp.replace(path)
+        # locked: two rounds of one configuration measuring at once (on other GPUs) take one verdict, the first's
+        with path.with_name(f"{path.name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            decided = json.loads(path.read_text()) if path.exists() else {}
+            if key not in decided:
+                why = self._cap_above_draw(cell)
+                decided[key] = None if why is None else f"{why}; decided in {self.launch.name}, kept in every round ({path.name})"
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(decided, indent=1, sort_keys=True))
+                tmp.replace(path)
         return decided[key]
 
     def _cap_above_draw(self, cell: launchspec.Cell) -> str | None:
