@@ -86,7 +86,7 @@ def summarize(node: str, seconds: float, time_scale: float) -> dict:
             "expected_real_usd": None if per_hour is None else [round(low * per_hour), round(high * per_hour)],
             "node_hour_usd": per_hour,
             "plan_hours": [round(h, 2) for h in rounds["budget_h"]] if "budget_h" in rounds else None,
-            "plan_kwh": [round(k, 1) for k in rounds["budget_kwh"]] if "budget_kwh" in rounds else None,
+            "plan_kwh": rounds.get("budget_kwh"),
             "horizon": rounds.get("horizon"), "first_rounds": rounds.get("first_rounds"),
             "usd_per_kwh": (budget.get("energy") or {}).get("usd_per_kwh"),
             "over_budget": rounds.get("over_budget_said"),
@@ -132,10 +132,12 @@ def report_lines(summary: dict) -> list[str]:
         if summary.get("plan_hours"):
             (low, high), kwh = summary["plan_hours"], summary.get("plan_kwh")
             rate = summary.get("usd_per_kwh")
-            energy = "" if not kwh or not kwh[1] else f", {kwh[0]:g}-{kwh[1]:g} kWh at the stand-in's modeled draw" + (
+            energy = "" if not kwh or not kwh[1] else f", {kwh[0]:.3g}-{kwh[1]:.3g} kWh at the stand-in's modeled draw" + (
                 f" (${kwh[0] * rate:.2f}-{kwh[1] * rate:.2f} at ${rate:g} a kWh)" if rate else "")
-            lines.append(f"  the plan to its horizon (round {'-'.join(str(r) for r in dict.fromkeys(summary['horizon']))}, "
-                         f"analysis/sequence.py): about {low:g}-{high:g} {unit}{energy}")
+            rounds = "-".join(str(r) for r in dict.fromkeys(summary["horizon"]))
+            lines.append(f"  the plan: {summary['first_rounds']} round(s) first"
+                         + (f", then later rounds to the horizon, round {rounds}" if max(summary["horizon"]) > summary["first_rounds"]
+                            else ", no later round") + f" (analysis/sequence.py): about {low:g}-{high:g} {unit}{energy}")
     lines.append(f"  report: {rehearsal.paths(summary['node'])['reports']}/index.html")
     return lines
 
