@@ -135,9 +135,11 @@ def report_lines(summary: dict) -> list[str]:
             energy = "" if not kwh or not kwh[1] else f", {kwh[0]:.3g}-{kwh[1]:.3g} kWh at the stand-in's modeled draw" + (
                 f" (${kwh[0] * rate:.2f}-{kwh[1] * rate:.2f} at ${rate:g} a kWh)" if rate else "")
             rounds = "-".join(str(r) for r in dict.fromkeys(summary["horizon"]))
-            lines.append(f"  the plan: {summary['first_rounds']} round(s) first"
-                         + (f", then later rounds to the horizon, round {rounds}" if max(summary["horizon"]) > summary["first_rounds"]
-                            else ", no later round") + f" (analysis/sequence.py): about {low:g}-{high:g} {unit}{energy}")
+            later = (f", then later rounds to the horizon, round {rounds}" if max(summary["horizon"]) > summary["first_rounds"]
+                     else ", no later round")
+            lines.append(f"  the plan: {summary['first_rounds']} round(s) first{later} (analysis/sequence.py; "
+                         f"decide.budget_minutes counts the cells' minutes only): about {low:g}-{high:g} {unit}, start-ups "
+                         f"and compiles included{energy}")
     lines.append(f"  report: {rehearsal.paths(summary['node'])['reports']}/index.html")
     return lines
 

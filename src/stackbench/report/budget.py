@@ -211,8 +211,11 @@ def rounds_tables(rounds: dict | None, rental: dict | None = None, energy: dict 
                          + (f", {dollars(row['cheapest_h'], rental['node_hour_usd'])}" if priced_at(rental) else "")])
     cannot = [f"{r['cv']:.0%}" for r in rounds["resolves"] if not r["last_look"] < margin]
     legend = [line for line in (rounds.get("over_budget_said"),) if line]
-    legend.append(f"The horizon as the real run fixes it at its first look (analysis/sequence.py horizon), from these "
-                  f"rounds' measuring minutes at each end of the range: {'; '.join(dict.fromkeys(said)) or 'not stated'}.")
+    if said:  # a budget written before issue 67 has no horizon
+        legend.append(f"The horizon as the real run fixes it at its first look (analysis/sequence.py horizon), from these "
+                      f"rounds' measuring minutes at each end of the range: {'; '.join(dict.fromkeys(said))}. "
+                      "decide.budget_minutes counts measuring minutes, the cells' time as the real run counts it; the "
+                      "plan's hours add each launch's start-up, model load and compile.")
     if energy_of and energy and energy.get("usd_per_kwh"):
         legend.append(f"The plan's energy costs {dollars(rounds['budget_kwh'], energy['usd_per_kwh'])} at "
                       f"${energy['usd_per_kwh']:g} a kWh (the node's electricity_usd_per_kwh).")
