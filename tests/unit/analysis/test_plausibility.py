@@ -3,6 +3,8 @@ every row of the cell, leaves honest rows alone, and a flagged cell is never cho
 
 import pandas as pd
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from test_analysis import frame, geometry_rows, measured, server
 from test_decide import agreement, cell
 
@@ -280,3 +282,12 @@ def test_per_stream_decode_flat_with_concurrency_is_flagged_in_a_rehearsal_only(
     assert "per-stream decode 76.3 tok/s at 32 streams is 100% of one stream's 76.5 tok/s" in by_streams[32]
     assert per_stream({1: 76.5, 8: 76.0, 32: 76.3}, source="measured")["implausible"].isna().all()
     assert per_stream({1: 76.5, 8: 60.0, 32: 41.0})["implausible"].isna().all()  # falling as batching does
+
+
+@settings(max_examples=25, deadline=None)
+@given(nospec=st.floats(5, 500), accept=st.floats(1, 4), speedup=st.floats(0.5, 6))
+def test_a_speed_up_is_flagged_exactly_where_it_passes_the_margin_over_its_acceptance(nospec, accept, speedup):
+    assume(abs(speedup - plausibility.SPEEDUP_MARGIN * accept) > 1e-6)
+    results = spec_pair(nospec * speedup, accept=accept, nospec=nospec)
+    flags = results.loc[results["variant"] == "mtp-n3", "implausible"]
+    assert says(flags, "explains") == (speedup > plausibility.SPEEDUP_MARGIN * accept)
