@@ -334,17 +334,19 @@ def _rehearse(args) -> None:
 
 
 def _rehearsal_budget(args) -> None:
+    from stackbench.analysis import sequence
     from stackbench.config import load_file
     from stackbench.config.model import Rental
     from stackbench.plan import expand
     from stackbench.rehearsal import budget
 
     real = {"repeats": args.repeats, "warmup_requests": args.warmup_requests}
-    decision = rental = None  # the schema's, for runs without their node at hand
+    decision = rental = usd_per_kwh = None  # the schema's, for runs without their node at hand
     if args.node:
         node = expand.load_node(args.node, expand.load_run_config(Path(".")))
-        decision, rental = node.decision, Rental.of(load_file(Path(node.file), "node"))
-    print(f"budget: {budget.main(Path(args.runs), args.time_scale, real, Path(args.out), decision, rental)}")
+        doc = load_file(Path(node.file), "node")
+        decision, rental, usd_per_kwh = node.decision, Rental.of(doc), doc["electricity_usd_per_kwh"]
+    print(f"budget: {budget.main(Path(args.runs), args.time_scale, real, Path(args.out), decision, rental, sequence.horizon, usd_per_kwh)}")
 
 
 def _build_env(args) -> None:

@@ -115,3 +115,29 @@ def depth_by_cap(cells: pd.DataFrame) -> pd.DataFrame:
     table = swept.pivot_table(index=keys + ["depth"], columns="cap", values="text", aggfunc="first", dropna=False)
     caps = sorted(table.columns, key=lambda c: float(c.split()[0]), reverse=True)
     return table[caps].reset_index().rename_axis(columns=None)
+
+
+KWH_J = 3.6e6  # joules in a kilowatt-hour
+
+
+def run_energy_lines(results: pd.DataFrame) -> list[str]:
+    """Per node and source, the energy its measured cells used, in kWh: each cell's energy_j_per_token (its whole
+    measured window) x its n, the window's output tokens, is the energy over that window: the delta of NVML's
+    nvmlDeviceGetTotalEnergyConsumption counter (mJ) on the launch's GPUs, or where a GPU has no counter the sampled
+    power's integral over the window (measure/summary.py energy_per_token_figure; the row's note says which). Summed
+    over every cell and launch of every round. Warm-ups, start-ups, the idle time between cells and the host are not
+    in it, so the box drew more."""
+    rows = results[results["source"].isin(MEASURED) & (results["metric"] == PER_TOKEN[1]) & (results["status"] == "ok")]
+    rows = rows.drop_duplicates([*CELL_KEYS, "source", "ref", "replicate", "request_rate", "prompt_tokens"])
+    lines = []
+    for (node, source), mine in rows.groupby(["node", "source"], sort=True):
+        joules = (mine["value"] * pd.to_numeric(mine["n"], errors="coerce")).dropna()
+        if joules.empty:
+            continue
+        basis = ("the simulated GPUs' modeled draw, not a measurement" if source == "rehearsal" else
+                 "NVML's total energy counter, nvmlDeviceGetTotalEnergyConsumption deltas in mJ, on each launch's GPUs "
+                 "(the sampled power's integral where a GPU had no counter: the row's note says)")
+        lines.append(f"Energy the run used on {node}: {joules.sum() / KWH_J:.3g} kWh over the measured windows of "
+                     f"{len(joules)} cells, every launch and round ({basis}); warm-ups, start-ups, the idle time between "
+                     "cells and the host are not in it.")
+    return lines

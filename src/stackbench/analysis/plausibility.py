@@ -15,7 +15,19 @@ The checks, each against a bound from facts already in the results:
   fastest token rate (the aggregate, or one stream's decode x streams), which already favours the row;
 - aggregate below one stream: at two or more streams, the aggregate rate below one stream's decode rate of the
   same cell (an aggregate over n streams is at least one of them, unless first-token waits fill half the window).
-These two compare a cell's figures at one prompt length (POINT): a context ladder's points share the cell's identity,
+- a speculative speed-up its acceptance cannot explain: a speculative cell's decode (or aggregate) rate over its
+  stack's no-spec cell of the same round, load, cap and prompt length above SPEEDUP_MARGIN x its acceptance length.
+  Each verification step emits the acceptance length's tokens on average, Leviathan et al. 2023 ("Fast Inference
+  from Transformers via Speculative Decoding", ICML, eq. 1: (1 - a^(k+1)) / (1 - a) tokens per step at acceptance
+  rate a and depth k; accept_len, 1 + accepted / drafts, is that mean as the engine counted it), and a step costs at
+  least one plain decode step (it reads every weight once, as a decode step does, and verifies k + 1 positions; the
+  draft's own cost comes on top, their c x k), so the speed-up is at most the acceptance length x decode step time /
+  verification step time <= the acceptance length; where no acceptance is reported, depth + 1;
+- per-stream decode that does not fall with concurrency, in a rehearsal only: a stand-in cell at FLAT_FROM or more
+  streams whose per-stream decode is FLAT_SHARE or more of its launch's single stream's at the same workload, cap and
+  prompt length. Batching shares each step's weight read but every stream adds its KV reads and its compute, so a
+  real GPU's per-stream rate falls as streams are added; a flat one says the stand-in's pace ignores the batch.
+These compare a cell's figures at one prompt length (POINT): a context ladder's points share the cell's identity,
 and a short point's energy is not bounded by a long point's power (its prefill) or rate.
 Margins absorb the estimates in each bound (a roofline's bandwidth, NVML's sampling), not doubt about the rule.
 """
@@ -36,6 +48,9 @@ from stackbench.results.metrics import M
 ROOFLINE_MARGIN = 1.25
 POWER_MARGIN = 1.10
 ENERGY_MARGIN = 0.8
+SPEEDUP_MARGIN = 1.25  # two launches' spread (the posts' reruns spread up to 19.65%, vLLM issue 53436) in one ratio
+FLAT_FROM = 8  # streams
+FLAT_SHARE = 0.95  # of the single stream's per-stream decode
 CENTRAL = ("median", "mean", "single")
 POINT = [*CELL, "prompt_tokens"]  # one cell at one prompt length (a ladder's point)
 COLUMN = "implausible"
@@ -145,7 +160,53 @@ def aggregate_below_single(results: pd.DataFrame) -> pd.DataFrame:
     return low[CELL].assign(reason=reason)
 
 
-CHECKS = (over_roofline, accept_over_depth, power_over_limit, energy_below_power, aggregate_below_single)
+def _central(results: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One central figure per cell at one prompt length (POINT + value)."""
+    rows = _ok(results, metric)
+    rows = rows[rows["stat"].isin(CENTRAL)]
+    return rows.groupby(POINT, dropna=False, sort=False)["value"].median().reset_index()
+
+
+def speedup_over_acceptance(results: pd.DataFrame) -> pd.DataFrame:
+    """A speculative cell whose rate over its stack's no-spec cell (same source, node, round, cap, workload, load and
+    prompt length) is above SPEEDUP_MARGIN x its acceptance length (else depth + 1): more tokens a step than it
+    accepts."""
+    pair = ["source", "node", "stack", "replicate", "power_cap_w", "workload", "concurrency", "request_rate", "prompt_tokens"]
+    accept = _central(results, M.accept_len).rename(columns={"value": "accept"})
+    found = []
+    for metric in (M.decode_tps, M.aggregate_tps):
+        rates = _central(results, metric)
+        speculative = ~rates["spec_method"].isin(["none", "unknown"]) & rates["spec_method"].notna()
+        base = rates[rates["spec_method"] == "none"][pair + ["value"]].rename(columns={"value": "base"})
+        joined = rates[speculative].merge(base, on=pair, how="inner").merge(accept, on=POINT, how="left")
+        depth = pd.to_numeric(joined["spec_tokens"], errors="coerce") + 1
+        bound = joined["accept"].fillna(depth)
+        speedup = joined["value"] / joined["base"]
+        over = joined[bound.notna() & (joined["base"] > 0) & (speedup > SPEEDUP_MARGIN * bound)]
+        said = ["acceptance length" if pd.notna(a) else "depth + 1 (no acceptance reported)" for a in over["accept"]]
+        found.append(over[CELL].assign(reason=[
+            f"{metric} {v:.4g} is {v / b:.2f}x the no-spec cell's {b:.4g}, above what {what} {n:.3g} explains (at most "
+            f"that many tokens a verification step, each step at least a decode step's time: Leviathan et al. 2023)"
+            for v, b, what, n in zip(over["value"], over["base"], said, bound[over.index])]))
+    return pd.concat(found, ignore_index=True)
+
+
+def flat_per_stream_decode(results: pd.DataFrame) -> pd.DataFrame:
+    """A rehearsal cell at FLAT_FROM or more streams whose per-stream decode is FLAT_SHARE or more of its launch's
+    single stream's (same workload, cap and prompt length): a stand-in whose pace ignores the batch."""
+    decode = _central(results[results["source"] == "rehearsal"], M.decode_tps)
+    launch = ["source", "ref", "node", "stack", "variant", "replicate", "power_cap_w", "workload", "prompt_tokens"]
+    single = decode[decode["concurrency"] == 1][launch + ["value"]].rename(columns={"value": "single"})
+    many = decode[pd.to_numeric(decode["concurrency"], errors="coerce") >= FLAT_FROM].merge(single, on=launch, how="inner")
+    flat = many[many["value"] >= FLAT_SHARE * many["single"]]
+    reason = [f"per-stream decode {v:.4g} tok/s at {c:.0f} streams is {v / s:.0%} of one stream's {s:.4g} tok/s: it does "
+              "not fall with concurrency, as batching on a GPU does (the stand-in's pace ignores the batch)"
+              for v, c, s in zip(flat["value"], flat["concurrency"], flat["single"])]
+    return flat[CELL].assign(reason=reason)
+
+
+CHECKS = (over_roofline, accept_over_depth, power_over_limit, energy_below_power, aggregate_below_single,
+          speedup_over_acceptance, flat_per_stream_decode)
 
 
 def findings(results: pd.DataFrame) -> pd.DataFrame:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import logging
 import os
@@ -41,6 +42,14 @@ from stackbench.serve.process import NotRunnable, ServerError
 
 log = logging.getLogger("stackbench.measure")
 MAX_RESTARTS = 2
+# A cap this far above the stock cell's mean draw per GPU is still swept: the mean is of NVML readings that are
+# themselves 1 s averages on Ampere and newer (nvmlDeviceGetPowerUsage: "On Ampere (except GA100) or newer GPUs, the
+# API returns power averaged over 1 sec interval"), while the board's power limit acts on the draw within it, so a
+# prefill burst or a boost-clock step above the mean meets a cap the mean sits under. 15%: above the 10% by which
+# the plausibility check lets a central draw exceed its limit (analysis/plausibility.py POWER_MARGIN), so a cap the
+# mean comes within that of is swept, not assumed idle.
+CAP_BIND_MARGIN = 0.15
+CAPS_DECIDED = "caps_decided.json"  # in the configuration's first-round run folder: which caps it sweeps, per cell
 
 
 class GpuBusy(ServerError):
@@ -312,20 +321,41 @@ class LaunchRun:
         return None
 
     def _not_swept(self, cell: launchspec.Cell) -> str | None:
-        """Why a capped cell is not swept: its cap is at or above what the launch's stock cell of the same load (the
-        uncapped one, measured before any cap: launchspec.cells_of) drew per GPU, its power_w_per_gpu (the busiest
-        GPU's mean), so the cap could not bind and the cell would measure the stock state again. None where it may
-        bind, or where there is no stock draw to compare (no telemetry, a stock cell that failed); a cell measured
-        already is never asked (CellStore.todo)."""
+        """Why a capped cell is not swept, decided once per launch configuration and cell and kept in every round
+        (caps_decided): so a capped cell is measured in every round or in none, and pairs in each. The first round
+        to ask decides from its stock cell (cap_above_draw) and writes the verdict where every later round of the
+        configuration reads it. None: swept; a cell measured already is never asked (CellStore.todo)."""
+        if cell.power_cap_w is None:
+            return None
+        path = caps_decided(self.out_dir, self.launch)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = f"{cell.key}--{self.spec.cell_fingerprint(cell)}"
+        # locked: two rounds of one configuration measuring at once (on other GPUs) take one verdict, the first's
+        with path.with_name(f"{path.name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            decided = json.loads(path.read_text()) if path.exists() else {}
+            if key not in decided:
+                why = self._cap_above_draw(cell)
+                decided[key] = None if why is None else f"{why}; decided in {self.launch.name}, kept in every round ({path.name})"
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(decided, indent=1, sort_keys=True))
+                tmp.replace(path)
+        return decided[key]
+
+    def _cap_above_draw(self, cell: launchspec.Cell) -> str | None:
+        """Why a cap could not bind: it is at or above CAP_BIND_MARGIN over what the launch's stock cell of the same
+        load (the uncapped one, measured before any cap: launchspec.cells_of) drew per GPU, its power_w_per_gpu (the
+        busiest GPU's mean), so the cell would measure the stock state again. None where it may bind, or where there
+        is no stock draw to compare (no telemetry, a stock cell that failed)."""
         stock = dataclasses.replace(cell, power_cap_w=None)
-        if cell.power_cap_w is None or stock not in self.spec.cells or self.store.table(stock) is None:
+        if stock not in self.spec.cells or self.store.table(stock) is None:
             return None
         rows = self.store.table(stock).to_pandas()
         draw = rows.loc[(rows["metric"] == M.power_w_per_gpu) & rows["value"].notna(), "value"]
-        if draw.empty or cell.power_cap_w < draw.max():
+        if draw.empty or cell.power_cap_w < draw.max() * (1 + CAP_BIND_MARGIN):
             return None
         return (f"not swept: cap {cell.power_cap_w:g} W is at or above the stock cell's measured draw {draw.max():.0f} W "
-                f"per GPU ({stock.key}), where it could not bind")
+                f"per GPU ({stock.key}) + {CAP_BIND_MARGIN:.0%}, where it could not bind")
 
     def limit_rows(self) -> list[dict]:
         """The power limit found at the launch's start (a sweep's uncapped cells run at it), with NVML's
@@ -473,6 +503,13 @@ class LaunchRun:
                         "(--config measure='{keep_failed: true}' keeps them)", len(unfinished),
                         ", ".join(c.key for c in unfinished))
         return out
+
+
+def caps_decided(out_dir: Path, launch) -> Path:
+    """Where a launch configuration keeps which of its caps are swept (LaunchRun._not_swept): its first round's run
+    folder (Launch.name: the configuration's own name), beside every later round's (<configuration>--r<k>) under the
+    node's runs folder, so each round and the one-off sets' launch read the one verdict."""
+    return Path(out_dir).parent / launch.configuration / CAPS_DECIDED
 
 
 def mark_for_retry(spec_path: Path, out: Path) -> None:

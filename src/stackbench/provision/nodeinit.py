@@ -42,9 +42,12 @@ GPU_ACCURACY = "accuracy-gpu"  # all 100 GSM8K questions of the sample, 512-toke
 MANY_STREAMS_GIB = 160
 MANY_STREAMS, FEW_STREAMS = [1, 8, 32], [1, 2, 4]
 # What to run decides: three rounds of launches before the first look (a paired interval needs two), up to eight
-# if cells stay undecided, within 12 GPU-node hours of measuring; rehearse the node for its real price.
+# if cells stay undecided. No budget_minutes: only the node's rehearsal prices its rounds (BUDGET_COMMENT).
 GPU_LAUNCHES = 3
-GPU_DECIDE = {"most_launches": 8, "budget_minutes": 720}
+GPU_DECIDE = {"most_launches": 8}
+BUDGET_COMMENT = ("# decide.budget_minutes is not written: no budget is known before the rehearsal prices the rounds. "
+                  "Rehearse, then set it\n# from the report's \"What to run's rounds\" table (the plan's minutes, "
+                  "docs/rehearsal.md); it opens with OVER BUDGET where\n# rounds 1-3 alone exceed the one you set.\n")
 # The reasoning parser every SGLang and vLLM run gets, so that thinking streams apart alike on every stack:
 # Qwen3's, the seed nodes' model family; name your model's.
 REASONING_PARSER = "qwen3"
@@ -213,7 +216,7 @@ def write_node(name: str, root: Path = Path("."), nvml=None, gpu: str | None = N
     if gpu_count:
         about += ("# Sized for a GPU: judged on 512- and 1,024-token replies with thinking off on every stack, a "
                   "context ladder to the node's\n# context, GSM8K's 100 questions, and launches + decide so "
-                  "What to run can decide (docs/nodes.md).\n")
+                  "What to run can decide (docs/nodes.md).\n" + BUDGET_COMMENT)
     header = (f"# Starting config for {'a ' + str(count) + 'x ' + gpu + ' box' if gpu else 'this machine'}, written by "
               f"`stackbench init-node {name}{f' --gpu {gpu!r} --count {count}' if gpu else ''}`.\n"
               f"{about}"

@@ -29,6 +29,8 @@ in money too where the node states `rental.gpu_hour_usd`.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -44,12 +46,17 @@ from stackbench.measure import clientload
 from stackbench.plan.expand import repeated_cell
 from stackbench.rehearsal import standin
 from stackbench.results import estimators
+from stackbench.results.metrics import M
 
 HIGH_SHARE = 0.4  # of the bandwidth roofline: the slow end of what engines reach at single-stream decode
 FITTED_MARGIN = 1.3  # a pace fitted to a post: the slow end 30% slower (the posts' own runs spread 5-35%)
 LOAD_BYTES_PER_S_HIGH = 0.5e9  # weights from a network filesystem or a cold page cache
 IMAGE_PULL_S = (120.0, 900.0)  # an engine image of 10-20 GB at about 150 MB/s, and at about 20 MB/s
 TOP_CELLS = 5
+KWH_J = 3.6e6  # joules in a kilowatt-hour
+# analysis/sequence.py horizon(rule, look, spent_s, round_s) -> (rule, why): the one rule that fixes the real run's
+# horizon, passed in by the caller (stackbench rehearsal-budget), since the rehearsal's layer sits beside analysis's
+Horizon = Callable[[Decision, int, float, float], tuple[Decision, str]]
 # Launch-to-launch CVs the rounds are priced at (what gain a budget resolves): this machine's pinned llama.cpp
 # (2.7-7.5%, docs/benchmarks.md), a GPU server's usual few percent, and vLLM issue 53436's up to 19.65% with
 # speculation at c2. An assumption, stated, until the node's own runs show its spread.
@@ -118,8 +125,11 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
         per_stream = (workload.get("load") or {}).get("requests_per_stream") or 1
         per_launch = once_per_launch(workload)
         low = once if per_launch else once * (repeats + real["warmup_requests"] / per_stream)
+        watts = cell_power_w(run_dir, cell)
         cells.append({"key": cell["key"], "workload": cell["workload"], "power_cap_w": cell["power_cap_w"],
-                      "low_s": low, "high_s": low * slow, "once_per_launch": per_launch, "host_timed": host_timed,
+                      "low_s": low, "high_s": low * slow, "power_w": watts,
+                      "low_kwh": (watts or 0.0) * low / KWH_J, "high_kwh": (watts or 0.0) * low * slow / KWH_J,
+                      "once_per_launch": per_launch, "host_timed": host_timed,
                       "judged": repeated(workload, cell, launch)})
     argv = _json(run_dir / "standin_argv.json")
     build = launch.get("env_name") if launch["launch_mode"] == "native" else None
@@ -127,7 +137,7 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
     sized = {"sized_mib": facts.get("weights_mib"), "bpw": facts.get("bpw")}
     models = [{**model, **(sized if key == "model" else {})} for key in ("model", "draft_model") if (model := launch.get(key))]
     # its run folder's name: the configuration, its label and its round (<stack>[+<label>]--<variant>[--r<k>])
-    return {"launch": run_dir.name, "mode": launch["launch_mode"], "repeats": repeats,
+    return {"launch": run_dir.name, "mode": launch["launch_mode"], "repeats": repeats, "once": bool(launch.get("once")),
             "build": {"env": build, "engine": engine} if build else None, "models": models,
             "tp_cost": facts.get("tp_cost") or "",
             "flag_check": argv.get("flag_check") or ("not started" if not argv else "not recorded"),
@@ -137,7 +147,25 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
             "high_s": start_high + sum(c["high_s"] for c in cells), "replicate": launch.get("replicate") or 1,
             # a later round launches it again for the cells What to run judges only (expand.interleaved_rounds)
             "round_low_s": start_low + sum(c["low_s"] for c in cells if c["judged"]),
-            "round_high_s": start_high + sum(c["high_s"] for c in cells if c["judged"])}
+            "round_high_s": start_high + sum(c["high_s"] for c in cells if c["judged"]),
+            "low_kwh": sum(c["low_kwh"] for c in cells), "high_kwh": sum(c["high_kwh"] for c in cells),
+            "round_low_kwh": sum(c["low_kwh"] for c in cells if c["judged"]),
+            "round_high_kwh": sum(c["high_kwh"] for c in cells if c["judged"]),
+            "unpowered_cells": sum(1 for c in cells if c["power_w"] is None),
+            # planned but not measured here (a cap not swept, a sweep stopped past saturation): the figures decided it
+            "unmeasured_cells": len(by_key) - len(cells)}
+
+
+def cell_power_w(run_dir: Path, cell: dict) -> float | None:
+    """The cell's draw, all the launch's GPUs together: its power_w row (the simulated GPUs' modeled draw in a rehearsal,
+    rehearsal/simgpu.py, sampled as NVML would be); None where the cell has no stored rows or no such figure."""
+    found = sorted((run_dir / "cells").glob(f"{cell['key']}--{cell.get('fingerprint') or '*'}.parquet"))
+    found = [f for f in found if not f.name.endswith(".requests.parquet")]
+    if not found:
+        return None
+    rows = pd.read_parquet(found[-1], columns=["metric", "value"])
+    power = rows.loc[(rows["metric"] == M.power_w) & rows["value"].notna(), "value"]
+    return float(power.iloc[0]) if len(power) else None
 
 
 def repeated(workload: dict, cell: dict, launch: dict) -> bool:
@@ -206,10 +234,11 @@ def caps_everywhere_s(launches: list[dict]) -> tuple[list[float], float, float]:
 
 
 def budget(runs_dir: Path, time_scale: float, real: dict, decision: Decision | None = None,
-           rental: Rental | None = None) -> dict:
-    """The node's budget in hours: per launch, per workload, the most expensive cells, what sweeping the caps on
-    every launch would add, and What to run's rounds under the node's rule (`decision`; the schema's default);
-    beside them the builds and downloads, at the node's `rental` (its price and download rate; the schema's)."""
+           rental: Rental | None = None, horizon: Horizon | None = None, usd_per_kwh: float | None = None) -> dict:
+    """The node's budget in hours and kWh: per launch, per workload, the most expensive cells, what sweeping the caps
+    on every launch would add, and What to run's rounds under the node's rule (`decision`; the schema's default) to
+    the horizon `horizon` fixes (analysis/sequence.py's); beside them the builds and downloads, at the node's `rental`
+    (its price and download rate; the schema's), and the energy at `usd_per_kwh` (the node's electricity_usd_per_kwh)."""
     rental = rental or default_rental()
     pulled: set[str] = set()
     launches = [launch_budget(d, time_scale, real, pulled) for d in sorted(runs_dir.iterdir())
@@ -230,7 +259,8 @@ def budget(runs_dir: Path, time_scale: float, real: dict, decision: Decision | N
         "launches": [{"launch": x["launch"], "mode": x["mode"], "repeats": x["repeats"], "cells": len(x["cells"]),
                       "flag_check": x["flag_check"], "pinned": x["pinned"],
                       "caps": x["power_caps_w"], "start_h": [x["start_low_s"] * hours, x["start_high_s"] * hours],
-                      "total_h": [x["low_s"] * hours, x["high_s"] * hours]} for x in launches],
+                      "total_h": [x["low_s"] * hours, x["high_s"] * hours], "kwh": [x["low_kwh"], x["high_kwh"]]}
+                     for x in launches],
         "workloads": [{"workload": name, "total_h": [low * hours, high * hours]}
                       for name, (low, high) in sorted(workloads.items(), key=lambda item: -item[1][0])],
         "top_cells": [{"launch": launch, "cell": key, "total_h": [low * hours, high * hours]} for low, high, launch, key in top],
@@ -239,42 +269,85 @@ def budget(runs_dir: Path, time_scale: float, real: dict, decision: Decision | N
                          "uncapped_h": [capped[2] * hours, capped[3] * hours]},
         "compile_s": {adapter_for(engine).engine_label: list(pair) for engine, pair in COMPILE_S.items()},
         "host_timed_cells": sum(1 for x in launches for c in x["cells"] if c["host_timed"]),
+        "priced_cells": sum(len(x["cells"]) for x in launches),
+        "unmeasured_cells": sum(x["unmeasured_cells"] for x in launches),
         "builds": builds(launches),
         "downloads": downloads(launches, rental.download_gbps),
         "rental": {"gpu_hour_usd": rental.gpu_hour_usd, "gpus": rental.gpus, "node_hour_usd": rental.node_hour_usd,
                    "download_gbps": rental.download_gbps},
         "tp_cost": sorted({x["tp_cost"] for x in launches if x["tp_cost"]}),
         "client": busiest_client(runs_dir),
-        "rounds": rounds(launches, decision or default_decision()),
+        "rounds": rounds(launches, decision or default_decision(), horizon),
+        # the cells' energy at the stand-in's modeled draw (each cell's power_w x its modeled seconds); start-ups,
+        # compiles and the idle box between launches are not in it
+        "energy": {"kwh": [sum(x["low_kwh"] for x in launches), sum(x["high_kwh"] for x in launches)],
+                   "unpowered_cells": sum(x["unpowered_cells"] for x in launches), "usd_per_kwh": usd_per_kwh},
         "once_per_launch_h": [sum(c["low_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours,
                               sum(c["high_s"] for x in launches for c in x["cells"] if c["once_per_launch"]) * hours],
     }
 
 
-def rounds(launches: list[dict], decision: Decision) -> dict:
-    """What to run's rounds priced: the first rounds as rehearsed, one later round (each configuration again, the
-    judged cells only), the budget (the first rounds, then later ones up to decide.most_launches), and the gain
-    each resolves at ASSUMED_LAUNCH_CV: at the first look, at the budget's last, and the fewest rounds of a single
-    look that resolve decide.min_gain (the cheapest plan that decides)."""
+def rounds(launches: list[dict], decision: Decision, horizon: Horizon | None = None) -> dict:
+    """What to run's rounds priced as the real run will execute them: the first rounds as rehearsed, one later round
+    (each configuration again, the judged cells only), and the horizon as analysis/sequence.py horizon() will fix it
+    at the first look from `decide.budget_minutes` and `decide.most_launches`, at each end of the range (its
+    measuring seconds so far: every cell of the rounds before the look, as the real run counts them from its cells,
+    cli.launch_seconds; a full later round's the same way). `over_budget`: where the first rounds alone take more
+    than the budget, the minutes that would do (the first rounds, and up to decide.most_launches), at the slow end.
+    Then the gain each plan resolves at ASSUMED_LAUNCH_CV: at the first look, at the horizon's last, and the fewest
+    rounds of a single look that resolve decide.min_gain (the cheapest plan that decides)."""
     hours = 1 / 3600
     first = [sum(x[key] for x in launches) * hours for key in ("low_s", "high_s")]
     later = [sum(x[key] for x in launches if x["replicate"] == 1) * hours for key in ("round_low_s", "round_high_s")]
+    first_kwh = [sum(x[key] for x in launches) for key in ("low_kwh", "high_kwh")]
+    later_kwh = [sum(x[key] for x in launches if x["replicate"] == 1) for key in ("round_low_kwh", "round_high_kwh")]
     planned = max((x["replicate"] for x in launches), default=0)
-    extra = max(decision.most - planned, 0)
-    taken = estimators.looks(decision.first, decision.most)  # the first round whose look can decide, if any
+    # measuring seconds only (no start-up, no one-off sets' launch): what the budget's minutes count
+    spent = [sum(c[key] for x in launches if not x["once"] for c in x["cells"]) for key in ("low_s", "high_s")]
+    full = [sum(c[key] for x in launches if x["replicate"] == 1 and not x["once"] for c in x["cells"] if c["judged"])
+            for key in ("low_s", "high_s")]
+    fixed = [horizon(decision, max(planned, 1), spent[i], full[i]) if horizon else
+             (decision, "horizon: not fixed here (no horizon rule passed: stackbench rehearsal-budget passes analysis/sequence.py's)")
+             for i in (0, 1)]
+    last = [max(rule.most, planned) for rule, _ in fixed]
+    over = None
+    if decision.budget_minutes is not None and spent[1] / 60 > decision.budget_minutes:
+        over = {"budget_minutes": decision.budget_minutes, "first_minutes": [spent[0] / 60, spent[1] / 60],
+                "needed_minutes": math.ceil(spent[1] / 60),
+                "needed_most_minutes": math.ceil((spent[1] + max(decision.most - planned, 0) * full[1]) / 60)}
+    said = over_budget_said({"over_budget": over, "first_rounds": planned, "most_launches": decision.most})
+    taken = estimators.looks(decision.first, last[0])  # the first round whose look can decide, if any
     first_look = taken[0] if taken else decision.first
     resolves = []
     for cv in ASSUMED_LAUNCH_CV:
         sd = estimators.paired_sd_of_launch_cv(cv)
         cheapest = estimators.rounds_to_resolve(sd, decision.min_gain)
-        resolves.append({"cv": cv, "first_look": estimators.resolvable_gain(sd, first_look, decision.first, decision.most),
-                         "last_look": estimators.resolvable_gain(sd, decision.most, decision.first, decision.most),
+        resolves.append({"cv": cv, "first_look": estimators.resolvable_gain(sd, first_look, decision.first, last[0]),
+                         "last_look": estimators.resolvable_gain(sd, last[0], decision.first, last[0]),
                          "cheapest_rounds": cheapest,
                          "cheapest_h": None if cheapest is None else [first[i] + (cheapest - max(planned, 1)) * later[i]
                                                                       if cheapest > planned else first[i] for i in (0, 1)]})
-    return {"first_rounds": planned, "most": decision.most, "first_look": first_look, "min_gain": decision.min_gain,
-            "first_h": first, "later_round_h": later, "budget_h": [first[i] + extra * later[i] for i in (0, 1)],
-            "resolves": resolves}
+    return {"first_rounds": planned, "most": last[0], "most_launches": decision.most, "horizon": last,
+            "horizon_why": [why for _, why in fixed], "budget_minutes": decision.budget_minutes, "over_budget": over,
+            "over_budget_said": said,
+            "first_look": first_look, "min_gain": decision.min_gain,
+            "first_h": first, "later_round_h": later,
+            "budget_h": [first[i] + max(last[i] - planned, 0) * later[i] for i in (0, 1)],
+            "first_kwh": first_kwh, "later_round_kwh": later_kwh,
+            "budget_kwh": [first_kwh[i] + max(last[i] - planned, 0) * later_kwh[i] for i in (0, 1)], "resolves": resolves}
+
+
+def over_budget_said(rounds: dict | None) -> str | None:
+    """Where the first rounds alone measure longer than decide.budget_minutes: the sentence the report and the console
+    open with, and the budget that would do."""
+    over = (rounds or {}).get("over_budget")
+    if not over:
+        return None
+    first, (low, high) = rounds["first_rounds"], over["first_minutes"]
+    return (f"OVER BUDGET: rounds 1-{first} alone measure for {low:.0f}-{high:.0f} min, past decide.budget_minutes "
+            f"{over['budget_minutes']:g}: the first look comes after them whatever the budget, and no later round starts. "
+            f"A budget that would do: budget_minutes: {over['needed_minutes']} (rounds 1-{first}, the slow end), or "
+            f"{over['needed_most_minutes']} to reach decide.most_launches {rounds['most_launches']} at a full round each.")
 
 
 def builds(launches: list[dict]) -> list[dict]:
@@ -318,10 +391,10 @@ def model_bytes(model: dict) -> tuple[float | None, str]:
 
 
 def main(runs_dir: Path, time_scale: float, real: dict, out: Path, decision: Decision | None = None,
-         rental: Rental | None = None) -> Path:
+         rental: Rental | None = None, horizon: Horizon | None = None, usd_per_kwh: float | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(budget(runs_dir, time_scale, real, decision, rental), indent=1))
+    tmp.write_text(json.dumps(budget(runs_dir, time_scale, real, decision, rental, horizon, usd_per_kwh), indent=1))
     tmp.replace(out)
     return out
 

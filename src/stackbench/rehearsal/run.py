@@ -71,17 +71,29 @@ def _cell_reasons(run_dir: Path) -> list[str]:
 
 
 def summarize(node: str, seconds: float, time_scale: float) -> dict:
+    """The rehearsal's summary: its launches, and the real run's price from its time budget (rehearsal/budget.py), or
+    None where the workflow stopped before it wrote one (then no plan is printed, never a zero one)."""
     runs = Path(rehearsal.paths(node)["runs"]) / node
     launches = [launch_summary(d) for d in sorted(runs.iterdir()) if (d / "launch.json").exists()] if runs.exists() else []
     budget_path = rehearsal.budget_path(node)
-    budget = json.loads(budget_path.read_text()) if budget_path.exists() else {"total_h": [0.0, 0.0]}
+    budget = json.loads(budget_path.read_text()) if budget_path.exists() else None
+    if budget is None:
+        return {"node": node, "rehearsal_seconds": round(seconds, 1), "time_scale": time_scale, "launches": launches,
+                "expected_real_hours": None, "expected_basis": f"no time budget written ({budget_path}): the workflow "
+                                                               "stopped before it; its log says where"}
     low, high = budget["total_h"]
     per_hour = (budget.get("rental") or {}).get("node_hour_usd")
+    rounds = budget.get("rounds") or {}
     return {"node": node, "rehearsal_seconds": round(seconds, 1), "time_scale": time_scale, "launches": launches,
             "round_costs": round_costs(budget),
             "expected_real_hours": round(low, 2), "expected_real_hours_high": round(high, 2),
             "expected_real_usd": None if per_hour is None else [round(low * per_hour), round(high * per_hour)],
             "node_hour_usd": per_hour,
+            "plan_hours": [round(h, 2) for h in rounds["budget_h"]] if "budget_h" in rounds else None,
+            "plan_kwh": rounds.get("budget_kwh"),
+            "horizon": rounds.get("horizon"), "first_rounds": rounds.get("first_rounds"),
+            "usd_per_kwh": (budget.get("energy") or {}).get("usd_per_kwh"),
+            "over_budget": rounds.get("over_budget_said"),
             "expected_basis": f"the rehearsal's time budget ({budget_path}): each cell's requests at the stand-in's "
                               "modeled pace (never this host's seconds), the real repeats and warm-up, start-up, "
                               "compile, model load and image pulls; builds and installs beside it"}
@@ -127,10 +139,27 @@ def report_lines(summary: dict) -> list[str]:
                      + f"; flags checked: {flags_checked(launch.get('flag_check'), launch.get('pinned'))}")
     notes = dict.fromkeys(n for launch in summary["launches"] for n in launch.get("pace_notes") or ())
     lines += [f"  priced: {note}" for note in notes]
-    cost = summary.get("expected_real_usd")
-    money = f", ${cost[0]:g}-{cost[1]:g} at ${summary['node_hour_usd']:g} a GPU-node hour" if cost else ""
-    lines.append(f"  the real run: about {summary['expected_real_hours']:g}-{summary['expected_real_hours_high']:g} GPU-node "
-                 f"hours{money} ({summary['expected_basis']})")
+    if summary.get("expected_real_hours") is None:
+        lines.append(f"  the real run: not priced, {summary['expected_basis']}")
+    else:
+        if summary.get("over_budget"):
+            lines.append(f"  {summary['over_budget']}")
+        cost = summary.get("expected_real_usd")
+        unit = "GPU-node hours" if summary.get("node_hour_usd") else "hours of the box"
+        money = f", ${cost[0]:g}-{cost[1]:g} at ${summary['node_hour_usd']:g} a GPU-node hour" if cost else ""
+        lines.append(f"  the real run: about {summary['expected_real_hours']:g}-{summary['expected_real_hours_high']:g} "
+                     f"{unit} for the rounds as rehearsed{money} ({summary['expected_basis']})")
+        if summary.get("plan_hours"):
+            (low, high), kwh = summary["plan_hours"], summary.get("plan_kwh")
+            rate = summary.get("usd_per_kwh")
+            energy = "" if not kwh or not kwh[1] else f", {kwh[0]:.3g}-{kwh[1]:.3g} kWh at the stand-in's modeled draw" + (
+                f" (${kwh[0] * rate:.2f}-{kwh[1] * rate:.2f} at ${rate:g} a kWh)" if rate else "")
+            rounds = "-".join(str(r) for r in dict.fromkeys(summary["horizon"]))
+            later = (f", then later rounds to the horizon, round {rounds}" if max(summary["horizon"]) > summary["first_rounds"]
+                     else ", no later round")
+            lines.append(f"  the plan: {summary['first_rounds']} round(s) first{later} (analysis/sequence.py; "
+                         f"decide.budget_minutes counts the cells' minutes only): about {low:g}-{high:g} {unit}, start-ups "
+                         f"and compiles included{energy}")
     if summary.get("texts_advised"):
         lines.append("  " + summary["texts_advised"].lstrip("# "))
     lines.append(f"  report: {rehearsal.paths(summary['node'])['reports']}/index.html")
@@ -146,7 +175,7 @@ def rehearse(nodes: list[str], settings: dict, advise=None) -> int:
         started = time.monotonic()
         done = subprocess.run(snakemake_argv(node, settings), env=env)
         summary = summarize(node, time.monotonic() - started, settings["time_scale"])
-        if advise and summary["round_costs"]:
+        if advise and summary.get("round_costs"):
             summary["texts_advised"] = advise(*summary["round_costs"])
         out = rehearsal.DATA / node / "rehearsal.json"
         out.parent.mkdir(parents=True, exist_ok=True)

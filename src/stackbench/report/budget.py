@@ -43,6 +43,30 @@ def rate_said(rental: dict) -> str:
             f"GPU{'s' if rental['gpus'] > 1 else ''}, the node's rental.gpu_hour_usd)")
 
 
+def kwh(pair: list[float]) -> str:
+    low, high = (format_number(k) for k in pair)
+    return f"{low} kWh" if low == high else f"{low}–{high} kWh"
+
+
+def box_hours(rental: dict | None) -> str:
+    """What the hours are of: a rented node's GPU-node hours (rental.gpu_hour_usd set), else hours of the owner's box."""
+    return "GPU-node hours" if priced_at(rental) else "hours of the box"
+
+
+def energy_said(energy: dict | None) -> str | None:
+    """The first rounds' energy at the stand-in's modeled draw, in money where the node states electricity_usd_per_kwh."""
+    if not energy:
+        return None
+    rate = energy.get("usd_per_kwh")
+    money = f", {dollars(energy['kwh'], rate)} at ${rate:g} a kWh (the node's electricity_usd_per_kwh)" if rate else \
+        " (electricity_usd_per_kwh not set: no money)"
+    unpowered = (f"; {energy['unpowered_cells']} cells without a power figure count none" if energy.get("unpowered_cells")
+                 else "")
+    return (f"Energy of the rounds as rehearsed: {kwh(energy['kwh'])}{money}: each cell's draw, all its GPUs (power_w of "
+            "the simulated GPUs, the stand-in's modeled draw), x its modeled seconds; start-ups, compiles and the idle box "
+            f"between launches are not in it{unpowered}.")
+
+
 def priced_at(rental: dict | None) -> bool:
     """Whether the budget states the node's price (rental.gpu_hour_usd; budgets written before it: no)."""
     return bool(rental) and rental.get("node_hour_usd") is not None
@@ -59,12 +83,16 @@ def with_cost(columns: list[str], rows: list[list[str]], spans: list[list[float]
 def budget_tables(path: Path) -> list[Table]:
     doc = json.loads(path.read_text())
     rental = doc.get("rental")
+    energy = doc.get("energy")  # a budget written before issue 67 has none: no energy column
     launches = [[x["launch"], x["mode"], str(x["repeats"]), str(x["cells"]), "/".join(f"{c:g}" for c in x["caps"]) or "none",
-                 hours(x["start_h"]), hours(x["total_h"]), flags_checked(x.get("flag_check"), x.get("pinned"))] for x in doc["launches"]]
-    launches.append(["all launches", "", "", str(sum(x["cells"] for x in doc["launches"])), "", "", hours(doc["total_h"]), ""])
-    launch_columns, launches = with_cost(["launch", "mode", "repeats", "cells", "caps W", "start-up + load", "total", "flags checked"],
+                 hours(x["start_h"]), hours(x["total_h"]), *([kwh(x["kwh"])] if energy else []),
+                 flags_checked(x.get("flag_check"), x.get("pinned"))] for x in doc["launches"]]
+    launches.append(["all launches", "", "", str(sum(x["cells"] for x in doc["launches"])), "", "", hours(doc["total_h"]),
+                     *([kwh(energy["kwh"])] if energy else []), ""])
+    launch_columns, launches = with_cost(["launch", "mode", "repeats", "cells", "caps W", "start-up + load", "total",
+                                          *(["cells' energy"] if energy else []), "flags checked"],
                                          launches, [x["total_h"] for x in doc["launches"]] + [doc["total_h"]], rental)
-    legend = [BASIS]
+    legend = [line for line in ((doc.get("rounds") or {}).get("over_budget_said"), BASIS, energy_said(energy)) if line]
     if priced_at(rental):
         legend.append(f"Cost at {rate_said(rental)}.")
     refused = [x["launch"] for x in doc["launches"] if str(x.get("flag_check") or "").startswith(REFUSED)]
@@ -82,6 +110,12 @@ def budget_tables(path: Path) -> list[Table]:
         legend.append("Compile and graph capture per start, assumed (no seed post's log states it): " + "; ".join(
             f"{engine} {low:g}-{high:g} s" for engine, (low, high) in doc["compile_s"].items()) + ".")
     legend += [f"{line}." for line in doc.get("tp_cost") or []]
+    if doc.get("unmeasured_cells"):
+        legend.append(f"Two rehearsals of this node give this budget where they measure the same cells: "
+                      f"{doc['priced_cells']} priced here, {doc['unmeasured_cells']} planned cells not measured (a cap not "
+                      "swept, decided once on round 1's stock draw and kept in every round; a sweep stopped past "
+                      "saturation). Those verdicts read the stand-in's figures, which carry this host's timing, so a cap or "
+                      "a saturation point at the edge can fall the other way in another rehearsal and price another budget.")
     if doc.get("host_timed_cells"):
         legend.append(f"{doc['host_timed_cells']} cells left no request records (they failed here): those count this "
                       "host's seconds x the time scale, and move between rehearsals.")
@@ -107,16 +141,16 @@ def budget_tables(path: Path) -> list[Table]:
         else:
             legend.append(f"Every launch already sweeps the caps {caps} W: sweeping them on every launch would add nothing more.")
     return [
-        Table("budget-launches", "Time budget of the real run: GPU-node hours per launch", "rehearsal/budget.py",
+        Table("budget-launches", f"Time budget of the real run: {box_hours(rental)} per launch", "rehearsal/budget.py",
               launch_columns, launches, [[None] * len(launch_columns) for _ in launches], legend=legend),
-        Table("budget-workloads", "Time budget of the real run: GPU-node hours per workload, all launches",
+        Table("budget-workloads", f"Time budget of the real run: {box_hours(rental)} per workload, all launches",
               "rehearsal/budget.py", ["workload", "hours"], [[w["workload"], hours(w["total_h"])] for w in doc["workloads"]],
               [[None, None] for _ in doc["workloads"]]),
         Table("budget-top-cells", "Time budget of the real run: the most expensive cells", "rehearsal/budget.py",
               ["launch", "cell", "hours"], [[c["launch"], c["cell"], hours(c["total_h"])] for c in doc["top_cells"]],
               [[None] * 3 for _ in doc["top_cells"]]),
         *before_the_run(doc.get("builds") or [], doc.get("downloads") or [], rental),
-        *rounds_tables(doc.get("rounds"), rental),
+        *rounds_tables(doc.get("rounds"), rental, energy),
     ]
 
 
@@ -147,18 +181,26 @@ def gain(value: float | None) -> str:
     return "beyond reach" if value is None or not math.isfinite(value) else f"±{value:.0%}"
 
 
-def rounds_tables(rounds: dict | None, rental: dict | None = None) -> list[Table]:
-    """What to run's rounds priced in GPU-node hours (rehearsal/budget.py rounds), and the gain each resolves at
-    the assumed launch-to-launch noise; a plan that cannot decide says so, with the cheapest one that could."""
+def rounds_tables(rounds: dict | None, rental: dict | None = None, energy: dict | None = None) -> list[Table]:
+    """What to run's rounds priced in GPU-node hours (an own box: hours of the box) and kWh (rehearsal/budget.py
+    rounds), to the horizon analysis/sequence.py fixes from decide.budget_minutes and decide.most_launches, and the
+    gain each resolves at the assumed launch-to-launch noise; a plan that cannot decide says so, with the cheapest one
+    that could."""
     if not rounds:
         return []
     first, most = rounds["first_rounds"], rounds["most"]
+    low, high = rounds.get("horizon") or [most, most]
+    to = f"round {low}" if low == high else f"round {low} (the slow end: {high})"
+    said = rounds.get("horizon_why") or []
+    energy_of = "budget_kwh" in rounds
     priced = [[f"round{'s 1-' + str(first) if first > 1 else ' 1'}, as rehearsed (every cell, one-off sets included)",
                hours(rounds["first_h"])],
               ["one later round (each configuration again, the cells What to run judges only)", hours(rounds["later_round_h"])],
-              [f"the budget: {first} round(s) first" + (f", then up to {most - first} more (decide.most_launches {most})"
-                                                       if most > first else ", no later round (decide.most_launches not set)"),
+              [f"the plan: {first} round(s) first" + (f", then later rounds to the horizon, {to}" if max(low, high) > first
+                                                     else ", no later round (the horizon is the first look)"),
                hours(rounds["budget_h"])]]
+    if energy_of:
+        priced = [row + [kwh(rounds[key])] for row, key in zip(priced, ("first_kwh", "later_round_kwh", "budget_kwh"))]
     margin, looks = rounds["min_gain"], most >= rounds["first_look"]
     resolves = []
     for row in rounds["resolves"]:
@@ -168,7 +210,16 @@ def rounds_tables(rounds: dict | None, rental: dict | None = None) -> list[Table
                          "none up to 100 rounds" if cheapest is None else f"{cheapest} rounds, {hours(row['cheapest_h'])}"
                          + (f", {dollars(row['cheapest_h'], rental['node_hour_usd'])}" if priced_at(rental) else "")])
     cannot = [f"{r['cv']:.0%}" for r in rounds["resolves"] if not r["last_look"] < margin]
-    legend = [f"Resolves: how far a true gain must lie from zero to read \"run\", or under the {margin:.0%} margin "
+    legend = [line for line in (rounds.get("over_budget_said"),) if line]
+    if said:  # a budget written before issue 67 has no horizon
+        legend.append(f"The horizon as the real run fixes it at its first look (analysis/sequence.py horizon), from these "
+                      f"rounds' measuring minutes at each end of the range: {'; '.join(dict.fromkeys(said))}. "
+                      "decide.budget_minutes counts measuring minutes, the cells' time as the real run counts it; the "
+                      "plan's hours add each launch's start-up, model load and compile.")
+    if energy_of and energy and energy.get("usd_per_kwh"):
+        legend.append(f"The plan's energy costs {dollars(rounds['budget_kwh'], energy['usd_per_kwh'])} at "
+                      f"${energy['usd_per_kwh']:g} a kWh (the node's electricity_usd_per_kwh).")
+    legend += [f"Resolves: how far a true gain must lie from zero to read \"run\", or under the {margin:.0%} margin "
               "(decide.min_gain) to read \"not worth it\", per cell before the correction across cells "
               "(results/estimators.py resolvable_gain: Student's t at the error that look spends). Launch-to-launch CV "
               "assumed (rehearsal/budget.py ASSUMED_LAUNCH_CV): no stand-in measures a real launch's spread."]
@@ -178,8 +229,10 @@ def rounds_tables(rounds: dict | None, rental: dict | None = None) -> list[Table
     if cannot:
         legend.append(f"This plan cannot decide a gain near the {margin:.0%} margin at a launch CV of {', '.join(cannot)}: "
                       "the last column is the cheapest plan that could (`launches:` that many, one look).")
-    columns, priced = with_cost(["rounds", "hours"], priced, [rounds[k] for k in ("first_h", "later_round_h", "budget_h")], rental)
-    return [Table("budget-rounds", "What to run's rounds: GPU-node hours", "rehearsal/budget.py rounds",
+    columns, priced = with_cost(["rounds", "hours", *(["energy"] if energy_of else [])], priced,
+                                [rounds[k] for k in ("first_h", "later_round_h", "budget_h")], rental)
+    return [Table("budget-rounds", f"What to run's rounds: {box_hours(rental)}{' and kWh' if energy_of else ''}",
+                  "rehearsal/budget.py rounds",
                   columns, priced, [[None] * len(columns) for _ in priced]),
             Table("budget-resolves", "What each plan can decide, at an assumed launch-to-launch CV", "rehearsal/budget.py rounds",
                   ["launch CV", f"first look (round {rounds['first_look']}) resolves" if looks else "first look",

@@ -102,3 +102,16 @@ def test_a_partly_refused_sweep_reads_only_the_caps_applied():
     rows = refused(cap_cell("nospec", 400, 100, 395, 4.0)) + cap_cell("nospec", 300, 95, 300, 3.2) + cap_cell("nospec", 200, 57, 205, 3.6)
     floor = energy.cap_floors(energy.energy_cells(frame(rows), NO_FLAGS)).iloc[0]
     assert floor["cap_floor_w"] == 300 and "from 300 W to 200 W" in floor["why"]
+
+
+def test_the_run_states_the_energy_its_cells_used_from_the_energy_counters_joules():
+    """Issue 67: each cell's energy_j_per_token x its n (the window's output tokens) is the NVML counter's delta over
+    the window; summed over every cell, launch and round: 2 J x 900,000 + 1.5 J x 1,200,000 = 3.6 MJ = 1 kWh."""
+    rows = frame(measured(metric="energy_j_per_token", value=2.0, n=900_000, unit="J/token"),
+                 measured(ref="run2", replicate=2, metric="energy_j_per_token", value=1.5, n=1_200_000, unit="J/token"),
+                 measured(workload="prose", metric="energy_j_per_token", value=None, n=None, status="failed", unit="J/token"),
+                 measured(node="other", source="rehearsal", metric="energy_j_per_token", value=1.0, n=360_000, unit="J/token"))
+    measured_line, rehearsal_line = energy.run_energy_lines(rows)
+    assert measured_line.startswith("Energy the run used on cpu: 1 kWh over the measured windows of 2 cells")
+    assert "nvmlDeviceGetTotalEnergyConsumption deltas in mJ" in measured_line
+    assert rehearsal_line.startswith("Energy the run used on other: 0.1 kWh") and "not a measurement" in rehearsal_line

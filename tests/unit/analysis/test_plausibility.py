@@ -3,6 +3,8 @@ every row of the cell, leaves honest rows alone, and a flagged cell is never cho
 
 import pandas as pd
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from test_analysis import frame, geometry_rows, measured, server
 from test_decide import agreement, cell
 
@@ -229,3 +231,63 @@ def test_a_ladder_point_is_judged_against_its_own_power_and_rate():
     assert flagged(rows)["implausible"].isna().all()
     doctored = [dict(r, value=0.5) if r["metric"] == "energy_j_per_token" and r["prompt_tokens"] == 1024 else r for r in rows]
     assert flagged(doctored)["implausible"].dropna().str.startswith("energy 0.5 J/token below what 280 W").all()
+
+
+# -- issue 67: a speed-up its acceptance cannot explain, and per-stream decode flat with concurrency -------------------
+def says(flags, text: str) -> bool:
+    """Every row of the cell flagged, each reason holding `text` (pandas' str.contains skips a None)."""
+    return len(flags) > 0 and all(isinstance(f, str) and text in f for f in flags)
+
+
+def spec_pair(spec_decode, accept=None, metric="decode_tps", nospec=76.2, concurrency=1, source="measured"):
+    """llama.cpp no-spec and MTP n=3 at one load, the speculative cell with its acceptance length where given."""
+    spec = {"variant": "mtp-n3", "spec_method": "mtp", "spec_tokens": 3, "ref": "run1/mtp-n3"}
+    rows = [measured(source=source, ref="run1/nospec", metric=metric, value=nospec, concurrency=concurrency),
+            measured(source=source, metric=metric, value=spec_decode, concurrency=concurrency, **spec)]
+    if accept is not None:
+        rows.append(measured(source=source, metric="accept_len", value=accept, unit="tokens", concurrency=concurrency, **spec))
+    return flagged(rows)
+
+
+def test_a_speculative_speed_up_above_its_acceptance_length_is_flagged():
+    """The issue's llama.cpp MTP n=3: 181 against no-spec's 76.2 tok/s (2.4x). At an acceptance length of 1.5 a
+    verification step emits 1.5 tokens on average and costs at least a decode step: 2.4x cannot be explained."""
+    results = spec_pair(181.0, accept=1.5)
+    said = results.loc[results["variant"] == "mtp-n3", "implausible"]
+    assert says(said, "2.38x the no-spec cell's 76.2, above what acceptance length 1.5 explains")
+    assert results.loc[results["variant"] == "nospec", "implausible"].isna().all()
+
+
+def test_a_speed_up_its_acceptance_explains_is_not_flagged_and_without_one_depth_plus_one_bounds_it():
+    assert spec_pair(181.0, accept=2.6)["implausible"].isna().all()  # 2.38x <= 1.25 x 2.6
+    assert spec_pair(181.0)["implausible"].isna().all()  # no acceptance: at most 4 tokens a step
+    over = spec_pair(400.0)  # 5.2x: more than depth + 1 tokens a step
+    assert says(over.loc[over["variant"] == "mtp-n3", "implausible"], "depth + 1 (no acceptance reported)")
+
+
+def test_an_aggregate_speed_up_at_many_streams_is_bounded_the_same_way():
+    results = spec_pair(5332.0, accept=1.5, metric="aggregate_tps", nospec=2373.0, concurrency=32)
+    assert says(results.loc[results["variant"] == "mtp-n3", "implausible"], "aggregate_tps 5332 is 2.25x")
+
+
+def per_stream(values, source="rehearsal"):
+    return flagged([measured(source=source, concurrency=c, value=v) for c, v in values.items()])
+
+
+def test_per_stream_decode_flat_with_concurrency_is_flagged_in_a_rehearsal_only():
+    """The issue's stand-in: 76.5 / 76.0 / 76.3 tok/s per stream at c1 / c8 / c32."""
+    flat = per_stream({1: 76.5, 8: 76.0, 32: 76.3})
+    by_streams = flat.set_index("concurrency")["implausible"]
+    assert by_streams[1] is None and "does not fall with concurrency" in by_streams[8]
+    assert "per-stream decode 76.3 tok/s at 32 streams is 100% of one stream's 76.5 tok/s" in by_streams[32]
+    assert per_stream({1: 76.5, 8: 76.0, 32: 76.3}, source="measured")["implausible"].isna().all()
+    assert per_stream({1: 76.5, 8: 60.0, 32: 41.0})["implausible"].isna().all()  # falling as batching does
+
+
+@settings(max_examples=25, deadline=None)
+@given(nospec=st.floats(5, 500), accept=st.floats(1, 4), speedup=st.floats(0.5, 6))
+def test_a_speed_up_is_flagged_exactly_where_it_passes_the_margin_over_its_acceptance(nospec, accept, speedup):
+    assume(abs(speedup - plausibility.SPEEDUP_MARGIN * accept) > 1e-6)
+    results = spec_pair(nospec * speedup, accept=accept, nospec=nospec)
+    flags = results.loc[results["variant"] == "mtp-n3", "implausible"]
+    assert says(flags, "explains") == (speedup > plausibility.SPEEDUP_MARGIN * accept)

@@ -90,7 +90,9 @@ def test_init_node_for_four_h100s_writes_a_gpu_sized_experiment_that_decides(rep
     assert doc["hardware"]["interconnect"] == "nvlink"  # the SXM part: NVLink on its baseboard
     assert doc["hardware"]["gpu"]["power_limit_w"] == [200, 700] and doc["power_caps_w"] == [390, 470, 540, 620]
     assert doc["concurrency"] == [1, 8, 32] and doc["launches"] >= 2 and doc["decide"]["most_launches"] > doc["launches"]
-    assert doc["decide"]["budget_minutes"] and doc["accuracy"] == "accuracy-gpu"
+    # no budget before the rehearsal prices the rounds (issue 67), and a comment saying how to set it from it
+    assert doc["decide"]["budget_minutes"] is None and "set it\n# from the report's" in path.read_text()
+    assert doc["accuracy"] == "accuracy-gpu"
     fill_in_model_paths(path, {"<path to the model's GGUF file>": "/models/m.gguf",
                                "<path to the model's Hugging Face folder>": "/models/m-hf"})
     _, [node] = expand.load_plan(repo_copy, {"nodes": ["h100x4"]})

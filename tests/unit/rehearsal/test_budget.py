@@ -339,10 +339,112 @@ def test_model_downloads_and_money_are_priced_beside_the_builds_at_the_nodes_ren
     launches = tables["budget-launches"]
     total = dict(zip(launches.columns, launches.rows[-1]))
     assert total["cost"] == f"${doc['total_h'][0] * 10:.3g}–{doc['total_h'][1] * 10:.3g}"
-    assert tables["budget-rounds"].columns == ["rounds", "hours", "cost"]
+    assert tables["budget-rounds"].columns == ["rounds", "hours", "energy", "cost"]
     # the console's last lines: the hours and their price
     monkeypatch.chdir(tmp_path)
     budget.main(runs, SCALE, REAL, Path("data/rehearsal/h100/budget.json"), rental=rental)
     low, high = (round(h * 10) for h in doc["total_h"])
-    said = run.report_lines(run.summarize("h100", 1.0, SCALE))[-2]
-    assert f"GPU-node hours, ${low:g}-{high:g} at $10 a GPU-node hour (" in said
+    said = next(line for line in run.report_lines(run.summarize("h100", 1.0, SCALE)) if "the real run:" in line)
+    assert f"GPU-node hours for the rounds as rehearsed, ${low:g}-{high:g} at $10 a GPU-node hour (" in said
+
+
+# -- a plan that fits its budget, priced in hours of the box and kWh (issue 67 items 4 and 5) -----------------------
+def three_rounds(runs, watts=None):
+    """vllm--nospec rehearsed in three rounds (its replicates as the plan names them), each cell drawing `watts`, all its
+    GPUs together (the cell's power_w row, as the simulated GPUs' telemetry writes it)."""
+    import pandas as pd
+
+    write_launch(runs, "vllm--nospec", "native", [("code--c1--nocap", "code", None, 2.0)], ready_s=1.0)
+    if watts is not None:
+        (runs / "vllm--nospec/cells").mkdir()
+        pd.DataFrame([{"metric": "power_w", "value": watts}, {"metric": "decode_tps", "value": 50.0}]).to_parquet(
+            runs / "vllm--nospec/cells/code--c1--nocap--f0.parquet")
+    for replicate in (2, 3):
+        shutil.copytree(runs / "vllm--nospec", runs / f"vllm--nospec--r{replicate}")
+    for spec in runs.glob("*/launch.json"):
+        doc = json.loads(spec.read_text())
+        doc["launch"]["replicate"] = expand.replicate_of(spec.parent.name)
+        spec.write_text(json.dumps(doc))
+
+
+def test_the_plan_runs_to_the_horizon_the_sequence_fixes_from_the_budget_not_to_most_launches(tmp_path):
+    """decide: {most_launches: 8, budget_minutes: B}: the real run fixes its horizon at the first look with
+    analysis/sequence.py horizon(), from the measuring minutes so far and a full round's; the plan prices exactly
+    those rounds (the old budget priced rounds 1-3 then up to 5 more, whatever budget_minutes said)."""
+    from stackbench.analysis import sequence
+
+    three_rounds(tmp_path)
+    cell_s = 2.0 * SCALE * (3 + 1)  # one round's measuring seconds: its one cell, 3 repeats and a warm-up
+    rule = budget.Decision(first=3, most=8, min_gain=0.1, budget_minutes=(3 * cell_s + 2.5 * cell_s) / 60)
+    doc = budget.budget(tmp_path, SCALE, REAL, rule, horizon=sequence.horizon)
+    rounds = doc["rounds"]
+    assert rounds["horizon"][0] == 5 and rounds["most"] == 5  # 2 more rounds afforded at the fast end, not 5
+    assert rounds["horizon"][0] == sequence.horizon(rule, 3, 3 * cell_s, cell_s)[0].most
+    assert rounds["budget_h"][0] == pytest.approx(rounds["first_h"][0] + 2 * rounds["later_round_h"][0])
+    assert rounds["horizon"][1] <= rounds["horizon"][0] and rounds["over_budget"] is None
+    tables = {t.table_id: t for t in budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "b.json", rule,
+                                                               horizon=sequence.horizon))}
+    plan = tables["budget-rounds"].rows[-1][0]
+    assert "later rounds to the horizon, round 5" in plan and "most_launches" not in plan
+    assert any("analysis/sequence.py horizon" in line and "affords 2 more round(s)" in line
+               for line in tables["budget-resolves"].legend)
+
+
+def test_first_rounds_over_the_budget_are_said_first_with_the_budget_that_would_do(tmp_path):
+    from stackbench.analysis import sequence
+
+    three_rounds(tmp_path)
+    cell_s = 2.0 * SCALE * (3 + 1)
+    rule = budget.Decision(first=3, most=8, min_gain=0.1, budget_minutes=cell_s / 60)  # one round's worth
+    doc = budget.budget(tmp_path, SCALE, REAL, rule, horizon=sequence.horizon)
+    over = doc["rounds"]["over_budget"]
+    slow = standin.ROOFLINE_SHARE / budget.HIGH_SHARE
+    assert over["needed_minutes"] >= 3 * cell_s * slow / 60 and over["needed_most_minutes"] > over["needed_minutes"]
+    assert doc["rounds"]["horizon"] == [3, 3]  # the first look comes anyway: no later round
+    tables = {t.table_id: t for t in budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "b.json", rule,
+                                                               horizon=sequence.horizon))}
+    first = tables["budget-launches"].legend[0]
+    assert first.startswith("OVER BUDGET: rounds 1-3 alone") and f"budget_minutes: {over['needed_minutes']}" in first
+
+
+def test_an_own_box_is_priced_in_hours_of_the_box_and_kwh_and_money_at_its_electricity(tmp_path):
+    """No rental.gpu_hour_usd: hours of the box, never GPU-node hours to book; the cells' energy at the stand-in's
+    modeled draw (power_w x modeled seconds) in kWh, in dollars at electricity_usd_per_kwh."""
+    three_rounds(tmp_path, watts=600.0)
+    doc = budget.budget(tmp_path, SCALE, REAL, usd_per_kwh=0.30)
+    kwh = 3 * 600.0 * 2.0 * SCALE * (3 + 1) / 3.6e6
+    assert doc["energy"]["kwh"][0] == pytest.approx(kwh) and doc["energy"]["unpowered_cells"] == 0
+    assert doc["rounds"]["first_kwh"][0] == pytest.approx(kwh)
+    tables = {t.table_id: t for t in budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "b.json", usd_per_kwh=0.30))}
+    launches = tables["budget-launches"]
+    assert launches.title.endswith("hours of the box per launch") and "cost" not in launches.columns
+    assert dict(zip(launches.columns, launches.rows[-1]))["cells' energy"].endswith("kWh")
+    said = " ".join(launches.legend)
+    assert f"${kwh * 0.30:.3g}" in said and "electricity_usd_per_kwh" in said
+    assert tables["budget-rounds"].columns == ["rounds", "hours", "energy"]
+
+
+def test_a_rehearsal_that_wrote_no_budget_prints_no_plan(tmp_path, monkeypatch):
+    """The issue's failed rehearsal printed "the real run: about 0-0 GPU-node hours": without a budget it says none."""
+    from stackbench.rehearsal import run
+
+    monkeypatch.chdir(tmp_path)
+    lines = run.report_lines(run.summarize("pro6000", 25.0, SCALE))
+    said = next(line for line in lines if "the real run" in line)
+    assert "not priced" in said and "0-0" not in said
+
+
+def test_cells_planned_but_not_measured_are_counted_and_the_report_says_they_can_move_the_budget(tmp_path):
+    """Issue 67: two rehearsals read 8.75-14.65 h and 8.94-14.96 h; the budget is the same only where they measure the
+    same cells, and the report says which verdicts, read from the stand-in's figures, can change that."""
+    write_launch(tmp_path, "sglang-eagle--eagle-3-1-4", "native",
+                 [("chat--c1--nocap", "chat", None, 1.0), ("chat--c1--180W", "chat", 180, 2.0)], ready_s=0.5, caps=(180, 260))
+    spec = tmp_path / "sglang-eagle--eagle-3-1-4/launch.json"
+    doc = json.loads(spec.read_text())
+    doc["cells"].append({"key": "chat--c1--260W", "workload": "chat", "power_cap_w": 260})  # not swept: no cell event
+    spec.write_text(json.dumps(doc))
+    doc = budget.budget(tmp_path, SCALE, REAL)
+    assert (doc["priced_cells"], doc["unmeasured_cells"]) == (2, 1)
+    launches = budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "b.json"))[0]
+    assert any(line.startswith("Two rehearsals of this node give this budget where they measure the same cells: 2 priced")
+               for line in launches.legend)

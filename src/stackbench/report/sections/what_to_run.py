@@ -8,6 +8,7 @@ from pathlib import Path
 
 from stackbench import analysis
 from stackbench.analysis import levels
+from stackbench.analysis.energy import run_energy_lines
 from stackbench.config import default_decision
 from stackbench.config.model import Decision
 from stackbench.report import budget, decisions, pairing, queries, usecase
@@ -24,7 +25,8 @@ CANNOT_DECIDE_ENERGY = (
 
 
 def energy(ctx: Context) -> list[Table]:
-    return decisions.energy_tables(analysis.energy_cells(ctx.decide_rows, ctx.by_variant), ctx.caps_refused_lines)
+    return decisions.energy_tables(analysis.energy_cells(ctx.decide_rows, ctx.by_variant),
+                                   [*run_energy_lines(ctx.decide_rows), *ctx.caps_refused_lines])
 
 
 def held_tables(ctx: Context) -> list[Table]:
