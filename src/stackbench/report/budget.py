@@ -104,8 +104,8 @@ def budget_tables(path: Path) -> list[Table]:
         legend.append(f"Flags not checked by the engine's own argument parser on {len(unchecked)} of {len(doc['launches'])} "
                       "launches: a wrong flag there fails only on the GPU node. vLLM's and SGLang's parsers check them "
                       "once their CPU environments are built before the rehearsal (`.venv/bin/snakemake --cores 1 "
-                      ".envs/vllm-cpu/ready.json .envs/sglang-cpu/ready.json`, docs/cpu-stacks.md); llama-server parses "
-                      "its flags in C++ and cannot be checked here.")
+                      ".envs/vllm-cpu/ready.json .envs/sglang-cpu/ready.json`, docs/cpu-stacks.md); llama-server's are checked against the "
+                      "built llama-server's own --help once its environment is built.")
     if doc.get("compile_s"):
         legend.append("Compile and graph capture per start, assumed (no seed post's log states it): " + "; ".join(
             f"{engine} {low:g}-{high:g} s" for engine, (low, high) in doc["compile_s"].items()) + ".")

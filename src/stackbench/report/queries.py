@@ -111,14 +111,14 @@ def caps_not_applied(results: Results) -> dict[str, str]:
 
 def caps_not_swept(results: Results) -> dict[str, str]:
     """Per node, a line naming the caps its launches did not sweep (status NOT_SWEPT, measure/sequencer.py): each at
-    or above the stock cell's measured draw per GPU, where it could not bind; said under every table that reads caps."""
+    or above the stock cell's measured draw per GPU plus a margin, where it could not bind; said under every table that reads caps."""
     frame = results.frame(
         "select node, power_cap_w, count(distinct (ref, workload, concurrency, request_rate, prompt_tokens)) as cells, "
         f"min(reason) as example from results where source in {MEASURED_SQL} and status = '{NOT_SWEPT}' "
         f"and metric = '{M.cell_status}' group by node, power_cap_w order by node, power_cap_w")
     return {node: f"caps not swept on {node}: {'/'.join(f'{cap:g}' for cap in mine['power_cap_w'])} W in "
-                  f"{mine['cells'].sum()} cells, each at or above its launch's stock cell's measured draw per GPU, where it "
-                  f"could not bind; those cells have no figure (e.g. {mine['example'].iloc[0]})"
+                  f"{mine['cells'].sum()} cells, each at or above its launch's stock cell's measured draw per GPU plus "
+                  f"the sequencer's margin for transients (measure/sequencer.py CAP_BIND_MARGIN), where it could not bind; those cells have no figure (e.g. {mine['example'].iloc[0]})"
             for node, mine in frame.groupby("node", sort=True)}
 
 

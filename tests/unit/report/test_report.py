@@ -89,7 +89,8 @@ def test_caps_not_swept_are_said_under_the_tables_that_read_caps():
                            dict(base, ref="r2", power_cap_w=400.0, reason=why)]).to_pandas()
     assert queries.caps_not_swept(queries.Results(rows)) == {"test-gpu": (
         "caps not swept on test-gpu: 400/450 W in 3 cells, each at or above its launch's stock cell's measured "
-        f"draw per GPU, where it could not bind; those cells have no figure (e.g. {why})")}
+        "draw per GPU plus the sequencer's margin for transients (measure/sequencer.py CAP_BIND_MARGIN), where it could "
+        f"not bind; those cells have no figure (e.g. {why})")}
     assert queries.caps_not_applied(queries.Results(rows)) == {}  # never asked of the GPU, so never refused by it
 
 
