@@ -103,8 +103,9 @@ def _round_verdict(args) -> None:
         collect_results(args.parts, results)
         choices = provisional.choices_of(results, args.node, rule)
         fixed = None
-        if args.fix_horizon:  # the node's first look fixes the horizon, then judges under it
-            rule, fixed = sequence.horizon(rule, args.round, spent, launch * sequence.judged_launches(choices))
+        if args.fix_horizon:  # the first look fixes each new stack's horizon (a file beside the looks keeps them)
+            rule, fixed = sequence.fix_horizons(rule, choices, args.round, spent, launch, Path(args.out).with_name(
+                sequence.HORIZONS_FILE))
             choices = provisional.choices_of(results, args.node, rule)
     _, lines = provisional.write(choices, args.node, args.round, rule, spent, launch, Path(args.out), Path(args.provisional),
                                  fixed)

@@ -212,7 +212,7 @@ def not_judged(results: pd.DataFrame, decisions: dict[str, Decision] | None = No
         nospec_why=("nospec_why", "first")).reset_index()
     default = default_decision()
     first = cells["node"].map(lambda n: ((decisions or {}).get(n) or default).first)
-    ran = cells.groupby("node")["rounds"].transform("max")  # the rounds the node's cells ran, the most of any
+    ran = cells.groupby(["node", "stack"])["rounds"].transform("max")  # the rounds the stack's cells ran, the most of any
     needed = np.minimum(first, ran)
     out = []
     for cell, need, most in zip(cells[cells["raced"]].itertuples(index=False), needed[cells["raced"]], ran[cells["raced"]]):
@@ -411,15 +411,18 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
         "; ".join) if len(named) else pd.Series(dtype=object, index=pd.MultiIndex.from_tuples([], names=SPEC_PAIR))
 
     default = default_decision()  # read from the schema once, not per node or cell
-    rule = {node: (decisions or {}).get(node) or default for node in keys["node"].unique()}
-    hypotheses: dict[str, list[_Hypothesis]] = {}
+    # Each stack's sequence is a family of its own, with its own horizon and error: a stack joining the node
+    # later neither moves the horizon nor the step-up of a stack already decided.
+    rule = {(node, stack): ((decisions or {}).get(node) or default).of_stack(stack)
+            for node, stack in keys[["node", "stack"]].drop_duplicates().itertuples(index=False)}
+    hypotheses: dict[tuple[str, str], list[_Hypothesis]] = {}
     for row in spec[(spec["no_candidate"] == "") & (spec["not_judged"] == "")].itertuples(index=False):
         logs = estimators.paired_logs_by_round(row.rounds, reference["rounds"].get(row.cell))
-        hypotheses.setdefault(row.node, []).append(_Hypothesis(row.cell, row.variant, logs))
+        hypotheses.setdefault((row.node, row.stack), []).append(_Hypothesis(row.cell, row.variant, logs))
     verdicts: dict[int, tuple[str, int]] = {}
-    last = {node: max((max(h.logs) for h in mine if h.logs), default=0) for node, mine in hypotheses.items()}
-    for node, mine in hypotheses.items():
-        verdicts |= _looks(mine, rule[node])
+    last = {family: max((max(h.logs) for h in mine if h.logs), default=0) for family, mine in hypotheses.items()}
+    for family, mine in hypotheses.items():
+        verdicts |= _looks(mine, rule[family])
     by_cell: dict[int, list[_Hypothesis]] = {}
     for mine in hypotheses.values():
         for h in mine:
@@ -430,14 +433,14 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     for key in keys.itertuples(index=False):
         mine = sorted((h for h in by_cell.get(key.cell, []) if h.judged is not None), key=lambda h: -h.judged.gain)
         verdict, at = (NOT_JUDGED, None) if key.not_judged else verdicts.get(key.cell, (UNDECIDED, None))
-        decision = rule[key.node]
+        decision, family = rule[(key.node, key.stack)], (key.node, key.stack)
         has_ref = key.cell in reference.index
         chosen = next((h for h in mine if h.run), None) if verdict == RUN else None
         lead = chosen or (mine[0] if mine else None)
         rest = [h for h in mine if h is not lead]
         rounds = max((h.judged.rounds for h in mine), default=0)
-        settle, beyond = _settle(lead, decision, last.get(key.node, 0)) if verdict == UNDECIDED else (None, None)
-        taken = estimators.looks(*_design(decision, last.get(key.node, 0)))
+        settle, beyond = _settle(lead, decision, last.get(family, 0)) if verdict == UNDECIDED else (None, None)
+        taken = estimators.looks(*_design(decision, last.get(family, 0)))
         if verdict == NOT_JUDGED:
             why = key.not_judged
         elif verdict == RUN:

@@ -40,7 +40,8 @@ class Texts:
 
 
 def node_rows(rng: np.random.Generator, node: str, rounds: int, truth: dict[tuple[str, str], float],
-              launch_cv: float = LAUNCH_CV, texts: Texts = Texts(), spec_cv: float | None = None) -> list[dict]:
+              launch_cv: float = LAUNCH_CV, texts: Texts = Texts(), spec_cv: float | None = None,
+              stack: str = "llamacpp") -> list[dict]:
     """`rounds` rounds of every variant on `node`: each launch one shared speed factor (CV `launch_cv`, the
     speculative launches' `spec_cv` where given), each cell a mean over its round's texts and its own noise."""
     rows = []
@@ -54,7 +55,7 @@ def node_rows(rng: np.random.Generator, node: str, rounds: int, truth: dict[tupl
                                                                      rng.normal(0, texts.gain_sd, texts.count))
                 text = np.mean(np.exp(speed) * (1 + (truth.get((variant, workload), 0.0) + gain if depth else 0.0)))
                 rate = 100 * text * launch * math.exp(rng.normal(0, WITHIN_CV))
-                rows.append(measured(ref=f"{node}/llamacpp--{variant}--r{k}", node=node, variant=variant, replicate=k,
+                rows.append(measured(ref=f"{node}/{stack}--{variant}--r{k}", node=node, stack=stack, variant=variant, replicate=k,
                                      spec_method="none" if depth is None else "ngram", spec_tokens=depth,
                                      workload=workload, value=rate, mad=rate * 0.01))
     return rows
@@ -144,3 +145,21 @@ def test_a_round_whose_reference_launch_is_invalid_pairs_with_nothing():
     table = decide.what_to_run(frame(rows), NO_CORRECTNESS, {"bad": decision})
     assert (table["rounds"] == 3).all()
     assert table["excluded"].str.contains("nospec \\(round 2: implausible").all()
+
+
+def test_a_stack_joining_the_node_moves_no_verdict_of_a_stack_already_decided():
+    # llama.cpp ran its six rounds under the horizon its first look fixed; vLLM and SGLang join later with three
+    # rounds each and a horizon of their own: each stack is a family of its own, so llama.cpp reads as before
+    truth = {("ngram-n8", w): 0.30 for w in CELLS[:3]}
+    llamacpp = [r for seed in range(12) for r in node_rows(np.random.default_rng(seed), f"n{seed:02d}", SHORT, truth,
+                                                           launch_cv=0.05)]
+    joined = [r for seed in range(12) for stack in ("vllm", "sglang")
+              for r in node_rows(np.random.default_rng(100 + seed), f"n{seed:02d}", 3, truth, launch_cv=0.05, stack=stack)]
+    alone = {f"n{seed:02d}": Decision(3, SHORT, 0.1, 13, horizons={"llamacpp": SHORT}) for seed in range(12)}
+    both = {node: Decision(3, SHORT, 0.1, 13, horizons={"llamacpp": SHORT, "vllm": 3, "sglang": 3}) for node in alone}
+    before = decide.what_to_run(frame(llamacpp), NO_CORRECTNESS, alone)
+    after = decide.what_to_run(frame(llamacpp + joined), NO_CORRECTNESS, both)
+    after = after[after["stack"] == "llamacpp"].reset_index(drop=True)
+    assert before["decided"].sum() > 0
+    columns = ["node", "workload", "verdict", "run", "decided_at", "gain_low", "gain_high", "level", "why"]
+    pd.testing.assert_frame_equal(before[columns], after[columns])
