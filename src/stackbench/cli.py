@@ -190,7 +190,8 @@ def what_it_resolves(rule) -> str:
                     + ("" if last < rule.min_gain else
                        f", short of the {rule.min_gain:.0%} margin; the cheapest plan that resolves it: "
                        + (f"launches: {cheapest}" if cheapest else "none up to 100 rounds")))
-    return "# at a launch-to-launch " + "; ".join(said) + " (rehearse the node for the hours: docs/what-to-run.md)"
+    return ("# at a launch-to-launch " + "; ".join(said) + " (half the time: 50% power, per cell at the 5% error before "
+            "the correction across the node's cells; rehearse the node for the hours: docs/what-to-run.md)")
 
 
 def _commands(args) -> None:

@@ -1,7 +1,7 @@
 """What to run: per node, stack, power cap, workload and concurrency, one of three verdicts on the stack's
 speculative variants against its no-spec, with the gain's interval, the runner-up and the price in KV pool.
 
-- **run V**: V's gain over no-spec clears zero, with error controlled across the node's cells and across the
+- **run V**: V's gain over no-spec clears zero, with error controlled across the stack's cells and across the
   looks the sequence took;
 - **not worth it**: every candidate's upper bound lies below the node's `decide.min_gain`, the smallest gain
   worth switching for (an equivalence test, Schuirmann 1987: "no gain" is a decision, not a failure to decide);
@@ -14,15 +14,17 @@ The unit is the launch: each variant's figure in a round is one fresh server's m
 with its no-spec launched in the same round, and the gain's interval is Student's t over rounds of the paired
 log ratios (results/estimators.py). The rule is sequential (docs/what-to-run.md): a round adds launches only
 while a cell is undecided, up to the horizon, `decide.most_launches` rounds, fixed before the first look to
-the rounds the budget affords. The looks are the rounds from the first that can decide (estimators.looks: from
+the rounds the budget affords, per stack (each stack's sequence is a family of its own, its horizon kept once
+fixed: a stack joining the node later moves no verdict of another). The looks are the rounds from the first that can decide (estimators.looks: from
 the node's `launches` rounds on, skipping any whose critical t would pass estimators.MAX_CRITICAL_T) to the
 horizon; each spends a share of the 5% error, Kim & DeMets' power family (estimators.spent_alpha), through
 exact group-sequential boundaries for Student's t (estimators.critical_t: P(first crossing at a look) is its
 share, from the looks' joint law), so stopping when decided keeps the error at 5% over all looks. At each look
-Benjamini & Hochberg's step-up (estimators.benjamini_hochberg) runs over every (cell, variant) of the node on
-each one's sequential level (estimators.sequential_level), since one launch's speed factor is shared by all
-its cells. A decided cell keeps its verdict at later looks. The rule is a pure function of the rows: the
-report replays the same looks the run took.
+Benjamini & Hochberg's step-up (estimators.benjamini_hochberg) runs over every (cell, variant) of the stack on
+the node on each one's sequential level (estimators.sequential_level), since one launch's speed factor is
+shared by all its cells: among a stack's "run" verdicts at most 5% are false on average (the false-discovery
+rate; not the chance of any false "run" where some cells gain). A decided cell keeps its verdict at later
+looks. The rule is a pure function of the rows: the report replays the same looks the run took.
 
 A round's figure of a cell is left out, and named, where that launch's cell is not its stack's speed: failed
 requests, a GPU slowed by thermal, HW slowdown or power brake, an implausible figure, a busy host or a load
@@ -70,7 +72,8 @@ RULE = ("Rule (docs/what-to-run.md): each round launches every variant and its n
         "that can decide, from the node's first look (`launches` rounds) to the horizon (`decide.most_launches`, "
         "fixed before the first look), spending a 5% error in all over exact group-sequential boundaries for t "
         "(Kim & DeMets' power family, rho 3), with Benjamini & Hochberg's step-up over every cell and variant of the "
-        "node: 'run V' where V's lower bound clears zero; 'not worth it' where every candidate's upper bound lies "
+        "stack (each stack its own horizon and family; at most 5% of 'run' verdicts false on average): 'run V' "
+        "where V's lower bound clears zero; 'not worth it' where every candidate's upper bound lies "
         "below `decide.min_gain`; else 'undecided', with the rounds that would settle it at the spread seen, or the "
         "budget that would where this one cannot. Each interval is printed at the one-sided level its look spent. "
         "Judged on decode tok/s at c1, aggregate tok/s above. A round's figure is left out where its launch's cell "
@@ -320,13 +323,16 @@ def _looks(hypotheses: list[_Hypothesis], decision: Decision) -> dict[int, tuple
         was_open = np.array([c not in decided for c in cell])
         rounds, mean, se = estimators.t_over_rounds(logs[:, :look])
         with np.errstate(invalid="ignore"):
-            high = mean + estimators.critical_t(rounds, alpha, first, horizon) * se
+            # each candidate at the look's boundary, over the rounds it has (a round left out: fewer than the look);
+            # one with fewer than the node's first look's rounds is not tested
+            tested_at = np.where(rounds >= min(first, look), look, 0)
+            high = mean + estimators.critical_t(rounds, alpha, first, horizon, tested_at) * se
             # Not worth it first: a gain surely below the margin is no reason to switch, even where it surely exists.
             above = np.bincount(cell_index, weights=~(high < margin), minlength=len(cells))
             for c in cells[above == 0]:
                 decided.setdefault(c, (NOT_WORTH_IT, look))
             stat = np.where(se > 0, mean / se, np.where(mean > 0, np.inf, -np.inf))
-        now = estimators.sequential_level(estimators.t_sf(stat, rounds), rounds, first, horizon)
+        now = estimators.sequential_level(estimators.t_sf(stat, rounds), tested_at, first, horizon)
         best = np.where(now < level, look, best)
         level = np.minimum(level, now)
         out = np.array([decided.get(c, (RUN,))[0] == NOT_WORTH_IT for c in cell])
@@ -346,7 +352,7 @@ def _looks(hypotheses: list[_Hypothesis], decision: Decision) -> dict[int, tuple
     for h, at in zip(hypotheses, fixed):
         if at is not None:
             mine = [v for k, v in h.logs.items() if k <= at[0]]
-            nominal = estimators.nominal_level(np.array([len(mine)]), at[1], first, horizon)[0]
+            nominal = estimators.nominal_level(np.array([at[0]]), at[1], first, horizon)[0]
             h.judged = estimators.one_sided(mine, nominal, at[1])
         elif taken and len(h.logs) >= 2:
             # before the first look (a provisional report): the interval at the level the first look will use for
@@ -373,10 +379,12 @@ def _settle(h: _Hypothesis | None, decision: Decision, last: int) -> tuple[int |
         return None, None
     first, horizon = _design(decision, last)
     j = h.judged
-    need = estimators.rounds_to_settle(j.mean_log, j.sd_log, j.rounds, decision.min_gain, first, horizon)
+    # at the error its printed interval uses: what one more "run" of the step-up would need of it
+    error = j.error if math.isfinite(j.error) else estimators.ALPHA
+    need = estimators.rounds_to_settle(j.mean_log, j.sd_log, j.rounds, decision.min_gain, first, horizon, error)
     if need:
         return need - j.rounds, None
-    return None, estimators.budget_to_settle(j.mean_log, j.sd_log, decision.min_gain, first, horizon)
+    return None, estimators.budget_to_settle(j.mean_log, j.sd_log, decision.min_gain, first, horizon, error)
 
 
 def _said(h: _Hypothesis) -> str:

@@ -65,11 +65,12 @@ def fix_horizons(rule: Decision, choices: pd.DataFrame, look: int, spent_s: floa
     kept = json.loads(fixed_file.read_text()) if fixed_file.exists() else {}
     judged = choices[choices["candidates"] > 0]
     new = judged[~judged["stack"].isin(kept)]
-    said = [f"{stack}: round {most}, kept from its first look" for stack, most in sorted(kept.items())]
+    said = [f"{stack} keeps round {most}, fixed at its first look" for stack, most in sorted(kept.items())]
     if len(new):
         own, why = horizon(rule, look, spent_s, launch_s * judged_launches(new))
-        kept |= {stack: own.most for stack in sorted(set(new["stack"]))}
-        said.append(f"{', '.join(sorted(set(new['stack'])))}: {why}")
+        stacks = sorted(set(new["stack"]))
+        kept |= {stack: own.most for stack in stacks}
+        said.insert(0, f"{why} ({', '.join(stacks)})")
         fixed_file.parent.mkdir(parents=True, exist_ok=True)
         fixed_file.write_text(json.dumps(kept, indent=1, sort_keys=True))
     return dataclasses.replace(rule, horizons=kept), "; ".join(said) or f"horizon: round {rule.most}"

@@ -46,7 +46,7 @@ def test_a_stacks_horizon_once_fixed_is_kept_when_another_stack_joins(tmp_path):
     joined = pd.concat([llamacpp, _choices({"code": decide.UNDECIDED}).assign(stack="vllm")])
     rule, why = sequence.fix_horizons(RULE, joined, 3, spent_s=14 * 60, launch_s=60, fixed_file=fixed_file)
     assert rule.horizons == {"llamacpp": 6, "vllm": 3}
-    assert "llamacpp: round 6, kept from its first look" in why
+    assert why.startswith("horizon: round 3, fixed before the first look") and why.endswith("(vllm); llamacpp keeps round 6, fixed at its first look")
     asked, _ = sequence.next_round(joined, 3, rule, 14 * 60, 60)
     assert {stack for stack, _ in asked} == {"llamacpp"}
     assert sequence.next_round(joined, 6, rule, 20 * 60, 60)[0] == []
