@@ -33,7 +33,8 @@ over a cell's repeats is not one: each repeat sends other texts, so it is the te
 That applies to the no-spec reference's launches too (its round then pairs with nothing). A variant whose
 greedy outputs differ from no-spec, that answers worse, loops more or never drafted is no candidate at all. A
 candidate with fewer valid rounds than the first look (three at the schema's first look of round 3 or later)
-is not tested; a cell with no tested candidate is undecided.
+is not tested; one with a round left out is tested at its look's nominal level over the rounds it has (Student's t at
+those rounds' degrees of freedom); a cell with no tested candidate is undecided.
 """
 
 from __future__ import annotations

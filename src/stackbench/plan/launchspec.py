@@ -40,7 +40,7 @@ DEFINITIONS = 9  # 9: the client checks itself in every cell (loop lag, CPU shar
 # (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
 # (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "77c6126e047471e42616b2fff837f7eebd2f6a89c688fa1c628e5cc9b3225b4b"
+DEFINITIONS_SOURCES = "2fe03cdad64f3a88653ca5dfd4b73db1dd2e860e56bf7a03818f19de37152766"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.

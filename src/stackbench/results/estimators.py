@@ -11,7 +11,7 @@ between launches, the power that says how many more runs would decide, and the v
 - What to run's sequential rule (analysis/decide.py): looks (the rounds whose look can decide), spent_alpha (the
   error spent at each, Kim & DeMets' power family), the exact group-sequential boundaries for Student's t at
   those looks (critical_t, nominal_level; sequential_level, a candidate's p-value over the looks), one_sided (a
-  gain's one-sided bounds at a look's level), benjamini_hochberg (error control across a node's cells),
+  gain's one-sided bounds at a look's level), benjamini_hochberg (error control across a stack's cells on a node),
   rounds_to_settle and budget_to_settle (the rounds that would decide at the spread seen, within the horizon
   or past it), beyond_p (a kept verdict re-tested on a rerun's rounds) and rerun_check (two runs' gains
   compared: Welch's test of a difference, an equivalence test).
@@ -41,7 +41,7 @@ import scipy.stats
 LEVEL = 0.95
 MOST_ROUNDS_SAID = 100  # budget_to_settle looks no further
 Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
-ALPHA = 0.05  # What to run's error: a false "run" (across a node's cells) or a false "not worth it" (per cell)
+ALPHA = 0.05  # What to run's error: the false-discovery rate of "run" (across a stack's cells) or a false "not worth it" (per cell)
 SPENDING_RHO = 3  # Kim & DeMets (1987) power family alpha x t^rho: spends little at the early looks
 
 
