@@ -59,10 +59,13 @@ def open_cells(choices: pd.DataFrame) -> list[list]:
 def fix_horizons(rule: Decision, choices: pd.DataFrame, look: int, spent_s: float, launch_s: float,
                  fixed_file: Path) -> tuple[Decision, str]:
     """The rule with each judged stack's horizon (Decision.horizons) and a sentence saying why: a stack whose horizon
-    `fixed_file` holds keeps it (its looks already spent error under it, so a stack joining the node later moves
-    nothing of it); a new one gets its own now (horizon), at a full round of the new stacks' launches
-    (`launch_s` each) against the node's time spent. Writes the file back with the new ones."""
-    kept = json.loads(fixed_file.read_text()) if fixed_file.exists() else {}
+    `fixed_file` holds under this same rule keeps it (its looks already spent error under it, so a stack joining
+    the node later moves nothing of it); a new one gets its own now (horizon), at a full round of the new stacks'
+    launches (`launch_s` each) against the node's time spent. A changed rule (another budget, say) fixes every
+    stack afresh. Writes the file back with the new ones."""
+    stored = json.loads(fixed_file.read_text()) if fixed_file.exists() else {}
+    under = dataclasses.asdict(dataclasses.replace(rule, horizons=None))
+    kept = dict(stored.get("horizons", {})) if stored.get("rule") == under else {}
     judged = choices[choices["candidates"] > 0]
     new = judged[~judged["stack"].isin(kept)]
     said = [f"{stack} keeps round {most}, fixed at its first look" for stack, most in sorted(kept.items())]
@@ -72,7 +75,7 @@ def fix_horizons(rule: Decision, choices: pd.DataFrame, look: int, spent_s: floa
         kept |= {stack: own.most for stack in stacks}
         said.insert(0, f"{why} ({', '.join(stacks)})")
         fixed_file.parent.mkdir(parents=True, exist_ok=True)
-        fixed_file.write_text(json.dumps(kept, indent=1, sort_keys=True))
+        fixed_file.write_text(json.dumps({"rule": under, "horizons": kept}, indent=1, sort_keys=True))
     return dataclasses.replace(rule, horizons=kept), "; ".join(said) or f"horizon: round {rule.most}"
 
 

@@ -1,6 +1,8 @@
 """The sequence of rounds (analysis/sequence.py): the horizon fixed at the first look from the budget, and a later
 round launched for the open cells only, up to that horizon (TEST DATA: verdict tables built here)."""
 
+import dataclasses
+
 import pandas as pd
 
 from stackbench.analysis import decide, sequence
@@ -50,3 +52,6 @@ def test_a_stacks_horizon_once_fixed_is_kept_when_another_stack_joins(tmp_path):
     asked, _ = sequence.next_round(joined, 3, rule, 14 * 60, 60)
     assert {stack for stack, _ in asked} == {"llamacpp"}
     assert sequence.next_round(joined, 6, rule, 20 * 60, 60)[0] == []
+    # another budget is another rule: every stack's horizon is fixed afresh under it
+    wider = dataclasses.replace(RULE, budget_minutes=60)
+    assert sequence.fix_horizons(wider, joined, 3, 14 * 60, 60, fixed_file)[0].horizons == {"llamacpp": 6, "vllm": 6}
