@@ -103,8 +103,9 @@ def _round_verdict(args) -> None:
         collect_results(args.parts, results)
         choices = provisional.choices_of(results, args.node, rule)
         fixed = None
-        if args.fix_horizon:  # the node's first look fixes the horizon, then judges under it
-            rule, fixed = sequence.horizon(rule, args.round, spent, launch * sequence.judged_launches(choices))
+        if args.fix_horizon:  # the first look fixes each new stack's horizon (a file beside the looks keeps them)
+            rule, fixed = sequence.fix_horizons(rule, choices, args.round, spent, launch, Path(args.out).with_name(
+                sequence.HORIZONS_FILE))
             choices = provisional.choices_of(results, args.node, rule)
     _, lines = provisional.write(choices, args.node, args.round, rule, spent, launch, Path(args.out), Path(args.provisional),
                                  fixed)
@@ -202,7 +203,8 @@ def what_it_resolves(rule) -> str:
                     + ("" if last < rule.min_gain else
                        f", short of the {rule.min_gain:.0%} margin; the cheapest plan that resolves it: "
                        + (f"launches: {cheapest}" if cheapest else "none up to 100 rounds")))
-    return "# at a launch-to-launch " + "; ".join(said) + " (rehearse the node for the hours: docs/what-to-run.md)"
+    return ("# at a launch-to-launch " + "; ".join(said) + " (half the time: 50% power, per cell at the 5% error before "
+            "the correction across the node's cells; rehearse the node for the hours: docs/what-to-run.md)")
 
 
 def _commands(args) -> None:

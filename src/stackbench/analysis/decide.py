@@ -1,7 +1,7 @@
 """What to run: per node, stack, power cap, workload and concurrency, one of three verdicts on the stack's
 speculative variants against its no-spec, with the gain's interval, the runner-up and the price in KV pool.
 
-- **run V**: V's gain over no-spec clears zero, with error controlled across the node's cells and across the
+- **run V**: V's gain over no-spec clears zero, with error controlled across the stack's cells and across the
   looks the sequence took;
 - **not worth it**: every candidate's upper bound lies below the node's `decide.min_gain`, the smallest gain
   worth switching for (an equivalence test, Schuirmann 1987: "no gain" is a decision, not a failure to decide);
@@ -14,15 +14,17 @@ The unit is the launch: each variant's figure in a round is one fresh server's m
 with its no-spec launched in the same round, and the gain's interval is Student's t over rounds of the paired
 log ratios (results/estimators.py). The rule is sequential (docs/what-to-run.md): a round adds launches only
 while a cell is undecided, up to the horizon, `decide.most_launches` rounds, fixed before the first look to
-the rounds the budget affords. The looks are the rounds from the first that can decide (estimators.looks: from
+the rounds the budget affords, per stack (each stack's sequence is a family of its own, its horizon kept once
+fixed: a stack joining the node later moves no verdict of another). The looks are the rounds from the first that can decide (estimators.looks: from
 the node's `launches` rounds on, skipping any whose critical t would pass estimators.MAX_CRITICAL_T) to the
 horizon; each spends a share of the 5% error, Kim & DeMets' power family (estimators.spent_alpha), through
 exact group-sequential boundaries for Student's t (estimators.critical_t: P(first crossing at a look) is its
 share, from the looks' joint law), so stopping when decided keeps the error at 5% over all looks. At each look
-Benjamini & Hochberg's step-up (estimators.benjamini_hochberg) runs over every (cell, variant) of the node on
-each one's sequential level (estimators.sequential_level), since one launch's speed factor is shared by all
-its cells. A decided cell keeps its verdict at later looks. The rule is a pure function of the rows: the
-report replays the same looks the run took.
+Benjamini & Hochberg's step-up (estimators.benjamini_hochberg) runs over every (cell, variant) of the stack on
+the node on each one's sequential level (estimators.sequential_level), since one launch's speed factor is
+shared by all its cells: among a stack's "run" verdicts at most 5% are false on average (the false-discovery
+rate; not the chance of any false "run" where some cells gain). A decided cell keeps its verdict at later
+looks. The rule is a pure function of the rows: the report replays the same looks the run took.
 
 A round's figure of a cell is left out, and named, where that launch's cell is not its stack's speed: failed
 requests, a GPU slowed by thermal, HW slowdown or power brake, an implausible figure, a busy host or a load
@@ -31,7 +33,8 @@ over a cell's repeats is not one: each repeat sends other texts, so it is the te
 That applies to the no-spec reference's launches too (its round then pairs with nothing). A variant whose
 greedy outputs differ from no-spec, that answers worse, loops more or never drafted is no candidate at all. A
 candidate with fewer valid rounds than the first look (three at the schema's first look of round 3 or later)
-is not tested; a cell with no tested candidate is undecided.
+is not tested; one with a round left out is tested at its look's nominal level over the rounds it has (Student's t at
+those rounds' degrees of freedom); a cell with no tested candidate is undecided.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ RULE = ("Rule (docs/what-to-run.md): each round launches every variant and its n
         "that can decide, from the node's first look (`launches` rounds) to the horizon (`decide.most_launches`, "
         "fixed before the first look), spending a 5% error in all over exact group-sequential boundaries for t "
         "(Kim & DeMets' power family, rho 3), with Benjamini & Hochberg's step-up over every cell and variant of the "
-        "node: 'run V' where V's lower bound clears zero; 'not worth it' where every candidate's upper bound lies "
+        "stack (each stack its own horizon and family; at most 5% of 'run' verdicts false on average): 'run V' "
+        "where V's lower bound clears zero; 'not worth it' where every candidate's upper bound lies "
         "below `decide.min_gain`; else 'undecided', with the rounds that would settle it at the spread seen, or the "
         "budget that would where this one cannot. Each interval is printed at the one-sided level its look spent. "
         "Judged on decode tok/s at c1, aggregate tok/s above. A round's figure is left out where its launch's cell "
@@ -212,7 +216,7 @@ def not_judged(results: pd.DataFrame, decisions: dict[str, Decision] | None = No
         nospec_why=("nospec_why", "first")).reset_index()
     default = default_decision()
     first = cells["node"].map(lambda n: ((decisions or {}).get(n) or default).first)
-    ran = cells.groupby("node")["rounds"].transform("max")  # the rounds the node's cells ran, the most of any
+    ran = cells.groupby(["node", "stack"])["rounds"].transform("max")  # the rounds the stack's cells ran, the most of any
     needed = np.minimum(first, ran)
     out = []
     for cell, need, most in zip(cells[cells["raced"]].itertuples(index=False), needed[cells["raced"]], ran[cells["raced"]]):
@@ -320,13 +324,16 @@ def _looks(hypotheses: list[_Hypothesis], decision: Decision) -> dict[int, tuple
         was_open = np.array([c not in decided for c in cell])
         rounds, mean, se = estimators.t_over_rounds(logs[:, :look])
         with np.errstate(invalid="ignore"):
-            high = mean + estimators.critical_t(rounds, alpha, first, horizon) * se
+            # each candidate at the look's boundary, over the rounds it has (a round left out: fewer than the look);
+            # one with fewer than the node's first look's rounds is not tested
+            tested_at = np.where(rounds >= min(first, look), look, 0)
+            high = mean + estimators.critical_t(rounds, alpha, first, horizon, tested_at) * se
             # Not worth it first: a gain surely below the margin is no reason to switch, even where it surely exists.
             above = np.bincount(cell_index, weights=~(high < margin), minlength=len(cells))
             for c in cells[above == 0]:
                 decided.setdefault(c, (NOT_WORTH_IT, look))
             stat = np.where(se > 0, mean / se, np.where(mean > 0, np.inf, -np.inf))
-        now = estimators.sequential_level(estimators.t_sf(stat, rounds), rounds, first, horizon)
+        now = estimators.sequential_level(estimators.t_sf(stat, rounds), tested_at, first, horizon)
         best = np.where(now < level, look, best)
         level = np.minimum(level, now)
         out = np.array([decided.get(c, (RUN,))[0] == NOT_WORTH_IT for c in cell])
@@ -346,7 +353,7 @@ def _looks(hypotheses: list[_Hypothesis], decision: Decision) -> dict[int, tuple
     for h, at in zip(hypotheses, fixed):
         if at is not None:
             mine = [v for k, v in h.logs.items() if k <= at[0]]
-            nominal = estimators.nominal_level(np.array([len(mine)]), at[1], first, horizon)[0]
+            nominal = estimators.nominal_level(np.array([at[0]]), at[1], first, horizon)[0]
             h.judged = estimators.one_sided(mine, nominal, at[1])
         elif taken and len(h.logs) >= 2:
             # before the first look (a provisional report): the interval at the level the first look will use for
@@ -373,10 +380,12 @@ def _settle(h: _Hypothesis | None, decision: Decision, last: int) -> tuple[int |
         return None, None
     first, horizon = _design(decision, last)
     j = h.judged
-    need = estimators.rounds_to_settle(j.mean_log, j.sd_log, j.rounds, decision.min_gain, first, horizon)
+    # at the error its printed interval uses: what one more "run" of the step-up would need of it
+    error = j.error if math.isfinite(j.error) else estimators.ALPHA
+    need = estimators.rounds_to_settle(j.mean_log, j.sd_log, j.rounds, decision.min_gain, first, horizon, error)
     if need:
         return need - j.rounds, None
-    return None, estimators.budget_to_settle(j.mean_log, j.sd_log, decision.min_gain, first, horizon)
+    return None, estimators.budget_to_settle(j.mean_log, j.sd_log, decision.min_gain, first, horizon, error)
 
 
 def _said(h: _Hypothesis) -> str:
@@ -411,15 +420,18 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
         "; ".join) if len(named) else pd.Series(dtype=object, index=pd.MultiIndex.from_tuples([], names=SPEC_PAIR))
 
     default = default_decision()  # read from the schema once, not per node or cell
-    rule = {node: (decisions or {}).get(node) or default for node in keys["node"].unique()}
-    hypotheses: dict[str, list[_Hypothesis]] = {}
+    # Each stack's sequence is a family of its own, with its own horizon and error: a stack joining the node
+    # later neither moves the horizon nor the step-up of a stack already decided.
+    rule = {(node, stack): ((decisions or {}).get(node) or default).of_stack(stack)
+            for node, stack in keys[["node", "stack"]].drop_duplicates().itertuples(index=False)}
+    hypotheses: dict[tuple[str, str], list[_Hypothesis]] = {}
     for row in spec[(spec["no_candidate"] == "") & (spec["not_judged"] == "")].itertuples(index=False):
         logs = estimators.paired_logs_by_round(row.rounds, reference["rounds"].get(row.cell))
-        hypotheses.setdefault(row.node, []).append(_Hypothesis(row.cell, row.variant, logs))
+        hypotheses.setdefault((row.node, row.stack), []).append(_Hypothesis(row.cell, row.variant, logs))
     verdicts: dict[int, tuple[str, int]] = {}
-    last = {node: max((max(h.logs) for h in mine if h.logs), default=0) for node, mine in hypotheses.items()}
-    for node, mine in hypotheses.items():
-        verdicts |= _looks(mine, rule[node])
+    last = {family: max((max(h.logs) for h in mine if h.logs), default=0) for family, mine in hypotheses.items()}
+    for family, mine in hypotheses.items():
+        verdicts |= _looks(mine, rule[family])
     by_cell: dict[int, list[_Hypothesis]] = {}
     for mine in hypotheses.values():
         for h in mine:
@@ -430,14 +442,14 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     for key in keys.itertuples(index=False):
         mine = sorted((h for h in by_cell.get(key.cell, []) if h.judged is not None), key=lambda h: -h.judged.gain)
         verdict, at = (NOT_JUDGED, None) if key.not_judged else verdicts.get(key.cell, (UNDECIDED, None))
-        decision = rule[key.node]
+        decision, family = rule[(key.node, key.stack)], (key.node, key.stack)
         has_ref = key.cell in reference.index
         chosen = next((h for h in mine if h.run), None) if verdict == RUN else None
         lead = chosen or (mine[0] if mine else None)
         rest = [h for h in mine if h is not lead]
         rounds = max((h.judged.rounds for h in mine), default=0)
-        settle, beyond = _settle(lead, decision, last.get(key.node, 0)) if verdict == UNDECIDED else (None, None)
-        taken = estimators.looks(*_design(decision, last.get(key.node, 0)))
+        settle, beyond = _settle(lead, decision, last.get(family, 0)) if verdict == UNDECIDED else (None, None)
+        taken = estimators.looks(*_design(decision, last.get(family, 0)))
         if verdict == NOT_JUDGED:
             why = key.not_judged
         elif verdict == RUN:

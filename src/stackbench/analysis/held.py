@@ -2,17 +2,18 @@
 (`stackbench keep <node>`, docs/what-to-run.md), cell by cell.
 
 Only cells where a speculative variant was a contender in both runs are compared (a cell of no-spec alone, a
-ladder or a long prefill, decides nothing). For each variant either run decided on (else each run's leading
-candidate), the difference of the two runs' mean paired log ratios goes through an equivalence test
-(estimators.rerun_check, Welch's t): the cell "held" where every such difference is shown within +-d (both of
-Schuirmann's one-sided tests reject), d = log1p of the node's `decide.min_gain` (the smallest gain worth
-switching for: a smaller difference would change no choice); it "differs" where Welch's two-sided test finds
-one; else one "cannot tell". Benjamini & Hochberg's step-up holds each family at 5% across the compared cells'
-tests (a false "differs" anywhere in at most 5% of reruns where nothing changed; the cells share each launch's
-speed factor, the positive dependence it needs): "no difference found" over ten or twenty uncorrected tests
-would call about one cell per rerun falsely. A point
-estimate against the other run's interval would not do either: at three rounds a decision is made mostly when
-the spread read small by chance. Where a figure is missing from one run, the cell is "not compared".
+ladder or a long prefill, decides nothing). A verdict the kept run decided is re-tested on this run's rounds
+alone, with the rule's own one-sided tests (estimators.beyond_p): "run V" where V's gain is above zero, "not
+worth it" where every candidate's gain is below the node's `decide.min_gain` (the largest of their p-values, an
+intersection-union test); Benjamini & Hochberg's step-up at 5% over the decided cells' re-tests says which
+"held". The runs are never pooled: pooled, the kept run's rounds would carry a gain that has vanished. A cell the
+kept run left undecided has no verdict to re-test: it "held" where the two runs' gains are shown within +-d
+(Schuirmann's two one-sided tests on the difference of their mean paired log ratios, estimators.rerun_check,
+Welch's t; d = log1p of `decide.min_gain`, a smaller difference would change no choice), with its own step-up.
+Either way a cell "differs" where Welch's two-sided test finds the gains of the variants either run decided on
+(else each run's leading candidate) different, the step-up holding a false "differs" anywhere to 5% of reruns
+where nothing changed (the cells share each launch's speed factor, the positive dependence it needs); else one
+"cannot tell". Where a figure is missing from one run, the cell is "not compared".
 """
 
 from __future__ import annotations
@@ -74,29 +75,54 @@ def decisions_held(earlier: pd.DataFrame, earlier_gains: pd.DataFrame, now: pd.D
         # the variants either run decided on, else each run's leading candidate
         asked = {c["run"] for c in (old, choice) if c["verdict"] == decide.RUN} or \
             {c.get("leading") for c in (old, choice) if isinstance(c.get("leading"), str)}
-        compared.append((old, choice, {v: estimators.rerun_check(logs_before.get(_key(old, DECISION) + (v,), []),
-                                                                 logs_now.get(_key(choice, DECISION) + (v,), []), margin)
-                                       for v in sorted(asked)}))
-    tests = [t for _, _, checks in compared for t in checks.values() if t is not None]
-    equivalent = iter(estimators.benjamini_hochberg([t.equivalent for t in tests], estimators.ALPHA))
+        checks = {v: estimators.rerun_check(logs_before.get(_key(old, DECISION) + (v,), []),
+                                            logs_now.get(_key(choice, DECISION) + (v,), []), margin) for v in sorted(asked)}
+        compared.append((old, choice, checks, _retest(old, logs_now.get, _key(choice, DECISION), margin)))
+    tests = [t for _, _, checks, _ in compared for t in checks.values() if t is not None]
     differ = iter(estimators.benjamini_hochberg([t.differ for t in tests], estimators.ALPHA))
+    kept = iter(estimators.benjamini_hochberg([p for *_, p in compared if p is not None], estimators.ALPHA))
+    undecided = [all(t is not None for t in checks.values()) and p is None and checks for _, _, checks, p in compared]
+    equivalent = iter(estimators.benjamini_hochberg(
+        [max(t.equivalent for t in checks.values()) for (_, _, checks, _), open_ in zip(compared, undecided) if open_],
+        estimators.ALPHA))
     rows = []
-    for old, choice, checks in compared:
-        shown = {v: (t, next(equivalent), next(differ)) for v, t in checks.items() if t is not None}
+    for (old, choice, checks, retest), open_ in zip(compared, undecided):
+        shown = {v: (t, next(differ)) for v, t in checks.items() if t is not None}
         missing = [v for v, t in checks.items() if t is None]
         said = "; ".join(f"{v} {t.difference:+.3f} in log (TOST p {t.equivalent:.3f}, Welch p {t.differ:.3f})"
-                         for v, (t, _, _) in shown.items())
-        if missing or not checks:
+                         for v, (t, _) in shown.items())
+        same = next(kept) if retest is not None else next(equivalent) if open_ else False
+        if missing or not checks or (old["verdict"] in (decide.RUN, decide.NOT_WORTH_IT) and retest is None):
             verdict, why = NOT_COMPARED, f"no gain of {', '.join(missing) or 'a contender'} in one of the runs"
-        elif all(same for _, same, _ in shown.values()):
+        elif same:
             verdict = HELD
-            why = "" if old["verdict"] == choice["verdict"] else f"the verdicts differ, the gains do not: {said}"
-        elif any(apart for _, _, apart in shown.values()):
+            why = "" if old["verdict"] == choice["verdict"] else (
+                f"the verdicts differ; the kept verdict holds on this run's rounds alone (p {retest:.3f})"
+                if retest is not None else f"the verdicts differ, the gains do not: {said}")
+        elif any(apart for _, apart in shown.values()):
             verdict, why = DIFFERS, f"the gains differ between the runs: {said}"
+        elif retest is not None:
+            verdict, why = CANNOT_TELL, f"the kept verdict not shown on this run's rounds (p {retest:.3f}), nor the gains apart: {said}"
         else:
             verdict, why = CANNOT_TELL, f"neither shown within ±{math.expm1(margin):.0%} nor apart: {said}"
         rows.append([*(choice[c] for c in DECISION), _said(old), _said(choice), verdict, why])
     return pd.DataFrame(rows, columns=HELD_COLUMNS)
+
+
+def _retest(old: dict, logs_of, key: tuple, margin: float) -> float | None:
+    """The kept verdict's p-value on this run's rounds alone (estimators.beyond_p): "run V", V's gain above zero;
+    "not worth it", the largest over the kept run's candidates of the p-value that each is below the margin.
+    None where the kept run did not decide, or a variant it names has fewer than two rounds here."""
+    if old["verdict"] == decide.RUN:
+        variants, above, bound = [old["run"]], True, 0.0
+    elif old["verdict"] == decide.NOT_WORTH_IT:
+        variants, above, bound = str(old.get("contenders") or "").split(", "), False, margin
+    else:
+        return None
+    logs = [logs_of(key + (v,), []) for v in variants if v]
+    if not logs or any(len(mine) < 2 for mine in logs):
+        return None
+    return max(estimators.beyond_p(mine, bound, above) for mine in logs)
 
 
 def _lookup(gains: pd.DataFrame) -> dict:

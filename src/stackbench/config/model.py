@@ -236,12 +236,18 @@ class Rental:
 @dataclass(frozen=True)
 class Decision:
     """What to run's sequential rule for a node (node.schema.yaml `launches` and `decide`): the first look's
-    round, the budget's most rounds and minutes, and the smallest gain worth switching for."""
+    round, the budget's most rounds and minutes, and the smallest gain worth switching for; `horizons`, each
+    stack's horizon as its first look fixed it (a stack not named: `most`)."""
 
     first: int
     most: int
     min_gain: float
     budget_minutes: float | None
+    horizons: dict[str, int] | None = None
+
+    def of_stack(self, stack: str) -> Decision:
+        """The rule one stack's sequence runs under: its own horizon, fixed at its first look (docs/what-to-run.md)."""
+        return dataclasses.replace(self, most=(self.horizons or {}).get(stack, self.most), horizons=None)
 
     @classmethod
     def of(cls, node_doc: dict) -> Decision:

@@ -35,12 +35,13 @@ FORMAT = 1
 # fingerprint, so cells measured under other definitions are measured again instead of mixing with new ones. Bump
 # DEFINITIONS when a change there changes a figure, and record those files' sha256 in DEFINITIONS_SOURCES
 # (tests/unit/plan/test_definitions.py fails until both are done, and prints the hash).
-DEFINITIONS = 9  # 9: the client checks itself in every cell (loop lag, CPU share, client_saturated); no connection cap
+DEFINITIONS = 10  # 10: texts drawn from public prompt sets, new each round (models/promptsets.py); a text's own messages
+# (9: the client checks itself in every cell (loop lag, CPU share, client_saturated); no connection cap)
 # (8: llama.cpp's salted single-turn requests reuse no cached prefix; the probes first on a launch)
 # (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
 # (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "7eaf05fe3526d51f977909636f40a7ccbcf2870ba584195dabcae1b608143c25"
+DEFINITIONS_SOURCES = "7e35336925fbe9c10822bf3d7a33f75444f4cbc328eb050be217dbee732a519e"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.

@@ -48,7 +48,7 @@ def _settle(choice) -> str:
     if choice["verdict"] != decide.UNDECIDED:
         return ""
     if pd.notna(choice["settle_rounds"]):
-        return f"about {choice['settle_rounds']:.0f} more round(s) at the spread seen"
+        return f"about {choice['settle_rounds']:.0f} more round(s) at the spread seen (half the time, at its level)"
     if pd.notna(choice.get("settle_beyond")):
         return f"not within this budget (about {choice['settle_beyond']:.0f} rounds would settle it)"
     if choice["rounds"] >= 2 and pd.notna(choice["gain"]):

@@ -11,9 +11,10 @@ between launches, the power that says how many more runs would decide, and the v
 - What to run's sequential rule (analysis/decide.py): looks (the rounds whose look can decide), spent_alpha (the
   error spent at each, Kim & DeMets' power family), the exact group-sequential boundaries for Student's t at
   those looks (critical_t, nominal_level; sequential_level, a candidate's p-value over the looks), one_sided (a
-  gain's one-sided bounds at a look's level), benjamini_hochberg (error control across a node's cells),
+  gain's one-sided bounds at a look's level), benjamini_hochberg (error control across a stack's cells on a node),
   rounds_to_settle and budget_to_settle (the rounds that would decide at the spread seen, within the horizon
-  or past it), and rerun_check (did a gain hold on a rerun: an equivalence test).
+  or past it), beyond_p (a kept verdict re-tested on a rerun's rounds) and rerun_check (two runs' gains
+  compared: Welch's test of a difference, an equivalence test).
 - variance_components: the variance split between launches and repeats inside one.
 
 The unit of replication is the launch (a fresh server process), as JMH's forks and pyperf's worker processes
@@ -27,17 +28,20 @@ components and the allocation of repetitions between them.
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import scipy.special
 import scipy.stats
 
 LEVEL = 0.95
 MOST_ROUNDS_SAID = 100  # budget_to_settle looks no further
 Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
-ALPHA = 0.05  # What to run's error: a false "run" (across a node's cells) or a false "not worth it" (per cell)
+ALPHA = 0.05  # What to run's error: the false-discovery rate of "run" (across a stack's cells) or a false "not worth it" (per cell)
 SPENDING_RHO = 3  # Kim & DeMets (1987) power family alpha x t^rho: spends little at the early looks
 
 
@@ -172,17 +176,28 @@ def median_of_launches(per_launch: Sequence[float]) -> float:
 # rest compute group-sequential boundaries for a normal statistic; at three to six rounds the t statistic's
 # heavy tails and the looks' shared spread estimate make those boundaries wrong by far (t at df 2 and 5% is
 # 2.92, z 1.64). The t statistics at successive looks of one sequence of iid normal paired logs are pivotal:
-# their joint law under "no gain" does not depend on the spread, so one seeded Monte Carlo of it serves every
-# node. With BOUNDARY_DRAWS draws the error a design spends is exact to sqrt(alpha / draws): +-0.05 points at 5%.
-BOUNDARY_DRAWS = 200_000
+# their joint law under "no gain" does not depend on the spread, so one computation serves every node:
+# - the first look's boundary is Student's quantile itself;
+# - with two looks (always consecutive rounds) the second is solved on the exact joint law, a two-dimensional
+#   integral (_two_look_crossing), to 1e-6 in error spent;
+# - with three looks or more the later ones are solved on BOUNDARY_DRAWS seeded sequences, to within
+#   sqrt(alpha / draws): +-0.016 points in the error a design spends at 5%, the stated tolerance +-0.05 points
+#   at three standard errors.
+# Each design is computed once: BOUNDARY_FILE ships them (python -m stackbench.results.estimators writes it), a
+# design not in it is computed at its first use in a process.
+BOUNDARY_DRAWS = 2_000_000
 BOUNDARY_SEED = 52
+BOUNDARY_FILE = Path(__file__).with_name("boundaries.json")
+INTEGRATION_POINTS = 512  # per axis of the two-look integral's midpoint grid (quantiles): 2e-6 in error spent
 # Error levels (a fraction of ALPHA) at which every design is solved: a hypothesis's sequential level, the least
 # error at which its design's boundary is crossed, is read off them (log-linear between two).
 DESIGN_ERRORS = ALPHA * np.geomspace(1e-3, 1, 31)
-# A look whose critical t at its share of the error exceeds this decides next to nothing (at df 2 a bound five
-# standard errors out is crossed, at a gain the horizon resolves half the time, only where three rounds agree
-# several times closer than launches do): its share moves to the next look.
-MAX_CRITICAL_T = 5.0
+# A look whose critical t at its share of the error exceeds this decides next to nothing and is skipped, its share
+# moving to the next look. Chosen on the rule's Monte Carlo double (tests/unit/analysis/test_decide_sequential.py,
+# docs/what-to-run.md): under a horizon of 4, round 3's look needs t 4.71 at df 2; kept (at 5) it wasted error, and
+# at a launch CV of 5% with three true +30% cells of ten a node decided 39.5% of its cells, without it (at 4)
+# 47.2%; horizons 5, 6 and 8 keep their looks (4,000 simulated nodes each).
+MAX_CRITICAL_T = 4.0
 
 
 def looks(first: int, horizon: int, alpha: float = ALPHA) -> range:
@@ -208,36 +223,127 @@ def spent_alpha(look: int, first: int, most: int, alpha: float = ALPHA) -> float
     return alpha * ((look / most) ** SPENDING_RHO - (before / most) ** SPENDING_RHO)
 
 
-@functools.lru_cache(maxsize=64)
-def _design(first: int, horizon: int) -> tuple[range, np.ndarray]:
-    """(looks, nominal): per DESIGN_ERRORS level (rows) and look (columns) the one-sided nominal level of the
-    exact boundary, P(t_{n-1} > c): boundaries c such that under no gain P(crossing first at look k) is the
-    increment spent_alpha gives at that error, solved on BOUNDARY_DRAWS seeded sequences of iid normal rounds."""
-    taken = looks(first, horizon)
-    if len(taken) <= 1:  # one look: Student's t itself
-        return taken, np.tile(DESIGN_ERRORS[:, None], (1, len(taken)))
-    z = np.random.default_rng(BOUNDARY_SEED).standard_normal((BOUNDARY_DRAWS, horizon)).astype(np.float32)
-    n = np.arange(1, horizon + 1, dtype=np.float32)
-    mean = np.cumsum(z, axis=1) / n
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = mean / np.sqrt((np.cumsum(z * z, axis=1) - n * mean ** 2) / (n - 1) / n)
-    alive = np.ones((len(DESIGN_ERRORS), BOUNDARY_DRAWS), dtype=bool)
-    nominal = np.zeros((len(DESIGN_ERRORS), len(taken)))
-    tail = int(2 * ALPHA * BOUNDARY_DRAWS)
+def _two_look_crossing(n1: int, c1: np.ndarray, c2: np.ndarray, points: int = INTEGRATION_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """Under no gain, P(t at n1 rounds < c1, t at n1 + 1 rounds >= c2) per pair (c1, c2), and its derivative in c2.
+    Exact up to the quadrature: with S the first n1 rounds' sum of squares about their mean (chi-square, n1 - 1
+    df), a = sqrt(n1 + 1) x the n1 + 1 rounds' mean and b = (the first n1's mean x sqrt(n1) - the last round's
+    x sqrt(n1)) / sqrt(n1 + 1) (independent standard normals, independent of S; a rotation), the first t is below
+    c1 where a < (sqrt(n1 + 1) c1 sqrt(S / (n1 - 1)) - b) / sqrt(n1) = A1, and the second is at least c2 where
+    a >= c2 sqrt((S + b^2) / n1) = A2: Phi(A1) - Phi(A2) where positive, integrated over S and b on a midpoint
+    grid of their quantiles."""
+    p = (np.arange(points) + 0.5) / points
+    s = scipy.stats.chi2.ppf(p, n1 - 1)[:, None]
+    b = scipy.stats.norm.ppf(p)[None, :]
+    scale = np.sqrt((s + b * b) / n1)
+    c1, c2 = np.asarray(c1, dtype=float), np.asarray(c2, dtype=float)
+    crossing, slope = np.zeros(c1.shape), np.zeros(c1.shape)
+    for i, (one, two) in enumerate(zip(c1, c2)):
+        a1 = (math.sqrt(n1 + 1) * one * np.sqrt(s / (n1 - 1)) - b) / math.sqrt(n1)
+        a2 = two * scale
+        inside = a1 > a2
+        crossing[i] = np.where(inside, scipy.special.ndtr(a1) - scipy.special.ndtr(a2), 0.0).mean()
+        slope[i] = -np.where(inside, np.exp(-a2 * a2 / 2) / math.sqrt(2 * math.pi) * scale, 0.0).mean()
+    return crossing, slope
+
+
+def _two_look_boundary(n1: int, c1: np.ndarray, spent: np.ndarray) -> np.ndarray:
+    """The second look's boundaries c2 with P(t at n1 < c1, t at n1 + 1 >= c2) = spent, per pair: Newton's method
+    kept inside a bracket, from 0 (where far more crosses) to Student's quantile at the share (where less does:
+    the first look's survivors cross less), bisecting where a step would leave it."""
+    low, high = np.zeros(len(spent)), scipy.stats.t.isf(spent, n1)
+    c2 = high.copy()
+    for _ in range(60):
+        crossing, slope = _two_look_crossing(n1, c1, c2)
+        if np.all(np.abs(crossing - spent) <= 1e-6 * spent):
+            break
+        low, high = np.where(crossing > spent, c2, low), np.where(crossing > spent, high, c2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = c2 - (crossing - spent) / slope
+        c2 = np.where(np.isfinite(step) & (step > low) & (step < high), step, (low + high) / 2)
+    return c2
+
+
+def _monte_carlo_boundaries(taken: range, horizon: int, spent: np.ndarray, draws: int) -> np.ndarray:
+    """Per error level (rows of `spent`) and look (columns) the boundary, the first look's Student's quantile,
+    the later ones solved on `draws` seeded sequences of iid normal rounds: the crossing-th largest t among the
+    sequences still running (inf where too little error is left to cross), among the largest 2 ALPHA x draws, as
+    at most ALPHA x draws stopped."""
+    rng = np.random.default_rng(BOUNDARY_SEED)
+    columns = np.array(taken) - 1
+    t = np.empty((draws, len(taken)), dtype=np.float32)
+    n = np.arange(1, horizon + 1)
+    chunk = 250_000
+    for start in range(0, draws, chunk):
+        z = rng.standard_normal((min(chunk, draws - start), horizon))
+        mean = np.cumsum(z, axis=1) / n
+        with np.errstate(divide="ignore", invalid="ignore"):
+            whole = mean / np.sqrt((np.cumsum(z * z, axis=1) - n * mean ** 2) / (n - 1) / n)
+        t[start:start + len(z)] = whole[:, columns]
+    alive = np.ones((len(spent), draws), dtype=bool)
+    c = np.zeros(spent.shape)
+    tail = int(2 * ALPHA * draws)
     for j, look in enumerate(taken):
-        # The boundary is the crossing-th largest t among the sequences still running (inf where too little
-        # error is left to cross): it lies among the largest 2 ALPHA x draws, as at most ALPHA x draws stopped.
-        top = np.argpartition(-t[:, look - 1], tail)[:tail]
-        order = top[np.argsort(-t[top, look - 1])]
-        ranked = t[order, look - 1]
-        alive_ranked = np.cumsum(alive[:, order], axis=1, dtype=np.int32)
-        crossing = np.round([spent_alpha(look, first, horizon, error) * BOUNDARY_DRAWS for error in DESIGN_ERRORS])
-        c = np.array([ranked[int(np.searchsorted(row, k))] if k >= 1 else np.inf for row, k in zip(alive_ranked, crossing)])
-        if j == 0:  # the first look's boundary is Student's quantile itself, free of Monte Carlo error
-            c = scipy.stats.t.isf(crossing / BOUNDARY_DRAWS, look - 1)
-        alive &= t[None, :, look - 1] < c[:, None]
-        nominal[:, j] = scipy.stats.t.sf(c, look - 1)
-    return taken, np.maximum.accumulate(nominal, axis=0)
+        crossing = np.round(spent[:, j] * draws)
+        if j == 0:  # Student's quantile itself, free of Monte Carlo error
+            c[:, j] = scipy.stats.t.isf(spent[:, j], look - 1)
+        else:
+            top = np.argpartition(-t[:, j], tail)[:tail]
+            order = top[np.argsort(-t[top, j])]
+            ranked = t[order, j]
+            alive_ranked = np.cumsum(alive[:, order], axis=1, dtype=np.int32)
+            c[:, j] = [ranked[int(np.searchsorted(row, k))] if k >= 1 else np.inf for row, k in zip(alive_ranked, crossing)]
+        alive &= t[None, :, j] < c[:, j, None]
+    return c
+
+
+def _solve_design(first: int, horizon: int, draws: int = BOUNDARY_DRAWS) -> np.ndarray:
+    """Per DESIGN_ERRORS level (rows) and look (columns) the one-sided nominal level of the boundary,
+    P(t_{n-1} > c), the boundaries c such that under no gain P(crossing first at look k) is the increment
+    spent_alpha gives at that error."""
+    taken = looks(first, horizon)
+    spent = np.array([[spent_alpha(look, first, horizon, error) for look in taken] for error in DESIGN_ERRORS])
+    if len(taken) <= 1:  # one look: Student's t itself
+        return spent
+    if len(taken) == 2:
+        c1 = scipy.stats.t.isf(spent[:, 0], taken[0] - 1)
+        c = np.column_stack([c1, _two_look_boundary(taken[0], c1, spent[:, 1])])
+    else:
+        c = _monte_carlo_boundaries(taken, horizon, spent, draws)
+    return np.maximum.accumulate(scipy.stats.t.sf(c, np.array(taken) - 1), axis=0)
+
+
+def _design_key(first: int, horizon: int) -> str:
+    """A design's name in BOUNDARY_FILE: its looks (designs from different first rounds with the same looks are
+    one) and everything else its boundaries depend on (a change of any makes the stored one stale)."""
+    taken = looks(first, horizon)
+    return (f"looks {taken[0]}-{horizon} alpha {ALPHA:g} rho {SPENDING_RHO:g} max_t {MAX_CRITICAL_T:g} "
+            f"errors {len(DESIGN_ERRORS)} draws {BOUNDARY_DRAWS} seed {BOUNDARY_SEED}")
+
+
+@functools.cache
+def _stored() -> dict:
+    return json.loads(BOUNDARY_FILE.read_text()) if BOUNDARY_FILE.exists() else {}
+
+
+def _design(first: int, horizon: int) -> tuple[range, np.ndarray]:
+    """(looks, nominal): _solve_design's levels, read from BOUNDARY_FILE where it holds the design."""
+    taken = looks(first, horizon)
+    return taken, _looks_design(taken[0], horizon) if taken else np.zeros((len(DESIGN_ERRORS), 0))
+
+
+@functools.lru_cache(maxsize=64)
+def _looks_design(first_look: int, horizon: int) -> np.ndarray:
+    stored = _stored().get(_design_key(first_look, horizon))
+    return np.array(stored) if stored is not None else _solve_design(first_look, horizon)
+
+
+def write_boundaries(path: Path = BOUNDARY_FILE, most: int = 16) -> int:
+    """Solve every design with two looks or more up to `most` rounds into `path`; the count."""
+    designs = {_design_key(first, horizon): [[float(f"{v:.10g}") for v in row] for row in _solve_design(first, horizon)]
+               for horizon in range(2, most + 1) for first in range(2, horizon + 1)
+               if len(looks(first, horizon)) >= 2 and looks(first, horizon)[0] == first}
+    path.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(designs.items())) + "\n}\n")
+    return len(designs)
 
 
 def nominal_level(rounds, error: float, first: int, horizon: int) -> np.ndarray:
@@ -254,12 +360,14 @@ def nominal_level(rounds, error: float, first: int, horizon: int) -> np.ndarray:
     return out
 
 
-def critical_t(rounds, error: float, first: int, horizon: int) -> np.ndarray:
-    """The exact boundary's critical t at `rounds` rounds (inf where that is no look): nominal_level's t."""
+def critical_t(rounds, error: float, first: int, horizon: int, look=None) -> np.ndarray:
+    """The exact boundary's critical t at `rounds` rounds (inf where that is no look): nominal_level's t. At `look`
+    where given (a candidate with a round left out has fewer rounds than its look): that look's nominal level,
+    Student's t at the rounds it has."""
     rounds = np.asarray(rounds)
-    level = nominal_level(rounds, error, first, horizon)
+    level = nominal_level(rounds if look is None else np.broadcast_to(look, rounds.shape), error, first, horizon)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(level > 0, scipy.stats.t.isf(level, np.maximum(rounds - 1, 1)), np.inf)
+        return np.where((level > 0) & (rounds >= 2), scipy.stats.t.isf(level, np.maximum(rounds - 1, 1)), np.inf)
 
 
 def sequential_level(p: np.ndarray, rounds: np.ndarray, first: int, horizon: int) -> np.ndarray:
@@ -365,38 +473,45 @@ def benjamini_hochberg(p_values: Sequence[float], level: float) -> list[bool]:
     return rejected
 
 
-def _settles(mean_log: float, sd_log: float, n: np.ndarray, t_crit: np.ndarray, margin: float) -> np.ndarray:
-    """Whether a look at n rounds with critical t `t_crit` settles a gain of mean and spread as seen: its lower
-    bound clears zero (a gain over half the margin) or its upper bound falls below the margin (the rest)."""
-    half = t_crit * sd_log / np.sqrt(n)
-    return mean_log - half > 0 if mean_log > math.log1p(margin) / 2 else mean_log + half < math.log1p(margin)
+def _settles(mean_log: float, sd_log: float, n: np.ndarray, t_run: np.ndarray, t_not: np.ndarray, margin: float) -> np.ndarray:
+    """Whether a look at n rounds settles a gain of mean and spread as seen: its lower bound at critical t `t_run`
+    clears zero (a gain over half the margin) or its upper bound at `t_not` falls below the margin (the rest)."""
+    if mean_log > math.log1p(margin) / 2:
+        return mean_log - t_run * sd_log / np.sqrt(n) > 0
+    return mean_log + t_not * sd_log / np.sqrt(n) < math.log1p(margin)
 
 
-def rounds_to_settle(mean_log: float, sd_log: float, rounds: int, margin: float, first: int, most: int) -> int | None:
+def rounds_to_settle(mean_log: float, sd_log: float, rounds: int, margin: float, first: int, most: int,
+                     error: float = ALPHA) -> int | None:
     """The round of the sequence from `first` to the horizon `most` whose look would settle the gain, were its
-    mean and spread what `rounds` rounds show: the first look past `rounds` whose exact boundary at ALPHA (per
-    cell, before the correction across a node's cells) settles it. None where no look up to the horizon would:
-    a budget fixed in advance is never stretched (budget_to_settle says what would), or the spread is unknown."""
+    mean and spread what `rounds` rounds show: the first look past `rounds` whose exact boundary settles it, a
+    "run" at `error` (the error the step-up across the node's cells would need of it: the cell's printed level),
+    a "not worth it" at ALPHA (tested per cell). With the mean and spread as seen, the bound then lands exactly on
+    its boundary: a look there settles it about half the time (50% power). None where no look up to the horizon
+    would: a budget fixed in advance is never stretched (budget_to_settle says what would), or the spread is
+    unknown."""
     if not math.isfinite(sd_log) or not math.isfinite(mean_log):
         return None
     n = np.array([k for k in looks(first, most) if k > rounds])
     if not len(n):
         return None
-    settles = _settles(mean_log, sd_log, n, critical_t(n, ALPHA, first, most), margin)
+    settles = _settles(mean_log, sd_log, n, critical_t(n, error, first, most), critical_t(n, ALPHA, first, most), margin)
     return int(n[np.argmax(settles)]) if settles.any() else None
 
 
-def budget_to_settle(mean_log: float, sd_log: float, margin: float, first: int, most: int) -> int | None:
+def budget_to_settle(mean_log: float, sd_log: float, margin: float, first: int, most: int,
+                     error: float = ALPHA) -> int | None:
     """The horizon in rounds whose last look would settle a gain of mean and spread as seen, where the horizon
     `most` would not: the fewest rounds n past it whose Student's t at the nominal level of `most`'s last look
-    settles it (a later horizon's last look spends about that level). None up to MOST_ROUNDS_SAID."""
+    (at `error` for a "run", ALPHA for a "not worth it", as rounds_to_settle; 50% power) settles it (a later
+    horizon's last look spends about that level). None up to MOST_ROUNDS_SAID."""
     if not math.isfinite(sd_log) or not math.isfinite(mean_log) or not looks(first, most):
         return None
-    level = float(nominal_level(np.array([most]), ALPHA, first, most)[0])
+    run, whole = (float(nominal_level(np.array([most]), e, first, most)[0]) for e in (error, ALPHA))
     n = np.arange(most + 1, MOST_ROUNDS_SAID + 1)
-    if not len(n) or level <= 0:
+    if not len(n) or run <= 0 or whole <= 0:
         return None
-    settles = _settles(mean_log, sd_log, n, scipy.stats.t.isf(level, n - 1), margin)
+    settles = _settles(mean_log, sd_log, n, scipy.stats.t.isf(run, n - 1), scipy.stats.t.isf(whole, n - 1), margin)
     return int(n[np.argmax(settles)]) if settles.any() else None
 
 
@@ -409,8 +524,9 @@ def paired_sd_of_launch_cv(cv: float) -> float:
 def resolvable_gain(sd_log: float, look: int, first: int, most: int) -> float:
     """The gain a look at round `look` resolves, were the paired log ratios' spread `sd_log`: the one-sided bound's
     distance from the mean, exp(t x sd / sqrt(n)) - 1, at that look's exact boundary in the sequence from `first`
-    to `most` (critical_t). A true gain this far above zero reads "run"; one this far under the margin reads "not
-    worth it". Per cell, before the correction across a node's cells; inf at a round that is no look."""
+    to `most` (critical_t) at the whole 5%: a true gain this far above zero reads "run", one this far under the
+    margin "not worth it", half the time (50% power), per cell before the correction across a node's cells (which
+    asks more of a "run" where fewer cells gain); inf at a round that is no look."""
     if look < 2 or look not in looks(first, most):
         return math.inf
     return math.expm1(float(critical_t(np.array([look]), ALPHA, first, most)[0]) * sd_log / math.sqrt(look))
@@ -420,6 +536,20 @@ def rounds_to_resolve(sd_log: float, margin: float) -> int | None:
     """The fewest rounds whose single look (all the error spent at once: the cheapest plan) resolves the margin at
     spread `sd_log`: resolvable_gain under `margin`. None where no plan up to MOST_ROUNDS_SAID does."""
     return next((n for n in range(2, MOST_ROUNDS_SAID + 1) if resolvable_gain(sd_log, n, n, n) < margin), None)
+
+
+def beyond_p(logs: Sequence[float], bound: float, above: bool = True) -> float:
+    """Student's one-sided p-value over rounds that the mean paired log ratio lies above `bound` (below it where not
+    `above`): the rule's own test of a verdict ("run": above 0; "not worth it": below log1p(min_gain)), on rounds
+    taken as they come. 1 below two rounds; 0 or 1 where every round agrees."""
+    logs = np.asarray(logs, dtype=float)
+    if len(logs) < 2:
+        return 1.0
+    distance = (logs.mean() - bound) * (1 if above else -1)
+    se = float(logs.std(ddof=1)) / math.sqrt(len(logs))
+    if se == 0:
+        return 0.0 if distance > 0 else 1.0
+    return float(scipy.stats.t.sf(distance / se, len(logs) - 1))
 
 
 @dataclass(frozen=True)
@@ -449,3 +579,7 @@ def rerun_check(logs_a: Sequence[float], logs_b: Sequence[float], margin: float)
     equivalent = max(scipy.stats.t.sf((difference + margin) / se, df), scipy.stats.t.cdf((difference - margin) / se, df))
     return RerunCheck(difference, float(equivalent), float(2 * scipy.stats.t.sf(abs(difference) / se, df)))
 
+
+
+if __name__ == "__main__":
+    print(f"{write_boundaries()} designs -> {BOUNDARY_FILE}")

@@ -1,6 +1,8 @@
 """The sequence of rounds (analysis/sequence.py): the horizon fixed at the first look from the budget, and a later
 round launched for the open cells only, up to that horizon (TEST DATA: verdict tables built here)."""
 
+import dataclasses
+
 import pandas as pd
 
 from stackbench.analysis import decide, sequence
@@ -34,3 +36,22 @@ def test_a_round_the_horizon_promised_is_launched_for_the_open_cells_only():
     assert sequence.open_cells(choices) == [["llamacpp", "code", 1, None]]
     assert sequence.next_round(choices, 5, fixed, 0, 50) == ([], "the horizon's 5 rounds are spent; 3 variant(s) still open")
     assert sequence.next_round(_choices({"code": decide.RUN}), 4, fixed, 0, 50)[0] == []
+
+
+def test_a_stacks_horizon_once_fixed_is_kept_when_another_stack_joins(tmp_path):
+    fixed_file = tmp_path / "rounds" / sequence.HORIZONS_FILE
+    llamacpp = _choices({"code": decide.UNDECIDED})
+    rule, why = sequence.fix_horizons(RULE, llamacpp, 3, spent_s=6 * 60, launch_s=30, fixed_file=fixed_file)
+    assert rule.horizons == {"llamacpp": 6} and rule.of_stack("llamacpp").most == 6
+    # vLLM joins after llama.cpp's rounds and its own first three spent the budget: its horizon is its first look,
+    # llama.cpp keeps the six rounds its looks spent their error over
+    joined = pd.concat([llamacpp, _choices({"code": decide.UNDECIDED}).assign(stack="vllm")])
+    rule, why = sequence.fix_horizons(RULE, joined, 3, spent_s=14 * 60, launch_s=60, fixed_file=fixed_file)
+    assert rule.horizons == {"llamacpp": 6, "vllm": 3}
+    assert why.startswith("horizon: round 3, fixed before the first look") and why.endswith("(vllm); llamacpp keeps round 6, fixed at its first look")
+    asked, _ = sequence.next_round(joined, 3, rule, 14 * 60, 60)
+    assert {stack for stack, _ in asked} == {"llamacpp"}
+    assert sequence.next_round(joined, 6, rule, 20 * 60, 60)[0] == []
+    # another budget is another rule: every stack's horizon is fixed afresh under it
+    wider = dataclasses.replace(RULE, budget_minutes=60)
+    assert sequence.fix_horizons(wider, joined, 3, 14 * 60, 60, fixed_file)[0].horizons == {"llamacpp": 6, "vllm": 6}
