@@ -68,7 +68,8 @@ NOT_JUDGED = "not judged"
 DECIDE_METRICS = (SINGLE_STREAM_METRIC, CONCURRENT_METRIC, M.looping, M.kv_pool_tokens, M.cell_status, M.spec_drafts,
                   *SLOWDOWN_METRICS, M.host_busy, M.host_outside_cpu_share_peak, M.quality_beyond_limit, *CLIENT_METRICS)
 RULE = ("Rule (docs/what-to-run.md): each round launches every variant and its no-spec afresh; a variant's gain is "
-        "paired within a round (the same texts, kept across rounds: the verdict covers these texts) and its interval "
+        "paired within a round (every variant of a round answers the same texts, drawn anew each round from the class, so "
+        "the verdict covers the class, its scope said beside it; with `same` kept, and it covers those texts) and its interval "
         "is Student's t over rounds of the log ratios. Looks at the rounds "
         "that can decide, from the node's first look (`launches` rounds) to the horizon (`decide.most_launches`, "
         "fixed before the first look), spending a 5% error in all over exact group-sequential boundaries for t "

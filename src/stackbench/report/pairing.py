@@ -67,9 +67,9 @@ def levels_table(levels: pd.DataFrame, node: str) -> list[Table]:
     table = frame_table(shown, f"gain-levels-{node}", f"Where a speculative gain's variance is on {node}: "
                                "between texts, between launches, within", "analysis.levels: texts x rounds of each cell's "
                                "paired log ratios, two-way components, medians over the cells")
-    covered = ("Where the texts are kept across rounds (measure.texts_across_rounds: same, the default) the text level "
+    covered = ("Where the texts are kept across rounds (measure.texts_across_rounds: same) the text level "
                "moves no round's gain: What to run's interval sees the launch level and the rest, and its verdict covers "
-               "these texts. Where each round draws new texts (new), a round's gain carries the text level over the texts "
+               "these texts. Where each round draws new texts (new, the default), a round's gain carries the text level over the texts "
                "a cell, and the verdict covers the workload's kind of text; a text is then another one each round, so this "
                "split counts the text level in its within level, and its launch level stays the launches'.")
     table.legend.append("SDs are of log ratios (about a relative spread). " + covered + " The last column is how many "

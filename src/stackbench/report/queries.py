@@ -118,7 +118,8 @@ def caps_not_swept(results: Results) -> dict[str, str]:
         f"and metric = '{M.cell_status}' group by node, power_cap_w order by node, power_cap_w")
     return {node: f"caps not swept on {node}: {'/'.join(f'{cap:g}' for cap in mine['power_cap_w'])} W in "
                   f"{mine['cells'].sum()} cells, each at or above its launch's stock cell's measured draw per GPU plus "
-                  f"the sequencer's margin for transients (measure/sequencer.py CAP_BIND_MARGIN), where it could not bind; those cells have no figure (e.g. {mine['example'].iloc[0]})"
+                  "the sequencer's margin for transients (measure/sequencer.py CAP_BIND_MARGIN), where it could not bind; "
+                  f"those cells have no figure (e.g. {mine['example'].iloc[0]})"
             for node, mine in frame.groupby("node", sort=True)}
 
 
