@@ -43,12 +43,12 @@ def test_spec_round_trips_and_names_everything_the_measure_job_needs(repo, tmp_p
     assert again == spec and again.fingerprint == spec.fingerprint
     doc = json.loads(path.read_text())
     assert {c["key"] for c in doc["cells"]} >= {"code--c1--nocap", "code--c2--nocap"}
-    assert doc["launch"]["env_name"] == "llamacpp" and doc["measure"]["repeats"] == 2  # the run's own repeats
+    assert doc["launch"]["env_name"] == "llamacpp" and doc["measure"]["repeats"] == 3  # the run's own repeats
 
 
 def test_a_hand_edited_spec_is_refused(repo, tmp_path):
     path = launchspec.write(spec_of(repo), tmp_path / "launch.json")
-    path.write_text(path.read_text().replace('"repeats": 2', '"repeats": 5'))
+    path.write_text(path.read_text().replace('"repeats": 3', '"repeats": 5'))
     with pytest.raises(ValueError, match="fingerprint does not match"):
         launchspec.read(path)
 

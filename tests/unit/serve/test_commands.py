@@ -181,4 +181,4 @@ def test_the_plan_prints_a_rounds_texts_beside_what_the_variance_levels_advise(r
     assert cli.main(["commands", "--node", "local-cpu"]) == 0
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("# texts a round")]
     assert len(said) == 1 and "Kalibera & Jones" in said[0]
-    assert said[0].endswith("Texts a cell a round at c1 now: 2 on llamacpp, 3 on vllm-cpu, sglang-cpu, new across rounds.")
+    assert said[0].endswith("Texts a cell a round at c1 now: 3, new across rounds.")
