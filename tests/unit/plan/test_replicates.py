@@ -34,7 +34,7 @@ def test_rounds_interleave_and_later_rounds_repeat_only_the_judged_workloads(loc
     assert [l.name for l in node.launches[:3]] == ["llamacpp--nospec", "llamacpp--ngram-n8", "llamacpp--ngram-n16"]
     assert {l.name for l in node.launches[3:6]} == {"llamacpp--nospec--r2", "llamacpp--ngram-n8--r2", "llamacpp--ngram-n16--r2"}
     first, later = node.launches[0], next(l for l in node.launches if l.name == "llamacpp--nospec--r2")
-    assert set(later.workloads) == {"code-edit", "extraction", "code", "json", "prose"}  # no probes, accuracy, sweeps
+    assert set(later.workloads) == {"code-edit", "extraction", "code", "sql", "prose"}  # no probes, accuracy, sweeps
     assert "probes" in first.workloads and not {"long-prefill", "ladder-cpu", "code-load"} & set(first.workloads)
     # the one-off sets run after the rounds What to run looks at, on a no-spec launch of their own
     (once,) = (l for l in node.launches if l.once)
