@@ -59,5 +59,6 @@ def test_a_measured_cell_carries_the_clients_own_load_and_the_servers_token_rate
     assert figures["client_cpu_share"].n == processes and f"{processes} client process" in figures["client_cpu_share"].note
     assert figures["client_saturated"].value == 0.0 and result.client_note is None, result.client_note
     assert figures["server_generated_tps"].value == pytest.approx(figures["client_received_tps"].value)
-    assert "the client's 36 tokens / the server's 36" in figures["server_generated_tps"].note  # 3 repeats (the run's own, over measure's) x 2 x 6 tokens
+    # 3 repeats (the run's own, over measure's) x 2 streams x 6 tokens
+    assert "the client's 36 tokens / the server's 36" in figures["server_generated_tps"].note
     assert sorted((r["repeat"], r["stream"]) for r in result.requests) == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
