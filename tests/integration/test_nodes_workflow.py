@@ -46,7 +46,9 @@ def test_gpu_nodes_plan_all_four_stacks_one_launch_each(repo_copy):
 @pytest.mark.integration  # runs Snakemake
 def test_a_copied_node_with_other_hardware_plans_with_no_other_change(repo_copy):
     doc = yaml.safe_load((repo_copy / "configs/nodes/rtx5090.yaml").read_text())
-    doc["hardware"]["gpu"].update(model="NVIDIA RTX PRO 6000", memory_gib=96, bandwidth_gbs=1792)
+    # a board no table knows: the node file states every fact the plan reads (issue 67), and nothing else changes
+    doc["hardware"]["gpu"].update(model="NVIDIA RTX PRO 6000", memory_gib=96, bandwidth_gbs=1792, board_power_w=600,
+                                  power_limit_w=[150, 600], compute_capability="12.0")
     (repo_copy / "configs/nodes/pro6000.yaml").write_text(yaml.safe_dump(doc))
     done = dry_run(repo_copy, "pro6000")
     assert done.returncode == 0, done.stderr[-2000:]
