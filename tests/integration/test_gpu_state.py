@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import copy_repo
-from paths import ROOT
+from paths import ROOT, STANDIN_SETS
 
 from stackbench.measure import sequencer
 from stackbench.plan import expand, launchspec
@@ -57,7 +57,9 @@ def run_on(repo: Path, device: int, out: str, monkeypatch) -> tuple[dict, list[d
     doc = yaml.safe_load(Path(f"configs/nodes/{NODE}.yaml").read_text())
     doc["hardware"]["gpu"]["devices"] = [device]
     Path(f"configs/nodes/{NODE}.yaml").write_text(yaml.safe_dump(doc))
-    cfg = expand.load_run_config(Path("."), {"nodes": [NODE], "rehearsal": {"node": NODE}})
+    # the code class draws from HumanEval: stand-ins of its fetched file, the set is not what these tests check
+    cfg = expand.load_run_config(Path("."), {"nodes": [NODE], "rehearsal": {"node": NODE},
+                                             "paths": {"datasets": str(STANDIN_SETS)}})
     node = expand.load_node(NODE, cfg, Path("."))
     spec = launchspec.build(cfg, node, node.launches[0])
     result = sequencer.LaunchRun(spec, Path(out), backend=rehearsal_backend.for_spec(spec)).run()
@@ -102,7 +104,9 @@ def test_a_busy_gpu_is_refused_in_one_line_another_gpu_is_measured_and_memory_re
     second, _ = run_on(repo, 1, "runs/second", monkeypatch)
     assert not any(e["event"] == "gpu_idle_wait" for e in second["timeline"]), second["timeline"]  # the first left it idle
 
-    # Energy from the counter, the sampled power's integral beside it: the simulated draw is steady, so they agree.
+    # Energy from the counter, the sampled power's integral beside it: they agree within 5%, not 1%, since the stand-in's
+    # draw follows its load (issue 67: prefill at the board's power, decode below it), and the sampler's ticks may
+    # miss a prefill burst that the counter accumulates.
     for row in by_cell(rows, "energy_j_per_token").values():
         counter, sampled = (float(x) for x in re.search(r"energy counter delta ([\d.]+) J; sampled power integral ([\d.]+) J",
                                                          row["note"]).groups())

@@ -6,3 +6,4 @@ SUPPORT = Path(__file__).resolve().parent  # the test doubles and helpers (on py
 TESTS = SUPPORT.parent
 ROOT = TESTS.parent
 FIXTURES = TESTS / "fixtures"
+STANDIN_SETS = FIXTURES / "promptsets-standin"  # stand-ins of the fetched prompt sets (models/promptsets.py), not the public sets

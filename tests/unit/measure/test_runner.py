@@ -4,7 +4,7 @@ check of itself in a measured cell."""
 import shutil
 
 import pytest
-from paths import ROOT
+from paths import ROOT, STANDIN_SETS
 from scripted_sse import ScriptedServer
 
 from stackbench.engines import adapter_for
@@ -12,8 +12,6 @@ from stackbench.engines.vllm import VllmAdapter
 from stackbench.measure.runner import CellResult, CellRunner
 from stackbench.plan import expand, launchspec
 from stackbench.rehearsal.standin import StandinEngine, Timing
-
-STANDIN_SETS = ROOT / "tests/fixtures/promptsets-standin"
 
 
 def test_a_scrape_with_no_server_says_why():

