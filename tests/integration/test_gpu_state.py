@@ -110,7 +110,7 @@ def test_a_busy_gpu_is_refused_in_one_line_another_gpu_is_measured_and_memory_re
     for row in by_cell(rows, "energy_j_per_token").values():
         counter, sampled = (float(x) for x in re.search(r"energy counter delta ([\d.]+) J; sampled power integral ([\d.]+) J",
                                                          row["note"]).groups())
-        assert sampled == pytest.approx(counter, rel=0.01) and "GPU-simulated-1" in row["note"]
+        assert sampled == pytest.approx(counter, rel=0.05) and "GPU-simulated-1" in row["note"]
         assert "GPU-simulated-0" not in row["note"]  # the busy GPU is no part of this launch's energy
 
     # The capped cell's clocks were held by its own cap only: not flagged; the uncapped one has no reason.
