@@ -193,7 +193,10 @@ def test_power_cap_sweep_inside_one_launch_with_an_nvml_test_double(ci_double_re
     ci_repo = ci_double_repo
     node = yaml.safe_load((ci_repo / "configs/nodes/ci-cpu.yaml").read_text())
     node.update(power_caps_w=[200, 250], workloads=["code"], concurrency=[1])
-    node["hardware"]["gpu"] = {"model": "NVIDIA GeForce RTX 3090 (test double)", "count": 1}
+    # a board no table knows states its facts in the node file (issue 67): an RTX 3090's, as host/boards.py has them
+    node["hardware"]["gpu"] = {"model": "NVIDIA GeForce RTX 3090 (test double)", "count": 1, "memory_gib": 24,
+                               "bandwidth_gbs": 936, "compute_capability": "8.6", "board_power_w": 350,
+                               "power_limit_w": [100, 350]}
     node["runs"][0]["launch"] = {"mode": "native", "env": "llamacpp"}  # the CPU build: the GPU is a test double
     (ci_repo / "configs/nodes/ci-cpu.yaml").write_text(yaml.safe_dump(node))
     run = launch_run(ci_repo, "llamacpp--nospec", tmp_path / "run")

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import yaml
 from helpers import serving
-from paths import ROOT
+from paths import ROOT, STANDIN_SETS
 
 from stackbench.measure import sequencer
 from stackbench.plan import expand, launchspec
@@ -28,8 +28,8 @@ def test_a_launch_prints_a_line_per_cell_on_its_console(tmp_path):
     with serving(replace(Timing(), ttft_s=0.01, interval_s=0.001, reasoning_tokens=0, engine="sglang")) as url:
         node_file = tmp_path / "configs/nodes/progress-cpu.yaml"
         node_file.write_text(node_file.read_text().replace("'{url}'", url))
-        cfg = expand.load_run_config(tmp_path, {"nodes": ["progress-cpu"], "measure": {"repeats": 1, "warmup_requests": 1,
-                                                                                     "ready_timeout_s": 10}})
+        cfg = expand.load_run_config(tmp_path, {"nodes": ["progress-cpu"], "paths": {"datasets": str(STANDIN_SETS)},
+                                                "measure": {"repeats": 1, "warmup_requests": 1, "ready_timeout_s": 10}})
         node = expand.load_node("progress-cpu", cfg, tmp_path)
         sequencer.LaunchRun(launchspec.build(cfg, node, node.launches[0]), tmp_path / "run", console=console).run()
     lines = console.getvalue().splitlines()

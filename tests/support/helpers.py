@@ -17,7 +17,7 @@ from pathlib import Path
 import gguf
 import pandas as pd
 import yaml
-from paths import ROOT
+from paths import ROOT, STANDIN_SETS
 
 from stackbench.measure import sequencer
 from stackbench.plan import expand, launchspec
@@ -190,8 +190,9 @@ def external_spec(tmp_path: Path, url: str, workload: dict | None = None, repeat
         "probes": None,  # these tests count one workload's requests; the probes' own are in test_probes_served.py
         "models": {"served": {"hf_dir": "/not/ours", "quant": "NVFP4"}},
         "runs": [{"stack": "vllm-cpu", "model": "served", "variants": ["nospec"], "launch": {"mode": "external", "url": url}}]}))
-    cfg = expand.load_run_config(tmp_path, {"nodes": ["external-double"], "measure": {"repeats": repeats, "warmup_requests": 1,
-                                                                           **(measure or {})}})
+    # the classes draw from prompt sets: stand-ins of their fetched files (paths.STANDIN_SETS), not the public sets
+    cfg = expand.load_run_config(tmp_path, {"nodes": ["external-double"], "paths": {"datasets": str(STANDIN_SETS)},
+                                            "measure": {"repeats": repeats, "warmup_requests": 1, **(measure or {})}})
     node = expand.load_node("external-double", cfg, tmp_path)
     return launchspec.build(cfg, node, node.launches[0])
 
