@@ -22,6 +22,24 @@ RATE_METRICS = list(metrics.names(rate=True))
 CAP_NOT_APPLIED = "power cap not applied: "
 
 
+def one_length_over_rounds(rows: pd.DataFrame, cell: list[str], round_column: str) -> pd.DataFrame:
+    """`rows` with each cell's prompt length made one over its rounds where its texts are drawn anew each round
+    (measure.texts_across_rounds: new): such a cell reads another median prompt length in each round, the same on
+    every variant of the round (they answer the same texts), so its rounds are one cell, at the median of the rounds'
+    lengths. A length is the cell's own where one round holds several (a ladder's points) or every round reads the
+    same. `cell` is the cell's key without prompt_tokens."""
+    per_round = rows.groupby([*cell, round_column], dropna=False)["prompt_tokens"].transform("nunique")
+    over_rounds = rows.groupby(cell, dropna=False)["prompt_tokens"].transform("nunique")
+    drawn = (per_round <= 1) & (over_rounds > 1)
+    if not drawn.any():
+        return rows
+    rounds = rows[drawn].drop_duplicates([*cell, round_column])  # a round counts once, whatever its rows
+    median = rounds.groupby(cell, dropna=False)["prompt_tokens"].median().round().rename("_median").reset_index()
+    joined = rows[cell].merge(median, on=cell, how="left")["_median"].to_numpy()
+    lengths = np.where(drawn.to_numpy(), joined, rows["prompt_tokens"].to_numpy(dtype=float))
+    return rows.assign(prompt_tokens=pd.array(np.round(lengths), dtype="Int64"))
+
+
 def applied_cap(rows: pd.DataFrame) -> pd.Series:
     """The power cap a row's cell ran under: for a measured cell the limit the GPU enforced, read back
     (power_cap_enforced_w), null where the requested cap was not applied (the GPU ran at its stock limit);

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from stackbench.analysis.clientstate import CLIENT_METRICS, saturated_of
-from stackbench.analysis.common import LAUNCH
+from stackbench.analysis.common import LAUNCH, one_length_over_rounds
 from stackbench.analysis.gpustate import slowed_of
 from stackbench.analysis.hoststate import busy_of
 from stackbench.analysis.quality import beyond_limit
@@ -96,22 +96,8 @@ def judged(results: pd.DataFrame) -> pd.DataFrame:
                        & ~results["ref"].fillna("").str.contains(ONCE_SUFFIX + "@", regex=False)]  # no look saw them
     cells = measured[judged_rows(measured) & (measured["status"] == "ok") & measured["value"].notna()]
     cells = cells.assign(round=_replicates(cells))
-    return _one_length_over_rounds(cells).drop_duplicates(VARIANT_KEY + ["round"]).reset_index(drop=True)
-
-
-def _one_length_over_rounds(cells: pd.DataFrame) -> pd.DataFrame:
-    """A cell whose texts are drawn anew each round (measure.texts_across_rounds: new) reads another median prompt
-    length in each round, the same on every variant of the round (they answer the same texts): its rounds are one
-    cell, at the median of the rounds' lengths. A length is the cell's own where one round holds several (a ladder's
-    points), or where every round reads the same."""
-    group = [c for c in SPEC_PAIR if c != "prompt_tokens"] + ["metric"]
-    lengths = cells.groupby(group + ["round"], dropna=False)["prompt_tokens"].transform("nunique")
-    spread = cells.groupby(group, dropna=False)["prompt_tokens"].transform("nunique")
-    drawn = (lengths <= 1) & (spread > 1)
-    if not drawn.any():
-        return cells
-    median = cells[drawn].groupby(group, dropna=False)["prompt_tokens"].transform("median").round()
-    return cells.assign(prompt_tokens=cells["prompt_tokens"].where(~drawn, median).astype(cells["prompt_tokens"].dtype))
+    cells = one_length_over_rounds(cells, [c for c in SPEC_PAIR if c != "prompt_tokens"] + ["metric"], "round")
+    return cells.drop_duplicates(VARIANT_KEY + ["round"]).reset_index(drop=True)
 
 
 def _replicates(rows: pd.DataFrame) -> pd.Series:

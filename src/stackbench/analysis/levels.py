@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from stackbench.analysis import decide
+from stackbench.analysis.common import one_length_over_rounds
 from stackbench.analysis.speculative import SPEC_PAIR
 from stackbench.results.judged import judged_metric
 from stackbench.results.pairing import SALTED_PROMPT
@@ -155,9 +156,11 @@ PAYS, LOSES = 0.10, -0.05
 def _text_keys(rows: pd.DataFrame) -> pd.DataFrame:
     """The text rows with their set and row named as such, an uncapped cell's cap and an unsized prompt as -1 (so
     they group), and a row collected before replicates existed in round 1 (as decide reads it)."""
-    return rows.rename(columns={"table_title": "prompt_set", "row_label": "prompt_row"}).assign(
-        power_cap_w=rows["power_cap_w"].fillna(-1), prompt_tokens=rows["prompt_tokens"].fillna(-1),
+    rows = rows.rename(columns={"table_title": "prompt_set", "row_label": "prompt_row"}).assign(
         replicate=pd.to_numeric(rows["replicate"], errors="coerce").fillna(1).astype(int))
+    # texts drawn anew each round: one cell over its rounds, as What to run reads it (decide.judged)
+    rows = one_length_over_rounds(rows, [c for c in CELL if c != "prompt_tokens"] + ["metric"], "replicate")
+    return rows.assign(power_cap_w=rows["power_cap_w"].fillna(-1), prompt_tokens=rows["prompt_tokens"].fillna(-1))
 
 
 def per_text(rows: pd.DataFrame) -> pd.DataFrame:

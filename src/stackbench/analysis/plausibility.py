@@ -13,8 +13,9 @@ The checks, each against a bound from facts already in the results:
   launch's start or NVML's default: host/telemetry.py rows power_limit_found_w, power_limit_default_w);
 - energy per token below what power and rate allow: J/token under ENERGY_MARGIN x mean power / the cell's
   fastest token rate (the aggregate, or one stream's decode x streams), which already favours the row;
-- aggregate below one stream: at two or more streams, the aggregate rate below one stream's decode rate of the
-  same cell (an aggregate over n streams is at least one of them, unless first-token waits fill half the window).
+- aggregate below one stream: at two or more streams, the aggregate rate below what one stream of the same cell
+  delivers over a whole request, its output tokens over its TTFT plus their decode (an aggregate over n streams is
+  at least one of them; the first-token waits are inside both).
 - a speculative speed-up its acceptance cannot explain: a speculative cell's decode (or aggregate) rate over its
   stack's no-spec cell of the same round, load, cap and prompt length above SPEEDUP_MARGIN x its acceptance length.
   Each verification step emits the acceptance length's tokens on average, Leviathan et al. 2023 ("Fast Inference
@@ -57,7 +58,7 @@ COLUMN = "implausible"
 # What the checks read (and analysis/roofline.py under over_roofline): the rows of these metrics, these columns. Every
 # other row's figure is never looked at, so findings() over these rows alone equals findings() over the whole table;
 # a check that comes to read another metric or column adds it here.
-METRICS = (M.decode_tps, M.accept_len, M.power_w, M.power_w_per_gpu, M.energy_j_per_token, M.aggregate_tps,
+METRICS = (M.decode_tps, M.accept_len, M.power_w, M.power_w_per_gpu, M.energy_j_per_token, M.aggregate_tps, M.ttft_s,
            M.power_limit_found_w, M.power_limit_default_w,
            M.model_mib, M.load_gib, M.host_mem_bandwidth_gbs, M.gpu_mem_bandwidth_gbs,
            *(f"geometry_{f}" for f in [*GEOMETRY_FIELDS, "params_b", "weight_mib"]))
@@ -150,13 +151,24 @@ def energy_below_power(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def aggregate_below_single(results: pd.DataFrame) -> pd.DataFrame:
+    """At two or more streams, the aggregate below what one stream of the same cell delivers over a whole request:
+    its output tokens over its first-token wait plus their decode (out / (TTFT + out / decode)). The aggregate counts
+    the first-token waits in its window (vLLM bench serve's output throughput), so a cell of long prompts, whose
+    prefill fills much of the window, is measured against a stream's request rate, not its decode rate alone."""
     aggregate = _ok(results, M.aggregate_tps)
     aggregate = aggregate[pd.to_numeric(aggregate["concurrency"], errors="coerce") >= 2]
-    decode = _ok(results, M.decode_tps).groupby(POINT, dropna=False, sort=False)["value"].median().rename("decode").reset_index()
-    joined = aggregate.merge(decode, on=POINT, how="inner")
-    low = joined[joined["value"] < joined["decode"]]
-    reason = [f"aggregate {a:.4g} tok/s over {c:.0f} streams below one stream's decode {d:.4g} tok/s"
-              for a, c, d in zip(low["value"], low["concurrency"], low["decode"])]
+    central = {metric: _ok(results, metric).groupby(POINT, dropna=False, sort=False)["value"].median().rename(metric)
+               for metric in (M.decode_tps, M.ttft_s)}
+    joined = aggregate.merge(central[M.decode_tps].reset_index(), on=POINT, how="inner").merge(
+        central[M.ttft_s].reset_index(), on=POINT, how="left")
+    out = pd.to_numeric(joined["output_tokens"], errors="coerce")
+    request_rate = out / (joined[M.ttft_s] + out / joined[M.decode_tps])
+    floor = request_rate.where(request_rate.notna(), joined[M.decode_tps])
+    low = joined[joined["value"] < floor]
+    reason = [f"aggregate {a:.4g} tok/s over {c:.0f} streams below one stream's decode {d:.4g} tok/s" if pd.isna(t) else
+              f"aggregate {a:.4g} tok/s over {c:.0f} streams below one stream's {f:.4g} tok/s over a whole request "
+              f"(decode {d:.4g} tok/s, TTFT {t:.3g} s)"
+              for a, c, f, d, t in zip(low["value"], low["concurrency"], floor[low.index], low[M.decode_tps], low[M.ttft_s])]
     return low[CELL].assign(reason=reason)
 
 
