@@ -11,7 +11,7 @@ import pandas as pd
 from stackbench.analysis.common import with_applied_caps
 from stackbench.analysis.decide import judged
 from stackbench.analysis.gpustate import slowed_of
-from stackbench.results.metrics import M
+from stackbench.results.metrics import KWH_J, M
 from stackbench.results.store import MEASURED
 
 # Steady-window figures where the cell has them (ramp and tail excluded), else the whole window's.
@@ -115,9 +115,6 @@ def depth_by_cap(cells: pd.DataFrame) -> pd.DataFrame:
     table = swept.pivot_table(index=keys + ["depth"], columns="cap", values="text", aggfunc="first", dropna=False)
     caps = sorted(table.columns, key=lambda c: float(c.split()[0]), reverse=True)
     return table[caps].reset_index().rename_axis(columns=None)
-
-
-KWH_J = 3.6e6  # joules in a kilowatt-hour
 
 
 def run_energy_lines(results: pd.DataFrame) -> list[str]:

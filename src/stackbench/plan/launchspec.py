@@ -41,7 +41,7 @@ DEFINITIONS = 10  # 10: texts drawn from public prompt sets, new each round (mod
 # (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
 # (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
 # (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "7e35336925fbe9c10822bf3d7a33f75444f4cbc328eb050be217dbee732a519e"
+DEFINITIONS_SOURCES = "27a1f75f316ce1cdfa53d19dd76236c4ea21873b83ebd51e165f483ad6d1a274"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.

@@ -46,14 +46,13 @@ from stackbench.measure import clientload
 from stackbench.plan.expand import repeated_cell
 from stackbench.rehearsal import standin
 from stackbench.results import estimators
-from stackbench.results.metrics import M
+from stackbench.results.metrics import KWH_J, M
 
 HIGH_SHARE = 0.4  # of the bandwidth roofline: the slow end of what engines reach at single-stream decode
 FITTED_MARGIN = 1.3  # a pace fitted to a post: the slow end 30% slower (the posts' own runs spread 5-35%)
 LOAD_BYTES_PER_S_HIGH = 0.5e9  # weights from a network filesystem or a cold page cache
 IMAGE_PULL_S = (120.0, 900.0)  # an engine image of 10-20 GB at about 150 MB/s, and at about 20 MB/s
 TOP_CELLS = 5
-KWH_J = 3.6e6  # joules in a kilowatt-hour
 # analysis/sequence.py horizon(rule, look, spent_s, round_s) -> (rule, why): the one rule that fixes the real run's
 # horizon, passed in by the caller (stackbench rehearsal-budget), since the rehearsal's layer sits beside analysis's
 Horizon = Callable[[Decision, int, float, float], tuple[Decision, str]]

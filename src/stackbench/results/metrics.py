@@ -79,6 +79,7 @@ def _entries(*metrics: Metric) -> dict[str, Metric]:
     return {m.name: m for m in metrics}
 
 
+KWH_J = 3.6e6  # joules in a kilowatt-hour: energy figures are J, a run's or a plan's total is said in kWh
 PERCENTILES = (50, 90, 99)  # a latency distribution's percentiles, as vLLM bench serve reports them
 
 
