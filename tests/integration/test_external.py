@@ -5,8 +5,10 @@ vLLM and SGLang replies are fixtures written from their source (tests/fixtures/e
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
+import threading
 import time
 
 import httpx
@@ -80,12 +82,25 @@ def test_the_run_loop_marks_rows_external_with_the_servers_basis(repo_copy, tmp_
     assert separate_llama_server.alive()  # measured, not stopped
 
 
-def test_an_unreachable_server_times_out_naming_the_url(tmp_path):
-    url = f"http://127.0.0.1:{free_port()}"
-    launcher = external(tmp_path, url)
-    with pytest.raises(ReadyTimeout, match=f"not ready after 1 s at {url}/health"):
-        launcher.start(ready_timeout_s=1)
-    assert not launcher.alive()
+def test_a_server_that_answers_but_is_not_ready_times_out_naming_the_url(tmp_path):
+    """A server that answers 503 while it loads is waited for (an unanswering URL is refused at once:
+    tests/unit/serve/test_launchers.py)."""
+    class Loading(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Loading)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        with pytest.raises(ReadyTimeout, match=f"not ready after 1 s at {url}/health"):
+            external(tmp_path, url).start(ready_timeout_s=1)
+    finally:
+        server.shutdown()
 
 
 def test_a_server_without_the_stacks_health_route_fails_at_once_naming_it(tmp_path):

@@ -55,6 +55,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "engines/base.py": ("unit/engines/test_adapter_interface.py", "unit/engines/test_llamacpp.py", "unit/engines/test_sglang.py",
                         "unit/engines/test_vllm.py"),
     "engines/llamacpp.py": ("unit/engines/test_llamacpp.py", "unit/engines/test_prompt_scores.py"),
+    "engines/openai_compatible.py": ("unit/engines/test_openai_compatible.py", "integration/test_openai_compatible.py"),
     "engines/prometheus.py": ("unit/engines/test_prometheus.py",),
     "engines/sglang.py": ("unit/engines/test_sglang.py", "unit/engines/test_prompt_scores.py"),
     "engines/vllm.py": ("unit/engines/test_vllm.py", "unit/engines/test_prompt_scores.py"),

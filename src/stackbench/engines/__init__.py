@@ -2,10 +2,11 @@
 
 from stackbench.engines.base import Adapter, kv_accounting_columns
 from stackbench.engines.llamacpp import LlamaCppAdapter, LlamaCppFormats
+from stackbench.engines.openai_compatible import OpenAICompatibleAdapter
 from stackbench.engines.sglang import SglangAdapter, SglangFormats
 from stackbench.engines.vllm import VllmAdapter, VllmFormats
 
-ADAPTERS: dict[str, Adapter] = {adapter.engine: adapter for adapter in (LlamaCppAdapter(), SglangAdapter(), VllmAdapter())}
+ADAPTERS: dict[str, Adapter] = {adapter.engine: adapter for adapter in (LlamaCppAdapter(), SglangAdapter(), VllmAdapter(), OpenAICompatibleAdapter())}
 # Each engine's formats as the rehearsal's stand-in writes them (rehearsal/formats.py says what one has), keyed alike.
 FORMATS = {formats.engine: formats for formats in (LlamaCppFormats(), SglangFormats(), VllmFormats())}
 

@@ -23,14 +23,22 @@ class CalibrationError(RuntimeError):
     """Neither the tokenize endpoint nor a calibration request told the prompt's length: the cell fails with it."""
 
 
+def route(adapter: Adapter) -> str:
+    """The tokenize route as the notes name it."""
+    return adapter.tokenize_path or "tokenize route"
+
+
 async def chars_per_token(client: StreamClient, adapter: Adapter, text: str) -> tuple[float, str | None]:
     """Characters per token of `text` on this server, and why the tokenize endpoint was not used (None when
     it was)."""
-    status, reply = await client.post_json(adapter.tokenize_path, adapter.tokenize_body(client.model, text))
+    if adapter.tokenize_path is None:  # an engine without one (an OpenAI-compatible endpoint): usage alone
+        status, reply, why = None, None, "none on this engine"
+    else:
+        status, reply = await client.post_json(adapter.tokenize_path, adapter.tokenize_body(client.model, text))
+        why = "reply not in the engine's format" if status == 200 else f"HTTP {status}" if status else "no answer"
     count = adapter.token_count(reply) if status == 200 and isinstance(reply, dict) else None
     if count:
         return len(text) / count, None
-    why = "reply not in the engine's format" if status == 200 else f"HTTP {status}" if status else "no answer"
     # Without the endpoint: usage.prompt_tokens of the text once and twice (as Sizing repeats it); the
     # difference is the text's own tokens, the chat template's cancelling out.
     plain = client.without_extras()
@@ -40,7 +48,7 @@ async def chars_per_token(client: StreamClient, adapter: Adapter, text: str) -> 
         await plain.aclose()
     failed = next((r for r in counted if r.status != "ok" or not r.prompt_tokens), None)
     if failed is not None:
-        raise CalibrationError(f"prompt sizing: {adapter.tokenize_path} gave {why} and the calibration request "
+        raise CalibrationError(f"prompt sizing: {route(adapter)} gave {why} and the calibration request "
                                f"{failed.error or 'reported no usage.prompt_tokens'}")
     return (len(text) + 1) / max(1, counted[1].prompt_tokens - counted[0].prompt_tokens), why
 
@@ -53,6 +61,6 @@ async def sizing(client: StreamClient, adapter: Adapter, texts: tuple[str, ...],
         if text not in known:
             known[text] = await chars_per_token(client, adapter, text)
     whys = sorted({known[t][1] for t in texts if known[t][1] is not None})
-    how = BY_USAGE.format(path=adapter.tokenize_path, why=", ".join(whys)) if whys else \
+    how = BY_USAGE.format(path=route(adapter), why=", ".join(whys)) if whys else \
         BY_TOKENIZE.format(path=adapter.tokenize_path)
     return Sizing(tokens, {t: known[t][0] for t in texts}, how)

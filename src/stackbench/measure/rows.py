@@ -47,6 +47,7 @@ class RowMaker:
         self.spec, self.run_id, self.spread_flag_ratio = spec, run_id, spread_flag_ratio
         self.adapter = adapter
         self.accept_len_basis = adapter.accept_len_basis
+        self.not_reported: tuple[str, ...] = ()  # launch figures the server cannot give (learn)
         node, launch = spec.node, spec.launch
         external = launch.launch_mode == "external"
         self.launch_basis = {
@@ -68,15 +69,24 @@ class RowMaker:
         }
 
     def learn(self, facts: ServerFacts, identity: dict) -> None:
-        """Complete the basis from the running server: its log's facts and the launcher's identity."""
+        """Complete the basis from the running server: its log's facts and the launcher's identity. An external
+        server's version and KV dtype that neither its reports nor its log gave read NOT_REPORTED, and the
+        figures its engine says it cannot give (identity `not_reported`) get a row saying so (server_rows)."""
         if facts.kv_dtype:
             self.launch_basis["kv_dtype"] = facts.kv_dtype
         if facts.n_ctx:
             self.launch_basis["context_len"] = facts.n_ctx
-        self.launch_basis["engine_setup"] = engine_setup(facts, self.adapter.setup_facts, self.spec.engine.get("setup_env"))
+        setup = engine_setup(facts, self.adapter.setup_facts, self.spec.engine.get("setup_env"))
+        said = identity.get("engine_setup")  # what an endpoint's own routes say of how it is read
+        self.launch_basis["engine_setup"] = "; ".join(s for s in (setup if setup != UNKNOWN else "", said) if s) or UNKNOWN
         for key in ("engine_version", "engine_image", "context_len", "tp", "quant"):
             if identity.get(key) not in (None, ""):
                 self.launch_basis[key] = identity[key]
+        if self.spec.launch.launch_mode == "external":
+            for key in ("engine_version", "kv_dtype"):
+                if self.launch_basis[key] == UNKNOWN:
+                    self.launch_basis[key] = caveats.NOT_REPORTED
+            self.not_reported = tuple(identity.get("not_reported", ()))
 
     def basis(self, cell: Cell | None, prompt_tokens: int | None = None) -> dict:
         return {**self.launch_basis,
@@ -153,6 +163,10 @@ class RowMaker:
         if facts.kv_pool_tokens and facts.kv_cache_mib:
             rows.append(self.fact_row(M.kv_bytes_per_token, facts.kv_cache_mib * 2**20 / facts.kv_pool_tokens,
                                       "KV cache MiB / pool tokens, both from the log"))
+        # An external server without a log: its pool and acceptance say why they are missing, never a blank.
+        unreported = ({M.kv_pool_tokens} if self.spec.launch.launch_mode == "external" else set()) | set(self.not_reported)
+        rows += [{**self.basis(None), **metrics.row_fields(m), "stat": "single", "status": "not_run",
+                  "reason": caveats.NOT_REPORTED} for m in sorted(unreported) if m not in known or known[m] is None]
         if ready_s is not None:
             rows.append(self.fact_row(M.ready_s, ready_s, "launch to health 200, first launch"))
         node = self.spec.node

@@ -202,6 +202,10 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         launch = run["launch"]
         run_launches = []
         adapter = _adapter(stack_doc["engine"], f"{stack_path}: engine")
+        modes = getattr(adapter, "launch_modes", None)  # an engine that serves one way only (openai-compatible: external)
+        if modes and launch["mode"] not in modes:
+            raise ConfigError(f"{run_where}.launch.mode: {launch['mode']}: stack {run['stack']} ({adapter.engine_label}) "
+                              f"is measured {' or '.join(modes)} only: launch: {{mode: external, url: <its base URL>}}")
         for variant_name, variant in variants:
             spec = variant["spec"]
             server_args = {**stack_doc["server_args"], **variant["server_args"], **run["server_args"]}

@@ -136,9 +136,23 @@ class ExternalLauncher:
         except httpx.HTTPError:
             return None
 
+    def _answers(self, client: httpx.Client) -> None:
+        """Something listens at the URL: a refused connection or a name that does not resolve will not turn
+        into a server by waiting out ready_timeout_s, so the launch is refused at once, before any cell, naming
+        the URL and where it is set. A server that answers, even with an error, is waited for as it readies."""
+        try:
+            client.get(self.base_url + self.adapter.health_path)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+            raise NotRunnable(f"external server at {self.base_url}: nothing answers ({err}); start it or fix "
+                              f"configs/nodes/{self.launch.node}.yaml runs[] (stack {self.launch.stack_config}) "
+                              "launch.url") from None
+        except httpx.HTTPError:
+            pass  # it answered, then broke off: a server still starting
+
     def start(self, ready_timeout_s: float, poll_s: float = 0.5) -> float:
         started = time.monotonic()
         with httpx.Client(timeout=self.probe_timeout_s) as client:
+            self._answers(client)
             while (status := self._health_status(client)) != 200:
                 # A server that answers but has no such route will never be ready: another engine than the
                 # stack's, or the URL is wrong. Waiting out ready_timeout_s (600 s by default) would not help.

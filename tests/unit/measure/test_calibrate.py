@@ -111,3 +111,11 @@ def test_a_sized_prompt_ends_on_a_word_and_a_longer_text_is_cut_down():
     sizing = Sizing(5, {TEXT: len(TEXT) / 12})
     cut = sizing.prompt(TEXT)
     assert TEXT.startswith(cut) and cut.split() == TEXT.split()[: len(cut.split())] and 3 <= len(cut.split()) <= 5
+
+
+def test_an_engine_without_a_tokenize_route_is_sized_from_usage_without_asking_one():
+    """The openai-compatible engine: no tokenize POST is sent (FakeClient would answer it 200 with a count)."""
+    client = FakeClient(200, {"count": 99}, text_tokens=12)
+    sizing = asyncio.run(calibrate.sizing(client, ADAPTERS["openai-compatible"], (TEXT,), 400, {}))
+    assert client.chats == 2 and sizing.chars_per_token[TEXT] == pytest.approx((len(TEXT) + 1) / 12)
+    assert sizing.how.endswith("(tokenize route: none on this engine)")

@@ -63,3 +63,33 @@ def test_a_rehearsals_rows_are_rehearsal_rows_and_a_real_runs_measured(monkeypat
         spec = launchspec.build(cfg, node, launch)
         sources.append(RowMaker(spec, "run", ADAPTERS["llamacpp"], RATIO, backend.for_spec(spec).source).basis(None)["source"])
     assert sources == ["measured", "rehearsal"] and set(sources) == set(MEASURED)
+
+
+def external_rows(engine: str, identity: dict) -> tuple[dict, list[dict]]:
+    """An external launch's basis and server rows after the server was asked about itself (no log)."""
+    from launch_helpers import make_launch
+
+    from stackbench.engines.base import ServerFacts
+
+    launch = make_launch(engine, launch_mode="external", launch_target="http://own:8000", context_len=4096)
+    node = SimpleNamespace(name="n", os="linux", gpu_count=1, gpu_model="RTX", bandwidth_gbs=None, file="n.yaml")
+    made = RowMaker(SimpleNamespace(node=node, launch=launch, engine={}), "run", ADAPTERS[engine], RATIO)
+    made.learn(ServerFacts(), {"launch_mode": "external", "engine_image": "external endpoint", **identity})
+    return made.basis(None), made.server_rows(ServerFacts(), None, None)
+
+
+def test_what_an_external_endpoint_cannot_report_reads_so_never_blank():
+    shown, rows = external_rows("openai-compatible", {
+        "engine_version": basis.NOT_REPORTED, "engine_setup": "served models: m; metrics: no /metrics route",
+        "not_reported": ("kv_pool_tokens", "accept_len")})
+    assert shown["engine_version"] == shown["kv_dtype"] == basis.NOT_REPORTED
+    assert shown["engine_setup"] == "served models: m; metrics: no /metrics route"
+    missing = {r["metric"]: (r["status"], r["reason"]) for r in rows if r["status"] == "not_run"}
+    assert missing == {"kv_pool_tokens": ("not_run", basis.NOT_REPORTED), "accept_len": ("not_run", basis.NOT_REPORTED)}
+
+
+def test_an_engines_own_adapter_in_external_mode_says_its_pool_is_not_reported_but_keeps_its_version():
+    shown, rows = external_rows("llamacpp", {"engine_version": "b11434-0c1f39a3", "quant": "Q4_1"})
+    assert shown["engine_version"] == "b11434-0c1f39a3" and shown["kv_dtype"] == basis.NOT_REPORTED
+    assert shown["engine_setup"] == "unknown"
+    assert [(r["metric"], r["reason"]) for r in rows if r["status"] == "not_run"] == [("kv_pool_tokens", basis.NOT_REPORTED)]

@@ -1,13 +1,16 @@
 """Native launcher: model checks, port retry on a bind failure, GPU scoping, identity, teardown. The
-server is a test double (tests/launch_helpers.py); real engines run in the integration tests."""
+server is a test double (tests/launch_helpers.py); real engines run in the integration tests. External launcher:
+a URL where nothing answers is refused at once (faults injected: a closed port, a name that does not resolve)."""
 
 import json
+import time
 
 import pytest
 from launch_helpers import PYTHON, DoubleAdapter, make_launch
 
+from stackbench.engines import ADAPTERS
 from stackbench.serve.launchers import open_launcher
-from stackbench.serve.process import NotRunnable, ServerExited, group_members
+from stackbench.serve.process import NotRunnable, ServerExited, free_port, group_members
 
 
 def native(tmp_path, mode, gpu_devices=None, needs=None, **launch_fields):
@@ -78,3 +81,19 @@ def test_a_missing_engine_environment_is_not_runnable(tmp_path):
     launcher = open_launcher(make_launch(model_path=str(tmp_path / "tiny.gguf")), DoubleAdapter(tmp_path, "serve"), {}, tmp_path, None, None)
     with pytest.raises(NotRunnable, match="engine environment llamacpp not built"):
         launcher.start(ready_timeout_s=5)
+
+
+@pytest.mark.parametrize("engine", sorted(ADAPTERS))
+@pytest.mark.parametrize("url", [f"http://127.0.0.1:{free_port()}", "http://no-such-server.invalid:8000"])
+def test_an_external_url_where_nothing_answers_is_refused_at_once_naming_it_and_the_field(tmp_path, engine, url):
+    """Connection refused or a name that does not resolve: one line naming the URL and the node file's field,
+    before any cell, for every engine's external mode; never a wait toward the ready timeout (600 s by default)."""
+    launch = make_launch(engine, node="ci-cpu", launch_mode="external", launch_target=url, context_len=2048)
+    launcher = open_launcher(launch, ADAPTERS[engine], {}, tmp_path / "run", None, None)
+    started = time.monotonic()
+    with pytest.raises(NotRunnable) as refused:
+        launcher.start(ready_timeout_s=600)
+    assert time.monotonic() - started < 10
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"external server at {url}: nothing answers")
+    assert line.endswith(f"configs/nodes/ci-cpu.yaml runs[] (stack {engine}) launch.url")
