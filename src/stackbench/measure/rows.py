@@ -43,11 +43,12 @@ ACCURACY_OFF_METRIC = M.accuracy
 
 
 class RowMaker:
+    not_reported: tuple[str, ...] = ()  # launch figures the server says it cannot give (learn)
+
     def __init__(self, spec: LaunchSpec, run_id: str, adapter: Adapter, spread_flag_ratio: float, source: str = REAL.source):
         self.spec, self.run_id, self.spread_flag_ratio = spec, run_id, spread_flag_ratio
         self.adapter = adapter
         self.accept_len_basis = adapter.accept_len_basis
-        self.not_reported: tuple[str, ...] = ()  # launch figures the server cannot give (learn)
         node, launch = spec.node, spec.launch
         external = launch.launch_mode == "external"
         self.launch_basis = {
