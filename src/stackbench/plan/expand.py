@@ -20,7 +20,7 @@ from stackbench.config.kinds import KINDS
 from stackbench.config.model import Decision, GpuIdle, HostIdle, Launch, Load, Model, Node, Slurm, Workload
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
-from stackbench.engines.base import FlagConflict, flag_name
+from stackbench.engines.base import FlagConflict, NotLaunchable, flag_name
 from stackbench.host import boards
 from stackbench.models import promptsets, recipes
 from stackbench.plan import probeset
@@ -516,6 +516,9 @@ def _check_flags(launches: list[Launch], adapter, where: str, run: int) -> None:
         except FlagConflict as err:
             raise ConfigError(f"{where}: runs[{run}] ({launch.name}): server_args.{err} (the run's, its stack's or "
                               "its variant's)") from None
+        except NotLaunchable as err:  # an engine only its owner starts: nothing to render for an external launch
+            if launch.launch_mode != "external":
+                raise ConfigError(f"{where}: runs[{run}].launch.mode ({launch.name}): {err}") from None
 
 
 def _check_slots(launches: list[Launch], adapter, workloads: dict[str, Workload], where: str, run: int) -> None:
