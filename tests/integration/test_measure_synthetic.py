@@ -151,18 +151,28 @@ def test_open_loop_cell_is_keyed_by_its_rate_and_says_how_it_was_driven(load_res
     assert pd.isna(cell.loc["aggregate_tps", "ci_low"])
 
 
-def test_a_toy_engine_is_one_adapter_the_plan_runner_and_report_accept(engine_url, tmp_path, monkeypatch):
-    """Adding an engine is its adapter (here a TEST DOUBLE: vLLM's formats under another name, since the
-    synthetic engine speaks them), a stack file and a node run; no other module changes."""
+@pytest.fixture
+def one_file_engine():
+    """tests/support/toy_engine.py loaded as a new engine's module is (its @register runs), and unregistered after."""
+    import importlib.util
+
     from stackbench.engines import ADAPTERS
-    from stackbench.engines.vllm import VllmAdapter
+
+    source = ROOT / "tests/support/toy_engine.py"
+    spec = importlib.util.spec_from_file_location("toy_engine_under_test", source)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    try:
+        yield ADAPTERS["toy"]
+    finally:
+        ADAPTERS.pop("toy")
+
+
+def test_an_engine_written_from_scratch_in_one_file_is_measured_through_the_plan_runner_and_report(
+        one_file_engine, engine_url, tmp_path, monkeypatch):
+    """Adding an engine is its one module (here a TEST DOUBLE written from the base class, no other engine's code), a
+    stack file and a node run; no other module changes."""
     from stackbench.report import render
 
-    class ToyAdapter(VllmAdapter):
-        engine = "toy"
-        engine_label = "Toy engine"
-
-    monkeypatch.setitem(ADAPTERS, "toy", ToyAdapter())
     spec_dir = tmp_path / "repo"
     external_spec(spec_dir, engine_url, {"prompts": ["Say hi."], "output_tokens": 12}, repeats=1)  # the configs
     (spec_dir / "configs/stacks/toy.yaml").write_text(yaml.safe_dump({"engine": "toy", "variants": [{"name": "nospec"}]}))
@@ -182,7 +192,7 @@ def test_a_toy_engine_is_one_adapter_the_plan_runner_and_report_accept(engine_ur
     assert "| measured | toy | nospec |" in headline
     rows = store.read_results(results)
     assert set(rows["engine"]) == {"Toy engine"}
-    # The double's own pace, read through the toy adapter as through vLLM's (it sends its 61 tokens whatever is asked).
+    # The double's own pace, read through the plain OpenAI stream (it sends its 61 tokens whatever is asked).
     assert rows.loc[rows["metric"] == "decode_tps", "value"].to_list() == [pytest.approx(TIMING.decode_tps, rel=0.05)]
 
 

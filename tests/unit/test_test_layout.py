@@ -6,7 +6,9 @@ packages' modules of one name (measure/acceptance.py, analysis/acceptance.py) ca
 MAP says where the second one's tests are. Integration-marked tests live under tests/integration."""
 
 import ast
+import sys
 from pathlib import Path
+from types import ModuleType
 
 from paths import ROOT, TESTS
 
@@ -14,6 +16,34 @@ PACKAGE = ROOT / "src/stackbench"
 
 # Every report section is exercised by rendering the report: the section test, both golden reports, the rehearsal's.
 SECTION_TESTS = ("unit/report/test_sections.py", "unit/report/test_golden_report.py", "unit/rehearsal/test_rehearsal_report.py")
+# Every registered engine is exercised by the seam's test (each member's signature, no restated default), its own mirror
+# first where it has one.
+ENGINE_TESTS = ("unit/engines/test_adapter_interface.py",)
+# Test files beyond those a derived row names (DERIVED: engines from the registry, sections from SECTIONS).
+BEYOND_DERIVED = {"engines/llamacpp.py": ("unit/engines/test_prompt_scores.py",), "engines/sglang.py": ("unit/engines/test_prompt_scores.py",),
+                  "engines/vllm.py": ("unit/engines/test_prompt_scores.py",), "report/sections/texts.py": ("unit/report/test_text_spread.py",)}
+
+
+def module_path(module: ModuleType) -> str:
+    return str(Path(module.__file__).relative_to(PACKAGE))
+
+
+def derived_rows() -> dict[str, tuple[str, ...]]:
+    """The rows of the lists the package keeps itself: each registered engine's module (engines.ADAPTERS) and each
+    report section's (report/sections SECTIONS, and the list's own module)."""
+    from stackbench.engines import ADAPTERS
+    from stackbench.report import sections
+
+    rows = {}
+    for adapter in ADAPTERS.values():
+        module = module_path(sys.modules[type(adapter).__module__])
+        own = mirror(module)
+        rows[module] = ((own,) if (TESTS / own).is_file() else ()) + ENGINE_TESTS
+    section_modules = [m for m in vars(sections).values() if isinstance(m, ModuleType) and getattr(m, "SECTION", None) in sections.SECTIONS]
+    rows |= {module_path(m): SECTION_TESTS for m in [sections, *section_modules]}
+    return {module: tests + BEYOND_DERIVED.get(module, ()) for module, tests in rows.items()}
+
+
 # Module (under src/stackbench) -> the test files (under tests/) that exercise it, its mirror first.
 MAP: dict[str, tuple[str, ...]] = {
     "cli.py": ("unit/serve/test_commands.py", "unit/plan/test_init_other_box.py", "unit/host/test_preflight.py",
@@ -54,11 +84,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "engines/__init__.py": ("unit/engines/test_adapter_interface.py", "unit/plan/test_engine_env.py"),
     "engines/base.py": ("unit/engines/test_adapter_interface.py", "unit/engines/test_llamacpp.py", "unit/engines/test_sglang.py",
                         "unit/engines/test_vllm.py"),
-    "engines/llamacpp.py": ("unit/engines/test_llamacpp.py", "unit/engines/test_prompt_scores.py"),
-    "engines/openai_compatible.py": ("unit/engines/test_openai_compatible.py", "integration/test_openai_compatible.py"),
     "engines/prometheus.py": ("unit/engines/test_prometheus.py",),
-    "engines/sglang.py": ("unit/engines/test_sglang.py", "unit/engines/test_prompt_scores.py"),
-    "engines/vllm.py": ("unit/engines/test_vllm.py", "unit/engines/test_prompt_scores.py"),
     "host/affinity.py": ("unit/host/test_affinity.py",),
     "host/boards.py": ("unit/host/test_boards.py", "unit/plan/test_node_2x4090.py"),
     "host/facts.py": ("unit/results/test_bundle.py", "unit/rehearsal/test_rehearsal_report.py"),
@@ -129,20 +155,6 @@ MAP: dict[str, tuple[str, ...]] = {
     "report/section.py": ("unit/report/test_sections.py", "unit/report/test_golden_report.py"),
     "report/seeds.py": ("unit/report/test_same_method.py", "unit/results/test_published.py"),
     "report/table.py": ("unit/report/test_report.py", "unit/report/test_golden_report.py"),
-    "report/sections/__init__.py": SECTION_TESTS,
-    "report/sections/analysis.py": SECTION_TESTS,
-    "report/sections/answer.py": SECTION_TESTS,
-    "report/sections/bundles.py": SECTION_TESTS,
-    "report/sections/charts.py": SECTION_TESTS,
-    "report/sections/correctness.py": SECTION_TESTS,
-    "report/sections/full_tables.py": SECTION_TESTS,
-    "report/sections/headline.py": SECTION_TESTS,
-    "report/sections/implausible.py": SECTION_TESTS,
-    "report/sections/seeds.py": SECTION_TESTS,
-    "report/sections/texts.py": (*SECTION_TESTS, "unit/report/test_text_spread.py"),
-    "report/sections/time_budget.py": SECTION_TESTS,
-    "report/sections/what_to_run.py": SECTION_TESTS,
-    "report/sections/without_figure.py": SECTION_TESTS,
     "results/agreement.py": ("unit/results/test_agreement.py",),
     "results/basis.py": ("unit/results/test_basis.py",),
     "results/bundle.py": ("unit/results/test_bundle.py",),
@@ -158,6 +170,16 @@ MAP: dict[str, tuple[str, ...]] = {
     "serve/launchers.py": ("unit/serve/test_launchers.py",),
     "serve/process.py": ("unit/serve/test_process.py",),
 }
+
+
+def mirror(module: str) -> str:
+    """unit/<package>/test_<module>.py; a package's __init__, unit/<package>/test_<package>.py."""
+    path = Path(module)
+    name = path.parent.name if path.name == "__init__.py" else path.stem
+    return str(Path("unit", path.parent, f"test_{name}.py"))
+
+
+MAP |= derived_rows()
 # Unit test files of the repository as a whole or of tests/support, no module's: the engine-name rule, the
 # docs' claims, the CI capabilities, the test-tools wait, this layout.
 REPOSITORY = ("unit/test_architecture.py", "unit/test_docs.py", "unit/test_capabilities.py", "unit/test_test_tools.py",
@@ -174,13 +196,6 @@ def holds_code(path: Path) -> bool:
 
 def package_modules() -> set[str]:
     return {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if holds_code(path)}
-
-
-def mirror(module: str) -> str:
-    """unit/<package>/test_<module>.py; a package's __init__, unit/<package>/test_<package>.py."""
-    path = Path(module)
-    name = path.parent.name if path.name == "__init__.py" else path.stem
-    return str(Path("unit", path.parent, f"test_{name}.py"))
 
 
 def unit_test_files() -> set[str]:

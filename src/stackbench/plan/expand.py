@@ -20,7 +20,7 @@ from stackbench.config.kinds import KINDS
 from stackbench.config.model import Decision, GpuIdle, HostIdle, Launch, Load, Model, Node, Slurm, Workload
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
-from stackbench.engines.base import FlagConflict, flag_name
+from stackbench.engines.base import FlagConflict, NotLaunchable, flag_name
 from stackbench.host import boards
 from stackbench.models import promptsets, recipes
 from stackbench.plan import probeset
@@ -202,10 +202,6 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
         launch = run["launch"]
         run_launches = []
         adapter = _adapter(stack_doc["engine"], f"{stack_path}: engine")
-        modes = getattr(adapter, "launch_modes", None)  # an engine that serves one way only (openai-compatible: external)
-        if modes and launch["mode"] not in modes:
-            raise ConfigError(f"{run_where}.launch.mode: {launch['mode']}: stack {run['stack']} ({adapter.engine_label}) "
-                              f"is measured {' or '.join(modes)} only: launch: {{mode: external, url: <its base URL>}}")
         for variant_name, variant in variants:
             spec = variant["spec"]
             server_args = {**stack_doc["server_args"], **variant["server_args"], **run["server_args"]}
@@ -520,6 +516,9 @@ def _check_flags(launches: list[Launch], adapter, where: str, run: int) -> None:
         except FlagConflict as err:
             raise ConfigError(f"{where}: runs[{run}] ({launch.name}): server_args.{err} (the run's, its stack's or "
                               "its variant's)") from None
+        except NotLaunchable as err:  # an engine only its owner starts: nothing to render for an external launch
+            if launch.launch_mode != "external":
+                raise ConfigError(f"{where}: runs[{run}].launch.mode ({launch.name}): {err}") from None
 
 
 def _check_slots(launches: list[Launch], adapter, workloads: dict[str, Workload], where: str, run: int) -> None:

@@ -15,12 +15,12 @@ that left no request records falls back to the host's seconds, and the budget co
   as the real run runs it, without warm-up;
 - a launch: its start to ready as the stand-in models it (start-up plus the weights read at LOAD_BYTES_PER_S,
   standin.ready_s; not the rehearsal's ready time x the time scale, which would scale this host's own work),
-  plus each start's compile and CUDA-graph capture (COMPILE_S, a stated assumption per engine: the stand-in
+  plus each start's compile and CUDA-graph capture (Adapter.compile_s, a stated assumption per engine: the stand-in
   does not model it), plus, for an image launch, the image pull once per image on the node;
 - the range: low is the stand-in's pace as modeled; high assumes engines reach HIGH_SHARE of the
   roofline instead of ROOFLINE_SHARE (a launch whose pace is fitted to a post, rehearsal/calibration.py:
   FITTED_MARGIN slower than the post), a slower disk (LOAD_BYTES_PER_S_HIGH), a slow pull and compile.
-Beside the GPU-node hours, not in them: each native environment's build (BUILD_S) and each model's download at
+Beside the GPU-node hours, not in them: each native environment's build (Adapter.build_s) and each model's download at
 the node's `rental.download_gbps`, from its files' size where they are here, else its weights as the stand-in sizes
 them (the model's parameters x its quantization's bits per weight: configs/models, models/formats.py); all of it
 in money too where the node states `rental.gpu_hour_usd`.
@@ -38,10 +38,7 @@ import pandas as pd
 from stackbench.config import default_decision, default_rental
 from stackbench.config.kinds import KINDS
 from stackbench.config.model import Decision, Rental, Workload, from_json
-from stackbench.engines import adapter_for
-from stackbench.engines.llamacpp import LlamaCppAdapter
-from stackbench.engines.sglang import SglangAdapter
-from stackbench.engines.vllm import VllmAdapter
+from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.measure import clientload
 from stackbench.plan.expand import repeated_cell
 from stackbench.rehearsal import standin
@@ -60,26 +57,16 @@ Horizon = Callable[[Decision, int, float, float], tuple[Decision, str]]
 # (2.7-7.5%, docs/benchmarks.md), a GPU server's usual few percent, and vLLM issue 53436's up to 19.65% with
 # speculation at c2. An assumption, stated, until the node's own runs show its spread.
 ASSUMED_LAUNCH_CV = (0.03, 0.05, 0.10, 0.20)
-# Each start's compile and CUDA-graph capture, low and high seconds, per engine: assumptions, not the posts'
-# logs (none of the seed posts states it). vLLM: torch.compile of the model (a cold cache; a warm one skips
-# most of it) and graph capture over its batch sizes; SGLang: graph capture over its batch sizes (no
-# torch.compile by default); llama.cpp: none beyond loading (its CUDA graphs build on the first requests).
-COMPILE_S = {VllmAdapter.engine: (60.0, 240.0), SglangAdapter.engine: (20.0, 90.0), LlamaCppAdapter.engine: (0.0, 10.0)}
-# Each native environment's build or install on the GPU node, once, before the run (not GPU time: listed beside
-# the budget): assumptions, low and high seconds. llama.cpp: a CUDA build from source for the node's compute
-# capability (one architecture, 16 cores); vLLM and SGLang: their wheels and CUDA libraries from PyPI (several GB).
-BUILD_S = {LlamaCppAdapter.engine: (300.0, 1800.0), VllmAdapter.engine: (180.0, 900.0), SglangAdapter.engine: (180.0, 900.0)}
-BUILD_WHAT = {LlamaCppAdapter.engine: "CUDA build from source", VllmAdapter.engine: "pip install (wheels, CUDA libraries)",
-              SglangAdapter.engine: "pip install (wheels, CUDA libraries)"}
 
 
-def assumed(table: dict, engine: str):
-    """An engine's entry in COMPILE_S, BUILD_S or BUILD_WHAT: each is keyed by the adapter's key (engines.ADAPTERS)
-    and holds every adapter, so an engine missing there raises instead of costing nothing."""
-    if engine not in table:
-        raise KeyError(f"rehearsal/budget.py: engine {engine!r} has no stated assumption: every adapter needs an "
-                       "entry in COMPILE_S, BUILD_S and BUILD_WHAT")
-    return table[engine]
+def assumed(engine: str, fact: str):
+    """An engine's stated assumption for the budget (Adapter.compile_s, build_s, build_what); an engine that states
+    none raises instead of costing nothing."""
+    value = getattr(adapter_for(engine), fact)
+    if value is None:
+        raise KeyError(f"engines: {adapter_for(engine).engine_label} states no {fact} (Adapter.{fact}): the rehearsal's "
+                       "budget cannot price an engine it does not know how to start")
+    return value
 
 
 def _json(path: Path) -> dict:
@@ -96,7 +83,7 @@ def launch_budget(run_dir: Path, time_scale: float, real: dict, pulled: set[str]
     timeline = run.get("timeline", [])
     starts = sum(1 for e in timeline if e["event"] == "ready")
     engine = launch["engine"]
-    compile_low, compile_high = assumed(COMPILE_S, engine)
+    compile_low, compile_high = assumed(engine, "compile_s")
     weights = float(facts.get("weights_gib_per_gpu") or 0.0) * 2**30
     # Each start at its modeled seconds (standin.ready_s: start-up and the weights read), never the rehearsal's
     # ready time x the time scale: that would multiply this host's own work (the flag check's import of the
@@ -266,7 +253,9 @@ def budget(runs_dir: Path, time_scale: float, real: dict, decision: Decision | N
         "caps_everywhere": {"caps": caps, "extra_h": [extra_low * hours, extra_high * hours]},
         "caps_planned": {"caps": caps, "capped_h": [capped[0] * hours, capped[1] * hours],
                          "uncapped_h": [capped[2] * hours, capped[3] * hours]},
-        "compile_s": {adapter_for(engine).engine_label: list(pair) for engine, pair in COMPILE_S.items()},
+        # Every engine's stated compile assumption, the slowest first.
+        "compile_s": {a.engine_label: list(a.compile_s) for a in sorted(
+            (a for a in ADAPTERS.values() if a.compile_s is not None), key=lambda a: -a.compile_s[1])},
         "host_timed_cells": sum(1 for x in launches for c in x["cells"] if c["host_timed"]),
         "priced_cells": sum(len(x["cells"]) for x in launches),
         "unmeasured_cells": sum(x["unmeasured_cells"] for x in launches),
@@ -350,14 +339,14 @@ def over_budget_said(rounds: dict | None) -> str | None:
 
 
 def builds(launches: list[dict]) -> list[dict]:
-    """Each native environment the launches need, once, with its build or install time (BUILD_S, hours)."""
+    """Each native environment the launches need, once, with its build or install time (Adapter.build_s, hours)."""
     seen: dict[str, dict] = {}
     for launch in launches:
         build = launch["build"]
         if build and build["env"] not in seen:
-            low, high = assumed(BUILD_S, build["engine"])
+            low, high = assumed(build["engine"], "build_s")
             seen[build["env"]] = {"env": build["env"], "engine": adapter_for(build["engine"]).engine_label,
-                                  "what": assumed(BUILD_WHAT, build["engine"]), "h": [low / 3600, high / 3600]}
+                                  "what": assumed(build["engine"], "build_what"), "h": [low / 3600, high / 3600]}
     return list(seen.values())
 
 

@@ -1,9 +1,8 @@
 """Each engine's formats as the rehearsal's stand-in (standin.py) writes them, so that the engine's own parser
-(its Adapter) reads the stand-in as it reads the engine. An engine's writers are an object of their own, not
-part of its Adapter: only the stand-in writes, and an engine without them is simply not rehearsed. They are
-defined in the engine's module (engines/), beside the parser that reads each format, so a format is stated once
-per engine and no engine is named outside engines/ (tests/unit/test_architecture.py); this module says what
-a writer has and finds an engine's.
+(its Adapter) reads the stand-in as it reads the engine. An engine's writers are an object of their own, its
+Adapter's `formats` (None: the engine is not rehearsed): only the stand-in writes. They are defined in the engine's
+module (engines/), beside the parser that reads each format, so a format is stated once per engine and no engine is
+named outside engines/ (tests/unit/test_architecture.py); this module says what a writer has and finds an engine's.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from stackbench.serve.process import NotRunnable
 
 
 class EngineFormats(Protocol):
-    engine: str  # its adapter's key (engines.ADAPTERS)
     # The engine's own argument parser as (environment, Python source parsing sys.argv[1:]; None: the environment's
     # server binary, whose --help lists its arguments), or why none runs.
     flag_parser: tuple[str, str | None] | str
@@ -41,12 +39,9 @@ class EngineFormats(Protocol):
         """The JSON bodies of the GET routes besides health and metrics that self_report and version_path read."""
 
 
-WRITERS: dict[str, EngineFormats] = FORMATS
-
-
 def formats_for(engine: str) -> EngineFormats:
     """The stand-in's writers of `engine` (an adapter's key); NotRunnable where it has none."""
-    if engine not in WRITERS:
+    if engine not in FORMATS:
         raise NotRunnable(f"rehearsal: the stand-in speaks no {adapter_for(engine).engine_label} formats "
                           "(rehearsal/formats.py)")
-    return WRITERS[engine]
+    return FORMATS[engine]

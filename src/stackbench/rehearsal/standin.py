@@ -48,7 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from stackbench.config.rehearsal import STANDIN_NAME, STANDIN_VERSION
-from stackbench.engines import adapter_for
+from stackbench.engines import DOUBLE_SPEAKS, adapter_for
 from stackbench.engines.base import RequestTrace, ServedCounts
 from stackbench.rehearsal.calibration import PLAIN_STEP_SHARE, PREFILL_ATTENTION_TOKENS, PREFILL_SHARE
 from stackbench.rehearsal.formats import formats_for
@@ -72,7 +72,7 @@ class Timing:
     loop_period: int = 0  # > 0: token i's text is "<word><i mod period> ", an output that loops
     bodies_file: str = ""  # append each chat request's body here (JSON lines)
     tokenize: int = 1  # 0: no /tokenize route (404), like an external server without one
-    engine: str = "vllm"  # whose formats it speaks (an adapter's engine); a test double needs some default
+    engine: str = DOUBLE_SPEAKS  # whose formats it speaks (an adapter's engine)
     follow_request: int = 0  # 1: the output is as long as the request's max_tokens (reasoning first)
     accept_rate: float = 0.0  # > 0: per-position acceptance probability of each draft (seeded, see Counters)
     context_len: int = 0  # > 0: prompt + max_tokens above it is refused with the engine's 400

@@ -155,7 +155,7 @@ def budget_tables(path: Path) -> list[Table]:
 
 
 def before_the_run(builds: list[dict], downloads: list[dict], rental: dict | None) -> list[Table]:
-    """The builds and installs (BUILD_S, assumed) and the model downloads (at rental.download_gbps), once each, in
+    """The builds and installs (each engine's build_s, assumed) and the model downloads (at rental.download_gbps), once each, in
     minutes and, where the node states its price, in dollars: GPU-node time, though not in the run's hours."""
     if not builds and not downloads:
         return []
@@ -173,7 +173,7 @@ def before_the_run(builds: list[dict], downloads: list[dict], rental: dict | Non
     if priced_at(rental):
         legend.append(f"Cost at {rate_said(rental)}: the node is billed while it builds and downloads.")
     return [Table("budget-builds", "Before the run, on the GPU node: builds, installs and model downloads, once each, beside "
-                  "the GPU-node hours (not in them)", "rehearsal/budget.py BUILD_S, downloads", columns, rows,
+                  "the GPU-node hours (not in them)", "engines/<engine>.py build_s, downloads", columns, rows,
                   [[None] * len(columns) for _ in rows], legend=legend)]
 
 

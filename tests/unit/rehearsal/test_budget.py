@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from launch_helpers import spec_workload
 
+from stackbench.engines import ADAPTERS
 from stackbench.plan import expand
 from stackbench.rehearsal import budget, standin
 from stackbench.report.budget import budget_tables
@@ -43,7 +44,7 @@ def test_hours_count_repeats_warm_up_start_and_pull_and_name_the_costliest(tmp_p
     # Each start at its modeled seconds (start-up and the weights read), not the rehearsal's ready time x the scale,
     # and the engine's compile.
     loaded = standin.ready_s(10.0 * 2**30)
-    compile_low, compile_high = budget.COMPILE_S["vllm"]
+    compile_low, compile_high = ADAPTERS["vllm"].compile_s
     start = loaded + compile_low
     nospec = by_launch["vllm--nospec"]
     assert nospec["start_h"][0] == pytest.approx((start + budget.IMAGE_PULL_S[0]) / hour)
@@ -156,7 +157,7 @@ def test_builds_and_installs_are_listed_once_beside_the_budget(tmp_path):
                   env="llamacpp-cuda-sm89")
     doc = budget.budget(tmp_path, SCALE, REAL)
     assert doc["builds"] == [{"env": "llamacpp-cuda-sm89", "engine": "llama.cpp", "what": "CUDA build from source",
-                              "h": [b / 3600 for b in budget.BUILD_S["llamacpp"]]}]
+                              "h": [b / 3600 for b in ADAPTERS["llamacpp"].build_s]}]
     tables = {t.table_id: t for t in budget_tables(budget.main(tmp_path, SCALE, REAL, tmp_path / "budget.json"))}
     assert tables["budget-builds"].rows[0][0] == "llamacpp-cuda-sm89"
 
@@ -244,13 +245,21 @@ def test_resolvable_gain_falls_with_rounds_and_the_cheapest_plan_is_the_first_th
     assert estimators.resolvable_gain(sd, 2, 3, 8) == float("inf")  # before the first look nothing is spent
 
 
-def test_every_adapter_has_its_compile_and_build_assumptions():
-    from stackbench.engines import ADAPTERS
+def test_every_engine_that_is_rehearsed_states_its_compile_and_build_assumptions(monkeypatch):
+    """The assumptions live on the engine (Adapter.compile_s, build_s, build_what); one that states none is refused
+    by name instead of costing nothing."""
+    from stackbench.engines import ADAPTERS, FORMATS
+    from stackbench.engines.base import Adapter
 
-    for table in (budget.COMPILE_S, budget.BUILD_S, budget.BUILD_WHAT):
-        assert set(table) == set(ADAPTERS)
-    with pytest.raises(KeyError, match="no stated assumption"):
-        budget.assumed(budget.COMPILE_S, "an-engine-without-one")
+    for engine in FORMATS:  # every engine the stand-in rehearses
+        assert all(budget.assumed(engine, fact) for fact in ("compile_s", "build_s", "build_what"))
+
+    class Unpriced(Adapter):
+        engine, engine_label = "unpriced", "Unpriced engine"
+
+    monkeypatch.setitem(ADAPTERS, "unpriced", Unpriced())
+    with pytest.raises(KeyError, match="Unpriced engine states no compile_s"):
+        budget.assumed("unpriced", "compile_s")
 
 
 def test_the_budget_says_how_many_client_processes_the_real_runs_busiest_cell_needs(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from launch_helpers import spec_workload
 from paths import ROOT
 
+from stackbench.engines import ADAPTERS
 from stackbench.host.facts import host_os
 from stackbench.rehearsal import budget, standin
 from stackbench.report import render
@@ -173,7 +174,7 @@ def test_the_budget_counts_once_per_launch_sets_once_compile_and_the_sweep_and_s
     hour = 3600
     # Cells: three code cells x (3 repeats + 1 warm-up), accuracy and probes once each; start: the modeled ready
     # time (start-up, no weights here) + compile, never the rehearsal's 1 s x 50.
-    start = standin.ready_s(0.0) + budget.COMPILE_S["vllm"][0]
+    start = standin.ready_s(0.0) + ADAPTERS["vllm"].compile_s[0]
     assert vllm["total_h"][0] == pytest.approx((start + 3 * 100 * 4 + 2 * 100) / hour)
     assert doc["caps_planned"]["capped_h"][0] == pytest.approx(2 * 2 * 100 * 4 / hour)
     launches, *_ = budget_tables(budget.main(tmp_path, 50, real, tmp_path / "budget.json"))
