@@ -16,7 +16,7 @@ node file (plan/) and hands them over, so this module sits in host/ beside what 
   (or: caps will be skipped, and the report will say so);
 - p2p: peer-to-peer reads between the GPUs each tensor-parallel launch uses (NCCL's fast path), and NVLink
   where the node says so;
-- engines: each launch's environment built (its ready.json), binary present or image pulled;
+- engines: each launch's environment built (its ready.json), binary present, image pulled, or external URL answering;
 - models: each model's files where the node says, and free disk beside the engine environments.
 """
 
@@ -94,6 +94,21 @@ class Machine:
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode)
     which: Callable[[str], str | None] = shutil.which
     disk_free_gib: Callable[[Path], float] = field(default=lambda path: shutil.disk_usage(path).free / 2**30)
+    reaches: Callable[[str], str | None] = field(default=lambda url: nothing_answers(url))
+
+
+def nothing_answers(url: str) -> str | None:
+    """Why nothing answers at `url` (connection refused, a name that does not resolve, no connection in 5 s); None
+    where something does, whatever it answers (serve/launchers.py ExternalLauncher refuses the same at start)."""
+    import httpx
+
+    try:
+        httpx.get(url, timeout=5)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+        return str(err)
+    except httpx.HTTPError:
+        pass
+    return None
 
 
 def check_gpus(gpus: telemetry.NvmlGpus, want: Expected) -> Check:
@@ -248,7 +263,10 @@ def check_engines(want: Expected, machine: Machine) -> list[Check]:
     for engine in want.engines:
         name = f"engine {engine.launch}"
         if engine.mode == "external":
-            checks.append(Check(name, SKIP, f"external server {engine.target}: started by its owner"))
+            why = machine.reaches(str(engine.target))
+            checks.append(Check(name, FAIL, f"external server {engine.target}: nothing answers ({why})",
+                                f"start it, or fix the run's launch.url in {want.file}") if why else
+                          Check(name, OK, f"external server {engine.target} answers (started by its owner)"))
         elif engine.mode == "image":
             if machine.which(engine.container_cli) is None:
                 checks.append(Check(name, FAIL, f"{engine.container_cli} not found", f"install {engine.container_cli}"))

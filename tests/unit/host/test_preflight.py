@@ -10,6 +10,7 @@ from stackbench.host import preflight
 from stackbench.host.preflight import FAIL, OK, SKIP, WARN
 from stackbench.plan import expand
 from stackbench.rehearsal import simgpu
+from stackbench.serve.process import free_port
 
 RTX_4090 = "NVIDIA GeForce RTX 4090"
 
@@ -108,6 +109,17 @@ def test_an_unbuilt_environment_and_a_missing_image_say_how_to_get_them(tmp_path
     (tmp_path / ".envs/llamacpp-cuda-sm89/ready.json").write_text("{}")
     found = checks(tmp_path, host(tmp_path), want(engines=engines), which=lambda name: None)
     assert found["engine llamacpp--nospec"].status == OK and found["engine vllm--mtp"].found == "podman not found"
+
+
+def test_an_external_url_where_nothing_answers_fails_naming_it_and_the_field(tmp_path):
+    engines = (preflight.Engine("openai-compatible--nospec", "external", "http://gpu-box:11434"),)
+    refused = checks(tmp_path, host(tmp_path), want(engines=engines), reaches=lambda url: "[Errno 111] Connection refused")
+    line = refused["engine openai-compatible--nospec"]
+    assert line.status == FAIL and line.found == "external server http://gpu-box:11434: nothing answers ([Errno 111] Connection refused)"
+    assert line.todo.startswith("start it, or fix the run's launch.url in ")
+    answering = checks(tmp_path, host(tmp_path), want(engines=engines), reaches=lambda url: None)
+    assert answering["engine openai-compatible--nospec"].status == OK
+    assert preflight.nothing_answers(f"http://127.0.0.1:{free_port()}") is not None
 
 
 def test_a_missing_model_and_little_disk_say_so(tmp_path):
