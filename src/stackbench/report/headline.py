@@ -163,13 +163,16 @@ def like_with_like(records: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple, float] | None = None,
                    power_why: str | None = None, correctness: pd.DataFrame | None = None,
-                   slowed: pd.DataFrame | None = None, saturated: pd.DataFrame | None = None) -> Table | None:
+                   slowed: pd.DataFrame | None = None, saturated: pd.DataFrame | None = None,
+                   not_reported: set[tuple] = frozenset()) -> Table | None:
     """One row per stack variant on this node at its canonical cells; the seeds' own kind of table. With
     `correctness` (analysis.correctness_by_variant) an outputs column says whether each measured variant's
     outputs equal its no-spec reference; a flagged variant's speed figures carry a marker and a caveat, and
     its row comes after the clean ones, so a fast wrong configuration never tops the table. With `slowed`
     (analysis.slowed_cells) a figure from a cell on a slowed GPU carries its own marker and caveat; with
-    `saturated` (analysis.saturated_cells) one measured by a client that could not keep up (CELL_FLAGS)."""
+    `saturated` (analysis.saturated_cells) one measured by a client that could not keep up (CELL_FLAGS). A measured
+    figure its endpoint cannot give (`not_reported`: (node, stack, variant, metric), queries.not_reported) reads
+    basis.NOT_REPORTED, not a blank."""
     records, like = like_with_like(headline_records(results, node))
     if records.empty:
         return None
@@ -232,7 +235,8 @@ def headline_table(results: pd.DataFrame, node: str, ceiling_percent: dict[tuple
                     text += marker
                     flagged_lines.append(f"{marker} {stack} / {variant} {column.title}: {said.format(flag_why)}, not the stack's "
                                          "speed; left out of What to run.")
-            cells.append(text or MISSING)
+            unreported = source in MEASURED and (node, stack, variant, column.metric) in not_reported
+            cells.append(text or (basis.NOT_REPORTED if unreported else MISSING))
             raw.append(_scaled(value, column.scale))
         if with_ceiling:
             percent = ceiling_percent.get((node, stack, variant)) if source in MEASURED else None

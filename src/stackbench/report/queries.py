@@ -20,7 +20,7 @@ from stackbench.results import basis, metrics, published
 from stackbench.results.judged import single_stream_sql
 from stackbench.results.metrics import ACCEPT_RATE_POS, GEOMETRY_PREFIX, REQUEST_ACCEPT_RATE_BIN, M
 from stackbench.results.pairing import PROMPTS, REPLIES
-from stackbench.results.store import MEASURED_SQL, NOT_SWEPT, RESULTS_SCHEMA
+from stackbench.results.store import MEASURED_SQL, NOT_SWEPT, RESULTS_SCHEMA, row_tuples
 
 
 def named_like(prefix: str) -> str:
@@ -89,6 +89,15 @@ def power_not_measured(results: Results) -> dict[str, str]:
     frame = results.frame("select node, string_agg(distinct reason, '; ') as why from results "
                           f"where metric = '{M.power_w}' and status = 'not_run' and source in {MEASURED_SQL} group by node")
     return dict(zip(frame["node"], frame["why"]))
+
+
+def not_reported(results: Results) -> set[tuple[str, str, str, str]]:
+    """(node, stack, variant, metric) of every figure a measured launch's endpoint cannot give (measure/rows.py: a
+    not_run row whose reason ends with basis.NOT_REPORTED): where a table would show it, it says so."""
+    frame = results.frame("select distinct node, stack, variant, metric from results "
+                          f"where source in {MEASURED_SQL} and status = 'not_run' and ends_with(reason, ?)",
+                          [basis.NOT_REPORTED])
+    return set(row_tuples(frame))
 
 
 def caps_not_applied(results: Results) -> dict[str, str]:

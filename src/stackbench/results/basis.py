@@ -51,6 +51,11 @@ WHY_IT_MATTERS: dict[str, str] = {
 # speculative counters): never a blank, never a guess. engines/ and measure/rows.py write it, the report shows it.
 NOT_REPORTED = "not reported by this endpoint"
 
+
+def not_reported(metric: str) -> str:
+    """The reason on a launch's row for a figure its endpoint cannot give (it ends with NOT_REPORTED)."""
+    return f"{metric}: {NOT_REPORTED}"
+
 UNPACKED_FP4 = "4-bit float weights unpacked to BF16, no FP4 tensor cores"
 
 # Stats that are not a central value of repeats get a marker on their row.

@@ -85,11 +85,12 @@ def test_what_an_external_endpoint_cannot_report_reads_so_never_blank():
     assert shown["engine_version"] == shown["kv_dtype"] == basis.NOT_REPORTED
     assert shown["engine_setup"] == "served models: m; metrics: no /metrics route"
     missing = {r["metric"]: (r["status"], r["reason"]) for r in rows if r["status"] == "not_run"}
-    assert missing == {"kv_pool_tokens": ("not_run", basis.NOT_REPORTED), "accept_len": ("not_run", basis.NOT_REPORTED)}
+    assert missing == {"kv_pool_tokens": ("not_run", "kv_pool_tokens: not reported by this endpoint"),
+                       "accept_len": ("not_run", "accept_len: not reported by this endpoint")}
 
 
 def test_an_engines_own_adapter_in_external_mode_says_its_pool_is_not_reported_but_keeps_its_version():
     shown, rows = external_rows("llamacpp", {"engine_version": "b11434-0c1f39a3", "quant": "Q4_1"})
     assert shown["engine_version"] == "b11434-0c1f39a3" and shown["kv_dtype"] == basis.NOT_REPORTED
     assert shown["engine_setup"] == "unknown"
-    assert [(r["metric"], r["reason"]) for r in rows if r["status"] == "not_run"] == [("kv_pool_tokens", basis.NOT_REPORTED)]
+    assert [(r["metric"], r["reason"]) for r in rows if r["status"] == "not_run"] == [("kv_pool_tokens", basis.not_reported("kv_pool_tokens"))]

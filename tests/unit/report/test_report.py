@@ -211,3 +211,23 @@ def test_a_variant_whose_outputs_differ_keeps_its_reason_in_the_headline():
     got = {row[table.columns.index("variant")]: row[table.columns.index("decode tok/s")] for row in table.rows}
     assert got == {"nospec": "100", "draft-n2": "150" + NOT_SAME_OUTPUT}
     assert f"{NOT_SAME_OUTPUT} vllm / draft-n2: {why}; do not rank it on the figures marked {NOT_SAME_OUTPUT}." in table.caveats
+
+
+def test_a_figure_an_endpoint_cannot_give_reads_not_reported_where_the_headline_shows_it():
+    """Hand-built rows (test data): a native llama.cpp launch logged its KV pool; the openai-compatible endpoint beside
+    it has the launch row measure/rows.py writes for a pool it cannot report. Its cell says so; a blank stays "—"."""
+    from stackbench.results.basis import NOT_REPORTED, not_reported
+
+    base = dict(source="measured", ref="test-run", node="test-cpu", status="ok", stat="median", workload="code", note=None,
+                value_min=None, value_max=None, power_cap_w=None, variant="nospec", concurrency=1)
+    rows = [dict(base, stack=stack, metric="decode_tps", value=value) for stack, value in (("llamacpp", 80.0),
+                                                                                           ("openai-compatible", 79.0))]
+    rows += [dict(base, stack="llamacpp", metric="kv_pool_tokens", workload=None, concurrency=None, stat="single", value=4096.0),
+             dict(base, stack="openai-compatible", metric="kv_pool_tokens", workload="server", concurrency=None,
+                  stat="single", value=None, status="not_run", reason=not_reported("kv_pool_tokens"))]
+    results = queries.Results(store.to_table(rows).to_pandas())
+    table = headline_table(queries.headline_input(results), "test-cpu", not_reported=queries.not_reported(results))
+    pool = {row[table.columns.index("stack")]: row[table.columns.index("KV pool tokens")] for row in table.rows}
+    assert pool == {"llamacpp": "4096†", "openai-compatible": NOT_REPORTED}  # † a single figure
+    plain = headline_table(queries.headline_input(results), "test-cpu")
+    assert {row[plain.columns.index("KV pool tokens")] for row in plain.rows} == {"4096†", "—"}

@@ -31,10 +31,10 @@ def headlines(ctx: Context, outputs_judged) -> list[Table]:
     candidates = queries.headline_input(results)
     by_node = candidates.groupby("node", sort=False).indices  # each node's headline reads its own rows only
     percents, power_why, slowed = ceiling_percents(ctx), queries.power_not_measured(results), analysis.slowed_cells(ctx.frame)
-    saturated = analysis.saturated_cells(ctx.frame)
+    saturated, unreported = analysis.saturated_cells(ctx.frame), queries.not_reported(results)
     # Published rows without a node sit under their post (the seed tables), not under a node named "unknown".
     tables = [t for t in (headline_table(candidates.take(by_node[n]), n, percents, power_why.get(n), outputs_judged, slowed,
-                                         saturated)
+                                         saturated, unreported)
                           for n in ctx.nodes if n in by_node and n != NO_NODE) if t is not None]
     kept = queries.kept_launches(results)
     legend = {}
