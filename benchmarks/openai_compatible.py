@@ -16,7 +16,7 @@ prefix (cache_prompt false), which the OpenAI API cannot ask: --unsalted measure
 the engine seam alone.
 
 Needs the engines' environments and models (`snakemake --cores 1 -- .envs/llamacpp/ready.json .envs/vllm-cpu/ready.json
-.envs/sglang-cpu/ready.json data/models/smollm2-135m-hf`). Writes data/benchmarks/openai-compatible/<engine>.json.
+.envs/sglang-cpu/ready.json data/models/smollm2-135m-hf`). Writes logs/benchmarks/openai-compatible/<engine>.json.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from stackbench.results import store
 from stackbench.serve.launchers import open_launcher
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "data/benchmarks/openai-compatible"
+OUT = ROOT / "logs/benchmarks/openai-compatible"  # logs/ is never committed
 # The no-spec launch of each stack on local-cpu, and the model key its server serves under (--served-model-name).
 STACKS = {"llamacpp": "llamacpp--nospec", "vllm-cpu": "vllm-cpu--nospec", "sglang-cpu": "sglang-cpu--nospec"}
 WORKLOAD = {"prompts": ["Write a Python function that parses a CSV file and returns the rows as dictionaries.",
