@@ -18,8 +18,6 @@ import httpx
 from stackbench.config.model import Launch
 from stackbench.engines import prometheus
 from stackbench.engines.base import (
-    SERVER_SPEC_ACCEPTED,
-    SERVER_SPEC_DRAFTED,
     CacheOutlivesLaunch,
     KvAccounting,
     PythonEngine,
@@ -36,7 +34,7 @@ from stackbench.engines.base import (
     slots_from,
 )
 from stackbench.results.divergence import Position
-from stackbench.results.metrics import M
+from stackbench.results.metrics import SERVER_SPEC_ACCEPTED, SERVER_SPEC_DRAFTED, M
 
 # The sgl_kernel stand-in's folder, found from the installed package (no import: engines never import provision).
 CPU_OPS_STAND_IN = Path(__file__).resolve().parents[1] / "provision" / "sglang_cpu_ops"
