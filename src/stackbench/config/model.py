@@ -187,6 +187,33 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class Measure:
+    """The run's measure settings (config.schema.yaml `measure` documents each and holds its default): how every
+    cell is driven and repeated. Built from the validated config (`of`), so a misspelt key is refused at load by
+    the schema, in one line naming the file and the field; a launch spec carries it (plan/launchspec.py)."""
+
+    repeats: int
+    target_rel_ci: float | None  # None: exactly `repeats` (measure/precision.py)
+    max_repeats: int
+    stop_saturated: bool
+    order_seed: int
+    text_seed: int
+    texts_across_rounds: str  # new | same
+    warmup_requests: int
+    client_processes: int | str  # a count, or "auto"
+    ready_timeout_s: float
+    request_timeout_s: float
+    stall_timeout_s: float
+    keep_failed: bool
+    spread_flag_ratio: float
+
+    @classmethod
+    def of(cls, cfg: dict) -> Measure:
+        """From a validated top-level config (config/__init__.py fills the schema's defaults)."""
+        return cls(**cfg["measure"])
+
+
+@dataclass(frozen=True)
 class GpuIdle:
     """When a launch's GPUs count as idle and how long to wait for it (node.schema.yaml `gpu_idle`)."""
 

@@ -127,8 +127,8 @@ class CellRunner:
     def texts_of(self, cell: Cell) -> workloads.Texts:
         """The cell's texts (workloads.Texts): its round's where each round draws new texts (the default), else round
         1's; a round's draw holds the cell's most repeats (precision.most_repeats), so rounds take disjoint texts."""
-        fresh = self.spec.measure["texts_across_rounds"] == "new"
-        return workloads.Texts(self.spec.measure["text_seed"], self.spec.launch.replicate if fresh else 1, cell.key,
+        fresh = self.spec.measure.texts_across_rounds == "new"
+        return workloads.Texts(self.spec.measure.text_seed, self.spec.launch.replicate if fresh else 1, cell.key,
                                precision.most_repeats(self.spec.measure))
 
     def apply_cap(self, cell: Cell) -> powercap.CapResult | None:
@@ -206,7 +206,7 @@ class CellRunner:
         extras = {**self.adapter.request_extras(self.spec.launch, fixed, reuse_prefix=reuse),
                   **workloads.request_fields(cell.workload)}
         client = StreamClient(self.base_url, self.spec.launch.model.name, extras,
-                              measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
+                              measure.stall_timeout_s, measure.request_timeout_s, api_key=self.api_key)
         try:
             sizing = None
             if cell.prompt_tokens_target is not None:
@@ -257,7 +257,7 @@ class CellRunner:
             return
         streams = cell.concurrency or 1
         load = None
-        for _ in range(self.spec.measure["warmup_requests"]):
+        for _ in range(self.spec.measure.warmup_requests):
             async with clientload.LoopWatch() as watch:  # one process's load at the cell's shape (client_processes)
                 records = await run_streams(client, workloads.requests(cell.workload, cell.load, streams, workloads.WARM_UP,
                                                                        sizing, self.texts_of(cell)), streams)
@@ -279,7 +279,7 @@ class CellRunner:
         .processes_for_load); never more than its streams. An open loop is read by this process."""
         if cell.rate is not None:
             return 1
-        asked = self.spec.measure.get("client_processes", "auto")
+        asked = self.spec.measure.client_processes
         wanted = clientload.processes_for_load(self.warmed.get(self.shape(cell))) if asked == "auto" else asked
         return max(1, min(wanted, cell.concurrency))
 
@@ -288,7 +288,7 @@ class CellRunner:
         request must be cold) and without the engine's fixed-length fields: answers end where the model ends them."""
         measure = self.spec.measure
         client = StreamClient(self.base_url, self.spec.launch.model.name, extras,
-                              measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
+                              measure.stall_timeout_s, measure.request_timeout_s, api_key=self.api_key)
         try:
             async with clientload.LoopWatch() as watch:
                 figures, outputs, records = await run(client, cell.workload, self.adapter)

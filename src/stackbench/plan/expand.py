@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, rehearsal, validate
 from stackbench.config.kinds import KINDS
-from stackbench.config.model import Decision, GpuIdle, HostIdle, Launch, Load, Model, Node, Slurm, Workload
+from stackbench.config.model import Decision, GpuIdle, HostIdle, Launch, Load, Measure, Model, Node, Slurm, Workload
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict, flag_name
@@ -256,19 +256,19 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     # Every round the sequence may reach (What to run's rule, docs/what-to-run.md): the first `launches` rounds are
     # planned; each later one only as the checkpoint after the round before asks.
     rounds = run.rounds(replicates, decision.most)
-    measure = cfg["measure"]
-    most_repeats = max(measure["repeats"], *(l.repeats or 0 for l in launches),
-                       measure["max_repeats"] if measure.get("target_rel_ci") is not None else 0)
+    measure = Measure.of(cfg)
+    most_repeats = max(measure.repeats, *(l.repeats or 0 for l in launches),
+                       measure.max_repeats if measure.target_rel_ci is not None else 0)
     for workload in (w for w in workloads if w.prompts_file):
         try:
-            promptsets.check_enough(workload, rounds if measure["texts_across_rounds"] == "new" else 1, most_repeats, where)
+            promptsets.check_enough(workload, rounds if measure.texts_across_rounds == "new" else 1, most_repeats, where)
         except ValueError as err:
             raise ConfigError(str(err)) from None
     by_name = {w.name: w for w in workloads}
     measured = [l for l in launches if l.stack_config in chosen]
     if doc["long_context_rounds"] == "every":  # the long-context use decided on as many launches as the rest
         measured = long_context_deciding(measured, by_name)
-    every = interleaved_rounds(measured, rounds, by_name, f"{cfg['measure']['order_seed']}/{name}")
+    every = interleaved_rounds(measured, rounds, by_name, f"{measure.order_seed}/{name}")
     if rounds > replicates:  # a sequence of looks: its first comes before the one-off sets
         every = one_offs_apart(every, by_name)
     launches = [l for l in every if l.replicate <= replicates]

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stackbench.config.kinds import KINDS
-from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
+from stackbench.config.model import Launch, Load, Measure, Model, Node, Workload, from_json
 from stackbench.config.rehearsal import REAL_RUN, Run, planned_for, selected
 from stackbench.engines import adapter_for, flag_parser_env
 from stackbench.models import datasets, promptsets
@@ -107,7 +107,7 @@ NODE_WORKFLOW_FIELDS = ("prepared_models", "slurm", "quality_reference", "decisi
 class LaunchSpec:
     node: Node  # hardware facts and workloads; `launches` is empty here, NODE_WORKFLOW_FIELDS are not carried
     launch: Launch
-    measure: dict
+    measure: Measure
     engine: dict  # the environment's ready.json (native pipeline builds), else what the config names
     models: dict  # model name -> identity of its files
     cells: tuple[Cell, ...]
@@ -125,9 +125,9 @@ class LaunchSpec:
         return self._digest(planned_for(self.rehearsal).fingerprinted(doc))
 
     def cell_fingerprint(self, cell: Cell) -> str:
-        unset = PRECISION_SETTINGS if self.measure.get("target_rel_ci") is None else ()
+        unset = PRECISION_SETTINGS if self.measure.target_rel_ci is None else ()
         return self._digest({"server": self.server_fingerprint, "definitions": DEFINITIONS, **cell.identity,
-                             "measure": {k: v for k, v in self.measure.items() if k not in NOT_IN_CELL_IDENTITY + unset}})
+                             "measure": {k: v for k, v in asdict(self.measure).items() if k not in NOT_IN_CELL_IDENTITY + unset}})
 
     @property
     def fingerprint(self) -> str:
@@ -137,7 +137,7 @@ class LaunchSpec:
     def to_json(self) -> str:
         node = {k: v for k, v in asdict(self.node).items() if k not in NODE_WORKFLOW_FIELDS}
         return json.dumps({"format": FORMAT, "fingerprint": self.fingerprint, "server_fingerprint": self.server_fingerprint,
-                           "node": node, "launch": asdict(self.launch), "measure": self.measure, "engine": self.engine,
+                           "node": node, "launch": asdict(self.launch), "measure": asdict(self.measure), "engine": self.engine,
                            "models": self.models, "rehearsal": self.rehearsal,
                            "cells": [{"key": c.key, "workload": c.workload.name, "concurrency": c.concurrency,
                                       "rate": c.rate, "power_cap_w": c.power_cap_w, "ladder_tokens": c.ladder_tokens,
@@ -324,7 +324,7 @@ def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     if parser is not None:
         engine = {**engine, "flag_parser": parser}
     bound = setup_env(node, launch)
-    measure = {**cfg["measure"], **run.own_repeats(launch)}
+    measure = dataclasses.replace(Measure.of(cfg), **run.own_repeats(launch))
     return LaunchSpec(node=bare, launch=launch, measure=measure,
                       engine={**engine, "setup_env": bound} if bound else engine, models=models,
                       cells=cells_of(node, launch), rehearsal=run.settings)
@@ -362,7 +362,11 @@ def read(path: Path) -> LaunchSpec:
     by_name = {w.name: w for w in node.workloads}
     cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c["rate"], c["ladder_tokens"])
                   for c in doc["cells"])
-    spec = LaunchSpec(node=node, launch=launch, measure=doc["measure"], engine=doc["engine"], models=doc["models"],
+    try:
+        measure = Measure(**doc["measure"])
+    except TypeError as err:  # a spec written before a setting was added, or after one was dropped
+        raise ValueError(f"{path}: measure: {str(err).removeprefix('Measure.__init__() ')}; re-run the plan step") from None
+    spec = LaunchSpec(node=node, launch=launch, measure=measure, engine=doc["engine"], models=doc["models"],
                       cells=cells, rehearsal=doc.get("rehearsal"))
     if spec.fingerprint != doc["fingerprint"]:
         raise ValueError(f"{path}: fingerprint does not match its content (edited by hand?); re-run the plan step")
