@@ -95,6 +95,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "models/recipes.py": ("unit/provision/test_envs.py",),
     "plan/expand.py": ("unit/plan/test_config.py", "unit/plan/test_stacks.py", "unit/plan/test_replicates.py",
                        "unit/plan/test_node_2x4090.py", "unit/plan/test_seed_workloads.py"),
+    "plan/definitions.py": ("unit/plan/test_definitions.py",),
     "plan/launchspec.py": ("unit/plan/test_launchspec.py", "unit/plan/test_definitions.py", "unit/results/test_results_compat.py"),
     "plan/probeset.py": ("unit/plan/test_probeset.py",),
     "provision/envs.py": ("unit/provision/test_envs.py",),

@@ -27,21 +27,10 @@ from stackbench.config.rehearsal import REAL_RUN, Run, planned_for, selected
 from stackbench.engines import adapter_for, flag_parser_env
 from stackbench.models import datasets, promptsets
 from stackbench.models.recipes import RECIPES
+from stackbench.plan.definitions import DEFINITIONS  # how the figures are computed: in every cell's fingerprint
 from stackbench.plan.expand import launch_points
 
 FORMAT = 1
-# How the measured figures are computed (measure/client.py, measure/summary.py, results/metrics.py, the client's
-# check of itself in measure/clientload.py, and the intervals of results/estimators.py): part of every cell's
-# fingerprint, so cells measured under other definitions are measured again instead of mixing with new ones. Bump
-# DEFINITIONS when a change there changes a figure, and record those files' sha256 in DEFINITIONS_SOURCES
-# (tests/unit/plan/test_definitions.py fails until both are done, and prints the hash).
-DEFINITIONS = 10  # 10: texts drawn from public prompt sets, new each round (models/promptsets.py); a text's own messages
-# (9: the client checks itself in every cell (loop lag, CPU share, client_saturated); no connection cap)
-# (8: llama.cpp's salted single-turn requests reuse no cached prefix; the probes first on a launch)
-# (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
-# (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
-# (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "27a1f75f316ce1cdfa53d19dd76236c4ea21873b83ebd51e165f483ad6d1a274"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
