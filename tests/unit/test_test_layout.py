@@ -40,6 +40,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "analysis/speculative.py": ("unit/analysis/test_analysis.py",),
     "analysis/spread.py": ("unit/analysis/test_analysis.py",),
     "config/__init__.py": ("unit/plan/test_config.py", "unit/plan/test_launch_schema.py", "unit/plan/test_gpu_limits_and_accuracy_set.py"),
+    "config/loader.py": ("unit/plan/test_config.py", "unit/plan/test_launch_schema.py"),
     "config/kinds/__init__.py": ("unit/plan/test_workload_kinds.py",),
     "config/kinds/accuracy.py": ("unit/plan/test_workload_kinds.py", "unit/measure/test_accuracy.py"),
     "config/kinds/base.py": ("unit/plan/test_workload_kinds.py",),
@@ -161,7 +162,7 @@ MAP: dict[str, tuple[str, ...]] = {
 # Unit test files of the repository as a whole or of tests/support, no module's: the engine-name rule, the
 # docs' claims, the CI capabilities, the test-tools wait, this layout.
 REPOSITORY = ("unit/test_architecture.py", "unit/test_docs.py", "unit/test_capabilities.py", "unit/test_test_tools.py",
-              "unit/test_test_layout.py", "unit/test_architecture_doc.py")
+              "unit/test_test_layout.py", "unit/test_architecture_doc.py", "unit/test_import_cycles.py")
 
 
 def holds_code(path: Path) -> bool:

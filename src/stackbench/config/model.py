@@ -9,6 +9,8 @@ import types
 import typing
 from dataclasses import asdict, dataclass, field
 
+from stackbench.config.loader import load_schema
+
 
 @dataclass(frozen=True)
 class Model:
@@ -235,8 +237,6 @@ class HostIdle:
     @classmethod
     def from_schema(cls) -> HostIdle:
         """The schema's defaults: a node built without the field (a test's, or a plan from before it) gets them."""
-        from stackbench.config import load_schema
-
         fields = load_schema("node")["properties"]["hardware"]["properties"]["host_idle"]["properties"]
         return cls(**{name: spec["default"] for name, spec in fields.items()})
 
