@@ -10,6 +10,7 @@ import typing
 from dataclasses import asdict, dataclass, field
 
 from stackbench.config.loader import load_schema
+from stackbench.config.speculative import NO_SPEC
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,11 @@ class Launch:
     deciding: tuple[str, ...] = ()
     apart: bool = False  # a first-round launch whose one-off sets run on the configuration's --once launch
     label: str | None = None  # the run's label (runs[].label): two runs of one stack file told apart; None: unlabelled
+
+    @property
+    def speculates(self) -> bool:
+        """Whether it runs speculative decoding; else it is the no-spec baseline its speculative variants are judged against."""
+        return self.spec_method != NO_SPEC
 
     @property
     def configuration(self) -> str:

@@ -32,7 +32,7 @@ from stackbench.results.metrics import M
 # A no-spec launch's probes also measure its own noise floor (probes.noise_floor_figure).
 # The probes go one at a time; the accuracy set on the cell's concurrency of streams.
 # The divergence pass scores a text through the adapter's route (a server endpoint or the engine's tool).
-ONCE = {"probes": lambda cell, spec: (functools.partial(probes.run, noise_floor=spec.launch.spec_method == "none"),
+ONCE = {"probes": lambda cell, spec: (functools.partial(probes.run, noise_floor=not spec.launch.speculates),
                                       probes.THINKING_OFF),
         "accuracy": lambda cell, spec: (functools.partial(accuracy.run, streams=cell.concurrency or 1),
                                         workloads.request_fields(cell.workload)),
@@ -242,7 +242,7 @@ class CellRunner:
         failed = before_failed or after_failed
         # Only a speculative launch loses a figure (accept_len) to a failed scrape; it says so where it would be.
         scrape_note = (f"/metrics scrape failed, acceptance not measured: {failed}"
-                       if failed and self.spec.launch.spec_method != "none" else None)
+                       if failed and self.spec.launch.speculates else None)
         return repeats, delta, reading, sizing, scrape_note, pool.load if pool else watch.load, generated
 
     async def _warm_up(self, client: StreamClient, cell: Cell, sizing: workloads.Sizing | None) -> None:

@@ -315,9 +315,9 @@ def _divergence_once(launches: list[Launch], kinds: dict[str, str]) -> list[Laun
     def served(launch: Launch) -> tuple:
         return launch.engine, launch.env_name, launch.launch_mode, launch.launch_target, launch.model.name
 
-    scored = {served(l) for l in launches if l.spec_method == "none"}
+    scored = {served(l) for l in launches if not l.speculates}
     return [dataclasses.replace(l, workloads=tuple(w for w in l.workloads if kinds[w] != "divergence"))
-            if l.spec_method != "none" and served(l) in scored else l for l in launches]
+            if l.speculates and served(l) in scored else l for l in launches]
 
 
 def judged_workload(workload: Workload) -> bool:
@@ -348,8 +348,8 @@ def unpaired_cap_warnings(node: Node) -> list[str]:
     The plan warns rather than add the caps itself: a cap sweep is the owner's cost to choose."""
     first = [l for l in node.launches if l.replicate == 1 and not l.once]
     out = []
-    for launch in (l for l in first if l.spec_method != "none" and l.power_caps_w):
-        nospec = [l for l in first if l.spec_method == "none" and (l.engine, l.model.name) == (launch.engine, launch.model.name)]
+    for launch in (l for l in first if l.speculates and l.power_caps_w):
+        nospec = [l for l in first if not l.speculates and (l.engine, l.model.name) == (launch.engine, launch.model.name)]
         swept = {cap for l in nospec for cap in l.power_caps_w}
         missing = [cap for cap in launch.power_caps_w if cap not in swept]
         if missing:
@@ -387,7 +387,7 @@ def long_context_deciding(launches: list[Launch], workloads: dict[str, Workload]
     sides: dict[tuple, set[bool]] = {}
     for launch in launches:
         for name, points in standing(launch).items():
-            sides.setdefault((launch.engine, launch.model.name, name, points), set()).add(launch.spec_method == "none")
+            sides.setdefault((launch.engine, launch.model.name, name, points), set()).add(not launch.speculates)
     return [dataclasses.replace(launch, deciding=tuple(name for name, points in standing(launch).items()
                                                        if sides[launch.engine, launch.model.name, name, points] == {True, False}))
             for launch in launches]
