@@ -19,7 +19,9 @@ rule rehearse:
 
 if REHEARSAL:
     # The real run's measure settings (before the rehearsal ran each cell once), which its budget prices.
-    REAL_MEASURE = _launchspec.Measure.of(_expand.load_run_config(Path("."), {**config, "rehearsal": {}}))
+    from stackbench.config.model import Measure as _Measure
+
+    REAL_MEASURE = _Measure.of(_expand.load_run_config(Path("."), {**config, "rehearsal": {}}))
 
     localrules:
         rehearsal_budget,

@@ -11,7 +11,7 @@ from paths import ROOT
 
 from stackbench.config import ConfigError, load_schema
 from stackbench.config.model import Measure
-from stackbench.plan import expand
+from stackbench.plan import expand, launchspec
 
 
 @pytest.fixture
@@ -31,6 +31,7 @@ def test_the_measure_settings_are_a_typed_record_whose_defaults_are_the_schemas(
     properties = load_schema("config")["properties"]["measure"]["properties"]
     assert [f.name for f in dataclasses.fields(Measure)] == list(properties)
     assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(Measure))
+    assert set(launchspec.NOT_IN_CELL_IDENTITY + launchspec.PRECISION_SETTINGS) <= set(properties)  # no misspelt name
     measure = Measure.of(expand.load_run_config(configs, {"nodes": ["local-cpu"], "measure": {"repeats": 4}}))
     assert (measure.repeats, measure.ready_timeout_s, measure.client_processes) == (4, 600, "auto")
 
