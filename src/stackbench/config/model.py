@@ -217,8 +217,13 @@ class Measure:
 
     @classmethod
     def of(cls, cfg: dict) -> Measure:
-        """From a validated top-level config (config/__init__.py fills the schema's defaults)."""
+        """From a validated top-level config (config/loader.py fills in the schema's defaults)."""
         return cls(**cfg["measure"])
+
+    @property
+    def most_repeats(self) -> int:
+        """The most repeats a cell may get: `repeats`, or up to `max_repeats` under a target (measure/precision.py)."""
+        return self.repeats if self.target_rel_ci is None else max(self.repeats, self.max_repeats)
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,6 @@ from stackbench.results.judged import judged_metric
 from stackbench.results.metrics import M
 
 
-def most_repeats(measure: Measure) -> int:
-    if measure.target_rel_ci is None:
-        return measure.repeats
-    return max(measure.repeats, measure.max_repeats)
-
-
 def precise_enough(repeats: list[list[RequestRecord]], concurrency: int | None, measure: Measure) -> bool:
     """True once `repeats` holds the minimum and, under a target, the headline's interval is within it."""
     if len(repeats) < measure.repeats:

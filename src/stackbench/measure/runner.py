@@ -126,10 +126,10 @@ class CellRunner:
 
     def texts_of(self, cell: Cell) -> workloads.Texts:
         """The cell's texts (workloads.Texts): its round's where each round draws new texts (the default), else round
-        1's; a round's draw holds the cell's most repeats (precision.most_repeats), so rounds take disjoint texts."""
+        1's; a round's draw holds the cell's most repeats (Measure.most_repeats), so rounds take disjoint texts."""
         fresh = self.spec.measure.texts_across_rounds == "new"
         return workloads.Texts(self.spec.measure.text_seed, self.spec.launch.replicate if fresh else 1, cell.key,
-                               precision.most_repeats(self.spec.measure))
+                               self.spec.measure.most_repeats)
 
     def apply_cap(self, cell: Cell) -> powercap.CapResult | None:
         if cell.power_cap_w is None:
@@ -219,7 +219,7 @@ class CellRunner:
                 before, before_failed = self.scrape()
                 window = self.sampler.open_window() if self.sampler is not None else None
                 repeats: list[list[RequestRecord]] = []
-                most = precision.most_repeats(measure)
+                most = measure.most_repeats
                 async with clientload.LoopWatch() as watch:
                     while len(repeats) < most:
                         if self.progress:

@@ -257,8 +257,7 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     # planned; each later one only as the checkpoint after the round before asks.
     rounds = run.rounds(replicates, decision.most)
     measure = Measure.of(cfg)
-    most_repeats = max(measure.repeats, *(l.repeats or 0 for l in launches),
-                       measure.max_repeats if measure.target_rel_ci is not None else 0)
+    most_repeats = max(measure.most_repeats, *(l.repeats or 0 for l in launches))
     for workload in (w for w in workloads if w.prompts_file):
         try:
             promptsets.check_enough(workload, rounds if measure.texts_across_rounds == "new" else 1, most_repeats, where)

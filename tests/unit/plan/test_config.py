@@ -34,6 +34,7 @@ def test_the_measure_settings_are_a_typed_record_whose_defaults_are_the_schemas(
     assert set(launchspec.NOT_IN_CELL_IDENTITY + launchspec.PRECISION_SETTINGS) <= set(properties)  # no misspelt name
     measure = Measure.of(expand.load_run_config(configs, {"nodes": ["local-cpu"], "measure": {"repeats": 4}}))
     assert (measure.repeats, measure.ready_timeout_s, measure.client_processes) == (4, 600, "auto")
+    assert measure.most_repeats == 4 and dataclasses.replace(measure, target_rel_ci=0.05).most_repeats == 10  # max_repeats
 
 
 def test_a_misspelt_measure_setting_is_refused_at_load_in_one_line(configs):
