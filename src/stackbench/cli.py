@@ -175,17 +175,19 @@ def rounds_planned(node) -> str:
             f"{decides}{apart}\n") + what_it_resolves(rule)
 
 
-def texts_planned(node, measure: dict) -> str:
+def texts_planned(node, cfg: dict) -> str:
     """The texts a round sends a cell at c1 (the repeats) beside what the variance levels and costs advise
     (analysis/levels.py allocate)."""
     from stackbench.analysis import levels
+    from stackbench.config.model import Measure
 
+    measure = Measure.of(cfg)
     by_repeats: dict[int, list[str]] = {}
     for launch in (l for l in node.launches if not l.once):
-        stacks = by_repeats.setdefault(launch.repeats or measure["repeats"], [])
+        stacks = by_repeats.setdefault(launch.repeats or measure.repeats, [])
         stacks += [] if launch.stack_config in stacks else [launch.stack_config]
     sends = ", ".join(f"{n} on {', '.join(stacks)}" if len(by_repeats) > 1 else str(n) for n, stacks in by_repeats.items())
-    return levels.allocation_said(sends or measure["repeats"], measure["texts_across_rounds"])
+    return levels.allocation_said(sends or measure.repeats, measure.texts_across_rounds)
 
 
 def what_it_resolves(rule) -> str:
@@ -233,7 +235,7 @@ def _commands(args) -> None:
         print(f"warning: {warning}", file=sys.stderr)
     if args.launch is None:
         print(rounds_planned(node), file=sys.stderr)
-        print(texts_planned(node, cfg["measure"]), file=sys.stderr)
+        print(texts_planned(node, cfg), file=sys.stderr)
 
 
 def preflight_expected(node, cfg: dict):

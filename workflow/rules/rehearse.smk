@@ -19,7 +19,9 @@ rule rehearse:
 
 if REHEARSAL:
     # The real run's measure settings (before the rehearsal ran each cell once), which its budget prices.
-    REAL_MEASURE = _expand.load_run_config(Path("."), {**config, "rehearsal": {}})["measure"]
+    from stackbench.config.model import Measure as _Measure
+
+    REAL_MEASURE = _Measure.of(_expand.load_run_config(Path("."), {**config, "rehearsal": {}}))
 
     localrules:
         rehearsal_budget,
@@ -35,8 +37,8 @@ if REHEARSAL:
             runs=f"{RUNS}/{REHEARSAL}",
             node=REHEARSAL,
             time_scale=CFG["rehearsal"]["time_scale"],
-            repeats=REAL_MEASURE["repeats"],
-            warmup=REAL_MEASURE["warmup_requests"],
+            repeats=REAL_MEASURE.repeats,
+            warmup=REAL_MEASURE.warmup_requests,
         log:
             "logs/rehearsal/budget.log",
         shell:

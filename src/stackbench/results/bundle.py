@@ -8,7 +8,7 @@ ids, host facts); its `content_hash` is the sha256 of the manifest without that 
 No model files travel.
 
 Reading one refuses it by name when a member's bytes, the member list or the manifest itself do not match the
-content hash, and when its figures were computed under other metric definitions (plan/launchspec.py
+content hash, and when its figures were computed under other metric definitions (plan/definitions.py
 DEFINITIONS): those figures never mix with ours. Its rows enter the results as source `bundle:<owner>`
 (`bundle:<owner>:rehearsal` for a rehearsal's), never `measured` or `published`, with one `bundle_manifest`
 row per bundle (accepted or refused) that the report's Bundles section lists.

@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from stackbench.config.speculative import NO_SPEC
 from stackbench.results import metrics
 from stackbench.results.judged import JUDGED_METRICS
 from stackbench.results.metrics import SERVER_SPEC_ACCEPTED, SERVER_SPEC_DRAFTED, M
@@ -78,7 +79,7 @@ def pairing_rows(requests: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
     if requests.empty:
         return []
     ok = requests[requests["status"] == "ok"].reindex(columns=[*requests.columns, *(c for c in OPTIONAL if c not in requests)])
-    spec, nospec = ok[ok["spec_method"] != "none"], ok[ok["spec_method"] == "none"]
+    spec, nospec = ok[ok["spec_method"] != NO_SPEC], ok[ok["spec_method"] == NO_SPEC]
     paired = spec.merge(nospec[PAIR + ["prompt_sha", "reply_sha", "content", "variant", "decode_tps"]], on=PAIR,
                         suffixes=("", "_ref"))
     rows = []

@@ -15,6 +15,7 @@ import yaml
 from stackbench.cli import collect_results
 from stackbench.measure import publish
 from stackbench.models import provenance
+from stackbench.plan import definitions
 from stackbench.plan.launchspec import DEFINITIONS
 from stackbench.results import basis, bundle, store
 from stackbench.results.metrics import M
@@ -91,6 +92,7 @@ def test_the_manifest_covers_commands_configs_and_versions(published):
     found = bundle.read(published[1], DEFINITIONS)
     assert found.manifest["commands"] == {"llamacpp--nospec": "llama-server -m model.gguf --port 8080"}
     assert found.manifest["definitions"] == DEFINITIONS and found.manifest["rehearsal"] is False
+    assert found.manifest["definitions_sources"] == definitions.sources_sha256()  # the figures' code, normalised
     assert {"config/node.yaml", "config/stacks/llamacpp-owner.yaml", "config/workloads/code.yaml",
             "launches/llamacpp--nospec/launch.json", "rows.parquet"} <= set(found.members)
     assert not any(name.endswith((".gguf", ".safetensors")) for name in found.members)  # no model files
