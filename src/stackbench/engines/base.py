@@ -160,7 +160,7 @@ def streams_token_per_chunk(adapter: "Adapter", launch: Launch) -> bool:
     speculation (a verify step streams every token it accepted in one chunk) and a stream interval of 1
     (SGLang's and vLLM's --stream-interval, 1 by default), read from the launch's command."""
     interval = launch.server_args.get(adapter.stream_interval_arg) if adapter.stream_interval_arg else None
-    return launch.spec_method == "none" and int(interval or 1) == 1
+    return not launch.speculates and int(interval or 1) == 1
 
 
 def slots_from(launch: Launch, key: str) -> Slots | None:

@@ -316,7 +316,7 @@ class LlamaCppAdapter(Adapter):
             args["threads"] = threads
         own = {"model": launch.model.path, "host": host, "port": port, "ctx_size": launch.context_len}
         spec = {}
-        if launch.spec_method != "none":
+        if launch.speculates:
             spec_type = launch.spec_engine_type or SPEC_TYPES[launch.spec_method]
             spec["spec_type"] = spec_type
             if launch.draft_model is not None:

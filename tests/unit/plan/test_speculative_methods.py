@@ -39,12 +39,10 @@ def test_a_launch_speculates_unless_it_runs_the_no_spec_baseline():
     assert all(l.speculates == (l.spec_method != "none") for l in launches) and any(l.speculates for l in launches)
 
 
-def test_the_baseline_is_named_in_one_place_outside_the_engines():
-    """spec_method against NO_SPEC, never the literal; the engines' adapters are being reshaped (issue 68) and read
-    Launch.speculates once they are."""
+def test_the_baseline_is_named_in_one_place():
+    """spec_method against NO_SPEC or Launch.speculates, never the literal, the engines' adapters included."""
     package = ROOT / "src/stackbench"
     literal = re.compile(r"""spec_method.*["']none["']""")
     found = [f"{path.relative_to(package)}:{number}" for path in sorted(package.rglob("*.py"))
-             if "engines" not in path.relative_to(package).parts
              for number, line in enumerate(path.read_text().splitlines(), 1) if literal.search(line)]
     assert found == []
