@@ -29,30 +29,19 @@ def _published(args) -> None:
     print(f"published: {len(records)} figures -> {args.out}")
 
 
-def collect_results(parts: list, out: Path, kept: list = (), bundles: list = ()) -> int:
-    """data/results.parquet from the parts (and the `kept` parts of launches the run did not plan), with the rows
-    derived across launches: greedy agreement needs both launches' outputs, so it is computed here, over every
-    part (results/agreement.py). Result bundles (results/bundle.py) come in under their own source, and every
-    row is checked for plausibility (analysis/plausibility.py)."""
-    import numpy as np
-    import pyarrow as pa
-
+def _collect_results(parts: list, out: Path, kept: list = (), bundles: list = ()) -> int:
+    """The collect step (results/collect.py) with what only the stages above results know: the plausibility check
+    (analysis/plausibility.py) and the definitions version bundles are read against (plan/launchspec.py)."""
     from stackbench.analysis import plausibility
     from stackbench.plan.launchspec import DEFINITIONS
-    from stackbench.results import agreement, bundle, divergence, pairing, store
+    from stackbench.results import collect
 
-    every = [*parts, *kept]
-    union = store.union_parts(parts, kept)  # read once: the derived rows see it with no launch marked kept
-    at = store.COLUMNS.index("launch_kept")
-    measured = union.set_column(at, "launch_kept", pa.array(np.zeros(union.num_rows, dtype=bool)))
-    derived = list(agreement.agreement_across(every, measured)) + divergence.divergence_across(every, measured)
-    derived += pairing.pairing_across(every, measured)
-    derived += [row for path in bundles for row in bundle.import_rows(Path(path), DEFINITIONS)]
-    return store.collect(parts, out, derived, kept, check=plausibility.flag_table, union=union)
+    return collect.collect_results(parts, out, check=plausibility.flag_table, definitions=DEFINITIONS, kept=kept,
+                                   bundles=bundles)
 
 
 def _collect(args) -> None:
-    count = collect_results(args.parts, args.out, args.kept, args.bundles)
+    count = _collect_results(args.parts, args.out, args.kept, args.bundles)
     print(f"collect: {count} rows -> {args.out}")
 
 
@@ -100,7 +89,7 @@ def _round_verdict(args) -> None:
     spent, launch = launch_seconds(args.parts)
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "results.parquet"
-        collect_results(args.parts, results)
+        _collect_results(args.parts, results)
         choices = provisional.choices_of(results, args.node, rule)
         fixed = None
         if args.fix_horizon:  # the first look fixes each new stack's horizon (a file beside the looks keeps them)

@@ -145,6 +145,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "results/agreement.py": ("unit/results/test_agreement.py",),
     "results/basis.py": ("unit/results/test_basis.py",),
     "results/bundle.py": ("unit/results/test_bundle.py",),
+    "results/collect.py": ("unit/results/test_kept_parts.py", "unit/results/test_bundle.py"),
     "results/divergence.py": ("unit/results/test_divergence.py",),
     "results/estimators.py": ("unit/results/test_estimators.py",),
     "results/judged.py": ("unit/analysis/test_decide.py",),

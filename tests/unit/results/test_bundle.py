@@ -11,8 +11,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from helpers import collect_results
 
-from stackbench.cli import collect_results
 from stackbench.measure import publish
 from stackbench.models import provenance
 from stackbench.plan.launchspec import DEFINITIONS
