@@ -45,13 +45,38 @@ def _collect(args) -> None:
     print(f"collect: {count} rows -> {args.out}")
 
 
-def _report(args) -> None:
+def node_decision(node: str, launches: int | None = None):
+    """The node file's What to run rule (config.model.Decision) over its first `launches` rounds (the run's
+    `launches`, else the node's own)."""
+    from stackbench.config import load_file
+    from stackbench.config.model import Decision
+
+    doc = load_file(Path("configs/nodes") / f"{node}.yaml", "node")
+    return Decision.of({**doc, "launches": launches or doc["launches"]})
+
+
+def look_rule(verdict: Path):
+    """The rule a look ran under, as its verdict file (round-<k>.json) says: the horizons its node's first look fixed."""
     import json
 
     from stackbench.config.model import Decision
+
+    return Decision(**json.loads(verdict.read_text())["rule"])
+
+
+def reported_rules(nodes: list[str], runs: Path, launches: int | None = None) -> dict:
+    """Each node's rule for the report: its latest look's, where it has looked (runs/<node>/rounds), else its file's."""
+    def latest(node):
+        looks = sorted((runs / node / "rounds").glob("round-*.json"), key=lambda f: int(f.stem.split("-")[1]))
+        return look_rule(looks[-1]) if looks else node_decision(node, launches)
+
+    return {node: latest(node) for node in nodes}
+
+
+def _report(args) -> None:
     from stackbench.report import render
 
-    rules = {node: Decision(**rule) for node, rule in json.loads(args.rules).items()} if args.rules else None
+    rules = reported_rules(args.nodes, Path(args.runs), args.launches) if args.runs else None
     written = render.write_report(Path(args.results), Path(args.out_dir), Path(args.published_dir),
                                   Path(args.budget) if args.budget else None, Path(args.kept_dir) if args.kept_dir else None,
                                   rules)
@@ -77,15 +102,16 @@ def launch_seconds(parts: list) -> tuple[float, float]:
 
 
 def _round_verdict(args) -> None:
-    import json
     import sys
     import tempfile
 
     from stackbench.analysis import sequence
-    from stackbench.config.model import Decision
     from stackbench.report import provisional
 
-    rule = Decision(**json.loads(args.rule))
+    # The first look comes after the node's first `launches` rounds and runs under its file's rule; every later
+    # look under the rule the look before it wrote (its horizons fixed at the first).
+    rule = (node_decision(args.node, launches=args.round) if args.fix_horizon
+            else look_rule(Path(args.out).with_name(f"round-{args.round - 1}.json")))
     spent, launch = launch_seconds(args.parts)
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "results.parquet"
@@ -449,7 +475,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", required=True)
     p.add_argument("--round", type=int, required=True, help="the round just measured (the look)")
     p.add_argument("--fix-horizon", action="store_true", help="the node's first look: fix the horizon from the budget")
-    p.add_argument("--rule", required=True, help="the node's rule as JSON (config.model.Decision)")
     p.add_argument("--out", required=True, help="the look's verdict (JSON: the next round's launches)")
     p.add_argument("--provisional", required=True, help="the provisional report (markdown)")
     p.set_defaults(func=_round_verdict)
@@ -460,7 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--published-dir", default="data/published", help="the posts' table layouts")
     p.add_argument("--budget", help="a rehearsal's time budget of the real run (budget.json), the report's opening")
     p.add_argument("--kept-dir", help="runs kept by `stackbench keep` (config paths.kept): which decisions held")
-    p.add_argument("--rules", help="each node's What to run rule as JSON ({node: config.model.Decision}); else the schema's")
+    p.add_argument("--runs", help="config paths.runs: each of --nodes' rules comes from its latest look there, else its node file")
+    p.add_argument("--nodes", nargs="*", default=[], help="the run's nodes (config nodes), whose What to run rules the report reads")
+    p.add_argument("--launches", type=int, help="config launches, where the run sets it for every node")
     p.set_defaults(func=_report)
 
     p = sub.add_parser("compare", help="compare two results tables on like rows only (compare-llama-bench style)")

@@ -176,8 +176,8 @@ def node_rule(node, round_no=None):
 
 
 def decision_rules(wildcards=None):
-    """Each node's What to run rule as JSON (node_rule), for the report."""
-    return json.dumps({n.name: node_rule(n) for n in NODES})
+    """Each node's What to run decision settings (node_rule), the report's param: a change renders it again."""
+    return {n.name: node_rule(n) for n in NODES}
 
 
 def report_inputs(wildcards):

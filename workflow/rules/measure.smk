@@ -73,11 +73,13 @@ checkpoint round_verdict:
         f"{RUNS}/{{node}}/rounds/round-{{round}}.json",
     params:
         cli=STACKBENCH,
-        rule=lambda wildcards: json.dumps(node_rule(node_named(wildcards.node), int(wildcards.round))),
+        # Not passed on: the CLI reads the rule from the node file and the look before (cli.py round-verdict); a
+        # param, so a changed rule runs the look again.
+        rule=lambda wildcards: node_rule(node_named(wildcards.node), int(wildcards.round)),
         fix=lambda wildcards: "--fix-horizon" if int(wildcards.round) == first_look_round(node_named(wildcards.node)) else "",
         provisional=lambda wildcards: f"{PATHS['reports']}/provisional/{wildcards.node}.md",
     log:
         "logs/rounds/{node}/round-{round}.log",
     shell:
         "{params.cli} round-verdict {input.parts:q} --node {wildcards.node:q} --round {wildcards.round} "
-        "--rule {params.rule:q} {params.fix} --out {output:q} --provisional {params.provisional:q} > {log:q}"
+        "{params.fix} --out {output:q} --provisional {params.provisional:q} > {log:q}"
