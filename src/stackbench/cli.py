@@ -420,6 +420,44 @@ def _regenerate(args) -> None:
     print("\n".join(f"  {c}" for c in commands))
 
 
+BENCHMARKS = "logs/benchmarks"  # each rule's Snakemake `benchmark:` file: logs/benchmarks/<rule>[/<wildcards>].tsv
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def rule_timings(folder: Path) -> list[str]:
+    """Each rule's jobs and wall time from the workflow's benchmark files (Snakemake's TSV, `s`: the job's wall
+    seconds, its file written as it ends), in the order the rules first ended, then the run's span from the first
+    job's start to the last job's end. A job rerun rewrites its file, so on a fresh clone every file is that run's;
+    elsewhere `rm -rf logs/benchmarks` before a run to time it alone."""
+    import csv
+
+    jobs: dict[str, list[tuple[float, float]]] = {}  # rule -> (end, wall seconds) per job
+    for path in sorted(folder.rglob("*.tsv")):
+        with path.open() as f:
+            rows = list(csv.DictReader(f, delimiter="\t"))
+        if not rows or "s" not in rows[-1]:
+            raise ConfigError(f"{path}: not a Snakemake benchmark file (no `s` column)")
+        rule = path.relative_to(folder).parts[0].removesuffix(".tsv")
+        jobs.setdefault(rule, []).append((path.stat().st_mtime, float(rows[-1]["s"])))
+    if not jobs:
+        raise ConfigError(f"{folder}: no benchmark files; run the workflow first (`snakemake --cores 1 report`)")
+    lines = []
+    for rule, done in sorted(jobs.items(), key=lambda item: min(end for end, _ in item[1])):
+        walls = [wall for _, wall in done]
+        lines.append(f"{rule}: {len(walls)} job(s), {_clock(sum(walls))}" + (f" (longest {_clock(max(walls))})" if len(walls) > 1 else ""))
+    every = [job for done in jobs.values() for job in done]
+    span = max(end for end, _ in every) - min(end - wall for end, wall in every)
+    return [*lines, f"the run: {_clock(span)} from the first job's start to the last job's end ({len(every)} jobs)"]
+
+
+def _timings(args) -> None:
+    print("\n".join(rule_timings(Path(args.dir))))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stackbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -489,6 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", nargs="*", default=[], help="the run's nodes (config nodes), whose What to run rules the report reads")
     p.add_argument("--launches", type=int, help="config launches, where the run sets it for every node")
     p.set_defaults(func=_report)
+
+    p = sub.add_parser("timings", help="each workflow rule's jobs and wall time, from its Snakemake benchmark files")
+    p.add_argument("--dir", default=BENCHMARKS, help="the benchmark files' folder")
+    p.set_defaults(func=_timings)
 
     p = sub.add_parser("compare", help="compare two results tables on like rows only (compare-llama-bench style)")
     p.add_argument("baseline")

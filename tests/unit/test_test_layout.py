@@ -16,7 +16,7 @@ PACKAGE = ROOT / "src/stackbench"
 SECTION_TESTS = ("unit/report/test_sections.py", "unit/report/test_golden_report.py", "unit/rehearsal/test_rehearsal_report.py")
 # Module (under src/stackbench) -> the test files (under tests/) that exercise it, its mirror first.
 MAP: dict[str, tuple[str, ...]] = {
-    "cli.py": ("unit/serve/test_commands.py", "unit/plan/test_init_other_box.py", "unit/host/test_preflight.py",
+    "cli.py": ("unit/test_cli.py", "unit/serve/test_commands.py", "unit/plan/test_init_other_box.py", "unit/host/test_preflight.py",
                "unit/results/test_kept_parts.py"),
     "analysis/__init__.py": ("unit/analysis/test_analysis.py",),
     "analysis/acceptance.py": ("unit/analysis/test_request_acceptance.py",),

@@ -12,6 +12,7 @@ from stackbench.plan import expand as _expand
 from stackbench.plan import launchspec as _launchspec
 from stackbench.config import ConfigError
 from stackbench.config import rehearsal as _rehearsal
+from stackbench.cli import BENCHMARKS  # every rule's `benchmark:` file under it, which `stackbench timings` reads
 
 try:
     CFG, NODES = _expand.load_plan(Path("."), config)

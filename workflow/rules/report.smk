@@ -26,6 +26,8 @@ rule report:
         launches=f"--launches {CFG['launches']}" if CFG["launches"] else "",
     log:
         "logs/report/report.log",
+    benchmark:
+        f"{BENCHMARKS}/report.tsv"
     shell:
         "{params.cli} report --results {input.results:q} --out-dir {params.out_dir:q} "
         "--published-dir {params.published_dir:q} {params.budget} {params.kept} --runs {params.runs:q} --nodes {params.nodes:q} "

@@ -131,25 +131,3 @@ def test_commands_warns_where_a_speculative_run_sweeps_caps_its_no_spec_run_does
                         "judged; give the no-spec run sglang-nospec the same power_caps_w in configs/nodes/h100.yaml "
                         "(docs/what-to-run.md)"]
 
-
-def test_the_cli_reads_each_looks_rule_from_the_node_and_the_look_before_never_from_the_command_line(repo_copy, monkeypatch):
-    """round-verdict and report take no rule on their command line (issue 68): the first look runs under the node
-    file's rule over its first rounds, a later look under the one the look before wrote, the report under the
-    latest look's, else the node file's."""
-    import dataclasses
-    import json
-
-    monkeypatch.chdir(repo_copy)
-    node = expand.load_plan(repo_copy, {"nodes": ["local-cpu"], "launches": 2})[1][0]
-    assert cli.node_decision("local-cpu", launches=2) == node.decision
-    rounds = repo_copy / "data/runs/local-cpu/rounds"
-    assert cli.reported_rules(["local-cpu"], repo_copy / "data/runs", 2) == {"local-cpu": node.decision}
-    fixed = dataclasses.replace(node.decision, horizons={"llamacpp": 3})
-    rounds.mkdir(parents=True)
-    (rounds / "round-2.json").write_text(json.dumps({"rule": dataclasses.asdict(fixed)}))
-    assert cli.look_rule(rounds / "round-2.json") == fixed
-    assert cli.reported_rules(["local-cpu"], repo_copy / "data/runs") == {"local-cpu": fixed}
-    parser = cli.build_parser()
-    with pytest.raises(SystemExit):
-        parser.parse_args(["round-verdict", "p.parquet", "--node", "n", "--round", "2", "--out", "o", "--provisional", "p",
-                           "--rule", "{}"])
