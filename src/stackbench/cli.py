@@ -75,7 +75,9 @@ def reported_rules(nodes: list[str], runs: Path, launches: int | None = None) ->
 
 def _report(args) -> None:
     from stackbench.report import render
+    from stackbench.results import store
 
+    store.check_format(args.results)  # a file of a format this stackbench does not read: refused by name
     rules = reported_rules(args.nodes, Path(args.runs), args.launches) if args.runs else None
     written = render.write_report(Path(args.results), Path(args.out_dir), Path(args.published_dir),
                                   Path(args.budget) if args.budget else None, Path(args.kept_dir) if args.kept_dir else None,
