@@ -422,6 +422,30 @@ def _regenerate(args) -> None:
     print("\n".join(f"  {c}" for c in commands))
 
 
+METRICS_DOC = Path("docs/metrics.md")
+# docs/metrics.md's registry part lies between these lines: written by `stackbench docs-metrics`, the rest by hand.
+REGISTRY_BEGIN = "<!-- registry: written by `stackbench docs-metrics` from results/metrics.py; edit there -->"
+REGISTRY_END = "<!-- end of registry -->"
+
+
+def metrics_doc(text: str) -> str:
+    """docs/metrics.md's text with its registry part (between REGISTRY_BEGIN and REGISTRY_END) written afresh from
+    the metric registry (results/metrics.py registry_markdown); the hand-written prose around it kept."""
+    from stackbench.results import metrics
+
+    if text.count(REGISTRY_BEGIN) != 1 or text.count(REGISTRY_END) != 1:
+        raise ConfigError(f"{METRICS_DOC}: needs one line {REGISTRY_BEGIN} and one {REGISTRY_END}, around the registry part")
+    head, rest = text.split(REGISTRY_BEGIN)
+    return f"{head}{REGISTRY_BEGIN}\n\n{metrics.registry_markdown()}\n{REGISTRY_END}{rest.split(REGISTRY_END)[1]}"
+
+
+def _docs_metrics(args) -> None:
+    text = METRICS_DOC.read_text()
+    written = metrics_doc(text)
+    METRICS_DOC.write_text(written)
+    print(f"docs-metrics: {METRICS_DOC} {'written' if written != text else 'already in step'} from results/metrics.py")
+
+
 BENCHMARKS = "logs/benchmarks"  # each rule's Snakemake `benchmark:` file: logs/benchmarks/<rule>[/<wildcards>].tsv
 
 
@@ -529,6 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", nargs="*", default=[], help="the run's nodes (config nodes), whose What to run rules the report reads")
     p.add_argument("--launches", type=int, help="config launches, where the run sets it for every node")
     p.set_defaults(func=_report)
+
+    p = sub.add_parser("docs-metrics", help="write docs/metrics.md's registry part from the metric registry (results/metrics.py)")
+    p.set_defaults(func=_docs_metrics)
 
     p = sub.add_parser("timings", help="each workflow rule's jobs and wall time, from its Snakemake benchmark files")
     p.add_argument("--dir", default=BENCHMARKS, help="the benchmark files' folder")
