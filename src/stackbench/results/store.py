@@ -117,9 +117,9 @@ ENGINE_FACTS = [
 # and say in CONVERTED how the older one is read. A file without it was written before it existed (issue 68).
 FORMAT_VERSION = 1
 FORMAT_KEY = b"stackbench.results_format"
-# The older versions this one reads, and how: 0, unversioned, differs only by the columns added since, which every
-# reader takes as nulls (conform here, the report's view in report/queries.py).
-CONVERTED = {0: "the columns added since read as nulls"}
+# The older versions this one reads: 0, unversioned, differs only by the columns added since, which every reader
+# takes as nulls (conform here, the report's view in report/queries.py).
+CONVERTED = (0,)
 
 RESULTS_SCHEMA = pa.schema(IDENTITY + FIGURE + BASIS + EXTRA + ENGINE_FACTS, metadata={FORMAT_KEY: str(FORMAT_VERSION)})
 COLUMNS = RESULTS_SCHEMA.names
