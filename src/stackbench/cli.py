@@ -538,7 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("parts", nargs="+", help="the cells.parquet of every launch of the node's rounds so far")
     p.add_argument("--node", required=True)
     p.add_argument("--round", type=int, required=True, help="the round just measured (the look)")
-    p.add_argument("--fix-horizon", action="store_true", help="the node's first look: fix the horizon from the budget")
+    p.add_argument("--fix-horizon", action="store_true", help="the node's first look: it runs under the node file's rule "
+                   "and fixes the horizon from the budget; a later look runs under the rule the look before wrote")
     p.add_argument("--out", required=True, help="the look's verdict (JSON: the next round's launches)")
     p.add_argument("--provisional", required=True, help="the provisional report (markdown)")
     p.set_defaults(func=_round_verdict)
