@@ -46,7 +46,7 @@ def derived_rows() -> dict[str, tuple[str, ...]]:
 
 # Module (under src/stackbench) -> the test files (under tests/) that exercise it, its mirror first.
 MAP: dict[str, tuple[str, ...]] = {
-    "cli.py": ("unit/serve/test_commands.py", "unit/plan/test_init_other_box.py", "unit/host/test_preflight.py",
+    "cli.py": ("unit/test_cli.py", "unit/serve/test_commands.py", "unit/plan/test_init_other_box.py", "unit/host/test_preflight.py",
                "unit/results/test_kept_parts.py"),
     "analysis/__init__.py": ("unit/analysis/test_analysis.py",),
     "analysis/acceptance.py": ("unit/analysis/test_request_acceptance.py",),
@@ -160,6 +160,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "results/agreement.py": ("unit/results/test_agreement.py",),
     "results/basis.py": ("unit/results/test_basis.py",),
     "results/bundle.py": ("unit/results/test_bundle.py",),
+    "results/collect.py": ("unit/results/test_kept_parts.py", "unit/results/test_bundle.py"),
     "results/divergence.py": ("unit/results/test_divergence.py",),
     "results/estimators.py": ("unit/results/test_estimators.py",),
     "results/judged.py": ("unit/analysis/test_decide.py",),

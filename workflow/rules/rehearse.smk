@@ -12,6 +12,8 @@ rule rehearse:
         accept_rate=CFG["rehearsal"]["accept_rate"],
     log:
         "logs/rehearsal/rehearse.log",
+    benchmark:
+        f"{BENCHMARKS}/rehearse.tsv"
     shell:
         "{params.cli} rehearse {params.nodes} --time-scale {params.time_scale} --accept-rate {params.accept_rate} "
         "2>&1 | tee {log:q}; exit ${{PIPESTATUS[0]}}"
@@ -41,6 +43,8 @@ if REHEARSAL:
             warmup=REAL_MEASURE.warmup_requests,
         log:
             "logs/rehearsal/budget.log",
+        benchmark:
+            f"{BENCHMARKS}/rehearsal_budget.tsv"
         shell:
             "{params.cli} rehearsal-budget --runs {params.runs:q} --node {params.node} --time-scale {params.time_scale} "
             "--repeats {params.repeats} --warmup-requests {params.warmup} --out {output:q} > {log:q} 2>&1"

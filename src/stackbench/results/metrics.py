@@ -521,6 +521,22 @@ def units(group: str) -> dict[str, str]:
     return {m.name: m.unit for m in METRICS.values() if m.group == group}
 
 
+def registry_markdown() -> str:
+    """The registry as docs/metrics.md shows it (`stackbench docs-metrics` writes it there): per writing step (GROUPS),
+    one row per entry and per Family (its member `<prefix><i>`), in this table's order."""
+    def cell(text) -> str:
+        return "" if text is None else str(text).replace("|", "\\|")
+
+    entries = [(m.name, m) for m in METRICS.values()] + [(f"{f.prefix}<i>", f) for f in FAMILIES]
+    parts = []
+    for group, said in GROUPS.items():
+        rows = [f"| `{name}` | {cell(e.unit) or 'stated by the row'} | {e.stat} | {cell(e.better) or 'neither'} | "
+                f"{cell(e.definition)} |" for name, e in entries if e.group == group]
+        parts += [f"### {group}", "", f"{said[0].upper()}{said[1:]}.", "",
+                  "| metric | unit | statistic | better | definition |", "| --- | --- | --- | --- | --- |", *rows, ""]
+    return "\n".join(parts)
+
+
 HEADLINE = tuple(m for m in METRICS.values() if m.headline is not None)
 # A cell with any of these above 0 ran on a GPU slowed by something other than its own cap: its speed is not
 # the stack's (flagged in its note, marked in the headline, left out of What to run and the cap analyses).
