@@ -25,7 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from stackbench.analysis import plausibility  # noqa: E402
-from stackbench.plan.launchspec import DEFINITIONS  # noqa: E402
+from stackbench.plan.definitions import DEFINITIONS  # noqa: E402
 from stackbench.report import render  # noqa: E402
 from stackbench.results import collect, published, store  # noqa: E402
 

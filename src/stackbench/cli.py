@@ -33,7 +33,7 @@ def _collect_results(parts: list, out: Path, kept: list = (), bundles: list = ()
     """The collect step (results/collect.py) with what only the stages above results know: the plausibility check
     (analysis/plausibility.py) and the definitions version bundles are read against (plan/launchspec.py)."""
     from stackbench.analysis import plausibility
-    from stackbench.plan.launchspec import DEFINITIONS
+    from stackbench.plan.definitions import DEFINITIONS
     from stackbench.results import collect
 
     return collect.collect_results(parts, out, check=plausibility.flag_table, definitions=DEFINITIONS, kept=kept,

@@ -16,7 +16,7 @@ from helpers import collect_results
 from stackbench.measure import publish
 from stackbench.models import provenance
 from stackbench.plan import definitions
-from stackbench.plan.launchspec import DEFINITIONS
+from stackbench.plan.definitions import DEFINITIONS
 from stackbench.results import basis, bundle, store
 from stackbench.results.metrics import M
 
