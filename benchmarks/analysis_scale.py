@@ -24,9 +24,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from stackbench.cli import collect_results  # noqa: E402
+from stackbench.analysis import plausibility  # noqa: E402
+from stackbench.plan.definitions import DEFINITIONS  # noqa: E402
 from stackbench.report import render  # noqa: E402
-from stackbench.results import published, store  # noqa: E402
+from stackbench.results import collect, published, store  # noqa: E402
 
 RATIO_TARGET = 30  # collect + report against the reference, at 1,000,000 rows
 PAGE_BUDGET_MB = 10
@@ -106,7 +107,8 @@ def main() -> None:
         results = tmp / "results.parquet"
         collected, reported, reference = timed({
             # the workflow's collect: the union, the rows derived across launches, the plausibility checks
-            "collect": lambda: collect_results([published_part, part], results),
+            "collect": lambda: collect.collect_results([published_part, part], results, check=plausibility.flag_table,
+                                                      definitions=DEFINITIONS),
             "report": lambda: render.write_report(results, tmp / "reports", ROOT / "data/published"),
             "reference": lambda: reference_aggregate(results, tmp / "reference.csv"),
         }, args.repeats).values()

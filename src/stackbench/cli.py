@@ -29,40 +29,56 @@ def _published(args) -> None:
     print(f"published: {len(records)} figures -> {args.out}")
 
 
-def collect_results(parts: list, out: Path, kept: list = (), bundles: list = ()) -> int:
-    """data/results.parquet from the parts (and the `kept` parts of launches the run did not plan), with the rows
-    derived across launches: greedy agreement needs both launches' outputs, so it is computed here, over every
-    part (results/agreement.py). Result bundles (results/bundle.py) come in under their own source, and every
-    row is checked for plausibility (analysis/plausibility.py)."""
-    import numpy as np
-    import pyarrow as pa
-
+def _collect_results(parts: list, out: Path, kept: list = (), bundles: list = ()) -> int:
+    """The collect step (results/collect.py) with what only the stages above results know: the plausibility check
+    (analysis/plausibility.py) and the definitions version bundles are read against (plan/launchspec.py)."""
     from stackbench.analysis import plausibility
-    from stackbench.plan.launchspec import DEFINITIONS
-    from stackbench.results import agreement, bundle, divergence, pairing, store
+    from stackbench.plan.definitions import DEFINITIONS
+    from stackbench.results import collect
 
-    every = [*parts, *kept]
-    union = store.union_parts(parts, kept)  # read once: the derived rows see it with no launch marked kept
-    at = store.COLUMNS.index("launch_kept")
-    measured = union.set_column(at, "launch_kept", pa.array(np.zeros(union.num_rows, dtype=bool)))
-    derived = list(agreement.agreement_across(every, measured)) + divergence.divergence_across(every, measured)
-    derived += pairing.pairing_across(every, measured)
-    derived += [row for path in bundles for row in bundle.import_rows(Path(path), DEFINITIONS)]
-    return store.collect(parts, out, derived, kept, check=plausibility.flag_table, union=union)
+    return collect.collect_results(parts, out, check=plausibility.flag_table, definitions=DEFINITIONS, kept=kept,
+                                   bundles=bundles)
 
 
 def _collect(args) -> None:
-    count = collect_results(args.parts, args.out, args.kept, args.bundles)
+    count = _collect_results(args.parts, args.out, args.kept, args.bundles)
     print(f"collect: {count} rows -> {args.out}")
 
 
-def _report(args) -> None:
+def node_decision(node: str, launches: int | None = None):
+    """The node file's What to run rule (config.model.Decision) over its first `launches` rounds (the run's
+    `launches`, else the node's own)."""
+    from stackbench.config import load_file
+    from stackbench.config.model import Decision
+
+    doc = load_file(Path("configs/nodes") / f"{node}.yaml", "node")
+    return Decision.of({**doc, "launches": launches or doc["launches"]})
+
+
+def look_rule(verdict: Path):
+    """The rule a look ran under, as its verdict file (round-<k>.json) says: the horizons its node's first look fixed."""
     import json
 
     from stackbench.config.model import Decision
-    from stackbench.report import render
 
-    rules = {node: Decision(**rule) for node, rule in json.loads(args.rules).items()} if args.rules else None
+    return Decision(**json.loads(verdict.read_text())["rule"])
+
+
+def reported_rules(nodes: list[str], runs: Path, launches: int | None = None) -> dict:
+    """Each node's rule for the report: its latest look's, where it has looked (runs/<node>/rounds), else its file's."""
+    def latest(node):
+        looks = sorted((runs / node / "rounds").glob("round-*.json"), key=lambda f: int(f.stem.split("-")[1]))
+        return look_rule(looks[-1]) if looks else node_decision(node, launches)
+
+    return {node: latest(node) for node in nodes}
+
+
+def _report(args) -> None:
+    from stackbench.report import render
+    from stackbench.results import store
+
+    store.check_format(args.results)  # a file of a format this stackbench does not read: refused by name
+    rules = reported_rules(args.nodes, Path(args.runs), args.launches) if args.runs else None
     written = render.write_report(Path(args.results), Path(args.out_dir), Path(args.published_dir),
                                   Path(args.budget) if args.budget else None, Path(args.kept_dir) if args.kept_dir else None,
                                   rules)
@@ -88,19 +104,20 @@ def launch_seconds(parts: list) -> tuple[float, float]:
 
 
 def _round_verdict(args) -> None:
-    import json
     import sys
     import tempfile
 
     from stackbench.analysis import sequence
-    from stackbench.config.model import Decision
     from stackbench.report import provisional
 
-    rule = Decision(**json.loads(args.rule))
+    # The first look comes after the node's first `launches` rounds and runs under its file's rule; every later
+    # look under the rule the look before it wrote (its horizons fixed at the first).
+    rule = (node_decision(args.node, launches=args.round) if args.fix_horizon
+            else look_rule(Path(args.out).with_name(f"round-{args.round - 1}.json")))
     spent, launch = launch_seconds(args.parts)
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "results.parquet"
-        collect_results(args.parts, results)
+        _collect_results(args.parts, results)
         choices = provisional.choices_of(results, args.node, rule)
         fixed = None
         if args.fix_horizon:  # the first look fixes each new stack's horizon (a file beside the looks keeps them)
@@ -175,17 +192,19 @@ def rounds_planned(node) -> str:
             f"{decides}{apart}\n") + what_it_resolves(rule)
 
 
-def texts_planned(node, measure: dict) -> str:
+def texts_planned(node, cfg: dict) -> str:
     """The texts a round sends a cell at c1 (the repeats) beside what the variance levels and costs advise
     (analysis/levels.py allocate)."""
     from stackbench.analysis import levels
+    from stackbench.config.model import Measure
 
+    measure = Measure.of(cfg)
     by_repeats: dict[int, list[str]] = {}
     for launch in (l for l in node.launches if not l.once):
-        stacks = by_repeats.setdefault(launch.repeats or measure["repeats"], [])
+        stacks = by_repeats.setdefault(launch.repeats or measure.repeats, [])
         stacks += [] if launch.stack_config in stacks else [launch.stack_config]
     sends = ", ".join(f"{n} on {', '.join(stacks)}" if len(by_repeats) > 1 else str(n) for n, stacks in by_repeats.items())
-    return levels.allocation_said(sends or measure["repeats"], measure["texts_across_rounds"])
+    return levels.allocation_said(sends or measure.repeats, measure.texts_across_rounds)
 
 
 def what_it_resolves(rule) -> str:
@@ -233,7 +252,7 @@ def _commands(args) -> None:
         print(f"warning: {warning}", file=sys.stderr)
     if args.launch is None:
         print(rounds_planned(node), file=sys.stderr)
-        print(texts_planned(node, cfg["measure"]), file=sys.stderr)
+        print(texts_planned(node, cfg), file=sys.stderr)
 
 
 def preflight_expected(node, cfg: dict):
@@ -405,6 +424,68 @@ def _regenerate(args) -> None:
     print("\n".join(f"  {c}" for c in commands))
 
 
+METRICS_DOC = Path("docs/metrics.md")
+# docs/metrics.md's registry part lies between these lines: written by `stackbench docs-metrics`, the rest by hand.
+REGISTRY_BEGIN = "<!-- registry: written by `stackbench docs-metrics` from results/metrics.py; edit there -->"
+REGISTRY_END = "<!-- end of registry -->"
+
+
+def metrics_doc(text: str) -> str:
+    """docs/metrics.md's text with its registry part (between REGISTRY_BEGIN and REGISTRY_END) written afresh from
+    the metric registry (results/metrics.py registry_markdown); the hand-written prose around it kept."""
+    from stackbench.results import metrics
+
+    if text.count(REGISTRY_BEGIN) != 1 or text.count(REGISTRY_END) != 1:
+        raise ConfigError(f"{METRICS_DOC}: needs one line {REGISTRY_BEGIN} and one {REGISTRY_END}, around the registry part")
+    head, rest = text.split(REGISTRY_BEGIN)
+    return f"{head}{REGISTRY_BEGIN}\n\n{metrics.registry_markdown()}\n{REGISTRY_END}{rest.split(REGISTRY_END)[1]}"
+
+
+def _docs_metrics(args) -> None:
+    text = METRICS_DOC.read_text()
+    written = metrics_doc(text)
+    METRICS_DOC.write_text(written)
+    print(f"docs-metrics: {METRICS_DOC} {'written' if written != text else 'already in step'} from results/metrics.py")
+
+
+BENCHMARKS = "logs/benchmarks"  # each rule's Snakemake `benchmark:` file: logs/benchmarks/<rule>[/<wildcards>].tsv
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def rule_timings(folder: Path) -> list[str]:
+    """Each rule's jobs and wall time from the workflow's benchmark files (Snakemake's TSV, `s`: the job's wall
+    seconds, its file written as it ends), in the order the rules first ended, then the run's span from the first
+    job's start to the last job's end. A job rerun rewrites its file, so on a fresh clone every file is that run's;
+    elsewhere `rm -rf logs/benchmarks` before a run to time it alone."""
+    import csv
+
+    jobs: dict[str, list[tuple[float, float]]] = {}  # rule -> (end, wall seconds) per job
+    for path in sorted(folder.rglob("*.tsv")):
+        with path.open() as f:
+            rows = list(csv.DictReader(f, delimiter="\t"))
+        if not rows or "s" not in rows[-1]:
+            raise ConfigError(f"{path}: not a Snakemake benchmark file (no `s` column)")
+        rule = path.relative_to(folder).parts[0].removesuffix(".tsv")
+        jobs.setdefault(rule, []).append((path.stat().st_mtime, float(rows[-1]["s"])))
+    if not jobs:
+        raise ConfigError(f"{folder}: no benchmark files; run the workflow first (`snakemake --cores 1 report`)")
+    lines = []
+    for rule, done in sorted(jobs.items(), key=lambda item: min(end for end, _ in item[1])):
+        walls = [wall for _, wall in done]
+        lines.append(f"{rule}: {len(walls)} job(s), {_clock(sum(walls))}" + (f" (longest {_clock(max(walls))})" if len(walls) > 1 else ""))
+    every = [job for done in jobs.values() for job in done]
+    span = max(end for end, _ in every) - min(end - wall for end, wall in every)
+    return [*lines, f"the run: {_clock(span)} from the first job's start to the last job's end ({len(every)} jobs)"]
+
+
+def _timings(args) -> None:
+    print("\n".join(rule_timings(Path(args.dir))))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stackbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -459,8 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("parts", nargs="+", help="the cells.parquet of every launch of the node's rounds so far")
     p.add_argument("--node", required=True)
     p.add_argument("--round", type=int, required=True, help="the round just measured (the look)")
-    p.add_argument("--fix-horizon", action="store_true", help="the node's first look: fix the horizon from the budget")
-    p.add_argument("--rule", required=True, help="the node's rule as JSON (config.model.Decision)")
+    p.add_argument("--fix-horizon", action="store_true", help="the node's first look: it runs under the node file's rule "
+                   "and fixes the horizon from the budget; a later look runs under the rule the look before wrote")
     p.add_argument("--out", required=True, help="the look's verdict (JSON: the next round's launches)")
     p.add_argument("--provisional", required=True, help="the provisional report (markdown)")
     p.set_defaults(func=_round_verdict)
@@ -471,8 +552,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--published-dir", default="data/published", help="the posts' table layouts")
     p.add_argument("--budget", help="a rehearsal's time budget of the real run (budget.json), the report's opening")
     p.add_argument("--kept-dir", help="runs kept by `stackbench keep` (config paths.kept): which decisions held")
-    p.add_argument("--rules", help="each node's What to run rule as JSON ({node: config.model.Decision}); else the schema's")
+    p.add_argument("--runs", help="config paths.runs: each of --nodes' rules comes from its latest look there, else its node file")
+    p.add_argument("--nodes", nargs="*", default=[], help="the run's nodes (config nodes), whose What to run rules the report reads")
+    p.add_argument("--launches", type=int, help="config launches, where the run sets it for every node")
     p.set_defaults(func=_report)
+
+    p = sub.add_parser("docs-metrics", help="write docs/metrics.md's registry part from the metric registry (results/metrics.py)")
+    p.set_defaults(func=_docs_metrics)
+
+    p = sub.add_parser("timings", help="each workflow rule's jobs and wall time, from its Snakemake benchmark files")
+    p.add_argument("--dir", default=BENCHMARKS, help="the benchmark files' folder")
+    p.set_defaults(func=_timings)
 
     p = sub.add_parser("compare", help="compare two results tables on like rows only (compare-llama-bench style)")
     p.add_argument("baseline")

@@ -13,10 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import serving
+from helpers import collect_results, serving
 from paths import ROOT
 
-from stackbench.cli import collect_results
 from stackbench.config.model import Node
 from stackbench.measure import probes, sequencer
 from stackbench.plan import expand, launchspec

@@ -12,10 +12,10 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 import yaml
-from helpers import serving
+from helpers import collect_results, serving
 from paths import ROOT
 
-from stackbench.cli import collect_results, published_records
+from stackbench.cli import published_records
 from stackbench.measure import sequencer
 from stackbench.plan import expand, launchspec
 from stackbench.rehearsal.standin import Timing

@@ -21,7 +21,16 @@ from paths import ROOT, STANDIN_SETS
 
 from stackbench.measure import sequencer
 from stackbench.plan import expand, launchspec
-from stackbench.results import metrics, store
+from stackbench.plan.definitions import DEFINITIONS
+from stackbench.results import collect, metrics, store
+
+
+def collect_results(parts, out, kept=(), bundles=()) -> int:
+    """The workflow's collect step (results/collect.py) with the check and definitions the CLI gives it."""
+    from stackbench.analysis import plausibility
+
+    return collect.collect_results(parts, out, check=plausibility.flag_table, definitions=DEFINITIONS,
+                                   kept=kept, bundles=bundles)
 
 
 def copy_repo(dest: Path) -> Path:

@@ -46,7 +46,7 @@ def derived_rows() -> dict[str, tuple[str, ...]]:
 
 # Module (under src/stackbench) -> the test files (under tests/) that exercise it, its mirror first.
 MAP: dict[str, tuple[str, ...]] = {
-    "cli.py": ("unit/serve/test_commands.py", "unit/plan/test_init_other_box.py", "unit/host/test_preflight.py",
+    "cli.py": ("unit/test_cli.py", "unit/serve/test_commands.py", "unit/plan/test_init_other_box.py", "unit/host/test_preflight.py",
                "unit/results/test_kept_parts.py"),
     "analysis/__init__.py": ("unit/analysis/test_analysis.py",),
     "analysis/acceptance.py": ("unit/analysis/test_request_acceptance.py",),
@@ -70,6 +70,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "analysis/speculative.py": ("unit/analysis/test_analysis.py",),
     "analysis/spread.py": ("unit/analysis/test_analysis.py",),
     "config/__init__.py": ("unit/plan/test_config.py", "unit/plan/test_launch_schema.py", "unit/plan/test_gpu_limits_and_accuracy_set.py"),
+    "config/loader.py": ("unit/plan/test_config.py", "unit/plan/test_launch_schema.py"),
     "config/kinds/__init__.py": ("unit/plan/test_workload_kinds.py",),
     "config/kinds/accuracy.py": ("unit/plan/test_workload_kinds.py", "unit/measure/test_accuracy.py"),
     "config/kinds/base.py": ("unit/plan/test_workload_kinds.py",),
@@ -122,6 +123,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "models/recipes.py": ("unit/provision/test_envs.py",),
     "plan/expand.py": ("unit/plan/test_config.py", "unit/plan/test_stacks.py", "unit/plan/test_replicates.py",
                        "unit/plan/test_node_2x4090.py", "unit/plan/test_seed_workloads.py"),
+    "plan/definitions.py": ("unit/plan/test_definitions.py",),
     "plan/launchspec.py": ("unit/plan/test_launchspec.py", "unit/plan/test_definitions.py", "unit/results/test_results_compat.py"),
     "plan/probeset.py": ("unit/plan/test_probeset.py",),
     "provision/envs.py": ("unit/provision/test_envs.py",),
@@ -158,6 +160,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "results/agreement.py": ("unit/results/test_agreement.py",),
     "results/basis.py": ("unit/results/test_basis.py",),
     "results/bundle.py": ("unit/results/test_bundle.py",),
+    "results/collect.py": ("unit/results/test_kept_parts.py", "unit/results/test_bundle.py"),
     "results/divergence.py": ("unit/results/test_divergence.py",),
     "results/estimators.py": ("unit/results/test_estimators.py",),
     "results/judged.py": ("unit/analysis/test_decide.py",),
@@ -183,7 +186,7 @@ MAP |= derived_rows()
 # Unit test files of the repository as a whole or of tests/support, no module's: the engine-name rule, the
 # docs' claims, the CI capabilities, the test-tools wait, this layout.
 REPOSITORY = ("unit/test_architecture.py", "unit/test_docs.py", "unit/test_capabilities.py", "unit/test_test_tools.py",
-              "unit/test_test_layout.py", "unit/test_architecture_doc.py")
+              "unit/test_test_layout.py", "unit/test_architecture_doc.py", "unit/test_import_cycles.py")
 
 
 def holds_code(path: Path) -> bool:

@@ -13,6 +13,8 @@ rule published_part:
         data_dir=lambda wildcards, input: Path(input.published[0]).parent,
     log:
         "logs/collect/published_part.log",
+    benchmark:
+        f"{BENCHMARKS}/published_part.tsv"
     shell:
         "{params.cli} published --data-dir {params.data_dir:q} --out {output:q} > {log:q} 2>&1"
 
@@ -33,6 +35,8 @@ rule collect:
         bundles=bundle_files(),
     log:
         "logs/collect/collect.log",
+    benchmark:
+        f"{BENCHMARKS}/collect.tsv"
     shell:
         "{params.cli} collect {input.published:q} {input.first:q} {input.later:q} --kept {params.kept:q} --bundles {params.bundles:q} --out {output:q} > {log:q} 2>&1"
 
@@ -54,6 +58,8 @@ rule bundle:
         out_dir=lambda wildcards, output: Path(output[0]).parent,
     log:
         "logs/collect/bundle-{node}.log",
+    benchmark:
+        f"{BENCHMARKS}/bundle/{{node}}.tsv"
     shell:
         "{params.cli} bundle {wildcards.node:q} --owner {params.owner:q} --results {input.results:q} "
         "--runs {params.runs:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -12,6 +12,7 @@ from stackbench.plan import expand as _expand
 from stackbench.plan import launchspec as _launchspec
 from stackbench.config import ConfigError
 from stackbench.config import rehearsal as _rehearsal
+from stackbench.cli import BENCHMARKS  # every rule's `benchmark:` file under it, which `stackbench timings` reads
 
 try:
     CFG, NODES = _expand.load_plan(Path("."), config)
@@ -176,8 +177,8 @@ def node_rule(node, round_no=None):
 
 
 def decision_rules(wildcards=None):
-    """Each node's What to run rule as JSON (node_rule), for the report."""
-    return json.dumps({n.name: node_rule(n) for n in NODES})
+    """Each node's What to run decision settings (node_rule), the report's param: a change renders it again."""
+    return {n.name: node_rule(n) for n in NODES}
 
 
 def report_inputs(wildcards):

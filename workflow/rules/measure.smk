@@ -12,6 +12,8 @@ rule launch_settings:
         settings=launch_settings,
     log:
         "logs/plan/launch-settings.log",
+    benchmark:
+        f"{BENCHMARKS}/launch_settings.tsv"
     run:
         _launchspec.write_settings(params.settings, Path(output[0]))
         Path(log[0]).write_text(f"launch settings -> {output[0]}\n")
@@ -28,6 +30,8 @@ rule plan_launch:
         open_cells=open_cells_flag,
     log:
         "logs/plan/{node}/{launch}.log",
+    benchmark:
+        f"{BENCHMARKS}/plan_launch/{{node}}/{{launch}}.tsv"
     shell:
         "{params.cli} plan-launch --node {wildcards.node:q} --launch {wildcards.launch:q} "
         "--settings {input.settings:q} {params.open_cells} --out {output:q} > {log:q} 2>&1"
@@ -55,6 +59,8 @@ rule measure:
         slurm_extra=slurm_resource("slurm_extra", ""),
     log:
         "logs/measure/{node}/{launch}.log",
+    benchmark:
+        f"{BENCHMARKS}/measure/{{node}}/{{launch}}.tsv"
     # The job's stderr reaches the console: it keeps a line per cell there (each naming the node and launch)
     # and sends its detail to the log (stackbench.measure.progress). No `message:`: it would replace the
     # job's wildcards in Snakemake's output, which `snakemake -n` readers use.
@@ -73,11 +79,15 @@ checkpoint round_verdict:
         f"{RUNS}/{{node}}/rounds/round-{{round}}.json",
     params:
         cli=STACKBENCH,
-        rule=lambda wildcards: json.dumps(node_rule(node_named(wildcards.node), int(wildcards.round))),
+        # Not passed on: the CLI reads the rule from the node file and the look before (cli.py round-verdict); a
+        # param, so a changed rule runs the look again.
+        rule=lambda wildcards: node_rule(node_named(wildcards.node), int(wildcards.round)),
         fix=lambda wildcards: "--fix-horizon" if int(wildcards.round) == first_look_round(node_named(wildcards.node)) else "",
         provisional=lambda wildcards: f"{PATHS['reports']}/provisional/{wildcards.node}.md",
     log:
         "logs/rounds/{node}/round-{round}.log",
+    benchmark:
+        f"{BENCHMARKS}/round_verdict/{{node}}/round-{{round}}.tsv"
     shell:
         "{params.cli} round-verdict {input.parts:q} --node {wildcards.node:q} --round {wildcards.round} "
-        "--rule {params.rule:q} {params.fix} --out {output:q} --provisional {params.provisional:q} > {log:q}"
+        "{params.fix} --out {output:q} --provisional {params.provisional:q} > {log:q}"

@@ -12,6 +12,8 @@ rule rehearse:
         accept_rate=CFG["rehearsal"]["accept_rate"],
     log:
         "logs/rehearsal/rehearse.log",
+    benchmark:
+        f"{BENCHMARKS}/rehearse.tsv"
     shell:
         "{params.cli} rehearse {params.nodes} --time-scale {params.time_scale} --accept-rate {params.accept_rate} "
         "2>&1 | tee {log:q}; exit ${{PIPESTATUS[0]}}"
@@ -19,7 +21,9 @@ rule rehearse:
 
 if REHEARSAL:
     # The real run's measure settings (before the rehearsal ran each cell once), which its budget prices.
-    REAL_MEASURE = _expand.load_run_config(Path("."), {**config, "rehearsal": {}})["measure"]
+    from stackbench.config.model import Measure as _Measure
+
+    REAL_MEASURE = _Measure.of(_expand.load_run_config(Path("."), {**config, "rehearsal": {}}))
 
     localrules:
         rehearsal_budget,
@@ -35,10 +39,12 @@ if REHEARSAL:
             runs=f"{RUNS}/{REHEARSAL}",
             node=REHEARSAL,
             time_scale=CFG["rehearsal"]["time_scale"],
-            repeats=REAL_MEASURE["repeats"],
-            warmup=REAL_MEASURE["warmup_requests"],
+            repeats=REAL_MEASURE.repeats,
+            warmup=REAL_MEASURE.warmup_requests,
         log:
             "logs/rehearsal/budget.log",
+        benchmark:
+            f"{BENCHMARKS}/rehearsal_budget.tsv"
         shell:
             "{params.cli} rehearsal-budget --runs {params.runs:q} --node {params.node} --time-scale {params.time_scale} "
             "--repeats {params.repeats} --warmup-requests {params.warmup} --out {output:q} > {log:q} 2>&1"

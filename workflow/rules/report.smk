@@ -18,9 +18,17 @@ rule report:
         published_dir=lambda wildcards, input: Path(input.layouts[0]).parent,
         budget=budget_flag,
         kept=kept_flag,
+        # Not passed on: the CLI reads each node's rule from its looks in the runs folder, else its node file; a
+        # param, so a changed rule renders the report again.
         rules=decision_rules(),
+        nodes=CFG["nodes"],
+        runs=RUNS,
+        launches=f"--launches {CFG['launches']}" if CFG["launches"] else "",
     log:
         "logs/report/report.log",
+    benchmark:
+        f"{BENCHMARKS}/report.tsv"
     shell:
         "{params.cli} report --results {input.results:q} --out-dir {params.out_dir:q} "
-        "--published-dir {params.published_dir:q} {params.budget} {params.kept} --rules {params.rules:q} > {log:q} 2>&1"
+        "--published-dir {params.published_dir:q} {params.budget} {params.kept} --runs {params.runs:q} --nodes {params.nodes:q} "
+        "{params.launches} > {log:q} 2>&1"

@@ -15,6 +15,8 @@ rule engine_env:
         expected=lambda wildcards: _envs.expected_build(wildcards.engine),
     log:
         "logs/env/{engine}.log",
+    benchmark:
+        f"{BENCHMARKS}/engine_env/{{engine}}.tsv"
     # The build prints nothing on the console for minutes: say how long it takes and where its output goes
     # (a message replaces the wildcards in Snakemake's output; the engine is named in it).
     message:
@@ -32,6 +34,8 @@ rule smollm2_source:
         cli=STACKBENCH,
     log:
         "logs/models/smollm2_source.log",
+    benchmark:
+        f"{BENCHMARKS}/smollm2_source.tsv"
     shell:
         "{params.cli} fetch-smollm2 --out {output.gguf:q} > {log:q} 2>&1"
 
@@ -45,6 +49,8 @@ rule dataset:
         cli=STACKBENCH,
     log:
         "logs/datasets/{dataset}.log",
+    benchmark:
+        f"{BENCHMARKS}/dataset/{{dataset}}.tsv"
     shell:
         "{params.cli} fetch-dataset {wildcards.dataset:q} --out {output:q} > {log:q} 2>&1"
 
@@ -64,6 +70,8 @@ rule prepare_model:
         tools=recipe_tools,
     log:
         "logs/models/{model}.log",
+    benchmark:
+        f"{BENCHMARKS}/prepare_model/{{model}}.tsv"
     shell:
         "{params.cli} prepare-model {params.recipe:q} --source {input.source:q} --out {output.model:q} "
         "{params.tools} > {log:q} 2>&1"
@@ -75,5 +83,7 @@ rule prepare_model:
 use rule prepare_model as prepare_hf_model with:
     output:
         model=directory(f"{PATHS['models']}/{{model}}"),
+    benchmark:
+        f"{BENCHMARKS}/prepare_hf_model/{{model}}.tsv"
     wildcard_constraints:
         model=r"[^./]+",

@@ -53,12 +53,13 @@ from stackbench.analysis.quality import beyond_limit
 from stackbench.analysis.speculative import SPEC_PAIR
 from stackbench.config import default_decision
 from stackbench.config.model import ONCE_SUFFIX, Decision
+from stackbench.config.speculative import NO_SPEC
 from stackbench.results import estimators
 from stackbench.results.judged import CONCURRENT_METRIC, SINGLE_STREAM_METRIC, judged_metric, judged_rows
 from stackbench.results.metrics import SLOWDOWN_METRICS, M
 from stackbench.results.store import MEASURED, NOT_SWEPT
 
-NO_SPEC = "no-spec"
+RUN_NO_SPEC = "no-spec"  # a verdict's `run` where the baseline (config/speculative.py NO_SPEC) stays
 RUN, NOT_WORTH_IT, UNDECIDED = "run", "not worth it", "undecided"
 VERDICTS = (RUN, NOT_WORTH_IT, UNDECIDED)
 # A cell a speculative variant ran that the rule cannot judge (not_judged says why): shown with its reason, never
@@ -146,14 +147,14 @@ def launch_rounds(results: pd.DataFrame) -> pd.DataFrame:
     cells["left_out"] = pd.Series({k: "; ".join(v) for k, v in left_out.items()}, dtype=object).reindex(cells.index).fillna("")
     cells["value"] = by_cell["value"].agg(lambda v: estimators.median_of_launches(list(v)))
     cells = cells.reset_index(drop=True)
-    cells["depth"] = np.where(cells["spec_method"] == "none", 0, cells["spec_tokens"].astype(float).fillna(0))
+    cells["depth"] = np.where(cells["spec_method"] == NO_SPEC, 0, cells["spec_tokens"].astype(float).fillna(0))
     return cells
 
 
 def did_not_speculate(results: pd.DataFrame) -> pd.DataFrame:
     """The speculative cells whose counters show no drafts in any of their launches (SPEC_PAIR, variant,
     launches): a variant that never drafted ran its engine's no-spec path."""
-    drafts = results[(results["metric"] == M.spec_drafts) & results["source"].isin(MEASURED) & (results["spec_method"] != "none")]
+    drafts = results[(results["metric"] == M.spec_drafts) & results["source"].isin(MEASURED) & (results["spec_method"] != NO_SPEC)]
     if drafts.empty:
         return pd.DataFrame(columns=VARIANT_KEY + ["launches"])
     by_cell = drafts.groupby(VARIANT_KEY, dropna=False).agg(total=("value", "sum"), launches=("ref", "nunique")).reset_index()
@@ -164,7 +165,7 @@ def _no_candidate(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Da
     """Why each speculative variant is no candidate in its cell ('' where it is one): what it answers or does,
     not how fast one launch ran."""
     why = pd.Series("", index=cells.index, dtype=object)
-    spec = (cells["spec_method"] != "none").to_numpy()
+    spec = (cells["spec_method"] != NO_SPEC).to_numpy()
     if not correctness.empty:
         verdict = cells[["node", "stack", "variant"]].merge(correctness, on=["node", "stack", "variant"], how="left")
         differs = verdict[M.first_divergence_token].notna().to_numpy() & spec
@@ -182,7 +183,7 @@ def _no_candidate(cells: pd.DataFrame, results: pd.DataFrame, correctness: pd.Da
     looping = results[(results["metric"] == M.looping) & results["value"].notna()].groupby(
         VARIANT_KEY + ["spec_method"], dropna=False, as_index=False)["value"].mean()
     loops = cells[VARIANT_KEY].merge(looping[VARIANT_KEY + ["value"]], on=VARIANT_KEY, how="left")["value"]
-    reference = looping[looping["spec_method"] == "none"][SPEC_PAIR + ["value"]]
+    reference = looping[looping["spec_method"] == NO_SPEC][SPEC_PAIR + ["value"]]
     ref_loops = cells[SPEC_PAIR].merge(reference, on=SPEC_PAIR, how="left")["value"].fillna(0)
     more = (loops.fillna(0) > ref_loops).to_numpy() & (why == "").to_numpy() & spec
     why[more] = "loops in " + loops[more].map("{:.0%}".format).astype(str).to_numpy() + " of requests, no-spec " + ref_loops[more].map(
@@ -209,7 +210,7 @@ def not_judged(results: pd.DataFrame, decisions: dict[str, Decision] | None = No
     rows = results[results["source"].isin(MEASURED) & results["concurrency"].notna() & results["workload"].notna()
                    & ~results["ref"].fillna("").str.contains(ONCE_SUFFIX + "@", regex=False)
                    & (judged_rows(results) | (results["metric"] == M.cell_status))]
-    nospec, tried = rows["spec_method"] == "none", rows["status"] != NOT_SWEPT
+    nospec, tried = rows["spec_method"] == NO_SPEC, rows["status"] != NOT_SWEPT
     rows = rows.assign(round=_replicates(rows), raced=~nospec & tried, paired=nospec & tried,
                        nospec_why=rows["reason"].where(nospec & ~tried))
     if rows.empty:
@@ -406,16 +407,16 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     cells["no_candidate"] = _no_candidate(cells, results, correctness)
     # Judged: the cells where a speculative variant ran (a sweep or ladder of no-spec alone decides nothing).
     failed = _failed_cells(results)
-    raced = pd.concat([cells.loc[cells["spec_method"] != "none", SPEC_PAIR],
-                       failed.loc[failed["variant"].isin(set(cells.loc[cells["spec_method"] != "none", "variant"])), SPEC_PAIR]])
+    raced = pd.concat([cells.loc[cells["spec_method"] != NO_SPEC, SPEC_PAIR],
+                       failed.loc[failed["variant"].isin(set(cells.loc[cells["spec_method"] != NO_SPEC, "variant"])), SPEC_PAIR]])
     keys = cells[SPEC_PAIR].drop_duplicates().merge(raced.drop_duplicates(), on=SPEC_PAIR).reset_index(drop=True)
     if keys.empty:
         return pd.DataFrame(columns=CHOICE_COLUMNS)
     keys["cell"] = range(len(keys))
     keys["not_judged"] = why_not_judged(keys, results, decisions)
     cells = cells.merge(keys, on=SPEC_PAIR, how="left")
-    reference = cells[cells["spec_method"] == "none"].drop_duplicates("cell").set_index("cell")
-    spec = cells[cells["spec_method"] != "none"]
+    reference = cells[cells["spec_method"] == NO_SPEC].drop_duplicates("cell").set_index("cell")
+    spec = cells[cells["spec_method"] != NO_SPEC]
     named = pd.concat([cells.loc[cells["left_out"] != "", VARIANT_KEY + ["left_out"]].rename(columns={"left_out": "why"}),
                        spec.loc[spec["no_candidate"] != "", VARIANT_KEY + ["no_candidate"]].rename(columns={"no_candidate": "why"}),
                        failed], ignore_index=True)
@@ -471,7 +472,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
         else:
             why = f"{_said(lead)} after {rounds} rounds"
         spec_mine = by_cell.get(key.cell, [])
-        run = chosen.variant if chosen else NO_SPEC if has_ref else "none eligible"
+        run = chosen.variant if chosen else RUN_NO_SPEC if has_ref else "none eligible"
         out.append({
             **{c: getattr(key, c) for c in SPEC_PAIR}, "cell": key.cell,
             "metric": judged_metric(key.concurrency), "verdict": verdict, "run": run, "decided": verdict in (RUN, NOT_WORTH_IT),
@@ -480,7 +481,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
             "gain_high": lead.judged.high if lead else np.nan, "alpha": lead.judged.error if lead else np.nan,
             "level": lead.judged.level if lead else np.nan, "settle_rounds": settle, "settle_beyond": beyond,
             "leading": lead.variant if lead else None,
-            "runner_up": rest[0].variant if rest else (NO_SPEC if chosen else None),
+            "runner_up": rest[0].variant if rest else (RUN_NO_SPEC if chosen else None),
             "runner_up_gain": rest[0].judged.gain if rest else (0.0 if chosen else np.nan),
             "why": why, "candidates": 0 if key.not_judged else len(spec_mine),
             "contenders": ", ".join(sorted(h.variant for h in spec_mine))})
@@ -488,7 +489,7 @@ def what_to_run(results: pd.DataFrame, correctness: pd.DataFrame, decisions: dic
     table = table.merge(reference[["ref", "source", "variant"]].rename(columns=lambda c: f"ref_{c}"),
                         left_on="cell", right_index=True, how="left")
     chosen_launch = cells.drop_duplicates(["cell", "variant"]).set_index(["cell", "variant"])[["ref", "source"]]
-    picked = [chosen_launch.loc[(c, v)] if v not in (NO_SPEC, "none eligible") else None
+    picked = [chosen_launch.loc[(c, v)] if v not in (RUN_NO_SPEC, "none eligible") else None
               for c, v in zip(table["cell"], table["run"])]
     price = price.astype({c: object for c in LAUNCH})
     nospec = pd.DataFrame({"source": table["ref_source"], "ref": table["ref_ref"], "node": table["node"],

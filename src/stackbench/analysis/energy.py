@@ -11,6 +11,7 @@ import pandas as pd
 from stackbench.analysis.common import with_applied_caps
 from stackbench.analysis.decide import judged
 from stackbench.analysis.gpustate import slowed_of
+from stackbench.config.speculative import NO_SPEC
 from stackbench.results.metrics import KWH_J, M
 from stackbench.results.store import MEASURED
 
@@ -103,7 +104,7 @@ def depth_by_cap(cells: pd.DataFrame) -> pd.DataFrame:
     swept = cells[cells["power_cap_w"].notna()].copy()
     if swept.empty:
         return pd.DataFrame()
-    swept["depth"] = np.where(swept["spec_method"] == "none", 0, swept["spec_tokens"].astype(float).fillna(0)).astype(int)
+    swept["depth"] = np.where(swept["spec_method"] == NO_SPEC, 0, swept["spec_tokens"].astype(float).fillna(0)).astype(int)
     keys = ["node", "stack", "workload", "concurrency"]
     grouped = swept.groupby(keys, dropna=False)
     swept = swept[(grouped["depth"].transform("nunique") >= 2) & (grouped["power_cap_w"].transform("nunique") >= 2)]

@@ -26,6 +26,7 @@ import pandas as pd
 from stackbench.analysis import decide
 from stackbench.analysis.speculative import SPEC_PAIR
 from stackbench.config import default_decision
+from stackbench.config.speculative import NO_SPEC
 from stackbench.results import estimators
 
 # What identifies a decision (analysis.decide's CHOICE_COLUMNS up to the choice)
@@ -39,8 +40,8 @@ def variant_gains(decide_rows: pd.DataFrame) -> pd.DataFrame:
     """Per cell and speculative variant, its paired log ratios by round over the cell's no-spec (DECISION,
     variant, logs) and their gain (the paired mean's expm1)."""
     cells = decide.launch_rounds(decide_rows)
-    reference = cells[cells["spec_method"] == "none"].drop_duplicates(SPEC_PAIR)[SPEC_PAIR + ["rounds"]]
-    spec = cells[cells["spec_method"] != "none"].merge(reference.rename(columns={"rounds": "ref_rounds"}), on=SPEC_PAIR)
+    reference = cells[cells["spec_method"] == NO_SPEC].drop_duplicates(SPEC_PAIR)[SPEC_PAIR + ["rounds"]]
+    spec = cells[cells["spec_method"] != NO_SPEC].merge(reference.rename(columns={"rounds": "ref_rounds"}), on=SPEC_PAIR)
     logs = [list(estimators.paired_logs_by_round(m, t).values()) for m, t in zip(spec["rounds"], spec["ref_rounds"])]
     # paired_gain's point estimate, from the logs already in hand
     return spec[DECISION + ["variant"]].assign(logs=logs, gain=[math.expm1(np.mean(v)) if len(v) >= 2 else math.nan

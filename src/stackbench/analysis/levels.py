@@ -27,6 +27,7 @@ import pandas as pd
 from stackbench.analysis import decide
 from stackbench.analysis.common import one_length_over_rounds
 from stackbench.analysis.speculative import SPEC_PAIR
+from stackbench.config.speculative import NO_SPEC
 from stackbench.results.judged import judged_metric
 from stackbench.results.pairing import SALTED_PROMPT
 
@@ -69,9 +70,9 @@ def gain_levels(results: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=LEVEL_COLUMNS)
     each = each[each["repeat_values"].notna() & (decide.invalid_rounds(each, results) == "")]
     each = each.assign(cell=each.groupby(SPEC_PAIR, dropna=False, sort=False).ngroup())  # as decide.launch_rounds keys cells
-    reference = {cell: group for cell, group in each[each["spec_method"] == "none"].groupby("cell")}
+    reference = {cell: group for cell, group in each[each["spec_method"] == NO_SPEC].groupby("cell")}
     found: dict[tuple, list] = {}
-    for (cell, variant), group in each[each["spec_method"] != "none"].groupby(["cell", "variant"]):
+    for (cell, variant), group in each[each["spec_method"] != NO_SPEC].groupby(["cell", "variant"]):
         ref = reference.get(cell)
         paired = paired_matrix(group, ref) if ref is not None else None
         levels = split(paired) if paired is not None else None

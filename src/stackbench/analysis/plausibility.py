@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 
 from stackbench.analysis.common import CELL, GEOMETRY_FIELDS, LAUNCH, launch_values, on_launch
 from stackbench.analysis.roofline import roofline
+from stackbench.config.speculative import NO_SPEC
 from stackbench.results.judged import single_stream
 from stackbench.results.metrics import M
 
@@ -81,7 +82,7 @@ def over_roofline(results: pd.DataFrame) -> pd.DataFrame:
     keys = ["source", "ref", "node", "stack", "variant", "power_cap_w", "workload"]
     joined = decode.merge(roof[keys + ["decode_tps", "ceiling_tps", "accept_len", "bandwidth_gbs"]].drop_duplicates(),
                           left_on=keys + ["value"], right_on=keys + ["decode_tps"], how="inner")
-    speculative = ~joined["spec_method"].isin(["none", "unknown"]) & joined["spec_method"].notna()
+    speculative = ~joined["spec_method"].isin([NO_SPEC, "unknown"]) & joined["spec_method"].notna()
     # roofline multiplies by the acceptance length where one is reported, else by 1; with none reported a
     # speculative row may still emit up to depth + 1 tokens per weight read.
     depth_bound = pd.to_numeric(joined["spec_tokens"], errors="coerce").fillna(0) + 1
@@ -188,8 +189,8 @@ def speedup_over_acceptance(results: pd.DataFrame) -> pd.DataFrame:
     found = []
     for metric in (M.decode_tps, M.aggregate_tps):
         rates = _central(results, metric)
-        speculative = ~rates["spec_method"].isin(["none", "unknown"]) & rates["spec_method"].notna()
-        base = rates[rates["spec_method"] == "none"][pair + ["value"]].rename(columns={"value": "base"})
+        speculative = ~rates["spec_method"].isin([NO_SPEC, "unknown"]) & rates["spec_method"].notna()
+        base = rates[rates["spec_method"] == NO_SPEC][pair + ["value"]].rename(columns={"value": "base"})
         joined = rates[speculative].merge(base, on=pair, how="inner").merge(accept, on=POINT, how="left")
         depth = pd.to_numeric(joined["spec_tokens"], errors="coerce") + 1
         bound = joined["accept"].fillna(depth)

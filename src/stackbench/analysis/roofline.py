@@ -18,6 +18,7 @@ from stackbench.analysis.common import (
     text_of,
     tp_of,
 )
+from stackbench.config.speculative import NO_SPEC
 from stackbench.models import geometry
 from stackbench.results.judged import single_stream
 from stackbench.results.metrics import M
@@ -78,7 +79,7 @@ def roofline(results: pd.DataFrame) -> pd.DataFrame:
 
     bandwidth = facts["gpu_bw"].fillna(facts["host_bw"])
     accept = rows[CELL].merge(cell_values(results, M.accept_len), on=CELL, how="left")["value"].set_axis(rows.index)
-    speculative = ~rows["spec_method"].isin(["none", "unknown"]) & rows["spec_method"].notna()
+    speculative = ~rows["spec_method"].isin([NO_SPEC, "unknown"]) & rows["spec_method"].notna()
     factor = np.where(speculative, accept.fillna(1.0), 1.0)
     bytes_per_token = weight_mib * 2**20 + kv_bytes
     ceiling = bandwidth * 1e9 / bytes_per_token * factor

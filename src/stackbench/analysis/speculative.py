@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from stackbench.analysis.common import CELL, cell_values
+from stackbench.config.speculative import NO_SPEC
 from stackbench.results.metrics import M
 from stackbench.results.store import MEASURED
 
@@ -21,8 +22,8 @@ def spec_value_by_context(results: pd.DataFrame) -> pd.DataFrame:
     with the acceptance length of that very cell beside it."""
     decode = results[(results["metric"] == M.decode_tps) & (results["status"] == "ok") & results["source"].isin(MEASURED)
                      & results["value"].notna()]
-    base = decode[decode["spec_method"] == "none"].drop_duplicates(SPEC_PAIR)[SPEC_PAIR + ["value"]]
-    spec = decode[decode["spec_method"] != "none"]
+    base = decode[decode["spec_method"] == NO_SPEC].drop_duplicates(SPEC_PAIR)[SPEC_PAIR + ["value"]]
+    spec = decode[decode["spec_method"] != NO_SPEC]
     paired = spec.merge(base, on=SPEC_PAIR, suffixes=("", "_nospec"))
     if paired.empty:
         return pd.DataFrame()

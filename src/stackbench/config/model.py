@@ -9,6 +9,9 @@ import types
 import typing
 from dataclasses import asdict, dataclass, field
 
+from stackbench.config.loader import load_schema
+from stackbench.config.speculative import NO_SPEC
+
 
 @dataclass(frozen=True)
 class Model:
@@ -167,6 +170,11 @@ class Launch:
     label: str | None = None  # the run's label (runs[].label): two runs of one stack file told apart; None: unlabelled
 
     @property
+    def speculates(self) -> bool:
+        """Whether it runs speculative decoding; else it is the no-spec baseline its speculative variants are judged against."""
+        return self.spec_method != NO_SPEC
+
+    @property
     def configuration(self) -> str:
         """The server configuration, the same for every replicate of it; a labelled run's carries its label."""
         return configuration_name(self.stack_config, self.variant, self.label)
@@ -184,6 +192,38 @@ class Launch:
         if self.once:
             return self.configuration + ONCE_SUFFIX
         return self.configuration if self.replicate == 1 else f"{self.configuration}--r{self.replicate}"
+
+
+@dataclass(frozen=True)
+class Measure:
+    """The run's measure settings (config.schema.yaml `measure` documents each and holds its default): how every
+    cell is driven and repeated. Built from the validated config (`of`), so a misspelt key is refused at load by
+    the schema, in one line naming the file and the field; a launch spec carries it (plan/launchspec.py)."""
+
+    repeats: int
+    target_rel_ci: float | None  # None: exactly `repeats` (measure/precision.py)
+    max_repeats: int
+    stop_saturated: bool
+    order_seed: int
+    text_seed: int
+    texts_across_rounds: str  # new | same
+    warmup_requests: int
+    client_processes: int | str  # a count, or "auto"
+    ready_timeout_s: float
+    request_timeout_s: float
+    stall_timeout_s: float
+    keep_failed: bool
+    spread_flag_ratio: float
+
+    @classmethod
+    def of(cls, cfg: dict) -> Measure:
+        """From a validated top-level config (config/loader.py fills in the schema's defaults)."""
+        return cls(**cfg["measure"])
+
+    @property
+    def most_repeats(self) -> int:
+        """The most repeats a cell may get: `repeats`, or up to `max_repeats` under a target (measure/precision.py)."""
+        return self.repeats if self.target_rel_ci is None else max(self.repeats, self.max_repeats)
 
 
 @dataclass(frozen=True)
@@ -208,8 +248,6 @@ class HostIdle:
     @classmethod
     def from_schema(cls) -> HostIdle:
         """The schema's defaults: a node built without the field (a test's, or a plan from before it) gets them."""
-        from stackbench.config import load_schema
-
         fields = load_schema("node")["properties"]["hardware"]["properties"]["host_idle"]["properties"]
         return cls(**{name: spec["default"] for name, spec in fields.items()})
 

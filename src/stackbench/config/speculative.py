@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-NONE = "none"
+# The no-spec baseline: the method of a variant that runs no speculative decoding, which every speculative variant
+# of a round is paired with and judged against (rows' `spec_method`; Launch.speculates).
+NO_SPEC = "none"
 
 
 @dataclass(frozen=True)
@@ -21,7 +23,7 @@ class SpecMethod:
 
 
 SPEC_METHODS = {method.name: method for method in (
-    SpecMethod(NONE, "none"),
+    SpecMethod(NO_SPEC, "none"),
     SpecMethod("mtp", "takes"),
     SpecMethod("eagle", "takes"),
     SpecMethod("dflash", "needs"),

@@ -11,14 +11,6 @@ import httpx
 
 from stackbench.config.model import Launch
 
-# The engine's own per-request figures under one name for every engine (Adapter.server_timings).
-SERVER_PROMPT_PROCESSED = "server_prompt_processed"  # prompt tokens the engine computed (cache hits excluded)
-SERVER_PROMPT_CACHED = "server_prompt_cached"  # prompt tokens reused from the prefix cache
-SERVER_PREFILL_TPS = "server_prefill_tps"
-SERVER_DECODE_TPS = "server_decode_tps"
-SERVER_SPEC_DRAFTED = "server_spec_drafted_tokens"  # draft tokens proposed for this request
-SERVER_SPEC_ACCEPTED = "server_spec_accepted_tokens"  # of those, accepted by the target model
-
 
 @dataclass
 class SpecCounters:
@@ -168,7 +160,7 @@ def streams_token_per_chunk(adapter: "Adapter", launch: Launch) -> bool:
     speculation (a verify step streams every token it accepted in one chunk) and a stream interval of 1
     (SGLang's and vLLM's --stream-interval, 1 by default), read from the launch's command."""
     interval = launch.server_args.get(adapter.stream_interval_arg) if adapter.stream_interval_arg else None
-    return launch.spec_method == "none" and int(interval or 1) == 1
+    return not launch.speculates and int(interval or 1) == 1
 
 
 def slots_from(launch: Launch, key: str) -> Slots | None:

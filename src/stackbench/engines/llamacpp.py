@@ -12,12 +12,6 @@ import httpx
 
 from stackbench.config.model import Launch
 from stackbench.engines.base import (
-    SERVER_DECODE_TPS,
-    SERVER_PREFILL_TPS,
-    SERVER_PROMPT_CACHED,
-    SERVER_PROMPT_PROCESSED,
-    SERVER_SPEC_ACCEPTED,
-    SERVER_SPEC_DRAFTED,
     Adapter,
     RequestTrace,
     ServedCounts,
@@ -32,7 +26,15 @@ from stackbench.engines.base import (
     spec_decode_lines,
 )
 from stackbench.results.divergence import Position, kld_full
-from stackbench.results.metrics import M
+from stackbench.results.metrics import (
+    SERVER_DECODE_TPS,
+    SERVER_PREFILL_TPS,
+    SERVER_PROMPT_CACHED,
+    SERVER_PROMPT_PROCESSED,
+    SERVER_SPEC_ACCEPTED,
+    SERVER_SPEC_DRAFTED,
+    M,
+)
 
 # llama-perplexity's last line (tools/perplexity/perplexity.cpp, perplexity()): "Final estimate: PPL = 12.3456 +/- 0.12345"
 PERPLEXITY_FINAL = re.compile(r"Final estimate: PPL = (?P<ppl>[\d.]+) \+/- (?P<unc>[\d.]+)")
@@ -314,7 +316,7 @@ class LlamaCppAdapter(Adapter):
             args["threads"] = threads
         own = {"model": launch.model.path, "host": host, "port": port, "ctx_size": launch.context_len}
         spec = {}
-        if launch.spec_method != "none":
+        if launch.speculates:
             spec_type = launch.spec_engine_type or SPEC_TYPES[launch.spec_method]
             spec["spec_type"] = spec_type
             if launch.draft_model is not None:

@@ -18,8 +18,6 @@ import httpx
 from stackbench.config.model import Launch
 from stackbench.engines import prometheus
 from stackbench.engines.base import (
-    SERVER_SPEC_ACCEPTED,
-    SERVER_SPEC_DRAFTED,
     CacheOutlivesLaunch,
     KvAccounting,
     PythonEngine,
@@ -36,7 +34,7 @@ from stackbench.engines.base import (
     slots_from,
 )
 from stackbench.results.divergence import Position
-from stackbench.results.metrics import M
+from stackbench.results.metrics import SERVER_SPEC_ACCEPTED, SERVER_SPEC_DRAFTED, M
 
 # The sgl_kernel stand-in's folder, found from the installed package (no import: engines never import provision).
 CPU_OPS_STAND_IN = Path(__file__).resolve().parents[1] / "provision" / "sglang_cpu_ops"
@@ -180,7 +178,7 @@ class SglangAdapter(PythonEngine):
         own = {"model_path": launch.model.path, "served_model_name": launch.model.name, "host": host, "port": port,
                "context_length": launch.context_len, "enable_metrics": True}
         spec = {}
-        if launch.spec_method != "none":
+        if launch.speculates:
             spec["speculative_algorithm"] = launch.spec_engine_type or ALGORITHMS[launch.spec_method]
             if launch.draft_model is not None:
                 spec["speculative_draft_model_path"] = launch.draft_model.path
@@ -199,7 +197,7 @@ class SglangAdapter(PythonEngine):
 
     def request_extras(self, launch: Launch, output_tokens: int, reuse_prefix: bool = True) -> dict:
         extras = {} if output_tokens is None else {"ignore_eos": True, "min_tokens": output_tokens}
-        if launch.spec_method != "none":
+        if launch.speculates:
             extras["return_spec_tokens_details"] = True
         return extras
 

@@ -169,7 +169,7 @@ class VllmAdapter(PythonEngine):
         model = [launch.model.path] if launch.launch_mode == "image" else ["--model", launch.model.path]
         own = {"served_model_name": launch.model.name, "host": host, "port": port, "max_model_len": launch.context_len}
         spec = {}
-        if launch.spec_method != "none":
+        if launch.speculates:
             config = {"method": launch.spec_engine_type or launch.spec_method, "num_speculative_tokens": launch.spec_tokens,
                       **launch.spec_extra}
             if launch.draft_model is not None:

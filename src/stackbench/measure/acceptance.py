@@ -11,10 +11,9 @@ import statistics
 
 import numpy
 
-from stackbench.engines.base import SERVER_SPEC_ACCEPTED, SERVER_SPEC_DRAFTED
 from stackbench.measure.client import RequestRecord
 from stackbench.measure.summary import REQUESTS, Figure
-from stackbench.results.metrics import REQUEST_ACCEPT_RATE_BIN, M
+from stackbench.results.metrics import REQUEST_ACCEPT_RATE_BIN, SERVER_SPEC_ACCEPTED, SERVER_SPEC_DRAFTED, M
 
 HISTOGRAM_BINS = 10  # request_accept_rate_bin<i>: requests whose rate is in [i/10, (i+1)/10); the last holds 1.0
 

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 import aiohttp
 import orjson
 
-from stackbench.engines.base import SERVER_PROMPT_PROCESSED
 from stackbench.measure.workloads import Request
+from stackbench.results.metrics import SERVER_PROMPT_PROCESSED
 
 # Where the engines put a reasoning parser's output: vLLM and SGLang `reasoning_content`; vLLM >= 0.10 and
 # llama.cpp may use `reasoning` (the first that carries text counts).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 
+from stackbench.config.model import Measure
 from stackbench.measure import summary
 from stackbench.measure.client import RequestRecord
 from stackbench.results.estimators import median_interval
@@ -19,17 +20,11 @@ from stackbench.results.judged import judged_metric
 from stackbench.results.metrics import M
 
 
-def most_repeats(measure: dict) -> int:
-    if measure.get("target_rel_ci") is None:
-        return measure["repeats"]
-    return max(measure["repeats"], measure["max_repeats"])
-
-
-def precise_enough(repeats: list[list[RequestRecord]], concurrency: int | None, measure: dict) -> bool:
+def precise_enough(repeats: list[list[RequestRecord]], concurrency: int | None, measure: Measure) -> bool:
     """True once `repeats` holds the minimum and, under a target, the headline's interval is within it."""
-    if len(repeats) < measure["repeats"]:
+    if len(repeats) < measure.repeats:
         return False
-    target = measure.get("target_rel_ci")
+    target = measure.target_rel_ci
     if target is None:
         return True
     metric = judged_metric(concurrency)
@@ -41,9 +36,9 @@ def precise_enough(repeats: list[list[RequestRecord]], concurrency: int | None, 
     return max(median - interval[0], interval[1] - median) <= target * abs(median)
 
 
-def precision_note(repeats: list[list[RequestRecord]], concurrency: int | None, measure: dict) -> str | None:
+def precision_note(repeats: list[list[RequestRecord]], concurrency: int | None, measure: Measure) -> str | None:
     """What the repeat count says about the target: reached, or not within the most repeats allowed."""
-    target = measure.get("target_rel_ci")
+    target = measure.target_rel_ci
     if target is None:
         return None
     what = f"95% interval of the median of {judged_metric(concurrency)} within +-{target:.0%} of its median"

@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 
 from stackbench.config.model import Workload
-from stackbench.engines.base import SERVER_PROMPT_CACHED, Adapter, stated_limit
+from stackbench.engines.base import Adapter, stated_limit
 from stackbench.measure import correctness, workloads
 from stackbench.measure.client import RequestRecord, StreamClient
 from stackbench.measure.summary import Figure, degeneration_figures
 from stackbench.results import agreement
-from stackbench.results.metrics import M
+from stackbench.results.metrics import SERVER_PROMPT_CACHED, M
 
 # Thinking off: a reasoning template would otherwise spend the answer's tokens thinking.
 THINKING_OFF = workloads.thinking_fields(False)

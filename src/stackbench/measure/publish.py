@@ -16,7 +16,7 @@ import pandas as pd
 import yaml
 
 from stackbench.host.facts import cpu_name, host_os, stackbench_version
-from stackbench.plan.launchspec import DEFINITIONS, DEFINITIONS_SOURCES
+from stackbench.plan.definitions import DEFINITIONS, sources_sha256
 from stackbench.results import bundle, store
 
 LAUNCH_FILES = ("launch.json", "server_command.json", "run.json")
@@ -84,7 +84,7 @@ def gather(node: str, results: Path, runs: Path, root: Path = Path(".")) -> tupl
         "node": node, "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "rehearsal": bool(rows["source"].eq("rehearsal").all()),
         "stackbench_version": ", ".join(_distinct(rows, "stackbench_version")) or UNKNOWN,
-        "bundled_by": stackbench_version(), "definitions": DEFINITIONS, "definitions_sources": DEFINITIONS_SOURCES,
+        "bundled_by": stackbench_version(), "definitions": DEFINITIONS, "definitions_sources": sources_sha256(),
         "engines": engines, "commands": commands, "weights": weights,
         "host": {"gpu": ", ".join(_distinct(rows, "gpu")) or UNKNOWN, "gpu_count": ", ".join(_distinct(rows, "gpu_count")),
                  "driver": str(driver) if driver else UNKNOWN, "os": ", ".join(_distinct(rows, "os")) or UNKNOWN,

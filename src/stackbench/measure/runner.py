@@ -32,7 +32,7 @@ from stackbench.results.metrics import M
 # A no-spec launch's probes also measure its own noise floor (probes.noise_floor_figure).
 # The probes go one at a time; the accuracy set on the cell's concurrency of streams.
 # The divergence pass scores a text through the adapter's route (a server endpoint or the engine's tool).
-ONCE = {"probes": lambda cell, spec: (functools.partial(probes.run, noise_floor=spec.launch.spec_method == "none"),
+ONCE = {"probes": lambda cell, spec: (functools.partial(probes.run, noise_floor=not spec.launch.speculates),
                                       probes.THINKING_OFF),
         "accuracy": lambda cell, spec: (functools.partial(accuracy.run, streams=cell.concurrency or 1),
                                         workloads.request_fields(cell.workload)),
@@ -126,10 +126,10 @@ class CellRunner:
 
     def texts_of(self, cell: Cell) -> workloads.Texts:
         """The cell's texts (workloads.Texts): its round's where each round draws new texts (the default), else round
-        1's; a round's draw holds the cell's most repeats (precision.most_repeats), so rounds take disjoint texts."""
-        fresh = self.spec.measure["texts_across_rounds"] == "new"
-        return workloads.Texts(self.spec.measure["text_seed"], self.spec.launch.replicate if fresh else 1, cell.key,
-                               precision.most_repeats(self.spec.measure))
+        1's; a round's draw holds the cell's most repeats (Measure.most_repeats), so rounds take disjoint texts."""
+        fresh = self.spec.measure.texts_across_rounds == "new"
+        return workloads.Texts(self.spec.measure.text_seed, self.spec.launch.replicate if fresh else 1, cell.key,
+                               self.spec.measure.most_repeats)
 
     def apply_cap(self, cell: Cell) -> powercap.CapResult | None:
         if cell.power_cap_w is None:
@@ -206,7 +206,7 @@ class CellRunner:
         extras = {**self.adapter.request_extras(self.spec.launch, fixed, reuse_prefix=reuse),
                   **workloads.request_fields(cell.workload)}
         client = StreamClient(self.base_url, self.spec.launch.model.name, extras,
-                              measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
+                              measure.stall_timeout_s, measure.request_timeout_s, api_key=self.api_key)
         try:
             sizing = None
             if cell.prompt_tokens_target is not None:
@@ -219,7 +219,7 @@ class CellRunner:
                 before, before_failed = self.scrape()
                 window = self.sampler.open_window() if self.sampler is not None else None
                 repeats: list[list[RequestRecord]] = []
-                most = precision.most_repeats(measure)
+                most = measure.most_repeats
                 async with clientload.LoopWatch() as watch:
                     while len(repeats) < most:
                         if self.progress:
@@ -242,7 +242,7 @@ class CellRunner:
         failed = before_failed or after_failed
         # Only a speculative launch loses a figure (accept_len) to a failed scrape; it says so where it would be.
         scrape_note = (f"/metrics scrape failed, acceptance not measured: {failed}"
-                       if failed and self.spec.launch.spec_method != "none" else None)
+                       if failed and self.spec.launch.speculates else None)
         return repeats, delta, reading, sizing, scrape_note, pool.load if pool else watch.load, generated
 
     async def _warm_up(self, client: StreamClient, cell: Cell, sizing: workloads.Sizing | None) -> None:
@@ -257,7 +257,7 @@ class CellRunner:
             return
         streams = cell.concurrency or 1
         load = None
-        for _ in range(self.spec.measure["warmup_requests"]):
+        for _ in range(self.spec.measure.warmup_requests):
             async with clientload.LoopWatch() as watch:  # one process's load at the cell's shape (client_processes)
                 records = await run_streams(client, workloads.requests(cell.workload, cell.load, streams, workloads.WARM_UP,
                                                                        sizing, self.texts_of(cell)), streams)
@@ -279,7 +279,7 @@ class CellRunner:
         .processes_for_load); never more than its streams. An open loop is read by this process."""
         if cell.rate is not None:
             return 1
-        asked = self.spec.measure.get("client_processes", "auto")
+        asked = self.spec.measure.client_processes
         wanted = clientload.processes_for_load(self.warmed.get(self.shape(cell))) if asked == "auto" else asked
         return max(1, min(wanted, cell.concurrency))
 
@@ -288,7 +288,7 @@ class CellRunner:
         request must be cold) and without the engine's fixed-length fields: answers end where the model ends them."""
         measure = self.spec.measure
         client = StreamClient(self.base_url, self.spec.launch.model.name, extras,
-                              measure["stall_timeout_s"], measure["request_timeout_s"], api_key=self.api_key)
+                              measure.stall_timeout_s, measure.request_timeout_s, api_key=self.api_key)
         try:
             async with clientload.LoopWatch() as watch:
                 figures, outputs, records = await run(client, cell.workload, self.adapter)

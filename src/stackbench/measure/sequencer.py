@@ -98,7 +98,7 @@ class LaunchRun:
         self.store = CellStore(spec, self.out_dir, keep_failed)
         self.started = datetime.now(UTC)
         self.run_id = f"{self.node.name}/{self.launch.name}@{self.started.strftime('%Y%m%dT%H%M%SZ')}"
-        self.rows = RowMaker(spec, self.run_id, self.adapter, spec.measure["spread_flag_ratio"], backend.source)
+        self.rows = RowMaker(spec, self.run_id, self.adapter, spec.measure.spread_flag_ratio, backend.source)
         self.nvml = backend.gpu_host(self.node)  # tests inject a test double of pynvml here
         self.server = None
         self.facts = ServerFacts()
@@ -130,7 +130,7 @@ class LaunchRun:
         self._check_idle()
         self._check_host()
         try:
-            seconds = self.server.start(self.spec.measure["ready_timeout_s"])
+            seconds = self.server.start(self.spec.measure.ready_timeout_s)
         except NotRunnable:
             raise  # nothing was started: a missing model file or image is not a launch
         except BaseException:
@@ -303,7 +303,7 @@ class LaunchRun:
         """Under measure.stop_saturated, why a closed-loop cell is not measured: its sweep (same workload and
         cap) is over-saturated at a lower concurrency (precision.saturated on the stored cells' medians), or
         a lower level was skipped already."""
-        if not self.spec.measure.get("stop_saturated") or cell.rate is not None:
+        if not self.spec.measure.stop_saturated or cell.rate is not None:
             return None
         below = [c for c in self.spec.cells if c.rate is None and c.workload.name == cell.workload.name
                  and c.power_cap_w == cell.power_cap_w and c.concurrency < cell.concurrency]
@@ -534,8 +534,8 @@ def main(spec_path: Path, out_dir: Path, backend_for: Callable[[launchspec.Launc
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)
     spec = launchspec.read(spec_path)
-    run = LaunchRun(spec, out_dir, keep_failed=spec.measure["keep_failed"], console=console, backend=backend_for(spec))
+    run = LaunchRun(spec, out_dir, keep_failed=spec.measure.keep_failed, console=console, backend=backend_for(spec))
     out = run.run()
-    if not spec.measure["keep_failed"] and run.store.unfinished():
+    if not spec.measure.keep_failed and run.store.unfinished():
         mark_for_retry(spec_path, out)
     return out

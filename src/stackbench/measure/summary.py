@@ -19,14 +19,14 @@ from dataclasses import dataclass, replace
 import numpy
 
 from stackbench.config.model import Load
-from stackbench.engines.base import SERVER_DECODE_TPS, SERVER_PREFILL_TPS, SpecCounters
+from stackbench.engines.base import SpecCounters
 from stackbench.host.hostload import HostLoad
 from stackbench.host.telemetry import WindowReading, counter_energy_j, power_by_time, power_integral
 from stackbench.measure import correctness
 from stackbench.measure.client import RequestRecord
 from stackbench.results import estimators, metrics
 from stackbench.results.estimators import median_interval
-from stackbench.results.metrics import M
+from stackbench.results.metrics import SERVER_DECODE_TPS, SERVER_PREFILL_TPS, M
 
 # A percentile from fewer samples than this says so in its note.
 FEW_SAMPLES = 100

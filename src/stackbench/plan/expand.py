@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stackbench.config import ConfigError, load_file, load_schema, rehearsal, validate
 from stackbench.config.kinds import KINDS
-from stackbench.config.model import Decision, GpuIdle, HostIdle, Launch, Load, Model, Node, Slurm, Workload
+from stackbench.config.model import Decision, GpuIdle, HostIdle, Launch, Load, Measure, Model, Node, Slurm, Workload
 from stackbench.config.speculative import NEEDS_DRAFT_MODEL, TAKES_DRAFT_MODEL
 from stackbench.engines import ADAPTERS, adapter_for
 from stackbench.engines.base import FlagConflict, NotLaunchable, flag_name
@@ -256,19 +256,18 @@ def load_node(name: str, cfg: dict, root: Path = Path(".")) -> Node:
     # Every round the sequence may reach (What to run's rule, docs/what-to-run.md): the first `launches` rounds are
     # planned; each later one only as the checkpoint after the round before asks.
     rounds = run.rounds(replicates, decision.most)
-    measure = cfg["measure"]
-    most_repeats = max(measure["repeats"], *(l.repeats or 0 for l in launches),
-                       measure["max_repeats"] if measure.get("target_rel_ci") is not None else 0)
+    measure = Measure.of(cfg)
+    most_repeats = max(measure.most_repeats, *(l.repeats or 0 for l in launches))
     for workload in (w for w in workloads if w.prompts_file):
         try:
-            promptsets.check_enough(workload, rounds if measure["texts_across_rounds"] == "new" else 1, most_repeats, where)
+            promptsets.check_enough(workload, rounds if measure.texts_across_rounds == "new" else 1, most_repeats, where)
         except ValueError as err:
             raise ConfigError(str(err)) from None
     by_name = {w.name: w for w in workloads}
     measured = [l for l in launches if l.stack_config in chosen]
     if doc["long_context_rounds"] == "every":  # the long-context use decided on as many launches as the rest
         measured = long_context_deciding(measured, by_name)
-    every = interleaved_rounds(measured, rounds, by_name, f"{cfg['measure']['order_seed']}/{name}")
+    every = interleaved_rounds(measured, rounds, by_name, f"{measure.order_seed}/{name}")
     if rounds > replicates:  # a sequence of looks: its first comes before the one-off sets
         every = one_offs_apart(every, by_name)
     launches = [l for l in every if l.replicate <= replicates]
@@ -315,9 +314,9 @@ def _divergence_once(launches: list[Launch], kinds: dict[str, str]) -> list[Laun
     def served(launch: Launch) -> tuple:
         return launch.engine, launch.env_name, launch.launch_mode, launch.launch_target, launch.model.name
 
-    scored = {served(l) for l in launches if l.spec_method == "none"}
+    scored = {served(l) for l in launches if not l.speculates}
     return [dataclasses.replace(l, workloads=tuple(w for w in l.workloads if kinds[w] != "divergence"))
-            if l.spec_method != "none" and served(l) in scored else l for l in launches]
+            if l.speculates and served(l) in scored else l for l in launches]
 
 
 def judged_workload(workload: Workload) -> bool:
@@ -348,8 +347,8 @@ def unpaired_cap_warnings(node: Node) -> list[str]:
     The plan warns rather than add the caps itself: a cap sweep is the owner's cost to choose."""
     first = [l for l in node.launches if l.replicate == 1 and not l.once]
     out = []
-    for launch in (l for l in first if l.spec_method != "none" and l.power_caps_w):
-        nospec = [l for l in first if l.spec_method == "none" and (l.engine, l.model.name) == (launch.engine, launch.model.name)]
+    for launch in (l for l in first if l.speculates and l.power_caps_w):
+        nospec = [l for l in first if not l.speculates and (l.engine, l.model.name) == (launch.engine, launch.model.name)]
         swept = {cap for l in nospec for cap in l.power_caps_w}
         missing = [cap for cap in launch.power_caps_w if cap not in swept]
         if missing:
@@ -387,7 +386,7 @@ def long_context_deciding(launches: list[Launch], workloads: dict[str, Workload]
     sides: dict[tuple, set[bool]] = {}
     for launch in launches:
         for name, points in standing(launch).items():
-            sides.setdefault((launch.engine, launch.model.name, name, points), set()).add(launch.spec_method == "none")
+            sides.setdefault((launch.engine, launch.model.name, name, points), set()).add(not launch.speculates)
     return [dataclasses.replace(launch, deciding=tuple(name for name, points in standing(launch).items()
                                                        if sides[launch.engine, launch.model.name, name, points] == {True, False}))
             for launch in launches]

@@ -22,26 +22,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stackbench.config.kinds import KINDS
-from stackbench.config.model import Launch, Load, Model, Node, Workload, from_json
+from stackbench.config.model import Launch, Load, Measure, Model, Node, Workload, from_json
 from stackbench.config.rehearsal import REAL_RUN, Run, planned_for, selected
 from stackbench.engines import adapter_for, flag_parser_env
 from stackbench.models import datasets, promptsets
 from stackbench.models.recipes import RECIPES
+from stackbench.plan.definitions import DEFINITIONS  # how the figures are computed: in every cell's fingerprint
 from stackbench.plan.expand import launch_points
 
 FORMAT = 1
-# How the measured figures are computed (measure/client.py, measure/summary.py, results/metrics.py, the client's
-# check of itself in measure/clientload.py, and the intervals of results/estimators.py): part of every cell's
-# fingerprint, so cells measured under other definitions are measured again instead of mixing with new ones. Bump
-# DEFINITIONS when a change there changes a figure, and record those files' sha256 in DEFINITIONS_SOURCES
-# (tests/unit/plan/test_definitions.py fails until both are done, and prints the hash).
-DEFINITIONS = 10  # 10: texts drawn from public prompt sets, new each round (models/promptsets.py); a text's own messages
-# (9: the client checks itself in every cell (loop lag, CPU share, client_saturated); no connection cap)
-# (8: llama.cpp's salted single-turn requests reuse no cached prefix; the probes first on a launch)
-# (7: salts drawn from the text seed, measure/workloads.py Texts, paired across a round's variants)
-# (6: power and energy per GPU beside the node total, the host's load, divergence exact or bounded)
-# (5: a reply cut off at max_tokens is an invalid answer, accuracy)
-DEFINITIONS_SOURCES = "27a1f75f316ce1cdfa53d19dd76236c4ea21873b83ebd51e165f483ad6d1a274"
 # What a server's figures depend on, named once (an allow-list: a field added to Node or Launch moves no
 # fingerprint until it is named here). Which cells run (workloads, concurrency) is each cell's identity;
 # the GPU's bandwidth is a roofline input, read by the analysis, not by the server.
@@ -107,7 +96,7 @@ NODE_WORKFLOW_FIELDS = ("prepared_models", "slurm", "quality_reference", "decisi
 class LaunchSpec:
     node: Node  # hardware facts and workloads; `launches` is empty here, NODE_WORKFLOW_FIELDS are not carried
     launch: Launch
-    measure: dict
+    measure: Measure
     engine: dict  # the environment's ready.json (native pipeline builds), else what the config names
     models: dict  # model name -> identity of its files
     cells: tuple[Cell, ...]
@@ -125,9 +114,9 @@ class LaunchSpec:
         return self._digest(planned_for(self.rehearsal).fingerprinted(doc))
 
     def cell_fingerprint(self, cell: Cell) -> str:
-        unset = PRECISION_SETTINGS if self.measure.get("target_rel_ci") is None else ()
+        unset = PRECISION_SETTINGS if self.measure.target_rel_ci is None else ()
         return self._digest({"server": self.server_fingerprint, "definitions": DEFINITIONS, **cell.identity,
-                             "measure": {k: v for k, v in self.measure.items() if k not in NOT_IN_CELL_IDENTITY + unset}})
+                             "measure": {k: v for k, v in asdict(self.measure).items() if k not in NOT_IN_CELL_IDENTITY + unset}})
 
     @property
     def fingerprint(self) -> str:
@@ -137,7 +126,7 @@ class LaunchSpec:
     def to_json(self) -> str:
         node = {k: v for k, v in asdict(self.node).items() if k not in NODE_WORKFLOW_FIELDS}
         return json.dumps({"format": FORMAT, "fingerprint": self.fingerprint, "server_fingerprint": self.server_fingerprint,
-                           "node": node, "launch": asdict(self.launch), "measure": self.measure, "engine": self.engine,
+                           "node": node, "launch": asdict(self.launch), "measure": asdict(self.measure), "engine": self.engine,
                            "models": self.models, "rehearsal": self.rehearsal,
                            "cells": [{"key": c.key, "workload": c.workload.name, "concurrency": c.concurrency,
                                       "rate": c.rate, "power_cap_w": c.power_cap_w, "ladder_tokens": c.ladder_tokens,
@@ -324,7 +313,7 @@ def build(cfg: dict, node: Node, launch: Launch) -> LaunchSpec:
     if parser is not None:
         engine = {**engine, "flag_parser": parser}
     bound = setup_env(node, launch)
-    measure = {**cfg["measure"], **run.own_repeats(launch)}
+    measure = dataclasses.replace(Measure.of(cfg), **run.own_repeats(launch))
     return LaunchSpec(node=bare, launch=launch, measure=measure,
                       engine={**engine, "setup_env": bound} if bound else engine, models=models,
                       cells=cells_of(node, launch), rehearsal=run.settings)
@@ -362,7 +351,11 @@ def read(path: Path) -> LaunchSpec:
     by_name = {w.name: w for w in node.workloads}
     cells = tuple(Cell(by_name[c["workload"]], c["concurrency"], c["power_cap_w"], c["rate"], c["ladder_tokens"])
                   for c in doc["cells"])
-    spec = LaunchSpec(node=node, launch=launch, measure=doc["measure"], engine=doc["engine"], models=doc["models"],
+    try:
+        measure = Measure(**doc["measure"])
+    except TypeError as err:  # a spec written before a setting was added, or after one was dropped
+        raise ValueError(f"{path}: measure: {str(err).removeprefix('Measure.__init__() ')}; re-run the plan step") from None
+    spec = LaunchSpec(node=node, launch=launch, measure=measure, engine=doc["engine"], models=doc["models"],
                       cells=cells, rehearsal=doc.get("rehearsal"))
     if spec.fingerprint != doc["fingerprint"]:
         raise ValueError(f"{path}: fingerprint does not match its content (edited by hand?); re-run the plan step")

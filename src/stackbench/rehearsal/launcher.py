@@ -136,7 +136,7 @@ def engine_facts(node: Node, launch: Launch, adapter) -> dict:
             "ctx_per_slot": adapter.request_context(launch),
             "attention_backend": launch.server_args.get("attention_backend"),
             "reasoning_tokens": REASONING_TOKENS if adapter.reasoning_parser_arg and launch.server_args.get(adapter.reasoning_parser_arg) else 0,
-            "spec_tokens": launch.spec_tokens if launch.spec_method != "none" else 0,
+            "spec_tokens": launch.spec_tokens if launch.speculates else 0,
             "roofline_decode_tps": standin.roofline_decode_tps(node.bandwidth_gbs or 0.0, weight_bytes, tp),
             # TP's all-reduces per decode step over the node's interconnect, or why they are not modeled
             **dict(zip(("allreduce_s_per_step", "tp_cost"),
@@ -190,7 +190,7 @@ class StandinLauncher(ProcessLauncher):
         # The pace fitted to a seed post where one measured this engine and method, else the method's fit on another
         # engine (calibration.priced), else the shape.
         fit = calibration.priced(self.adapter.engine_label, self.launch.spec_method, self.launch.spec_tokens) \
-            if self.launch.spec_method != "none" else None
+            if self.launch.speculates else None
         facts = {**engine_facts(self.node, self.launch, self.adapter), "time_scale": self.rehearsal["time_scale"],
                  "accept_rate": fit[1] if fit else self.rehearsal["accept_rate"],
                  "step_share": fit[0] if fit else standin.ROOFLINE_SHARE, "calibrated": bool(fit and fit[2]),

@@ -10,6 +10,7 @@ import pandas as pd
 from stackbench import analysis
 from stackbench.analysis import decide, levels
 from stackbench.analysis import held as held_verdicts
+from stackbench.config.speculative import NO_SPEC
 from stackbench.report.table import Table, frame_table
 from stackbench.results import estimators
 from stackbench.results.judged import judged_rows
@@ -296,7 +297,7 @@ def rehearsal_tables(cells: pd.DataFrame, nodes: list[str], launches: dict[tuple
         body = []
         for stack, rows in mine.groupby("stack", sort=True):
             variants = sorted(set(rows["variant"]))
-            base = sorted(set(rows.loc[rows["spec_method"] == "none", "variant"]))
+            base = sorted(set(rows.loc[rows["spec_method"] == NO_SPEC, "variant"]))
             candidates = [v for v in variants if v not in base]
             caps = sorted({c for c in rows["power_cap_w"] if pd.notna(c)})
             each = rows.drop_duplicates(["variant", "workload", "concurrency", "prompt_tokens", "power_cap_w"])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import pandas as pd
 
 from stackbench.analysis.decide import NOT_JUDGED, RUN
+from stackbench.config.speculative import NO_SPEC
 from stackbench.report.table import Table, format_number
 from stackbench.results import basis
 from stackbench.results.judged import single_stream
@@ -138,7 +139,7 @@ def _decided_variants(cells: pd.DataFrame, choices: pd.DataFrame) -> pd.DataFram
             kept.append(mine)
             continue
         variant, _ = _stack_verdict(stack, mine["workload"], choices)
-        nospec = mine.loc[mine["spec_method"] == "none", "variant"]
+        nospec = mine.loc[mine["spec_method"] == NO_SPEC, "variant"]
         variant = variant if variant in set(mine["variant"]) else (nospec.iloc[0] if len(nospec) else None)
         kept.append(mine[mine["variant"] == variant] if variant else mine)
     return pd.concat(kept)

@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stackbench.config.speculative import NO_SPEC
 from stackbench.results import metrics, store
 from stackbench.results.estimators import exact_mcnemar, wilson
 from stackbench.results.metrics import M
@@ -92,8 +93,8 @@ def agreement_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
     same node, stack, model and probe workload; the basis is the candidate's probe cell's, the ref names both
     runs. Speculative decoding is meant to be lossless at temperature 0 (greedy_agreement)."""
     rows = []
-    for candidate in (d for d in docs if d["spec_method"] != "none"):
-        references = [d for d in docs if d["spec_method"] == "none" and all(d[k] == candidate[k] for k in IDENTITY)]
+    for candidate in (d for d in docs if d["spec_method"] != NO_SPEC):
+        references = [d for d in docs if d["spec_method"] == NO_SPEC and all(d[k] == candidate[k] for k in IDENTITY)]
         if len(references) != 1:
             continue  # no no-spec launch to compare with (or several, none of them the obvious one)
         reference = references[0]
@@ -153,7 +154,7 @@ def cross_stack_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
     table_id/table_title (the family) and row_label (the reference, whose output length the share is over) /
     col_label (the candidate), so the report reads the matrix from these rows alone. Not the speculative
     metrics' names: those are read per variant as "differs from its no-spec launch"."""
-    nospec = [d for d in docs if d["spec_method"] == "none" and d.get("weights") is not None]
+    nospec = [d for d in docs if d["spec_method"] == NO_SPEC and d.get("weights") is not None]
     labels = {d["ref"]: _label(d) for d in nospec}
     taken = [labels[d["ref"]] for d in nospec]
     for d in nospec:  # two no-spec launches of one node, stack and quant (two stack files): the variant tells them apart
@@ -235,8 +236,8 @@ def answer_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
                 "value_max": None, "ci_low": None, "ci_high": None, "status": "ok", "reason": None,
                 "ttft_included": "no", **metrics.row_fields(metric), "stat": "mean", **fields}
 
-    for candidate in (d for d in docs if d["spec_method"] != "none"):
-        references = [d for d in docs if d["spec_method"] == "none" and all(d[k] == candidate[k] for k in IDENTITY)]
+    for candidate in (d for d in docs if d["spec_method"] != NO_SPEC):
+        references = [d for d in docs if d["spec_method"] == NO_SPEC and all(d[k] == candidate[k] for k in IDENTITY)]
         if len(references) != 1:
             continue
         reference = references[0]
@@ -249,7 +250,7 @@ def answer_rows(docs: list[dict], results: pd.DataFrame) -> list[dict]:
                 note=f"share of the questions right on one launch and wrong on the other; {words}; {how}"),
             row(candidate, reference, metric=M.accuracy_below_reference, value=below, stat="single", n=n,
                 note=f"{words}; {how}")) if r is not None]
-    nospec = [d for d in docs if d["spec_method"] == "none" and d.get("weights") is not None]
+    nospec = [d for d in docs if d["spec_method"] == NO_SPEC and d.get("weights") is not None]
     labels = {d["ref"]: _label(d) for d in nospec}
     for reference in nospec:
         for candidate in (d for d in nospec if _comparable(reference, d)):

@@ -8,8 +8,9 @@ ids, host facts); its `content_hash` is the sha256 of the manifest without that 
 No model files travel.
 
 Reading one refuses it by name when a member's bytes, the member list or the manifest itself do not match the
-content hash, and when its figures were computed under other metric definitions (plan/launchspec.py
-DEFINITIONS): those figures never mix with ours. Its rows enter the results as source `bundle:<owner>`
+content hash, when its figures were computed under other metric definitions (plan/definitions.py
+DEFINITIONS): those figures never mix with ours, and when its rows are in a results format this stackbench does not
+read (the manifest's `results_format`, store.FORMAT_VERSION). Its rows enter the results as source `bundle:<owner>`
 (`bundle:<owner>:rehearsal` for a rehearsal's), never `measured` or `published`, with one `bundle_manifest`
 row per bundle (accepted or refused) that the report's Bundles section lists.
 """
@@ -84,7 +85,7 @@ def write(out: Path, rows: pd.DataFrame, members: dict[str, bytes], provenance: 
     every = {ROWS: rows_bytes(rows), **members}
     if MANIFEST in members:
         raise ValueError(f"{MANIFEST} is written by the bundle itself")
-    manifest = {"format": FORMAT, **provenance, "rows": len(rows),
+    manifest = {"format": FORMAT, **provenance, "results_format": store.FORMAT_VERSION, "rows": len(rows),
                 "files": {name: {"sha256": _sha256(data), "bytes": len(data)} for name, data in sorted(every.items())}}
     manifest["content_hash"] = content_hash(manifest)
 
@@ -135,6 +136,9 @@ def read(path: Path, definitions: int | None = None) -> Bundle:
         raise BundleRefused(f"{name}: refused: {MANIFEST} is not JSON ({err})") from err
     if manifest.get("format") != FORMAT:
         raise BundleRefused(f"{name}: refused: bundle format {manifest.get('format')!r}, this stackbench reads {FORMAT}")
+    if why := store.unreadable(manifest.get("results_format", 0)):  # 0: made before the results format had a version
+        raise BundleRefused(f"{name}: refused: its rows are in {why}: read it with the stackbench that made it "
+                            f"({manifest.get('stackbench_version')})")
     listed = manifest.get("files", {})
     changed = sorted(m for m in set(listed) | set(members)
                      if m not in members or m not in listed or _sha256(members[m]) != listed[m].get("sha256"))

@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 
 from stackbench.config import ConfigError
-from stackbench.results.store import MEASURED_SQL, atomic_write_parquet, atomic_write_text
+from stackbench.results.store import MEASURED_SQL, atomic_write_parquet, atomic_write_text, check_format, conform
 
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 RULE_SUFFIX = ".rule.json"  # beside <label>.parquet: the rule its last look ran under
@@ -32,11 +32,12 @@ def keep(results: Path, node: str, kept_dir: Path, label: str | None = None, loo
     path = kept_dir / node / f"{label}.parquet"
     if path.exists():
         raise ConfigError(f"keep: {path} exists; give another --label")
+    check_format(results)
     rows = duckdb.connect().sql(f"select * from read_parquet('{_quoted(results)}') where node = $node "
                                 f"and source in {MEASURED_SQL}", params={"node": node}).to_arrow_table()
     if rows.num_rows == 0:
         raise ConfigError(f"keep: {results}: no measured rows of node {node!r}")
-    atomic_write_parquet(rows, path)
+    atomic_write_parquet(conform(rows), path)  # in this contract, its format version with it
     found = sorted(looks.glob("round-*.json"), key=lambda f: int(f.stem.split("-")[1])) if looks and looks.is_dir() else []
     if found:
         atomic_write_text(path.with_suffix(RULE_SUFFIX), json.dumps(json.loads(found[-1].read_text())["rule"]))
@@ -50,8 +51,12 @@ def kept_rule(path: Path) -> dict | None:
 
 
 def kept_runs(kept_dir: Path, node: str) -> list[Path]:
-    """The node's kept runs, the latest kept first."""
-    return sorted((kept_dir / node).glob("*.parquet"), key=lambda path: path.stat().st_mtime, reverse=True)
+    """The node's kept runs, the latest kept first; one of a results format this stackbench does not read is refused
+    by name (store.check_format)."""
+    found = sorted((kept_dir / node).glob("*.parquet"), key=lambda path: path.stat().st_mtime, reverse=True)
+    for path in found:
+        check_format(path)
+    return found
 
 
 def _quoted(path: Path) -> str:

@@ -79,6 +79,14 @@ def _entries(*metrics: Metric) -> dict[str, Metric]:
     return {m.name: m for m in metrics}
 
 
+# The engine's own per-request figures under one name for every engine (Adapter.server_timings writes them into a
+# request's record, measure reads them, the request files keep them as columns that results/pairing.py reads).
+SERVER_PROMPT_PROCESSED = "server_prompt_processed"  # prompt tokens the engine computed (cache hits excluded)
+SERVER_PROMPT_CACHED = "server_prompt_cached"  # prompt tokens reused from the prefix cache
+SERVER_PREFILL_TPS = "server_prefill_tps"
+SERVER_DECODE_TPS = "server_decode_tps"
+SERVER_SPEC_DRAFTED = "server_spec_drafted_tokens"  # draft tokens proposed for this request
+SERVER_SPEC_ACCEPTED = "server_spec_accepted_tokens"  # of those, accepted by the target model
 KWH_J = 3.6e6  # joules in a kilowatt-hour: energy figures are J, a run's or a plan's total is said in kWh
 PERCENTILES = (50, 90, 99)  # a latency distribution's percentiles, as vLLM bench serve reports them
 
@@ -511,6 +519,22 @@ def names(**flags) -> tuple[str, ...]:
 
 def units(group: str) -> dict[str, str]:
     return {m.name: m.unit for m in METRICS.values() if m.group == group}
+
+
+def registry_markdown() -> str:
+    """The registry as docs/metrics.md shows it (`stackbench docs-metrics` writes it there): per writing step (GROUPS),
+    one row per entry and per Family (its member `<prefix><i>`), in this table's order."""
+    def cell(text) -> str:
+        return "" if text is None else str(text).replace("|", "\\|")
+
+    entries = [(m.name, m) for m in METRICS.values()] + [(f"{f.prefix}<i>", f) for f in FAMILIES]
+    parts = []
+    for group, said in GROUPS.items():
+        rows = [f"| `{name}` | {cell(e.unit) or 'stated by the row'} | {e.stat} | {cell(e.better) or 'neither'} | "
+                f"{cell(e.definition)} |" for name, e in entries if e.group == group]
+        parts += [f"### {group}", "", f"{said[0].upper()}{said[1:]}.", "",
+                  "| metric | unit | statistic | better | definition |", "| --- | --- | --- | --- | --- |", *rows, ""]
+    return "\n".join(parts)
 
 
 HEADLINE = tuple(m for m in METRICS.values() if m.headline is not None)

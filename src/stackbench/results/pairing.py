@@ -27,16 +27,14 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from stackbench.config.speculative import NO_SPEC
 from stackbench.results import metrics
 from stackbench.results.judged import JUDGED_METRICS
-from stackbench.results.metrics import M
+from stackbench.results.metrics import SERVER_SPEC_ACCEPTED, SERVER_SPEC_DRAFTED, M
 
 PAIR = ["node", "stack", "model", "replicate", "key", "repeat", "request", "turn"]
 SHOWN_CHARS = 200  # the request files keep the first 200 characters of a reply (measure/client.py to_row)
 PROMPTS, REPLIES = M.paired_prompts_identical, M.paired_replies_identical
-# The request files' per-request draft counts, as engines/base.py names them (SERVER_SPEC_DRAFTED, SERVER_SPEC_ACCEPTED:
-# results sits below engines, so the names are repeated here and tests/unit/results/test_pairing.py holds them equal).
-SERVER_SPEC_DRAFTED, SERVER_SPEC_ACCEPTED = "server_spec_drafted_tokens", "server_spec_accepted_tokens"
 SALTED_PROMPT = "salted prompt "  # a text's row where its request file names no set and row: its prompt's sha256 follows
 # Per request, where the files have them: the text's set and row (measure's request records) and its draft counts.
 OPTIONAL = ["decode_tps", "prompt_set", "prompt_row", SERVER_SPEC_DRAFTED, SERVER_SPEC_ACCEPTED]
@@ -81,7 +79,7 @@ def pairing_rows(requests: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
     if requests.empty:
         return []
     ok = requests[requests["status"] == "ok"].reindex(columns=[*requests.columns, *(c for c in OPTIONAL if c not in requests)])
-    spec, nospec = ok[ok["spec_method"] != "none"], ok[ok["spec_method"] == "none"]
+    spec, nospec = ok[ok["spec_method"] != NO_SPEC], ok[ok["spec_method"] == NO_SPEC]
     paired = spec.merge(nospec[PAIR + ["prompt_sha", "reply_sha", "content", "variant", "decode_tps"]], on=PAIR,
                         suffixes=("", "_ref"))
     rows = []

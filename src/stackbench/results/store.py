@@ -16,6 +16,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from stackbench.config import ConfigError
+
 # Identity of a cell: where the figure comes from and what was run.
 IDENTITY = [
     ("source", pa.string()),  # measured | published
@@ -109,7 +111,17 @@ ENGINE_FACTS = [
     ("kv_log_mixes_window", pa.bool_()),  # the logged KV bytes cover sliding-window and full layers together
 ]
 
-RESULTS_SCHEMA = pa.schema(IDENTITY + FIGURE + BASIS + EXTRA + ENGINE_FACTS)
+# The results format's version (pyperf's _JSON_VERSION), in every results file's Parquet schema metadata: the
+# schema carries it, so every table to_table and conform build (parts, results.parquet, bundles' rows, kept runs)
+# writes it. Bump it when a reader cannot read an older file as it is (a column renamed or its meaning changed),
+# and say in CONVERTED how the older one is read. A file without it was written before it existed (issue 68).
+FORMAT_VERSION = 1
+FORMAT_KEY = b"stackbench.results_format"
+# The older versions this one reads: 0, unversioned, differs only by the columns added since, which every reader
+# takes as nulls (conform here, the report's view in report/queries.py).
+CONVERTED = (0,)
+
+RESULTS_SCHEMA = pa.schema(IDENTITY + FIGURE + BASIS + EXTRA + ENGINE_FACTS, metadata={FORMAT_KEY: str(FORMAT_VERSION)})
 COLUMNS = RESULTS_SCHEMA.names
 BASIS_COLUMNS = [name for name, _ in BASIS]
 IDENTITY_COLUMNS = [name for name, _ in IDENTITY]  # a cell's identity: every figure of one cell shares these
@@ -152,6 +164,28 @@ def conform(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=RESULTS_SCHEMA)
 
 
+def format_of(path: str | os.PathLike) -> int:
+    """The results format a Parquet file was written in (its schema metadata; 0: before the version existed)."""
+    return int((pq.read_schema(path).metadata or {}).get(FORMAT_KEY, b"0"))
+
+
+def unreadable(found: int) -> str | None:
+    """Why a results format is not read here ("results format 2, this stackbench reads formats 0, 1"), or None."""
+    if found == FORMAT_VERSION or found in CONVERTED:
+        return None
+    return f"results format {found!r}, this stackbench reads formats {', '.join(map(str, sorted({*CONVERTED, FORMAT_VERSION})))}"
+
+
+def check_format(path: str | os.PathLike) -> int:
+    """A results file's format, if this stackbench reads it (FORMAT_VERSION, or one it converts: CONVERTED); else a
+    one-line ConfigError naming the file, its format and what to run."""
+    found = format_of(path)
+    if why := unreadable(found):
+        raise ConfigError(f"{path}: {why}: read it with the stackbench that wrote it (its stackbench_version column "
+                          "names it), or measure it again with this one (`snakemake --cores 1 report`)")
+    return found
+
+
 def atomic_write(path: str | os.PathLike, write) -> Path:
     """write(temporary path) beside the target, then rename: a crash never leaves a half file."""
     path = Path(path)
@@ -177,11 +211,14 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 def union_parts(part_files: Iterable[str | os.PathLike], kept: Iterable[str | os.PathLike] = ()) -> pa.Table:
     """The per-source Parquet parts as one results table, through DuckDB; the rows of the `kept` parts (launches
-    the run did not plan) are marked launch_kept. A part written before a column existed gets nulls in it."""
+    the run did not plan) are marked launch_kept. A part written before a column existed gets nulls in it; one of a
+    results format this stackbench does not read is refused (check_format)."""
     kept = [str(p) for p in kept]
     parts = [str(p) for p in part_files] + kept
     if not parts:
         raise ValueError("collect: no input parts (neither published data nor measured runs)")
+    for path in parts:  # a part of a format this stackbench does not read is refused by name
+        check_format(path)
     con = duckdb.connect()
     present = set(con.sql("select * from read_parquet(?, union_by_name = true) limit 0", params=[parts]).columns)
     select = ", ".join(f'"{c}"' for c in COLUMNS if c in present and c != "launch_kept")
@@ -215,7 +252,9 @@ def collect(part_files: Iterable[str | os.PathLike], out: str | os.PathLike, der
 
 
 def read_results(path: str | os.PathLike) -> pd.DataFrame:
-    return pq.read_table(path).to_pandas()
+    """A results file in this contract (check_format: an older format converted, an unknown one refused)."""
+    check_format(path)
+    return conform(pq.read_table(path)).to_pandas()
 
 
 def row_tuples(frame: pd.DataFrame) -> list[tuple]:

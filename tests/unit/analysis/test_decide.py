@@ -91,7 +91,7 @@ def test_a_variant_that_loops_more_than_no_spec_is_excluded_but_equal_looping_is
 
 def test_no_gain_worth_switching_for_reads_not_worth_it():
     row = choose(cell("nospec", 60, 0.2, 1), cell("draft-n2", 60.3, 0.2, 1, 2), correctness=[agreement("draft-n2")]).iloc[0]
-    assert (row["verdict"], row["run"]) == (decide.NOT_WORTH_IT, decide.NO_SPEC)
+    assert (row["verdict"], row["run"]) == (decide.NOT_WORTH_IT, decide.RUN_NO_SPEC)
     assert "below +10% at round 3: draft-n2 at most" in row["why"]
 
 
@@ -100,7 +100,7 @@ def test_a_gain_the_rounds_cannot_resolve_is_undecided_and_says_what_would_settl
     for row, factor in zip(rows[3:], (1.0, 1.12, 0.9)):  # the variant's own launches scatter by +-10%
         row["value"] *= factor
     row = choose(*rows, correctness=[agreement("draft-n2")]).iloc[0]
-    assert (row["verdict"], row["run"]) == (decide.UNDECIDED, decide.NO_SPEC)
+    assert (row["verdict"], row["run"]) == (decide.UNDECIDED, decide.RUN_NO_SPEC)
     assert row["why"].startswith("draft-n2 +") and "after 3 rounds" in row["why"]
     # not within the three-round horizon: the row names the budget that would settle it instead
     assert pd.isna(row["settle_rounds"]) and row["settle_beyond"] > 4
@@ -109,7 +109,7 @@ def test_a_gain_the_rounds_cannot_resolve_is_undecided_and_says_what_would_settl
 def test_one_launch_is_never_decided():
     row = choose(cell("nospec", 60, 0.5, 1, rounds=1), cell("draft-n2", 90, 1, 2, 2, rounds=1),
                  correctness=[agreement("draft-n2")]).iloc[0]
-    assert (row["verdict"], row["run"], row["decided"]) == (decide.UNDECIDED, decide.NO_SPEC, False)
+    assert (row["verdict"], row["run"], row["decided"]) == (decide.UNDECIDED, decide.RUN_NO_SPEC, False)
     assert "the first look is at 3" in row["why"]
 
 

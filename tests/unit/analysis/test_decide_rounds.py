@@ -57,7 +57,7 @@ def test_no_true_difference_is_declared_a_gain_in_at_most_2_of_40_runs_at_the_de
     _, (node,) = expand.load_plan(repo_copy, {"nodes": ["local-cpu"]})
     launches = max(l.replicate for l in node.launches)
     assert launches >= 2  # the default measures launch-to-launch noise
-    declared = sum(row["run"] != decide.NO_SPEC for row in chosen_per_seed(range(40), launches, {}, node.decision))
+    declared = sum(row["run"] != decide.RUN_NO_SPEC for row in chosen_per_seed(range(40), launches, {}, node.decision))
     assert declared <= 2
 
 
@@ -74,7 +74,7 @@ def test_the_gain_is_paired_within_rounds_and_its_interval_spans_them():
 
 def test_one_launch_is_never_decided():
     row = chosen(frame(launch_cell("nospec", 1, 100), launch_cell("ngram-n16", 1, 150)))
-    assert (row["verdict"], row["run"], row["decided"]) == (decide.UNDECIDED, decide.NO_SPEC, False)
+    assert (row["verdict"], row["run"], row["decided"]) == (decide.UNDECIDED, decide.RUN_NO_SPEC, False)
     assert "the first look is at" in row["why"]
 
 
@@ -102,7 +102,7 @@ def test_what_to_run_and_the_use_case_table_name_the_same_variant_on_every_cell_
     results = frame(*rows)
     choices = decide.what_to_run(results, NO_CORRECTNESS)
     run = dict(zip(choices["workload"], choices["run"]))
-    assert run == {"code": "ngram-n16", "json": "ngram-n16", "prose": decide.NO_SPEC}
+    assert run == {"code": "ngram-n16", "json": "ngram-n16", "prose": decide.RUN_NO_SPEC}
     judged = results[results["metric"] == "decode_tps"]
     (table,) = use_case_tables(judged, ["cpu"], choices)
     picks = {row[0]: row[1] for row in table.rows}

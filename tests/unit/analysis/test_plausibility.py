@@ -154,8 +154,9 @@ def test_each_check_passes_an_empty_or_unrelated_table(check):
 
 
 def test_a_doctored_bundle_row_is_flagged_when_it_comes_in(tmp_path):
-    from stackbench.cli import collect_results
-    from stackbench.plan.launchspec import DEFINITIONS
+    from helpers import collect_results
+
+    from stackbench.plan.definitions import DEFINITIONS
     from stackbench.results import bundle, store
 
     theirs = frame(*launch(), measured(ref="run1/nospec", value=5 * CEILING))

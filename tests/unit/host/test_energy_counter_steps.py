@@ -85,7 +85,7 @@ def test_a_short_c1_cell_is_summarised_as_the_launch_does_with_its_energy_rows_e
         sampler.take()
     reading = sampler.close_window(window)
 
-    runner = CellRunner("http://127.0.0.1:9", VllmAdapter(), SimpleNamespace(launch=SimpleNamespace(server_args={}, spec_method="none")),
+    runner = CellRunner("http://127.0.0.1:9", VllmAdapter(), SimpleNamespace(launch=SimpleNamespace(server_args={}, speculates=False)),
                         None, sampler=sampler)
     cell = SimpleNamespace(workload=SimpleNamespace(name="code", tool=None), load=Load(), concurrency=1, rate=None)
     result = runner._judge(cell, [records], None, reading)

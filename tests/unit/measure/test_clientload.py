@@ -4,7 +4,6 @@ them. A starved client against the emitter, through rows and report, is
 tests/integration/test_client_saturation.py."""
 
 import asyncio
-import time
 
 import pytest
 
@@ -15,29 +14,58 @@ from stackbench.measure.workloads import Request
 from stackbench.rehearsal.standin import StandinEngine, Timing
 
 
-def watched(work) -> ClientLoad:
+class VirtualTime(asyncio.SelectorEventLoop):
+    """An event loop on a virtual clock: with nothing ready it jumps to its next timer instead of waiting, and work on
+    its thread is `work(s)`, which moves the clock and the thread's CPU time alike. What LoopWatch reads is then the
+    loop's schedule, never this machine's pace (a loaded host delays real wake-ups by milliseconds)."""
+
+    def __init__(self):
+        super().__init__()
+        self.now = self.cpu = 0.0
+        select = self._selector.select
+        self._selector.select = lambda timeout=None: (self._jump(timeout), select(0))[1]
+
+    def _jump(self, timeout):
+        self.now += timeout or 0.0
+
+    def time(self) -> float:
+        return self.now
+
+    def work(self, seconds: float) -> None:
+        self.now += seconds
+        self.cpu += seconds
+
+
+def watched(work, monkeypatch) -> ClientLoad:
+    loop = VirtualTime()
+    monkeypatch.setattr(clientload.time, "thread_time", lambda: loop.cpu)
+
     async def window():
-        async with LoopWatch() as watch:
-            await work()
+        async with LoopWatch(clock=loop.time) as watch:
+            await work(loop)
         return watch.load
 
-    return asyncio.run(window())
+    try:
+        return loop.run_until_complete(window())
+    finally:
+        loop.close()
 
 
-def test_a_loop_kept_busy_by_its_own_work_lags_and_uses_its_core_and_an_idle_one_does_neither():
-    async def busy():
-        end = time.perf_counter() + 0.5
-        while time.perf_counter() < end:  # 50 ms of work on the loop's thread between two awaits
-            stop = time.perf_counter() + 0.05
-            while time.perf_counter() < stop:
-                pass
+def test_a_loop_kept_busy_by_its_own_work_lags_and_uses_its_core_and_an_idle_one_does_neither(monkeypatch):
+    async def busy(loop):
+        for _ in range(10):  # 50 ms of work on the loop's thread between two awaits
+            loop.work(0.05)
             await asyncio.sleep(0)
 
-    loaded, idle = watched(busy), watched(lambda: asyncio.sleep(0.5))
-    assert loaded.lag_ms(99) > 20 and len(loaded.lags_s) >= 2  # a wake-up due mid-work waited for it
-    assert idle.lag_ms(50) < 5 and len(idle.lags_s) >= 20  # its sleeps end on time (within epoll's millisecond)
-    assert idle.cpu_share < 0.2 < loaded.cpu_share  # spinning counts, sleeping does not (shared cores: not 1.0)
-    assert loaded.processes == idle.processes == 1 and loaded.seconds == pytest.approx(0.5, abs=0.2)
+    async def idle(loop):
+        await asyncio.sleep(0.5)
+
+    loaded, quiet = watched(busy, monkeypatch), watched(idle, monkeypatch)
+    # a wake-up due 10 ms after a sample waited for the 50 ms of work in its way
+    assert loaded.lag_ms(99) >= 40 and len(loaded.lags_s) >= 2
+    assert quiet.lag_ms(50) == quiet.lag_ms(99) == 0 and len(quiet.lags_s) >= 49  # its sleeps end on time
+    assert quiet.cpu_share == 0 and loaded.cpu_share == pytest.approx(1)  # working counts, sleeping does not
+    assert loaded.processes == quiet.processes == 1 and loaded.seconds == pytest.approx(0.5) == quiet.seconds
 
 
 def records(gap_s: float, chunks: int = 20) -> list[RequestRecord]:

@@ -106,7 +106,7 @@ def test_every_variant_of_a_round_sends_the_same_texts_and_each_round_new_ones()
 def test_a_launch_draws_its_rounds_texts_unless_texts_are_kept(across, text_round):
     """runner.texts_of: round 3's launch draws round 3's texts under `new` (the default), round 1's under `same`;
     a round's draw holds the cell's most repeats."""
-    measure = {"texts_across_rounds": across, "text_seed": 7, "repeats": 2, "target_rel_ci": None}
+    measure = SimpleNamespace(texts_across_rounds=across, text_seed=7, most_repeats=2)
     spec = SimpleNamespace(measure=measure, launch=SimpleNamespace(replicate=3))
     cell = SimpleNamespace(key="code--c1--nocap")
     assert CellRunner("http://x", None, spec, None).texts_of(cell) == workloads.Texts(7, text_round, "code--c1--nocap", 2)

@@ -1,5 +1,6 @@
 """Config files are validated against their schemas; every error is one line naming file and field."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -8,8 +9,9 @@ import pytest
 from helpers import edit_yaml as edit
 from paths import ROOT
 
-from stackbench.config import ConfigError
-from stackbench.plan import expand
+from stackbench.config import ConfigError, load_schema
+from stackbench.config.model import Measure
+from stackbench.plan import expand, launchspec
 
 
 @pytest.fixture
@@ -22,6 +24,24 @@ def test_defaults_come_from_the_schema(configs):
     cfg, nodes = expand.load_plan(configs)
     assert cfg["measure"]["ready_timeout_s"] == 600 and cfg["paths"]["results"] == "data/results.parquet"
     assert {launch.bind_host for launch in nodes[0].launches} == {"127.0.0.1"}
+
+
+def test_the_measure_settings_are_a_typed_record_whose_defaults_are_the_schemas(configs):
+    """config.model.Measure names every key of the schema's `measure` block and repeats no default of it."""
+    properties = load_schema("config")["properties"]["measure"]["properties"]
+    assert [f.name for f in dataclasses.fields(Measure)] == list(properties)
+    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(Measure))
+    assert set(launchspec.NOT_IN_CELL_IDENTITY + launchspec.PRECISION_SETTINGS) <= set(properties)  # no misspelt name
+    measure = Measure.of(expand.load_run_config(configs, {"nodes": ["local-cpu"], "measure": {"repeats": 4}}))
+    assert (measure.repeats, measure.ready_timeout_s, measure.client_processes) == (4, 600, "auto")
+    assert measure.most_repeats == 4 and dataclasses.replace(measure, target_rel_ci=0.05).most_repeats == 10  # max_repeats
+
+
+def test_a_misspelt_measure_setting_is_refused_at_load_in_one_line(configs):
+    edit(configs / "configs/config.yaml", lambda d: d["measure"].update(warmup_request=2))
+    with pytest.raises(ConfigError, match=r"^\S*configs/config.yaml: measure: 'warmup_request' was unexpected; allowed: "
+                                          r".*warmup_requests$"):
+        expand.load_run_config(configs)
 
 
 def test_the_default_plan_has_one_launch_per_server_configuration_and_round(configs):

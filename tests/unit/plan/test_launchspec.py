@@ -53,6 +53,15 @@ def test_a_hand_edited_spec_is_refused(repo, tmp_path):
         launchspec.read(path)
 
 
+def test_a_spec_whose_measure_settings_are_not_the_current_ones_says_to_plan_again(repo, tmp_path):
+    path = launchspec.write(spec_of(repo), tmp_path / "launch.json")
+    doc = json.loads(path.read_text())
+    del doc["measure"]["spread_flag_ratio"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"launch.json: measure: missing 1 required .*'spread_flag_ratio'; re-run the plan step$"):
+        launchspec.read(path)
+
+
 def test_engine_version_and_model_file_change_every_cell_fingerprint(repo, tmp_path):
     base = spec_of(repo)
     upgraded = replace(base, engine={**base.engine, "version": "b99999"})
@@ -249,7 +258,7 @@ def test_a_run_may_sweep_its_own_caps_and_repeats_and_the_node_keeps_its_default
     doc["power_caps_w"] = [200]
     path.write_text(yaml.safe_dump(doc))
     changed, other = spec_of(repo, "2x3090-nvlink", index=0), spec_of(repo, "2x3090-nvlink", index=4)
-    assert changed.measure["repeats"] == 5 and other.measure["repeats"] == cfg["measure"]["repeats"]
+    assert changed.measure.repeats == 5 and other.measure.repeats == cfg["measure"]["repeats"]
     assert {c.power_cap_w for c in changed.cells} == {None, 200}  # the node's list where the run names none
     assert {c.power_cap_w for c in other.cells} == {None, 180, 220, 260, 300}
     assert set(fingerprints(changed).values()).isdisjoint(fingerprints(before).values())

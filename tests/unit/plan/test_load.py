@@ -1,6 +1,7 @@
 """Load arithmetic on hand-made request records (no server): the steady-state window, goodput and SLO
 attainment, the knee rule, Student's t intervals, arrival times; and the load's part in a cell's identity."""
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -163,7 +164,7 @@ def test_closed_loop_cells_without_load_settings_keep_their_fingerprints(repo):
         "server": spec.server_fingerprint, "definitions": launchspec.DEFINITIONS,
         "workload": {k: getattr(cell.workload, k) for k in CELL_WORKLOAD_FIELDS},
         "concurrency": 1, "cap": None,
-        "measure": {k: v for k, v in spec.measure.items()
+        "measure": {k: v for k, v in dataclasses.asdict(spec.measure).items()
                     if k not in launchspec.NOT_IN_CELL_IDENTITY + launchspec.PRECISION_SETTINGS}},
         sort_keys=True, default=str).encode()).hexdigest()[:16]
     assert spec.cell_fingerprint(cell) == before

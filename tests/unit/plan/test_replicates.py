@@ -130,3 +130,4 @@ def test_commands_warns_where_a_speculative_run_sweeps_caps_its_no_spec_run_does
                         "sglang-nospec does not: those capped cells have no no-spec at their cap to pair with and are not "
                         "judged; give the no-spec run sglang-nospec the same power_caps_w in configs/nodes/h100.yaml "
                         "(docs/what-to-run.md)"]
+

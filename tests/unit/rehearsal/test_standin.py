@@ -11,10 +11,11 @@ from paths import ROOT
 
 from stackbench.config.rehearsal import STANDIN_VERSION
 from stackbench.engines import adapter_for
-from stackbench.engines.base import SERVER_SPEC_DRAFTED, ServerFacts
+from stackbench.engines.base import ServerFacts
 from stackbench.plan import expand
 from stackbench.rehearsal import launcher, simgpu, standin
 from stackbench.rehearsal.standin import Pace, StandinEngine, Timing
+from stackbench.results.metrics import SERVER_SPEC_DRAFTED
 
 
 def seed_launch(node_name: str, launch_name: str):

@@ -11,11 +11,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from helpers import collect_results
 
-from stackbench.cli import collect_results
 from stackbench.measure import publish
 from stackbench.models import provenance
-from stackbench.plan.launchspec import DEFINITIONS
+from stackbench.plan import definitions
+from stackbench.plan.definitions import DEFINITIONS
 from stackbench.results import basis, bundle, store
 from stackbench.results.metrics import M
 
@@ -91,6 +92,7 @@ def test_the_manifest_covers_commands_configs_and_versions(published):
     found = bundle.read(published[1], DEFINITIONS)
     assert found.manifest["commands"] == {"llamacpp--nospec": "llama-server -m model.gguf --port 8080"}
     assert found.manifest["definitions"] == DEFINITIONS and found.manifest["rehearsal"] is False
+    assert found.manifest["definitions_sources"] == definitions.sources_sha256()  # the figures' code, normalised
     assert {"config/node.yaml", "config/stacks/llamacpp-owner.yaml", "config/workloads/code.yaml",
             "launches/llamacpp--nospec/launch.json", "rows.parquet"} <= set(found.members)
     assert not any(name.endswith((".gguf", ".safetensors")) for name in found.members)  # no model files
@@ -142,6 +144,17 @@ def test_other_metric_definitions_are_refused_with_that_reason(tmp_path):
     with pytest.raises(bundle.BundleRefused, match=rf"old.stackbench.tar: refused: .*metric definitions {DEFINITIONS - 1}"):
         bundle.read(out, DEFINITIONS)
     assert bundle.read(out).owner == "bob"  # the content itself is intact
+
+
+def test_a_bundle_carries_its_rows_results_format_and_one_of_a_newer_format_is_refused(published, tmp_path, monkeypatch):
+    assert bundle.read(published[1]).manifest["results_format"] == store.FORMAT_VERSION
+    monkeypatch.setattr(store, "FORMAT_VERSION", store.FORMAT_VERSION + 1)  # a later stackbench makes it
+    out = bundle.write(tmp_path / "new.stackbench.tar", pd.DataFrame(rows()), {},
+                       {"owner": "dan", "node": "cpu", "definitions": DEFINITIONS, "stackbench_version": "9.0"})
+    monkeypatch.undo()
+    with pytest.raises(bundle.BundleRefused, match=rf"^new.stackbench.tar: refused: its rows are in results format "
+                       rf"{store.FORMAT_VERSION + 1}, this stackbench reads formats 0, {store.FORMAT_VERSION}: .*\(9.0\)$"):
+        bundle.read(out)
 
 
 def test_a_rehearsals_rows_stay_marked_rehearsal(tmp_path):

@@ -2,8 +2,8 @@
 and named in the report; a part written before a column existed still collects (the column is null)."""
 
 import pyarrow.parquet as pq
+from helpers import collect_results
 
-from stackbench.cli import collect_results
 from stackbench.report import queries
 from stackbench.results import store
 

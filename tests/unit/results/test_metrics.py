@@ -132,3 +132,16 @@ def test_a_post_under_an_unregistered_name_is_refused_where_it_is_written(tmp_pa
     (tmp_path / "post.yaml").write_text(source.replace(f"metric: {name}", "metric: decode_tsp", 1), encoding="utf-8")
     with pytest.raises(ConfigError, match="decode_tsp"):
         published.load_file(tmp_path / "post.yaml")
+
+
+def test_docs_metrics_names_every_registered_metric_as_the_registry_writes_it():
+    """docs/metrics.md's registry part is the registry's (`stackbench docs-metrics`): out of step, this fails."""
+    from stackbench import cli
+    from stackbench.results import metrics
+
+    doc = (ROOT / cli.METRICS_DOC).read_text()
+    assert cli.metrics_doc(doc) == doc, "docs/metrics.md is out of step with results/metrics.py: run `stackbench docs-metrics`"
+    listed = set(re.findall(r"^\| `([^`]+)` \|", doc.split(cli.REGISTRY_BEGIN)[1], flags=re.MULTILINE))
+    assert listed == set(metrics.METRICS) | {f"{f.prefix}<i>" for f in metrics.FAMILIES}
+    with pytest.raises(ConfigError, match="docs/metrics.md: needs one line"):
+        cli.metrics_doc(doc.replace(cli.REGISTRY_END, ""))

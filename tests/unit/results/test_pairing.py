@@ -83,12 +83,6 @@ def test_a_text_no_set_names_is_its_workloads_yaml_and_prompt_and_an_unpaired_on
     assert [(r["table_title"], r["row_label"], r["value"]) for r in gains] == [("code.yaml", "salted prompt aaaaaaaaaaaa", 2.0)]
 
 
-def test_the_draft_count_columns_are_the_ones_the_engines_write():
-    from stackbench.engines import base
-
-    assert (pairing.SERVER_SPEC_DRAFTED, pairing.SERVER_SPEC_ACCEPTED) == (base.SERVER_SPEC_DRAFTED, base.SERVER_SPEC_ACCEPTED)
-
-
 def test_a_launchs_request_file_brings_each_requests_set_row_rate_and_draft_counts_where_it_has_them(tmp_path):
     """The request files as measure writes them (cells/<key>--<fingerprint>.requests.parquet): the set and row
     columns are read where a file has them and left empty where it predates them."""

@@ -1,10 +1,16 @@
 """The results contract: column set, atomic writes, DuckDB collect."""
 
+import re
+
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from stackbench import cli
+from stackbench.config import ConfigError
 from stackbench.results import store
+from stackbench.results.kept import keep, kept_runs
 
 
 def record(**extra):
@@ -70,3 +76,50 @@ def test_row_tuples_and_records_of_give_what_itertuples_and_to_dict_give():
     assert [{k: repr(v) for k, v in row.items()} for row in store.records_of(frame)] == \
         [{k: repr(v) for k, v in row.items()} for row in frame.to_dict("records")]
     assert store.row_tuples(frame[[]]) == [(), ()]
+
+
+def _written(path, version: str | None, drop: tuple[str, ...] = ()):
+    """A results file as a stackbench of results format `version` wrote it (None: before the version existed)."""
+    table = store.to_table([record()]).drop_columns(list(drop))
+    pq.write_table(table.replace_schema_metadata(None if version is None else {store.FORMAT_KEY: version}), path)
+    return path
+
+
+def test_every_results_file_carries_its_format_version_and_collect_writes_it(tmp_path):
+    part = tmp_path / "cells.parquet"
+    store.atomic_write_parquet(store.to_table([record()]), part)
+    out = tmp_path / "results.parquet"
+    store.collect([_written(tmp_path / "old.parquet", None, drop=("launch_kept",)), part], out)
+    assert store.format_of(part) == store.format_of(out) == store.FORMAT_VERSION >= 1
+    assert pq.read_schema(out).metadata[store.FORMAT_KEY] == str(store.FORMAT_VERSION).encode()
+
+
+def test_a_kept_run_carries_the_format_version_even_from_a_file_written_before_it(tmp_path):
+    old = _written(tmp_path / "results.parquet", None)
+    path, rows = keep(old, "n", tmp_path / "kept", "run1")
+    assert rows == 1 and store.format_of(path) == store.FORMAT_VERSION and kept_runs(tmp_path / "kept", "n") == [path]
+
+
+def test_a_file_written_before_the_version_is_read_with_the_columns_added_since_as_nulls(tmp_path):
+    """Today's files (no version; format 0): read as they are, a column added since null (store.CONVERTED)."""
+    old = _written(tmp_path / "results.parquet", None, drop=("implausible", "launch_kept"))
+    assert store.format_of(old) == 0 and store.check_format(old) == 0
+    rows = store.read_results(old)
+    assert list(rows.columns) == store.COLUMNS and rows["implausible"].isna().all() and rows["value"].tolist() == [68.0]
+
+
+def test_a_file_of_a_newer_format_is_refused_in_one_line_naming_it_its_format_and_what_to_run(tmp_path, capsys):
+    newer = _written(tmp_path / "results.parquet", str(store.FORMAT_VERSION + 1))
+    said = (f"{newer}: results format {store.FORMAT_VERSION + 1}, this stackbench reads formats 0, {store.FORMAT_VERSION}: "
+            "read it with the stackbench that wrote it")
+    for read in (store.read_results, lambda path: store.collect([path], tmp_path / "out.parquet")):
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            read(newer)
+    assert cli.main(["report", "--results", str(newer), "--out-dir", str(tmp_path / "reports")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"config error: {said}") and err.endswith("(`snakemake --cores 1 report`)\n") and err.count("\n") == 1
+    kept = tmp_path / "kept/n"
+    kept.mkdir(parents=True)
+    newer.rename(kept / "run1.parquet")
+    with pytest.raises(ConfigError, match="run1.parquet: results format"):
+        kept_runs(tmp_path / "kept", "n")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from stackbench import analysis
+from stackbench.config.speculative import NO_SPEC
 from stackbench.report import decisions, queries
 from stackbench.report.derived import Background, derived_table
 from stackbench.report.section import Context, Section
@@ -51,7 +52,7 @@ def comparison_tables(frame: pd.DataFrame, table_dir: Path, background: Backgrou
     node and stack: one analysis.compare call (node and stack are among the like columns, so pairs never
     cross them), one table."""
     measured = frame[frame["source"].isin(MEASURED) & frame["metric"].isin([M.decode_tps, M.aggregate_tps, M.ttft_s])]
-    base, speculative = measured[measured["spec_method"] == "none"], measured[measured["spec_method"] != "none"]
+    base, speculative = measured[measured["spec_method"] == NO_SPEC], measured[measured["spec_method"] != NO_SPEC]
     if base.empty or speculative.empty:
         return []
     title, how = "No-spec (A) vs each speculative variant (B), like rows only", \
