@@ -84,10 +84,12 @@ def test_a_missing_engine_environment_is_not_runnable(tmp_path):
 
 
 @pytest.mark.parametrize("engine", sorted(ADAPTERS))
-@pytest.mark.parametrize("url", [f"http://127.0.0.1:{free_port()}", "http://no-such-server.invalid:8000"])
-def test_an_external_url_where_nothing_answers_is_refused_at_once_naming_it_and_the_field(tmp_path, engine, url):
+@pytest.mark.parametrize("fault", ["refused", "unresolved"])
+def test_an_external_url_where_nothing_answers_is_refused_at_once_naming_it_and_the_field(tmp_path, engine, fault):
     """Connection refused or a name that does not resolve: one line naming the URL and the node file's field,
     before any cell, for every engine's external mode; never a wait toward the ready timeout (600 s by default)."""
+    # the free port drawn when the test runs (a collection-time port differs between the workers that collect)
+    url = {"refused": f"http://127.0.0.1:{free_port()}", "unresolved": "http://no-such-server.invalid:8000"}[fault]
     launch = make_launch(engine, node="ci-cpu", launch_mode="external", launch_target=url, context_len=2048)
     launcher = open_launcher(launch, ADAPTERS[engine], {}, tmp_path / "run", None, None)
     started = time.monotonic()
