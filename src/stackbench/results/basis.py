@@ -45,8 +45,6 @@ WHY_IT_MATTERS: dict[str, str] = {
     "source": "measured here versus transcribed from a post",
 }
 
-# What a server's log says when it runs a 4-bit float checkpoint (NVFP4, MXFP4) on a GPU without FP4 tensor cores: an
-# adapter's setup fact (rows' engine_setup), which the report repeats beside the rows it concerns.
 # What a row says of a figure its server cannot give (an external endpoint: no log, no version route, no
 # speculative counters): never a blank, never a guess. engines/ and measure/rows.py write it, the report shows it.
 NOT_REPORTED = "not reported by this endpoint"
@@ -56,6 +54,9 @@ def not_reported(metric: str) -> str:
     """The reason on a launch's row for a figure its endpoint cannot give (it ends with NOT_REPORTED)."""
     return f"{metric}: {NOT_REPORTED}"
 
+
+# What a server's log says when it runs a 4-bit float checkpoint (NVFP4, MXFP4) on a GPU without FP4 tensor cores: an
+# adapter's setup fact (rows' engine_setup), which the report repeats beside the rows it concerns.
 UNPACKED_FP4 = "4-bit float weights unpacked to BF16, no FP4 tensor cores"
 
 # Stats that are not a central value of repeats get a marker on their row.
