@@ -5,6 +5,7 @@ The claim is about our workflow's jobs going through sbatch, not about llama-ser
 ENGINE DOUBLE installed as llama-server (tests/support/engine_double.py); the real llama-server's figures
 through the same workflow are test_integration_llamacpp.py's report-target test."""
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -20,16 +21,23 @@ from stackbench.results import store
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 
+# The cluster's daemons are the machine's, not the checkout's: a second test run on the machine (another clone's
+# .ci/run) waits on this lock instead of having its cluster stopped under it when the first run's module ends.
+CLUSTER_LOCK = "/tmp/stackbench-slurm-cluster.lock"
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster():
     require("a local SLURM cluster", None if os.geteuid() == 0 else "starting slurmctld/slurmd/munge needs root")
     script = str(ROOT / "scripts/slurm-local-cluster.sh")
-    done = subprocess.run(["bash", script, "start"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    yield done.stdout
-    # The suite leaves nothing running: munged, slurmctld and slurmd go down with the module.
-    stopped = subprocess.run(["bash", script, "stop"], capture_output=True, text=True)
-    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    with open(CLUSTER_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(["bash", script, "start"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        yield done.stdout
+        # The suite leaves nothing running: munged, slurmctld and slurmd go down with the module.
+        stopped = subprocess.run(["bash", script, "stop"], capture_output=True, text=True)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
 
 def test_measure_jobs_run_through_the_slurm_executor(slurm_cluster, ci_double_repo):
