@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import http.server
 import json
-import subprocess
 import threading
 import time
 
 import httpx
 import pytest
-from launch_helpers import TEST_MODEL, chat, make_launch, measure_argv, one_launch_spec, one_model_node
+from launch_helpers import TEST_MODEL, chat, make_launch, measured_one_launch, one_model_node
 from paths import FIXTURES
 
 from stackbench.engines import adapter_for
 from stackbench.rehearsal.standin import StandinEngine, Timing
-from stackbench.results import store
 from stackbench.serve.launchers import open_launcher
 from stackbench.serve.process import ReadyTimeout, ServerError, ServerProcess, free_port
 
@@ -69,10 +67,7 @@ def test_the_run_loop_marks_rows_external_with_the_servers_basis(repo_copy, tmp_
     node = one_model_node({"mode": "external", "url": separate_llama_server.base_url})
     node["context_len"] = 4096  # the node's word, which the server contradicts
     node["models"]["smollm2-135m-q4-1"]["quant"] = "Q8_0"
-    out = tmp_path / "run"
-    done = subprocess.run(measure_argv(one_launch_spec(repo_copy, "ci-external", node, out), out), capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = store.read_results(out / "cells.parquet")
+    rows = measured_one_launch(repo_copy, "ci-external", node, tmp_path / "run")
     decode = rows[(rows["metric"] == "decode_tps") & (rows["status"] == "ok")]
     assert len(decode) == 1 and decode["value"].iloc[0] > 0
     assert set(rows["launch_mode"]) == {"external"} and set(rows["engine_image"]) == {"external endpoint"}

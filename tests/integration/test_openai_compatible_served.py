@@ -4,12 +4,9 @@ acceptance "not reported by this endpoint", the server left running. One cell of
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from launch_helpers import TEST_MODEL, measure_argv, one_launch_spec, one_model_node
+from launch_helpers import TEST_MODEL, measured_one_launch, one_model_node
 
-from stackbench.results import store
 from stackbench.results.basis import NOT_REPORTED
 from stackbench.serve.process import ServerProcess, free_port
 
@@ -28,10 +25,7 @@ def test_a_llama_server_started_by_hand_is_measured_as_an_openai_endpoint(repo_c
     node = one_model_node({"mode": "external", "url": their_llama_server.base_url})
     node["runs"][0].update(stack="openai-compatible", server_args={})
     node.update(probes=None, divergence=None, launches=1)
-    out = tmp_path / "run"
-    done = subprocess.run(measure_argv(one_launch_spec(repo_copy, "ci-openai", node, out), out), capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = store.read_results(out / "cells.parquet")
+    rows = measured_one_launch(repo_copy, "ci-openai", node, tmp_path / "run")
     decode = rows[(rows["metric"] == "decode_tps") & (rows["status"] == "ok")]
     assert len(decode) == 1 and decode["value"].iloc[0] > 0
     assert set(rows["stack"]) == {"openai-compatible"} and set(rows["engine"]) == {"OpenAI-compatible endpoint"}

@@ -116,6 +116,17 @@ def measure_argv(spec: Path, out_dir: Path) -> list[str]:
     return [sys.executable, "-m", "stackbench.cli", "measure", "--spec", str(spec), "--out-dir", str(out_dir)]
 
 
+def measured_one_launch(repo: Path, node_name: str, node_doc: dict, out_dir: Path):
+    """The node's first launch measured through `stackbench measure` (one_launch_spec, measure_argv): its rows."""
+    import subprocess
+
+    from stackbench.results import store
+
+    done = subprocess.run(measure_argv(one_launch_spec(repo, node_name, node_doc, out_dir), out_dir), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return store.read_results(out_dir / "cells.parquet")
+
+
 def one_model_node(launch: dict, server_args: dict | None = None) -> dict:
     """A CPU node with one llama.cpp launch of the test model, one short workload at concurrency 1."""
     return {"hardware": {"gpu": {"model": "none", "count": 0}, "cpu_threads": 2}, "context_len": 1024,
