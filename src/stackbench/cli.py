@@ -31,7 +31,7 @@ def _published(args) -> None:
 
 def _collect_results(parts: list, out: Path, kept: list = (), bundles: list = ()) -> int:
     """The collect step (results/collect.py) with what only the stages above results know: the plausibility check
-    (analysis/plausibility.py) and the definitions version bundles are read against (plan/launchspec.py)."""
+    (analysis/plausibility.py) and the definitions version bundles are read against (plan/definitions.py)."""
     from stackbench.analysis import plausibility
     from stackbench.plan.definitions import DEFINITIONS
     from stackbench.results import collect
